@@ -1,0 +1,81 @@
+// Arenas: memory is planned, not discovered (DESIGN.md principle 6).
+//
+// A layer describes what it needs by adding named requests to an ArenaPlan.
+// The plan is a pure function of the config, so the allocator and the
+// planner/memory report call the same code and cannot drift. An Arena is then
+// one allocation of plan.total() bytes; each request's pointer is base+offset.
+//
+//   ArenaPlan plan("activations");
+//   size_t off = plan.add("blocks.0.ln1_out", bytes);
+//   Arena arena(plan);                     // one mmap, 64-byte aligned pieces
+//   float* p = arena.ptr<float>(off);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace claw {
+
+class ArenaPlan {
+ public:
+  struct Entry {
+    std::string name;
+    size_t offset;
+    size_t bytes;
+  };
+  explicit ArenaPlan(std::string name) : name_(std::move(name)) {}
+
+  // Reserves `bytes` (rounded up to the alignment) and returns the offset.
+  size_t add(std::string name, size_t bytes, size_t align = 64);
+  template <typename T>
+  size_t add_array(std::string name, int64_t count) {
+    return add(std::move(name), static_cast<size_t>(count) * sizeof(T));
+  }
+
+  const std::string& name() const { return name_; }
+  size_t total() const { return total_; }
+  const std::vector<Entry>& entries() const { return entries_; }
+
+ private:
+  std::string name_;
+  size_t total_ = 0;
+  std::vector<Entry> entries_;
+};
+
+// Owns one zero-initialised anonymous mapping (pages are touched lazily, so
+// resident memory grows only with use). Move-only.
+class Arena {
+ public:
+  Arena() = default;
+  explicit Arena(const ArenaPlan& plan);
+  Arena(std::string name, size_t bytes);
+  ~Arena();
+  Arena(Arena&& o) noexcept;
+  Arena& operator=(Arena&& o) noexcept;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  template <typename T>
+  T* ptr(size_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+  uint8_t* base() const { return base_; }
+  size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+// "12.3 MiB"-style formatting for memory reports.
+std::string format_bytes(double bytes);
+
+// Peak and current resident set size of this process, in bytes (from /proc).
+size_t peak_rss_bytes();
+size_t current_rss_bytes();
+
+}  // namespace claw

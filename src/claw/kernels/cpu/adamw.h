@@ -1,0 +1,35 @@
+// Fused AdamW step (Loshchilov & Hutter 2019, decoupled weight decay), in the
+// exact order of PyTorch's torch.optim.AdamW so that the two agree to
+// rounding:
+//
+//   g  = grad * grad_scale                      (grad_scale carries clipping / loss scaling)
+//   p  = p * (1 - lr * weight_decay)
+//   m  = beta1 m + (1 - beta1) g
+//   v  = beta2 v + (1 - beta2) g^2
+//   p -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+//
+// Shapes: param, grad, m, v [n] (one flat range; a caller passes each
+// parameter, or each ZeRO shard, with its own weight_decay from ParamSpec).
+// step counts from 1.
+#pragma once
+
+#include <cstdint>
+
+#include "claw/core/parallel.h"
+
+namespace claw::kernels {
+
+struct AdamWHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double grad_scale = 1.0;
+  int64_t step = 1;
+};
+
+template <typename T>
+void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const T* grad, int64_t n, const AdamWHyper& h);
+
+}  // namespace claw::kernels

@@ -1,0 +1,35 @@
+// Causal scaled-dot-product attention, flash-style (Dao et al. 2022): the
+// T x T score matrix is never materialised. Each task takes a block of query
+// rows of one head and streams key/value blocks through an online softmax
+// (running max m, running sum l, rescaled output accumulator), so scratch is
+// O(block_q * block_k) per thread.
+//
+//   S = scale * Q K^T (causal: key j <= query i),  P = softmax_row(S),  O = P V
+//   lse_i = log sum_j exp(S_ij)                       (saved for backward)
+// backward (recomputing P from Q, K and lse block by block):
+//   Delta_i = sum_d dO_id O_id
+//   dP = dO V^T,  dS = P * (dP - Delta),  dQ = scale dS K,  dK = scale dS^T Q,  dV = P^T dO
+//
+// Grouped-query attention: H query heads share G key/value heads
+// (H % G == 0); query head h reads kv head h / (H / G). G == H is MHA.
+// Shapes: q, dq, out, dout [B, T, H, D]; k, v, dk, dv [B, T, G, D]; lse [B, H, T].
+// scale is usually 1/sqrt(D).
+// Gradient contract: dq, dk, dv are overwritten.
+#pragma once
+
+#include <cstdint>
+
+#include "claw/core/parallel.h"
+
+namespace claw::kernels {
+
+template <typename T>
+void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
+                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale);
+
+template <typename T>
+void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                        const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
+                        int64_t D, double scale);
+
+}  // namespace claw::kernels

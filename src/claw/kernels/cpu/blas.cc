@@ -1,0 +1,106 @@
+#include "claw/kernels/cpu/blas.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+
+extern "C" {
+char* openblas_get_corename(void);
+char* openblas_get_config(void);
+int openblas_get_parallel(void);
+void openblas_set_num_threads(int);
+}
+
+namespace claw::kernels {
+
+std::string best_openblas_core(bool avx512, bool avx2_fma) {
+  if (avx512) return "SkylakeX";
+  if (avx2_fma) return "Haswell";
+  return "";
+}
+
+bool openblas_core_is_fast_enough(const std::string& current, const std::string& best) {
+  if (best.empty()) return true;
+  // Kernel sets with AVX-512 SGEMM, then those with AVX2+FMA (OpenBLAS 0.3.x names,
+  // lower-cased; openblas_get_corename reports either case depending on version).
+  static constexpr std::array<std::string_view, 4> avx512 = {"skylakex", "cooperlake", "sapphirerapids", "zen4"};
+  static constexpr std::array<std::string_view, 5> avx2 = {"haswell", "zen", "skylake", "cooperlake", "sapphirerapids"};
+  std::string cur;
+  for (char c : current) cur += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto in = [&](auto& set) {
+    for (auto n : set)
+      if (cur == n) return true;
+    return false;
+  };
+  if (best == "SkylakeX") return in(avx512);
+  if (best == "Haswell") return in(avx512) || in(avx2);
+  return true;
+}
+
+namespace {
+std::string this_cpu_best_core() {
+  __builtin_cpu_init();
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return best_openblas_core(avx512, avx2);
+}
+}  // namespace
+
+BlasInfo blas_info() {
+  return {openblas_get_config(), openblas_get_corename(), this_cpu_best_core(), openblas_get_parallel()};
+}
+
+void ensure_fast_blas(int argc, char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's explicit choice, or our re-exec
+  std::string best = this_cpu_best_core();
+  std::string core = openblas_get_corename();
+  if (openblas_core_is_fast_enough(core, best)) return;
+  // Mis-detected: restart with the right kernel set. execv keeps the pid, so
+  // launchers (mpirun, srun) do not notice.
+  setenv("OPENBLAS_CORETYPE", best.c_str(), 1);
+  std::fprintf(stderr, "[claw] blas: OpenBLAS chose '%s' on a CPU that runs '%s'; restarting with OPENBLAS_CORETYPE=%s\n",
+               core.c_str(), best.c_str(), best.c_str());
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "[claw] blas: re-exec failed (%s); continuing with the slow kernel\n", std::strerror(errno));
+}
+
+int default_num_threads() {
+  if (const char* s = std::getenv("OMP_NUM_THREADS")) {
+    int n = std::atoi(s);
+    if (n > 0) return n;
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+CpuCtx make_cpu_ctx(int num_threads) {
+  if (num_threads < 1) fail("--num-threads must be at least 1 (got {})", num_threads);
+  omp_set_num_threads(num_threads);
+  openblas_set_num_threads(num_threads);
+  return CpuCtx{num_threads};
+}
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace claw::kernels

@@ -1,0 +1,33 @@
+// Softmax + cross-entropy over logits rows, fused: the loss and its gradient
+// come from the logits buffer itself, and the gradient overwrites the logits
+// in place, so no second [N, V]-sized buffer ever exists.
+//
+// Rows are logits[n, 0:Vp]; only the first V columns are real classes (the
+// rest pad the vocabulary to a multiple for GEMM/TP efficiency and are
+// excluded from the softmax; their gradient is 0).
+//
+//   lse_n    = log sum_{c<V} exp(logits[n, c])
+//   losses_n = lse_n - logits[n, targets[n]]        (targets[n] < 0: ignored, loss 0)
+//   dlogits[n, c] = dloss_n * (exp(logits[n, c] - lse_n) - [c == targets[n]])   for c < V
+//
+// Shapes: logits, dlogits [N, Vp]; targets [N]; losses, lse [N] (lse saved).
+// dloss_scale is the gradient of the total loss w.r.t. each row's loss
+// (1 / number of tokens in the global batch for a mean loss).
+// dlogits may alias logits.
+#pragma once
+
+#include <cstdint>
+
+#include "claw/core/parallel.h"
+
+namespace claw::kernels {
+
+template <typename T>
+void cross_entropy_forward(const CpuCtx& ctx, T* losses, T* lse, const T* logits, const int32_t* targets,
+                           int64_t N, int64_t V, int64_t Vp);
+
+template <typename T>
+void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const T* lse, const int32_t* targets,
+                            T dloss_scale, int64_t N, int64_t V, int64_t Vp);
+
+}  // namespace claw::kernels

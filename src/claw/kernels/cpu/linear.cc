@@ -1,0 +1,54 @@
+#include "claw/kernels/cpu/linear.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "claw/kernels/cpu/blas.h"
+
+namespace claw::kernels {
+
+template <typename T>
+void linear_forward(const CpuCtx& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t M,
+                    int64_t K, int64_t N) {
+  T beta = 0;
+  if (bias) {
+    // Broadcast the bias into out, then let the GEMM accumulate onto it.
+    parallel_for(ctx, M, 64, [&](int64_t b, int64_t e) {
+      for (int64_t m = b; m < e; ++m) std::copy(bias, bias + N, out + m * N);
+    });
+    beta = 1;
+  }
+  gemm(false, true, M, N, K, T(1), inp, K, weight, K, beta, out, N);
+}
+
+template <typename T>
+void linear_backward_input(const CpuCtx& ctx, T* dinp, const T* dout, const T* weight, int64_t M, int64_t K,
+                           int64_t N, bool accumulate) {
+  gemm(false, false, M, K, N, T(1), dout, N, weight, K, accumulate ? T(1) : T(0), dinp, K);
+}
+
+template <typename T>
+void linear_backward_weight(const CpuCtx& ctx, T* dweight, T* dbias, const T* dout, const T* inp, int64_t M,
+                            int64_t K, int64_t N) {
+  gemm(true, false, N, K, M, T(1), dout, N, inp, K, T(1), dweight, K);
+  if (dbias) {
+    // Column sums: each thread owns a slice of the N columns, so no reduction
+    // between threads is needed and the order of summation is fixed.
+    parallel_for(ctx, N, 256, [&](int64_t b, int64_t e) {
+      for (int64_t m = 0; m < M; ++m) {
+        const T* row = dout + m * N;
+        for (int64_t n = b; n < e; ++n) dbias[n] += row[n];
+      }
+    });
+  }
+}
+
+#define CLAW_INSTANTIATE(T)                                                                              \
+  template void linear_forward<T>(const CpuCtx&, T*, const T*, const T*, const T*, int64_t, int64_t, int64_t); \
+  template void linear_backward_input<T>(const CpuCtx&, T*, const T*, const T*, int64_t, int64_t, int64_t, bool); \
+  template void linear_backward_weight<T>(const CpuCtx&, T*, T*, const T*, const T*, int64_t, int64_t, int64_t);
+CLAW_INSTANTIATE(float)
+CLAW_INSTANTIATE(double)
+#undef CLAW_INSTANTIATE
+
+}  // namespace claw::kernels

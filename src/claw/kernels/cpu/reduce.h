@@ -1,0 +1,34 @@
+// Reductions and element-wise helpers used by the optimizer, the residual
+// stream and the non-finite guard.
+//
+//   sum_squares(x) = sum_i x_i^2, accumulated in double (the local part of a
+//                    global gradient norm; a distributed caller adds one
+//                    all-reduce)
+//   add:    out_i = a_i + b_i          (out may alias a or b)
+//   axpy:   y_i  += alpha * x_i
+//   scale:  x_i  *= alpha
+//   first_non_finite: index of the first NaN/Inf in x, or -1
+#pragma once
+
+#include <cstdint>
+
+#include "claw/core/parallel.h"
+
+namespace claw::kernels {
+
+template <typename T>
+double sum_squares(const CpuCtx& ctx, const T* x, int64_t n);
+
+template <typename T>
+void add(const CpuCtx& ctx, T* out, const T* a, const T* b, int64_t n);
+
+template <typename T>
+void axpy(const CpuCtx& ctx, T* y, T alpha, const T* x, int64_t n);
+
+template <typename T>
+void scale(const CpuCtx& ctx, T* x, T alpha, int64_t n);
+
+template <typename T>
+int64_t first_non_finite(const CpuCtx& ctx, const T* x, int64_t n);
+
+}  // namespace claw::kernels

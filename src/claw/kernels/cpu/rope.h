@@ -1,0 +1,34 @@
+// Rotary position embedding (Su et al. 2021), in the rotate-half convention
+// of Hugging Face's Llama (`apply_rotary_pos_emb`), so that weights exported
+// from claw load there unchanged:
+//
+//   half = D/2, inv_freq_i = theta^(-2i/D), angle(p, i) = p * inv_freq_i
+//   y_i        = x_i cos(angle) - x_{i+half} sin(angle)      0 <= i < half
+//   y_{i+half} = x_{i+half} cos(angle) + x_i sin(angle)
+//
+// The map is a rotation, so backward is the same map with sin negated.
+// Applied in place to x [B, T, nh, D] at positions pos0 + t.
+// Tables cos/sin are [P, D/2], computed once (rope_table).
+#pragma once
+
+#include <cstdint>
+
+#include "claw/core/parallel.h"
+
+namespace claw::kernels {
+
+// cos[p, i], sin[p, i] for p < P, i < D/2. Frequencies are computed in fp32
+// as Hugging Face does (inv_freq = 1 / theta^(arange(0, D, 2) / D)), the
+// angle and its cos/sin in double, then rounded.
+template <typename T>
+void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta);
+
+template <typename T>
+void rope_forward(const CpuCtx& ctx, T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+                  int64_t D, int64_t pos0 = 0);
+
+template <typename T>
+void rope_backward(const CpuCtx& ctx, T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+                   int64_t D, int64_t pos0 = 0);
+
+}  // namespace claw::kernels

@@ -1,0 +1,52 @@
+// Branch-free, vectorisable transcendental functions for fp32 kernels.
+//
+// glibc's expf is not vectorised by GCC without -ffast-math, and softmax,
+// cross-entropy, GELU and SiLU call exp once per element (cross-entropy alone
+// ~10^8 times per GPT-2 step). These inline versions compile to straight-line
+// SIMD inside a loop. For double they defer to <cmath>: the fp64 path exists
+// for finite-difference tests, where exactness matters and speed does not.
+//
+// exp: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2), then a degree-7
+// Taylor polynomial for e^r (truncation < 5e-9 relative, below fp32 rounding)
+// scaled by 2^n through the exponent bits. Inputs below -87.3 (including
+// -inf) return 0; above 88.7 return ~3.4e38 (float max range).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace claw::kernels {
+
+inline float fast_exp(float x) {
+  const float hi = 88.7f, lo = -87.3f;
+  float xc = x > hi ? hi : (x < lo ? lo : x);
+  float n = std::nearbyint(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;   // ln2 high part (exact in fp32)
+  r = r - n * -2.12194440e-4f;       // ln2 low part
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  float y = p * scale;
+  return x < lo ? 0.0f : y;
+}
+inline double fast_exp(double x) { return std::exp(x); }
+
+inline float fast_tanh(float x) {
+  // tanh(x) = 1 - 2 / (e^{2x} + 1): exact limits at +-inf through fast_exp's clamps.
+  return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f);
+}
+inline double fast_tanh(double x) { return std::tanh(x); }
+
+inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+inline double fast_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace claw::kernels
