@@ -15,6 +15,17 @@
 // Shapes: q, dq, out, dout [B, T, H, D]; k, v, dk, dv [B, T, G, D]; lse [B, H, T].
 // scale is usually 1/sqrt(D).
 // Gradient contract: dq, dk, dv are overwritten.
+//
+// block: query and key tile size, a positive multiple of 16 (the default suits
+// D = 64..128 on AVX-512; tests pass 16 to cover multi-block paths cheaply).
+// Any T >= 1 and D >= 1 are accepted; partial tiles are handled inside.
+//
+// Threads and determinism: forward tasks are (b, h, query block), backward
+// tasks are (b, kv head), each covering every query head of its group, so every
+// output element is written by exactly one task in a fixed order. Results are
+// therefore bitwise identical for any thread count. Backward parallelism is
+// B * G tasks of equal work.
+// Per-thread scratch: O(block * block + block * D), allocated once per call.
 #pragma once
 
 #include <cstdint>
@@ -23,13 +34,16 @@
 
 namespace claw::kernels {
 
+inline constexpr int64_t kAttentionBlock = 64;
+
 template <typename T>
 void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
-                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale);
+                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale,
+                       int64_t block = kAttentionBlock);
 
 template <typename T>
 void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                         const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
-                        int64_t D, double scale);
+                        int64_t D, double scale, int64_t block = kAttentionBlock);
 
 }  // namespace claw::kernels
