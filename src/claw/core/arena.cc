@@ -50,6 +50,17 @@ Arena& Arena::operator=(Arena&& o) noexcept {
   return *this;
 }
 
+void* ArenaLayout::take_bytes(const std::string& name, size_t bytes) {
+  if (!arena_) {
+    plan_->add(name, bytes);
+    return nullptr;
+  }
+  const auto& entries = plan_->entries();
+  CLAW_CHECK(next_ < entries.size() && entries[next_].name == name && entries[next_].bytes == bytes,
+             "arena '{}' replayed out of order at '{}' ({} bytes)", plan_->name(), name, bytes);
+  return arena_->base() + entries[next_++].offset;
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;

@@ -71,6 +71,31 @@ class Arena {
   size_t size_ = 0;
 };
 
+// Describes a layout once and replays it twice: in planning mode take()
+// records named requests into an ArenaPlan and returns nullptr; in binding
+// mode it returns pointers into an Arena built from that plan, checking that
+// the requests come in the same order with the same sizes. A layer writes one
+// function `layout(ArenaLayout&)` and both the allocator and the memory
+// planner call it, so they cannot disagree.
+class ArenaLayout {
+ public:
+  static ArenaLayout planning(ArenaPlan& plan) { return ArenaLayout(&plan, nullptr); }
+  static ArenaLayout binding(const ArenaPlan& plan, const Arena& arena) { return ArenaLayout(const_cast<ArenaPlan*>(&plan), &arena); }
+
+  template <typename T>
+  T* take(const std::string& name, int64_t count) {
+    return static_cast<T*>(take_bytes(name, static_cast<size_t>(count) * sizeof(T)));
+  }
+  bool binding_mode() const { return arena_ != nullptr; }
+
+ private:
+  ArenaLayout(ArenaPlan* plan, const Arena* arena) : plan_(plan), arena_(arena) {}
+  void* take_bytes(const std::string& name, size_t bytes);
+  ArenaPlan* plan_;
+  const Arena* arena_;
+  size_t next_ = 0;
+};
+
 // "12.3 MiB"-style formatting for memory reports.
 std::string format_bytes(double bytes);
 

@@ -5,7 +5,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -89,6 +92,25 @@ CpuCtx make_cpu_ctx(int num_threads) {
   omp_set_num_threads(num_threads);
   openblas_set_num_threads(num_threads);
   return CpuCtx{num_threads};
+}
+
+double measure_sgemm_gflops(int64_t n, double seconds) {
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+    b[i] = static_cast<float>(i % 5) * 0.25f - 0.5f;
+  }
+  using clock = std::chrono::steady_clock;
+  gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up: threads, pages
+  double best = 0;
+  auto start = clock::now();
+  do {
+    auto t0 = clock::now();
+    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / dt / 1e9);
+  } while (std::chrono::duration<double>(clock::now() - start).count() < seconds);
+  return best;
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

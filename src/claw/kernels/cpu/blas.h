@@ -41,6 +41,13 @@ CpuCtx make_cpu_ctx(int num_threads);
 // Default thread count: OMP_NUM_THREADS if set, else the CPUs this process may run on.
 int default_num_threads();
 
+// Measured SGEMM throughput in GFLOP/s on the current BLAS thread team: a
+// square n x n x n fp32 product (row-major, no transposes), repeated for
+// about `seconds` after one warm-up call; the best repetition counts. This is
+// the "peak" that claw's MFU figures divide by: what this machine's BLAS
+// actually reaches on a large GEMM, in the same process.
+double measure_sgemm_gflops(int64_t n = 2048, double seconds = 0.5);
+
 // C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [M,K],
 // op(B) is [K,N]; lda/ldb/ldc are the row strides of A, B, C as stored.
 // Threads: BLAS uses the OpenMP team when called outside a parallel region

@@ -1,0 +1,115 @@
+#include "claw/ckpt/safetensors.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "claw/core/error.h"
+
+namespace claw::ckpt {
+
+std::string safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+    case DType::u16: return "U16";
+    case DType::u8: return "U8";
+    case DType::e4m3: return "F8_E4M3";
+    case DType::e5m2: return "F8_E5M2";
+  }
+  return "?";
+}
+
+DType parse_safetensors_dtype(const std::string& s, const std::string& context) {
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16, DType::u8,
+                  DType::e4m3, DType::e5m2})
+    if (safetensors_dtype(t) == s) return t;
+  fail("{}: unsupported safetensors dtype '{}'", context, s);
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  std::vector<uint64_t> sizes;
+  for (const TensorView& t : tensors) {
+    uint64_t n = dtype_size(t.dtype);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    header[t.name] = {{"dtype", safetensors_dtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+    sizes.push_back(n);
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) fail("{}: cannot open for writing", tmp);
+    uint64_t len = text.size();
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(len >> (8 * i));
+    f.write(reinterpret_cast<const char*>(le), 8);
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (size_t i = 0; i < tensors.size(); ++i)
+      f.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(sizes[i]));
+    f.flush();
+    if (!f) fail("{}: write failed", tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("{}: cannot rename to {}: {}", tmp, path, std::strerror(errno));
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) fail("{}: cannot open safetensors file", path);
+  auto size = static_cast<size_t>(f.tellg());
+  if (size < 8) fail("{}: truncated safetensors file ({} bytes, no header)", path, size);
+  bytes_.resize(size);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(bytes_.data()), static_cast<std::streamsize>(size));
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(bytes_[i]) << (8 * i);
+  if (len > size - 8) fail("{}: header length {} exceeds the file size {}", path, len, size);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + static_cast<int64_t>(len));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: bad safetensors header: {}", path, e.what());
+  }
+  const size_t data0 = 8 + len;
+  for (auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      for (auto& [k, mv] : v.items()) metadata_[k] = mv.get<std::string>();
+      continue;
+    }
+    TensorView t{name, parse_safetensors_dtype(v.at("dtype").get<std::string>(), path + ": " + name),
+                 v.at("shape").get<std::vector<int64_t>>(), nullptr};
+    auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+    uint64_t n = dtype_size(t.dtype);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    if (off.size() != 2 || off[1] - off[0] != n || data0 + off[1] > size)
+      fail("{}: tensor '{}' has data_offsets inconsistent with its shape or the file size", path, name);
+    t.data = bytes_.data() + data0 + off[0];
+    tensors_.push_back(std::move(t));
+  }
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return true;
+  return false;
+}
+
+const TensorView& SafetensorsFile::get(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return t;
+  fail("{}: no tensor named '{}'", path_, name);
+}
+
+}  // namespace claw::ckpt

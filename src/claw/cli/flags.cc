@@ -1,0 +1,83 @@
+#include "claw/cli/flags.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include <toml++/toml.h>
+
+#include "claw/core/error.h"
+
+namespace claw::cli {
+
+int64_t parse_int(const std::string& flag, const std::string& text) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size())
+    fail("--{} expects an integer, got '{}'", flag, text);
+  return v;
+}
+
+double parse_double(const std::string& flag, const std::string& text) {
+  try {
+    size_t used = 0;
+    double v = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(v)) return v;
+  } catch (const std::exception&) {
+  }
+  fail("--{} expects a finite number, got '{}'", flag, text);
+}
+
+bool parse_bool(const std::string& flag, const std::string& text) {
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  fail("--{} expects true or false, got '{}'", flag, text);
+}
+
+std::string format_double(double v) { return fmt::format("{}", v); }
+
+std::vector<std::pair<std::string, std::string>> read_toml_pairs(const std::string& path,
+                                                                 const std::vector<std::string>& known_keys,
+                                                                 const std::vector<std::string>& switch_keys) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    if (e.source().begin.line == 0) fail("--config {}: cannot read the file: {}", path, e.description());
+    fail("--config {}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description());
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  auto visit = [&](const toml::table& t, auto& self) -> void {
+    for (const auto& [k, node] : t) {
+      std::string key(k.str());
+      std::replace(key.begin(), key.end(), '_', '-');
+      int line = static_cast<int>(node.source().begin.line);
+      if (const toml::table* sub = node.as_table()) {
+        self(*sub, self);
+        continue;
+      }
+      if (std::find(known_keys.begin(), known_keys.end(), key) == known_keys.end())
+        fail("--config {}:{}: unknown key '{}' (keys are `claw train` flag names, e.g. num-layers = 12)", path, line,
+             key);
+      bool is_switch = std::find(switch_keys.begin(), switch_keys.end(), key) != switch_keys.end();
+      std::string text;
+      if (auto b = node.template value<bool>(); b && node.is_boolean())
+        text = *b ? "true" : "false";
+      else if (is_switch)
+        fail("--config {}:{}: '{}' is a switch and takes true or false", path, line, key);
+      else if (node.is_integer())
+        text = std::to_string(*node.template value<int64_t>());
+      else if (node.is_floating_point())
+        text = format_double(*node.template value<double>());
+      else if (node.is_string())
+        text = *node.template value<std::string>();
+      else
+        fail("--config {}:{}: '{}' must be a number, string or boolean", path, line, key);
+      out.emplace_back(key, text);
+    }
+  };
+  visit(root, visit);
+  return out;
+}
+
+}  // namespace claw::cli

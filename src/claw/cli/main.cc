@@ -1,0 +1,44 @@
+// claw: the command-line entry point. Subcommands live in one file each.
+// Errors: claw::Error (bad input) prints one line and exits 1; usage errors
+// (unknown flag, missing value) exit 2. Only main decides how the process ends.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "claw/cli/info_command.h"
+#include "claw/cli/train_command.h"
+#include "claw/core/error.h"
+#include "claw/kernels/cpu/blas.h"
+
+int main(int argc, char** argv) {
+  claw::kernels::ensure_fast_blas(argc, argv);
+  CLI::App app("claw: train, fine-tune and serve GPT/Llama-style transformers", "claw");
+  app.require_subcommand(1);
+  claw::cli::add_train_command(app);
+  claw::cli::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    if (auto* extras = dynamic_cast<const CLI::ExtrasError*>(&e)) {
+      (void)extras;
+      std::fprintf(stderr, "claw: error: unknown flag or argument: %s (see `claw train --help` for valid flags)\n",
+                   what.substr(what.find(':') == std::string::npos ? 0 : what.find(':') + 2).c_str());
+    } else {
+      std::fprintf(stderr, "claw: error: %s (see --help)\n", what.c_str());
+    }
+    return 2;
+  } catch (const claw::Error& e) {
+    std::fprintf(stderr, "claw: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "claw: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,182 @@
+#include "claw/cli/train_command.h"
+
+#include <algorithm>
+
+#include "claw/cli/flags.h"
+#include "claw/core/log.h"
+#include "claw/model/config.h"
+#include "claw/optim/adamw.h"
+#include "claw/optim/lr_schedule.h"
+#include "claw/train/config.h"
+#include "claw/train/trainer.h"
+
+namespace claw::cli {
+
+namespace {
+
+struct TrainArgs {
+  model::ModelConfig model = model::model_preset("gpt2-tiny");
+  train::TrainConfig train;
+  optim::LrSchedule lr;
+  optim::AdamWConfig adam;
+  train::DataConfig data;
+  TrainArgs() {
+    // The default job: a small model that visibly learns the built-in corpus in a few minutes.
+    lr.max_lr = 1e-3;
+    lr.min_lr = 1e-4;
+    lr.warmup_iters = 20;
+    adam.beta2 = 0.95;
+    adam.weight_decay = 0.1;
+  }
+};
+
+using F = Flag<TrainArgs>;
+
+const std::vector<F>& train_flags() {
+  using A = TrainArgs;
+  static const std::vector<F> flags = {
+      // Model shape (override the --model preset's fields).
+      int_flag<A>("num-layers", "transformer blocks", [](A& a) -> auto& { return a.model.num_layers; }),
+      int_flag<A>("hidden-size", "model width", [](A& a) -> auto& { return a.model.hidden_size; }),
+      int_flag<A>("num-attention-heads", "query heads", [](A& a) -> auto& { return a.model.num_attention_heads; }),
+      int_flag<A>("num-query-groups", "key/value heads for grouped-query attention (0: one per head)",
+                  [](A& a) -> auto& { return a.model.num_query_groups; }),
+      int_flag<A>("kv-channels", "head dimension (0: hidden-size / num-attention-heads)",
+                  [](A& a) -> auto& { return a.model.kv_channels; }),
+      int_flag<A>("ffn-hidden-size", "MLP width (0: 4 x hidden-size)",
+                  [](A& a) -> auto& { return a.model.ffn_hidden_size; }),
+      int_flag<A>("vocab-size", "vocabulary size before padding", [](A& a) -> auto& { return a.model.vocab_size; }),
+      int_flag<A>("make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this",
+                  [](A& a) -> auto& { return a.model.make_vocab_size_divisible_by; }),
+      int_flag<A>("max-position-embeddings", "longest sequence the model supports",
+                  [](A& a) -> auto& { return a.model.max_position_embeddings; }),
+      F{"normalization", "LayerNorm or RMSNorm", false,
+        [](A& a, const std::string& v) {
+          if (v == "LayerNorm") a.model.normalization = model::Norm::layernorm;
+          else if (v == "RMSNorm") a.model.normalization = model::Norm::rmsnorm;
+          else fail("--normalization '{}' is not one of: LayerNorm, RMSNorm", v);
+        },
+        [](const A& a) { return std::string(model::to_string(a.model.normalization)); }},
+      double_flag<A>("norm-epsilon", "epsilon of the norms", [](A& a) -> auto& { return a.model.norm_epsilon; }),
+      F{"position-embedding-type", "learned_absolute or rope", false,
+        [](A& a, const std::string& v) {
+          if (v == "learned_absolute") a.model.position_embedding_type = model::Position::learned;
+          else if (v == "rope") a.model.position_embedding_type = model::Position::rope;
+          else fail("--position-embedding-type '{}' is not one of: learned_absolute, rope", v);
+        },
+        [](const A& a) { return std::string(model::to_string(a.model.position_embedding_type)); }},
+      double_flag<A>("rotary-base", "RoPE theta", [](A& a) -> auto& { return a.model.rotary_base; }),
+      F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
+        [](A& a, const std::string& v) {
+          a.model.mlp = parse_bool("swiglu", v) ? model::Mlp::swiglu : model::Mlp::gelu;
+        },
+        [](const A& a) { return std::string(a.model.mlp == model::Mlp::swiglu ? "true" : "false"); }},
+      switch_flag<A>("disable-bias-linear", "no biases in linear layers",
+                     [](A& a) -> auto& { return a.model.add_bias_linear; }, false),
+      switch_flag<A>("untie-embeddings-and-output-weights", "separate output-layer weights",
+                     [](A& a) -> auto& { return a.model.untie_embeddings_and_output_weights; }),
+      double_flag<A>("hidden-dropout", "dropout after embedding, attention and MLP outputs",
+                     [](A& a) -> auto& { return a.model.hidden_dropout; }),
+      double_flag<A>("init-method-std", "std of the normal initialisation",
+                     [](A& a) -> auto& { return a.model.init_method_std; }),
+      // Training.
+      int_flag<A>("micro-batch-size", "sequences per forward/backward",
+                  [](A& a) -> auto& { return a.train.micro_batch_size; }),
+      int_flag<A>("global-batch-size", "sequences per optimizer step (0: micro-batch-size)",
+                  [](A& a) -> auto& { return a.train.global_batch_size; }),
+      int_flag<A>("seq-length", "tokens per sequence", [](A& a) -> auto& { return a.train.seq_length; }),
+      int_flag<A>("train-iters", "optimizer steps", [](A& a) -> auto& { return a.train.train_iters; }),
+      int_flag<A>("eval-interval", "steps between validation runs (0: never)",
+                  [](A& a) -> auto& { return a.train.eval_interval; }),
+      int_flag<A>("eval-iters", "validation micro-batches per run", [](A& a) -> auto& { return a.train.eval_iters; }),
+      int_flag<A>("log-interval", "steps between progress lines", [](A& a) -> auto& { return a.train.log_interval; }),
+      int_flag<A>("seed", "seed for initialisation, data order and dropout",
+                  [](A& a) -> auto& { return a.train.seed; }),
+      int_flag<A>("num-threads", "CPU threads (0: all this process may use)",
+                  [](A& a) -> auto& { return a.train.num_threads; }),
+      string_flag<A>("metrics-file", "write one JSON object per step to this file",
+                     [](A& a) -> auto& { return a.train.metrics_file; }),
+      double_flag<A>("peak-gflops", "MFU denominator in GFLOP/s (0: measure SGEMM at start)",
+                     [](A& a) -> auto& { return a.train.peak_gflops; }),
+      // Optimizer and schedule.
+      double_flag<A>("lr", "peak learning rate", [](A& a) -> auto& { return a.lr.max_lr; }),
+      double_flag<A>("min-lr", "learning rate at the end of decay", [](A& a) -> auto& { return a.lr.min_lr; }),
+      int_flag<A>("lr-warmup-iters", "linear warmup steps", [](A& a) -> auto& { return a.lr.warmup_iters; }),
+      int_flag<A>("lr-decay-iters", "steps over which the lr decays (0: train-iters)",
+                  [](A& a) -> auto& { return a.lr.decay_iters; }),
+      F{"lr-decay-style", "constant, linear or cosine", false,
+        [](A& a, const std::string& v) { a.lr.style = optim::parse_decay_style(v); },
+        [](const A& a) { return optim::to_string(a.lr.style); }},
+      double_flag<A>("weight-decay", "decoupled weight decay of matrices",
+                     [](A& a) -> auto& { return a.adam.weight_decay; }),
+      double_flag<A>("adam-beta1", "AdamW beta1", [](A& a) -> auto& { return a.adam.beta1; }),
+      double_flag<A>("adam-beta2", "AdamW beta2", [](A& a) -> auto& { return a.adam.beta2; }),
+      double_flag<A>("adam-eps", "AdamW epsilon", [](A& a) -> auto& { return a.adam.eps; }),
+      double_flag<A>("clip-grad", "clip the global gradient norm to this (0: off)",
+                     [](A& a) -> auto& { return a.adam.clip_grad; }),
+      // Data.
+      string_flag<A>("data-path", "prefix of a Megatron .bin/.idx dataset (default: the built-in corpus)",
+                     [](A& a) -> auto& { return a.data.data_path; }),
+      string_flag<A>("split", "train,valid,test weights over documents",
+                     [](A& a) -> auto& { return a.data.split; }),
+      string_flag<A>("data-dir", "directory of the built-in corpus (default: $CLAW_DATA_DIR or the build's data/)",
+                     [](A& a) -> auto& { return a.data.data_dir; }),
+  };
+  return flags;
+}
+
+std::string resolved_config(const TrainArgs& a) {
+  std::string s = fmt::format("resolved config (model preset: {}):\n", a.model.name);
+  for (const F& f : train_flags()) s += fmt::format("  {:<36} {}\n", f.name, f.get(a));
+  return s;
+}
+
+struct TrainCommand {
+  std::string preset;
+  std::string config_file;
+  std::unique_ptr<FlagBinder<TrainArgs>> binder;
+
+  void run() {
+    TrainArgs args;
+    // Precedence: defaults < preset < TOML < command line. The preset may
+    // come from either source; the command line wins.
+    std::vector<std::pair<std::string, std::string>> toml;
+    if (!config_file.empty()) toml = read_toml_config(config_file, train_flags(), {"model"});
+    std::string name = preset;
+    if (name.empty())
+      for (const auto& [k, v] : toml)
+        if (k == "model") name = v;
+    if (!name.empty()) args.model = model::model_preset(name);
+    for (const auto& [k, v] : toml) {
+      if (k == "model") continue;
+      auto it = std::find_if(train_flags().begin(), train_flags().end(), [&](const F& f) { return f.name == k; });
+      it->set(args, v);
+    }
+    binder->apply(args);
+    log::info("train", "{}", resolved_config(args));
+    train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data);
+    trainer.run();
+  }
+};
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto cmd = std::make_shared<TrainCommand>();
+  CLI::App* sub = app.add_subcommand("train", "train a model (no arguments: gpt2-tiny on the built-in corpus)");
+  sub->add_option("--model", cmd->preset,
+                  "model preset; later flags override its fields (" +
+                      [] {
+                        std::string s;
+                        for (const auto& n : model::preset_names()) s += (s.empty() ? "" : ", ") + n;
+                        return s;
+                      }() +
+                      ")")
+      ->default_str("gpt2-tiny");
+  sub->add_option("--config", cmd->config_file, "TOML file of flag = value pairs; command-line flags override it");
+  static const TrainArgs defaults;
+  cmd->binder = std::make_unique<FlagBinder<TrainArgs>>(*sub, train_flags(), defaults);
+  sub->callback([cmd] { cmd->run(); });
+}
+
+}  // namespace claw::cli

@@ -1,0 +1,71 @@
+// ModelConfig: the shape of a decoder-only transformer, as a spec over closed
+// choices (STYLE.md #13). Field names follow Megatron's flags
+// (--num-layers, --hidden-size, --num-query-groups, ...); validate() names
+// the flag to fix.
+//
+// Presets (model_preset): gpt2-tiny, gpt2-124m, llama-tiny, and the full
+// shapes of llama3-8b/70b/405b and gpt3-175b (for planning; they need not
+// fit on one CPU).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace claw::model {
+
+enum class Norm { layernorm, rmsnorm };
+enum class Position { learned, rope };
+enum class Mlp { gelu, swiglu };
+
+std::string_view to_string(Norm n);      // "LayerNorm" / "RMSNorm" (Megatron's spelling)
+std::string_view to_string(Position p);  // "learned_absolute" / "rope"
+std::string_view to_string(Mlp m);       // "gelu" / "swiglu"
+
+struct ModelConfig {
+  std::string name = "custom";             // preset it came from, for logs
+  int64_t num_layers = 4;                  // --num-layers: transformer blocks (L)
+  int64_t hidden_size = 256;               // --hidden-size: model width (C)
+  int64_t num_attention_heads = 4;         // --num-attention-heads: query heads (H)
+  int64_t num_query_groups = 0;            // --num-query-groups: key/value heads (G); 0 = H (MHA)
+  int64_t kv_channels = 0;                 // --kv-channels: head dim (D); 0 = C / H
+  int64_t ffn_hidden_size = 0;             // --ffn-hidden-size: MLP width (F); 0 = 4C
+  int64_t vocab_size = 50257;              // --vocab-size: real vocabulary (V)
+  int64_t make_vocab_size_divisible_by = 128;  // --make-vocab-size-divisible-by: pad V to Vp
+  int64_t max_position_embeddings = 1024;  // --max-position-embeddings: longest sequence
+  Norm normalization = Norm::layernorm;    // --normalization LayerNorm|RMSNorm
+  double norm_epsilon = 1e-5;              // --norm-epsilon
+  Position position_embedding_type = Position::learned;  // --position-embedding-type learned_absolute|rope
+  double rotary_base = 10000.0;            // --rotary-base: RoPE theta
+  Mlp mlp = Mlp::gelu;                     // --swiglu selects SwiGLU
+  bool add_bias_linear = true;             // --disable-bias-linear turns biases off
+  bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
+  double hidden_dropout = 0.0;             // --hidden-dropout: after embedding, attention and MLP outputs
+  double init_method_std = 0.02;           // --init-method-std: N(0, std) init; output layers / sqrt(2L)
+
+  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
+  int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int64_t padded_vocab_size() const;
+  bool tied() const { return !untie_embeddings_and_output_weights; }
+
+  // Throws claw::Error naming the offending flag and what would be valid.
+  void validate() const;
+
+  // Parameter count (padded vocabulary included, as allocated).
+  int64_t num_params() const;
+  // Parameters that take part in matmuls: everything but the input embedding
+  // lookup tables (the LM head counts, tied or not), norms included (a
+  // rounding error). The N of the MFU formula.
+  int64_t num_matmul_params() const;
+  // Model FLOPs per token for a training step at sequence length T, PaLM
+  // appendix B: 6N + 12 L H Q T (N = num_matmul_params, Q = head dim).
+  double flops_per_token(int64_t seq_length) const;
+};
+
+// Returns a preset; throws claw::Error listing the valid names.
+ModelConfig model_preset(std::string_view name);
+std::vector<std::string> preset_names();
+
+}  // namespace claw::model

@@ -1,0 +1,63 @@
+#include "claw/model/hf_names.h"
+
+#include <fmt/format.h>
+
+namespace claw::model {
+
+HfNames::HfNames(const ModelConfig& cfg)
+    : cfg_(cfg),
+      gpt2_(cfg.position_embedding_type == Position::learned && cfg.normalization == Norm::layernorm &&
+            cfg.mlp == Mlp::gelu) {}
+
+namespace {
+std::string suffix(bool bias) { return bias ? "bias" : "weight"; }
+}  // namespace
+
+HfRef HfNames::word_embeddings() const {
+  HfRef r{gpt2_ ? "transformer.wte.weight" : "model.embed_tokens.weight"};
+  r.rows = cfg_.vocab_size;
+  return r;
+}
+
+HfRef HfNames::position_embeddings() const { return {"transformer.wpe.weight"}; }
+
+HfRef HfNames::output_layer() const {
+  HfRef r{"lm_head.weight"};
+  r.rows = cfg_.vocab_size;
+  return r;
+}
+
+HfRef HfNames::final_norm(bool bias) const {
+  return {gpt2_ ? "transformer.ln_f." + suffix(bias) : "model.norm." + suffix(bias)};
+}
+
+HfRef HfNames::input_norm(int l, bool bias) const {
+  return {gpt2_ ? fmt::format("transformer.h.{}.ln_1.{}", l, suffix(bias))
+                : fmt::format("model.layers.{}.input_layernorm.{}", l, suffix(bias))};
+}
+
+HfRef HfNames::post_attention_norm(int l, bool bias) const {
+  return {gpt2_ ? fmt::format("transformer.h.{}.ln_2.{}", l, suffix(bias))
+                : fmt::format("model.layers.{}.post_attention_layernorm.{}", l, suffix(bias))};
+}
+
+HfRef HfNames::attention(int l, char which, bool bias) const {
+  if (!gpt2_) return {fmt::format("model.layers.{}.self_attn.{}_proj.{}", l, which, suffix(bias))};
+  if (which == 'o') return {fmt::format("transformer.h.{}.attn.c_proj.{}", l, suffix(bias)), !bias};
+  // c_attn packs [q | k | v] along its output dimension (dim 1 of the Conv1D
+  // weight, dim 0 of the bias).
+  const int64_t C = cfg_.hidden_size;
+  int64_t part = which == 'q' ? 0 : which == 'k' ? 1 : 2;
+  HfRef r{fmt::format("transformer.h.{}.attn.c_attn.{}", l, suffix(bias)), !bias};
+  r.slice_dim = bias ? 0 : 1;
+  r.begin = part * C;
+  r.end = (part + 1) * C;
+  return r;
+}
+
+HfRef HfNames::mlp(int l, const std::string& which, bool bias) const {
+  if (!gpt2_) return {fmt::format("model.layers.{}.mlp.{}_proj.{}", l, which, suffix(bias))};
+  return {fmt::format("transformer.h.{}.mlp.c_{}.{}", l, which, suffix(bias)), !bias};
+}
+
+}  // namespace claw::model

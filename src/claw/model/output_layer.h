@@ -1,0 +1,58 @@
+// Output layer: logits = x W^T over the padded vocabulary, fused with the
+// softmax cross-entropy loss. W is the word-embedding matrix when embeddings
+// are tied, else its own [Vp, C] parameter.
+//
+// The [N, Vp] logits never exist at once: rows are processed in chunks of
+// Scratch::logits_chunk(N). When a gradient is wanted, each chunk's
+// backward runs right after its loss, while its logits are still in cache:
+//   dlogits = dloss * (softmax - onehot)   (in place over the logits chunk)
+//   dx[chunk] = dlogits W                  (saved for the final norm's backward)
+//   dW       += dlogits^T x[chunk]
+// so "forward with gradient" leaves the layer's whole backward done, and
+// backward() has nothing left to compute. This trades a clean forward/backward
+// split for never holding the logits (the largest activation: 206 MB for
+// GPT-2 124M at 1024 tokens).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "claw/core/arena.h"
+#include "claw/model/config.h"
+#include "claw/model/hf_names.h"
+#include "claw/model/param.h"
+#include "claw/model/scratch.h"
+#include "claw/model/step.h"
+
+namespace claw::model {
+
+class OutputLayer {
+ public:
+  struct Saved {
+    float* losses = nullptr;  // [N] per-token loss
+    float* lse = nullptr;     // [N] log-sum-exp of each row
+    float* dx = nullptr;      // [N, C] gradient w.r.t. the input, produced by forward
+    void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N);
+  };
+
+  // tied_word_embeddings: the embedding's word matrix, or null for an own weight.
+  OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied_word_embeddings);
+
+  // Returns the sum of per-token losses over targets >= 0. With dloss_scale
+  // != 0 also computes the gradient (dloss_scale = d total_loss / d token_loss).
+  double forward(const StepCtx& ctx, const float* x, const int32_t* targets, double dloss_scale, Saved& s,
+                 Scratch& scratch);
+
+  // Full logits [N, Vp] (for inspection and tests; not used in training).
+  void logits(const StepCtx& ctx, const float* x, float* out) const;
+
+  void collect(std::vector<Param*>& out);
+
+  Param own_weight;
+
+ private:
+  Param* weight_;
+  int64_t C_, V_, Vp_;
+};
+
+}  // namespace claw::model

@@ -1,0 +1,31 @@
+// What a layer needs to know about the micro-batch it is running.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "claw/core/parallel.h"
+
+namespace claw::model {
+
+struct StepCtx {
+  CpuCtx cpu;
+  int64_t B = 0;          // sequences in this micro-batch
+  int64_t T = 0;          // tokens per sequence
+  bool training = false;  // dropout active
+  uint64_t seed = 0;      // run seed (dropout streams are keyed by it)
+  // Global index of this micro-batch's first sample in the run's sample
+  // sequence (monotonic over steps): dropout counters start from it, so masks
+  // never repeat and do not depend on how samples are spread over ranks.
+  uint64_t sample0 = 0;
+  int64_t tokens() const { return B * T; }
+};
+
+// A named view of saved activations, for diagnostics (the non-finite report).
+struct NamedSpan {
+  std::string name;
+  const float* data;
+  int64_t numel;
+};
+
+}  // namespace claw::model

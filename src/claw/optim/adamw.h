@@ -1,0 +1,52 @@
+// AdamW over a ParamStore: first and second moments live in two flat buffers
+// at the parameters' offsets; weight decay is applied per parameter from its
+// ParamSpec (matrices decay; biases and norm weights do not). Gradient
+// clipping by global norm is folded into the update as a gradient scale, so
+// the gradients are read once.
+//
+// The global norm is sqrt(sum over parameters of sum_squares(grad)); a
+// distributed optimizer adds one all-reduce of the local sum (later issue).
+// Defaults are Megatron's.
+#pragma once
+
+#include <cstdint>
+
+#include "claw/core/arena.h"
+#include "claw/core/parallel.h"
+#include "claw/model/param.h"
+
+namespace claw::optim {
+
+struct AdamWConfig {
+  double beta1 = 0.9;         // --adam-beta1
+  double beta2 = 0.999;       // --adam-beta2
+  double eps = 1e-8;          // --adam-eps
+  double weight_decay = 0.01; // --weight-decay
+  double clip_grad = 1.0;     // --clip-grad (global norm; 0 disables)
+  void validate() const;
+};
+
+class AdamW {
+ public:
+  AdamW(model::ParamStore& store, AdamWConfig cfg);
+
+  // Sum of squares of all gradients (local), in double.
+  double grad_sum_squares(const CpuCtx& ctx) const;
+  // Clip coefficient for a global norm: min(1, clip / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_.
+  double clip_coefficient(double grad_norm) const;
+  // One update with learning rate lr; grads are multiplied by grad_scale first.
+  void step(const CpuCtx& ctx, double lr, double grad_scale);
+
+  int64_t steps_taken() const { return step_; }
+  size_t state_bytes() const { return m_.size() + v_.size(); }
+  float* exp_avg() const { return m_.ptr<float>(0); }
+  float* exp_avg_sq() const { return v_.ptr<float>(0); }
+
+ private:
+  model::ParamStore& store_;
+  AdamWConfig cfg_;
+  Arena m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace claw::optim

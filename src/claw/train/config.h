@@ -1,0 +1,33 @@
+// Trainer settings (Megatron flag names in the comments).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace claw::train {
+
+struct TrainConfig {
+  int64_t micro_batch_size = 8;   // --micro-batch-size: sequences per forward/backward
+  int64_t global_batch_size = 0;  // --global-batch-size: sequences per optimizer step (0: = micro batch)
+  int64_t seq_length = 256;       // --seq-length: tokens per sequence
+  int64_t train_iters = 200;      // --train-iters: optimizer steps
+  int64_t eval_interval = 50;     // --eval-interval: steps between validation runs (0: never)
+  int64_t eval_iters = 10;        // --eval-iters: validation micro-batches per run
+  int64_t log_interval = 1;       // --log-interval: steps between progress lines
+  uint64_t seed = 1234;           // --seed: initialisation, data order, dropout
+  int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
+  std::string metrics_file;       // --metrics-file: JSONL, one object per step
+  double peak_gflops = 0;         // --peak-gflops: MFU denominator (0: measure SGEMM at start)
+
+  int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
+  // Fills defaults that depend on other fields; throws naming the flag.
+  void resolve_and_validate();
+};
+
+struct DataConfig {
+  std::string data_path;          // --data-path: prefix of a .bin/.idx pair (empty: built-in corpus)
+  std::string split = "969,30,1"; // --split: train,valid,test weights over documents
+  std::string data_dir;           // --data-dir: where the built-in corpus lives (empty: default)
+};
+
+}  // namespace claw::train

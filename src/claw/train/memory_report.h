@@ -1,0 +1,27 @@
+// The memory plan printed before step 1: parameters, gradients, optimizer
+// state and activations, each from the same layout functions the allocators
+// use (ParamStore, AdamW, plan_activations), so the printed plan is what
+// gets allocated.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "claw/core/arena.h"
+#include "claw/model/config.h"
+
+namespace claw::train {
+
+struct MemoryPlan {
+  size_t params = 0, grads = 0, optimizer = 0, activations = 0;
+  size_t per_layer_activations = 0;  // one block's saved tensors
+  size_t scratch = 0;                // shared buffers (incl. the logits chunk)
+  size_t total() const { return params + grads + optimizer + activations; }
+};
+
+// params_bytes: the ParamStore's buffer size; acts: plan_activations(cfg, B, T).
+MemoryPlan make_memory_plan(size_t params_bytes, const ArenaPlan& acts);
+std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cfg, int64_t num_params, int64_t B,
+                               int64_t T);
+
+}  // namespace claw::train

@@ -1,0 +1,30 @@
+// The JSONL metrics stream (--metrics-file): one JSON object per training
+// step, flushed as it is written so a crashed run keeps every finished step.
+// Keys: step, loss, lr, grad_norm, tokens_per_s, mfu, mem_bytes; plus
+// val_loss on steps that ran validation, step_ms and tokens.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace claw::train {
+
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // Opens (truncates) `path`; an empty path writes nothing.
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void write(const nlohmann::json& record);
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace claw::train

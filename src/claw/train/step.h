@@ -1,0 +1,37 @@
+// One optimizer step over a global batch of micro-batches: the unit the
+// trainer loops over and the parity tests drive directly.
+//
+//   zero grads
+//   for mb in micro-batches: loss += forward(mb); backward(mb)     (grads accumulate)
+//   norm = sqrt(sum of squared grads); coef = min(1, clip / (norm + 1e-6))
+//   AdamW(lr, grads * coef)
+// dloss_scale = 1 / (tokens in the global batch), so the loss and gradients
+// are those of the mean over the whole batch however it is cut.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "claw/model/gpt.h"
+#include "claw/optim/adamw.h"
+
+namespace claw::train {
+
+struct StepResult {
+  double loss = 0;       // mean token loss over the global batch
+  double grad_norm = 0;  // before clipping
+};
+
+// Fills tokens/targets [B*T] for micro-batch `mb` of the step.
+using MicroBatchFn = std::function<void(int64_t mb, int32_t* tokens, int32_t* targets)>;
+
+// `step` is 0-based; sample0 is the global index of the step's first sample
+// (dropout counters). Throws claw::Error naming the step and the first
+// non-finite tensor if the loss or the gradient norm is not finite.
+// `before_update`, if set, sees the accumulated gradients before AdamW runs.
+StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& cpu, const MicroBatchFn& next,
+                      int64_t accumulation_steps, int64_t step, double lr, uint64_t seed, uint64_t sample0,
+                      int32_t* tokens, int32_t* targets,
+                      const std::function<void(const StepResult&)>& before_update = {});
+
+}  // namespace claw::train

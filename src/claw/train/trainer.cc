@@ -1,0 +1,154 @@
+#include "claw/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "claw/core/arena.h"
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/data/builtin_corpus.h"
+#include "claw/data/gpt_dataset.h"
+#include "claw/kernels/cpu/blas.h"
+#include "claw/model/gpt.h"
+#include "claw/train/memory_report.h"
+#include "claw/train/metrics.h"
+#include "claw/train/progress.h"
+#include "claw/train/step.h"
+
+namespace claw::train {
+
+namespace {
+using clock = std::chrono::steady_clock;
+double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+}  // namespace
+
+Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam,
+                 DataConfig data)
+    : model_cfg_(std::move(model)), cfg_(train), lr_(lr), adam_cfg_(adam), data_cfg_(std::move(data)) {
+  // Everything is validated before any allocation or file is touched.
+  model_cfg_.validate();
+  cfg_.resolve_and_validate();
+  if (lr_.decay_iters == 0) lr_.decay_iters = cfg_.train_iters;
+  lr_.validate();
+  adam_cfg_.validate();
+  if (cfg_.seq_length > model_cfg_.max_position_embeddings)
+    fail("--seq-length {} exceeds --max-position-embeddings {} (the longest sequence the model's positions cover); "
+         "use --seq-length <= {} or raise --max-position-embeddings",
+         cfg_.seq_length, model_cfg_.max_position_embeddings, model_cfg_.max_position_embeddings);
+
+  cpu_ = kernels::make_cpu_ctx(cfg_.num_threads > 0 ? cfg_.num_threads : kernels::default_num_threads());
+
+  std::string prefix = data_cfg_.data_path;
+  if (prefix.empty()) {
+    std::string dir = data_cfg_.data_dir.empty() ? data::default_data_dir() : data_cfg_.data_dir;
+    prefix = data::ensure_builtin_corpus(dir, cpu_.num_threads);
+  }
+  data::GptDatasetOptions opts{.split = data_cfg_.split,
+                                .seq_length = cfg_.seq_length,
+                                .vocab_size = model_cfg_.vocab_size,
+                                .seed = cfg_.seed};
+  datasets_ = std::make_unique<data::GptDatasets>(data::open_gpt_datasets(prefix, opts));
+  if (!(*datasets_)[data::Split::train])
+    fail("--split {}: the training split is empty; give it a positive weight (e.g. 969,30,1)", data_cfg_.split);
+  train_data_ = &*(*datasets_)[data::Split::train];
+  if (cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && (*datasets_)[data::Split::valid])
+    valid_data_ = &*(*datasets_)[data::Split::valid];
+  log::info("data", "{}: {} training samples of {} tokens{}", prefix, train_data_->num_samples(), cfg_.seq_length,
+            valid_data_ ? fmt::format(", {} validation samples", valid_data_->num_samples()) : "");
+
+  model_ = std::make_unique<model::GPT>(model_cfg_);
+  model_->init_weights(cpu_, cfg_.seed);
+  ArenaPlan acts = model::plan_activations(model_cfg_, cfg_.micro_batch_size, cfg_.seq_length);
+  MemoryPlan plan = make_memory_plan(model_->store().bytes(), acts);
+  log::info("memory", "{}", format_memory_plan(plan, model_cfg_, model_->store().numel(), cfg_.micro_batch_size,
+                                               cfg_.seq_length));
+  model_->reserve(cfg_.micro_batch_size, cfg_.seq_length);
+  optimizer_ = std::make_unique<optim::AdamW>(model_->store(), adam_cfg_);
+  CLAW_CHECK(model_->activation_bytes() == plan.activations && optimizer_->state_bytes() == plan.optimizer,
+             "allocated memory differs from the printed plan");
+  tokens_.resize(cfg_.micro_batch_size * cfg_.seq_length);
+  targets_.resize(tokens_.size());
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::evaluate(int64_t first_sample) {
+  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length;
+  model::StepCtx ctx{.cpu = cpu_, .B = B, .T = T, .training = false, .seed = cfg_.seed};
+  double total = 0;
+  for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
+    valid_data_->get_batch(first_sample + i * B, B, tokens_.data(), targets_.data());
+    total += model_->forward(ctx, tokens_.data(), targets_.data(), 0.0);
+  }
+  return total / static_cast<double>(cfg_.eval_iters * B * T);
+}
+
+TrainResult Trainer::run() {
+  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length, GB = cfg_.global_batch_size;
+  const int64_t accum = cfg_.grad_accumulation_steps();
+  const double tokens_per_step = static_cast<double>(GB * T);
+  const double flops_per_step = model_cfg_.flops_per_token(T) * tokens_per_step;
+
+  double peak = cfg_.peak_gflops;
+  if (peak == 0) {
+    peak = kernels::measure_sgemm_gflops();
+    log::info("train", "MFU denominator: {:.1f} GFLOP/s, measured fp32 SGEMM 2048^3 on {} thread(s)", peak,
+              cpu_.num_threads);
+  }
+  log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {}), {:.2f} GFLOP per step",
+            cfg_.train_iters, GB, T, accum, B, flops_per_step / 1e9);
+
+  MetricsWriter metrics(cfg_.metrics_file);
+  TrainResult result;
+  auto start = clock::now();
+  int64_t val_cursor = 0;
+
+  for (int64_t step = 0; step < cfg_.train_iters; ++step) {
+    auto t0 = clock::now();
+    const double lr = lr_.at(step);
+    auto next = [&](int64_t mb, int32_t* tokens, int32_t* targets) {
+      train_data_->get_batch(step * GB + mb * B, B, tokens, targets);
+    };
+    StepResult r = train_step(*model_, *optimizer_, cpu_, next, accum, step, lr, cfg_.seed,
+                              static_cast<uint64_t>(step * GB), tokens_.data(), targets_.data());
+    const double loss = r.loss, grad_norm = r.grad_norm;
+    const double dt = seconds_since(t0);
+
+    nlohmann::json rec = {{"step", step + 1},
+                          {"loss", loss},
+                          {"lr", lr},
+                          {"grad_norm", grad_norm},
+                          {"tokens_per_s", tokens_per_step / dt},
+                          {"mfu", flops_per_step / dt / (peak * 1e9)},
+                          {"mem_bytes", peak_rss_bytes()},
+                          {"step_ms", dt * 1e3},
+                          {"tokens", static_cast<int64_t>(tokens_per_step) * (step + 1)}};
+    const bool last = step + 1 == cfg_.train_iters;
+    if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
+      double val = evaluate(val_cursor);
+      val_cursor = (val_cursor + cfg_.eval_iters * B) % std::max<int64_t>(1, valid_data_->num_samples());
+      rec["val_loss"] = val;
+      result.final_val_loss = val;
+      log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));
+    }
+    metrics.write(rec);
+    if ((step + 1) % cfg_.log_interval == 0 || last || step == 0)
+      log::info("train", "{}", format_progress({.step = step + 1, .total_steps = cfg_.train_iters, .loss = loss,
+                                                .lr = lr, .grad_norm = grad_norm, .step_seconds = dt,
+                                                .tokens_per_s = tokens_per_step / dt,
+                                                .mfu = flops_per_step / dt / (peak * 1e9),
+                                                .elapsed_seconds = seconds_since(start)}));
+    result.steps = step + 1;
+    result.final_loss = loss;
+  }
+  result.seconds = seconds_since(start);
+  log::info("train", "done: {} steps in {}, final loss {:.4f}{}, peak RSS {}", result.steps,
+            format_duration(result.seconds), result.final_loss,
+            result.final_val_loss >= 0 ? fmt::format(", validation loss {:.4f}", result.final_val_loss) : "",
+            format_bytes(static_cast<double>(peak_rss_bytes())));
+  return result;
+}
+
+}  // namespace claw::train

@@ -1,0 +1,156 @@
+// Dumps what the PyTorch reference (torch_reference.py) needs to check claw's
+// model, and claw's own results to compare against:
+//   init.safetensors   initial parameters (claw canonical names), metadata:
+//                      config (JSON), hyper-parameters, no-decay list
+//   batch.safetensors  tokens/targets [steps, B, T] (int32)
+//   step0.safetensors  logits [B*T, Vp] of the first batch at the initial
+//                      weights, "grad.<name>" for every parameter, and the loss
+//   result.json        per-step loss, grad norm and lr over `steps` AdamW steps
+//
+// Every step's gradients come from `accum` micro-batches (B / accum
+// sequences each) to exercise accumulation; the reference uses whole batches.
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "claw/ckpt/safetensors.h"
+#include "claw/core/error.h"
+#include "claw/core/philox.h"
+#include "claw/kernels/cpu/blas.h"
+#include "claw/model/gpt.h"
+#include "claw/optim/adamw.h"
+#include "claw/optim/lr_schedule.h"
+#include "claw/train/step.h"
+
+using namespace claw;
+
+namespace {
+
+nlohmann::json config_json(const model::ModelConfig& c) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_query_groups", c.kv_heads()},
+          {"head_dim", c.head_dim()},
+          {"ffn_hidden_size", c.ffn()},
+          {"vocab_size", c.vocab_size},
+          {"padded_vocab_size", c.padded_vocab_size()},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"normalization", std::string(model::to_string(c.normalization))},
+          {"norm_epsilon", c.norm_epsilon},
+          {"position_embedding_type", std::string(model::to_string(c.position_embedding_type))},
+          {"rotary_base", c.rotary_base},
+          {"mlp", std::string(model::to_string(c.mlp))},
+          {"add_bias_linear", c.add_bias_linear},
+          {"tied", c.tied()}};
+}
+
+std::vector<ckpt::TensorView> param_views(model::GPT& m, bool grads, const std::string& prefix) {
+  std::vector<ckpt::TensorView> v;
+  for (const model::Param* p : m.store().params()) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < p->spec.shape.ndim(); ++i) shape.push_back(p->spec.shape[i]);
+    v.push_back({prefix + p->spec.name, DType::f32, shape, grads ? p->gdata() : p->data()});
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kernels::ensure_fast_blas(argc, argv);
+  CLI::App app("claw parity dump");
+  std::string preset = "gpt2-tiny", out;
+  int64_t B = 4, T = 64, steps = 10, accum = 2, seed = 1234, threads = 2;
+  app.add_option("--model", preset);
+  app.add_option("--out", out)->required();
+  app.add_option("--batch", B);
+  app.add_option("--seq", T);
+  app.add_option("--steps", steps);
+  app.add_option("--accum", accum);
+  app.add_option("--seed", seed);
+  app.add_option("--threads", threads);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    CLAW_CHECK(B % accum == 0, "--batch must be a multiple of --accum");
+    std::filesystem::create_directories(out);
+    CpuCtx cpu = kernels::make_cpu_ctx(static_cast<int>(threads));
+    model::ModelConfig cfg = model::model_preset(preset);
+    model::GPT m(cfg);
+    m.init_weights(cpu, static_cast<uint64_t>(seed));
+    const int64_t mb = B / accum;
+    m.reserve(mb, T);
+
+    // Hyper-parameters exercised: warmup then cosine, clipping that engages
+    // (a small clip value), decoupled weight decay on matrices only.
+    optim::AdamWConfig adam{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .clip_grad = 0.5};
+    optim::LrSchedule sched{.max_lr = 3e-3, .min_lr = 3e-4, .warmup_iters = 3, .decay_iters = steps,
+                            .style = optim::DecayStyle::cosine};
+    optim::AdamW opt(m.store(), adam);
+
+    // Random token batches, one per step (Philox, so the dump is reproducible).
+    std::vector<int32_t> tokens(steps * B * T), targets(steps * B * T);
+    RandomStream rng(static_cast<uint64_t>(seed), hash_name("parity.batch"));
+    for (int64_t i = 0; i < steps * B * T; ++i) {
+      tokens[i] = static_cast<int32_t>(rng.block(i)[0] % cfg.vocab_size);
+      targets[i] = static_cast<int32_t>(rng.block(i)[1] % cfg.vocab_size);
+    }
+
+    nlohmann::json meta = {{"config", config_json(cfg)},
+                           {"batch", B}, {"seq", T}, {"steps", steps}, {"accum", accum},
+                           {"adam", {{"beta1", adam.beta1}, {"beta2", adam.beta2}, {"eps", adam.eps},
+                                     {"weight_decay", adam.weight_decay}, {"clip_grad", adam.clip_grad}}}};
+    nlohmann::json no_decay = nlohmann::json::array();
+    for (const model::Param* p : m.store().params())
+      if (!p->spec.weight_decay) no_decay.push_back(p->spec.name);
+    meta["no_decay"] = no_decay;
+    ckpt::write_safetensors(out + "/init.safetensors", param_views(m, false, ""), {{"meta", meta.dump()}});
+    ckpt::write_safetensors(out + "/batch.safetensors",
+                            {{"tokens", DType::i32, {steps, B, T}, tokens.data()},
+                             {"targets", DType::i32, {steps, B, T}, targets.data()}});
+
+    // Step 0 in detail: gradients accumulated over micro-batches, and the logits
+    // of the whole batch (forward only, micro-batch by micro-batch).
+    std::vector<float> logits(B * T * cfg.padded_vocab_size());
+    std::vector<int32_t> tok(mb * T), tgt(mb * T);
+    nlohmann::json result;
+    for (int64_t s = 0; s < steps; ++s) {
+      auto next = [&](int64_t k, int32_t* tk, int32_t* tg) {
+        const int64_t off = (s * B + k * mb) * T;
+        std::copy(tokens.begin() + off, tokens.begin() + off + mb * T, tk);
+        std::copy(targets.begin() + off, targets.begin() + off + mb * T, tg);
+      };
+      if (s == 0) {
+        model::StepCtx ctx{.cpu = cpu, .B = mb, .T = T};
+        for (int64_t k = 0; k < accum; ++k) {
+          next(k, tok.data(), tgt.data());
+          m.forward(ctx, tok.data(), tgt.data(), 0.0);
+          m.logits(ctx, logits.data() + k * mb * T * cfg.padded_vocab_size());
+        }
+      }
+      double lr = sched.at(s);
+      auto dump_step0 = [&](const train::StepResult& r) {
+        if (s != 0) return;
+        auto views = param_views(m, true, "grad.");
+        float loss_value = static_cast<float>(r.loss);
+        views.push_back({"logits", DType::f32, {B * T, cfg.padded_vocab_size()}, logits.data()});
+        views.push_back({"loss", DType::f32, {1}, &loss_value});
+        ckpt::write_safetensors(out + "/step0.safetensors", views);
+      };
+      train::StepResult r = train::train_step(m, opt, cpu, next, accum, s, lr, static_cast<uint64_t>(seed),
+                                              static_cast<uint64_t>(s * B), tok.data(), tgt.data(), dump_step0);
+      result["losses"].push_back(r.loss);
+      result["grad_norms"].push_back(r.grad_norm);
+      result["lrs"].push_back(lr);
+    }
+    std::ofstream(out + "/result.json") << result.dump(1) << "\n";
+    ckpt::write_safetensors(out + "/final.safetensors", param_views(m, false, ""));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "parity_dump: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

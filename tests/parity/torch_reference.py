@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""PyTorch reference for claw's decoder (GPT-2 and Llama variants).
+
+Runs claw's parity_dump tool, then rebuilds the same model in PyTorch from the
+dumped initial weights, written independently of claw in the conventions of
+Hugging Face's GPT-2 and Llama modelling code (tanh GELU, rotate-half RoPE,
+repeat_kv for grouped-query attention), in float64, and checks:
+
+  1. logits and loss of the first batch at the initial weights;
+  2. every parameter gradient of that batch (claw accumulates them over
+     micro-batches; the reference uses the whole batch);
+  3. loss and gradient norm over N steps of torch.optim.AdamW with the same
+     hyper-parameters, warmup + cosine schedule and global-norm clipping.
+
+claw computes in float32 and the reference in float64, so every difference
+is claw's rounding error. Tolerances (see TOLERANCES) are stated relative to
+the size of each compared tensor.
+
+Run with Debian's interpreter (/usr/bin/python3), which sees python3-torch.
+"""
+import argparse
+import json
+import math
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# Relative tolerances, each measured error being a few times below them
+# (see bench/RESULTS.md for the measured values). fp32 GEMMs over K <= 4C
+# terms with values O(1) carry ~1e-6 relative error; softmax over 50k classes
+# and the backward chain compound it to ~1e-5 in the worst gradient entry.
+# Over 10 AdamW steps the differences compound: Adam divides by sqrt(v), so
+# for entries whose gradient is at the level of fp32 rounding noise the
+# update is +-lr with a noise-determined sign. The loss averages over all of
+# them and stays within ~1e-6 (measured 5e-7); the gradient norm, dominated by
+# fewer entries, moves by ~1e-4 (measured 1.5e-4 for llama-tiny).
+TOLERANCES = {
+    "logits": 1e-5,      # max |diff| / max |ref|
+    "loss": 1e-5,        # |diff| / |ref|
+    "grad": 1e-4,        # per tensor: max |diff| / max(max |ref|, 1e-3 * largest max |ref| of any tensor)
+    "step_loss": 1e-5,   # per step, relative
+    "grad_norm": 1e-3,   # per step, relative
+}
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    base = 8 + n
+    out = {}
+    for name, v in header.items():
+        b, e = v["data_offsets"]
+        arr = np.frombuffer(data[base + b:base + e], dtype=DTYPES[v["dtype"]]).reshape(v["shape"])
+        out[name] = torch.from_numpy(arr.copy())
+    return out, meta
+
+
+class Reference:
+    def __init__(self, cfg, params):
+        self.cfg = cfg
+        self.P = {k: v.to(torch.float64).requires_grad_(True) for k, v in params.items()}
+
+    def norm(self, x, prefix):
+        c = self.cfg
+        w = self.P[prefix + ".weight"]
+        if c["normalization"] == "LayerNorm":
+            return F.layer_norm(x, (x.shape[-1],), w, self.P[prefix + ".bias"], c["norm_epsilon"])
+        var = x.pow(2).mean(-1, keepdim=True)  # Hugging Face LlamaRMSNorm
+        return w * (x * torch.rsqrt(var + c["norm_epsilon"]))
+
+    def linear(self, x, prefix):
+        b = self.P.get(prefix + ".bias")
+        return F.linear(x, self.P[prefix + ".weight"], b)
+
+    def rope(self, T, D):
+        inv_freq = 1.0 / (self.cfg["rotary_base"] ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+        t = torch.arange(T, dtype=torch.float64)
+        freqs = torch.outer(t, inv_freq.to(torch.float64))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+    @staticmethod
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def logits(self, tokens):
+        c = self.cfg
+        B, T = tokens.shape
+        H, G, D = c["num_attention_heads"], c["num_query_groups"], c["head_dim"]
+        x = self.P["embedding.word_embeddings.weight"][tokens]
+        if c["position_embedding_type"] == "learned_absolute":
+            x = x + self.P["embedding.position_embeddings.weight"][:T]
+        mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+        for l in range(c["num_layers"]):
+            p = f"layers.{l}."
+            h = self.norm(x, p + "input_norm")
+            q = self.linear(h, p + "attention.q_proj").view(B, T, H, D).transpose(1, 2)
+            k = self.linear(h, p + "attention.k_proj").view(B, T, G, D).transpose(1, 2)
+            v = self.linear(h, p + "attention.v_proj").view(B, T, G, D).transpose(1, 2)
+            if c["position_embedding_type"] == "rope":
+                cos, sin = self.rope(T, D)
+                q = q * cos + self.rotate_half(q) * sin
+                k = k * cos + self.rotate_half(k) * sin
+            k = k.repeat_interleave(H // G, dim=1)  # Hugging Face repeat_kv
+            v = v.repeat_interleave(H // G, dim=1)
+            att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D) + mask, dim=-1) @ v
+            x = x + self.linear(att.transpose(1, 2).reshape(B, T, H * D), p + "attention.o_proj")
+            h = self.norm(x, p + "post_attention_norm")
+            if c["mlp"] == "gelu":
+                a = F.gelu(self.linear(h, p + "mlp.fc"), approximate="tanh")
+                x = x + self.linear(a, p + "mlp.proj")
+            else:
+                a = F.silu(self.linear(h, p + "mlp.gate_proj")) * self.linear(h, p + "mlp.up_proj")
+                x = x + self.linear(a, p + "mlp.down_proj")
+        x = self.norm(x, "final_norm")
+        W = self.P["embedding.word_embeddings.weight" if c["tied"] else "output_layer.weight"]
+        return x @ W.t()
+
+    def loss(self, logits, targets):
+        V = self.cfg["vocab_size"]
+        return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1).long())
+
+
+def lr_at(step, max_lr, min_lr, warmup, decay):
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    if step >= decay:
+        return min_lr
+    ratio = (step - warmup) / (decay - warmup)
+    return min_lr + (max_lr - min_lr) * 0.5 * (1 + math.cos(math.pi * ratio))
+
+
+def rel(a, b):
+    return float((a - b).abs().max() / max(float(b.abs().max()), 1e-30))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump-tool", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--workdir")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.workdir or tmp
+        subprocess.run([args.dump_tool, "--model", args.model, "--out", work, "--steps", str(args.steps)], check=True)
+        init, meta = read_safetensors(f"{work}/init.safetensors")
+        meta = json.loads(meta["meta"])
+        batch, _ = read_safetensors(f"{work}/batch.safetensors")
+        step0, _ = read_safetensors(f"{work}/step0.safetensors")
+        with open(f"{work}/result.json") as f:
+            claw = json.load(f)
+
+    cfg, adam = meta["config"], meta["adam"]
+    ref = Reference(cfg, init)
+    failures = []
+
+    def check(what, err, tol):
+        status = "ok" if err <= tol else "FAIL"
+        print(f"{args.model} {what}: {err:.3e} (tolerance {tol:.0e}) {status}")
+        if err > tol:
+            failures.append(what)
+
+    tokens, targets = batch["tokens"].long(), batch["targets"].long()
+    logits = ref.logits(tokens[0])
+    loss = ref.loss(logits, targets[0])
+    loss.backward()
+    B, T = tokens.shape[1], tokens.shape[2]
+    check("logits", rel(step0["logits"].double(), logits.detach().reshape(B * T, -1)), TOLERANCES["logits"])
+    check("loss", abs(float(step0["loss"][0]) - float(loss)) / abs(float(loss)), TOLERANCES["loss"])
+    # A tensor whose exact gradient is zero (the key bias: softmax ignores a
+    # constant added to every score of a row) is compared on the scale of the
+    # model's gradients rather than its own ~1e-20.
+    floor = 1e-3 * max(float(p.grad.abs().max()) for p in ref.P.values())
+    worst, worst_name = 0.0, ""
+    for name, p in ref.P.items():
+        e = float((step0["grad." + name].double() - p.grad).abs().max()) / max(float(p.grad.abs().max()), floor)
+        if e > worst:
+            worst, worst_name = e, name
+    check(f"grads (worst: {worst_name})", worst, TOLERANCES["grad"])
+
+    # N AdamW steps on the reference, compared with claw's losses.
+    no_decay = set(meta["no_decay"])
+    params = list(ref.P.items())
+    opt = torch.optim.AdamW(
+        [{"params": [p for n, p in params if n not in no_decay], "weight_decay": adam["weight_decay"]},
+         {"params": [p for n, p in params if n in no_decay], "weight_decay": 0.0}],
+        lr=0.0, betas=(adam["beta1"], adam["beta2"]), eps=adam["eps"])
+    worst_loss, worst_norm, worst_lr = 0.0, 0.0, 0.0
+    for s in range(args.steps):
+        opt.zero_grad()
+        loss = ref.loss(ref.logits(tokens[s]), targets[s])
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], adam["clip_grad"])
+        lr = lr_at(s, 3e-3, 3e-4, 3, args.steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        worst_loss = max(worst_loss, abs(claw["losses"][s] - float(loss)) / abs(float(loss)))
+        worst_norm = max(worst_norm, abs(claw["grad_norms"][s] - float(norm)) / float(norm))
+        worst_lr = max(worst_lr, abs(claw["lrs"][s] - lr) / lr)
+        print(f"{args.model} step {s + 1}: loss claw {claw['losses'][s]:.7f} torch {float(loss):.7f}  "
+              f"grad norm claw {claw['grad_norms'][s]:.6f} torch {float(norm):.6f}")
+    check(f"loss over {args.steps} AdamW steps", worst_loss, TOLERANCES["step_loss"])
+    check(f"grad norm over {args.steps} steps", worst_norm, TOLERANCES["grad_norm"])
+    check("learning rate schedule", worst_lr, 1e-12)
+    if failures:
+        print(f"{args.model}: FAILED: {', '.join(failures)}")
+        sys.exit(1)
+    print(f"{args.model}: claw matches the PyTorch reference")
+
+
+if __name__ == "__main__":
+    main()
