@@ -33,8 +33,10 @@ std::vector<std::string> list_speeches(const std::string& dir) {
          "speeches",
          dir);
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file() && entry.path().extension() == ".txt") files.push_back(entry.path().string());
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".txt" && it->is_regular_file(ec)) files.push_back(it->path().string());
+  if (ec) fail("built-in corpus: cannot list {} ({})", dir, ec.message());
   if (files.empty())
     fail("built-in corpus: directory {} has no .txt files; run scripts/fetch-data to download the State of the "
          "Union speeches",

@@ -54,7 +54,7 @@ TEST(BuiltinCorpus, BuildsSortedDocumentsWithEodOnce) {
 
   const std::string prefix = ensure_builtin_corpus(dir.path(), 2);
   EXPECT_EQ(prefix, dir / "sotu_gpt2_text_document");
-  const Gpt2Bpe& bpe = Gpt2Bpe::load(kRealData + "/gpt2");
+  const Gpt2Bpe bpe = Gpt2Bpe::load(kRealData + "/gpt2");
   IndexedDataset d(prefix);
   EXPECT_EQ(d.dtype(), IndexDType::u16);
   ASSERT_EQ(d.num_documents(), 3);
