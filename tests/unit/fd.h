@@ -41,7 +41,23 @@ inline double fd_max_error(std::vector<double>& x, const std::vector<double>& an
     double lm = loss();
     x[j] = saved;
     double numeric = (lp - lm) / (2 * h);
-    worst = std::max(worst, std::abs(analytic[j] - numeric) / std::max(1.0, std::abs(numeric)));
+    double e = std::abs(analytic[j] - numeric) / std::max(1.0, std::abs(numeric));
+    if (std::isnan(e)) return e;  // std::max would drop it and hide the failure
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+// Largest |a_i - ref_i| / max(floor, |ref_i|): relative error, measured
+// absolutely for entries below `floor` (where relative error is meaningless).
+template <typename A, typename B>
+double max_rel_diff(const std::vector<A>& a, const std::vector<B>& ref, double floor = 1.0) {
+  double worst = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double r = static_cast<double>(ref[i]);
+    double e = std::abs(static_cast<double>(a[i]) - r) / std::max(floor, std::abs(r));
+    if (std::isnan(e)) return e;  // std::max would drop it and hide the failure
+    worst = std::max(worst, e);
   }
   return worst;
 }
