@@ -1,0 +1,151 @@
+#include "claw/kernels/cpu/layernorm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace claw::kernels {
+namespace {
+
+// Rows per parallel chunk: at least ~4K elements so that a thread's work
+// outweighs the ~1 us cost of starting the parallel region.
+int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)); }
+
+// Mean and variance of one row with one read of the row from memory. The row
+// is cut into blocks that stay in L1; each block's mean and centred sum of
+// squares come from two sweeps over the block, and blocks are merged with
+// Chan, Golub & LeVeque's pairwise update (1979). Unlike E[x^2] - E[x]^2 no two
+// large sums are ever subtracted, so the variance stays accurate when
+// |mean| >> std (residual streams with outlier channels).
+// The block sum is taken in double so the mean is exact to the rounding of T.
+// The centred squares keep T's full SIMD width: x - mb is exact in T when x is
+// within a factor 2 of mb, and centring on mb rounded to T adds only
+// nb (mean - mb)^2 <= nb ulp(mean)^2 / 4 to the block's M2.
+template <typename T>
+void row_moments(const T* x, int64_t C, double& mean_out, double& var_out) {
+  constexpr int64_t kBlock = 256;
+  double mean = 0.0, m2 = 0.0;
+  int64_t count = 0;
+  for (int64_t b = 0; b < C; b += kBlock) {
+    int64_t nb = std::min(kBlock, C - b);
+    const T* xb = x + b;
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = 0; c < nb; ++c) s += static_cast<double>(xb[c]);
+    const double mbd = s / static_cast<double>(nb);
+    const T mb = static_cast<T>(mbd);
+    T q = 0;
+#pragma omp simd reduction(+ : q)
+    for (int64_t c = 0; c < nb; ++c) q += (xb[c] - mb) * (xb[c] - mb);
+    double delta = mbd - mean;
+    int64_t merged = count + nb;
+    mean += delta * static_cast<double>(nb) / static_cast<double>(merged);
+    m2 += static_cast<double>(q) + delta * delta * static_cast<double>(count) * static_cast<double>(nb) /
+                                       static_cast<double>(merged);
+    count = merged;
+  }
+  mean_out = mean;
+  var_out = m2 / static_cast<double>(C);
+}
+
+template <bool kAccumulate, typename T>
+void backward_rows(T* dx, T* dw_part, T* db_part, const T* dy, const T* x, const T* weight, const T* mean,
+                   const T* rstd, int64_t rb, int64_t re, int64_t C) {
+  const T inv_c = T(1) / static_cast<T>(C);
+  for (int64_t n = rb; n < re; ++n) {
+    const T* xr = x + n * C;
+    const T* dyr = dy + n * C;
+    T* dxr = dx + n * C;
+    const T m = mean[n], r = rstd[n];
+    T sum_g = 0, sum_gx = 0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+    for (int64_t c = 0; c < C; ++c) {
+      T g = dyr[c] * weight[c];
+      sum_g += g;
+      sum_gx += g * ((xr[c] - m) * r);
+    }
+    const T mean_g = sum_g * inv_c, mean_gx = sum_gx * inv_c;
+    // The row is still in L1: this second sweep costs no memory traffic.
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      T xhat = (xr[c] - m) * r;
+      T d = dyr[c];
+      T v = r * (d * weight[c] - mean_g - xhat * mean_gx);
+      dw_part[c] += d * xhat;
+      db_part[c] += d;
+      if constexpr (kAccumulate)
+        dxr[c] += v;
+      else
+        dxr[c] = v;
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void layernorm_forward(const CpuCtx& ctx, T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
+                       int64_t N, int64_t C, double eps) {
+  parallel_for(ctx, N, row_grain(C), [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const T* xr = x + n * C;
+      T* yr = y + n * C;
+      double mu, var;
+      row_moments(xr, C, mu, var);
+      const T m = static_cast<T>(mu), r = static_cast<T>(1.0 / std::sqrt(var + eps));
+      mean[n] = m;
+      rstd[n] = r;
+      if (bias) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * weight[c] + bias[c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * r * weight[c];
+      }
+    }
+  });
+}
+
+template <typename T>
+void layernorm_backward(const CpuCtx& ctx, T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight,
+                        const T* mean, const T* rstd, int64_t N, int64_t C, bool accumulate_dx) {
+  if (N <= 0) return;
+  // One pass over the rows. Each chunk of rows (one per thread) sums its
+  // dweight/dbias contribution into its own partial; the partials are then
+  // added in chunk order, so the result is fixed for a given thread count.
+  int64_t chunks = std::clamp<int64_t>(N / row_grain(C), 1, std::max(ctx.num_threads, 1));
+  std::vector<T> part(static_cast<size_t>(chunks * 2 * C), T(0));
+  parallel_for(ctx, chunks, 1, [&](int64_t kb, int64_t ke) {
+    for (int64_t k = kb; k < ke; ++k) {
+      int64_t rb = N * k / chunks, re = N * (k + 1) / chunks;
+      T* dw_part = part.data() + k * 2 * C;
+      T* db_part = dw_part + C;
+      if (accumulate_dx)
+        backward_rows<true>(dx, dw_part, db_part, dy, x, weight, mean, rstd, rb, re, C);
+      else
+        backward_rows<false>(dx, dw_part, db_part, dy, x, weight, mean, rstd, rb, re, C);
+    }
+  });
+  parallel_for(ctx, C, 1024, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      T dw = 0, db = 0;
+      for (int64_t k = 0; k < chunks; ++k) {
+        dw += part[k * 2 * C + c];
+        db += part[k * 2 * C + C + c];
+      }
+      dweight[c] += dw;
+      if (dbias) dbias[c] += db;
+    }
+  });
+}
+
+#define CLAW_INSTANTIATE(T)                                                                                     \
+  template void layernorm_forward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
+                                     double);                                                                   \
+  template void layernorm_backward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, const T*,        \
+                                      const T*, int64_t, int64_t, bool);
+CLAW_INSTANTIATE(float)
+CLAW_INSTANTIATE(double)
+#undef CLAW_INSTANTIATE
+
+}  // namespace claw::kernels
