@@ -1,0 +1,78 @@
+#include "claw/kernels/cpu/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "claw/core/error.h"
+
+namespace claw::kernels {
+namespace {
+
+// Rotates each (b, t, h) row of D in place by the angles of position pos0 + t.
+// sign = +1 applies the rotation, -1 its inverse (the transpose).
+template <typename T>
+void rotate(const CpuCtx& ctx, T* x, const T* cos, const T* sin, T sign, int64_t B, int64_t T_, int64_t nh,
+            int64_t D, int64_t pos0) {
+  CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
+  const int64_t half = D / 2;
+  const int64_t rows = B * T_ * nh;
+  parallel_for(ctx, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      int64_t t = (row / nh) % T_;
+      const T* c = cos + (pos0 + t) * half;
+      const T* s = sin + (pos0 + t) * half;
+      T* lo = x + row * D;
+      T* hi = lo + half;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        T x0 = lo[i], x1 = hi[i], si = sign * s[i];
+        lo[i] = x0 * c[i] - x1 * si;
+        hi[i] = x1 * c[i] + x0 * si;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
+  CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
+  const int64_t half = D / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    // Hugging Face: inv_freq = 1.0 / (base ** (torch.arange(0, D, 2).float() / D)), all fp32.
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
+    float inv_freq = 1.0f / std::pow(static_cast<float>(theta), exponent);
+    for (int64_t p = 0; p < P; ++p) {
+      // The angle in double (HF forms it in fp32, off by up to half an fp32
+      // ulp of p * inv_freq, ~2.4e-4 rad at p = 4096), then rounded once.
+      double angle = static_cast<double>(p) * static_cast<double>(inv_freq);
+      cos[p * half + i] = static_cast<T>(std::cos(angle));
+      sin[p * half + i] = static_cast<T>(std::sin(angle));
+    }
+  }
+}
+
+template <typename T>
+void rope_forward(const CpuCtx& ctx, T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+                  int64_t D, int64_t pos0) {
+  rotate(ctx, x, cos, sin, T(1), B, T_, nh, D, pos0);
+}
+
+template <typename T>
+void rope_backward(const CpuCtx& ctx, T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+                   int64_t D, int64_t pos0) {
+  rotate(ctx, dx, cos, sin, T(-1), B, T_, nh, D, pos0);
+}
+
+#define CLAW_INSTANTIATE(T)                                                                                  \
+  template void rope_table<T>(T*, T*, int64_t, int64_t, double);                                             \
+  template void rope_forward<T>(const CpuCtx&, T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,   \
+                                int64_t);                                                                    \
+  template void rope_backward<T>(const CpuCtx&, T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
+                                 int64_t);
+CLAW_INSTANTIATE(float)
+CLAW_INSTANTIATE(double)
+#undef CLAW_INSTANTIATE
+
+}  // namespace claw::kernels
