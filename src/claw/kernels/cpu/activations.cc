@@ -1,0 +1,88 @@
+#include "claw/kernels/cpu/activations.h"
+
+#include "claw/kernels/cpu/vec_math.h"
+
+namespace claw::kernels {
+namespace {
+
+// Element-wise loops below this many elements per thread are not worth a
+// parallel region.
+constexpr int64_t kGrain = 1 << 14;
+
+template <typename T>
+constexpr T kSqrt2OverPi = T(0.7978845608028654);
+template <typename T>
+constexpr T kGeluCoeff = T(0.044715);
+
+}  // namespace
+
+// GELU is evaluated through 0.5 (1 + tanh(u)) = sigmoid(2u): one exp, and no
+// cancellation in 1 + tanh(u) where tanh(u) is near -1 (large negative x).
+// With s = sigmoid(2u), 1 - tanh(u)^2 = 4 s (1 - s), so the header's
+// derivative becomes s (1 + 2 x (1 - s) du/dx).
+//
+// Backward passes take 1 - s as sigmoid(-z) rather than subtracting: where s
+// rounds to 1 in fp32 (z > ~16) 1 - s would be 0 or one ulp, an O(1) relative
+// error in a term that is multiplied by x and still matters (1e-6 of dx at x = 5).
+template <typename T>
+void gelu_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n) {
+  parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
+    // omp simd: y may alias x exactly; each element is read before it is written.
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      T xv = x[i];
+      T u = kSqrt2OverPi<T> * (xv + kGeluCoeff<T> * xv * xv * xv);
+      y[i] = xv * fast_sigmoid(T(2) * u);
+    }
+  });
+}
+
+template <typename T>
+void gelu_backward(const CpuCtx& ctx, T* dx, const T* dy, const T* x, int64_t n) {
+  parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      T xv = x[i], d = dy[i];
+      T x2 = xv * xv;
+      T u = kSqrt2OverPi<T> * (xv + kGeluCoeff<T> * x2 * xv);
+      T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCoeff<T> * x2);
+      T s = fast_sigmoid(T(2) * u), one_minus_s = fast_sigmoid(T(-2) * u);
+      dx[i] = d * s * (T(1) + T(2) * xv * one_minus_s * du);
+    }
+  });
+}
+
+template <typename T>
+void swiglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n) {
+  parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      T g = gate[i];
+      y[i] = g * fast_sigmoid(g) * up[i];
+    }
+  });
+}
+
+template <typename T>
+void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n) {
+  parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      T g = gate[i], u = up[i], d = dy[i];
+      T s = fast_sigmoid(g), one_minus_s = fast_sigmoid(-g);
+      dgate[i] = d * u * s * (T(1) + g * one_minus_s);
+      dup[i] = d * g * s;
+    }
+  });
+}
+
+#define CLAW_INSTANTIATE(T)                                                                       \
+  template void gelu_forward<T>(const CpuCtx&, T*, const T*, int64_t);                            \
+  template void gelu_backward<T>(const CpuCtx&, T*, const T*, const T*, int64_t);                 \
+  template void swiglu_forward<T>(const CpuCtx&, T*, const T*, const T*, int64_t);                \
+  template void swiglu_backward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t);
+CLAW_INSTANTIATE(float)
+CLAW_INSTANTIATE(double)
+#undef CLAW_INSTANTIATE
+
+}  // namespace claw::kernels
