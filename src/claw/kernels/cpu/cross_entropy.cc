@@ -1,0 +1,99 @@
+#include "claw/kernels/cpu/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "claw/core/error.h"
+#include "claw/kernels/cpu/vec_math.h"
+
+namespace claw::kernels {
+namespace {
+
+// Checked before any parallel region: an exception must not leave one.
+void check_targets(const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
+  CLAW_CHECK(V > 0 && V <= Vp, "cross-entropy needs 0 < V <= Vp, got V={} Vp={}", V, Vp);
+  for (int64_t n = 0; n < N; ++n)
+    CLAW_CHECK(targets[n] < V, "cross-entropy target {} at row {} is not below the vocabulary size {}", targets[n],
+               n, V);
+}
+
+// log sum_c exp(x_c) of one row in a single read of the row: the row is cut
+// into L1-sized blocks; each block's max and sum of exp(x - max) come from two
+// sweeps over the block, and blocks are merged as (m, s) pairs in double
+// (the online softmax of Milakov & Gimelshein 2018, per block rather than per
+// element, so each element costs one exp).
+template <typename T>
+double row_logsumexp(const T* x, int64_t V) {
+  constexpr int64_t kBlock = 2048;
+  double m = -std::numeric_limits<double>::infinity(), s = 0.0;
+  for (int64_t b = 0; b < V; b += kBlock) {
+    const T* xb = x + b;
+    const int64_t nb = std::min(kBlock, V - b);
+    T mb = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mb)
+    for (int64_t c = 0; c < nb; ++c) mb = mb > xb[c] ? mb : xb[c];
+    T sb = 0;
+#pragma omp simd reduction(+ : sb)
+    for (int64_t c = 0; c < nb; ++c) sb += fast_exp(xb[c] - mb);
+    const double mbd = static_cast<double>(mb);
+    if (mbd > m) {
+      s = s * std::exp(m - mbd) + static_cast<double>(sb);
+      m = mbd;
+    } else {
+      s += static_cast<double>(sb) * std::exp(mbd - m);
+    }
+  }
+  return m + std::log(s);
+}
+
+}  // namespace
+
+template <typename T>
+void cross_entropy_forward(const CpuCtx& ctx, T* losses, T* lse, const T* logits, const int32_t* targets,
+                           int64_t N, int64_t V, int64_t Vp) {
+  check_targets(targets, N, V, Vp);
+  parallel_for(ctx, N, 1, [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const T* row = logits + n * Vp;
+      const double l = row_logsumexp(row, V);
+      lse[n] = static_cast<T>(l);
+      losses[n] = targets[n] < 0 ? T(0) : static_cast<T>(l - static_cast<double>(row[targets[n]]));
+    }
+  });
+}
+
+template <typename T>
+void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const T* lse, const int32_t* targets,
+                            T dloss_scale, int64_t N, int64_t V, int64_t Vp) {
+  check_targets(targets, N, V, Vp);
+  parallel_for(ctx, N, 1, [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const T* row = logits + n * Vp;
+      T* drow = dlogits + n * Vp;
+      const int32_t t = targets[n];
+      if (t < 0) {
+        std::fill(drow, drow + Vp, T(0));
+        continue;
+      }
+      const T l = lse[n];
+      // omp simd: drow may alias row; each element is read before it is written.
+#pragma omp simd
+      for (int64_t c = 0; c < V; ++c) drow[c] = dloss_scale * fast_exp(row[c] - l);
+      // drow[t] already holds the softmax term, so this is right in place too.
+      drow[t] -= dloss_scale;
+      std::fill(drow + V, drow + Vp, T(0));
+    }
+  });
+}
+
+#define CLAW_INSTANTIATE(T)                                                                                     \
+  template void cross_entropy_forward<T>(const CpuCtx&, T*, T*, const T*, const int32_t*, int64_t, int64_t,     \
+                                         int64_t);                                                              \
+  template void cross_entropy_backward<T>(const CpuCtx&, T*, const T*, const T*, const int32_t*, T, int64_t,    \
+                                          int64_t, int64_t);
+CLAW_INSTANTIATE(float)
+CLAW_INSTANTIATE(double)
+#undef CLAW_INSTANTIATE
+
+}  // namespace claw::kernels
