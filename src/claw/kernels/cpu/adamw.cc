@@ -1,0 +1,44 @@
+#include "claw/kernels/cpu/adamw.h"
+
+#include <cmath>
+
+#include "claw/core/error.h"
+
+namespace claw::kernels {
+
+template <typename T>
+void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const T* grad, int64_t n, const AdamWHyper& h) {
+  CLAW_CHECK(h.step >= 1, "AdamW step counts from 1, got {}", h.step);
+  // Scalars are formed in double and rounded once to T, as PyTorch does with
+  // Python-float hyperparameters applied to a tensor of dtype T.
+  const double step = static_cast<double>(h.step);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, step);
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, step);
+  const T grad_scale = static_cast<T>(h.grad_scale);
+  const T decay = static_cast<T>(1.0 - h.lr * h.weight_decay);
+  const T beta1 = static_cast<T>(h.beta1), one_minus_beta1 = static_cast<T>(1.0 - h.beta1);
+  const T beta2 = static_cast<T>(h.beta2), one_minus_beta2 = static_cast<T>(1.0 - h.beta2);
+  const T neg_step_size = static_cast<T>(-(h.lr / bias_correction1));
+  const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+  const T eps = static_cast<T>(h.eps);
+  parallel_for(ctx, n, 1 << 14, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      // One statement per PyTorch tensor op, each rounded to T in the same order.
+      T g = grad[i] * grad_scale;
+      T p = param[i] * decay;                                       // param.mul_(1 - lr * wd)
+      T mi = m[i] * beta1 + one_minus_beta1 * g;                    // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+      T vi = v[i] * beta2 + one_minus_beta2 * g * g;                // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
+      T denom = std::sqrt(vi) / bias_correction2_sqrt + eps;        // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+      param[i] = p + neg_step_size * mi / denom;                    // param.addcdiv_(exp_avg, denom, value=-step_size)
+      m[i] = mi;
+      v[i] = vi;
+    }
+  });
+}
+
+template void adamw_update<float>(const CpuCtx&, float*, float*, float*, const float*, int64_t, const AdamWHyper&);
+template void adamw_update<double>(const CpuCtx&, double*, double*, double*, const double*, int64_t,
+                                   const AdamWHyper&);
+
+}  // namespace claw::kernels
