@@ -8,6 +8,13 @@
 //   v  = beta2 v + (1 - beta2) g^2
 //   p -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 //
+// Scalars (1 - lr wd, lr / bias_correction1, ...) are formed in double and
+// rounded once to T, as PyTorch does with Python floats; the element-wise
+// operations run in T in the order of PyTorch 1.x's tensor ops (mul_, add_,
+// addcmul_, sqrt, div, add_, addcdiv_). From PyTorch 2.0 m is formed as
+// m.lerp_(g, 1 - beta1): equal in exact arithmetic, it can differ in the last
+// bit of m.
+//
 // Shapes: param, grad, m, v [n] (one flat range; a caller passes each
 // parameter, or each ZeRO shard, with its own weight_decay from ParamSpec).
 // step counts from 1.

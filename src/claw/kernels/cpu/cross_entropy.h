@@ -8,12 +8,15 @@
 //
 //   lse_n    = log sum_{c<V} exp(logits[n, c])
 //   losses_n = lse_n - logits[n, targets[n]]        (targets[n] < 0: ignored, loss 0)
-//   dlogits[n, c] = dloss_n * (exp(logits[n, c] - lse_n) - [c == targets[n]])   for c < V
+//   dlogits[n, c] = dloss_scale * (exp(logits[n, c] - lse_n) - [c == targets[n]])   for c < V
+//   dlogits[n, c] = 0                                          for c >= V, and for ignored rows
 //
 // Shapes: logits, dlogits [N, Vp]; targets [N]; losses, lse [N] (lse saved).
 // dloss_scale is the gradient of the total loss w.r.t. each row's loss
 // (1 / number of tokens in the global batch for a mean loss).
-// dlogits may alias logits.
+// dlogits may alias logits. targets[n] >= V is an error (CLAW_CHECK).
+// Each row is read once for the log-sum-exp (online max/sum over L1-sized
+// blocks) and once more for the gradient.
 #pragma once
 
 #include <cstdint>

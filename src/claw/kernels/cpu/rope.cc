@@ -44,8 +44,6 @@ void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
     float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
     float inv_freq = 1.0f / std::pow(static_cast<float>(theta), exponent);
     for (int64_t p = 0; p < P; ++p) {
-      // The angle in double (HF forms it in fp32, off by up to half an fp32
-      // ulp of p * inv_freq, ~2.4e-4 rad at p = 4096), then rounded once.
       double angle = static_cast<double>(p) * static_cast<double>(inv_freq);
       cos[p * half + i] = static_cast<T>(std::cos(angle));
       sin[p * half + i] = static_cast<T>(std::sin(angle));
