@@ -114,7 +114,8 @@ void round_trip(IndexDType dtype, int32_t lo, int32_t hi) {
   uint64_t k = 0;
   for (int d = 0; d < 50; ++d) {
     std::vector<int32_t> doc(rng.block(k++)[0] % 300);  // some empty
-    for (int32_t& t : doc) t = lo + static_cast<int32_t>(rng.block(k++)[0] % (static_cast<uint64_t>(hi) - lo + 1));
+    const uint64_t span = static_cast<uint64_t>(int64_t{hi} - lo + 1);
+    for (int32_t& t : doc) t = static_cast<int32_t>(lo + static_cast<int64_t>(rng.block(k++)[0] % span));
     docs.push_back(doc);
   }
   docs[3].clear();
