@@ -25,10 +25,17 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
-    if (auto* extras = dynamic_cast<const CLI::ExtrasError*>(&e)) {
-      (void)extras;
-      std::fprintf(stderr, "claw: error: unknown flag or argument: %s (see `claw train --help` for valid flags)\n",
-                   what.substr(what.find(':') == std::string::npos ? 0 : what.find(':') + 2).c_str());
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+      // CLI11 lists every unmatched token ("3 --num-layer"); name the flags first.
+      std::string list = what.substr(what.find(':') == std::string::npos ? 0 : what.find(':') + 2), flags, rest;
+      for (size_t b = 0, e2; b < list.size(); b = e2 + 1) {
+        e2 = list.find(' ', b);
+        if (e2 == std::string::npos) e2 = list.size();
+        std::string tok = list.substr(b, e2 - b);
+        (tok.rfind("-", 0) == 0 ? flags : rest) += (tok.rfind("-", 0) == 0 ? flags : rest).empty() ? tok : " " + tok;
+      }
+      std::fprintf(stderr, "claw: error: %s %s (see `claw <command> --help` for valid flags)\n",
+                   flags.empty() ? "unexpected argument" : "unknown flag", (flags.empty() ? rest : flags).c_str());
     } else {
       std::fprintf(stderr, "claw: error: %s (see --help)\n", what.c_str());
     }

@@ -24,7 +24,7 @@ struct TrainArgs {
     // The default job: a small model that visibly learns the built-in corpus in a few minutes.
     lr.max_lr = 1e-3;
     lr.min_lr = 1e-4;
-    lr.warmup_iters = 20;
+    lr.warmup_iters = 10;
     adam.beta2 = 0.95;
     adam.weight_decay = 0.1;
   }
@@ -153,6 +153,7 @@ struct TrainCommand {
       it->set(args, v);
     }
     binder->apply(args);
+    args.train.resolve_and_validate();
     log::info("train", "{}", resolved_config(args));
     train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data);
     trainer.run();
@@ -164,6 +165,8 @@ struct TrainCommand {
 void add_train_command(CLI::App& app) {
   auto cmd = std::make_shared<TrainCommand>();
   CLI::App* sub = app.add_subcommand("train", "train a model (no arguments: gpt2-tiny on the built-in corpus)");
+  // A flag given twice takes its last value, as with Megatron's argparse.
+  sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   sub->add_option("--model", cmd->preset,
                   "model preset; later flags override its fields (" +
                       [] {

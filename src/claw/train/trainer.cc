@@ -1,5 +1,6 @@
 #include "claw/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -30,7 +31,9 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   // Everything is validated before any allocation or file is touched.
   model_cfg_.validate();
   cfg_.resolve_and_validate();
-  if (lr_.decay_iters == 0) lr_.decay_iters = cfg_.train_iters;
+  // Default decay length: the whole run (at least past warmup, so a short
+  // run with the default warmup is valid and simply ends while warming up).
+  if (lr_.decay_iters == 0) lr_.decay_iters = std::max(cfg_.train_iters, lr_.warmup_iters + 1);
   lr_.validate();
   adam_cfg_.validate();
   if (cfg_.seq_length > model_cfg_.max_position_embeddings)
@@ -49,12 +52,15 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
                                 .seq_length = cfg_.seq_length,
                                 .vocab_size = model_cfg_.vocab_size,
                                 .seed = cfg_.seed};
-  datasets_ = std::make_unique<data::GptDatasets>(data::open_gpt_datasets(prefix, opts));
-  if (!(*datasets_)[data::Split::train])
-    fail("--split {}: the training split is empty; give it a positive weight (e.g. 969,30,1)", data_cfg_.split);
-  train_data_ = &*(*datasets_)[data::Split::train];
-  if (cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && (*datasets_)[data::Split::valid])
-    valid_data_ = &*(*datasets_)[data::Split::valid];
+  // Only the splits this run reads are opened (and validated): a corpus too
+  // small for a test split still trains.
+  auto corpus = std::make_shared<const data::IndexedDataset>(prefix);
+  const auto weights = data::parse_split(data_cfg_.split);
+  if (weights[0] <= 0) fail("--split {}: the training split has weight 0; give it a positive weight (e.g. 969,30,1)",
+                            data_cfg_.split);
+  train_data_ = std::make_unique<data::GptDataset>(corpus, data::Split::train, opts);
+  if (cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && weights[1] > 0)
+    valid_data_ = std::make_unique<data::GptDataset>(corpus, data::Split::valid, opts);
   log::info("data", "{}: {} training samples of {} tokens{}", prefix, train_data_->num_samples(), cfg_.seq_length,
             valid_data_ ? fmt::format(", {} validation samples", valid_data_->num_samples()) : "");
 

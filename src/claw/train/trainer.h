@@ -25,7 +25,6 @@
 
 namespace claw::data {
 class GptDataset;
-struct GptDatasets;
 }
 namespace claw::model {
 class GPT;
@@ -56,9 +55,8 @@ class Trainer {
   optim::AdamWConfig adam_cfg_;
   DataConfig data_cfg_;
   CpuCtx cpu_;
-  std::unique_ptr<data::GptDatasets> datasets_;
-  const data::GptDataset* train_data_ = nullptr;
-  const data::GptDataset* valid_data_ = nullptr;  // null: no validation
+  std::unique_ptr<data::GptDataset> train_data_;
+  std::unique_ptr<data::GptDataset> valid_data_;  // null: no validation
   std::unique_ptr<model::GPT> model_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::vector<int32_t> tokens_, targets_;

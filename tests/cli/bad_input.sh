@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Bad input must give a one-line error naming the flag or file and what would
+# be valid, before any training step (or, for a non-finite loss, with the step
+# number and the first non-finite tensor).
+#   bad_input.sh CLAW_BINARY CASE
+set -uo pipefail
+claw=$1
+case_name=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+small=(--train-iters 2 --eval-interval 0 --micro-batch-size 2 --seq-length 32 --num-threads 2)
+
+run() {  # run ARGS... ; sets out, rc
+  out=$("$claw" train "$@" 2>&1)
+  rc=$?
+}
+expect_error() {  # expect_error PATTERN: failed, last line is the error, matches PATTERN, no step ran
+  local pattern=$1
+  local last
+  last=$(printf '%s\n' "$out" | tail -n 1)
+  if [[ $rc -eq 0 ]]; then echo "FAIL: exit code 0"; printf '%s\n' "$out" | tail -5; exit 1; fi
+  if [[ $last != "claw: error: "* ]]; then echo "FAIL: last line is not a claw error: $last"; exit 1; fi
+  if ! grep -qE -- "$pattern" <<<"$last"; then echo "FAIL: error does not match /$pattern/: $last"; exit 1; fi
+  if [[ ${3:-} != allow-steps ]] && grep -q "step 1/" <<<"$out"; then echo "FAIL: training started"; exit 1; fi
+  echo "ok: $last"
+}
+
+# A private copy of the built-in corpus for the file cases (built on demand).
+corpus() {
+  "$claw" train "${small[@]}" --train-iters 0 >/dev/null 2>&1 || true
+  local dir=${CLAW_DATA_DIR:?}
+  cp "$dir/sotu_gpt2_text_document.bin" "$dir/sotu_gpt2_text_document.idx" "$tmp/"
+  echo "$tmp/sotu_gpt2_text_document"
+}
+
+case $case_name in
+  hidden_not_divisible)
+    run "${small[@]}" --hidden-size 250
+    expect_error "--hidden-size 250 is not divisible by --num-attention-heads 4" ;;
+  seq_longer_than_positions)
+    run "${small[@]}" --seq-length 2048
+    expect_error "--seq-length 2048 exceeds --max-position-embeddings 1024" ;;
+  unknown_preset)
+    run "${small[@]}" --model gpt5-tiny
+    expect_error "unknown --model 'gpt5-tiny'; valid presets: gpt2-tiny, gpt2-124m, llama-tiny" ;;
+  unknown_flag)
+    run "${small[@]}" --num-layer 3
+    expect_error "unknown flag --num-layer \(see" ;;
+  bad_value)
+    run "${small[@]}" --num-layers three
+    expect_error "--num-layers expects an integer, got 'three'" ;;
+  missing_data)
+    run "${small[@]}" --data-path "$tmp/nothing_here"
+    expect_error "$tmp/nothing_here.idx" ;;
+  truncated_data)
+    prefix=$(corpus)
+    size=$(stat -c %s "$prefix.bin")
+    truncate -s $((size / 2)) "$prefix.bin"
+    run "${small[@]}" --data-path "$prefix"
+    expect_error "$prefix.bin.*(truncated|shorter|bytes)" ;;
+  token_beyond_vocab)
+    prefix=$(corpus)
+    run "${small[@]}" --data-path "$prefix" --vocab-size 1000
+    expect_error "$prefix.bin: token id [0-9]+ .*outside the vocabulary \\[0, 1000\\)" ;;
+  bad_config_key)
+    printf 'num-layers = 2\nnum-layerz = 3\n' >"$tmp/bad.toml"
+    run "${small[@]}" --config "$tmp/bad.toml"
+    expect_error "$tmp/bad.toml:2: unknown key 'num-layerz'" ;;
+  non_finite_loss)
+    # N(0, 1e38) weights: the largest draws exceed fp32's range (3.4e38) and
+    # are stored as inf, so the first step's loss is not finite.
+    run "${small[@]}" --init-method-std 1e38
+    expect_error "step 1: loss is -?(nan|inf).*first non-finite tensor: embedding.word_embeddings.weight \(parameter\)" allow-steps ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
