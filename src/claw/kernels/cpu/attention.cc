@@ -49,14 +49,23 @@ struct Simd {
 constexpr int kRows = 6;  // register tile: kRows rows x kVecs vectors (24 accumulators)
 constexpr int kVecs = 4;
 
+// How a tile product treats the C it writes into.
+template <typename T>
+struct Init {
+  bool accumulate;             // C += A B (else C = A B)
+  const T* row_scale = nullptr;  // if accumulating: C[m, :] = row_scale[m] * C[m, :] + (A B)[m, :]
+};
+
 template <int MR, int NV, typename T>
 void micro_tile(int64_t K, const T* A, int64_t am, int64_t ak, const T* B, int64_t ldb, T* C, int64_t ldc,
-                bool accumulate) {
+                Init<T> init) {
   using S = Simd<T>;
   using V = typename S::V;
   V acc[MR][NV];
-  for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) acc[m][v] = accumulate ? S::load(C + m * ldc + v * S::kWidth) : V{};
+  for (int m = 0; m < MR; ++m) {
+    const T f = init.row_scale ? init.row_scale[m] : T(1);
+    for (int v = 0; v < NV; ++v) acc[m][v] = init.accumulate ? f * S::load(C + m * ldc + v * S::kWidth) : V{};
+  }
   for (int64_t k = 0; k < K; ++k) {
     V b[NV];
     for (int v = 0; v < NV; ++v) b[v] = S::load(B + k * ldb + v * S::kWidth);
@@ -70,7 +79,7 @@ void micro_tile(int64_t K, const T* A, int64_t am, int64_t ak, const T* B, int64
 }
 
 template <typename T>
-using MicroFn = void (*)(int64_t, const T*, int64_t, int64_t, const T*, int64_t, T*, int64_t, bool);
+using MicroFn = void (*)(int64_t, const T*, int64_t, int64_t, const T*, int64_t, T*, int64_t, Init<T>);
 
 template <typename T, size_t... I>
 constexpr std::array<MicroFn<T>, sizeof...(I)> micro_table(std::index_sequence<I...>) {
@@ -91,8 +100,8 @@ enum class Causal {
 };
 
 template <typename T>
-void tile_gemm(Causal causal, bool accumulate, int64_t M, int64_t N, int64_t K, const T* A, int64_t am,
-               int64_t ak, const T* B, int64_t ldb, T* C, int64_t ldc) {
+void tile_gemm(Causal causal, Init<T> init, int64_t M, int64_t N, int64_t K, const T* A, int64_t am, int64_t ak,
+               const T* B, int64_t ldb, T* C, int64_t ldc) {
   constexpr int W = Simd<T>::kWidth;
   const int64_t n_vec_end = N / W * W;
   for (int64_t m0 = 0; m0 < M; m0 += kRows) {
@@ -104,15 +113,17 @@ void tile_gemm(Causal causal, bool accumulate, int64_t M, int64_t N, int64_t K, 
     const T* a = A + m0 * am + k_lo * ak;
     const T* b = B + k_lo * ldb;
     T* c = C + m0 * ldc;
+    const Init<T> row_init{init.accumulate, init.row_scale ? init.row_scale + m0 : nullptr};
     for (int64_t n = n_lo; n < n_vec_end;) {
       const int nv = static_cast<int>(std::min<int64_t>(kVecs, (n_vec_end - n) / W));
-      kMicro<T>[(mr - 1) * kVecs + (nv - 1)](k_hi - k_lo, a, am, ak, b + n, ldb, c + n, ldc, accumulate);
+      kMicro<T>[(mr - 1) * kVecs + (nv - 1)](k_hi - k_lo, a, am, ak, b + n, ldb, c + n, ldc, row_init);
       n += nv * W;
     }
     // Columns past the last full vector (D not a multiple of the width).
     for (int m = 0; m < mr; ++m)
       for (int64_t n = n_vec_end; n < N; ++n) {
-        T s = accumulate ? c[m * ldc + n] : T(0);
+        const T f = row_init.row_scale ? row_init.row_scale[m] : T(1);
+        T s = init.accumulate ? f * c[m * ldc + n] : T(0);
         for (int64_t k = 0; k < k_hi - k_lo; ++k) s += a[m * am + k * ak] * b[k * ldb + n];
         c[m * ldc + n] = s;
       }
@@ -121,18 +132,36 @@ void tile_gemm(Causal causal, bool accumulate, int64_t M, int64_t N, int64_t K, 
 
 // dst[d * ld + r] = alpha * src[r * lds + d] for r < rows; 0 for rows <= r < lanes.
 // Zero lanes make padded queries produce finite scores and zero gradients.
+// Goes through a 16 x 16 tile so that both the reads and the writes are
+// contiguous runs (a direct strided copy costs ~3x more, which shows at
+// T = 256 where each packed block serves only 2.5 key blocks on average).
 template <typename T>
 void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows, int64_t lanes, int64_t D,
                      T alpha) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < D; ++d) dst[d * ld + r] = alpha * src[r * lds + d];
-  for (int64_t d = 0; d < D; ++d)
-    for (int64_t r = rows; r < lanes; ++r) dst[d * ld + r] = T(0);
+  constexpr int64_t kT = 16;
+  for (int64_t r0 = 0; r0 < lanes; r0 += kT)
+    for (int64_t d0 = 0; d0 < D; d0 += kT) {
+      const int64_t nr = std::min(kT, rows - r0), nd = std::min(kT, D - d0);
+      T tile[kT][kT];
+      if (nr == kT && nd == kT) {
+        for (int64_t r = 0; r < kT; ++r)
+          for (int64_t d = 0; d < kT; ++d) tile[d][r] = alpha * src[(r0 + r) * lds + d0 + d];
+      } else {
+        for (int64_t d = 0; d < nd; ++d)
+          for (int64_t r = 0; r < kT; ++r) tile[d][r] = r < nr ? alpha * src[(r0 + r) * lds + d0 + d] : T(0);
+      }
+      const int64_t nl = std::min(kT, lanes - r0);
+      for (int64_t d = 0; d < nd; ++d) std::copy_n(tile[d], nl, dst + (d0 + d) * ld + r0);
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Score-tile passes. s is S^T [kc keys, lanes queries] with row stride ld; on
 // a diagonal tile key c is visible to query r iff c <= r (same block origin).
+// The loops run along a row of queries; simdlen asks for 512-bit vectors,
+// which GCC would otherwise not use here on AVX-512 Intel parts (it prefers
+// 256 bits there), and the exponentials are most of these passes' cost.
+constexpr int kLanes = 16;
 
 // One online-softmax step (Milakov & Gimelshein 2018): folds this tile's
 // column maxima into m, turns s into P^T = exp(s - m_new), and leaves in alpha
@@ -142,11 +171,11 @@ void softmax_step(T* s, int64_t ld, int64_t kc, int64_t lanes, bool diag, T* m, 
   for (int64_t r = 0; r < lanes; ++r) alpha[r] = m[r];
   for (int64_t c = 0; c < kc; ++c) {
     const T* row = s + c * ld;
-#pragma omp simd
+#pragma omp simd simdlen(kLanes)
     for (int64_t r = diag ? c : 0; r < lanes; ++r) alpha[r] = std::max(alpha[r], row[r]);
   }
   // alpha holds m_new; swap it into m and keep exp(m_old - m_new).
-#pragma omp simd
+#pragma omp simd simdlen(kLanes)
   for (int64_t r = 0; r < lanes; ++r) {
     T m_new = alpha[r];
     alpha[r] = fast_exp(m[r] - m_new);  // m_old = -inf on the first tile gives 0
@@ -157,7 +186,7 @@ void softmax_step(T* s, int64_t ld, int64_t kc, int64_t lanes, bool diag, T* m, 
     T* row = s + c * ld;
     const int64_t r0 = diag ? c : 0;
     for (int64_t r = 0; r < r0; ++r) row[r] = T(0);
-#pragma omp simd
+#pragma omp simd simdlen(kLanes)
     for (int64_t r = r0; r < lanes; ++r) {
       T p = fast_exp(row[r] - m[r]);
       row[r] = p;
@@ -176,7 +205,7 @@ void score_grads(T* s, T* dp, int64_t ld, int64_t kc, int64_t lanes, bool diag, 
     T* drow = dp + c * ld;
     const int64_t r0 = diag ? c : 0;
     for (int64_t r = 0; r < r0; ++r) srow[r] = drow[r] = T(0);
-#pragma omp simd
+#pragma omp simd simdlen(kLanes)
     for (int64_t r = r0; r < lanes; ++r) {
       T p = fast_exp(srow[r] - lse[r]);
       srow[r] = p;
@@ -245,16 +274,10 @@ void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const
     const bool diag = j == i;
     const T* kb = k + dm.kv_off(b, k0, g);
     const T* vb = v + dm.kv_off(b, k0, g);
-    tile_gemm(diag ? Causal::cols_from_row : Causal::none, false, kc, lanes, D, kb, ldkv, 1, qt, blk, s, blk);
+    tile_gemm<T>(diag ? Causal::cols_from_row : Causal::none, {false}, kc, lanes, D, kb, ldkv, 1, qt, blk, s, blk);
     softmax_step(s, blk, kc, lanes, diag, m, l, alpha);
-    if (j > 0)
-      for (int64_t r = 0; r < qc; ++r) {
-        T* orow = ob + r * ldq;
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) orow[d] *= alpha[r];
-      }
-    // O (+)= P V with A(r, c) = P^T[c, r].
-    tile_gemm(diag ? Causal::k_to_row : Causal::none, j > 0, qc, D, kc, s, 1, blk, vb, ldkv, ob, ldq);
+    // O = alpha * O + P V, with A(r, c) = P^T[c, r].
+    tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0, alpha}, qc, D, kc, s, 1, blk, vb, ldkv, ob, ldq);
   }
   T* lse_b = lse + (b * dm.H + h) * dm.T + i0;
   for (int64_t r = 0; r < qc; ++r) {
@@ -268,7 +291,8 @@ void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const
 
 // Backward for kv head g of batch b: every query head of the group, every
 // query block, every visible key block. dq rows of the group's heads and dk,
-// dv rows of g belong to this task alone, so they accumulate in place.
+// dv rows of g belong to this task alone, so they accumulate in place, each
+// overwritten by its first contribution.
 template <typename T>
 void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                     const T* out, const T* lse, int64_t b, int64_t g, T scale, T* scratch) {
@@ -279,10 +303,6 @@ void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T*
   T* dp = s + blk * blk;     // dP^T, then scale * dS^T [blk, blk]
   T* lse_l = dp + blk * blk; // lse per query lane
   T* delta = lse_l + blk;    // Delta per query lane
-  for (int64_t t = 0; t < dm.T; ++t) {
-    std::fill_n(dk + dm.kv_off(b, t, g), D, T(0));
-    std::fill_n(dv + dm.kv_off(b, t, g), D, T(0));
-  }
   const int64_t hpg = dm.heads_per_group();
   for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
     for (int64_t i = 0; i < dm.num_blocks(); ++i) {
@@ -296,8 +316,10 @@ void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T*
       const T* lse_b = lse + (b * dm.H + h) * dm.T + i0;
       for (int64_t r = 0; r < lanes; ++r) {
         T sum = 0;
-        if (r < qc)
+        if (r < qc) {
+#pragma omp simd reduction(+ : sum)
           for (int64_t d = 0; d < D; ++d) sum += dob[r * ldq + d] * ob[r * ldq + d];
+        }
         delta[r] = sum;
         lse_l[r] = r < qc ? lse_b[r] : T(0);
       }
@@ -309,14 +331,17 @@ void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T*
         const T* vb = v + dm.kv_off(b, k0, g);
         T* dkb = dk + dm.kv_off(b, k0, g);
         T* dvb = dv + dm.kv_off(b, k0, g);
-        tile_gemm(scores, false, kc, lanes, D, kb, ldkv, 1, qt, blk, s, blk);
-        tile_gemm(scores, false, kc, lanes, D, vb, ldkv, 1, dot, blk, dp, blk);
+        tile_gemm<T>(scores, {false}, kc, lanes, D, kb, ldkv, 1, qt, blk, s, blk);
+        tile_gemm<T>(scores, {false}, kc, lanes, D, vb, ldkv, 1, dot, blk, dp, blk);
         score_grads(s, dp, blk, kc, lanes, diag, lse_l, delta, scale);
+        // Key block j is first reached on its diagonal tile by the group's
+        // first head; that tile covers all of its rows, so it overwrites.
+        const Init<T> kv_init{!(diag && h == g * hpg)};
         const Causal by_key = diag ? Causal::k_from_row : Causal::none;
-        tile_gemm(by_key, true, kc, D, qc, s, blk, 1, dob, ldq, dvb, ldkv);   // dV += P^T dO
-        tile_gemm(by_key, true, kc, D, qc, dp, blk, 1, qb, ldq, dkb, ldkv);   // dK += scale dS^T Q
-        tile_gemm(diag ? Causal::k_to_row : Causal::none, j > 0, qc, D, kc, dp, 1, blk, kb, ldkv, dqb,
-                  ldq);                                                         // dQ (+)= scale dS K
+        tile_gemm(by_key, kv_init, kc, D, qc, s, blk, 1, dob, ldq, dvb, ldkv);  // dV (+)= P^T dO
+        tile_gemm(by_key, kv_init, kc, D, qc, dp, blk, 1, qb, ldq, dkb, ldkv);  // dK (+)= scale dS^T Q
+        tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0}, qc, D, kc, dp, 1, blk, kb, ldkv, dqb,
+                     ldq);                                                     // dQ (+)= scale dS K
       }
     }
   }
