@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -130,11 +131,40 @@ void tile_gemm(Causal causal, Init<T> init, int64_t M, int64_t N, int64_t K, con
   }
 }
 
+// In-register transpose of a 16 x 16 fp32 block: four rounds interleaving
+// pairs of rows at 1, 2, 4 and 8 lanes; x[i] row i in, column i out.
+inline void transpose16(Simd<float>::V x[16]) {
+  Simd<float>::V y[16];
+  for (int i = 0; i < 16; i += 2) {
+    y[i] = __builtin_shufflevector(x[i], x[i + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+    y[i + 1] = __builtin_shufflevector(x[i], x[i + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+  }
+  for (int i = 0; i < 16; i += 4)
+    for (int j = 0; j < 2; ++j) {
+      x[i + 2 * j] = __builtin_shufflevector(y[i + j], y[i + j + 2], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12,
+                                             13, 28, 29);
+      x[i + 2 * j + 1] = __builtin_shufflevector(y[i + j], y[i + j + 2], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26,
+                                                 27, 14, 15, 30, 31);
+    }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      y[i + j] = __builtin_shufflevector(x[i + j], x[i + j + 4], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25,
+                                         26, 27);
+      y[i + j + 4] = __builtin_shufflevector(x[i + j], x[i + j + 4], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15,
+                                             28, 29, 30, 31);
+    }
+  for (int j = 0; j < 8; ++j) {
+    x[j] = __builtin_shufflevector(y[j], y[j + 8], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    x[j + 8] = __builtin_shufflevector(y[j], y[j + 8], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  }
+}
+
 // dst[d * ld + r] = alpha * src[r * lds + d] for r < rows; 0 for rows <= r < lanes.
 // Zero lanes make padded queries produce finite scores and zero gradients.
-// Goes through a 16 x 16 tile so that both the reads and the writes are
-// contiguous runs (a direct strided copy costs ~3x more, which shows at
-// T = 256 where each packed block serves only 2.5 key blocks on average).
+// Runs once per query block, but at T = 256 a block serves only 2.5 key
+// blocks on average, so a scalar strided copy (~1.2 us per 64 x 64 block)
+// would cost ~5% of the forward; full fp32 16 x 16 blocks go through
+// registers (~0.4 us), the rest (edges, fp64) through a small tile.
 template <typename T>
 void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows, int64_t lanes, int64_t D,
                      T alpha) {
@@ -142,14 +172,18 @@ void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows
   for (int64_t r0 = 0; r0 < lanes; r0 += kT)
     for (int64_t d0 = 0; d0 < D; d0 += kT) {
       const int64_t nr = std::min(kT, rows - r0), nd = std::min(kT, D - d0);
-      T tile[kT][kT];
-      if (nr == kT && nd == kT) {
-        for (int64_t r = 0; r < kT; ++r)
-          for (int64_t d = 0; d < kT; ++d) tile[d][r] = alpha * src[(r0 + r) * lds + d0 + d];
-      } else {
-        for (int64_t d = 0; d < nd; ++d)
-          for (int64_t r = 0; r < kT; ++r) tile[d][r] = r < nr ? alpha * src[(r0 + r) * lds + d0 + d] : T(0);
+      if constexpr (std::is_same_v<T, float>) {
+        if (nr == kT && nd == kT) {
+          Simd<float>::V x[kT];
+          for (int64_t r = 0; r < kT; ++r) x[r] = alpha * Simd<float>::load(src + (r0 + r) * lds + d0);
+          transpose16(x);
+          for (int64_t d = 0; d < kT; ++d) Simd<float>::store(dst + (d0 + d) * ld + r0, x[d]);
+          continue;
+        }
       }
+      T tile[kT][kT];
+      for (int64_t d = 0; d < nd; ++d)
+        for (int64_t r = 0; r < kT; ++r) tile[d][r] = r < nr ? alpha * src[(r0 + r) * lds + d0 + d] : T(0);
       const int64_t nl = std::min(kT, lanes - r0);
       for (int64_t d = 0; d < nd; ++d) std::copy_n(tile[d], nl, dst + (d0 + d) * ld + r0);
     }
@@ -226,6 +260,11 @@ struct Dims {
   int64_t kv_off(int64_t b, int64_t t, int64_t g) const { return ((b * T + t) * G + g) * D; }
   int64_t ldq() const { return H * D; }
   int64_t ldkv() const { return G * D; }
+  // Row stride of packed [rows, D] blocks: whole vectors, so rows stay aligned.
+  template <typename T>
+  int64_t d_padded() const {
+    return (D + Simd<T>::kWidth - 1) / Simd<T>::kWidth * Simd<T>::kWidth;
+  }
 };
 
 // Runs fn(task, scratch) for every task in [0, n). Tasks are handed out one at
@@ -252,40 +291,101 @@ void check_dims(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t b
   CLAW_CHECK(block >= 16 && block % 16 == 0, "attention: block={} must be a positive multiple of 16", block);
 }
 
-// Forward for query block i of head h: out rows double as the O accumulator.
+// Strided operands are copied into contiguous scratch before they serve as
+// the B (vector) side of a tile product: rows H * D or G * D floats apart sit
+// a multiple of 1 KiB apart for common shapes, map to a quarter of the L1
+// sets and evict each other (a 64-row V block read in place runs the P V
+// product at ~135 GFLOP/s, packed at ~175 including the copy).
+template <typename T>
+void pack_rows(T* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * lds, D, dst + r * ldd);
+}
+
+// Carves per-task scratch into 64-byte aligned pieces; the same sequence of
+// take() calls with a null base measures the size to allocate.
+template <typename T>
+class Carver {
+ public:
+  explicit Carver(T* base) : p_(base) {}
+  T* take(int64_t n) {
+    T* r = p_ ? p_ + used_ : nullptr;
+    used_ += round_up(n, Simd<T>::kWidth);
+    return r;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  T* p_;
+  int64_t used_ = 0;
+};
+
+template <typename T>
+struct ForwardScratch {
+  T *qt, *s, *vp, *o, *m, *l, *alpha;
+  ForwardScratch(const Dims& dm, T* base) {
+    Carver<T> c(base);
+    const int64_t blk = dm.blk, dp = dm.d_padded<T>();
+    qt = c.take(dm.D * blk);  // scale * Q^T [D, blk]
+    s = c.take(blk * blk);    // S^T, then P^T [blk keys, blk queries]
+    vp = c.take(blk * dp);    // V block, rows packed [blk, dp]
+    o = c.take(blk * dp);     // O accumulator [blk, dp]
+    m = c.take(blk);          // running max per query
+    l = c.take(blk);          // running sum per query
+    alpha = c.take(blk);      // per-tile rescale factor
+    size = c.used();
+  }
+  int64_t size;
+};
+
+template <typename T>
+struct BackwardScratch {
+  T *qt, *dot, *qp, *dop, *kp, *s, *dp, *lse, *delta;
+  BackwardScratch(const Dims& dm, T* base) {
+    Carver<T> c(base);
+    const int64_t blk = dm.blk, dpad = dm.d_padded<T>();
+    qt = c.take(dm.D * blk);  // scale * Q^T [D, blk]
+    dot = c.take(dm.D * blk); // dO^T [D, blk]
+    qp = c.take(blk * dpad);  // Q block, rows packed
+    dop = c.take(blk * dpad); // dO block, rows packed
+    kp = c.take(blk * dpad);  // K block, rows packed
+    s = c.take(blk * blk);    // S^T, then P^T
+    dp = c.take(blk * blk);   // dP^T, then scale * dS^T
+    lse = c.take(blk);        // lse per query lane
+    delta = c.take(blk);      // Delta per query lane
+    size = c.used();
+  }
+  int64_t size;
+};
+
+// Forward for query block i of head h.
 template <typename T>
 void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const T* v, int64_t b, int64_t h,
                    int64_t i, T scale, T* scratch) {
-  const int64_t blk = dm.blk, D = dm.D, ldq = dm.ldq(), ldkv = dm.ldkv();
+  const ForwardScratch<T> w(dm, scratch);
+  const int64_t blk = dm.blk, D = dm.D, dp = dm.d_padded<T>(), ldq = dm.ldq(), ldkv = dm.ldkv();
   const int64_t g = h / dm.heads_per_group();
   const int64_t i0 = i * blk, qc = std::min(blk, dm.T - i0), lanes = round_up(qc, Simd<T>::kWidth);
-  T* qt = scratch;         // scale * Q^T [D, blk]
-  T* s = qt + D * blk;     // S^T, then P^T [blk, blk]
-  T* m = s + blk * blk;    // running max per query
-  T* l = m + blk;          // running sum per query
-  T* alpha = l + blk;      // per-tile rescale factor
-  const T* qb = q + dm.q_off(b, i0, h);
-  T* ob = out + dm.q_off(b, i0, h);
-  pack_transposed(qt, blk, qb, ldq, qc, lanes, D, scale);
-  std::fill(m, m + lanes, -std::numeric_limits<T>::infinity());
-  std::fill(l, l + lanes, T(0));
+  pack_transposed(w.qt, blk, q + dm.q_off(b, i0, h), ldq, qc, lanes, D, scale);
+  std::fill_n(w.m, lanes, -std::numeric_limits<T>::infinity());
+  std::fill_n(w.l, lanes, T(0));
   for (int64_t j = 0; j <= i; ++j) {
     const int64_t k0 = j * blk, kc = std::min(blk, dm.T - k0);
     const bool diag = j == i;
-    const T* kb = k + dm.kv_off(b, k0, g);
-    const T* vb = v + dm.kv_off(b, k0, g);
-    tile_gemm<T>(diag ? Causal::cols_from_row : Causal::none, {false}, kc, lanes, D, kb, ldkv, 1, qt, blk, s, blk);
-    softmax_step(s, blk, kc, lanes, diag, m, l, alpha);
+    tile_gemm<T>(diag ? Causal::cols_from_row : Causal::none, {false}, kc, lanes, D, k + dm.kv_off(b, k0, g), ldkv,
+                 1, w.qt, blk, w.s, blk);
+    softmax_step(w.s, blk, kc, lanes, diag, w.m, w.l, w.alpha);
+    pack_rows(w.vp, dp, v + dm.kv_off(b, k0, g), ldkv, kc, D);
     // O = alpha * O + P V, with A(r, c) = P^T[c, r].
-    tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0, alpha}, qc, D, kc, s, 1, blk, vb, ldkv, ob, ldq);
+    tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0, w.alpha}, qc, D, kc, w.s, 1, blk, w.vp, dp, w.o,
+                 dp);
   }
+  T* ob = out + dm.q_off(b, i0, h);
   T* lse_b = lse + (b * dm.H + h) * dm.T + i0;
   for (int64_t r = 0; r < qc; ++r) {
-    const T inv = T(1) / l[r];
-    T* orow = ob + r * ldq;
+    const T inv = T(1) / w.l[r];
 #pragma omp simd
-    for (int64_t d = 0; d < D; ++d) orow[d] *= inv;
-    lse_b[r] = m[r] + std::log(l[r]);
+    for (int64_t d = 0; d < D; ++d) ob[r * ldq + d] = inv * w.o[r * dp + d];
+    lse_b[r] = w.m[r] + std::log(w.l[r]);
   }
 }
 
@@ -296,13 +396,8 @@ void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const
 template <typename T>
 void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                     const T* out, const T* lse, int64_t b, int64_t g, T scale, T* scratch) {
-  const int64_t blk = dm.blk, D = dm.D, ldq = dm.ldq(), ldkv = dm.ldkv();
-  T* qt = scratch;           // scale * Q^T [D, blk]
-  T* dot = qt + D * blk;     // dO^T [D, blk]
-  T* s = dot + D * blk;      // S^T, then P^T [blk, blk]
-  T* dp = s + blk * blk;     // dP^T, then scale * dS^T [blk, blk]
-  T* lse_l = dp + blk * blk; // lse per query lane
-  T* delta = lse_l + blk;    // Delta per query lane
+  const BackwardScratch<T> w(dm, scratch);
+  const int64_t blk = dm.blk, D = dm.D, dpad = dm.d_padded<T>(), ldq = dm.ldq(), ldkv = dm.ldkv();
   const int64_t hpg = dm.heads_per_group();
   for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
     for (int64_t i = 0; i < dm.num_blocks(); ++i) {
@@ -311,8 +406,10 @@ void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T*
       const T* dob = dout + dm.q_off(b, i0, h);
       const T* ob = out + dm.q_off(b, i0, h);
       T* dqb = dq + dm.q_off(b, i0, h);
-      pack_transposed(qt, blk, qb, ldq, qc, lanes, D, scale);
-      pack_transposed(dot, blk, dob, ldq, qc, lanes, D, T(1));
+      pack_transposed(w.qt, blk, qb, ldq, qc, lanes, D, scale);
+      pack_transposed(w.dot, blk, dob, ldq, qc, lanes, D, T(1));
+      pack_rows(w.qp, dpad, qb, ldq, qc, D);
+      pack_rows(w.dop, dpad, dob, ldq, qc, D);
       const T* lse_b = lse + (b * dm.H + h) * dm.T + i0;
       for (int64_t r = 0; r < lanes; ++r) {
         T sum = 0;
@@ -320,28 +417,27 @@ void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T*
 #pragma omp simd reduction(+ : sum)
           for (int64_t d = 0; d < D; ++d) sum += dob[r * ldq + d] * ob[r * ldq + d];
         }
-        delta[r] = sum;
-        lse_l[r] = r < qc ? lse_b[r] : T(0);
+        w.delta[r] = sum;
+        w.lse[r] = r < qc ? lse_b[r] : T(0);
       }
       for (int64_t j = 0; j <= i; ++j) {
         const int64_t k0 = j * blk, kc = std::min(blk, dm.T - k0);
         const bool diag = j == i;
+        pack_rows(w.kp, dpad, k + dm.kv_off(b, k0, g), ldkv, kc, D);
         const Causal scores = diag ? Causal::cols_from_row : Causal::none;
-        const T* kb = k + dm.kv_off(b, k0, g);
-        const T* vb = v + dm.kv_off(b, k0, g);
-        T* dkb = dk + dm.kv_off(b, k0, g);
-        T* dvb = dv + dm.kv_off(b, k0, g);
-        tile_gemm<T>(scores, {false}, kc, lanes, D, kb, ldkv, 1, qt, blk, s, blk);
-        tile_gemm<T>(scores, {false}, kc, lanes, D, vb, ldkv, 1, dot, blk, dp, blk);
-        score_grads(s, dp, blk, kc, lanes, diag, lse_l, delta, scale);
+        tile_gemm<T>(scores, {false}, kc, lanes, D, w.kp, dpad, 1, w.qt, blk, w.s, blk);
+        tile_gemm<T>(scores, {false}, kc, lanes, D, v + dm.kv_off(b, k0, g), ldkv, 1, w.dot, blk, w.dp, blk);
+        score_grads(w.s, w.dp, blk, kc, lanes, diag, w.lse, w.delta, scale);
         // Key block j is first reached on its diagonal tile by the group's
         // first head; that tile covers all of its rows, so it overwrites.
         const Init<T> kv_init{!(diag && h == g * hpg)};
         const Causal by_key = diag ? Causal::k_from_row : Causal::none;
-        tile_gemm(by_key, kv_init, kc, D, qc, s, blk, 1, dob, ldq, dvb, ldkv);  // dV (+)= P^T dO
-        tile_gemm(by_key, kv_init, kc, D, qc, dp, blk, 1, qb, ldq, dkb, ldkv);  // dK (+)= scale dS^T Q
-        tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0}, qc, D, kc, dp, 1, blk, kb, ldkv, dqb,
-                     ldq);                                                     // dQ (+)= scale dS K
+        T* dkb = dk + dm.kv_off(b, k0, g);
+        T* dvb = dv + dm.kv_off(b, k0, g);
+        tile_gemm(by_key, kv_init, kc, D, qc, w.s, blk, 1, w.dop, dpad, dvb, ldkv);  // dV (+)= P^T dO
+        tile_gemm(by_key, kv_init, kc, D, qc, w.dp, blk, 1, w.qp, dpad, dkb, ldkv);  // dK (+)= scale dS^T Q
+        tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0}, qc, D, kc, w.dp, 1, blk, w.kp, dpad, dqb,
+                     ldq);  // dQ (+)= scale dS K
       }
     }
   }
@@ -355,10 +451,11 @@ void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k
   check_dims(B, T_, H, G, D, block);
   const Dims dm{B, T_, H, G, D, block};
   const int64_t nb = dm.num_blocks(), heads = B * H;
-  // Last query blocks first: they see the most key blocks, so handing them out
-  // early balances the tail of the dynamic schedule.
-  run_tasks<T>(ctx, heads * nb, D * block + block * block + 3 * block, [&](int64_t t, T* scratch) {
-    const int64_t i = nb - 1 - t / heads, bh = t % heads;
+  // Head by head, so a head's K and V stay in cache across its query blocks;
+  // within a head the last query blocks (which see the most keys) go first,
+  // so the dynamic schedule ends on small tasks.
+  run_tasks<T>(ctx, heads * nb, ForwardScratch<T>(dm, nullptr).size, [&](int64_t t, T* scratch) {
+    const int64_t bh = t / nb, i = nb - 1 - t % nb;
     forward_block(dm, out, lse, q, k, v, bh / H, bh % H, i, static_cast<T>(scale), scratch);
   });
 }
@@ -369,7 +466,7 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
                         int64_t D, double scale, int64_t block) {
   check_dims(B, T_, H, G, D, block);
   const Dims dm{B, T_, H, G, D, block};
-  run_tasks<T>(ctx, B * G, 2 * D * block + 2 * block * block + 2 * block, [&](int64_t t, T* scratch) {
+  run_tasks<T>(ctx, B * G, BackwardScratch<T>(dm, nullptr).size, [&](int64_t t, T* scratch) {
     backward_group(dm, dq, dk, dv, dout, q, k, v, out, lse, t / G, t % G, static_cast<T>(scale), scratch);
   });
 }
