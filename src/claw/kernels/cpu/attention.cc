@@ -39,12 +39,20 @@ template <typename T>
 struct Simd {
   static constexpr int kWidth = 64 / sizeof(T);
   typedef T V __attribute__((vector_size(64)));
+  // Lane masks and integer lanes of the same width.
+  typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> I __attribute__((vector_size(64)));
   static V load(const T* p) {
     V v;
     std::memcpy(&v, p, sizeof v);
     return v;
   }
   static void store(T* p, V v) { std::memcpy(p, &v, sizeof v); }
+  // Mask of lanes e >= first (lanes whose query index is at least the key's).
+  static I visible(int64_t first) {
+    I lane;
+    for (int e = 0; e < kWidth; ++e) lane[e] = e;
+    return lane >= static_cast<typename std::remove_reference_t<decltype(lane[0])>>(first);
+  }
 };
 
 constexpr int kRows = 6;  // register tile: kRows rows x kVecs vectors (24 accumulators)
@@ -190,42 +198,94 @@ void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows
 }
 
 // ---------------------------------------------------------------------------
-// Score-tile passes. s is S^T [kc keys, lanes queries] with row stride ld; on
-// a diagonal tile key c is visible to query r iff c <= r (same block origin).
-// The loops run along a row of queries; simdlen asks for 512-bit vectors,
-// which GCC would otherwise not use here on AVX-512 Intel parts (it prefers
-// 256 bits there), and the exponentials are most of these passes' cost.
-constexpr int kLanes = 16;
+// Score-tile passes. s is S^T [kc keys, lanes queries] with row stride ld,
+// walked one vector of queries at a time, down the keys, so per-query running
+// values (max, sum) stay in registers. On a diagonal tile key c is visible to
+// query r iff c <= r (same block origin): for the lane group [r0, r0 + W),
+// keys c <= r0 are visible to all lanes, keys in (r0, r0 + W) to some, later
+// keys to none (their entries were possibly never computed and are only
+// overwritten).
+
+// e^x for 16 fp32 lanes: fast_exp's scheme (vec_math.h; bitwise the same
+// results) on whole vectors. The auto-vectorised scalar version turns its
+// clamps into masked operations and costs ~1.5x more, and at D = 64 the
+// exponentials are ~15% of the forward.
+inline Simd<float>::V vexp(Simd<float>::V x) {
+  using V = Simd<float>::V;
+  using I = Simd<float>::I;
+  const float lo = -87.3f, hi = 88.7f;
+  V xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  // Adding 1.5 * 2^23 rounds to an integer n held in the low mantissa bits.
+  const float shifter = 12582912.0f;
+  const V t = xc * 1.44269504088896341f + shifter;
+  const V n = t - shifter;
+  V r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // Vector casts between same-size types reinterpret bits: 2^n = (n + 127) << 23.
+  const I scale_bits = ((I)t - 0x4B400000 + 127) << 23;
+  const V y = p * (V)scale_bits;
+  return x < lo ? 0.0f : y;
+}
+// fp64 is the finite-difference reference: exact libm exp.
+inline Simd<double>::V vexp(Simd<double>::V x) {
+  for (int e = 0; e < Simd<double>::kWidth; ++e) x[e] = std::exp(x[e]);
+  return x;
+}
+
+template <typename V>
+V vmax(V a, V b) {
+  return a > b ? a : b;
+}
+
+// Which rows of a lane group need masking; see above.
+struct KeyRanges {
+  int64_t all, some;  // keys [0, all) visible to every lane, [all, some) to some, [some, kc) to none
+  KeyRanges(bool diag, int64_t kc, int64_t r0, int64_t W)
+      : all(diag ? std::min(kc, r0 + 1) : kc), some(diag ? std::min(kc, r0 + W) : kc) {}
+};
 
 // One online-softmax step (Milakov & Gimelshein 2018): folds this tile's
 // column maxima into m, turns s into P^T = exp(s - m_new), and leaves in alpha
 // the factor exp(m_old - m_new) by which l (updated here) and O must shrink.
+// Every lane has a visible key on its first tile, so m is finite from then on
+// and exp(-inf - m) = 0 covers m_old = -inf.
 template <typename T>
 void softmax_step(T* s, int64_t ld, int64_t kc, int64_t lanes, bool diag, T* m, T* l, T* alpha) {
-  for (int64_t r = 0; r < lanes; ++r) alpha[r] = m[r];
-  for (int64_t c = 0; c < kc; ++c) {
-    const T* row = s + c * ld;
-#pragma omp simd simdlen(kLanes)
-    for (int64_t r = diag ? c : 0; r < lanes; ++r) alpha[r] = std::max(alpha[r], row[r]);
-  }
-  // alpha holds m_new; swap it into m and keep exp(m_old - m_new).
-#pragma omp simd simdlen(kLanes)
-  for (int64_t r = 0; r < lanes; ++r) {
-    T m_new = alpha[r];
-    alpha[r] = fast_exp(m[r] - m_new);  // m_old = -inf on the first tile gives 0
-    l[r] *= alpha[r];
-    m[r] = m_new;
-  }
-  for (int64_t c = 0; c < kc; ++c) {
-    T* row = s + c * ld;
-    const int64_t r0 = diag ? c : 0;
-    for (int64_t r = 0; r < r0; ++r) row[r] = T(0);
-#pragma omp simd simdlen(kLanes)
-    for (int64_t r = r0; r < lanes; ++r) {
-      T p = fast_exp(row[r] - m[r]);
-      row[r] = p;
-      l[r] += p;
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int W = S::kWidth;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t r0 = 0; r0 < lanes; r0 += W) {
+    const KeyRanges keys(diag, kc, r0, W);
+    const V m_old = S::load(m + r0);
+    V mx = m_old;
+    for (int64_t c = 0; c < keys.all; ++c) mx = vmax(mx, S::load(s + c * ld + r0));
+    for (int64_t c = keys.all; c < keys.some; ++c)
+      mx = vmax(mx, S::visible(c - r0) ? S::load(s + c * ld + r0) : ninf);
+    const V a = vexp(m_old - mx);
+    V sum = a * S::load(l + r0);
+    for (int64_t c = 0; c < keys.all; ++c) {
+      const V p = vexp(S::load(s + c * ld + r0) - mx);
+      S::store(s + c * ld + r0, p);
+      sum += p;
     }
+    for (int64_t c = keys.all; c < keys.some; ++c) {
+      const V p = S::visible(c - r0) ? vexp(S::load(s + c * ld + r0) - mx) : T(0);
+      S::store(s + c * ld + r0, p);
+      sum += p;
+    }
+    for (int64_t c = keys.some; c < kc; ++c) S::store(s + c * ld + r0, V{});
+    S::store(m + r0, mx);
+    S::store(l + r0, sum);
+    S::store(alpha + r0, a);
   }
 }
 
@@ -234,16 +294,26 @@ void softmax_step(T* s, int64_t ld, int64_t kc, int64_t lanes, bool diag, T* m, 
 template <typename T>
 void score_grads(T* s, T* dp, int64_t ld, int64_t kc, int64_t lanes, bool diag, const T* lse, const T* delta,
                  T scale) {
-  for (int64_t c = 0; c < kc; ++c) {
-    T* srow = s + c * ld;
-    T* drow = dp + c * ld;
-    const int64_t r0 = diag ? c : 0;
-    for (int64_t r = 0; r < r0; ++r) srow[r] = drow[r] = T(0);
-#pragma omp simd simdlen(kLanes)
-    for (int64_t r = r0; r < lanes; ++r) {
-      T p = fast_exp(srow[r] - lse[r]);
-      srow[r] = p;
-      drow[r] = scale * p * (drow[r] - delta[r]);
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int W = S::kWidth;
+  for (int64_t r0 = 0; r0 < lanes; r0 += W) {
+    const KeyRanges keys(diag, kc, r0, W);
+    const V lse_v = S::load(lse + r0), delta_v = S::load(delta + r0);
+    for (int64_t c = 0; c < keys.all; ++c) {
+      const V p = vexp(S::load(s + c * ld + r0) - lse_v);
+      S::store(s + c * ld + r0, p);
+      S::store(dp + c * ld + r0, scale * p * (S::load(dp + c * ld + r0) - delta_v));
+    }
+    for (int64_t c = keys.all; c < keys.some; ++c) {
+      const auto vis = S::visible(c - r0);
+      const V p = vis ? vexp(S::load(s + c * ld + r0) - lse_v) : T(0);
+      S::store(s + c * ld + r0, p);
+      S::store(dp + c * ld + r0, vis ? scale * p * (S::load(dp + c * ld + r0) - delta_v) : T(0));
+    }
+    for (int64_t c = keys.some; c < kc; ++c) {
+      S::store(s + c * ld + r0, V{});
+      S::store(dp + c * ld + r0, V{});
     }
   }
 }
