@@ -266,8 +266,13 @@ void softmax_step(T* s, int64_t ld, int64_t kc, int64_t lanes, bool diag, T* m, 
   for (int64_t r0 = 0; r0 < lanes; r0 += W) {
     const KeyRanges keys(diag, kc, r0, W);
     const V m_old = S::load(m + r0);
-    V mx = m_old;
-    for (int64_t c = 0; c < keys.all; ++c) mx = vmax(mx, S::load(s + c * ld + r0));
+    // Four running maxima: one would serialise on the max latency.
+    V mx4[4] = {m_old, m_old, m_old, m_old};
+    int64_t c4 = 0;
+    for (; c4 + 4 <= keys.all; c4 += 4)
+      for (int u = 0; u < 4; ++u) mx4[u] = vmax(mx4[u], S::load(s + (c4 + u) * ld + r0));
+    for (int64_t c = c4; c < keys.all; ++c) mx4[0] = vmax(mx4[0], S::load(s + c * ld + r0));
+    V mx = vmax(vmax(mx4[0], mx4[1]), vmax(mx4[2], mx4[3]));
     for (int64_t c = keys.all; c < keys.some; ++c)
       mx = vmax(mx, S::visible(c - r0) ? S::load(s + c * ld + r0) : ninf);
     const V a = vexp(m_old - mx);
