@@ -49,4 +49,23 @@ inline double fast_tanh(double x) { return std::tanh(x); }
 inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 inline double fast_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// sum_{i<n} term(i) accumulated in double, in 16 interleaved partial sums
+// added in a fixed order at the end. A plain loop is not vectorised (that
+// would reassociate the sum), and an OpenMP simd reduction whose terms change
+// type (fp32 data, double sum) keeps its partials on the stack, ~4x slower;
+// independent lanes compile to SIMD register accumulators and give the same
+// result on every run.
+template <typename F>
+inline double lane_sum(int64_t n, F&& term) {
+  constexpr int kLanes = 16;
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += term(i + j);
+  for (int j = 0; i < n; ++i, ++j) acc[j] += term(i);
+  double s = 0.0;
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
 }  // namespace claw::kernels
