@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "claw/kernels/cpu/vec_math.h"
+
 namespace claw::kernels {
 namespace {
 
@@ -29,10 +31,7 @@ void row_moments(const T* x, int64_t C, double& mean_out, double& var_out) {
   for (int64_t b = 0; b < C; b += kBlock) {
     int64_t nb = std::min(kBlock, C - b);
     const T* xb = x + b;
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < nb; ++c) s += static_cast<double>(xb[c]);
-    const double mbd = s / static_cast<double>(nb);
+    const double mbd = lane_sum(nb, [&](int64_t c) { return static_cast<double>(xb[c]); }) / static_cast<double>(nb);
     const T mb = static_cast<T>(mbd);
     T q = 0;
 #pragma omp simd reduction(+ : q)
@@ -110,31 +109,37 @@ template <typename T>
 void layernorm_backward(const CpuCtx& ctx, T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight,
                         const T* mean, const T* rstd, int64_t N, int64_t C, bool accumulate_dx) {
   if (N <= 0) return;
-  // One pass over the rows. Each chunk of rows (one per thread) sums its
-  // dweight/dbias contribution into its own partial; the partials are then
-  // added in chunk order, so the result is fixed for a given thread count.
-  int64_t chunks = std::clamp<int64_t>(N / row_grain(C), 1, std::max(ctx.num_threads, 1));
-  std::vector<T> part(static_cast<size_t>(chunks * 2 * C), T(0));
+  // One pass over the rows. dweight/dbias are sums over all N rows: each chunk
+  // of rows (one per thread) sums blocks of kRowBlock rows in T, at full SIMD
+  // width, and adds each block's sum into a double partial, so the fp32 error
+  // grows with the block length and not with N. The chunks' partials are then
+  // added in chunk order: the result is fixed for a given thread count.
+  constexpr int64_t kRowBlock = 32;
+  const int64_t chunks = std::clamp<int64_t>(N / row_grain(C), 1, std::max(ctx.num_threads, 1));
+  std::vector<T> block_sum(static_cast<size_t>(chunks * 2 * C));
+  std::vector<double> partial(static_cast<size_t>(chunks * 2 * C), 0.0);
+  auto* rows = accumulate_dx ? &backward_rows<true, T> : &backward_rows<false, T>;
   parallel_for(ctx, chunks, 1, [&](int64_t kb, int64_t ke) {
     for (int64_t k = kb; k < ke; ++k) {
-      int64_t rb = N * k / chunks, re = N * (k + 1) / chunks;
-      T* dw_part = part.data() + k * 2 * C;
-      T* db_part = dw_part + C;
-      if (accumulate_dx)
-        backward_rows<true>(dx, dw_part, db_part, dy, x, weight, mean, rstd, rb, re, C);
-      else
-        backward_rows<false>(dx, dw_part, db_part, dy, x, weight, mean, rstd, rb, re, C);
+      T* dw_block = block_sum.data() + k * 2 * C;  // dweight then dbias
+      double* acc = partial.data() + k * 2 * C;
+      for (int64_t r0 = N * k / chunks, re = N * (k + 1) / chunks; r0 < re; r0 += kRowBlock) {
+        std::fill(dw_block, dw_block + 2 * C, T(0));
+        rows(dx, dw_block, dw_block + C, dy, x, weight, mean, rstd, r0, std::min(re, r0 + kRowBlock), C);
+#pragma omp simd
+        for (int64_t c = 0; c < 2 * C; ++c) acc[c] += static_cast<double>(dw_block[c]);
+      }
     }
   });
   parallel_for(ctx, C, 1024, [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; ++c) {
-      T dw = 0, db = 0;
+      double dw = 0, db = 0;
       for (int64_t k = 0; k < chunks; ++k) {
-        dw += part[k * 2 * C + c];
-        db += part[k * 2 * C + C + c];
+        dw += partial[k * 2 * C + c];
+        db += partial[k * 2 * C + C + c];
       }
-      dweight[c] += dw;
-      if (dbias) dbias[c] += db;
+      dweight[c] += static_cast<T>(dw);
+      if (dbias) dbias[c] += static_cast<T>(db);
     }
   });
 }

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
+
+#include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
 namespace {
@@ -29,11 +30,11 @@ double sum_squares(const CpuCtx& ctx, const T* x, int64_t n) {
   std::vector<double> partial(chunks, 0.0);
   parallel_for(ctx, chunks, 1, [&](int64_t kb, int64_t ke) {
     for (int64_t k = kb; k < ke; ++k) {
-      int64_t b = chunk_begin(k, chunks, n), e = chunk_begin(k + 1, chunks, n);
-      double s = 0.0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = b; i < e; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-      partial[k] = s;
+      const T* xk = x + chunk_begin(k, chunks, n);
+      partial[k] = lane_sum(chunk_begin(k + 1, chunks, n) - chunk_begin(k, chunks, n), [&](int64_t i) {
+        double v = static_cast<double>(xk[i]);
+        return v * v;
+      });
     }
   });
   double total = 0.0;
@@ -70,25 +71,27 @@ void scale(const CpuCtx& ctx, T* x, T alpha, int64_t n) {
 template <typename T>
 int64_t first_non_finite(const CpuCtx& ctx, const T* x, int64_t n) {
   if (n <= 0) return -1;
-  // Each chunk scans blocks with a branch-free count (vectorises; an early-exit
-  // loop would not) and rescans only the first block that has a hit. The
-  // answer is the hit of the lowest chunk that has one.
+  // Each chunk screens blocks branch-free (vectorises; an early-exit loop
+  // would not) and rescans only the first block that has a hit. The answer is
+  // the hit of the lowest chunk that has one.
   constexpr int64_t kBlock = 1024;
-  constexpr T kMax = std::numeric_limits<T>::max();
-  int64_t chunks = num_chunks(ctx, n);
+  const int64_t chunks = num_chunks(ctx, n);
   std::vector<int64_t> first(chunks, -1);
   parallel_for(ctx, chunks, 1, [&](int64_t kb, int64_t ke) {
     for (int64_t k = kb; k < ke; ++k) {
-      int64_t e = chunk_begin(k + 1, chunks, n);
+      const int64_t e = chunk_begin(k + 1, chunks, n);
       for (int64_t b = chunk_begin(k, chunks, n); b < e && first[k] < 0; b += kBlock) {
-        int64_t be = std::min(b + kBlock, e), bad = 0;
-        // |x| <= max is false exactly for NaN and +-Inf.
-#pragma omp simd reduction(+ : bad)
-        for (int64_t i = b; i < be; ++i) bad += !(std::abs(x[i]) <= kMax);
-        if (bad == 0) continue;
-        for (int64_t i = b; i < be; ++i)
-          if (!(std::abs(x[i]) <= kMax)) {
-            first[k] = i;
+        const T* xb = x + b;
+        const int64_t nb = std::min(kBlock, e - b);
+        // x - x is 0 for finite x and NaN for NaN and +-Inf (never folded
+        // without -ffast-math), so the block sum is 0 exactly when all are finite.
+        T poison = 0;
+#pragma omp simd reduction(+ : poison)
+        for (int64_t i = 0; i < nb; ++i) poison += xb[i] - xb[i];
+        if (poison == 0) continue;
+        for (int64_t i = 0; i < nb; ++i)
+          if (!std::isfinite(xb[i])) {
+            first[k] = b + i;
             break;
           }
       }

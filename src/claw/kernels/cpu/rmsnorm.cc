@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "claw/kernels/cpu/vec_math.h"
+
 namespace claw::kernels {
 namespace {
 
@@ -50,9 +52,10 @@ void rmsnorm_forward(const CpuCtx& ctx, T* y, T* rstd, const T* x, const T* weig
       // Squares are positive, so there is no cancellation; double lanes keep
       // the fp32 sum exact to rounding for any C at negligible cost (the row
       // is in L1).
-      double ss = 0.0;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
+      const double ss = lane_sum(C, [&](int64_t c) {
+        double v = static_cast<double>(xr[c]);
+        return v * v;
+      });
       const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
       rstd[n] = r;
 #pragma omp simd
@@ -65,24 +68,31 @@ template <typename T>
 void rmsnorm_backward(const CpuCtx& ctx, T* dx, T* dweight, const T* dy, const T* x, const T* weight,
                       const T* rstd, int64_t N, int64_t C, bool accumulate_dx) {
   if (N <= 0) return;
-  // One pass over the rows; per-chunk dweight partials added in chunk order
-  // (fixed result for a given thread count), as in layernorm_backward.
-  int64_t chunks = std::clamp<int64_t>(N / row_grain(C), 1, std::max(ctx.num_threads, 1));
-  std::vector<T> part(static_cast<size_t>(chunks * C), T(0));
+  // One pass over the rows; dweight summed per chunk of rows in blocks of
+  // kRowBlock rows in T, the blocks in double, the chunks in chunk order (fixed
+  // result for a given thread count), as in layernorm_backward.
+  constexpr int64_t kRowBlock = 32;
+  const int64_t chunks = std::clamp<int64_t>(N / row_grain(C), 1, std::max(ctx.num_threads, 1));
+  std::vector<T> block_sum(static_cast<size_t>(chunks * C));
+  std::vector<double> partial(static_cast<size_t>(chunks * C), 0.0);
+  auto* rows = accumulate_dx ? &backward_rows<true, T> : &backward_rows<false, T>;
   parallel_for(ctx, chunks, 1, [&](int64_t kb, int64_t ke) {
     for (int64_t k = kb; k < ke; ++k) {
-      int64_t rb = N * k / chunks, re = N * (k + 1) / chunks;
-      if (accumulate_dx)
-        backward_rows<true>(dx, part.data() + k * C, dy, x, weight, rstd, rb, re, C);
-      else
-        backward_rows<false>(dx, part.data() + k * C, dy, x, weight, rstd, rb, re, C);
+      T* dw_block = block_sum.data() + k * C;
+      double* acc = partial.data() + k * C;
+      for (int64_t r0 = N * k / chunks, re = N * (k + 1) / chunks; r0 < re; r0 += kRowBlock) {
+        std::fill(dw_block, dw_block + C, T(0));
+        rows(dx, dw_block, dy, x, weight, rstd, r0, std::min(re, r0 + kRowBlock), C);
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<double>(dw_block[c]);
+      }
     }
   });
   parallel_for(ctx, C, 1024, [&](int64_t cb, int64_t ce) {
     for (int64_t c = cb; c < ce; ++c) {
-      T dw = 0;
-      for (int64_t k = 0; k < chunks; ++k) dw += part[k * C + c];
-      dweight[c] += dw;
+      double dw = 0;
+      for (int64_t k = 0; k < chunks; ++k) dw += partial[k * C + c];
+      dweight[c] += static_cast<T>(dw);
     }
   });
 }
