@@ -1,5 +1,7 @@
 #include "claw/kernels/cpu/activations.h"
 
+#include <cmath>
+
 #include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
@@ -14,16 +16,26 @@ constexpr T kSqrt2OverPi = T(0.7978845608028654);
 template <typename T>
 constexpr T kGeluCoeff = T(0.044715);
 
+// sigmoid(z) and 1 - sigmoid(z) = sigmoid(-z) from one exp: with
+// e = exp(-|z|) in (0, 1], never overflowing, they are 1 / (1 + e) and
+// e / (1 + e) in the order given by the sign of z. Taking 1 - s by
+// subtraction would be 0 or one ulp where s rounds to 1 in fp32 (z > ~16),
+// an O(1) relative error in a term that is multiplied by x or g and still
+// matters (1e-6 of GELU's dx at x = 5).
+template <typename T>
+inline void sigmoid_pair(T z, T& s, T& one_minus_s) {
+  T e = fast_exp(-std::abs(z));
+  T big = T(1) / (T(1) + e), small = e * big;
+  s = z >= T(0) ? big : small;
+  one_minus_s = z >= T(0) ? small : big;
+}
+
 }  // namespace
 
 // GELU is evaluated through 0.5 (1 + tanh(u)) = sigmoid(2u): one exp, and no
 // cancellation in 1 + tanh(u) where tanh(u) is near -1 (large negative x).
 // With s = sigmoid(2u), 1 - tanh(u)^2 = 4 s (1 - s), so the header's
 // derivative becomes s (1 + 2 x (1 - s) du/dx).
-//
-// Backward passes take 1 - s as sigmoid(-z) rather than subtracting: where s
-// rounds to 1 in fp32 (z > ~16) 1 - s would be 0 or one ulp, an O(1) relative
-// error in a term that is multiplied by x and still matters (1e-6 of dx at x = 5).
 template <typename T>
 void gelu_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n) {
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
@@ -46,7 +58,8 @@ void gelu_backward(const CpuCtx& ctx, T* dx, const T* dy, const T* x, int64_t n)
       T x2 = xv * xv;
       T u = kSqrt2OverPi<T> * (xv + kGeluCoeff<T> * x2 * xv);
       T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCoeff<T> * x2);
-      T s = fast_sigmoid(T(2) * u), one_minus_s = fast_sigmoid(T(-2) * u);
+      T s, one_minus_s;
+      sigmoid_pair(T(2) * u, s, one_minus_s);
       dx[i] = d * s * (T(1) + T(2) * xv * one_minus_s * du);
     }
   });
@@ -69,7 +82,8 @@ void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* 
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
       T g = gate[i], u = up[i], d = dy[i];
-      T s = fast_sigmoid(g), one_minus_s = fast_sigmoid(-g);
+      T s, one_minus_s;
+      sigmoid_pair(g, s, one_minus_s);
       dgate[i] = d * u * s * (T(1) + g * one_minus_s);
       dup[i] = d * g * s;
     }
