@@ -61,6 +61,18 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   EXPECT_EQ(losses[2], 0.0);
 }
 
+// One row, V = 1 (the softmax of a single class is 1: loss 0, gradient 0).
+TEST(CrossEntropy, SingleRowSingleClass) {
+  std::vector<float> logits = {3.5f, 1e4f}, losses(1), lse(1), dlogits(2, 7.f);
+  const std::vector<int32_t> targets = {0};
+  cross_entropy_forward(ctx, losses.data(), lse.data(), logits.data(), targets.data(), 1, 1, 2);
+  cross_entropy_backward(ctx, dlogits.data(), logits.data(), lse.data(), targets.data(), 1.f, 1, 1, 2);
+  EXPECT_EQ(lse[0], 3.5f);
+  EXPECT_EQ(losses[0], 0.f);
+  EXPECT_EQ(dlogits[0], 0.f);
+  EXPECT_EQ(dlogits[1], 0.f);
+}
+
 // Rows wider than the kernel's 2048-column block (V = 5000: 3 blocks) with the
 // row maximum in the first, middle or last block, large offsets (e^1000
 // overflows any naive sum) and poisoned padding.

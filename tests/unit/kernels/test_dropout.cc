@@ -82,6 +82,20 @@ TEST(Dropout, ForwardAndBackwardMasksAgree) {
   EXPECT_EQ(dx_inplace, dx);
 }
 
+// Given its mask dropout is linear, so backward is checked like any other:
+// L = sum(w * dropout(x)) against central differences in double.
+TEST(Dropout, BackwardMatchesFiniteDifferences) {
+  constexpr int64_t n = 37;
+  auto x = random_vector(n, 6), w = random_vector(n, 7);
+  std::vector<double> y(n), dx(n);
+  auto loss = [&] {
+    dropout_forward(ctx, y.data(), x.data(), n, 0.3, rng, kIndex0);
+    return claw::testing::dot(w, y);
+  };
+  dropout_backward(ctx, dx.data(), w.data(), n, 0.3, rng, kIndex0);
+  EXPECT_LT(claw::testing::fd_max_error(x, dx, loss), 1e-6);
+}
+
 // Layout independence: two halves of a tensor, each with its global index0,
 // drop exactly what the whole tensor drops, whatever the thread count.
 TEST(Dropout, SplitTensorMatchesWhole) {
