@@ -50,6 +50,19 @@ TEST(Dropout, MatchesDefinition) {
   }
 }
 
+// The boundary of the integer threshold: an element whose uniform draw u
+// equals p exactly is kept (u >= p), and dropped for p just above u.
+TEST(Dropout, DrawEqualToProbabilityIsKept) {
+  constexpr int64_t i0 = 11;
+  const double u = rng.uniform(kIndex0 + i0);
+  ASSERT_GT(u, 0.0);
+  std::vector<float> ones(16, 1.f), y(16);
+  dropout_forward(ctx, y.data(), ones.data(), 16, u, rng, kIndex0);
+  EXPECT_NE(y[i0], 0.f);
+  dropout_forward(ctx, y.data(), ones.data(), 16, u + 0.5 / 16777216.0, rng, kIndex0);
+  EXPECT_EQ(y[i0], 0.f);
+}
+
 // Kept fraction ~ 1 - p: a binomial count has std sqrt(n p (1-p)), i.e. a
 // fraction std of ~7e-4 for n = 2e5 and p = 0.1; 5 sigma = 3.5e-3 fails with
 // probability < 1e-6 (and the seed is fixed, so the test is deterministic).
