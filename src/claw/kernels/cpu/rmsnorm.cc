@@ -26,7 +26,7 @@ void backward_rows(T* dx, T* dw_part, const T* dy, const T* x, const T* weight, 
 #pragma omp simd reduction(+ : sum_gx)
     for (int64_t c = 0; c < C; ++c) sum_gx += dyr[c] * weight[c] * xr[c];
     const T k = r * r * sum_gx * inv_c;
-    // The row is still in L1: this second sweep costs no memory traffic.
+    // The row is still in cache (L1 up to C ~ 3K): this sweep adds no memory traffic.
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
       T d = dyr[c], xv = xr[c];
