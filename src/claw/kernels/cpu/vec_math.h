@@ -62,7 +62,7 @@ inline double lane_sum(int64_t n, F&& term) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) acc[j] += term(i + j);
-  for (int j = 0; i < n; ++i, ++j) acc[j] += term(i);
+  for (; i < n; ++i) acc[0] += term(i);
   double s = 0.0;
   for (int j = 0; j < kLanes; ++j) s += acc[j];
   return s;
