@@ -114,7 +114,7 @@ TEST(Attention, ForwardMatchesNaiveDouble) {
 }
 
 // L = sum(w * out): dq, dk, dv against central differences of the double forward.
-void check_backward_fd(const Case& c) {
+void check_backward_fd(const Case& c, int backward_threads = 2) {
   Inputs in = make_inputs(c, 100 + c.T);
   auto w = random_vector(c.q_size(), 7);
   std::vector<double> out(c.q_size()), lse(c.B * c.H * c.T);
@@ -127,7 +127,7 @@ void check_backward_fd(const Case& c) {
   };
   loss();
   std::vector<double> dq(c.q_size()), dk(c.kv_size()), dv(c.kv_size());
-  attention_backward<double>(CpuCtx{2}, dq.data(), dk.data(), dv.data(), w.data(), in.q.data(), in.k.data(),
+  attention_backward<double>(CpuCtx{backward_threads}, dq.data(), dk.data(), dv.data(), w.data(), in.q.data(), in.k.data(),
                              in.v.data(), out.data(), lse.data(), c.B, c.T, c.H, c.G, c.D, c.scale(), c.block);
   EXPECT_LT(fd_max_error(in.q, dq, loss), 1e-6) << "dq";
   EXPECT_LT(fd_max_error(in.k, dk, loss), 1e-6) << "dk";
@@ -144,10 +144,37 @@ TEST(Attention, BackwardMatchesFiniteDifferencesMha) { check_backward_fd({1, 64,
 // T = 1 (a single visible key: P = 1, so dq = dk = 0).
 TEST(Attention, BackwardMatchesFiniteDifferencesSingleToken) { check_backward_fd({2, 1, 2, 1, 8, 16}); }
 
+// B * G = 1 cannot keep two threads busy, so each kv head's backward is cut
+// into query chunks whose dk, dv partials are summed afterwards (five blocks
+// in five chunks by area: {0, 1}, {2}, {3}, {4} and an empty one).
+TEST(Attention, BackwardMatchesFiniteDifferencesSplitAcrossThreads) { check_backward_fd({1, 70, 2, 1, 8, 16}); }
+
+// The split changes only the order of the dk, dv sums, and is repeatable.
+TEST(Attention, BackwardSplitMatchesUnsplitAndRepeats) {
+  const Case c{1, 300, 4, 1, 64, 32};
+  const Inputs in = make_inputs(c, 9);
+  const auto dout = random_vector(c.q_size(), 10);
+  std::vector<double> out(c.q_size()), lse(c.B * c.H * c.T);
+  attention_forward<double>(CpuCtx{1}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), c.B, c.T,
+                            c.H, c.G, c.D, c.scale(), c.block);
+  auto grads = [&](int threads) {
+    std::vector<double> g(c.q_size() + 2 * c.kv_size());
+    double* dq = g.data();
+    double* dk = dq + c.q_size();
+    double* dv = dk + c.kv_size();
+    attention_backward<double>(CpuCtx{threads}, dq, dk, dv, dout.data(), in.q.data(), in.k.data(), in.v.data(),
+                               out.data(), lse.data(), c.B, c.T, c.H, c.G, c.D, c.scale(), c.block);
+    return g;
+  };
+  const auto one = grads(1), two = grads(2), again = grads(2);
+  EXPECT_LT(rel_error(two, one), 1e-13);
+  EXPECT_EQ(0, std::memcmp(two.data(), again.data(), two.size() * sizeof(double)));
+}
+
 // The fp32 fast paths (fast_exp, register tiles) agree with fp64 on a case
 // with several default-size blocks and a partial last block.
 TEST(Attention, FloatMatchesDouble) {
-  const Case c{2, 200, 4, 2, 64, kAttentionBlock};
+  const Case c{2, 300, 4, 2, 64, kAttentionBlock};
   const Inputs in = make_inputs(c, 3);
   const auto dout = random_vector(c.q_size(), 4);
   const CpuCtx ctx{2};

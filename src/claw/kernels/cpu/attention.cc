@@ -6,12 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "claw/core/error.h"
-#include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
 namespace {
@@ -35,23 +35,26 @@ namespace {
 // 64x64x64 calls (NN ~160, NT ~100). On narrower ISAs the compiler splits the
 // vectors.
 
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 template <typename T>
 struct Simd {
   static constexpr int kWidth = 64 / sizeof(T);
   typedef T V __attribute__((vector_size(64)));
-  // Lane masks and integer lanes of the same width.
-  typedef std::conditional_t<sizeof(T) == 4, int32_t, int64_t> I __attribute__((vector_size(64)));
+  // Integer lanes of the same width: comparison results (lane masks) and bit patterns.
+  using Int = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  typedef Int I __attribute__((vector_size(64)));
   static V load(const T* p) {
     V v;
     std::memcpy(&v, p, sizeof v);
     return v;
   }
   static void store(T* p, V v) { std::memcpy(p, &v, sizeof v); }
-  // Mask of lanes e >= first (lanes whose query index is at least the key's).
+  // Mask of lanes e >= first: on a diagonal tile, the queries r0 + e that see key r0 + first.
   static I visible(int64_t first) {
     I lane;
     for (int e = 0; e < kWidth; ++e) lane[e] = e;
-    return lane >= static_cast<typename std::remove_reference_t<decltype(lane[0])>>(first);
+    return lane >= static_cast<Int>(first);
   }
 };
 
@@ -61,7 +64,7 @@ constexpr int kVecs = 4;
 // How a tile product treats the C it writes into.
 template <typename T>
 struct Init {
-  bool accumulate;             // C += A B (else C = A B)
+  bool accumulate;               // C += A B (else C = A B)
   const T* row_scale = nullptr;  // if accumulating: C[m, :] = row_scale[m] * C[m, :] + (A B)[m, :]
 };
 
@@ -338,7 +341,7 @@ struct Dims {
   // Row stride of packed [rows, D] blocks: whole vectors, so rows stay aligned.
   template <typename T>
   int64_t d_padded() const {
-    return (D + Simd<T>::kWidth - 1) / Simd<T>::kWidth * Simd<T>::kWidth;
+    return round_up(D, Simd<T>::kWidth);
   }
 };
 
@@ -350,15 +353,14 @@ void run_tasks(const CpuCtx& ctx, int64_t n, int64_t scratch_size, F&& fn) {
   std::atomic<int64_t> next{0};
   const int64_t workers = std::min<int64_t>(std::max(ctx.num_threads, 1), n);
   parallel_for(ctx, workers, 1, [&](int64_t, int64_t) {
-    // 64-byte aligned so tile rows (multiples of 16 floats) start on a cache line.
-    constexpr int64_t pad = 64 / sizeof(T);
-    std::vector<T> buf(scratch_size + pad);
-    T* scratch = buf.data() + (pad - (reinterpret_cast<uintptr_t>(buf.data()) % 64) / sizeof(T)) % pad;
+    // 64-byte aligned so tile rows (whole vectors) start on a cache line.
+    std::vector<T> buf(scratch_size + Simd<T>::kWidth);
+    void* p = buf.data();
+    size_t space = buf.size() * sizeof(T);
+    T* scratch = static_cast<T*>(std::align(64, scratch_size * sizeof(T), p, space));
     for (int64_t t = next.fetch_add(1); t < n; t = next.fetch_add(1)) fn(t, scratch);
   });
 }
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 void check_dims(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t block) {
   CLAW_CHECK(B >= 0 && T >= 0 && D >= 1 && G >= 1 && H >= G && H % G == 0,
@@ -418,15 +420,15 @@ struct BackwardScratch {
   BackwardScratch(const Dims& dm, T* base) {
     Carver<T> c(base);
     const int64_t blk = dm.blk, dpad = dm.d_padded<T>();
-    qt = c.take(dm.D * blk);  // scale * Q^T [D, blk]
-    dot = c.take(dm.D * blk); // dO^T [D, blk]
-    qp = c.take(blk * dpad);  // Q block, rows packed
-    dop = c.take(blk * dpad); // dO block, rows packed
-    kp = c.take(blk * dpad);  // K block, rows packed
-    s = c.take(blk * blk);    // S^T, then P^T
-    dp = c.take(blk * blk);   // dP^T, then scale * dS^T
-    lse = c.take(blk);        // lse per query lane
-    delta = c.take(blk);      // Delta per query lane
+    qt = c.take(dm.D * blk);   // scale * Q^T [D, blk]
+    dot = c.take(dm.D * blk);  // dO^T [D, blk]
+    qp = c.take(blk * dpad);   // Q block, rows packed
+    dop = c.take(blk * dpad);  // dO block, rows packed
+    kp = c.take(blk * dpad);   // K block, rows packed
+    s = c.take(blk * blk);     // S^T, then P^T
+    dp = c.take(blk * blk);    // dP^T, then scale * dS^T
+    lse = c.take(blk);         // lse per query lane
+    delta = c.take(blk);       // Delta per query lane
     size = c.used();
   }
   int64_t size;
@@ -464,18 +466,28 @@ void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const
   }
 }
 
-// Backward for kv head g of batch b: every query head of the group, every
-// query block, every visible key block. dq rows of the group's heads and dk,
-// dv rows of g belong to this task alone, so they accumulate in place, each
-// overwritten by its first contribution.
+// Where one backward task writes dk and dv rows of its kv head: in place
+// (row stride G * D) or, for a later query chunk, a private partial buffer.
 template <typename T>
-void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                    const T* out, const T* lse, int64_t b, int64_t g, T scale, T* scratch) {
+struct KvGrads {
+  T* dk;
+  T* dv;
+  int64_t ld;
+};
+
+// Backward for kv head g of batch b over query blocks [i_begin, i_end): every
+// query head of the group, every such query block, every key block it sees.
+// dq rows of those blocks and the kv rows in `kv` belong to this task alone,
+// so they accumulate in place, each overwritten by its first contribution.
+template <typename T>
+void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T* q, const T* k, const T* v,
+                    const T* out, const T* lse, int64_t b, int64_t g, int64_t i_begin, int64_t i_end, T scale,
+                    T* scratch) {
   const BackwardScratch<T> w(dm, scratch);
   const int64_t blk = dm.blk, D = dm.D, dpad = dm.d_padded<T>(), ldq = dm.ldq(), ldkv = dm.ldkv();
   const int64_t hpg = dm.heads_per_group();
   for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-    for (int64_t i = 0; i < dm.num_blocks(); ++i) {
+    for (int64_t i = i_begin; i < i_end; ++i) {
       const int64_t i0 = i * blk, qc = std::min(blk, dm.T - i0), lanes = round_up(qc, Simd<T>::kWidth);
       const T* qb = q + dm.q_off(b, i0, h);
       const T* dob = dout + dm.q_off(b, i0, h);
@@ -503,19 +515,45 @@ void backward_group(const Dims& dm, T* dq, T* dk, T* dv, const T* dout, const T*
         tile_gemm<T>(scores, {false}, kc, lanes, D, w.kp, dpad, 1, w.qt, blk, w.s, blk);
         tile_gemm<T>(scores, {false}, kc, lanes, D, v + dm.kv_off(b, k0, g), ldkv, 1, w.dot, blk, w.dp, blk);
         score_grads(w.s, w.dp, blk, kc, lanes, diag, w.lse, w.delta, scale);
-        // Key block j is first reached on its diagonal tile by the group's
-        // first head; that tile covers all of its rows, so it overwrites.
-        const Init<T> kv_init{!(diag && h == g * hpg)};
+        // This task first reaches key block j with the group's first head, at
+        // query block max(j, i_begin); that tile covers all kc rows, so it
+        // overwrites.
+        const Init<T> kv_init{!(h == g * hpg && i == std::max(j, i_begin))};
         const Causal by_key = diag ? Causal::k_from_row : Causal::none;
-        T* dkb = dk + dm.kv_off(b, k0, g);
-        T* dvb = dv + dm.kv_off(b, k0, g);
-        tile_gemm(by_key, kv_init, kc, D, qc, w.s, blk, 1, w.dop, dpad, dvb, ldkv);  // dV (+)= P^T dO
-        tile_gemm(by_key, kv_init, kc, D, qc, w.dp, blk, 1, w.qp, dpad, dkb, ldkv);  // dK (+)= scale dS^T Q
+        T* dkb = kv.dk + k0 * kv.ld;
+        T* dvb = kv.dv + k0 * kv.ld;
+        tile_gemm(by_key, kv_init, kc, D, qc, w.s, blk, 1, w.dop, dpad, dvb, kv.ld);  // dV (+)= P^T dO
+        tile_gemm(by_key, kv_init, kc, D, qc, w.dp, blk, 1, w.qp, dpad, dkb, kv.ld);  // dK (+)= scale dS^T Q
         tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0}, qc, D, kc, w.dp, 1, blk, w.kp, dpad, dqb,
                      ldq);  // dQ (+)= scale dS K
       }
     }
   }
+}
+
+// How many query chunks each (b, kv head) backward task is cut into. One,
+// unless B * G tasks would leave threads idle at the end: then enough chunks
+// for ~4 tasks per thread. Chunks after the first accumulate dk, dv into
+// partial buffers that are summed afterwards, so results then depend on the
+// thread count (still deterministic for a given one).
+int64_t backward_chunks(const CpuCtx& ctx, const Dims& dm) {
+  const int64_t groups = dm.B * dm.G, threads = std::max(ctx.num_threads, 1);
+  if (groups == 0 || groups % threads == 0) return 1;
+  return std::clamp<int64_t>((4 * threads + groups - 1) / groups, 1, dm.num_blocks());
+}
+
+// Query-block boundaries of n chunks: query block i costs i + 1 key tiles,
+// so the boundaries split the triangle's area evenly. Chunk c is
+// [bounds[c], bounds[c + 1]), possibly empty.
+std::vector<int64_t> chunk_bounds(int64_t n, int64_t nb) {
+  std::vector<int64_t> bounds(n + 1, nb);
+  int64_t i = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const double area = 0.5 * static_cast<double>(nb) * static_cast<double>(nb + 1) * static_cast<double>(c) / n;
+    while (i < nb && 0.5 * static_cast<double>(i) * static_cast<double>(i + 1) < area) ++i;
+    bounds[c] = i;
+  }
+  return bounds;
 }
 
 }  // namespace
@@ -541,8 +579,38 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
                         int64_t D, double scale, int64_t block) {
   check_dims(B, T_, H, G, D, block);
   const Dims dm{B, T_, H, G, D, block};
-  run_tasks<T>(ctx, B * G, BackwardScratch<T>(dm, nullptr).size, [&](int64_t t, T* scratch) {
-    backward_group(dm, dq, dk, dv, dout, q, k, v, out, lse, t / G, t % G, static_cast<T>(scale), scratch);
+  const int64_t groups = B * G, chunks = backward_chunks(ctx, dm);
+  const std::vector<int64_t> bounds = chunk_bounds(chunks, dm.num_blocks());
+  // Partial dk, dv of chunks 1.. of every group: [groups][chunks - 1][2][T, D];
+  // chunk c writes (and the sum below reads) its rows [0, bounds[c + 1] * block).
+  const int64_t partial_size = (chunks - 1) * groups * 2 * T_ * D;
+  const auto partial = std::make_unique_for_overwrite<T[]>(partial_size);
+  auto partial_of = [&](int64_t grp, int64_t c) {
+    T* p = partial.get() + ((grp * (chunks - 1) + (c - 1)) * 2) * T_ * D;
+    return KvGrads<T>{p, p + T_ * D, D};
+  };
+  run_tasks<T>(ctx, groups * chunks, BackwardScratch<T>(dm, nullptr).size, [&](int64_t t, T* scratch) {
+    const int64_t grp = t / chunks, c = t % chunks, b = grp / G, g = grp % G;
+    const KvGrads<T> kv = c == 0 ? KvGrads<T>{dk + dm.kv_off(b, 0, g), dv + dm.kv_off(b, 0, g), dm.ldkv()}
+                                 : partial_of(grp, c);
+    backward_chunk(dm, dq, kv, dout, q, k, v, out, lse, b, g, bounds[c], bounds[c + 1], static_cast<T>(scale),
+                   scratch);
+  });
+  if (chunks == 1) return;
+  parallel_for(ctx, groups * T_, 64, [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t grp = row / T_, t = row % T_, b = grp / G, g = grp % G;
+      T* dkr = dk + dm.kv_off(b, t, g);
+      T* dvr = dv + dm.kv_off(b, t, g);
+      for (int64_t c = 1; c < chunks; ++c) {
+        if (bounds[c] == bounds[c + 1] || t >= bounds[c + 1] * block) continue;
+        const KvGrads<T> p = partial_of(grp, c);
+        for (int64_t d = 0; d < D; ++d) {
+          dkr[d] += p.dk[t * D + d];
+          dvr[d] += p.dv[t * D + d];
+        }
+      }
+    }
   });
 }
 
