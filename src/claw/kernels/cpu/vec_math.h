@@ -59,10 +59,10 @@ template <typename F>
 inline double lane_sum(int64_t n, F&& term) {
   constexpr int kLanes = 16;
   double acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
+  const int64_t full = n - n % kLanes;
+  for (int64_t i = 0; i < full; i += kLanes)
     for (int j = 0; j < kLanes; ++j) acc[j] += term(i + j);
-  for (; i < n; ++i) acc[0] += term(i);
+  for (int64_t i = full; i < n; ++i) acc[0] += term(i);
   double s = 0.0;
   for (int j = 0; j < kLanes; ++j) s += acc[j];
   return s;
