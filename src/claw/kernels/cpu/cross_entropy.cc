@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "claw/core/error.h"
@@ -22,9 +23,13 @@ constexpr int64_t kBlock = 2048;
 constexpr int64_t kStep = 64;
 constexpr int64_t kAhead = 1024;
 
+// Prefetches the kStep elements that start `ahead` elements past p. They may
+// lie past the end of the array (a prefetch never faults), so the address is
+// formed as an integer: pointer arithmetic beyond the end is undefined.
 template <typename T>
-inline void prefetch_step(const T* p) {
-  for (int64_t i = 0; i < kStep; i += 64 / static_cast<int64_t>(sizeof(T))) __builtin_prefetch(p + i);
+inline void prefetch_step(const T* p, int64_t ahead) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead) * sizeof(T);
+  for (uintptr_t i = 0; i < kStep * sizeof(T); i += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + i));
 }
 
 // Checked before any parallel region: an exception must not leave one.
@@ -52,7 +57,7 @@ double row_logsumexp(const T* x, int64_t V) {
     for (int64_t c = 0; c < nb; ++c) mb = mb > xb[c] ? mb : xb[c];
     T sb = 0;
     for (int64_t c0 = 0; c0 < nb; c0 += kStep) {
-      prefetch_step(xb + kBlock + c0);  // past the row's end it reads ahead into the next row
+      prefetch_step(xb, kBlock + c0);  // past the row's end it reads ahead into the next row
       const int64_t c1 = std::min(nb, c0 + kStep);
 #pragma omp simd reduction(+ : sb)
       for (int64_t c = c0; c < c1; ++c) sb += fast_exp(xb[c] - mb);
@@ -99,7 +104,7 @@ void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, cons
       }
       const T l = lse[n];
       for (int64_t c0 = 0; c0 < V; c0 += kStep) {
-        prefetch_step(row + c0 + kAhead);
+        prefetch_step(row, c0 + kAhead);
         const int64_t c1 = std::min(V, c0 + kStep);
         // omp simd: drow may alias row; each element is read before it is written.
 #pragma omp simd
