@@ -126,7 +126,9 @@ void check_backward_fd(const Case& c, int backward_threads = 2) {
     return dot(w, out);
   };
   loss();
-  std::vector<double> dq(c.q_size()), dk(c.kv_size()), dv(c.kv_size());
+  // NaN-filled: every gradient element must be overwritten.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> dq(c.q_size(), nan), dk(c.kv_size(), nan), dv(c.kv_size(), nan);
   attention_backward<double>(CpuCtx{backward_threads}, dq.data(), dk.data(), dv.data(), w.data(), in.q.data(), in.k.data(),
                              in.v.data(), out.data(), lse.data(), c.B, c.T, c.H, c.G, c.D, c.scale(), c.block);
   EXPECT_LT(fd_max_error(in.q, dq, loss), 1e-6) << "dq";
@@ -158,7 +160,7 @@ TEST(Attention, BackwardSplitMatchesUnsplitAndRepeats) {
   attention_forward<double>(CpuCtx{1}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), c.B, c.T,
                             c.H, c.G, c.D, c.scale(), c.block);
   auto grads = [&](int threads) {
-    std::vector<double> g(c.q_size() + 2 * c.kv_size());
+    std::vector<double> g(c.q_size() + 2 * c.kv_size(), std::numeric_limits<double>::quiet_NaN());
     double* dq = g.data();
     double* dk = dq + c.q_size();
     double* dv = dk + c.kv_size();

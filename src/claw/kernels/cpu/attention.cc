@@ -602,6 +602,11 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
       const int64_t grp = row / T_, t = row % T_, b = grp / G, g = grp % G;
       T* dkr = dk + dm.kv_off(b, t, g);
       T* dvr = dv + dm.kv_off(b, t, g);
+      // Chunk 0 wrote only the key rows its query blocks reach.
+      if (t >= bounds[1] * block) {
+        std::fill_n(dkr, D, T(0));
+        std::fill_n(dvr, D, T(0));
+      }
       for (int64_t c = 1; c < chunks; ++c) {
         if (bounds[c] == bounds[c + 1] || t >= bounds[c + 1] * block) continue;
         const KvGrads<T> p = partial_of(grp, c);
