@@ -238,5 +238,16 @@ TEST(Attention, BitwiseIdenticalAcrossThreadCountsAndOverwritesGrads) {
     EXPECT_TRUE(std::all_of(g->begin(), g->end(), [](float x) { return std::isfinite(x); }));
 }
 
+// B = 0 or T = 0: nothing to compute, nothing touched.
+TEST(Attention, EmptyShapesAreNoOps) {
+  for (const Case& c : {Case{0, 5, 2, 1, 8, 16}, Case{3, 0, 2, 1, 8, 16}}) {
+    float x = 1.0f;
+    attention_forward<float>(CpuCtx{2}, &x, &x, &x, &x, &x, c.B, c.T, c.H, c.G, c.D, c.scale(), c.block);
+    attention_backward<float>(CpuCtx{2}, &x, &x, &x, &x, &x, &x, &x, &x, &x, c.B, c.T, c.H, c.G, c.D, c.scale(),
+                              c.block);
+    EXPECT_EQ(x, 1.0f);
+  }
+}
+
 }  // namespace
 }  // namespace claw::kernels

@@ -538,8 +538,8 @@ void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T
 // thread count (still deterministic for a given one).
 int64_t backward_chunks(const CpuCtx& ctx, const Dims& dm) {
   const int64_t groups = dm.B * dm.G, threads = std::max(ctx.num_threads, 1);
-  if (groups == 0 || groups % threads == 0) return 1;
-  return std::clamp<int64_t>((4 * threads + groups - 1) / groups, 1, dm.num_blocks());
+  if (groups == 0 || groups % threads == 0 || dm.num_blocks() < 2) return 1;
+  return std::min((4 * threads + groups - 1) / groups, dm.num_blocks());
 }
 
 // Query-block boundaries of n chunks: query block i costs i + 1 key tiles,
