@@ -203,7 +203,11 @@ int main(int argc, char** argv) {
   std::printf("kernel=sgemm M=1024 N=1024 K=1024 threads=1 gflops=%.1f\n", sgemm1024);
   const int max_threads = default_num_threads();
   std::vector<int> threads{1};
-  if (max_threads > 1) threads.push_back(max_threads);
+  if (max_threads > 1) {
+    threads.push_back(max_threads);
+    make_cpu_ctx(max_threads);
+    std::printf("kernel=sgemm M=1024 N=1024 K=1024 threads=%d gflops=%.1f\n", max_threads, sgemm_gflops(1024));
+  }
   const Shape shapes[] = {
       {4, 256, 12, 12, 64},   // GPT-2 124M micro-batch
       {8, 256, 4, 4, 64},     // gpt2-tiny

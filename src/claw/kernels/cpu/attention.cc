@@ -22,11 +22,11 @@ namespace {
 // Every product here has the form  C[M, N] (+)= sum_k A(m, k) B[k, n]  where
 // B's rows are contiguous in n (n is the vectorised dimension) and A is read
 // one scalar at a time and broadcast, so A may be stored either way round:
-// A(m, k) = A[m * am + k * ak]. With Q packed transposed once per query block
-// this covers all seven products (K Q^T, V dO^T, P V, P^T dO, dS^T Q, dS K)
-// without ever transposing K, V, P or dS: score tiles are kept as S^T
-// [keys, queries], so the softmax over keys runs down columns, one query per
-// SIMD lane.
+// A(m, k) = A[m * am + k * ak]. With Q and dO packed transposed once per
+// query block this covers every product (forward K Q^T and P V; backward
+// K Q^T, V dO^T, P^T dO, dS^T Q and dS K) without ever transposing K, V, P or
+// dS: score tiles are kept as S^T [keys, queries], so the softmax over keys
+// runs down columns, one query per SIMD lane.
 //
 // The register tile is written with GCC/Clang vector types rather than left to
 // the auto-vectoriser: GCC prefers 256-bit vectors on AVX-512 Intel parts and
@@ -111,6 +111,10 @@ enum class Causal {
   k_to_row,       // row m = query, k = key: only k <= m contributes (O, dQ)
 };
 
+// C[M, N] (+)= A B over k < K as above; B and C rows are ldb and ldc apart.
+// Rows go kRows at a time, columns kVecs vectors at a time (remainders use
+// smaller register tiles), and columns past the last whole vector (D not a
+// multiple of the width) take a scalar loop.
 template <typename T>
 void tile_gemm(Causal causal, Init<T> init, int64_t M, int64_t N, int64_t K, const T* A, int64_t am, int64_t ak,
                const T* B, int64_t ldb, T* C, int64_t ldc) {
@@ -131,7 +135,6 @@ void tile_gemm(Causal causal, Init<T> init, int64_t M, int64_t N, int64_t K, con
       kMicro<T>[(mr - 1) * kVecs + (nv - 1)](k_hi - k_lo, a, am, ak, b + n, ldb, c + n, ldc, row_init);
       n += nv * W;
     }
-    // Columns past the last full vector (D not a multiple of the width).
     for (int m = 0; m < mr; ++m)
       for (int64_t n = n_vec_end; n < N; ++n) {
         const T f = row_init.row_scale ? row_init.row_scale[m] : T(1);
