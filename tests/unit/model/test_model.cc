@@ -1,0 +1,155 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "claw/core/error.h"
+#include "claw/core/philox.h"
+#include "claw/model/config.h"
+#include "claw/model/gpt.h"
+
+namespace claw::model {
+namespace {
+
+const CpuCtx ctx{2};
+
+// Published parameter counts: GPT-2 small 124,439,808 (HF, vocab 50257)
+// plus 47 padding rows of 768; Llama-3-8B 8,030,261,248.
+TEST(ModelConfig, ParameterCountsMatchPublishedModels) {
+  EXPECT_EQ(model_preset("gpt2-124m").num_params(), 124439808 + 47 * 768);
+  EXPECT_EQ(model_preset("llama3-8b").num_params(), 8030261248);
+  ModelConfig c = model_preset("gpt2-tiny");
+  GPT m(c);
+  EXPECT_EQ(m.store().numel(), c.num_params());
+  ModelConfig l = model_preset("llama-tiny");
+  GPT ml(l);
+  EXPECT_EQ(ml.store().numel(), l.num_params());
+}
+
+TEST(ModelConfig, FlopsPerTokenFollowsPaLM) {
+  ModelConfig c = model_preset("gpt2-124m");
+  // N in matmuls: everything but the two lookup tables, plus the tied LM head.
+  int64_t n = c.num_params() - 1024 * 768;
+  EXPECT_EQ(c.num_matmul_params(), n);
+  EXPECT_DOUBLE_EQ(c.flops_per_token(256), 6.0 * n + 12.0 * 12 * 12 * 64 * 256);
+}
+
+TEST(ModelConfig, ValidateNamesTheFlag) {
+  ModelConfig c = model_preset("gpt2-tiny");
+  c.hidden_size = 250;
+  try {
+    c.validate();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--hidden-size 250 is not divisible by --num-attention-heads 4"),
+              std::string::npos);
+  }
+  c = model_preset("llama-tiny");
+  c.num_query_groups = 3;
+  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(model_preset("gpt-7"), Error);
+}
+
+TEST(ModelConfig, EveryPresetValidates) {
+  for (const auto& name : preset_names()) EXPECT_NO_THROW(model_preset(name).validate()) << name;
+}
+
+TEST(Model, HuggingFaceNames) {
+  GPT g(model_preset("gpt2-tiny"));
+  const Param* q = g.store().find("layers.1.attention.k_proj.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->spec.hf.name, "transformer.h.1.attn.c_attn.weight");
+  EXPECT_TRUE(q->spec.hf.transpose);
+  EXPECT_EQ(q->spec.hf.begin, 256);
+  EXPECT_EQ(q->spec.hf.end, 512);
+  EXPECT_EQ(g.store().find("embedding.word_embeddings.weight")->spec.hf.rows, 50257);
+  GPT l(model_preset("llama-tiny"));
+  EXPECT_EQ(l.store().find("layers.0.mlp.gate_proj.weight")->spec.hf.name, "model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(l.store().find("output_layer.weight")->spec.hf.name, "lm_head.weight");
+  EXPECT_FALSE(l.store().find("layers.0.input_norm.weight")->spec.weight_decay);
+  EXPECT_TRUE(l.store().find("layers.0.attention.o_proj.weight")->spec.weight_decay);
+}
+
+// The activation arena is exactly the planned size, so the printed memory
+// plan is what is allocated.
+TEST(Model, ActivationArenaIsThePlan) {
+  ModelConfig c = model_preset("llama-tiny");
+  GPT m(c);
+  m.reserve(2, 32);
+  EXPECT_EQ(m.activation_bytes(), plan_activations(c, 2, 32).total());
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+Batch random_batch(int64_t n, int64_t vocab, uint64_t seed) {
+  Batch b{std::vector<int32_t>(n), std::vector<int32_t>(n)};
+  RandomStream rng(seed, 7);
+  for (int64_t i = 0; i < n; ++i) {
+    b.tokens[i] = static_cast<int32_t>(rng.block(i)[0] % vocab);
+    b.targets[i] = static_cast<int32_t>(rng.block(i)[1] % vocab);
+  }
+  return b;
+}
+
+std::vector<float> grads_of(GPT& m) {
+  return std::vector<float>(m.store().grads(), m.store().grads() + m.store().bytes() / sizeof(float));
+}
+
+// One micro-batch of 4 sequences and two of 2 give the same gradients (up to
+// summation order), which is what gradient accumulation promises.
+TEST(Model, GradientAccumulationEqualsOneBigBatch) {
+  ModelConfig c = model_preset("llama-tiny");
+  c.num_layers = 2;
+  const int64_t T = 16;
+  Batch b = random_batch(4 * T, c.vocab_size, 1);
+  GPT m(c);
+  m.init_weights(ctx, 5);
+  m.reserve(4, T);
+  m.store().zero_grads();
+  StepCtx s{.cpu = ctx, .B = 4, .T = T, .training = true};
+  double l1 = m.forward(s, b.tokens.data(), b.targets.data(), 1.0 / (4 * T));
+  m.backward(s, b.tokens.data());
+  auto g1 = grads_of(m);
+
+  m.reserve(2, T);
+  m.store().zero_grads();
+  StepCtx s2{.cpu = ctx, .B = 2, .T = T, .training = true};
+  double l2 = 0;
+  for (int k = 0; k < 2; ++k) {
+    l2 += m.forward(s2, b.tokens.data() + k * 2 * T, b.targets.data() + k * 2 * T, 1.0 / (4 * T));
+    m.backward(s2, b.tokens.data() + k * 2 * T);
+  }
+  auto g2 = grads_of(m);
+  EXPECT_NEAR(l1, l2, 1e-6 * std::abs(l1));
+  double gmax = 0, dmax = 0;
+  for (size_t i = 0; i < g1.size(); ++i) {
+    gmax = std::max(gmax, double(std::abs(g1[i])));
+    dmax = std::max(dmax, double(std::abs(g1[i] - g2[i])));
+  }
+  EXPECT_LT(dmax, 1e-5 * gmax);  // fp32 summation-order differences only
+}
+
+// Hidden dropout: deterministic for a seed and a sample index, different
+// for another sample index, and off outside training.
+TEST(Model, DropoutIsDeterministicPerSample) {
+  ModelConfig c = model_preset("gpt2-tiny");
+  c.num_layers = 1;
+  c.hidden_dropout = 0.1;
+  const int64_t T = 16;
+  Batch b = random_batch(2 * T, c.vocab_size, 2);
+  GPT m(c);
+  m.init_weights(ctx, 3);
+  m.reserve(2, T);
+  auto loss = [&](bool training, uint64_t sample0) {
+    StepCtx s{.cpu = ctx, .B = 2, .T = T, .training = training, .seed = 9, .sample0 = sample0};
+    return m.forward(s, b.tokens.data(), b.targets.data(), 0.0);
+  };
+  EXPECT_EQ(loss(true, 0), loss(true, 0));
+  EXPECT_NE(loss(true, 0), loss(true, 2));
+  EXPECT_NE(loss(true, 0), loss(false, 0));
+  EXPECT_EQ(loss(false, 0), loss(false, 2));
+}
+
+}  // namespace
+}  // namespace claw::model
