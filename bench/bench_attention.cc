@@ -9,9 +9,12 @@
 // packing are overhead, not credited.
 //
 // Each shape is checked against a naive fp64 attention (out, dq, dk, dv of the
-// first and last kv heads and their query heads) before it is timed. Output: one line per figure, e.g.
-//   kernel=attention pass=fwd B=4 T=256 H=12 G=12 D=64 threads=2 ms=... gflops=... pct_sgemm_core=...
+// first and last kv heads and their query heads) before it is timed. Output:
+// one line per figure, e.g.
+//   kernel=attention pass=fwd B=4 T=256 H=12 G=12 D=64 block=128 threads=2 ms=... gflops=... pct_sgemm_core=...
 // where pct_sgemm_core = gflops / (threads * single-core SGEMM 1024^3 GFLOP/s).
+// Times are the best of several repetitions; on a machine shared with other
+// work, the 2-thread figures are only meaningful when both cores were free.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -58,6 +61,7 @@ double sgemm_gflops(int64_t n) {
 
 struct Shape {
   int64_t B, T, H, G, D;
+  int64_t block = kAttentionBlock;
   int64_t q_size() const { return B * T * H * D; }
   int64_t kv_size() const { return B * T * G * D; }
 };
@@ -150,11 +154,11 @@ void run_shape(const Shape& s, const std::vector<int>& thread_counts, double sge
     const CpuCtx ctx = make_cpu_ctx(threads);
     auto fwd = [&] {
       attention_forward<float>(ctx, out.data(), lse.data(), q.data(), k.data(), v.data(), s.B, s.T, s.H, s.G, s.D,
-                               scale);
+                               scale, s.block);
     };
     auto bwd = [&] {
       attention_backward<float>(ctx, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                                out.data(), lse.data(), s.B, s.T, s.H, s.G, s.D, scale);
+                                out.data(), lse.data(), s.B, s.T, s.H, s.G, s.D, scale, s.block);
     };
     fwd();
     bwd();
@@ -171,8 +175,9 @@ void run_shape(const Shape& s, const std::vector<int>& thread_counts, double sge
     }
     const auto shape = [&] {
       char buf[128];
-      std::snprintf(buf, sizeof buf, "B=%" PRId64 " T=%" PRId64 " H=%" PRId64 " G=%" PRId64 " D=%" PRId64, s.B, s.T,
-                    s.H, s.G, s.D);
+      std::snprintf(buf, sizeof buf,
+                    "B=%" PRId64 " T=%" PRId64 " H=%" PRId64 " G=%" PRId64 " D=%" PRId64 " block=%" PRId64, s.B,
+                    s.T, s.H, s.G, s.D, s.block);
       return std::string(buf);
     }();
     if (!(worst < 1e-4)) {
@@ -213,7 +218,9 @@ int main(int argc, char** argv) {
       {8, 256, 4, 4, 64},     // gpt2-tiny
       {4, 1024, 12, 12, 64},  // GPT-2 at its full context
       {4, 2048, 12, 12, 64},
+      {4, 2048, 12, 12, 64, 256},  // the larger block the header suggests for long sequences
       {1, 4096, 12, 12, 64},
+      {1, 4096, 12, 12, 64, 256},
       {1, 1024, 4, 1, 128},   // multi-query, D = 128: one kv head, backward split across threads
   };
   for (const Shape& s : shapes) run_shape(s, threads, sgemm1024);
