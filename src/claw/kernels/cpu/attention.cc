@@ -32,18 +32,31 @@ namespace {
 // the auto-vectoriser: GCC prefers 256-bit vectors on AVX-512 Intel parts and
 // does not reliably keep a 2-D accumulator in registers; a 6 x 64 fp32 tile in
 // 24 zmm registers runs at ~180 GFLOP/s per core here, above OpenBLAS on
-// 64x64x64 calls (NN ~160, NT ~100). On narrower ISAs the compiler splits the
-// vectors.
+// 64x64x64 calls (NN ~160, NT ~100). The vector is one register of the ISA
+// the build targets and the tile is sized to its register file: vectors wider
+// than the registers would be split by the compiler and the tile would spill
+// (512-bit vectors on AVX2 run ~30x slower).
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+constexpr int kVecs = 4;  // 6 x 4 accumulators of 32 zmm registers
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+constexpr int kVecs = 2;  // 6 x 2 accumulators of 16 ymm registers
+#else
+constexpr int kVecBytes = 16;
+constexpr int kVecs = 2;  // 6 x 2 accumulators of 16 xmm registers
+#endif
+constexpr int kRows = 6;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 template <typename T>
 struct Simd {
-  static constexpr int kWidth = 64 / sizeof(T);
-  typedef T V __attribute__((vector_size(64)));
+  static constexpr int kWidth = kVecBytes / sizeof(T);
+  typedef T V __attribute__((vector_size(kVecBytes)));
   // Integer lanes of the same width: comparison results (lane masks) and bit patterns.
   using Int = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
-  typedef Int I __attribute__((vector_size(64)));
+  typedef Int I __attribute__((vector_size(kVecBytes)));
   static V load(const T* p) {
     V v;
     std::memcpy(&v, p, sizeof v);
@@ -57,9 +70,6 @@ struct Simd {
     return lane >= static_cast<Int>(first);
   }
 };
-
-constexpr int kRows = 6;  // register tile: kRows rows x kVecs vectors (24 accumulators)
-constexpr int kVecs = 4;
 
 // How a tile product treats the C it writes into.
 template <typename T>
@@ -146,9 +156,11 @@ void tile_gemm(Causal causal, Init<T> init, int64_t M, int64_t N, int64_t K, con
 }
 
 // In-register transpose of a 16 x 16 fp32 block: four rounds interleaving
-// pairs of rows at 1, 2, 4 and 8 lanes; x[i] row i in, column i out.
-inline void transpose16(Simd<float>::V x[16]) {
-  Simd<float>::V y[16];
+// pairs of rows at 1, 2, 4 and 8 lanes; x[i] row i in, column i out. Used
+// where a 16-float vector is one register (AVX-512).
+typedef float F16 __attribute__((vector_size(64)));
+inline void transpose16(F16 x[16]) {
+  F16 y[16];
   for (int i = 0; i < 16; i += 2) {
     y[i] = __builtin_shufflevector(x[i], x[i + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
     y[i + 1] = __builtin_shufflevector(x[i], x[i + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
@@ -178,7 +190,7 @@ inline void transpose16(Simd<float>::V x[16]) {
 // Runs once per query block, but at T = 256 a block serves only 2.5 key
 // blocks on average, so a scalar strided copy (~1.2 us per 64 x 64 block)
 // would cost ~5% of the forward; full fp32 16 x 16 blocks go through
-// registers (~0.4 us), the rest (edges, fp64) through a small tile.
+// registers on AVX-512 (~0.4 us), the rest through a small tile.
 template <typename T>
 void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows, int64_t lanes, int64_t D,
                      T alpha) {
@@ -186,9 +198,9 @@ void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows
   for (int64_t r0 = 0; r0 < lanes; r0 += kT)
     for (int64_t d0 = 0; d0 < D; d0 += kT) {
       const int64_t nr = std::min(kT, rows - r0), nd = std::min(kT, D - d0);
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (std::is_same_v<T, float> && Simd<float>::kWidth == kT) {
         if (nr == kT && nd == kT) {
-          Simd<float>::V x[kT];
+          F16 x[kT];
           for (int64_t r = 0; r < kT; ++r) x[r] = alpha * Simd<float>::load(src + (r0 + r) * lds + d0);
           transpose16(x);
           for (int64_t d = 0; d < kT; ++d) Simd<float>::store(dst + (d0 + d) * ld + r0, x[d]);
@@ -212,7 +224,7 @@ void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows
 // keys to none (their entries were possibly never computed and are only
 // overwritten).
 
-// e^x for 16 fp32 lanes: fast_exp's scheme (vec_math.h; bitwise the same
+// e^x on fp32 lanes: fast_exp's scheme (vec_math.h; bitwise the same
 // results) on whole vectors. The auto-vectorised scalar version turns its
 // clamps into masked operations and costs ~1.5x more, and at D = 64 the
 // exponentials are ~15% of the forward.
@@ -356,11 +368,12 @@ void run_tasks(const CpuCtx& ctx, int64_t n, int64_t scratch_size, F&& fn) {
   std::atomic<int64_t> next{0};
   const int64_t workers = std::min<int64_t>(std::max(ctx.num_threads, 1), n);
   parallel_for(ctx, workers, 1, [&](int64_t, int64_t) {
-    // 64-byte aligned so tile rows (whole vectors) start on a cache line.
-    std::vector<T> buf(scratch_size + Simd<T>::kWidth);
+    // Cache-line aligned, so tile rows (whole vectors) never straddle lines.
+    constexpr size_t kLine = 64;
+    std::vector<T> buf(scratch_size + kLine / sizeof(T));
     void* p = buf.data();
     size_t space = buf.size() * sizeof(T);
-    T* scratch = static_cast<T*>(std::align(64, scratch_size * sizeof(T), p, space));
+    T* scratch = static_cast<T*>(std::align(kLine, scratch_size * sizeof(T), p, space));
     for (int64_t t = next.fetch_add(1); t < n; t = next.fetch_add(1)) fn(t, scratch);
   });
 }
