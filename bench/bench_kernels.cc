@@ -31,6 +31,7 @@
 #include "claw/kernels/cpu/activations.h"
 #include "claw/kernels/cpu/adamw.h"
 #include "claw/kernels/cpu/blas.h"
+#include "bench_util.h"
 #include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/dropout.h"
 #include "claw/kernels/cpu/embedding.h"
@@ -50,24 +51,8 @@ constexpr int64_t kV = 50257, kVp = 50304;
 constexpr int64_t kParams = 124475904;  // GPT-2 124M with wte padded to Vp rows
 constexpr int kThreadCounts[] = {1, 2};
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// Best of `reps` timings of fn, each averaging enough calls to last ~min_s.
-template <typename F>
-double best_seconds(F&& fn, int reps = 5, double min_s = 0.2) {
-  fn();
-  double t0 = now();
-  fn();
-  const double one = std::max(now() - t0, 1e-7);
-  const int iters = std::max(1, static_cast<int>(min_s / one));
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    t0 = now();
-    for (int i = 0; i < iters; ++i) fn();
-    best = std::min(best, (now() - t0) / iters);
-  }
-  return best;
-}
+using claw::bench::best_seconds;
+using claw::bench::now;
 
 // Uniform [lo, hi) from a counter-based stream, so inputs are the same in
 // every run and cheap to make at 124M elements.

@@ -5,10 +5,13 @@ For each model config and thread count:
   * the MFU denominator: fp32 SGEMM 2048^3 GFLOP/s measured by `claw info`
     with that thread count, just before the runs that use it;
   * claw: `claw train` on the built-in corpus; median ms/step after warm-up
-    steps, tokens/s, MFU, peak RSS;
+    steps, tokens/s, MFU, peak RSS; claw-recompute: the same with
+    --recompute-granularity full (every block recomputed in backward);
   * PyTorch (bench/torch_gpt.py: the same GPT-2, batch, AdamW, clipping):
-      torch-default  Debian's python3-torch as installed, torch's default threads
-      torch-threads  the same with torch.set_num_threads(threads)
+      torch-default  Debian's python3-torch as installed: no thread settings at all
+                     (run once per model; its OpenBLAS picks its own thread count)
+      torch-threads  the same with torch.set_num_threads(threads) and
+                     OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = threads
       torch-tuned    + OPENBLAS_CORETYPE=SkylakeX (when the CPU has AVX-512),
                      the OpenMP OpenBLAS (LD_LIBRARY_PATH) and jemalloc (LD_PRELOAD)
       torch2         a PyTorch 2.x from PyPI, if --torch2-python names its interpreter
@@ -50,22 +53,27 @@ def sgemm_peak(claw, threads):
     raise RuntimeError("claw info printed no sgemm figure")
 
 
-def run_claw(claw, model, B, T, threads, steps, warmup, peak):
+def run_claw(claw, model, B, T, threads, steps, warmup, peak, extra=()):
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "m.jsonl")
         subprocess.run([claw, "train", "--model", model, "--micro-batch-size", str(B), "--seq-length", str(T),
                         "--train-iters", str(warmup + steps), "--eval-interval", "0", "--num-threads", str(threads),
-                        "--peak-gflops", str(peak), "--metrics-file", metrics, "--log-interval", "1000"],
+                        "--peak-gflops", str(peak), "--metrics-file", metrics, "--log-interval", "1000", *extra],
                        check=True, capture_output=True, text=True)
         recs = [json.loads(l) for l in open(metrics)]
     ms = statistics.median(r["step_ms"] for r in recs[warmup:])
     return {"ms_per_step": ms, "peak_rss_bytes": recs[-1]["mem_bytes"]}
 
 
-def torch_env(variant):
+def torch_env(variant, threads):
     env = dict(os.environ)
-    for k in ("OPENBLAS_CORETYPE", "LD_LIBRARY_PATH", "LD_PRELOAD", "OMP_NUM_THREADS"):
+    for k in ("OPENBLAS_CORETYPE", "LD_LIBRARY_PATH", "LD_PRELOAD", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+              "MKL_NUM_THREADS"):
         env.pop(k, None)
+    if variant != "torch-default":
+        # torch.set_num_threads does not reach Debian's OpenBLAS thread pool.
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[k] = str(threads)
     if variant == "torch-tuned":
         if "avx512f" in open("/proc/cpuinfo").read():
             env["OPENBLAS_CORETYPE"] = "SkylakeX"
@@ -81,10 +89,10 @@ def run_torch(python, variant, model, B, T, threads, steps, warmup):
     cmd = [python, os.path.join(HERE, "torch_gpt.py"), "--layers", str(L), "--hidden", str(C), "--heads", str(H),
            "--batch", str(B), "--seq", str(T), "--steps", str(steps), "--warmup", str(warmup),
            "--threads", str(0 if variant == "torch-default" else threads)]
-    env = torch_env(variant)
-    if variant == "torch-tuned":
-        env["OMP_NUM_THREADS"] = str(threads)
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    env = torch_env(variant, threads)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{variant} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -108,30 +116,36 @@ def main():
         for threads in map(int, args.threads.split(",")):
             peak = sgemm_peak(args.claw, threads)
             print(f"bench=sgemm threads={threads} gflops={peak:.1f}", flush=True)
-            runs = [("claw", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak))]
+            runs = [("claw", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak)),
+                    ("claw-recompute", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak,
+                                                        ["--recompute-granularity", "full"]))]
             for v in args.torch_variants.split(","):
+                if v == "torch-default" and threads != max(map(int, args.threads.split(","))):
+                    continue
                 runs.append((v, lambda v=v: run_torch("/usr/bin/python3", v, model, B, T, threads, args.steps,
                                                       args.warmup)))
             if args.torch2_python:
-                runs.append(("torch2", lambda: run_torch(args.torch2_python, "torch-tuned", model, B, T, threads,
+                runs.append(("torch2", lambda: run_torch(args.torch2_python, "torch-threads", model, B, T, threads,
                                                          args.steps, args.warmup)))
             for impl, fn in runs:
                 r = fn()
                 tps = tokens / (r["ms_per_step"] / 1e3)
                 mfu = fpt * tps / (peak * 1e9)
-                row = dict(impl=impl, model=model, B=B, T=T, threads=threads, ms=r["ms_per_step"], tps=tps, mfu=mfu,
-                           rss=r["peak_rss_bytes"], version=r.get("torch", ""))
+                row = dict(impl=impl, model=model, B=B, T=T, threads="default" if impl == "torch-default" else threads, ms=r["ms_per_step"], tps=tps, mfu=mfu,
+                           rss=r["peak_rss_bytes"], version=r.get("torch", ""), torch_threads=r.get("threads"))
                 rows.append(row)
                 print(f"bench=train impl={impl} model={model} B={B} T={T} threads={threads} "
                       f"ms_per_step={row['ms']:.1f} tokens_per_s={tps:.1f} mfu={mfu:.3f} "
                       f"peak_rss_mb={row['rss'] / 2**20:.0f} sgemm_gflops={peak:.1f}"
-                      + (f" torch_version={row['version']}" if row["version"] else ""), flush=True)
+                      + (f" torch_version={row['version']} torch_threads={row['torch_threads']}"
+                         if row["version"] else ""), flush=True)
     # Ratios against the best PyTorch variant of each (model, threads).
     print()
     print("| model | threads | impl | ms/step | tokens/s | MFU | peak RSS | claw speed-up | claw RSS ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        claw = next(x for x in rows if x["impl"] == "claw" and x["model"] == r["model"] and x["threads"] == r["threads"])
+        t = max(map(int, args.threads.split(","))) if r["threads"] == "default" else r["threads"]
+        claw = next(x for x in rows if x["impl"] == "claw" and x["model"] == r["model"] and x["threads"] == t)
         print(f"| {r['model']} | {r['threads']} | {r['impl']}{(' ' + r['version']) if r['version'] else ''} | "
               f"{r['ms']:.0f} | {r['tps']:.0f} | {100 * r['mfu']:.1f}% | {r['rss'] / 2**30:.2f} GiB | "
               f"{claw['tps'] / r['tps']:.2f}x | {claw['rss'] / r['rss']:.2f} |")

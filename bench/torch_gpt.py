@@ -75,11 +75,12 @@ def main():
     ap.add_argument("--positions", type=int, default=1024)
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--threads", type=int, required=True, help="0: leave torch's default")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:  # 0: torch's own default
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = GPT(args.layers, args.hidden, args.heads, args.padded_vocab, args.positions)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
@@ -99,6 +100,7 @@ def main():
     times.sort()
     print(json.dumps({
         "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
         "ms_per_step": 1e3 * times[len(times) // 2],
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "loss": float(loss),

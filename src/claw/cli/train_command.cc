@@ -98,6 +98,12 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.train.metrics_file; }),
       double_flag<A>("peak-gflops", "MFU denominator in GFLOP/s (0: measure SGEMM at start)",
                      [](A& a) -> auto& { return a.train.peak_gflops; }),
+      string_flag<A>("recompute-granularity", "full: recompute blocks' activations in backward (default: off)",
+                     [](A& a) -> auto& { return a.train.recompute_granularity; }),
+      string_flag<A>("recompute-method", "block: recompute the first --recompute-num-layers blocks",
+                     [](A& a) -> auto& { return a.train.recompute_method; }),
+      int_flag<A>("recompute-num-layers", "blocks to recompute with --recompute-granularity full (0: all)",
+                  [](A& a) -> auto& { return a.train.recompute_num_layers; }),
       // Optimizer and schedule.
       double_flag<A>("lr", "peak learning rate", [](A& a) -> auto& { return a.lr.max_lr; }),
       double_flag<A>("min-lr", "learning rate at the end of decay", [](A& a) -> auto& { return a.lr.min_lr; }),

@@ -6,15 +6,20 @@
 
 namespace claw::model {
 
-void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T) {
-  const std::string p = "layers." + std::to_string(layer);
+void Block::Saved::layout_internal(ArenaLayout& L, const std::string& p, const ModelConfig& cfg, int64_t B,
+                                   int64_t T) {
   const int64_t N = B * T;
   norm1.layout(L, p + ".input_norm", cfg, N);
   attn.layout(L, p + ".attention", cfg, B, T);
   x_mid = L.take<float>(p + ".x_mid", N * cfg.hidden_size);
   norm2.layout(L, p + ".post_attention_norm", cfg, N);
   mlp.layout(L, p + ".mlp", cfg, N);
-  out = L.take<float>(p + ".out", N * cfg.hidden_size);
+}
+
+void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T) {
+  const std::string p = "layers." + std::to_string(layer);
+  layout_internal(L, p, cfg, B, T);
+  out = L.take<float>(p + ".out", B * T * cfg.hidden_size);
 }
 
 Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope)

@@ -28,6 +28,10 @@ class Block {
     NormLayer::Saved norm2;
     MLP::Saved mlp;
     float* out = nullptr;  // [N, C] block output
+    // Everything backward needs except `out` (the next block's input), under
+    // `prefix`; a recomputed block points these at one region shared by all
+    // recomputed blocks.
+    void layout_internal(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T);
     void layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T);
   };
 

@@ -5,14 +5,21 @@
 
 namespace claw::model {
 
-void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T) {
+void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute) {
   const int64_t N = B * T;
   embedding = L.take<float>("embedding.out", N * cfg.hidden_size);
+  Block::Saved shared;
+  if (recompute.layers > 0) shared.layout_internal(L, "recompute", cfg, B, T);
   blocks.resize(cfg.num_layers);
   const float* x = embedding;
   for (int l = 0; l < cfg.num_layers; ++l) {
+    if (l < recompute.layers) {
+      blocks[l] = shared;
+      blocks[l].out = L.take<float>("layers." + std::to_string(l) + ".out", N * cfg.hidden_size);
+    } else {
+      blocks[l].layout(L, l, cfg, B, T);
+    }
     blocks[l].x = x;
-    blocks[l].layout(L, l, cfg, B, T);
     x = blocks[l].out;
   }
   final_norm.layout(L, "final_norm", cfg, N);
@@ -20,11 +27,11 @@ void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int6
   scratch.layout(L, cfg, N);
 }
 
-ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T) {
+ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute) {
   ArenaPlan plan("activations");
   ArenaLayout L = ArenaLayout::planning(plan);
   Activations a;
-  a.layout(L, cfg, B, T);
+  a.layout(L, cfg, B, T, recompute);
   return plan;
 }
 
@@ -50,19 +57,22 @@ std::vector<Param*> GPT::params() {
   return out;
 }
 
-void GPT::reserve(int64_t B, int64_t T) {
-  if (B == B_ && T == T_) return;
+void GPT::reserve(int64_t B, int64_t T, Recompute recompute) {
+  if (recompute.layers < 0 || recompute.layers > cfg_.num_layers)
+    fail("--recompute-num-layers {} must be in [0, --num-layers {}]", recompute.layers, cfg_.num_layers);
+  if (B == B_ && T == T_ && recompute.layers == recompute_.layers) return;
   if (T > cfg_.max_position_embeddings)
     fail("--seq-length {} exceeds --max-position-embeddings {} (the position table); use at most {} or raise "
          "--max-position-embeddings",
          T, cfg_.max_position_embeddings, cfg_.max_position_embeddings);
-  act_plan_ = plan_activations(cfg_, B, T);
+  act_plan_ = plan_activations(cfg_, B, T, recompute);
   act_arena_ = Arena(act_plan_);
   ArenaLayout L = ArenaLayout::binding(act_plan_, act_arena_);
   acts_ = Activations();
-  acts_.layout(L, cfg_, B, T);
+  acts_.layout(L, cfg_, B, T, recompute);
   B_ = B;
   T_ = T;
+  recompute_ = recompute;
 }
 
 double GPT::forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* targets, double dloss_scale) {
@@ -78,7 +88,13 @@ double GPT::forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* ta
 void GPT::backward(const StepCtx& ctx, const int32_t* tokens) {
   const float* x = blocks_.empty() ? acts_.embedding : acts_.blocks.back().out;
   final_norm_.backward(ctx, acts_.final_norm, x, acts_.output.dx, acts_.scratch.dres, /*accumulate=*/false);
-  for (size_t l = blocks_.size(); l-- > 0;) blocks_[l]->backward(ctx, acts_.blocks[l], acts_.scratch);
+  for (size_t l = blocks_.size(); l-- > 0;) {
+    // The last recomputed block's values are still in the shared region from
+    // the forward pass; the others are re-run. Forward uses only scratch
+    // tmp/act, never the gradients in dres/dnorm.
+    if (static_cast<int64_t>(l) + 1 < recompute_.layers) blocks_[l]->forward(ctx, acts_.blocks[l], acts_.scratch);
+    blocks_[l]->backward(ctx, acts_.blocks[l], acts_.scratch);
+  }
   embedding_.backward(ctx, tokens, acts_.scratch.dres);
 }
 
@@ -103,8 +119,12 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
     for (const Param* p : ps)
       if (!finite(ctx, p->data(), p->spec.shape.numel())) return p->spec.name + " (parameter)";
     if (N == 0) continue;
-    for (const NamedSpan& t : blocks_[l]->saved_tensors(acts_.blocks[l], N))
-      if (!finite(ctx, t.data, t.numel)) return t.name + " (activation)";
+    for (const NamedSpan& t : blocks_[l]->saved_tensors(acts_.blocks[l], N)) {
+      // A recomputed block's internals live in the shared region (they hold
+      // the last recomputed block's values); only its output is its own.
+      bool own = static_cast<int64_t>(l) >= recompute_.layers || t.data == acts_.blocks[l].out;
+      if (own && !finite(ctx, t.data, t.numel)) return t.name + " (activation)";
+    }
   }
   if (auto s = bad_params({&final_norm_.weight, &final_norm_.bias, &output_.own_weight}); !s.empty()) return s;
   if (N > 0 && !finite(ctx, acts_.final_norm.out, N * C)) return "final_norm.out (activation)";

@@ -9,7 +9,7 @@
 // is the pure function layout_activations(), which the memory report calls
 // too. Nothing is allocated during a step.
 //
-// One training micro-batch:
+// One training micro-batch (see Recompute for trading compute for memory):
 //   double loss_sum = model.forward(ctx, tokens, targets, dloss_scale);  // also the LM-head backward
 //   model.backward(ctx, tokens);                                        // grads += d loss / d params
 #pragma once
@@ -32,6 +32,17 @@
 
 namespace claw::model {
 
+// Activation recompute (Megatron's --recompute-granularity full with
+// --recompute-method block): the first `layers` blocks keep only their output
+// (the next block's input); backward re-runs such a block's forward, with the
+// same dropout masks, into one region shared by all of them, then runs its
+// backward. Costs one extra block forward per recomputed block but the last
+// (whose values are still in the shared region); saves (saved bytes per block
+// - output bytes) x (layers - 1).
+struct Recompute {
+  int64_t layers = 0;
+};
+
 // Everything one micro-batch saves, plus the shared scratch.
 struct Activations {
   float* embedding = nullptr;  // [N, C] x_0
@@ -39,11 +50,11 @@ struct Activations {
   NormLayer::Saved final_norm;
   OutputLayer::Saved output;
   Scratch scratch;
-  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T);
+  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute);
 };
 
 // The activation arena layout for micro-batches of [B, T] (pure).
-ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T);
+ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute = {});
 
 class GPT {
  public:
@@ -58,7 +69,7 @@ class GPT {
   void init_weights(const CpuCtx& ctx, uint64_t seed) { store_->init(ctx, seed); }
 
   // Allocates activations for micro-batches of B sequences of T tokens.
-  void reserve(int64_t B, int64_t T);
+  void reserve(int64_t B, int64_t T, Recompute recompute = {});
   int64_t reserved_B() const { return B_; }
   int64_t reserved_T() const { return T_; }
   size_t activation_bytes() const { return act_arena_.size(); }
@@ -89,6 +100,7 @@ class GPT {
   std::unique_ptr<ParamStore> store_;
 
   int64_t B_ = 0, T_ = 0;
+  Recompute recompute_;
   ArenaPlan act_plan_{"activations"};
   Arena act_arena_;
   Activations acts_;

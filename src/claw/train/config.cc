@@ -17,6 +17,23 @@ void TrainConfig::resolve_and_validate() {
   if (log_interval <= 0) fail("--log-interval must be positive, got {}", log_interval);
   if (num_threads < 0) fail("--num-threads must be >= 0 (0: all available), got {}", num_threads);
   if (peak_gflops < 0) fail("--peak-gflops must be >= 0 (0: measure), got {}", peak_gflops);
+  if (recompute_granularity == "selective")
+    fail("--recompute-granularity selective recomputes the attention score matrix, which claw's flash-style "
+         "attention never stores; use --recompute-granularity full (with --recompute-num-layers)");
+  if (!recompute_granularity.empty() && recompute_granularity != "full")
+    fail("--recompute-granularity '{}' is not valid; use full (or leave it unset for no recompute)",
+         recompute_granularity);
+  if (recompute_method != "block")
+    fail("--recompute-method '{}' is not supported; use block (recompute the first --recompute-num-layers blocks)",
+         recompute_method);
+  if (recompute_num_layers < 0) fail("--recompute-num-layers must be >= 0, got {}", recompute_num_layers);
+  if (recompute_num_layers > 0 && recompute_granularity.empty())
+    fail("--recompute-num-layers {} needs --recompute-granularity full", recompute_num_layers);
+}
+
+int64_t TrainConfig::recomputed_layers(int64_t num_layers) const {
+  if (recompute_granularity.empty()) return 0;
+  return recompute_num_layers == 0 ? num_layers : recompute_num_layers;
 }
 
 }  // namespace claw::train

@@ -18,8 +18,13 @@ struct TrainConfig {
   int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
   std::string metrics_file;       // --metrics-file: JSONL, one object per step
   double peak_gflops = 0;         // --peak-gflops: MFU denominator (0: measure SGEMM at start)
+  std::string recompute_granularity;   // --recompute-granularity: "" (off) or full
+  std::string recompute_method = "block";  // --recompute-method: block (the first N layers)
+  int64_t recompute_num_layers = 0;    // --recompute-num-layers: N (0: all layers, with full)
 
   int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
+  // Blocks whose activations are recomputed, for a model of num_layers.
+  int64_t recomputed_layers(int64_t num_layers) const;
   // Fills defaults that depend on other fields; throws naming the flag.
   void resolve_and_validate();
 };

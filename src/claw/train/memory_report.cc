@@ -1,5 +1,8 @@
 #include "claw/train/memory_report.h"
 
+#include <algorithm>
+#include <map>
+
 #include <fmt/format.h>
 
 namespace claw::train {
@@ -10,15 +13,21 @@ MemoryPlan make_memory_plan(size_t params_bytes, const ArenaPlan& acts) {
   p.grads = params_bytes;
   p.optimizer = 2 * params_bytes;  // AdamW exp_avg + exp_avg_sq at the parameters' offsets
   p.activations = acts.total();
+  // Entries are 64-byte rounded in the arena. A stored layer is the largest
+  // "layers.N." group (recomputed layers keep only their output).
+  std::map<std::string, size_t> layer_bytes;
   for (const auto& e : acts.entries()) {
-    if (e.name.rfind("layers.0.", 0) == 0) p.per_layer_activations += (e.bytes + 63) / 64 * 64;
-    if (e.name.rfind("scratch.", 0) == 0) p.scratch += (e.bytes + 63) / 64 * 64;
+    size_t bytes = (e.bytes + 63) / 64 * 64;
+    if (e.name.rfind("layers.", 0) == 0) layer_bytes[e.name.substr(0, e.name.find('.', 7))] += bytes;
+    if (e.name.rfind("scratch.", 0) == 0) p.scratch += bytes;
+    if (e.name.rfind("recompute.", 0) == 0) p.recompute_region += bytes;
   }
+  for (const auto& [name, bytes] : layer_bytes) p.per_layer_activations = std::max(p.per_layer_activations, bytes);
   return p;
 }
 
 std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cfg, int64_t num_params, int64_t B,
-                               int64_t T) {
+                               int64_t T, int64_t recomputed_layers) {
   auto row = [](const char* what, size_t bytes, const std::string& note) {
     return fmt::format("  {:<16} {:>12}  {}\n", what, format_bytes(static_cast<double>(bytes)), note);
   };
@@ -26,10 +35,17 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
   s += row("parameters", p.params, fmt::format("{:.2f}M fp32 parameters", num_params / 1e6));
   s += row("gradients", p.grads, "fp32, same layout");
   s += row("optimizer", p.optimizer, "AdamW exp_avg + exp_avg_sq");
+  std::string layers =
+      recomputed_layers == 0
+          ? fmt::format("{} layers x {}", cfg.num_layers, format_bytes(static_cast<double>(p.per_layer_activations)))
+          : fmt::format("{}{} recomputed layers keeping their output, sharing {}",
+                        recomputed_layers == cfg.num_layers
+                            ? ""
+                            : fmt::format("{} layers x {} + ", cfg.num_layers - recomputed_layers,
+                                          format_bytes(static_cast<double>(p.per_layer_activations))),
+                        recomputed_layers, format_bytes(static_cast<double>(p.recompute_region)));
   s += row("activations", p.activations,
-           fmt::format("micro-batch {}x{}: {} layers x {} + scratch {}", B, T, cfg.num_layers,
-                       format_bytes(static_cast<double>(p.per_layer_activations)),
-                       format_bytes(static_cast<double>(p.scratch))));
+           fmt::format("micro-batch {}x{}: {} + scratch {}", B, T, layers, format_bytes(static_cast<double>(p.scratch))));
   s += row("total", p.total(), "");
   return s;
 }

@@ -14,7 +14,8 @@ namespace claw::train {
 
 struct MemoryPlan {
   size_t params = 0, grads = 0, optimizer = 0, activations = 0;
-  size_t per_layer_activations = 0;  // one block's saved tensors
+  size_t per_layer_activations = 0;  // one (not recomputed) block's saved tensors
+  size_t recompute_region = 0;       // shared by recomputed blocks (they keep only their output)
   size_t scratch = 0;                // shared buffers (incl. the logits chunk)
   size_t total() const { return params + grads + optimizer + activations; }
 };
@@ -22,6 +23,6 @@ struct MemoryPlan {
 // params_bytes: the ParamStore's buffer size; acts: plan_activations(cfg, B, T).
 MemoryPlan make_memory_plan(size_t params_bytes, const ArenaPlan& acts);
 std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cfg, int64_t num_params, int64_t B,
-                               int64_t T);
+                               int64_t T, int64_t recomputed_layers);
 
 }  // namespace claw::train

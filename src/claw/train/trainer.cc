@@ -66,11 +66,14 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
 
   model_ = std::make_unique<model::GPT>(model_cfg_);
   model_->init_weights(cpu_, cfg_.seed);
-  ArenaPlan acts = model::plan_activations(model_cfg_, cfg_.micro_batch_size, cfg_.seq_length);
+  const model::Recompute recompute{cfg_.recomputed_layers(model_cfg_.num_layers)};
+  if (recompute.layers > model_cfg_.num_layers)
+    fail("--recompute-num-layers {} exceeds --num-layers {}", recompute.layers, model_cfg_.num_layers);
+  ArenaPlan acts = model::plan_activations(model_cfg_, cfg_.micro_batch_size, cfg_.seq_length, recompute);
   MemoryPlan plan = make_memory_plan(model_->store().bytes(), acts);
   log::info("memory", "{}", format_memory_plan(plan, model_cfg_, model_->store().numel(), cfg_.micro_batch_size,
-                                               cfg_.seq_length));
-  model_->reserve(cfg_.micro_batch_size, cfg_.seq_length);
+                                               cfg_.seq_length, recompute.layers));
+  model_->reserve(cfg_.micro_batch_size, cfg_.seq_length, recompute);
   optimizer_ = std::make_unique<optim::AdamW>(model_->store(), adam_cfg_);
   CLAW_CHECK(model_->activation_bytes() == plan.activations && optimizer_->state_bytes() == plan.optimizer,
              "allocated memory differs from the printed plan");

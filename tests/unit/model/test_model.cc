@@ -130,6 +130,31 @@ TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   EXPECT_LT(dmax, 1e-5 * gmax);  // fp32 summation-order differences only
 }
 
+// Full recompute re-runs the same forward (same dropout masks) before each
+// block's backward: the gradients are bitwise those of the stored run, and
+// the arena shrinks.
+TEST(Model, RecomputeGivesTheSameGradients) {
+  ModelConfig c = model_preset("gpt2-tiny");
+  c.num_layers = 3;
+  c.hidden_dropout = 0.1;
+  const int64_t B = 2, T = 16;
+  Batch b = random_batch(B * T, c.vocab_size, 4);
+  GPT m(c);
+  m.init_weights(ctx, 6);
+  std::vector<std::vector<float>> grads;
+  for (int64_t r : {0, 2, 3}) {
+    m.reserve(B, T, Recompute{r});
+    m.store().zero_grads();
+    StepCtx s{.cpu = ctx, .B = B, .T = T, .training = true, .seed = 3, .sample0 = 5};
+    m.forward(s, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
+    m.backward(s, b.tokens.data());
+    grads.push_back(grads_of(m));
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+  EXPECT_EQ(grads[0], grads[2]);
+  EXPECT_LT(plan_activations(c, B, T, Recompute{3}).total(), plan_activations(c, B, T).total());
+}
+
 // Hidden dropout: deterministic for a seed and a sample index, different
 // for another sample index, and off outside training.
 TEST(Model, DropoutIsDeterministicPerSample) {

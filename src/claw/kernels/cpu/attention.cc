@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "claw/core/error.h"
+#include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
 namespace {
@@ -231,26 +232,18 @@ void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows
 inline Simd<float>::V vexp(Simd<float>::V x) {
   using V = Simd<float>::V;
   using I = Simd<float>::I;
-  const float lo = -87.3f, hi = 88.7f;
-  V xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
+  using namespace exp_detail;
+  V xc = x < kLo ? kLo : x;
+  xc = xc > kHi ? kHi : xc;
   // Adding 1.5 * 2^23 rounds to an integer n held in the low mantissa bits.
   const float shifter = 12582912.0f;
-  const V t = xc * 1.44269504088896341f + shifter;
+  const V t = xc * kLog2e + shifter;
   const V n = t - shifter;
-  V r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  V p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  const V p = exp_reduced(reduce(xc, n));
   // Vector casts between same-size types reinterpret bits: 2^n = (n + 127) << 23.
   const I scale_bits = ((I)t - 0x4B400000 + 127) << 23;
   const V y = p * (V)scale_bits;
-  return x < lo ? 0.0f : y;
+  return x < kLo ? 0.0f : y;
 }
 // fp64 is the finite-difference reference: exact libm exp.
 inline Simd<double>::V vexp(Simd<double>::V x) {

@@ -18,25 +18,45 @@
 
 namespace claw::kernels {
 
-inline float fast_exp(float x) {
-  const float hi = 88.7f, lo = -87.3f;
-  float xc = x > hi ? hi : (x < lo ? lo : x);
-  float n = std::nearbyint(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;   // ln2 high part (exact in fp32)
-  r = r - n * -2.12194440e-4f;       // ln2 low part
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
+// The parts of fast_exp shared with explicit-SIMD callers (attention.cc's
+// whole-vector exp), so both compute bitwise the same values.
+namespace exp_detail {
+inline constexpr float kLo = -87.3f, kHi = 88.7f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f;     // exact in fp32: n * kLn2Hi has no rounding error
+inline constexpr float kLn2Lo = -2.12194440e-4f;  // ln2 - kLn2Hi
+
+// r = x - n ln2 for an integer-valued n (Cody-Waite).
+template <typename V>
+inline V reduce(V x, V n) {
+  V r = x - n * kLn2Hi;
+  return r - n * kLn2Lo;
+}
+
+// e^r for |r| <= ln2/2: the degree-7 Taylor polynomial by Horner's rule.
+// V is float or a GCC vector of floats.
+template <typename V>
+inline V exp_reduced(V r) {
+  V p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  return p * r + 1.0f;
+}
+}  // namespace exp_detail
+
+inline float fast_exp(float x) {
+  using namespace exp_detail;
+  float xc = x > kHi ? kHi : (x < kLo ? kLo : x);
+  float n = std::nearbyint(xc * kLog2e);
+  float p = exp_reduced(reduce(xc, n));
   int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   float y = p * scale;
-  return x < lo ? 0.0f : y;
+  return x < kLo ? 0.0f : y;
 }
 inline double fast_exp(double x) { return std::exp(x); }
 
