@@ -42,7 +42,7 @@ import torch.nn.functional as F
 TOLERANCES = {
     "logits": 1e-5,      # max |diff| / max |ref|
     "loss": 1e-5,        # |diff| / |ref|
-    "grad": 1e-4,        # per tensor: max |diff| / max(max |ref|, 1e-3 * largest max |ref| of any tensor)
+    "grad": 2e-5,        # per tensor: max |diff| / max(max |ref|, 1e-3 * largest max |ref| of any tensor)
     "step_loss": 1e-5,   # per step, relative
     "grad_norm": 1e-3,   # per step, relative
 }
