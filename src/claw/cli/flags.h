@@ -22,6 +22,7 @@ struct Flag {
   bool is_switch = false;  // present/absent (TOML: true/false), no value on the command line
   std::function<void(Args&, const std::string&)> set;
   std::function<std::string(const Args&)> get;
+  std::string type = "TEXT";  // shown in --help
 };
 
 // Value parsers shared by the flag tables; each names the flag in its error.
@@ -35,13 +36,13 @@ template <typename Args, typename Get>
 Flag<Args> int_flag(std::string name, std::string help, Get field) {
   return {name, std::move(help), false,
           [name, field](Args& a, const std::string& v) { field(a) = static_cast<std::remove_reference_t<decltype(field(a))>>(parse_int(name, v)); },
-          [field](const Args& a) { return std::to_string(field(const_cast<Args&>(a))); }};
+          [field](const Args& a) { return std::to_string(field(const_cast<Args&>(a))); }, "INT"};
 }
 template <typename Args, typename Get>
 Flag<Args> double_flag(std::string name, std::string help, Get field) {
   return {name, std::move(help), false,
           [name, field](Args& a, const std::string& v) { field(a) = parse_double(name, v); },
-          [field](const Args& a) { return format_double(field(const_cast<Args&>(a))); }};
+          [field](const Args& a) { return format_double(field(const_cast<Args&>(a))); }, "FLOAT"};
 }
 template <typename Args, typename Get>
 Flag<Args> string_flag(std::string name, std::string help, Get field) {
@@ -70,7 +71,8 @@ class FlagBinder {
       if (f.is_switch)
         options_[i] = app.add_flag("--" + f.name, switches_[i], f.help);
       else
-        options_[i] = app.add_option("--" + f.name, values_[i], f.help)->default_str(f.get(defaults));
+        options_[i] =
+            app.add_option("--" + f.name, values_[i], f.help)->default_str(f.get(defaults))->type_name(f.type);
     }
   }
   bool given(const std::string& name) const {

@@ -56,7 +56,7 @@ const std::vector<F>& train_flags() {
           else if (v == "RMSNorm") a.model.normalization = model::Norm::rmsnorm;
           else fail("--normalization '{}' is not one of: LayerNorm, RMSNorm", v);
         },
-        [](const A& a) { return std::string(model::to_string(a.model.normalization)); }},
+        [](const A& a) { return std::string(model::to_string(a.model.normalization)); }, "{LayerNorm,RMSNorm}"},
       double_flag<A>("norm-epsilon", "epsilon of the norms", [](A& a) -> auto& { return a.model.norm_epsilon; }),
       F{"position-embedding-type", "learned_absolute or rope", false,
         [](A& a, const std::string& v) {
@@ -64,7 +64,8 @@ const std::vector<F>& train_flags() {
           else if (v == "rope") a.model.position_embedding_type = model::Position::rope;
           else fail("--position-embedding-type '{}' is not one of: learned_absolute, rope", v);
         },
-        [](const A& a) { return std::string(model::to_string(a.model.position_embedding_type)); }},
+        [](const A& a) { return std::string(model::to_string(a.model.position_embedding_type)); },
+        "{learned_absolute,rope}"},
       double_flag<A>("rotary-base", "RoPE theta", [](A& a) -> auto& { return a.model.rotary_base; }),
       F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
         [](A& a, const std::string& v) {
@@ -112,7 +113,7 @@ const std::vector<F>& train_flags() {
                   [](A& a) -> auto& { return a.lr.decay_iters; }),
       F{"lr-decay-style", "constant, linear or cosine", false,
         [](A& a, const std::string& v) { a.lr.style = optim::parse_decay_style(v); },
-        [](const A& a) { return optim::to_string(a.lr.style); }},
+        [](const A& a) { return optim::to_string(a.lr.style); }, "{constant,linear,cosine}"},
       double_flag<A>("weight-decay", "decoupled weight decay of matrices",
                      [](A& a) -> auto& { return a.adam.weight_decay; }),
       double_flag<A>("adam-beta1", "AdamW beta1", [](A& a) -> auto& { return a.adam.beta1; }),
