@@ -1,12 +1,19 @@
 #include "claw/data/gpt_dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <charconv>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "claw/core/error.h"
 #include "claw/core/philox.h"
-#include "claw/data/index_shuffle.h"
+#include "claw/core/log.h"
+#include "claw/data/file_io.h"
+#include "claw/data/npy.h"
 
 namespace claw::data {
 
@@ -67,16 +74,13 @@ std::array<DocumentRange, kNumSplits> split_documents(const std::array<double, k
 }
 
 GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, Split split, const GptDatasetOptions& options)
-    : data_(std::move(data)),
-      split_(split),
-      seq_length_(options.seq_length),
-      seed_(options.seed),
-      shuffle_purpose_(hash_name(fmt::format("gpt_dataset/{}", split_name(split)))) {
+    : data_(std::move(data)), split_(split), seq_length_(options.seq_length) {
   CLAW_CHECK(data_ != nullptr);
   const IndexedDataset& d = *data_;
   if (options.seq_length < 1) fail("--seq-length {} is invalid; it must be at least 1", options.seq_length);
   if (options.vocab_size < 1 || options.vocab_size > (int64_t{1} << 31))
     fail("vocabulary size {} is invalid; it must be in [1, 2^31]", options.vocab_size);
+  if (options.num_samples < 0) fail("a dataset split cannot provide {} samples", options.num_samples);
   if (!index_dtype_is_integer(d.dtype()))
     fail("{}: dtype {} does not hold token ids; GPT datasets need an integer dtype", d.idx_file(),
          index_dtype_name(d.dtype()));
@@ -86,9 +90,9 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, Split split, 
              options.split);
   documents_ = split_documents(weights, d.num_documents())[static_cast<int>(split)];
   first_sequence_ = d.document_index(documents_.begin);
-  const int64_t end_sequence = d.document_index(documents_.end);
+  end_sequence_ = d.document_index(documents_.end);
 
-  TokenRange range = d.token_range(first_sequence_, end_sequence);
+  TokenRange range = d.token_range(first_sequence_, end_sequence_);
   if (range.min_sequence >= 0 && (range.min < 0 || range.max >= options.vocab_size)) {
     bool low = range.min < 0;
     fail("{}: token id {} in sequence {} is outside the vocabulary [0, {}); the data was tokenized for a different "
@@ -96,55 +100,97 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, Split split, 
          d.bin_file(), low ? range.min : range.max, low ? range.min_sequence : range.max_sequence,
          options.vocab_size);
   }
-
-  offsets_.resize(end_sequence - first_sequence_ + 1);
-  offsets_[0] = 0;
-  for (int64_t i = first_sequence_; i < end_sequence; ++i)
-    offsets_[i - first_sequence_ + 1] = offsets_[i - first_sequence_] + d.sequence_length(i);
-  const int64_t tokens = offsets_.back();
-  if (tokens < seq_length_ + 1)
+  for (int64_t i = first_sequence_; i < end_sequence_; ++i) num_tokens_ += d.sequence_length(i);
+  if (num_tokens_ < seq_length_ + 1)
     fail("--split {}: the {} split has {} tokens in {} documents of {}, fewer than the {} that one sample of "
          "--seq-length {} needs; give the split a larger weight or use a shorter --seq-length",
-         options.split, split_name(split), tokens, documents_.size(), d.prefix(), seq_length_ + 1, seq_length_);
-  num_samples_ = (tokens - 1) / seq_length_;
+         options.split, split_name(split), num_tokens_, documents_.size(), d.prefix(), seq_length_ + 1, seq_length_);
+  load_or_build_indices(options);
 }
 
-int64_t GptDataset::sample_at(int64_t position) const {
-  CLAW_CHECK(position >= 0, "position {}", position);
-  const uint64_t n = static_cast<uint64_t>(num_samples_), p = static_cast<uint64_t>(position);
-  const uint64_t epoch = p / n;
-  // One independent permutation per (split, epoch); adding the epoch to the
-  // purpose gives distinct Philox keys (RandomStream multiplies the purpose
-  // by an odd constant, a bijection).
-  return static_cast<int64_t>(IndexShuffle(n, seed_, shuffle_purpose_ + epoch)(p % n));
+namespace {
+std::string dirname(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
 
-void GptDataset::get_sample(int64_t sample, int32_t* tokens) const {
-  CLAW_CHECK(sample >= 0 && sample < num_samples_, "sample {} of {}", sample, num_samples_);
-  int64_t pos = sample * seq_length_, need = seq_length_ + 1;
-  // The sequence holding stream offset `pos`: the last with offset <= pos.
-  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), pos) - 1;
-  int64_t k = it - offsets_.begin();
-  while (need > 0) {
-    CLAW_CHECK(k + 1 < static_cast<int64_t>(offsets_.size()), "sample {} runs past the split", sample);
-    int64_t in_seq = pos - offsets_[k];
-    int64_t take = std::min(need, offsets_[k + 1] - pos);
-    data_->read_tokens(first_sequence_ + k, in_seq, take, tokens);
-    tokens += take;
-    pos += take;
-    need -= take;
-    ++k;
+bool make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  return !ec && ::access(dir.c_str(), W_OK) == 0;
+}
+}  // namespace
+
+void GptDataset::load_or_build_indices(const GptDatasetOptions& options) {
+  const IndexedDataset& d = *data_;
+  // Everything the indices depend on; a change to any of it is a new cache entry.
+  nlohmann::ordered_json desc = {{"class", "GPTDataset"},
+                                 {"format", 1},
+                                 {"dataset_path", d.prefix()},
+                                 {"num_sequences", d.num_sequences()},
+                                 {"num_documents", d.num_documents()},
+                                 {"total_tokens", d.total_tokens()},
+                                 {"split", split_name(split_)},
+                                 {"split_sequences", {first_sequence_, end_sequence_}},
+                                 {"sequence_length", seq_length_},
+                                 {"num_samples", options.num_samples},
+                                 {"random_seed", options.seed}};
+  const std::string description = desc.dump(2);
+  const std::string dir = options.cache_dir.empty() ? dirname(d.prefix()) + "/cache/GPTDataset_indices"
+                                                    : options.cache_dir;
+  const std::string stem =
+      fmt::format("{}/{:016x}-GPTDataset-{}", dir, hash_name(description), split_name(split_));
+
+  // The description file is written last, so its presence with the same
+  // content means the three arrays next to it are complete.
+  if (path_exists(stem + "-description.txt") && read_file(stem + "-description.txt", "index description") == description) {
+    indices_.document_index = read_npy<int32_t>(stem + "-document_index.npy");
+    int64_t cols = 0;
+    indices_.sample_index = read_npy<int64_t>(stem + "-sample_index.npy", &cols);
+    indices_.shuffle_index = read_npy<int64_t>(stem + "-shuffle_index.npy");
+    const int64_t n = indices_.num_samples();
+    CLAW_CHECK(cols == 2 && static_cast<int64_t>(indices_.sample_index.size()) == 2 * (n + 1),
+               "{}: inconsistent cached indices; delete them to rebuild", stem);
+    indices_.num_epochs = static_cast<int64_t>(indices_.document_index.size()) / (end_sequence_ - first_sequence_);
+    from_cache_ = true;
+    cache_stem_ = stem;
+    return;
   }
+
+  std::vector<int32_t> sequences, lengths;
+  for (int64_t i = first_sequence_; i < end_sequence_; ++i) {
+    sequences.push_back(static_cast<int32_t>(i));
+    lengths.push_back(static_cast<int32_t>(d.sequence_length(i)));
+  }
+  indices_ = build_gpt_indices(sequences, lengths, seq_length_, options.num_samples, options.seed,
+                               hash_name(fmt::format("gpt_dataset/{}", split_name(split_))));
+  if (!make_dirs(dir)) {
+    log::warn("data", "cannot write the index cache {} (set --data-cache-path to a writable directory); "
+              "the {} indices are rebuilt on every start", dir, split_name(split_));
+    return;
+  }
+  write_npy(stem + "-document_index.npy", indices_.document_index);
+  write_npy(stem + "-sample_index.npy", indices_.sample_index, 2);
+  write_npy(stem + "-shuffle_index.npy", indices_.shuffle_index);
+  TempFileWriter w(stem + "-description.txt");
+  w.write(description.data(), description.size());
+  w.commit();
+  cache_stem_ = stem;
 }
 
-void GptDataset::get_batch(int64_t first_position, int64_t count, int32_t* tokens, int32_t* targets) const {
-  CLAW_CHECK(first_position >= 0 && count >= 0, "positions [{}, +{})", first_position, count);
-  const int64_t S = seq_length_;
-  std::vector<int32_t> buf(S + 1);
-  for (int64_t b = 0; b < count; ++b) {
-    get_sample(sample_at(first_position + b), buf.data());
-    std::copy(buf.begin(), buf.end() - 1, tokens + b * S);
-    std::copy(buf.begin() + 1, buf.end(), targets + b * S);
+void GptDataset::get_sample(int64_t position, int32_t* tokens) const {
+  CLAW_CHECK(position >= 0 && position < num_samples(), "sample position {} of {}", position, num_samples());
+  const int64_t i = indices_.shuffle_index[position];
+  int64_t entry = indices_.sample_index[2 * i], offset = indices_.sample_index[2 * i + 1];
+  int64_t need = seq_length_ + 1;
+  while (need > 0) {
+    const int64_t seq = indices_.document_index[entry];
+    const int64_t take = std::min(need, data_->sequence_length(seq) - offset);
+    data_->read_tokens(seq, offset, take, tokens);
+    tokens += take;
+    need -= take;
+    ++entry;
+    offset = 0;
   }
 }
 

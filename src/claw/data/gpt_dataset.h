@@ -1,6 +1,5 @@
-// The trainer's sample source: Megatron-Core's GPTDataset
-// (megatron/core/datasets/gpt_dataset.py) simplified to one indexed dataset
-// and one pass definition.
+// The trainer's sample source over one split of a Megatron indexed dataset:
+// Megatron-Core's GPTDataset (megatron/core/datasets/gpt_dataset.py).
 //
 // Splits. --split "969,30,1" gives train/valid/test weights (one to three
 // numbers, separated by ',' or '/', missing ones 0), normalised to sum 1.
@@ -11,19 +10,21 @@
 // splits its documents, which is the same for preprocess_data.py output
 // (one sequence per document) and never cuts a document otherwise.
 //
-// Samples. A split's documents (each already ending in its eod token, as
-// preprocess_data.py --append-eod writes them) are one token stream of T
-// tokens. Sample i is tokens [i*S, i*S + S + 1) with S = --seq-length: the
-// model reads the first S as inputs and predicts the last S as targets, so
-// targets are the inputs shifted by one. There are (T - 1) / S samples (the
-// "+1" token of the last sample must exist); the remainder of the stream is
-// unused, as in Megatron.
+// Samples and order (gpt_indices.h): the split's sequences, repeated for as
+// many epochs as `num_samples` needs and shuffled, form one token stream cut
+// into samples of S + 1 tokens (S = --seq-length; inputs are the first S,
+// targets the last S), then the samples are shuffled. Documents are packed
+// back to back with no padding; each ends in its eod token as
+// preprocess_data.py --append-eod writes it, which is where packing.h finds
+// the document boundaries.
 //
-// Order. Position p of the training stream is sample shuffle_e(p mod N) of
-// epoch e = p / N, where shuffle_e is an IndexShuffle keyed by --seed, the
-// split and e: every epoch visits every sample once, in an order fixed by
-// the seed and independent of the number of ranks or threads. Data-parallel
-// ranks take disjoint position ranges of the same stream.
+// Cache. The three index arrays are built once and stored as .npy files in
+// --data-cache-path (default: <dataset dir>/cache/GPTDataset_indices), named
+// by a hash of a description of everything they depend on (dataset, its
+// size, split, sequence length, sample count, seed); a later run, or another
+// rank, with the same description loads them instead of rebuilding. Files
+// are published by rename, so concurrent builders are safe. A read-only
+// dataset directory falls back to building in memory.
 //
 // Validation when a split is opened: the dtype holds integers; every token
 // of its documents is in [0, vocab_size) (one vectorisable min/max pass
@@ -42,7 +43,9 @@
 #include <string_view>
 #include <vector>
 
+#include "claw/data/gpt_indices.h"
 #include "claw/data/indexed_dataset.h"
+#include "claw/data/sample_source.h"
 
 namespace claw::data {
 
@@ -68,9 +71,11 @@ struct GptDatasetOptions {
   int64_t seq_length = 0;          // --seq-length: tokens per sample (inputs)
   int64_t vocab_size = 0;          // every token must be below this (the model's vocabulary)
   uint64_t seed = 1234;            // --seed: sample order
+  int64_t num_samples = 0;         // samples the run will draw from this split (0: one epoch)
+  std::string cache_dir;           // --data-cache-path ("": <dataset dir>/cache/GPTDataset_indices)
 };
 
-class GptDataset {
+class GptDataset final : public SampleSource {
  public:
   // Split `split` of `data` per `options`; see the header comment for the
   // checks. The split's weight must be positive (open_gpt_datasets skips
@@ -78,34 +83,32 @@ class GptDataset {
   GptDataset(std::shared_ptr<const IndexedDataset> data, Split split, const GptDatasetOptions& options);
 
   Split split() const { return split_; }
-  int64_t seq_length() const { return seq_length_; }
+  int64_t seq_length() const override { return seq_length_; }
   DocumentRange documents() const { return documents_; }
-  int64_t num_tokens() const { return offsets_.back(); }
-  int64_t num_samples() const { return num_samples_; }
+  int64_t num_tokens() const { return num_tokens_; }
+  // At least options.num_samples (the last epoch's stream is cut whole).
+  int64_t num_samples() const override { return indices_.num_samples(); }
+  int64_t num_epochs() const { return indices_.num_epochs; }
   const IndexedDataset& data() const { return *data_; }
+  // True if the indices came from the cache rather than being built.
+  bool loaded_from_cache() const { return from_cache_; }
+  // The cache files' common path stem ("" when the cache was not writable).
+  const std::string& cache_stem() const { return cache_stem_; }
 
-  // The sample at `position` of the shuffled stream (any position >= 0;
-  // positions past num_samples() continue into later epochs).
-  int64_t sample_at(int64_t position) const;
-
-  // Tokens [i*S, i*S + S + 1) of the split's stream, unshuffled sample i.
-  void get_sample(int64_t sample, int32_t* tokens) const;
-
-  // Samples at positions [first_position, first_position + count) of the
-  // shuffled stream: tokens[b*S + t] is input t of the b-th, targets[b*S + t]
-  // its next token. Both buffers hold count * S ids.
-  void get_batch(int64_t first_position, int64_t count, int32_t* tokens, int32_t* targets) const;
+  void get_sample(int64_t position, int32_t* tokens) const override;
 
  private:
+  void load_or_build_indices(const GptDatasetOptions& options);
+
   std::shared_ptr<const IndexedDataset> data_;
   Split split_;
   int64_t seq_length_;
-  uint64_t seed_;
-  uint64_t shuffle_purpose_;  // Philox purpose of epoch 0's order; epoch e uses + e
   DocumentRange documents_;
-  int64_t first_sequence_ = 0;
-  std::vector<int64_t> offsets_;  // stream offset of each of the split's sequences, plus the total
-  int64_t num_samples_ = 0;
+  int64_t first_sequence_ = 0, end_sequence_ = 0;
+  int64_t num_tokens_ = 0;
+  GptIndices indices_;
+  bool from_cache_ = false;
+  std::string cache_stem_;
 };
 
 // Opens the dataset at `prefix` and every split with a positive weight

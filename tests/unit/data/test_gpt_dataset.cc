@@ -1,15 +1,19 @@
 // GPT sample source: --split parsing and rounding, the shuffle permutation,
-// sample contents, determinism, and validation errors.
+// sample contents, epochs, the index cache, determinism, and validation errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "claw/data/gpt_dataset.h"
-#include "claw/data/index_shuffle.h"
+#include "claw/data/blended_dataset.h"
+#include "claw/data/gpt_indices.h"
+#include "claw/data/packing.h"
 #include "claw/data/indexed_dataset.h"
 #include "expect_error.h"
 #include "temp_dir.h"
@@ -59,43 +63,44 @@ TEST(Split, RoundsLikeMegatron) {
   EXPECT_EQ(r[2].end, 100);
 }
 
-TEST(IndexShuffle, IsAPermutation) {
-  for (uint64_t n : {1ull, 2ull, 3ull, 4ull, 5ull, 7ull, 16ull, 17ull, 100ull, 1000ull, 4097ull, 65536ull}) {
-    IndexShuffle perm(n, 1234, 99);
-    std::vector<bool> hit(n, false);
-    for (uint64_t i = 0; i < n; ++i) {
-      uint64_t j = perm(i);
-      ASSERT_LT(j, n);
-      ASSERT_FALSE(hit[j]) << "n " << n << " maps twice to " << j;
-      hit[j] = true;
+TEST(Shuffle, IsASeededPermutation) {
+  for (int64_t n : {1, 2, 3, 17, 1000}) {
+    std::vector<int64_t> v(n);
+    std::iota(v.begin(), v.end(), 0);
+    auto a = v, b = v, c = v;
+    shuffle_in_place<int64_t>(a, 1, 2);
+    shuffle_in_place<int64_t>(b, 1, 2);
+    shuffle_in_place<int64_t>(c, 3, 2);
+    EXPECT_EQ(a, b);
+    auto sorted = a;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, v);
+    if (n == 1000) {
+      int fixed = 0, same = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        fixed += a[i] == i;
+        same += a[i] == c[i];
+      }
+      // Random permutations agree with the identity, or each other, in ~1 place.
+      EXPECT_LT(fixed, 10);
+      EXPECT_LT(same, 10);
     }
   }
 }
 
-TEST(IndexShuffle, DependsOnSeedAndPurposeOnly) {
-  const uint64_t n = 1000;
-  IndexShuffle a(n, 1, 2), b(n, 1, 2), c(n, 3, 2), d(n, 1, 4);
-  int same_c = 0, same_d = 0, fixed = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    EXPECT_EQ(a(i), b(i));
-    same_c += a(i) == c(i);
-    same_d += a(i) == d(i);
-    fixed += a(i) == i;
+// Megatron's greedy blending keeps every prefix of the blend within one
+// sample of its weights.
+TEST(Blending, FollowsTheWeights) {
+  const std::vector<double> w = {0.2, 0.5, 0.3};
+  BlendingIndices b = build_blending_indices(w, 1000);
+  std::vector<int64_t> taken(3, 0);
+  for (int64_t i = 0; i < 1000; ++i) {
+    const int d = b.dataset_index[i];
+    EXPECT_EQ(b.dataset_sample_index[i], taken[d]) << "each dataset is read in order";
+    ++taken[d];
+    for (int k = 0; k < 3; ++k) EXPECT_LE(std::abs(taken[k] - w[k] * (i + 1)), 1.0) << i;
   }
-  // Unrelated random permutations agree in ~1 place; so does a random
-  // permutation with the identity. A fixed key makes these exact numbers,
-  // so the bounds only need to exclude "not shuffled at all".
-  EXPECT_LT(same_c, 10);
-  EXPECT_LT(same_d, 10);
-  EXPECT_LT(fixed, 10);
-}
-
-TEST(IndexShuffle, LargeDomain) {
-  IndexShuffle perm(uint64_t{1} << 40, 5, 6);
-  std::set<uint64_t> seen;
-  for (uint64_t i = 0; i < 1000; ++i) seen.insert(perm(i));
-  EXPECT_EQ(seen.size(), 1000u);
-  EXPECT_GT(*seen.rbegin(), uint64_t{1} << 39);  // spread over the domain, not clustered at 0
+  EXPECT_EQ(taken, (std::vector<int64_t>{200, 500, 300}));
 }
 
 // 20 documents; document d has 10 + 3*d tokens and ends with eod = 0; other
@@ -132,7 +137,25 @@ GptDatasetOptions options(std::string split, int64_t seq, uint64_t seed = 1234) 
   return o;
 }
 
-TEST(GptDataset, SamplesAreWindowsOfTheSplitStream) {
+// Every adjacent pair of tokens in a sample is a step inside one document
+// (d, p) -> (d, p + 1), a document's last token -> its eod, or an eod -> the
+// first token of some document: samples are windows of a stream of whole
+// documents.
+void expect_whole_document_stream(const std::vector<int32_t>& sample) {
+  for (size_t i = 0; i + 1 < sample.size(); ++i) {
+    int32_t a = sample[i], b = sample[i + 1];
+    if (a == 0) {
+      EXPECT_EQ((b - 1) % 1000, 0) << "after an eod comes the first token of a document, got " << b;
+    } else if (b != 0) {
+      EXPECT_EQ(b, a + 1) << "inside a document tokens are consecutive";
+    } else {
+      int d = (a - 1) / 1000, p = (a - 1) % 1000;
+      EXPECT_EQ(p, 10 + 3 * d - 2) << "eod follows the document's last token";
+    }
+  }
+}
+
+TEST(GptDataset, OneEpochCoversTheSplitOnceInWholeDocuments) {
   TempDir dir;
   const auto docs = make_docs();
   const std::string prefix = write_docs(dir, docs);
@@ -140,21 +163,100 @@ TEST(GptDataset, SamplesAreWindowsOfTheSplitStream) {
   for (int k = 0; k < kNumSplits; ++k) {
     ASSERT_TRUE(ds.splits[k].has_value());
     const GptDataset& s = *ds.splits[k];
-    std::vector<int32_t> stream;
-    for (int64_t d = s.documents().begin; d < s.documents().end; ++d)
-      stream.insert(stream.end(), docs[d].begin(), docs[d].end());
-    EXPECT_EQ(s.num_tokens(), static_cast<int64_t>(stream.size()));
-    EXPECT_EQ(s.num_samples(), (s.num_tokens() - 1) / 16);
+    int64_t tokens = 0;
+    std::multiset<int32_t> split_tokens;
+    for (int64_t d = s.documents().begin; d < s.documents().end; ++d) {
+      tokens += static_cast<int64_t>(docs[d].size());
+      for (int32_t t : docs[d])
+        if (t != 0) split_tokens.insert(t);
+    }
+    EXPECT_EQ(s.num_tokens(), tokens);
+    EXPECT_EQ(s.num_epochs(), 1);
+    EXPECT_EQ(s.num_samples(), (tokens - 1) / 16);
+    // Samples overlap by their boundary token; without it each stream
+    // position is seen once, all but the stream's last (tokens - 1) % 16 + 1.
+    std::multiset<int32_t> seen;
     std::vector<int32_t> sample(17);
     for (int64_t i = 0; i < s.num_samples(); ++i) {
       s.get_sample(i, sample.data());
-      EXPECT_TRUE(std::equal(sample.begin(), sample.end(), stream.begin() + i * 16)) << "sample " << i;
+      expect_whole_document_stream(sample);
+      for (int t = 0; t < 16; ++t)
+        if (sample[t] != 0) seen.insert(sample[t]);
     }
+    for (int32_t t : seen) EXPECT_EQ(split_tokens.count(t), 1u) << t;
+    EXPECT_EQ(std::set<int32_t>(seen.begin(), seen.end()).size(), seen.size()) << "a position seen twice";
+    EXPECT_GE(static_cast<int64_t>(seen.size()), static_cast<int64_t>(split_tokens.size()) - 16);
   }
   // 60,20,20 of 20 documents: [0, 12), [12, 16), [16, 20).
   EXPECT_EQ(ds[Split::train]->documents().end, 12);
   EXPECT_EQ(ds[Split::valid]->documents().begin, 12);
   EXPECT_EQ(ds[Split::test]->documents().begin, 16);
+}
+
+// Megatron's epochs: enough epochs for the requested samples; an epoch of
+// which less than 80% is used is shuffled separately, so the epochs before
+// it are seen in full before any of it.
+TEST(GptDataset, EpochsForTheRequestedSamples) {
+  TempDir dir;
+  const std::string prefix = write_docs(dir, make_docs());
+  GptDatasetOptions o = options("1", 8);
+  GptDataset one(std::make_shared<const IndexedDataset>(prefix), Split::train, o);
+  const int64_t per_epoch = one.num_samples();
+  o.num_samples = 3 * per_epoch;
+  GptDataset three(std::make_shared<const IndexedDataset>(prefix), Split::train, o);
+  EXPECT_EQ(three.num_epochs(), 3);
+  EXPECT_GE(three.num_samples(), 3 * per_epoch);
+  std::map<int32_t, int> count;
+  std::vector<int32_t> sample(9);
+  for (int64_t i = 0; i < three.num_samples(); ++i) {
+    three.get_sample(i, sample.data());
+    expect_whole_document_stream(sample);
+    for (int t = 0; t < 8; ++t)
+      if (sample[t] != 0) ++count[sample[t]];
+  }
+  int full = 0;
+  for (auto [t, c] : count) {
+    EXPECT_LE(c, 3);
+    full += c == 3;
+  }
+  EXPECT_GT(full, static_cast<int>(count.size()) - 8);  // all but the stream's tail, three times
+
+  o.num_samples = per_epoch + per_epoch / 2;  // half of the second epoch: below 80%
+  GptDataset half(std::make_shared<const IndexedDataset>(prefix), Split::train, o);
+  EXPECT_EQ(half.num_epochs(), 2);
+  std::map<int32_t, int> first;
+  for (int64_t i = 0; i < per_epoch - 1; ++i) {  // positions of the first epoch (boundary samples aside)
+    half.get_sample(i, sample.data());
+    for (int t = 0; t < 8; ++t)
+      if (sample[t] != 0) EXPECT_EQ(++first[sample[t]], 1) << "token seen twice within the first epoch";
+  }
+}
+
+TEST(GptDataset, IndicesAreCachedAndReused) {
+  TempDir dir;
+  const std::string prefix = write_docs(dir, make_docs());
+  auto batch = [](const GptDataset& s) {
+    std::vector<int32_t> tokens(20 * 8), targets(20 * 8);
+    s.get_batch(0, 20, tokens.data(), targets.data());
+    return tokens;
+  };
+  GptDatasetOptions o = options("1", 8);
+  o.num_samples = 50;
+  GptDataset built(std::make_shared<const IndexedDataset>(prefix), Split::train, o);
+  EXPECT_FALSE(built.loaded_from_cache());
+  ASSERT_FALSE(built.cache_stem().empty());
+  EXPECT_EQ(built.cache_stem().rfind(dir / "cache/GPTDataset_indices/", 0), 0u) << built.cache_stem();
+  GptDataset loaded(std::make_shared<const IndexedDataset>(prefix), Split::train, o);
+  EXPECT_TRUE(loaded.loaded_from_cache());
+  EXPECT_EQ(batch(built), batch(loaded));
+  EXPECT_EQ(loaded.num_samples(), built.num_samples());
+  o.seed = 99;  // another description: another cache entry
+  GptDataset other(std::make_shared<const IndexedDataset>(prefix), Split::train, o);
+  EXPECT_FALSE(other.loaded_from_cache());
+  EXPECT_NE(other.cache_stem(), built.cache_stem());
+  o.cache_dir = dir / "elsewhere";
+  GptDataset moved(std::make_shared<const IndexedDataset>(prefix), Split::train, o);
+  EXPECT_EQ(moved.cache_stem().rfind(dir / "elsewhere/", 0), 0u);
 }
 
 TEST(GptDataset, SplitsAreDisjoint) {
@@ -189,7 +291,7 @@ TEST(GptDataset, TargetsAreInputsShiftedByOne) {
   std::vector<int32_t> tokens(B * S), targets(B * S), sample(S + 1);
   s.get_batch(3, B, tokens.data(), targets.data());
   for (int64_t b = 0; b < B; ++b) {
-    s.get_sample(s.sample_at(3 + b), sample.data());
+    s.get_sample(3 + b, sample.data());
     for (int64_t t = 0; t < S; ++t) {
       EXPECT_EQ(tokens[b * S + t], sample[t]);
       EXPECT_EQ(targets[b * S + t], sample[t + 1]);
@@ -198,28 +300,6 @@ TEST(GptDataset, TargetsAreInputsShiftedByOne) {
       }
     }
   }
-}
-
-TEST(GptDataset, EveryEpochVisitsEverySampleOnceInItsOwnOrder) {
-  TempDir dir;
-  const std::string prefix = write_docs(dir, make_docs());
-  GptDatasets ds = open_gpt_datasets(prefix, options("1", 4));
-  const GptDataset& s = *ds[Split::train];
-  const int64_t n = s.num_samples();
-  ASSERT_GT(n, 100);
-  std::vector<int64_t> e0(n), e1(n);
-  for (int64_t p = 0; p < n; ++p) {
-    e0[p] = s.sample_at(p);
-    e1[p] = s.sample_at(n + p);
-  }
-  EXPECT_NE(e0, e1);
-  std::vector<int64_t> all(n);
-  std::iota(all.begin(), all.end(), 0);
-  EXPECT_NE(e0, all);  // shuffled
-  std::sort(e0.begin(), e0.end());
-  std::sort(e1.begin(), e1.end());
-  EXPECT_EQ(e0, all);
-  EXPECT_EQ(e1, all);
 }
 
 TEST(GptDataset, OrderIsFixedBySeed) {
@@ -278,6 +358,79 @@ TEST(GptDataset, RejectsBadOptions) {
   EXPECT_CLAW_ERROR(open_gpt_datasets(prefix, o), "vocabulary size 0");
   EXPECT_CLAW_ERROR(open_gpt_datasets(prefix, options("1,a", 8)), "--split");
   EXPECT_CLAW_ERROR(open_gpt_datasets(dir / "missing", options("1", 8)), dir / "missing.idx", "not found");
+}
+
+TEST(BlendedDataset, ParsesDataPath) {
+  BlendSpec one = parse_data_path({"a"});
+  EXPECT_EQ(one.prefixes, std::vector<std::string>{"a"});
+  BlendSpec w = parse_data_path({"0.3", "a", "0.9", "b"});
+  EXPECT_EQ(w.prefixes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_DOUBLE_EQ(w.weights[0], 0.25);
+  EXPECT_DOUBLE_EQ(w.weights[1], 0.75);
+  BlendSpec eq = parse_data_path({"a", "b"});
+  EXPECT_DOUBLE_EQ(eq.weights[1], 0.5);
+  EXPECT_CLAW_ERROR(parse_data_path({}), "--data-path is empty");
+  EXPECT_CLAW_ERROR(parse_data_path({"0.3", "a", "0.7"}), "--data-path has 3 words");
+  EXPECT_CLAW_ERROR(parse_data_path({"-1", "a"}), "'-1'", "not a positive weight");
+  EXPECT_CLAW_ERROR(parse_data_path({"a", "0.5"}), "mixes weights and bare prefixes");
+}
+
+// Two datasets whose tokens say which dataset they came from: the blend
+// takes samples in proportion to the weights and each from the right place.
+TEST(BlendedDataset, DrawsEachDatasetByWeight) {
+  TempDir dir;
+  auto docs_a = make_docs(), docs_b = make_docs();
+  for (auto& d : docs_b)
+    for (auto& t : d)
+      if (t != 0) t += 20000;
+  std::string a = dir / "a", b = dir / "b";
+  for (auto [prefix, docs] : {std::pair{a, docs_a}, std::pair{b, docs_b}}) {
+    IndexedDatasetBuilder builder(prefix, IndexDType::u16);
+    for (const auto& doc : docs) builder.add_document(doc);
+    builder.finalize();
+  }
+  GptDatasetOptions o = options("1", 8);
+  o.vocab_size = 50000;
+  o.num_samples = 400;  // several epochs of each
+  auto source = build_split_source(parse_data_path({"0.25", a, "0.75", b}), Split::train, o);
+  ASSERT_EQ(source->num_samples(), 400);
+  auto* blend = dynamic_cast<BlendedDataset*>(source.get());
+  ASSERT_NE(blend, nullptr);
+  EXPECT_EQ(blend->samples_per_dataset(), (std::vector<int64_t>{100, 300}));
+  int from_b = 0;
+  std::vector<int32_t> sample(9);
+  for (int64_t i = 0; i < 400; ++i) {
+    source->get_sample(i, sample.data());
+    bool in_b = std::any_of(sample.begin(), sample.end(), [](int32_t t) { return t > 20000; });
+    bool in_a = std::any_of(sample.begin(), sample.end(), [](int32_t t) { return t > 0 && t < 20000; });
+    EXPECT_NE(in_a, in_b) << "a sample mixes datasets";
+    from_b += in_b;
+  }
+  EXPECT_EQ(from_b, 300);
+  // Reproducible: a second builder (from the index cache) gives the same batch.
+  auto again = build_split_source(parse_data_path({"0.25", a, "0.75", b}), Split::train, o);
+  std::vector<int32_t> t1(32 * 8), g1(32 * 8), t2(32 * 8), g2(32 * 8);
+  source->get_batch(100, 32, t1.data(), g1.data());
+  again->get_batch(100, 32, t2.data(), g2.data());
+  EXPECT_EQ(t1, t2);
+}
+
+// Documents end in eod (0 here); Megatron's masks and positions.
+TEST(Packing, BoundariesFromEod) {
+  const int32_t eod = 0;
+  // Row 0: doc [5 6 0] doc [7 0] doc [8 ...; row 1 starts mid-document.
+  std::vector<int32_t> tokens = {5, 6, 0, 7, 0, 8, 9, 0, /**/ 3, 4, 0, 1, 2, 0, 0, 6};
+  const int64_t B = 2, T = 8;
+  std::vector<int32_t> seg(B * T, -7), pos(B * T, -7), targets(B * T, 42);
+  apply_packing({.reset_position_ids = true, .reset_attention_mask = true, .eod_mask_loss = true, .eod = eod},
+                tokens.data(), B, T, seg.data(), pos.data(), targets.data());
+  EXPECT_EQ(seg, (std::vector<int32_t>{0, 0, 0, 3, 3, 5, 5, 5, /**/ 0, 0, 0, 3, 3, 3, 6, 7}));
+  EXPECT_EQ(pos, (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 1, 2, /**/ 0, 1, 2, 0, 1, 2, 0, 0}));
+  for (int64_t i = 0; i < B * T; ++i) EXPECT_EQ(targets[i], tokens[i] == eod ? -1 : 42) << i;
+  // Off: nothing is touched.
+  std::vector<int32_t> untouched(B * T, 42);
+  apply_packing({.eod = eod}, tokens.data(), B, T, nullptr, nullptr, untouched.data());
+  EXPECT_EQ(untouched, std::vector<int32_t>(B * T, 42));
 }
 
 }  // namespace
