@@ -115,19 +115,16 @@ int main(int argc, char** argv) {
     // Step 0 in detail: gradients accumulated over micro-batches, and the logits
     // of the whole batch (forward only, micro-batch by micro-batch).
     std::vector<float> logits(B * T * cfg.padded_vocab_size());
-    std::vector<int32_t> tok(mb * T), tgt(mb * T);
+    train::GlobalBatch batch(accum, mb, T, data::PackingOptions{});
     nlohmann::json result;
     for (int64_t s = 0; s < steps; ++s) {
-      auto next = [&](int64_t k, int32_t* tk, int32_t* tg) {
-        const int64_t off = (s * B + k * mb) * T;
-        std::copy(tokens.begin() + off, tokens.begin() + off + mb * T, tk);
-        std::copy(targets.begin() + off, targets.begin() + off + mb * T, tg);
-      };
+      const int64_t off = s * B * T;
+      batch.assign({tokens.begin() + off, tokens.begin() + off + B * T},
+                   {targets.begin() + off, targets.begin() + off + B * T});
       if (s == 0) {
         model::StepCtx ctx{.cpu = cpu, .B = mb, .T = T};
         for (int64_t k = 0; k < accum; ++k) {
-          next(k, tok.data(), tgt.data());
-          m.forward(ctx, tok.data(), tgt.data(), 0.0);
+          m.forward(ctx, batch.micro(k).tokens, batch.micro(k).targets, 0.0);
           m.logits(ctx, logits.data() + k * mb * T * cfg.padded_vocab_size());
         }
       }
@@ -140,8 +137,8 @@ int main(int argc, char** argv) {
         views.push_back({"loss", DType::f32, {1}, &loss_value});
         ckpt::write_safetensors(out + "/step0.safetensors", views);
       };
-      train::StepResult r = train::train_step(m, opt, cpu, next, accum, s, lr, static_cast<uint64_t>(seed),
-                                              static_cast<uint64_t>(s * B), tok.data(), tgt.data(), dump_step0);
+      train::StepResult r = train::train_step(m, opt, cpu, batch, s, lr, static_cast<uint64_t>(seed),
+                                              static_cast<uint64_t>(s * B), dump_step0);
       result["losses"].push_back(r.loss);
       result["grad_norms"].push_back(r.grad_norm);
       result["lrs"].push_back(lr);

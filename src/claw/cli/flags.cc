@@ -71,6 +71,16 @@ std::vector<std::pair<std::string, std::string>> read_toml_pairs(const std::stri
         text = format_double(*node.template value<double>());
       else if (node.is_string())
         text = *node.template value<std::string>();
+      else if (const toml::array* arr = node.as_array()) {
+        for (const auto& el : *arr) {
+          if (!el.is_string() && !el.is_number())
+            fail("--config {}:{}: '{}' must be an array of strings or numbers", path, line, key);
+          std::string word = el.is_string() ? *el.template value<std::string>()
+                                            : el.is_integer() ? std::to_string(*el.template value<int64_t>())
+                                                              : format_double(*el.template value<double>());
+          text += (text.empty() ? "" : " ") + word;
+        }
+      }
       else
         fail("--config {}:{}: '{}' must be a number, string or boolean", path, line, key);
       out.emplace_back(key, text);

@@ -23,6 +23,7 @@ struct Flag {
   std::function<void(Args&, const std::string&)> set;
   std::function<std::string(const Args&)> get;
   std::string type = "TEXT";  // shown in --help
+  bool multi = false;         // takes several words (set() gets them joined by spaces)
 };
 
 // Value parsers shared by the flag tables; each names the flag in its error.
@@ -49,6 +50,29 @@ Flag<Args> string_flag(std::string name, std::string help, Get field) {
   return {name, std::move(help), false, [field](Args& a, const std::string& v) { field(a) = v; },
           [field](const Args& a) { return field(const_cast<Args&>(a)); }};
 }
+// A list of words (e.g. --data-path W1 P1 W2 P2); set() splits on spaces.
+template <typename Args, typename Get>
+Flag<Args> words_flag(std::string name, std::string help, Get field) {
+  Flag<Args> f{name, std::move(help), false,
+               [field](Args& a, const std::string& v) {
+                 auto& out = field(a);
+                 out.clear();
+                 for (size_t b = v.find_first_not_of(' '); b != std::string::npos;) {
+                   size_t e = v.find(' ', b);
+                   out.push_back(v.substr(b, e == std::string::npos ? std::string::npos : e - b));
+                   b = e == std::string::npos ? e : v.find_first_not_of(' ', e);
+                 }
+               },
+               [field](const Args& a) {
+                 std::string s;
+                 for (const auto& w : field(const_cast<Args&>(a))) s += (s.empty() ? "" : " ") + w;
+                 return s;
+               },
+               "WORDS"};
+  f.multi = true;
+  return f;
+}
+
 // A boolean switch; `set_to` is the field's value when the switch is given.
 template <typename Args, typename Get>
 Flag<Args> switch_flag(std::string name, std::string help, Get field, bool set_to = true) {
@@ -64,12 +88,15 @@ class FlagBinder {
  public:
   FlagBinder(CLI::App& app, const std::vector<Flag<Args>>& flags, const Args& defaults) : flags_(flags) {
     values_.resize(flags_.size());
+    words_.resize(flags_.size());
     switches_.assign(flags_.size(), 0);
     options_.resize(flags_.size());
     for (size_t i = 0; i < flags_.size(); ++i) {
       const auto& f = flags_[i];
       if (f.is_switch)
         options_[i] = app.add_flag("--" + f.name, switches_[i], f.help);
+      else if (f.multi)
+        options_[i] = app.add_option("--" + f.name, words_[i], f.help)->type_name(f.type)->expected(1, 1 << 20);
       else
         options_[i] =
             app.add_option("--" + f.name, values_[i], f.help)->default_str(f.get(defaults))->type_name(f.type);
@@ -90,20 +117,24 @@ class FlagBinder {
     for (size_t i = 0; i < flags_.size(); ++i) {
       if (options_[i]->count() == 0) continue;
       if (std::find(skip.begin(), skip.end(), flags_[i].name) != skip.end()) continue;
-      flags_[i].set(args, flags_[i].is_switch ? "true" : values_[i]);
+      std::string joined;
+      for (const auto& w : words_[i]) joined += (joined.empty() ? "" : " ") + w;
+      flags_[i].set(args, flags_[i].is_switch ? "true" : flags_[i].multi ? joined : values_[i]);
     }
   }
 
  private:
   const std::vector<Flag<Args>>& flags_;
   std::vector<std::string> values_;
+  std::vector<std::vector<std::string>> words_;
   std::vector<int> switches_;
   std::vector<CLI::Option*> options_;
 };
 
 // Reads a TOML file of `key = value` pairs (keys are flag names; '_' and '-'
 // are interchangeable; tables only group keys, their names are ignored) and
-// returns (flag name, value text) in file order. Unknown keys and values of the
+// returns (flag name, value text); an array of strings becomes its elements
+// joined by spaces (for multi-word flags such as data-path). Unknown keys and values of the
 // wrong type are errors naming the file, key and line.
 template <typename Args>
 std::vector<std::pair<std::string, std::string>> read_toml_config(const std::string& path,

@@ -18,6 +18,11 @@ struct StepCtx {
   // sequence (monotonic over steps): dropout counters start from it, so masks
   // never repeat and do not depend on how samples are spread over ranks.
   uint64_t sample0 = 0;
+  // Packed sequences ([B, T] each; null: the plain layout). positions: each
+  // token's position (restarting per document); seg_start: index in its row
+  // of the first token of its document (attention stays inside documents).
+  const int32_t* positions = nullptr;
+  const int32_t* seg_start = nullptr;
   int64_t tokens() const { return B * T; }
 };
 

@@ -3,6 +3,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "claw/data/packing.h"
+#include "claw/data/tokenizer_factory.h"
 
 namespace claw::train {
 
@@ -30,9 +34,12 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string data_path;          // --data-path: prefix of a .bin/.idx pair (empty: built-in corpus)
-  std::string split = "969,30,1"; // --split: train,valid,test weights over documents
-  std::string data_dir;           // --data-dir: where the built-in corpus lives (empty: default)
+  std::vector<std::string> data_path;  // --data-path: PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (empty: built-in corpus)
+  std::string split = "969,30,1";      // --split: train,valid,test weights over documents
+  std::string data_dir;                // --data-dir: where the built-in corpus lives (empty: default)
+  std::string data_cache_path;         // --data-cache-path: sample index cache ("": next to the data)
+  data::TokenizerOptions tokenizer;    // --tokenizer-type etc. (eod id; vocabulary check); default: GPT-2 BPE
+  data::PackingOptions packing;        // --reset-position-ids, --reset-attention-mask, --eod-mask-loss
 };
 
 }  // namespace claw::train

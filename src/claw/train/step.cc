@@ -1,38 +1,57 @@
 #include "claw/train/step.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "claw/core/error.h"
 
 namespace claw::train {
 
-StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& cpu, const MicroBatchFn& next,
-                      int64_t accum, int64_t step, double lr, uint64_t seed, uint64_t sample0, int32_t* tokens,
-                      int32_t* targets, const std::function<void(const StepResult&)>& before_update) {
-  const int64_t B = model.reserved_B(), T = model.reserved_T();
-  const double tokens_per_step = static_cast<double>(accum * B * T);
+namespace {
+model::StepCtx micro_ctx(const CpuCtx& cpu, const GlobalBatch& batch, int64_t k, bool training, uint64_t seed,
+                         uint64_t sample0) {
+  const MicroBatch mb = batch.micro(k);
+  return {.cpu = cpu, .B = batch.B(), .T = batch.T(), .training = training, .seed = seed,
+          .sample0 = sample0 + static_cast<uint64_t>(k * batch.B()), .positions = mb.positions,
+          .seg_start = mb.seg_start};
+}
+}  // namespace
+
+StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch,
+                      int64_t step, double lr, uint64_t seed, uint64_t sample0,
+                      const std::function<void(const StepResult&)>& before_update) {
+  const int64_t counted = batch.valid_targets();
+  if (counted == 0) fail("step {}: every target of the global batch is masked; nothing to learn from", step + 1);
   model.store().zero_grads();
   double loss_sum = 0;
-  for (int64_t mb = 0; mb < accum; ++mb) {
-    next(mb, tokens, targets);
-    model::StepCtx ctx{.cpu = cpu, .B = B, .T = T, .training = true, .seed = seed,
-                       .sample0 = sample0 + static_cast<uint64_t>(mb * B)};
-    double mb_loss = model.forward(ctx, tokens, targets, 1.0 / tokens_per_step);
+  for (int64_t k = 0; k < batch.micro_batches(); ++k) {
+    const model::StepCtx ctx = micro_ctx(cpu, batch, k, true, seed, sample0);
+    const MicroBatch mb = batch.micro(k);
+    double mb_loss = model.forward(ctx, mb.tokens, mb.targets, 1.0 / static_cast<double>(counted));
     if (!std::isfinite(mb_loss)) {
       std::string where = model.first_non_finite(cpu);
-      fail("step {}: loss is {} (micro-batch {}); first non-finite tensor: {}", step + 1, mb_loss, mb,
+      fail("step {}: loss is {} (micro-batch {}); first non-finite tensor: {}", step + 1, mb_loss, k,
            where.empty() ? "none (overflow in the loss sum)" : where);
     }
-    model.backward(ctx, tokens);
+    model.backward(ctx, mb.tokens);
     loss_sum += mb_loss;
   }
-  StepResult r{loss_sum / tokens_per_step, std::sqrt(optimizer.grad_sum_squares(cpu))};
+  StepResult r{loss_sum / static_cast<double>(counted), std::sqrt(optimizer.grad_sum_squares(cpu))};
   if (!std::isfinite(r.grad_norm))
     fail("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}", step + 1, r.grad_norm, r.loss,
          model.first_non_finite_grad(cpu));
   if (before_update) before_update(r);
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
   return r;
+}
+
+double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed) {
+  double total = 0;
+  for (int64_t k = 0; k < batch.micro_batches(); ++k) {
+    const MicroBatch mb = batch.micro(k);
+    total += model.forward(micro_ctx(cpu, batch, k, false, seed, 0), mb.tokens, mb.targets, 0.0);
+  }
+  return total / static_cast<double>(std::max<int64_t>(1, batch.valid_targets()));
 }
 
 }  // namespace claw::train

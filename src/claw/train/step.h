@@ -5,8 +5,9 @@
 //   for mb in micro-batches: loss += forward(mb); backward(mb)     (grads accumulate)
 //   norm = sqrt(sum of squared grads); coef = min(1, clip / (norm + 1e-6))
 //   AdamW(lr, grads * coef)
-// dloss_scale = 1 / (tokens in the global batch), so the loss and gradients
-// are those of the mean over the whole batch however it is cut.
+// dloss_scale = 1 / (positions with a target in the global batch), so the
+// loss and gradients are those of the mean over the whole batch however it
+// is cut into micro-batches (Megatron's sum(loss * mask) / sum(mask)).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "claw/model/gpt.h"
 #include "claw/optim/adamw.h"
+#include "claw/train/batch.h"
 
 namespace claw::train {
 
@@ -22,16 +24,15 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
 };
 
-// Fills tokens/targets [B*T] for micro-batch `mb` of the step.
-using MicroBatchFn = std::function<void(int64_t mb, int32_t* tokens, int32_t* targets)>;
-
 // `step` is 0-based; sample0 is the global index of the step's first sample
 // (dropout counters). Throws claw::Error naming the step and the first
 // non-finite tensor if the loss or the gradient norm is not finite.
 // `before_update`, if set, sees the accumulated gradients before AdamW runs.
-StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& cpu, const MicroBatchFn& next,
-                      int64_t accumulation_steps, int64_t step, double lr, uint64_t seed, uint64_t sample0,
-                      int32_t* tokens, int32_t* targets,
+StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch,
+                      int64_t step, double lr, uint64_t seed, uint64_t sample0,
                       const std::function<void(const StepResult&)>& before_update = {});
+
+// Mean loss over a batch without gradients (evaluation).
+double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed);
 
 }  // namespace claw::train

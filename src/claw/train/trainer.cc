@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cmath>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/data/builtin_corpus.h"
+#include "claw/data/blended_dataset.h"
 #include "claw/data/gpt_dataset.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/model/gpt.h"
@@ -43,26 +45,54 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
 
   cpu_ = kernels::make_cpu_ctx(cfg_.num_threads > 0 ? cfg_.num_threads : kernels::default_num_threads());
 
-  std::string prefix = data_cfg_.data_path;
-  if (prefix.empty()) {
-    std::string dir = data_cfg_.data_dir.empty() ? data::default_data_dir() : data_cfg_.data_dir;
-    prefix = data::ensure_builtin_corpus(dir, cpu_.num_threads);
+  const std::string data_dir = data_cfg_.data_dir.empty() ? data::default_data_dir() : data_cfg_.data_dir;
+  std::vector<std::string> words = data_cfg_.data_path;
+  if (words.empty()) words = {data::ensure_builtin_corpus(data_dir, cpu_.num_threads)};
+  const data::BlendSpec blend = data::parse_data_path(words);
+
+  // The tokenizer the data was made with: its eod marks document boundaries,
+  // and its vocabulary must fit the model's.
+  data::TokenizerOptions tok = data_cfg_.tokenizer;
+  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
+    tok.vocab_file = data_dir + "/gpt2/encoder.json";
+    tok.merge_file = data_dir + "/gpt2/vocab.bpe";
   }
+  const auto tokenizer = data::make_tokenizer(tok);
+  if (tokenizer->vocab_size() > model_cfg_.vocab_size)
+    fail("--vocab-size {} is smaller than the vocabulary of the tokenizer ({}, {} ids); use --vocab-size {} or more",
+         model_cfg_.vocab_size, tokenizer->name(), tokenizer->vocab_size(), tokenizer->vocab_size());
+  data::PackingOptions packing = data_cfg_.packing;
+  packing.eod = tokenizer->eod();
+
+  // Samples each split must provide (Megatron: train_iters x global batch;
+  // validation: one run per --eval-interval plus the final one). Only the
+  // splits this run reads are opened: a corpus too small for a test split
+  // still trains.
+  const int64_t GB = cfg_.global_batch_size;
   data::GptDatasetOptions opts{.split = data_cfg_.split,
                                 .seq_length = cfg_.seq_length,
                                 .vocab_size = model_cfg_.vocab_size,
-                                .seed = cfg_.seed};
-  // Only the splits this run reads are opened (and validated): a corpus too
-  // small for a test split still trains.
-  auto corpus = std::make_shared<const data::IndexedDataset>(prefix);
+                                .seed = cfg_.seed,
+                                .num_samples = std::max<int64_t>(1, cfg_.train_iters) * GB,
+                                .cache_dir = data_cfg_.data_cache_path};
   const auto weights = data::parse_split(data_cfg_.split);
   if (weights[0] <= 0) fail("--split {}: the training split has weight 0; give it a positive weight (e.g. 969,30,1)",
                             data_cfg_.split);
-  train_data_ = std::make_unique<data::GptDataset>(corpus, data::Split::train, opts);
-  if (cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && weights[1] > 0)
-    valid_data_ = std::make_unique<data::GptDataset>(corpus, data::Split::valid, opts);
-  log::info("data", "{}: {} training samples of {} tokens{}", prefix, train_data_->num_samples(), cfg_.seq_length,
-            valid_data_ ? fmt::format(", {} validation samples", valid_data_->num_samples()) : "");
+  train_data_ = data::build_split_source(blend, data::Split::train, opts);
+  if (cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && weights[1] > 0) {
+    opts.num_samples = (cfg_.train_iters / cfg_.eval_interval + 1) * cfg_.eval_iters * GB;
+    valid_data_ = data::build_split_source(blend, data::Split::valid, opts);
+  }
+  log::info("data", "{}: {} training samples of {} tokens{}{}", fmt::join(words, " "), train_data_->num_samples(),
+            cfg_.seq_length,
+            valid_data_ ? fmt::format(", {} validation samples", valid_data_->num_samples()) : "",
+            packing.any() ? fmt::format(" (packing: reset-position-ids={} reset-attention-mask={} eod-mask-loss={}, "
+                                        "eod {})",
+                                        packing.reset_position_ids, packing.reset_attention_mask,
+                                        packing.eod_mask_loss, packing.eod)
+                          : "");
+  batch_ = std::make_unique<GlobalBatch>(cfg_.grad_accumulation_steps(), cfg_.micro_batch_size, cfg_.seq_length,
+                                         packing);
 
   model_ = std::make_unique<model::GPT>(model_cfg_);
   model_->init_weights(cpu_, cfg_.seed);
@@ -77,21 +107,17 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   optimizer_ = std::make_unique<optim::AdamW>(model_->store(), adam_cfg_);
   CLAW_CHECK(model_->activation_bytes() == plan.activations && optimizer_->state_bytes() == plan.optimizer,
              "allocated memory differs from the printed plan");
-  tokens_.resize(cfg_.micro_batch_size * cfg_.seq_length);
-  targets_.resize(tokens_.size());
 }
 
 Trainer::~Trainer() = default;
 
-double Trainer::evaluate(int64_t first_sample) {
-  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length;
-  model::StepCtx ctx{.cpu = cpu_, .B = B, .T = T, .training = false, .seed = cfg_.seed};
+double Trainer::evaluate(int64_t first) {
   double total = 0;
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
-    valid_data_->get_batch(first_sample + i * B, B, tokens_.data(), targets_.data());
-    total += model_->forward(ctx, tokens_.data(), targets_.data(), 0.0);
+    batch_->load(*valid_data_, first + i * cfg_.global_batch_size);
+    total += eval_loss(*model_, cpu_, *batch_, cfg_.seed);
   }
-  return total / static_cast<double>(cfg_.eval_iters * B * T);
+  return total / static_cast<double>(cfg_.eval_iters);
 }
 
 TrainResult Trainer::run() {
@@ -117,11 +143,9 @@ TrainResult Trainer::run() {
   for (int64_t step = 0; step < cfg_.train_iters; ++step) {
     auto t0 = clock::now();
     const double lr = lr_.at(step);
-    auto next = [&](int64_t mb, int32_t* tokens, int32_t* targets) {
-      train_data_->get_batch(step * GB + mb * B, B, tokens, targets);
-    };
-    StepResult r = train_step(*model_, *optimizer_, cpu_, next, accum, step, lr, cfg_.seed,
-                              static_cast<uint64_t>(step * GB), tokens_.data(), targets_.data());
+    batch_->load(*train_data_, step * GB);
+    StepResult r = train_step(*model_, *optimizer_, cpu_, *batch_, step, lr, cfg_.seed,
+                              static_cast<uint64_t>(step * GB));
     const double loss = r.loss, grad_norm = r.grad_norm;
     const double dt = seconds_since(t0);
 
@@ -137,7 +161,7 @@ TrainResult Trainer::run() {
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
       double val = evaluate(val_cursor);
-      val_cursor = (val_cursor + cfg_.eval_iters * B) % std::max<int64_t>(1, valid_data_->num_samples());
+      val_cursor += cfg_.eval_iters * GB;
       rec["val_loss"] = val;
       result.final_val_loss = val;
       log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));

@@ -21,10 +21,11 @@
 #include "claw/model/config.h"
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
+#include "claw/train/batch.h"
 #include "claw/train/config.h"
 
 namespace claw::data {
-class GptDataset;
+class SampleSource;
 }
 namespace claw::model {
 class GPT;
@@ -47,7 +48,8 @@ class Trainer {
   TrainResult run();
 
  private:
-  double evaluate(int64_t first_sample);
+  // Mean validation loss over --eval-iters global batches from position `first`.
+  double evaluate(int64_t first);
 
   model::ModelConfig model_cfg_;
   TrainConfig cfg_;
@@ -55,11 +57,11 @@ class Trainer {
   optim::AdamWConfig adam_cfg_;
   DataConfig data_cfg_;
   CpuCtx cpu_;
-  std::unique_ptr<data::GptDataset> train_data_;
-  std::unique_ptr<data::GptDataset> valid_data_;  // null: no validation
+  std::unique_ptr<data::SampleSource> train_data_;
+  std::unique_ptr<data::SampleSource> valid_data_;  // null: no validation
   std::unique_ptr<model::GPT> model_;
   std::unique_ptr<optim::AdamW> optimizer_;
-  std::vector<int32_t> tokens_, targets_;
+  std::unique_ptr<GlobalBatch> batch_;
 };
 
 }  // namespace claw::train

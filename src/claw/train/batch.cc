@@ -1,0 +1,47 @@
+#include "claw/train/batch.h"
+
+#include <algorithm>
+
+#include "claw/core/error.h"
+
+namespace claw::train {
+
+GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing)
+    : micro_batches_(micro_batches), B_(B), T_(T), packing_(packing) {
+  const int64_t n = micro_batches * B * T;
+  tokens_.resize(n);
+  targets_.resize(n);
+  if (packing.reset_position_ids) positions_.resize(n);
+  if (packing.reset_attention_mask) seg_start_.resize(n);
+}
+
+void GlobalBatch::load(const data::SampleSource& source, int64_t first) {
+  source.get_batch(first, micro_batches_ * B_, tokens_.data(), targets_.data());
+  pack();
+}
+
+void GlobalBatch::assign(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
+  CLAW_CHECK(tokens.size() == tokens_.size() && targets.size() == targets_.size());
+  tokens_ = tokens;
+  targets_ = targets;
+  pack();
+}
+
+void GlobalBatch::pack() {
+  if (!packing_.any()) return;
+  data::apply_packing(packing_, tokens_.data(), micro_batches_ * B_, T_,
+                      seg_start_.empty() ? nullptr : seg_start_.data(),
+                      positions_.empty() ? nullptr : positions_.data(), targets_.data());
+}
+
+MicroBatch GlobalBatch::micro(int64_t k) const {
+  const int64_t off = k * B_ * T_;
+  return {tokens_.data() + off, targets_.data() + off, positions_.empty() ? nullptr : positions_.data() + off,
+          seg_start_.empty() ? nullptr : seg_start_.data() + off};
+}
+
+int64_t GlobalBatch::valid_targets() const {
+  return std::count_if(targets_.begin(), targets_.end(), [](int32_t t) { return t >= 0; });
+}
+
+}  // namespace claw::train

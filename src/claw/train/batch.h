@@ -1,0 +1,45 @@
+// One optimizer step's worth of samples: `micro_batches` micro-batches of
+// B sequences of T tokens, with what packing adds (positions and document
+// starts when --reset-position-ids / --reset-attention-mask are on; masked
+// targets for --eod-mask-loss).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "claw/data/packing.h"
+#include "claw/data/sample_source.h"
+
+namespace claw::train {
+
+struct MicroBatch {
+  const int32_t* tokens;
+  const int32_t* targets;    // < 0: no loss at this position
+  const int32_t* positions;  // null: 0..T-1 in every row
+  const int32_t* seg_start;  // null: plain causal attention
+};
+
+class GlobalBatch {
+ public:
+  GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing);
+
+  // Reads samples [first, first + micro_batches * B) of `source` and applies the packing options.
+  void load(const data::SampleSource& source, int64_t first);
+  // Fills from given arrays of micro_batches * B * T tokens and targets (tests, tools).
+  void assign(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets);
+
+  MicroBatch micro(int64_t k) const;
+  int64_t micro_batches() const { return micro_batches_; }
+  int64_t B() const { return B_; }
+  int64_t T() const { return T_; }
+  // Positions with a target (the loss is their mean).
+  int64_t valid_targets() const;
+
+ private:
+  void pack();
+  int64_t micro_batches_, B_, T_;
+  data::PackingOptions packing_;
+  std::vector<int32_t> tokens_, targets_, positions_, seg_start_;
+};
+
+}  // namespace claw::train
