@@ -62,6 +62,22 @@ case $case_name in
     prefix=$(corpus)
     run "${small[@]}" --data-path "$prefix" --vocab-size 1000
     expect_error "$prefix.bin: token id [0-9]+ .*outside the vocabulary \\[0, 1000\\)" ;;
+  tokenizer_vocab_too_large)
+    # A valid dataset with ids < 1000, but the (default GPT-2) tokenizer has 50257.
+    /usr/bin/python3 - "$tmp/small" <<'PY'
+import struct, sys
+docs = [[(d * 37 + t) % 1000 for t in range(200)] for d in range(20)]
+with open(sys.argv[1] + ".bin", "wb") as f:
+    for d in docs:
+        f.write(struct.pack(f"<{len(d)}H", *d))
+with open(sys.argv[1] + ".idx", "wb") as f:
+    f.write(b"MMIDIDX\x00\x00" + struct.pack("<QB", 1, 8) + struct.pack("<QQ", len(docs), len(docs) + 1))
+    f.write(struct.pack(f"<{len(docs)}i", *[len(d) for d in docs]))
+    f.write(struct.pack(f"<{len(docs)}q", *[2 * 200 * i for i in range(len(docs))]))
+    f.write(struct.pack(f"<{len(docs) + 1}q", *range(len(docs) + 1)))
+PY
+    run "${small[@]}" --data-path "$tmp/small" --vocab-size 1000
+    expect_error "--vocab-size 1000 is smaller than the vocabulary of the tokenizer \\(gpt2-bpe, 50257 ids\\)" ;;
   bad_config_key)
     printf 'num-layers = 2\nnum-layerz = 3\n' >"$tmp/bad.toml"
     run "${small[@]}" --config "$tmp/bad.toml"

@@ -50,20 +50,6 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   if (words.empty()) words = {data::ensure_builtin_corpus(data_dir, cpu_.num_threads)};
   const data::BlendSpec blend = data::parse_data_path(words);
 
-  // The tokenizer the data was made with: its eod marks document boundaries,
-  // and its vocabulary must fit the model's.
-  data::TokenizerOptions tok = data_cfg_.tokenizer;
-  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
-    tok.vocab_file = data_dir + "/gpt2/encoder.json";
-    tok.merge_file = data_dir + "/gpt2/vocab.bpe";
-  }
-  const auto tokenizer = data::make_tokenizer(tok);
-  if (tokenizer->vocab_size() > model_cfg_.vocab_size)
-    fail("--vocab-size {} is smaller than the vocabulary of the tokenizer ({}, {} ids); use --vocab-size {} or more",
-         model_cfg_.vocab_size, tokenizer->name(), tokenizer->vocab_size(), tokenizer->vocab_size());
-  data::PackingOptions packing = data_cfg_.packing;
-  packing.eod = tokenizer->eod();
-
   // Samples each split must provide (Megatron: train_iters x global batch;
   // validation: one run per --eval-interval plus the final one). Only the
   // splits this run reads are opened: a corpus too small for a test split
@@ -83,6 +69,21 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
     opts.num_samples = (cfg_.train_iters / cfg_.eval_interval + 1) * cfg_.eval_iters * GB;
     valid_data_ = data::build_split_source(blend, data::Split::valid, opts);
   }
+  // The tokenizer the data was made with: its eod marks document boundaries
+  // and its vocabulary must fit the model's (checked after the data, whose
+  // errors are more specific: they name a file).
+  data::TokenizerOptions tok = data_cfg_.tokenizer;
+  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
+    tok.vocab_file = data_dir + "/gpt2/encoder.json";
+    tok.merge_file = data_dir + "/gpt2/vocab.bpe";
+  }
+  const auto tokenizer = data::make_tokenizer(tok);
+  if (tokenizer->vocab_size() > model_cfg_.vocab_size)
+    fail("--vocab-size {} is smaller than the vocabulary of the tokenizer ({}, {} ids); use --vocab-size {} or more",
+         model_cfg_.vocab_size, tokenizer->name(), tokenizer->vocab_size(), tokenizer->vocab_size());
+  data::PackingOptions packing = data_cfg_.packing;
+  packing.eod = tokenizer->eod();
+
   log::info("data", "{}: {} training samples of {} tokens{}{}", fmt::join(words, " "), train_data_->num_samples(),
             cfg_.seq_length,
             valid_data_ ? fmt::format(", {} validation samples", valid_data_->num_samples()) : "",
