@@ -17,23 +17,38 @@ namespace {
 
 std::string os_error() { return std::strerror(errno); }
 
-FileDescriptor open_for_reading(const std::string& path, const char* what) {
+}  // namespace
+
+FileDescriptor open_regular_file(const std::string& path, const char* what) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) fail("{} {} not found", what, path);
     fail("{} {}: cannot open ({})", what, path, os_error());
   }
-  return FileDescriptor(fd);
+  FileDescriptor out(fd);
+  regular_file_size(out, path, what);  // rejects directories and devices
+  return out;
 }
 
-size_t file_size(const FileDescriptor& fd, const std::string& path, const char* what) {
+uint64_t regular_file_size(const FileDescriptor& fd, const std::string& path, const char* what) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) fail("{} {}: cannot stat ({})", what, path, os_error());
   if (!S_ISREG(st.st_mode)) fail("{} {} is not a regular file", what, path);
-  return static_cast<size_t>(st.st_size);
+  return static_cast<uint64_t>(st.st_size);
 }
 
-}  // namespace
+size_t read_some(const FileDescriptor& fd, void* dst, size_t n, const std::string& path, const char* what) {
+  char* p = static_cast<char*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd.get(), p + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail("{} {}: read failed ({})", what, path, os_error());
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
 
 FileDescriptor& FileDescriptor::operator=(FileDescriptor&& o) noexcept {
   if (this != &o) {
@@ -50,8 +65,8 @@ FileDescriptor::~FileDescriptor() {
 int FileDescriptor::release() { return std::exchange(fd_, -1); }
 
 MappedFile::MappedFile(const std::string& path, const char* what) : path_(path) {
-  FileDescriptor fd = open_for_reading(path, what);
-  size_ = file_size(fd, path, what);
+  FileDescriptor fd = open_regular_file(path, what);
+  size_ = regular_file_size(fd, path, what);
   if (size_ == 0) return;
   // The mapping stays valid after the descriptor closes.
   void* addr = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
@@ -81,16 +96,10 @@ void MappedFile::unmap() {
 }
 
 std::string read_file(const std::string& path, const char* what) {
-  FileDescriptor fd = open_for_reading(path, what);
-  std::string out(file_size(fd, path, what), '\0');
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t r = ::read(fd.get(), out.data() + got, out.size() - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) fail("{} {}: read failed ({})", what, path, os_error());
-    if (r == 0) fail("{} {}: file shrank while being read", what, path);
-    got += static_cast<size_t>(r);
-  }
+  FileDescriptor fd = open_regular_file(path, what);
+  std::string out(regular_file_size(fd, path, what), '\0');
+  if (read_some(fd, out.data(), out.size(), path, what) != out.size())
+    fail("{} {}: file shrank while being read", what, path);
   return out;
 }
 

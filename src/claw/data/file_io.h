@@ -61,6 +61,15 @@ class MappedFile {
 // The contents of a file; `what` as for MappedFile.
 std::string read_file(const std::string& path, const char* what);
 
+// Opens a regular file for reading; `what` as for MappedFile.
+FileDescriptor open_regular_file(const std::string& path, const char* what);
+// Size in bytes of the regular file behind fd.
+uint64_t regular_file_size(const FileDescriptor& fd, const std::string& path, const char* what);
+
+// Reads up to n bytes (fewer only at the end of the file; 0 at the end),
+// retrying interrupted reads.
+size_t read_some(const FileDescriptor& fd, void* dst, size_t n, const std::string& path, const char* what);
+
 // True if `path` exists (any file type).
 bool path_exists(const std::string& path);
 
@@ -82,6 +91,8 @@ class TempFileWriter {
   void commit();
 
   const std::string& path() const { return path_; }
+  // Where the bytes are until commit(); readable (e.g. mapped) after close().
+  const std::string& temp_path() const { return temp_path_; }
   uint64_t bytes_written() const { return written_; }
 
  private:

@@ -58,6 +58,20 @@ std::string_view index_dtype_name(IndexDType t) {
   return "?";
 }
 
+std::string_view index_dtype_numpy_name(IndexDType t) {
+  switch (t) {
+    case IndexDType::u8: return "uint8";
+    case IndexDType::i8: return "int8";
+    case IndexDType::i16: return "int16";
+    case IndexDType::i32: return "int32";
+    case IndexDType::i64: return "int64";
+    case IndexDType::f64: return "float64";
+    case IndexDType::f32: return "float32";
+    case IndexDType::u16: return "uint16";
+  }
+  return "?";
+}
+
 bool index_dtype_is_integer(IndexDType t) { return t != IndexDType::f32 && t != IndexDType::f64; }
 
 // ---------------------------------------------------------------- reader
@@ -98,6 +112,10 @@ void IndexedDataset::validate_header() {
   if (!fits)
     fail("{}: truncated index: {} bytes, too short for the {} sequences and {} document indices its header declares",
          f, size, seqs, docs);
+  if (expected + seqs == size && seqs > 0)
+    fail("{}: {} trailing bytes, one per sequence: a multimodal index (Megatron's sequence modes); claw reads "
+         "text datasets only",
+         f, seqs);
   if (expected != size)
     fail("{}: {} bytes, but {} sequences and {} document indices take {}; the file has trailing bytes", f, size,
          seqs, docs, expected);
@@ -200,18 +218,24 @@ TokenRange IndexedDataset::token_range(int64_t begin, int64_t end) const {
 
 // ---------------------------------------------------------------- builder
 
+IndexDType optimal_index_dtype(int64_t vocab_size) {
+  return vocab_size < 65500 ? IndexDType::u16 : IndexDType::i32;
+}
+
 IndexedDatasetBuilder::IndexedDatasetBuilder(std::string prefix, IndexDType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype), bin_(bin_path(prefix_)) {
   if (!index_dtype_is_integer(dtype_))
     fail("indexed dataset {}: dtype {} cannot hold token ids; use an integer dtype", prefix_,
          index_dtype_name(dtype_));
+  lengths_.emplace(idx_path(prefix_) + ".lengths");
+  doc_ends_.emplace(idx_path(prefix_) + ".documents");
 }
 
-void IndexedDatasetBuilder::add_document(std::span<const int32_t> tokens) {
-  CLAW_CHECK(!finalized_, "{}: add_document after finalize", prefix_);
+void IndexedDatasetBuilder::add_sequence(std::span<const int32_t> tokens) {
+  CLAW_CHECK(state_ == State::building, "{}: add_sequence after finish", prefix_);
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-    fail("indexed dataset {}: document {} has {} tokens; the format's i32 lengths allow at most {}", prefix_,
-         lengths_.size(), tokens.size(), std::numeric_limits<int32_t>::max());
+    fail("indexed dataset {}: document {} has a sequence of {} tokens; the format's i32 lengths allow at most {}",
+         prefix_, num_documents_, tokens.size(), std::numeric_limits<int32_t>::max());
   visit_integer(dtype_, [&](auto zero) {
     using T = decltype(zero);
     scratch_.resize(tokens.size() * sizeof(T));
@@ -220,45 +244,80 @@ void IndexedDatasetBuilder::add_document(std::span<const int32_t> tokens) {
       int32_t v = tokens[k];
       if (v < std::numeric_limits<T>::min() || static_cast<int64_t>(v) > std::numeric_limits<T>::max())
         fail("indexed dataset {}: token {} (position {} of document {}) does not fit dtype {} [{}, {}]", prefix_, v,
-             k, lengths_.size(), index_dtype_name(dtype_), int64_t{std::numeric_limits<T>::min()},
+             k, num_documents_, index_dtype_name(dtype_), int64_t{std::numeric_limits<T>::min()},
              int64_t{std::numeric_limits<T>::max()});
       out[k] = static_cast<T>(v);
     }
   });
   bin_.write(scratch_.data(), scratch_.size());
-  lengths_.push_back(static_cast<int32_t>(tokens.size()));
+  const int32_t length = static_cast<int32_t>(tokens.size());
+  lengths_->write(&length, sizeof(length));
+  ++num_sequences_;
   num_tokens_ += static_cast<int64_t>(tokens.size());
 }
 
-void IndexedDatasetBuilder::finalize() {
-  CLAW_CHECK(!finalized_, "{}: finalize called twice", prefix_);
-  bin_.close();
+void IndexedDatasetBuilder::end_document() {
+  CLAW_CHECK(state_ == State::building, "{}: end_document after finish", prefix_);
+  doc_ends_->write(&num_sequences_, sizeof(num_sequences_));
+  document_start_ = num_sequences_;
+  ++num_documents_;
+}
 
-  const uint64_t seqs = lengths_.size(), docs = seqs + 1;
+void IndexedDatasetBuilder::finish() {
+  CLAW_CHECK(state_ == State::building, "{}: finish called twice", prefix_);
+  CLAW_CHECK(document_start_ == num_sequences_, "{}: sequences {}..{} belong to no ended document", prefix_,
+             document_start_, num_sequences_);
+  bin_.close();
+  lengths_->close();
+  doc_ends_->close();
+  const MappedFile lengths(lengths_->temp_path(), "indexed dataset builder's temporary");
+  const MappedFile doc_ends(doc_ends_->temp_path(), "indexed dataset builder's temporary");
+  CLAW_CHECK(lengths.size() == 4 * static_cast<size_t>(num_sequences_) &&
+             doc_ends.size() == 8 * static_cast<size_t>(num_documents_));
+
+  const uint64_t seqs = static_cast<uint64_t>(num_sequences_), entries = static_cast<uint64_t>(num_documents_) + 1;
   const uint8_t code = static_cast<uint8_t>(dtype_);
-  TempFileWriter idx(idx_path(prefix_));
+  TempFileWriter& idx = idx_.emplace(idx_path(prefix_));
   idx.write(IndexedDataset::kMagic, sizeof(IndexedDataset::kMagic));
   idx.write(&IndexedDataset::kVersion, 8);
   idx.write(&code, 1);
   idx.write(&seqs, 8);
-  idx.write(&docs, 8);
-  idx.write(lengths_.data(), lengths_.size() * sizeof(int32_t));
+  idx.write(&entries, 8);
+  idx.write(lengths.bytes().data(), lengths.size());
+  // Pointers are the running byte offsets, computed a block at a time from
+  // the mapped lengths.
   const int64_t item = static_cast<int64_t>(index_dtype_size(dtype_));
+  std::vector<int64_t> pointers;
   int64_t ptr = 0;
-  for (int32_t len : lengths_) {
-    idx.write(&ptr, 8);
-    ptr += len * item;
+  for (size_t first = 0; first < seqs; first += pointers.size()) {
+    pointers.resize(std::min<size_t>(seqs - first, size_t{1} << 16));
+    for (size_t k = 0; k < pointers.size(); ++k) {
+      int32_t len;
+      std::memcpy(&len, lengths.bytes().data() + 4 * (first + k), 4);
+      pointers[k] = ptr;
+      ptr += len * item;
+    }
+    idx.write(pointers.data(), pointers.size() * sizeof(int64_t));
   }
-  for (int64_t d = 0; d <= static_cast<int64_t>(seqs); ++d) idx.write(&d, 8);
+  const int64_t leading_zero = 0;
+  idx.write(&leading_zero, 8);
+  idx.write(doc_ends.bytes().data(), doc_ends.size());
   idx.close();
+  // The spill files are no longer needed; dropping them unlinks them.
+  lengths_.reset();
+  doc_ends_.reset();
+  state_ = State::finished;
+}
 
-  // Publish: drop any old .idx first so it can never pair with the new .bin,
-  // then the .bin, then the new .idx (whose presence marks completion).
-  if (::unlink(idx.path().c_str()) != 0 && errno != ENOENT)
-    fail("indexed dataset {}: cannot remove the old {} ({})", prefix_, idx.path(), std::strerror(errno));
+void IndexedDatasetBuilder::publish() {
+  CLAW_CHECK(state_ == State::finished, "{}: publish needs finish first, once", prefix_);
+  // Drop any old .idx first so it can never pair with the new .bin, then
+  // the .bin, then the new .idx (whose presence marks completion).
+  if (::unlink(idx_->path().c_str()) != 0 && errno != ENOENT)
+    fail("indexed dataset {}: cannot remove the old {} ({})", prefix_, idx_->path(), std::strerror(errno));
   bin_.commit();
-  idx.commit();
-  finalized_ = true;
+  idx_->commit();
+  state_ = State::published;
 }
 
 }  // namespace claw::data

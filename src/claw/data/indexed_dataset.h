@@ -23,7 +23,14 @@
 // [doc[d], doc[d+1]); doc[0] = 0 and doc[D-1] = S, so there are D-1
 // documents (Megatron's builder starts the list with 0 and appends the
 // sequence count after each document). preprocess_data.py writes one
-// sequence per document unless it splits sentences.
+// sequence per document unless it splits sentences, and a document with no
+// sequences (two equal entries) for a text without tokens.
+//
+// Megatron's multimodal variant appends S i8 "sequence modes" after the
+// document indices; claw reads text datasets only and names such an index
+// in its error. (Layout checked against _IndexWriter, _IndexReader and
+// IndexedDatasetBuilder in Megatron-Core's indexed_dataset.py; the
+// pointers are running sums of length * itemsize, starting at 0.)
 //
 // Note the arrays start at offset 34, so the i32/i64 fields are unaligned;
 // they are read with memcpy, never through a cast pointer.
@@ -42,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +64,8 @@ enum class IndexDType : uint8_t { u8 = 1, i8 = 2, i16 = 3, i32 = 4, i64 = 5, f64
 
 size_t index_dtype_size(IndexDType t);
 std::string_view index_dtype_name(IndexDType t);
+// Megatron's name for the dtype (its DType enum, numpy's names): "uint16".
+std::string_view index_dtype_numpy_name(IndexDType t);
 bool index_dtype_is_integer(IndexDType t);
 
 template <typename T>
@@ -137,31 +147,71 @@ class IndexedDataset {
   size_t lengths_offset_ = 0, pointers_offset_ = 0, documents_offset_ = 0;
 };
 
-// Writes a dataset one document at a time: each document is one sequence
-// (as preprocess_data.py without sentence splitting). Tokens stream to a
-// temporary .bin; finalize() writes the .idx, then publishes both by
-// renaming, the .idx last, so an .idx that exists always describes a
-// complete .bin. A builder destroyed before finalize() leaves no files.
+// Megatron's DType.optimal_dtype for token ids: u16 when the vocabulary has
+// fewer than 65500 ids, else i32 (preprocess_data.py passes the tokenizer's
+// vocab_size; the margin below 65536 is Megatron's choice, kept so claw
+// writes the same bytes).
+IndexDType optimal_index_dtype(int64_t vocab_size);
+
+// Writes a dataset as Megatron's IndexedDatasetBuilder does: sequences are
+// appended to the current document (add_sequence, Megatron's add_item) and
+// end_document() closes it. preprocess_data.py writes one sequence per
+// document (add_document), several when the JSON value is a list of
+// sentences, and none for a document whose text has no tokens.
+//
+// Files. Tokens stream to a temporary .bin; sequence lengths and document
+// boundaries stream to two more temporaries, so memory does not grow with
+// the corpus. finish() writes the .idx to a temporary from them; publish()
+// renames the .bin and then the .idx onto their names, so an .idx that
+// exists always describes a complete .bin. A builder destroyed before
+// publish() (an exception, a failed input) removes every file it created.
 class IndexedDatasetBuilder {
  public:
-  // dtype must be an integer type.
+  // dtype must be an integer type. Creates the temporaries next to the
+  // prefix, so an unwritable directory fails here, before any work.
   IndexedDatasetBuilder(std::string prefix, IndexDType dtype);
 
-  // Appends one document; claw::Error if a token does not fit dtype.
-  void add_document(std::span<const int32_t> tokens);
-  void finalize();
+  // Appends a sequence to the current document; claw::Error if a token does
+  // not fit dtype.
+  void add_sequence(std::span<const int32_t> tokens);
+  // Ends the current document (which may have no sequences).
+  void end_document();
+  // A document of one sequence.
+  void add_document(std::span<const int32_t> tokens) {
+    add_sequence(tokens);
+    end_document();
+  }
 
-  int64_t num_documents() const { return static_cast<int64_t>(lengths_.size()); }
+  // Completes both files under their temporary names (all writes and
+  // fsyncs); every document must be ended. A caller writing several
+  // datasets finishes all of them before publishing any.
+  void finish();
+  // Renames the finished files onto <prefix>.bin and <prefix>.idx.
+  void publish();
+  void finalize() {
+    finish();
+    publish();
+  }
+
+  const std::string& prefix() const { return prefix_; }
+  IndexDType dtype() const { return dtype_; }
+  int64_t num_documents() const { return num_documents_; }
+  int64_t num_sequences() const { return num_sequences_; }
   int64_t num_tokens() const { return num_tokens_; }
 
  private:
+  enum class State { building, finished, published };
+
   std::string prefix_;
   IndexDType dtype_;
   TempFileWriter bin_;
-  std::vector<int32_t> lengths_;
+  std::optional<TempFileWriter> lengths_;    // i32 per sequence
+  std::optional<TempFileWriter> doc_ends_;   // i64 per document: its end sequence
+  std::optional<TempFileWriter> idx_;
   std::vector<std::byte> scratch_;
-  int64_t num_tokens_ = 0;
-  bool finalized_ = false;
+  int64_t num_sequences_ = 0, num_documents_ = 0, num_tokens_ = 0;
+  int64_t document_start_ = 0;  // first sequence of the current document
+  State state_ = State::building;
 };
 
 }  // namespace claw::data

@@ -188,6 +188,56 @@ TEST(IndexedDataset, BuilderRejectsTokensOutsideTheDtype) {
   EXPECT_CLAW_ERROR(IndexedDatasetBuilder(dir / "f", IndexDType::f32), "f32", "integer dtype");
 }
 
+TEST(IndexedDataset, BuilderWritesDocumentsOfSeveralOrNoSequences) {
+  // Megatron's builder: add_item per sequence, end_document per document.
+  // Documents {[1 2 3] [7]}, {}, {[65535 0]}: document indices 0 2 2 3.
+  TempDir dir;
+  const std::string prefix = dir / "multi";
+  IndexedDatasetBuilder b(prefix, IndexDType::u16);
+  b.add_sequence(std::vector<int32_t>{1, 2, 3});
+  b.add_sequence(std::vector<int32_t>{7});
+  b.end_document();
+  b.end_document();
+  b.add_document(std::vector<int32_t>{65535, 0});
+  EXPECT_EQ(b.num_documents(), 3);
+  EXPECT_EQ(b.num_sequences(), 3);
+  EXPECT_EQ(b.num_tokens(), 6);
+  b.finalize();
+  std::string idx = as_string(kTinyIdx, sizeof(kTinyIdx));
+  const int64_t entries[4] = {0, 2, 2, 3};
+  std::memcpy(idx.data() + 34 + 12 * 3, entries, sizeof(entries));
+  EXPECT_EQ(bytes_of(prefix + ".idx"), idx);
+  EXPECT_EQ(bytes_of(prefix + ".bin"), as_string(kTinyBin, sizeof(kTinyBin)));
+  IndexedDataset d(prefix);
+  EXPECT_EQ(d.num_documents(), 3);
+  EXPECT_EQ(d.document_index(1), 2);
+  EXPECT_EQ(d.document_index(2), 2);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 2) << "spill files removed";
+}
+
+TEST(IndexedDataset, FinishedButUnpublishedLeavesNoFiles) {
+  TempDir dir;
+  write_tiny(dir / "old");
+  const std::string old_idx = bytes_of(dir / "old.idx");
+  {
+    IndexedDatasetBuilder b(dir / "old", IndexDType::i32);
+    b.add_document(std::vector<int32_t>{5});
+    b.finish();  // e.g. a second output failed to finish: this one is never published
+  }
+  EXPECT_EQ(bytes_of(dir / "old.idx"), old_idx);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 2);
+}
+
+TEST(IndexedDataset, OptimalDtypeIsMegatrons) {
+  // DType.optimal_dtype: uint16 below 65500 ids, else int32.
+  EXPECT_EQ(optimal_index_dtype(50257), IndexDType::u16);
+  EXPECT_EQ(optimal_index_dtype(65499), IndexDType::u16);
+  EXPECT_EQ(optimal_index_dtype(65500), IndexDType::i32);
+  EXPECT_EQ(optimal_index_dtype(100277), IndexDType::i32);
+  EXPECT_EQ(index_dtype_numpy_name(IndexDType::u16), "uint16");
+  EXPECT_EQ(index_dtype_numpy_name(IndexDType::i32), "int32");
+}
+
 // A valid tiny dataset whose .idx (or .bin) a test then damages.
 struct Damaged {
   TempDir dir;
@@ -254,6 +304,13 @@ TEST(IndexedDatasetErrors, TrailingBytes) {
   Damaged d;
   d.idx += "xyz";
   EXPECT_CLAW_ERROR(d.open(), d.idx_file(), "trailing bytes");
+}
+
+TEST(IndexedDatasetErrors, MultimodalIndexIsNamed) {
+  // Megatron's multimodal index appends one i8 mode per sequence.
+  Damaged d;
+  d.idx += std::string(3, '\0');
+  EXPECT_CLAW_ERROR(d.open(), d.idx_file(), "multimodal", "text datasets only");
 }
 
 TEST(IndexedDatasetErrors, BadDocumentIndices) {

@@ -1,0 +1,197 @@
+#include "claw/cli/preprocess_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "claw/cli/flags.h"
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/data/builtin_corpus.h"
+#include "claw/data/preprocess.h"
+#include "claw/data/tokenizer_factory.h"
+#include "claw/kernels/cpu/blas.h"
+
+namespace claw::cli {
+namespace {
+
+struct PreprocessArgs {
+  data::PreprocessOptions options;
+  data::TokenizerOptions tokenizer;
+  std::string dtype = "auto";
+  int64_t log_interval = 1000;
+  bool split_sentences = false;
+  bool keep_newlines = false;
+  PreprocessArgs() { options.workers = kernels::default_num_threads(); }
+};
+
+using F = Flag<PreprocessArgs>;
+
+// --dtype takes Megatron's (numpy's) names of the integer dtypes.
+std::optional<data::IndexDType> parse_dtype(const std::string& v) {
+  if (v == "auto") return std::nullopt;
+  for (uint8_t code = 1; code <= 8; ++code) {
+    const auto t = static_cast<data::IndexDType>(code);
+    if (data::index_dtype_is_integer(t) && v == data::index_dtype_numpy_name(t)) return t;
+  }
+  fail("--dtype '{}' is not one of: auto, uint8, int8, int16, uint16, int32, int64", v);
+}
+
+const std::vector<F>& preprocess_flags() {
+  using A = PreprocessArgs;
+  static const std::vector<F> flags = {
+      string_flag<A>("input", "JSONL corpus, one JSON object per line; zstd-compressed input is detected",
+                     [](A& a) -> auto& { return a.options.input; }),
+      words_flag<A>("json-keys", "keys whose text to tokenize, one output dataset per key (default: text)",
+                    [](A& a) -> auto& { return a.options.json_keys; }),
+      switch_flag<A>("split-sentences", "not supported (give a JSON list of sentences instead)",
+                     [](A& a) -> auto& { return a.split_sentences; }),
+      switch_flag<A>("keep-newlines", "not supported (only meaningful with --split-sentences)",
+                     [](A& a) -> auto& { return a.keep_newlines; }),
+      string_flag<A>("tokenizer-type", "GPT2BPETokenizer, or another type the tokenizer factory knows",
+                     [](A& a) -> auto& { return a.tokenizer.type; }),
+      string_flag<A>("vocab-file", "GPT-2 encoder.json (default with GPT2BPETokenizer: the built-in one)",
+                     [](A& a) -> auto& { return a.tokenizer.vocab_file; }),
+      string_flag<A>("merge-file", "GPT-2 vocab.bpe (default with GPT2BPETokenizer: the built-in one)",
+                     [](A& a) -> auto& { return a.tokenizer.merge_file; }),
+      string_flag<A>("tokenizer-model", "tiktoken rank file or SentencePiece .model",
+                     [](A& a) -> auto& { return a.tokenizer.model_file; }),
+      string_flag<A>("tiktoken-pattern", "pre-tokenizer of a tiktoken rank file (default: from its name)",
+                     [](A& a) -> auto& { return a.tokenizer.tiktoken_pattern; }),
+      switch_flag<A>("append-eod", "end every document with the tokenizer's end-of-document token",
+                     [](A& a) -> auto& { return a.options.append_eod; }),
+      string_flag<A>("output-prefix", "writes <prefix>_<key>_document.bin/.idx per key",
+                     [](A& a) -> auto& { return a.options.output_prefix; }),
+      int_flag<A>("workers", "tokenizing threads (default: the CPUs this process may use)",
+                  [](A& a) -> auto& { return a.options.workers; }),
+      int_flag<A>("log-interval", "documents between progress lines when stderr is not a terminal",
+                  [](A& a) -> auto& { return a.log_interval; }),
+      switch_flag<A>("skip-bad-lines",
+                     "skip lines that are not valid UTF-8 JSON objects with the keys (default: stop at the first)",
+                     [](A& a) -> auto& { return a.options.skip_bad_lines; }),
+      F{"dtype", "token dtype of the output (auto: uint16 if the vocabulary has < 65500 ids, else int32)", false,
+        [](A& a, const std::string& v) {
+          parse_dtype(v);
+          a.dtype = v;
+        },
+        [](const A& a) { return a.dtype; }, "{auto,uint8,int8,int16,uint16,int32,int64}"},
+  };
+  return flags;
+}
+
+std::string format_duration(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
+  return fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+// Progress on stderr: on a terminal, one line redrawn in place at most ten
+// times a second; otherwise a log line each time another --log-interval
+// documents are done (at chunk granularity).
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(int64_t log_interval) : tty_(::isatty(2) == 1), interval_(log_interval) {}
+
+  void update(const data::PreprocessProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (tty_) {
+      if (drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
+      last_ = now;
+      drawn_ = true;
+      const double f = fraction(p);
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(f * kWidth);
+      std::fprintf(stderr, "\r[%s%s] %5.1f%%  %s\033[K", std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), 100 * f, rates(p).c_str());
+      std::fflush(stderr);
+    } else if (interval_ > 0 && p.documents / interval_ > printed_) {
+      printed_ = p.documents / interval_;
+      log::info("preprocess", "{:.1f}% {}", 100 * fraction(p), rates(p));
+    }
+  }
+  // Ends the redrawn line (also when preprocessing failed, so the error
+  // starts on a line of its own).
+  void finish() {
+    if (tty_ && drawn_) std::fputc('\n', stderr);
+    drawn_ = false;
+  }
+
+ private:
+  static double fraction(const data::PreprocessProgress& p) {
+    return p.input_size > 0 ? std::min(1.0, static_cast<double>(p.input_bytes) / p.input_size) : 1.0;
+  }
+  static std::string rates(const data::PreprocessProgress& p) {
+    const double s = std::max(p.seconds, 1e-9), f = fraction(p);
+    const std::string eta = f > 0 ? format_duration(s * (1 - f) / f) : "?";
+    return fmt::format("{} documents, {:.0f} docs/s, {:.1f} MB/s, {:.0f} tokens/s, ETA {}", p.documents,
+                       p.documents / s, p.text_bytes / 1e6 / s, p.tokens / s, eta);
+  }
+
+  bool tty_;
+  int64_t interval_;
+  bool drawn_ = false;
+  int64_t printed_ = 0;
+  std::chrono::steady_clock::time_point last_;
+};
+
+struct PreprocessCommand {
+  std::unique_ptr<FlagBinder<PreprocessArgs>> binder;
+
+  void run() {
+    PreprocessArgs args;
+    binder->apply(args);
+    if (args.split_sentences)
+      fail("--split-sentences is not supported: claw has no NLTK punkt splitter; split the text yourself and give "
+           "each document as a JSON list of sentences (each becomes a sequence, as after Megatron's splitting)");
+    if (args.keep_newlines) fail("--keep-newlines only applies to --split-sentences, which claw does not support");
+    if (args.log_interval < 1) fail("--log-interval {} is invalid; it must be at least 1", args.log_interval);
+    args.options.dtype = parse_dtype(args.dtype);
+    data::TokenizerOptions tok = args.tokenizer;
+    if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
+      const std::string dir = data::default_data_dir() + "/gpt2";
+      tok.vocab_file = dir + "/encoder.json";
+      tok.merge_file = dir + "/vocab.bpe";
+    }
+    const auto tokenizer = data::make_tokenizer(tok);
+
+    ProgressPrinter printer(args.log_interval);
+    args.options.progress = [&](const data::PreprocessProgress& p) { printer.update(p); };
+    data::PreprocessResult r;
+    try {
+      r = data::preprocess(args.options, *tokenizer);
+    } catch (...) {
+      printer.finish();
+      throw;
+    }
+    printer.finish();
+
+    const data::PreprocessProgress& t = r.totals;
+    const double s = std::max(t.seconds, 1e-9);
+    fmt::print("preprocess: {} lines -> {} documents ({} bad lines skipped, {} blank) with {} ({} ids), {} tokens, "
+               "{:.1f} MB in {:.2f} s: {:.1f} MB/s, {:.0f} docs/s, {:.0f} tokens/s on {} workers\n",
+               t.lines, t.documents, t.skipped_lines, t.blank_lines, tokenizer->name(), tokenizer->vocab_size(),
+               t.tokens, t.text_bytes / 1e6, t.seconds, t.text_bytes / 1e6 / s, t.documents / s, t.tokens / s,
+               args.options.workers);
+    for (const std::string& prefix : r.output_prefixes)
+      fmt::print("wrote {}.bin and .idx ({})\n", prefix, data::index_dtype_numpy_name(r.dtype));
+  }
+};
+
+}  // namespace
+
+void add_preprocess_command(CLI::App& app) {
+  auto cmd = std::make_shared<PreprocessCommand>();
+  CLI::App* sub = app.add_subcommand(
+      "preprocess", "tokenize a JSONL corpus into Megatron .bin/.idx datasets (Megatron's preprocess_data.py)");
+  sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  static const PreprocessArgs defaults;
+  cmd->binder = std::make_unique<FlagBinder<PreprocessArgs>>(*sub, preprocess_flags(), defaults);
+  sub->callback([cmd] { cmd->run(); });
+}
+
+}  // namespace claw::cli

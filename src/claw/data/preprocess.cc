@@ -1,0 +1,340 @@
+#include "claw/data/preprocess.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/data/jsonl_reader.h"
+#include "claw/data/jsonl_record.h"
+
+namespace claw::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kMaxBadLineWarnings = 10;
+
+struct BadLine {
+  int64_t line;
+  std::string reason;
+};
+
+// A worker's result for one chunk. For output k, texts holds the token ids
+// of every text of the chunk's documents in order, and texts_per_document
+// how many of them each document has.
+struct EncodedChunk {
+  struct Output {
+    std::vector<std::vector<int32_t>> texts;
+    std::vector<int32_t> texts_per_document;
+  };
+  std::vector<Output> outputs;
+  std::vector<BadLine> bad_lines;  // in line order; without skipping, only the first
+  int64_t lines = 0, documents = 0, blank_lines = 0;
+  uint64_t text_bytes = 0, input_offset = 0;
+  std::exception_ptr failure;  // the reader's or the worker's exception: rethrown in input order
+};
+
+EncodedChunk encode_chunk(const LineChunk& chunk, const Tokenizer& tokenizer, const PreprocessOptions& o) {
+  const size_t num_keys = o.json_keys.size();
+  EncodedChunk r;
+  r.outputs.resize(num_keys);
+  r.lines = chunk.num_lines;
+  r.text_bytes = chunk.text.size();
+  r.input_offset = chunk.input_offset;
+
+  std::vector<std::vector<std::string>> texts(num_keys);
+  std::string_view rest = chunk.text;
+  for (int64_t line_no = chunk.first_line; !rest.empty(); ++line_no) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+    if (is_blank_line(line)) {
+      ++r.blank_lines;
+      continue;
+    }
+    JsonlFields fields = parse_jsonl_line(line, o.json_keys);
+    if (!fields.error.empty()) {
+      r.bad_lines.push_back({line_no, std::move(fields.error)});
+      if (!o.skip_bad_lines) return r;  // the writer stops at this chunk anyway
+      continue;
+    }
+    for (size_t k = 0; k < num_keys; ++k) {
+      r.outputs[k].texts_per_document.push_back(static_cast<int32_t>(fields.texts[k].size()));
+      for (std::string& t : fields.texts[k]) texts[k].push_back(std::move(t));
+    }
+    ++r.documents;
+  }
+
+  for (size_t k = 0; k < num_keys; ++k) {
+    EncodedChunk::Output& out = r.outputs[k];
+    // One thread: this worker is one of --workers; the tokenizer's caches
+    // then span the whole chunk.
+    out.texts = tokenizer.encode_batch(texts[k], 1);
+    texts[k] = {};
+    if (!o.append_eod) continue;
+    // Megatron appends eod to the document's last non-empty text.
+    size_t first = 0;
+    for (int32_t n : out.texts_per_document) {
+      for (size_t t = first + n; t > first; --t) {
+        if (!out.texts[t - 1].empty()) {
+          out.texts[t - 1].push_back(tokenizer.eod());
+          break;
+        }
+      }
+      first += n;
+    }
+  }
+  return r;
+}
+
+// Reader thread -> worker threads -> the caller, in input order (see the
+// header comment). The destructor stops and joins every thread, so an
+// exception on the caller's side never leaves threads running.
+class Pipeline {
+ public:
+  Pipeline(JsonlReader& reader, const Tokenizer& tokenizer, const PreprocessOptions& options)
+      : reader_(reader), tokenizer_(tokenizer), options_(options), max_in_flight_(options.workers + 1) {
+    threads_.emplace_back([this] { read_loop(); });
+    for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
+  }
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+  ~Pipeline() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // The next chunk in input order; nullopt after the last.
+  std::optional<EncodedChunk> next() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_.contains(next_out_) || (input_done_ && next_out_ == num_chunks_); });
+    auto it = done_.find(next_out_);
+    if (it == done_.end()) return std::nullopt;
+    EncodedChunk r = std::move(it->second);
+    done_.erase(it);
+    ++next_out_;
+    --in_flight_;
+    lock.unlock();
+    cv_.notify_all();
+    return r;
+  }
+
+ private:
+  void read_loop() {
+    try {
+      while (true) {
+        {
+          std::unique_lock lock(mu_);
+          cv_.wait(lock, [&] { return stop_ || in_flight_ < max_in_flight_; });
+          if (stop_) return;
+        }
+        LineChunk chunk;
+        const bool more = reader_.next(chunk, options_.chunk_bytes);
+        std::lock_guard lock(mu_);
+        if (!more) {
+          input_done_ = true;
+          break;
+        }
+        work_.push_back({num_chunks_++, std::move(chunk)});
+        ++in_flight_;
+        cv_.notify_all();
+      }
+    } catch (...) {
+      // Delivered after every chunk read before it, like a bad line.
+      std::lock_guard lock(mu_);
+      done_[num_chunks_++].failure = std::current_exception();
+      ++in_flight_;
+      input_done_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  void work_loop() {
+    while (true) {
+      std::pair<int64_t, LineChunk> item;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !work_.empty() || input_done_; });
+        if (stop_ || work_.empty()) return;
+        item = std::move(work_.front());
+        work_.pop_front();
+      }
+      EncodedChunk r;
+      try {
+        r = encode_chunk(item.second, tokenizer_, options_);
+      } catch (...) {
+        r.failure = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mu_);
+        done_[item.first] = std::move(r);
+      }
+      cv_.notify_all();
+    }
+  }
+
+  JsonlReader& reader_;
+  const Tokenizer& tokenizer_;
+  const PreprocessOptions& options_;
+  const int64_t max_in_flight_;  // chunks read and not yet handed to the caller
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int64_t, LineChunk>> work_;  // (chunk number, lines) awaiting a worker
+  std::map<int64_t, EncodedChunk> done_;            // encoded, awaiting their turn
+  int64_t num_chunks_ = 0, next_out_ = 0, in_flight_ = 0;
+  bool input_done_ = false, stop_ = false;
+  std::vector<std::thread> threads_;  // last member: started after, joined before the state above goes
+};
+
+void validate(const PreprocessOptions& o) {
+  if (o.input.empty()) fail("--input is required: a JSONL file (optionally zstd-compressed)");
+  if (o.output_prefix.empty()) fail("--output-prefix is required: the path prefix of the output datasets");
+  if (o.json_keys.empty()) fail("--json-keys needs at least one key");
+  for (size_t i = 0; i < o.json_keys.size(); ++i) {
+    if (o.json_keys[i].empty()) fail("--json-keys: a key is empty");
+    if (std::find(o.json_keys.begin(), o.json_keys.begin() + i, o.json_keys[i]) != o.json_keys.begin() + i)
+      fail("--json-keys names \"{}\" twice; each key is one output", o.json_keys[i]);
+  }
+  if (o.workers < 1 || o.workers > 1024) fail("--workers {} is invalid; it must be in [1, 1024]", o.workers);
+  CLAW_CHECK(o.chunk_bytes > 0);
+}
+
+// Largest token id a dtype holds.
+int64_t dtype_max(IndexDType t) {
+  switch (t) {
+    case IndexDType::u8: return std::numeric_limits<uint8_t>::max();
+    case IndexDType::i8: return std::numeric_limits<int8_t>::max();
+    case IndexDType::i16: return std::numeric_limits<int16_t>::max();
+    case IndexDType::u16: return std::numeric_limits<uint16_t>::max();
+    case IndexDType::i32: return std::numeric_limits<int32_t>::max();
+    case IndexDType::i64: return std::numeric_limits<int64_t>::max();
+    case IndexDType::f32:
+    case IndexDType::f64: break;
+  }
+  return -1;
+}
+
+IndexDType choose_dtype(const PreprocessOptions& o, const Tokenizer& tokenizer) {
+  const int64_t vocab = tokenizer.vocab_size();
+  if (!o.dtype) return optimal_index_dtype(vocab);
+  const IndexDType t = *o.dtype;
+  if (!index_dtype_is_integer(t))
+    fail("--dtype {} cannot hold token ids; use an integer dtype such as uint16 or int32", index_dtype_numpy_name(t));
+  if (vocab - 1 > dtype_max(t))
+    fail("--dtype {} holds ids up to {}, but the {} vocabulary has {} ids (up to {}); use --dtype {}, or leave "
+         "--dtype out for Megatron's choice",
+         index_dtype_numpy_name(t), dtype_max(t), tokenizer.name(), vocab, vocab - 1,
+         vocab - 1 <= dtype_max(IndexDType::u16) ? "uint16" : "int32");
+  return t;
+}
+
+void check_output_directory(const std::string& prefix) {
+  fs::path dir = fs::path(prefix).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    fail("--output-prefix {}: directory {} does not exist; create it first", prefix, dir.string());
+  if (::access(dir.c_str(), W_OK) != 0)
+    fail("--output-prefix {}: cannot write to directory {} ({})", prefix, dir.string(), std::strerror(errno));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_document";
+}
+
+PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokenizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  validate(o);
+  PreprocessResult result;
+  result.dtype = choose_dtype(o, tokenizer);
+  check_output_directory(o.output_prefix);
+  JsonlReader reader(o.input, "--input");
+
+  // Created before any work, so an unwritable output fails at once.
+  std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
+  for (const std::string& key : o.json_keys) {
+    result.output_prefixes.push_back(preprocess_output_prefix(o.output_prefix, key));
+    try {
+      builders.push_back(std::make_unique<IndexedDatasetBuilder>(result.output_prefixes.back(), result.dtype));
+    } catch (const Error& e) {
+      fail("--output-prefix {}: {}", o.output_prefix, e.what());
+    }
+  }
+
+  PreprocessProgress& p = result.totals;
+  p.input_size = reader.input_size();
+  {
+    Pipeline pipeline(reader, tokenizer, o);
+    while (std::optional<EncodedChunk> chunk = pipeline.next()) {
+      if (chunk->failure) std::rethrow_exception(chunk->failure);
+      for (const BadLine& bad : chunk->bad_lines) {
+        if (!o.skip_bad_lines)
+          fail("{}:{}: {} (pass --skip-bad-lines to drop bad lines)", o.input, bad.line, bad.reason);
+        if (++p.skipped_lines <= kMaxBadLineWarnings)
+          log::warn("preprocess", "{}:{}: skipped: {}{}", o.input, bad.line, bad.reason,
+                    p.skipped_lines == kMaxBadLineWarnings ? " (further bad lines are counted, not shown)" : "");
+      }
+      for (size_t k = 0; k < builders.size(); ++k) {
+        const EncodedChunk::Output& out = chunk->outputs[k];
+        size_t t = 0;
+        for (int32_t n : out.texts_per_document) {
+          for (size_t end = t + n; t < end; ++t)
+            if (!out.texts[t].empty()) {
+              builders[k]->add_sequence(out.texts[t]);
+              p.tokens += static_cast<int64_t>(out.texts[t].size());
+            }
+          builders[k]->end_document();
+        }
+      }
+      p.lines += chunk->lines;
+      p.documents += chunk->documents;
+      p.blank_lines += chunk->blank_lines;
+      p.text_bytes += chunk->text_bytes;
+      p.input_bytes = chunk->input_offset;
+      p.seconds = seconds_since(t0);
+      if (o.progress) o.progress(p);
+    }
+  }
+
+  if (p.documents == 0) {
+    if (p.lines == 0)
+      fail("--input {}: the file is empty{}; there is nothing to preprocess", o.input,
+           reader.compressed() ? " after zstd decompression" : "");
+    if (p.blank_lines == p.lines) fail("--input {}: all {} lines are blank; there is nothing to preprocess", o.input,
+                                       p.lines);
+    fail("--input {}: every one of its {} non-blank lines was bad and skipped (--skip-bad-lines); no dataset written",
+         o.input, p.lines - p.blank_lines);
+  }
+  // Every output complete before any is published.
+  for (auto& b : builders) b->finish();
+  for (auto& b : builders) b->publish();
+  p.seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace claw::data

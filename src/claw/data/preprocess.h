@@ -1,0 +1,90 @@
+// The engine of `claw preprocess`: a JSONL corpus (plain or zstd) to one
+// Megatron indexed dataset per JSON key, as Megatron-LM's
+// tools/preprocess_data.py writes them.
+//
+// Output, for each key K of json_keys: <output_prefix>_K_document.{bin,idx}
+// with one document per usable input line, in input order. A document's
+// sequences are its texts (one for a string field, one per element for a
+// list of strings) that have at least one token; with append_eod the last
+// of them ends in tokenizer.eod(). A text without tokens gives a document
+// with no sequences, as in Megatron. The dtype is Megatron's
+// DType.optimal_dtype of the vocabulary size (optimal_index_dtype) unless
+// options.dtype says otherwise.
+//
+// Bad lines (invalid UTF-8, malformed JSON, not an object, a missing key, a
+// non-text field; see jsonl_record.h) are fatal by default: claw::Error
+// "<input>:<line>: <reason>", the earliest bad line of the file whatever
+// the thread timing. With skip_bad_lines they are dropped from every output
+// (keeping the outputs' documents aligned), the first few are logged as
+// warnings, and all are counted. Blank lines are ignored and counted.
+//
+// Pipeline, with memory bounded by the workers, not the input: a reader
+// thread cuts the input into chunks of whole lines (chunk_bytes each); the
+// workers each parse a chunk's lines and tokenize them
+// (Tokenizer::encode_batch on one thread, so the tokenizer's caches span
+// the chunk); the calling thread writes finished chunks in input order. At
+// most workers + 2 chunks are in flight, the index arrays stream to disk
+// (IndexedDatasetBuilder), so peak memory is about
+// (workers + 2) * chunk_bytes * (1 + bytes per token of text) and does not
+// grow with the corpus. A single line longer than chunk_bytes is held
+// whole.
+//
+// Nothing half-written: outputs are written under temporary names and
+// renamed only after every output is complete; any failure (bad line,
+// unreadable input, full disk, an exception in a worker) removes the
+// temporaries and leaves existing files under the output names untouched.
+// Checks before any work: the tokenizer's vocabulary fits the dtype, the
+// output directory exists and is writable, the input exists.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "claw/data/indexed_dataset.h"
+#include "claw/data/tokenizer.h"
+
+namespace claw::data {
+
+// Where the engine is, passed to PreprocessOptions::progress.
+struct PreprocessProgress {
+  int64_t lines = 0;          // input lines consumed
+  int64_t documents = 0;      // documents written (per output)
+  int64_t skipped_lines = 0;  // bad lines dropped (skip_bad_lines)
+  int64_t blank_lines = 0;
+  int64_t tokens = 0;            // tokens written, all outputs together
+  uint64_t text_bytes = 0;       // JSONL bytes consumed (decompressed)
+  uint64_t input_bytes = 0;      // file bytes consumed (compressed for zstd)
+  uint64_t input_size = 0;       // file size (compressed for zstd)
+  double seconds = 0;            // since preprocess() started
+};
+
+struct PreprocessOptions {
+  std::string input;                          // --input: JSONL, or JSONL compressed with zstd
+  std::vector<std::string> json_keys{"text"};  // --json-keys: one output per key
+  std::string output_prefix;                  // --output-prefix
+  bool append_eod = false;                    // --append-eod: end each document with tokenizer.eod()
+  int workers = 1;                            // --workers: tokenizing threads
+  bool skip_bad_lines = false;                // --skip-bad-lines: drop bad lines instead of failing
+  std::optional<IndexDType> dtype;            // --dtype; default optimal_index_dtype(vocab size)
+  size_t chunk_bytes = size_t{1} << 21;       // text per work item
+  // Called on the calling thread after each chunk is written, and once at
+  // the end.
+  std::function<void(const PreprocessProgress&)> progress;
+};
+
+struct PreprocessResult {
+  PreprocessProgress totals;
+  IndexDType dtype = IndexDType::u16;
+  std::vector<std::string> output_prefixes;  // one per key, in json_keys order
+};
+
+// <output_prefix>_<key>_document: Megatron's name for key's output.
+std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key);
+
+// Runs the whole conversion; claw::Error as described above.
+PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& tokenizer);
+
+}  // namespace claw::data

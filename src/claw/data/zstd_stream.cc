@@ -1,0 +1,46 @@
+#include "claw/data/zstd_stream.h"
+
+#include <zstd.h>
+
+#include <cstring>
+
+#include "claw/core/error.h"
+
+namespace claw::data {
+
+bool has_zstd_magic(std::span<const char> head) {
+  static constexpr unsigned char kMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};  // ZSTD_MAGICNUMBER, little-endian
+  return head.size() >= 4 && std::memcmp(head.data(), kMagic, 4) == 0;
+}
+
+ZstdDecoder::ZstdDecoder(std::string source) : source_(std::move(source)), ctx_(ZSTD_createDCtx()) {
+  if (ctx_ == nullptr) fail("{}: cannot create a zstd decompression context (out of memory)", source_);
+}
+
+ZstdDecoder::~ZstdDecoder() { ZSTD_freeDCtx(ctx_); }
+
+size_t ZstdDecoder::decode(std::span<const char> in, size_t& consumed, std::span<char> out) {
+  ZSTD_outBuffer ob{out.data(), out.size(), 0};
+  while (ob.pos < ob.size) {
+    ZSTD_inBuffer ib{in.data(), in.size(), consumed};
+    const size_t in_before = ib.pos, out_before = ob.pos;
+    // Called with no new input too: the context may still hold decoded
+    // bytes that did not fit the previous output buffer.
+    const size_t r = ZSTD_decompressStream(ctx_, &ob, &ib);
+    if (ZSTD_isError(r))
+      fail("{}: corrupt zstd data near compressed byte {}: {}", source_, compressed_offset_, ZSTD_getErrorName(r));
+    compressed_offset_ += ib.pos - in_before;
+    consumed = ib.pos;
+    if (ib.pos == in_before && ob.pos == out_before) break;  // needs more input
+    in_frame_ = r != 0;  // 0: a frame ended and every byte of it was flushed
+  }
+  return ob.pos;
+}
+
+void ZstdDecoder::check_complete() const {
+  if (in_frame_)
+    fail("{}: the zstd data ends inside a frame after {} compressed bytes; the file is truncated", source_,
+         compressed_offset_);
+}
+
+}  // namespace claw::data
