@@ -9,6 +9,7 @@
 #include "claw/cli/info_command.h"
 #include "claw/cli/inspect_dataset_command.h"
 #include "claw/cli/preprocess_command.h"
+#include "claw/cli/tokenize_command.h"
 #include "claw/cli/train_command.h"
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/blas.h"
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   claw::cli::add_train_command(app);
   claw::cli::add_info_command(app);
+  claw::cli::add_tokenize_command(app);
   claw::cli::add_preprocess_command(app);
   claw::cli::add_inspect_dataset_command(app);
   try {

@@ -1,56 +1,18 @@
 #include "claw/data/gpt2_pretokenizer.h"
 
-#include <unicode/uchar.h>
-#include <unicode/utf8.h>
-
-#include <algorithm>
-#include <array>
 #include <cstdint>
 
 #include "claw/core/error.h"
+#include "claw/data/pretokenizer_unicode.h"
 
 namespace claw::data {
 namespace {
 
-enum class CharClass : uint8_t { letter, number, space, other };
+using namespace unicode;
 
-// c < 0 is ICU's marker for an ill-formed UTF-8 sequence.
-CharClass classify(UChar32 c) {
-  if (c < 0) return CharClass::other;
-  if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) return CharClass::space;
-  uint32_t mask = U_GET_GC_MASK(c);
-  if (mask & U_GC_L_MASK) return CharClass::letter;
-  if (mask & U_GC_N_MASK) return CharClass::number;
-  return CharClass::other;
-}
-
-// ASCII is almost all of English text: a table built from the same ICU
-// queries keeps the fast path and the general path from disagreeing.
-const std::array<CharClass, 128>& ascii_classes() {
-  static const std::array<CharClass, 128> table = [] {
-    std::array<CharClass, 128> t{};
-    for (int c = 0; c < 128; ++c) t[c] = classify(c);
-    return t;
-  }();
-  return table;
-}
-
-struct Decoded {
-  CharClass cls;
-  size_t end;  // byte offset just past the character
-};
-
-Decoded next_char(std::string_view s, size_t i) {
-  unsigned char b = static_cast<unsigned char>(s[i]);
-  if (b < 0x80) return {ascii_classes()[b], i + 1};
-  // A character is at most 4 bytes; bounding the window keeps ICU's int32
-  // offsets valid for texts over 2 GiB.
-  const char* p = s.data() + i;
-  int32_t len = static_cast<int32_t>(std::min<size_t>(4, s.size() - i)), j = 0;
-  UChar32 c;
-  U8_NEXT(p, j, len, c);
-  return {classify(c), i + static_cast<size_t>(j)};
-}
+// The run class of rule 2: which of letter / number / space a character is
+// (at most one: Unicode gives no character two of them), 0 for "other".
+uint8_t run_class(uint8_t flags) { return flags & (kLetter | kNumber | kSpace); }
 
 }  // namespace
 
@@ -70,21 +32,21 @@ size_t gpt2_pretoken_end(std::string_view s, size_t begin) {
 
   // ` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+`: only U+0020 may lead, and only
   // when a non-space follows it.
-  Decoded first = next_char(s, begin);
-  CharClass cls = first.cls;
+  Char first = next_char(s, begin);
+  uint8_t cls = run_class(first.flags);
   size_t i = first.end;
   if (s[begin] == ' ' && i < n) {
-    Decoded second = next_char(s, i);
-    if (second.cls != CharClass::space) {
-      cls = second.cls;
+    Char second = next_char(s, i);
+    if (!(second.flags & kSpace)) {
+      cls = run_class(second.flags);
       i = second.end;
     }
   }
-  if (cls != CharClass::space) {
+  if (cls != kSpace) {
     while (i < n) {
-      Decoded d = next_char(s, i);
-      if (d.cls != cls) break;
-      i = d.end;
+      Char c = next_char(s, i);
+      if (run_class(c.flags) != cls) break;
+      i = c.end;
     }
     return i;
   }
@@ -93,24 +55,14 @@ size_t gpt2_pretoken_end(std::string_view s, size_t begin) {
   size_t last_start = begin;
   int64_t count = 1;
   while (i < n) {
-    Decoded d = next_char(s, i);
-    if (d.cls != CharClass::space) break;
+    Char c = next_char(s, i);
+    if (!(c.flags & kSpace)) break;
     last_start = i;
-    i = d.end;
+    i = c.end;
     ++count;
   }
   if (i == n || count == 1) return i;
   return last_start;
-}
-
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-  std::vector<std::string_view> pieces;
-  for (size_t b = 0; b < text.size();) {
-    size_t e = gpt2_pretoken_end(text, b);
-    pieces.push_back(text.substr(b, e - b));
-    b = e;
-  }
-  return pieces;
 }
 
 }  // namespace claw::data

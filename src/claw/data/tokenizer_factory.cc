@@ -5,16 +5,22 @@
 
 #include "claw/core/error.h"
 #include "claw/data/gpt2_bpe.h"
+#include "claw/data/tiktoken.h"
 
 namespace claw::data {
 
-std::vector<std::string> tokenizer_types() { return {"GPT2BPETokenizer"}; }
+std::vector<std::string> tokenizer_types() { return {"GPT2BPETokenizer", "TikTokenizer"}; }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
   if (o.type == "GPT2BPETokenizer") {
     if (o.vocab_file.empty() || o.merge_file.empty())
       fail("--tokenizer-type GPT2BPETokenizer needs --vocab-file (encoder.json) and --merge-file (vocab.bpe)");
     return std::make_unique<Gpt2Bpe>(o.vocab_file, o.merge_file);
+  }
+  if (o.type == "TikTokenizer") {
+    if (o.model_file.empty())
+      fail("--tokenizer-type TikTokenizer needs --tokenizer-model (a rank file such as cl100k_base.tiktoken)");
+    return std::make_unique<TikTokenizer>(o.model_file, o.tiktoken_pattern);
   }
   fail("--tokenizer-type '{}' is not one of: {}", o.type, fmt::join(tokenizer_types(), ", "));
 }

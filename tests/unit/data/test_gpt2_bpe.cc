@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "claw/data/gpt2_bpe.h"
-#include "claw/data/gpt2_pretokenizer.h"
+#include "claw/data/pretokenizer.h"
 #include "expect_error.h"
 #include "temp_dir.h"
 
@@ -130,7 +130,7 @@ TEST(Gpt2Pretokenizer, MatchesPythonRegex) {
       {"a\u3000\u3000b"sv, {"a"sv, "\u3000"sv, "\u3000"sv, "b"sv}},
       {""sv, {}},
   };
-  for (const Case& c : cases) EXPECT_EQ(gpt2_pretokenize(c.text), c.pieces) << show(c.text);
+  for (const Case& c : cases) EXPECT_EQ(pretokenize(Pretokenizer::gpt2, c.text), c.pieces) << show(c.text);
 }
 
 TEST(Gpt2Pretokenizer, InvalidUtf8IsOtherAndTilesTheInput) {
@@ -138,9 +138,9 @@ TEST(Gpt2Pretokenizer, InvalidUtf8IsOtherAndTilesTheInput) {
   // cover the input exactly.
   const std::string_view text = "ab\xff\xfe cd\xc3 \xe2\x82"sv;
   std::string joined;
-  for (std::string_view p : gpt2_pretokenize(text)) joined += p;
+  for (std::string_view p : pretokenize(Pretokenizer::gpt2, text)) joined += p;
   EXPECT_EQ(joined, text);
-  EXPECT_EQ(gpt2_pretokenize("ab\xff\xfe"sv), (std::vector<std::string_view>{"ab"sv, "\xff\xfe"sv}));
+  EXPECT_EQ(pretokenize(Pretokenizer::gpt2, "ab\xff\xfe"sv), (std::vector<std::string_view>{"ab"sv, "\xff\xfe"sv}));
 }
 
 TEST(Gpt2Bpe, HelloWorld) {

@@ -1,0 +1,300 @@
+#include "claw/cli/tokenize_command.h"
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "claw/cli/flags.h"
+#include "claw/core/error.h"
+#include "claw/data/builtin_corpus.h"
+#include "claw/data/pretokenizer_unicode.h"
+#include "claw/data/tokenizer_factory.h"
+#include "claw/kernels/cpu/blas.h"
+
+namespace claw::cli {
+namespace {
+
+struct TokenizeArgs {
+  data::TokenizerOptions tokenizer;
+  std::string input;  // empty or "-": stdin
+  bool decode = false;
+  bool special = false;
+  bool whole_input = false;
+  bool stats = false;
+  int64_t num_threads = 0;
+  TokenizeArgs() { num_threads = kernels::default_num_threads(); }
+};
+
+using F = Flag<TokenizeArgs>;
+
+const std::vector<F>& tokenize_flags() {
+  using A = TokenizeArgs;
+  static const std::vector<F> flags = {
+      string_flag<A>("tokenizer-type", "GPT2BPETokenizer, TikTokenizer or SentencePieceTokenizer",
+                     [](A& a) -> auto& { return a.tokenizer.type; }),
+      string_flag<A>("vocab-file", "GPT-2 encoder.json (default: <data dir>/gpt2/encoder.json)",
+                     [](A& a) -> auto& { return a.tokenizer.vocab_file; }),
+      string_flag<A>("merge-file", "GPT-2 vocab.bpe (default: <data dir>/gpt2/vocab.bpe)",
+                     [](A& a) -> auto& { return a.tokenizer.merge_file; }),
+      string_flag<A>("tokenizer-model", "tiktoken rank file (.tiktoken) or SentencePiece .model",
+                     [](A& a) -> auto& { return a.tokenizer.model_file; }),
+      string_flag<A>("tiktoken-pattern", "pre-tokenizer of a rank file: gpt2, cl100k or o200k (default: from its name)",
+                     [](A& a) -> auto& { return a.tokenizer.tiktoken_pattern; }),
+      string_flag<A>("input", "read this file instead of stdin", [](A& a) -> auto& { return a.input; }),
+      switch_flag<A>("decode", "read lines of ids and print their text", [](A& a) -> auto& { return a.decode; }),
+      switch_flag<A>("special", "encode special-token text such as <|endoftext|> as its id (default: as text)",
+                     [](A& a) -> auto& { return a.special; }),
+      switch_flag<A>("whole-input", "treat the whole input as one text instead of one text per line",
+                     [](A& a) -> auto& { return a.whole_input; }),
+      int_flag<A>("num-threads", "encoding threads (default: the CPUs this process may use)",
+                  [](A& a) -> auto& { return a.num_threads; }),
+      switch_flag<A>("stats", "print bytes, tokens and encoding MB/s to stderr",
+                     [](A& a) -> auto& { return a.stats; }),
+  };
+  return flags;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The input as a stream of blocks; names itself in errors.
+class Input {
+ public:
+  explicit Input(const std::string& path) {
+    if (path.empty() || path == "-") {
+      name_ = "stdin";
+      file_ = stdin;
+      return;
+    }
+    name_ = "--input " + path;
+    file_ = std::fopen(path.c_str(), "rb");
+    if (file_ == nullptr) fail("--input {}: cannot open ({})", path, std::strerror(errno));
+    owned_ = true;
+  }
+  Input(const Input&) = delete;
+  Input& operator=(const Input&) = delete;
+  ~Input() {
+    if (owned_) std::fclose(file_);
+  }
+
+  // Appends up to `max` bytes to `buf`; false at end of input.
+  bool read(std::string& buf, size_t max) {
+    const size_t old = buf.size();
+    buf.resize(old + max);
+    const size_t got = std::fread(buf.data() + old, 1, max, file_);
+    buf.resize(old + got);
+    if (std::ferror(file_)) fail("{}: read error ({})", name_, std::strerror(errno));
+    return got > 0;
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  std::FILE* file_ = nullptr;
+  bool owned_ = false;
+};
+
+void write_out(std::string_view s) {
+  if (!s.empty() && std::fwrite(s.data(), 1, s.size(), stdout) != s.size())
+    fail("cannot write the output ({})", std::strerror(errno));
+}
+
+void append_ids(std::string& out, const std::vector<int32_t>& ids) {
+  char buf[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out.push_back(' ');
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), ids[i]);
+    out.append(buf, end);
+  }
+  out.push_back('\n');
+}
+
+void check_utf8(std::string_view text, const Input& in, int64_t first_line) {
+  const size_t bad = data::unicode::first_invalid_utf8(text);
+  if (bad == text.size()) return;
+  const size_t line_start = text.rfind('\n', bad) == std::string_view::npos ? 0 : text.rfind('\n', bad) + 1;
+  int64_t line = first_line;
+  for (size_t i = 0; i < line_start; ++i) line += text[i] == '\n';
+  fail("{} line {}: invalid UTF-8 at byte {} of the line (0x{:02x}); claw tokenize encodes UTF-8 text", in.name(),
+       line, bad - line_start + 1, static_cast<unsigned char>(text[bad]));
+}
+
+struct Totals {
+  int64_t lines = 0, bytes = 0, tokens = 0;
+  double encode_s = 0;
+};
+
+// Encodes texts on the thread team and prints one line of ids per text.
+void encode_and_print(const data::Tokenizer& tok, const TokenizeArgs& a, const std::vector<std::string>& texts,
+                      Totals& t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<int32_t>> ids = tok.encode_batch(
+      texts, static_cast<int>(a.num_threads), a.special ? data::SpecialTokens::recognise : data::SpecialTokens::as_text);
+  t.encode_s += seconds_since(t0);
+  std::string out;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    t.bytes += static_cast<int64_t>(texts[i].size());
+    t.tokens += static_cast<int64_t>(ids[i].size());
+    append_ids(out, ids[i]);
+  }
+  t.lines += static_cast<int64_t>(texts.size());
+  write_out(out);
+}
+
+void encode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals& t) {
+  constexpr size_t kBlock = size_t{4} << 20;  // large enough to keep every thread busy
+  std::string buf;
+  if (a.whole_input) {
+    while (in.read(buf, kBlock)) {
+    }
+    check_utf8(buf, in, 1);
+    encode_and_print(tok, a, {std::move(buf)}, t);
+    return;
+  }
+  std::vector<std::string> lines;
+  bool more = true;
+  while (more) {
+    more = in.read(buf, kBlock);
+    // Complete lines only, except at the end, where a last line may lack its '\n'.
+    size_t end = more ? buf.rfind('\n') : buf.size();
+    if (end == std::string::npos) continue;
+    if (more) ++end;
+    const std::string_view block(buf.data(), end);
+    check_utf8(block, in, t.lines + 1);
+    lines.clear();
+    for (size_t b = 0; b < block.size();) {
+      size_t e = block.find('\n', b);
+      if (e == std::string_view::npos) e = block.size();
+      lines.emplace_back(block.substr(b, e - b));
+      b = e + 1;
+    }
+    encode_and_print(tok, a, lines, t);
+    buf.erase(0, end);
+  }
+}
+
+// Parses the ids of one line (or, with --whole-input, of everything).
+void parse_ids(std::string_view text, const Input& in, int64_t line, std::vector<int32_t>& ids) {
+  ids.clear();
+  for (size_t b = text.find_first_not_of(" \t\r\n"); b != std::string_view::npos;
+       b = text.find_first_not_of(" \t\r\n", b)) {
+    size_t e = text.find_first_of(" \t\r\n", b);
+    if (e == std::string_view::npos) e = text.size();
+    const std::string_view word = text.substr(b, e - b);
+    int32_t id = -1;
+    auto [p, ec] = std::from_chars(word.data(), word.data() + word.size(), id);
+    if (ec != std::errc() || p != word.data() + word.size() || id < 0)
+      fail("{} line {}: '{}' is not a token id (--decode reads non-negative integers separated by spaces)", in.name(),
+           line, word);
+    ids.push_back(id);
+    b = e;
+  }
+}
+
+void decode_ids(const data::Tokenizer& tok, const std::vector<int32_t>& ids, const Input& in, int64_t line,
+                std::string& out) {
+  try {
+    out += tok.decode(ids);
+  } catch (const Error& e) {
+    fail("{} line {}: {}", in.name(), line, e.what());
+  }
+}
+
+void decode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals& t) {
+  std::string buf, out;
+  std::vector<int32_t> ids;
+  if (a.whole_input) {
+    while (in.read(buf, size_t{4} << 20)) {
+    }
+    // Parse line by line so that an error names its line.
+    int64_t line = 0;
+    std::vector<int32_t> all;
+    for (size_t b = 0; b < buf.size();) {
+      size_t e = buf.find('\n', b);
+      if (e == std::string::npos) e = buf.size();
+      parse_ids(std::string_view(buf).substr(b, e - b), in, ++line, ids);
+      all.insert(all.end(), ids.begin(), ids.end());
+      b = e + 1;
+    }
+    decode_ids(tok, all, in, line, out);
+    t.tokens = static_cast<int64_t>(all.size());
+    t.bytes = static_cast<int64_t>(out.size());
+    t.lines = line;
+    write_out(out);
+    return;
+  }
+  bool more = true;
+  while (more) {
+    more = in.read(buf, size_t{1} << 20);
+    size_t end = more ? buf.rfind('\n') : buf.size();
+    if (end == std::string::npos) continue;
+    if (more) ++end;
+    out.clear();
+    for (size_t b = 0; b < end;) {
+      size_t e = buf.find('\n', b);
+      if (e == std::string::npos || e > end) e = end;
+      parse_ids(std::string_view(buf).substr(b, e - b), in, ++t.lines, ids);
+      const size_t before = out.size();
+      decode_ids(tok, ids, in, t.lines, out);
+      t.bytes += static_cast<int64_t>(out.size() - before);
+      t.tokens += static_cast<int64_t>(ids.size());
+      out.push_back('\n');
+      b = e + 1;
+    }
+    write_out(out);
+    buf.erase(0, end);
+  }
+}
+
+struct TokenizeCommand {
+  std::unique_ptr<FlagBinder<TokenizeArgs>> binder;
+
+  void run() {
+    TokenizeArgs a;
+    binder->apply(a);
+    if (a.num_threads < 1) fail("--num-threads {} must be at least 1", a.num_threads);
+    data::TokenizerOptions& o = a.tokenizer;
+    if (o.type == "GPT2BPETokenizer" && o.vocab_file.empty() && o.merge_file.empty()) {
+      o.vocab_file = data::default_data_dir() + "/gpt2/encoder.json";
+      o.merge_file = data::default_data_dir() + "/gpt2/vocab.bpe";
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(o);
+    const double load_s = seconds_since(t0);
+    Input in(a.input);
+    Totals t;
+    const auto t1 = std::chrono::steady_clock::now();
+    if (a.decode)
+      decode(*tok, a, in, t);
+    else
+      encode(*tok, a, in, t);
+    if (std::fflush(stdout) != 0) fail("cannot write the output ({})", std::strerror(errno));
+    if (a.stats)
+      fmt::print(stderr,
+                 "tokenize: tokenizer={} mode={} threads={} lines={} bytes={} tokens={} load_s={:.3f} "
+                 "encode_s={:.4f} encode_mb_per_s={:.2f} total_s={:.4f}\n",
+                 tok->name(), a.decode ? "decode" : "encode", a.num_threads, t.lines, t.bytes, t.tokens, load_s,
+                 t.encode_s, t.encode_s > 0 ? t.bytes / t.encode_s / 1e6 : 0.0, seconds_since(t1));
+  }
+};
+
+}  // namespace
+
+void add_tokenize_command(CLI::App& app) {
+  auto cmd = std::make_shared<TokenizeCommand>();
+  CLI::App* sub = app.add_subcommand("tokenize", "print the token ids of text on stdin (--decode: the reverse)");
+  sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  static const TokenizeArgs defaults;
+  cmd->binder = std::make_unique<FlagBinder<TokenizeArgs>>(*sub, tokenize_flags(), defaults);
+  sub->callback([cmd] { cmd->run(); });
+}
+
+}  // namespace claw::cli

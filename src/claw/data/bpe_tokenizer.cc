@@ -1,0 +1,150 @@
+#include "claw/data/bpe_tokenizer.h"
+
+#include <algorithm>
+
+#include "claw/core/error.h"
+#include "claw/data/bpe_hash.h"
+#include "claw/data/bpe_piece_cache.h"
+#include "claw/data/gpt2_pretokenizer.h"
+#include "claw/data/tiktoken_pretokenizer.h"
+
+namespace claw::data {
+namespace {
+
+using PretokenEnd = size_t (*)(std::string_view, size_t);
+
+PretokenEnd pretoken_end_fn(Pretokenizer p) {
+  switch (p) {
+    case Pretokenizer::gpt2: return gpt2_pretoken_end;
+    case Pretokenizer::cl100k: return cl100k_pretoken_end;
+    case Pretokenizer::o200k: return o200k_pretoken_end;
+  }
+  CLAW_CHECK(false, "pretokenizer {}", static_cast<int>(p));
+  return nullptr;
+}
+
+// Token bytes padded with "" up to the largest special id, so that every id
+// below vocab_size() indexes the core's table.
+std::vector<std::string> padded_token_bytes(BpeVocabulary& v) {
+  std::vector<std::string> bytes = std::move(v.token_bytes);
+  for (const SpecialToken& s : v.specials) {
+    CLAW_CHECK(s.id >= 0 && !s.text.empty(), "special token '{}' id {}", s.text, s.id);
+    if (static_cast<size_t>(s.id) >= bytes.size()) bytes.resize(static_cast<size_t>(s.id) + 1);
+    CLAW_CHECK(bytes[s.id].empty(), "special token '{}' reuses mergeable id {}", s.text, s.id);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+struct BpeTokenizer::EncodeState {
+  BpePieceCache cache;
+  BpeEncoder::Scratch scratch;
+};
+
+BpeTokenizer::BpeTokenizer(BpeVocabulary v)
+    : name_(v.name),
+      pretokenizer_(v.pretokenizer),
+      encoder_(padded_token_bytes(v), v.merges, v.whole_piece_first),
+      specials_(std::move(v.specials)),
+      vocab_size_(encoder_.num_ids()),
+      eod_(v.eod) {
+  CLAW_CHECK(eod_ >= 0 && eod_ < vocab_size_, "eod {} outside [0, {})", eod_, vocab_size_);
+}
+
+std::string_view BpeTokenizer::token_bytes(int32_t id) const {
+  if (id >= 0 && id < vocab_size_) {
+    std::string_view bytes = encoder_.token_bytes(id);
+    if (!bytes.empty()) return bytes;
+    for (const SpecialToken& s : specials_)
+      if (s.id == id) return s.text;
+    fail("token id {} is unused in the {} vocabulary (no token has it)", id, name_);
+  }
+  fail("token id {} is outside the {} vocabulary [0, {})", id, name_, vocab_size_);
+}
+
+void BpeTokenizer::encode_ordinary(std::string_view text, EncodeState& state, std::vector<int32_t>& out) const {
+  const PretokenEnd end_of = pretoken_end_fn(pretokenizer_);
+  for (size_t b = 0; b < text.size();) {
+    const size_t e = end_of(text, b);
+    const std::string_view piece = text.substr(b, e - b);
+    b = e;
+    if (piece.size() == 1) {
+      out.push_back(encoder_.byte_id(static_cast<unsigned char>(piece[0])));
+      continue;
+    }
+    if (piece.size() > BpePieceCache::kMaxPieceBytes) {
+      encoder_.encode_piece(piece, state.scratch, out);
+      continue;
+    }
+    const uint64_t hash = hash_bytes(piece);
+    if (BpePieceCache::Hit hit = state.cache.find(piece, hash); hit.found) {
+      out.insert(out.end(), hit.ids.begin(), hit.ids.end());
+      continue;
+    }
+    const size_t first = out.size();
+    encoder_.encode_piece(piece, state.scratch, out);
+    state.cache.insert(piece, hash, std::span<const int32_t>(out.data() + first, out.size() - first));
+  }
+}
+
+void BpeTokenizer::encode_text(std::string_view text, SpecialTokens special, EncodeState& state,
+                               std::vector<int32_t>& out) const {
+  if (special == SpecialTokens::as_text || specials_.empty()) return encode_ordinary(text, state, out);
+  // next[k]: where special k next occurs at or after `pos` (npos: nowhere);
+  // kept across iterations so the text is scanned once per special.
+  constexpr size_t npos = std::string_view::npos;
+  std::vector<size_t> next(specials_.size());
+  for (size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(specials_[k].text);
+  for (size_t pos = 0;;) {
+    size_t at = npos;
+    const SpecialToken* found = nullptr;
+    for (size_t k = 0; k < specials_.size(); ++k) {
+      if (next[k] != npos && next[k] < pos) next[k] = text.find(specials_[k].text, pos);
+      if (next[k] == npos) continue;
+      if (next[k] < at || (next[k] == at && specials_[k].text.size() > found->text.size())) {
+        at = next[k];
+        found = &specials_[k];
+      }
+    }
+    encode_ordinary(text.substr(pos, at == npos ? npos : at - pos), state, out);
+    if (found == nullptr) return;
+    out.push_back(found->id);
+    pos = at + found->text.size();
+  }
+}
+
+std::vector<int32_t> BpeTokenizer::encode_impl(std::string_view text, SpecialTokens special) const {
+  EncodeState state;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 4 + 1);  // English averages ~4.5 bytes per token
+  encode_text(text, special, state, out);
+  return out;
+}
+
+std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(std::span<const std::string> texts, int num_threads,
+                                                             SpecialTokens special) const {
+  const int64_t n = static_cast<int64_t>(texts.size());
+  std::vector<std::vector<int32_t>> out(texts.size());
+  const int nt = static_cast<int>(std::clamp<int64_t>(num_threads, 1, std::max<int64_t>(n, 1)));
+  // One cache per thread, kept across that thread's documents: most pieces
+  // of a new document were already seen in an earlier one.
+#pragma omp parallel num_threads(nt)
+  {
+    EncodeState state;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) {
+      out[i].reserve(texts[i].size() / 4 + 1);
+      encode_text(texts[i], special, state, out[i]);
+    }
+  }
+  return out;
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (int32_t id : ids) out += token_bytes(id);
+  return out;
+}
+
+}  // namespace claw::data
