@@ -251,8 +251,9 @@ void check_output_directory(const std::string& prefix) {
   fs::path dir = fs::path(prefix).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
-  if (!fs::is_directory(dir, ec))
+  if (!fs::exists(dir, ec))
     fail("--output-prefix {}: directory {} does not exist; create it first", prefix, dir.string());
+  if (!fs::is_directory(dir, ec)) fail("--output-prefix {}: {} is not a directory", prefix, dir.string());
   if (::access(dir.c_str(), W_OK) != 0)
     fail("--output-prefix {}: cannot write to directory {} ({})", prefix, dir.string(), std::strerror(errno));
 }
