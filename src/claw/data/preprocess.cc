@@ -107,7 +107,7 @@ EncodedChunk encode_chunk(const LineChunk& chunk, const Tokenizer& tokenizer, co
 class Pipeline {
  public:
   Pipeline(JsonlReader& reader, const Tokenizer& tokenizer, const PreprocessOptions& options)
-      : reader_(reader), tokenizer_(tokenizer), options_(options), max_in_flight_(options.workers + 1) {
+      : reader_(reader), tokenizer_(tokenizer), options_(options), max_in_flight_(2 * options.workers + 1) {
     threads_.emplace_back([this] { read_loop(); });
     for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
   }
@@ -194,7 +194,10 @@ class Pipeline {
   JsonlReader& reader_;
   const Tokenizer& tokenizer_;
   const PreprocessOptions& options_;
-  const int64_t max_in_flight_;  // chunks read and not yet handed to the caller
+  // Chunks read and not yet handed to the caller: twice the workers, so a
+  // worker stuck on a long document does not soon leave the others idle
+  // (output order holds every later chunk until it is done).
+  const int64_t max_in_flight_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -23,11 +23,11 @@
 // workers each parse a chunk's lines and tokenize them
 // (Tokenizer::encode_batch on one thread, so the tokenizer's caches span
 // the chunk); the calling thread writes finished chunks in input order. At
-// most workers + 2 chunks are in flight, the index arrays stream to disk
-// (IndexedDatasetBuilder), so peak memory is about
-// (workers + 2) * chunk_bytes * (1 + bytes per token of text) and does not
-// grow with the corpus. A single line longer than chunk_bytes is held
-// whole.
+// most 2 * workers + 2 chunks are in flight and the index arrays stream to
+// disk (IndexedDatasetBuilder), so peak memory is about
+// (2 * workers + 2) * chunk_bytes * (1 + 4 / bytes per token) on top of the
+// tokenizer and does not grow with the corpus. A single line longer than
+// chunk_bytes is held whole.
 //
 // Nothing half-written: outputs are written under temporary names and
 // renamed only after every output is complete; any failure (bad line,

@@ -1,5 +1,6 @@
-// The built-in corpus: built from the raw speeches exactly once, with the
-// documents, eod tokens and dtype Megatron's preprocess_data.py would write.
+// The built-in corpus: built from the raw speeches exactly once, through
+// the preprocess engine, with the documents, eod tokens and dtype Megatron's
+// preprocess_data.py would write.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -64,6 +65,12 @@ TEST(BuiltinCorpus, BuildsSortedDocumentsWithEodOnce) {
     expected.push_back(bpe.eod());
     EXPECT_EQ(tokens_of(d, doc), expected) << "document " << doc;
   }
+
+  // The speeches went through `claw preprocess`'s input format: one JSONL
+  // record per speech, in the same order.
+  const std::string jsonl = read_file(builtin_corpus_jsonl(dir.path()), "jsonl");
+  EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 3);
+  EXPECT_EQ(jsonl.rfind("{\"file\":\"1790_a.txt\",\"text\":\"First speech, it's short.\"}\n", 0), 0u) << jsonl;
 
   // Present files are reused, not rebuilt.
   const auto stamp = fs::last_write_time(prefix + ".bin");
