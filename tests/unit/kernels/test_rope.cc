@@ -16,10 +16,12 @@ using claw::testing::max_rel_diff;
 using claw::testing::random_vector;
 
 const CpuCtx ctx{2};
-// Odd T and nh, a head dim whose half (10) is not a multiple of the SIMD width,
-// positions starting at pos0 = 3.
-constexpr int64_t B = 2, T = 3, nh = 3, D = 20, P = 8, pos0 = 3;
+// Odd T and nh, a head dim whose half (10) is not a multiple of the SIMD width.
+constexpr int64_t B = 2, T = 5, nh = 3, D = 20, P = 8;
 constexpr double kTheta = 10000.0;
+// Row 0 is one sequence continuing from position 3; row 1 packs documents of
+// 3 and 2 tokens, positions restarting at each.
+const std::vector<int32_t> kPositions = {3, 4, 5, 6, 7, 0, 1, 2, 0, 1};
 
 TEST(RoPE, TableMatchesClosedForm) {
   std::vector<double> cos(P * D / 2), sin(P * D / 2);
@@ -43,9 +45,10 @@ TEST(RoPE, TableMatchesClosedForm) {
 }
 
 // Hugging Face's formulation, literally: q * cat(cos, cos) + rotate_half(q) * cat(sin, sin)
-// with rotate_half(q) = cat(-q[half:], q[:half]).
+// with rotate_half(q) = cat(-q[half:], q[:half]), at position_ids = positions
+// (or arange(T) when null).
 std::vector<double> hf_apply_rotary(const std::vector<double>& x, const std::vector<double>& cos,
-                                    const std::vector<double>& sin) {
+                                    const std::vector<double>& sin, const int32_t* positions) {
   const int64_t half = D / 2;
   std::vector<double> y(x.size());
   for (int64_t b = 0; b < B; ++b)
@@ -54,7 +57,8 @@ std::vector<double> hf_apply_rotary(const std::vector<double>& x, const std::vec
         const double* q = x.data() + ((b * T + t) * nh + h) * D;
         double* out = y.data() + ((b * T + t) * nh + h) * D;
         for (int64_t j = 0; j < D; ++j) {
-          double c = cos[(pos0 + t) * half + j % half], s = sin[(pos0 + t) * half + j % half];
+          const int64_t p = positions ? positions[b * T + t] : t;
+          double c = cos[p * half + j % half], s = sin[p * half + j % half];
           double rot = j < half ? -q[j + half] : q[j - half];
           out[j] = q[j] * c + rot * s;
         }
@@ -65,18 +69,21 @@ std::vector<double> hf_apply_rotary(const std::vector<double>& x, const std::vec
 TEST(RoPE, ForwardMatchesHuggingFaceFormula) {
   std::vector<double> cos(P * D / 2), sin(P * D / 2);
   rope_table(cos.data(), sin.data(), P, D, kTheta);
-  auto x = random_vector(B * T * nh * D, 1);
-  auto ref = hf_apply_rotary(x, cos, sin);
-  auto y = x;
-  rope_forward(ctx, y.data(), cos.data(), sin.data(), B, T, nh, D, pos0);
-  // Two products and a sum of O(1) values: a few double roundings.
-  EXPECT_LT(max_rel_diff(y, ref), 1e-14);
-
-  // fp32: two products and a sum of O(1) values, ~3 roundings of 6e-8.
-  std::vector<float> cos_f(P * D / 2), sin_f(P * D / 2), xf(x.begin(), x.end());
+  std::vector<float> cos_f(P * D / 2), sin_f(P * D / 2);
   rope_table(cos_f.data(), sin_f.data(), P, D, kTheta);
-  rope_forward(ctx, xf.data(), cos_f.data(), sin_f.data(), B, T, nh, D, pos0);
-  EXPECT_LT(max_rel_diff(xf, ref), 1e-6);
+  auto x = random_vector(B * T * nh * D, 1);
+  for (const int32_t* positions : {static_cast<const int32_t*>(nullptr), kPositions.data()}) {
+    auto ref = hf_apply_rotary(x, cos, sin, positions);
+    auto y = x;
+    rope_forward(ctx, y.data(), cos.data(), sin.data(), B, T, nh, D, positions);
+    // Two products and a sum of O(1) values: a few double roundings.
+    EXPECT_LT(max_rel_diff(y, ref), 1e-14);
+
+    // fp32: two products and a sum of O(1) values, ~3 roundings of 6e-8.
+    std::vector<float> xf(x.begin(), x.end());
+    rope_forward(ctx, xf.data(), cos_f.data(), sin_f.data(), B, T, nh, D, positions);
+    EXPECT_LT(max_rel_diff(xf, ref), 1e-6);
+  }
 }
 
 // The map is a rotation: backward is its transpose, which is its inverse.
@@ -84,27 +91,55 @@ TEST(RoPE, BackwardIsInverseRotationAndMatchesFiniteDifferences) {
   std::vector<double> cos(P * D / 2), sin(P * D / 2);
   rope_table(cos.data(), sin.data(), P, D, kTheta);
   auto x = random_vector(B * T * nh * D, 2);
-  auto y = x;
-  rope_forward(ctx, y.data(), cos.data(), sin.data(), B, T, nh, D, pos0);
-  EXPECT_GT(max_rel_diff(y, x), 0.1);  // it does rotate
-  rope_backward(ctx, y.data(), cos.data(), sin.data(), B, T, nh, D, pos0);
-  EXPECT_LT(max_rel_diff(y, x), 1e-14);
-
   auto w = random_vector(B * T * nh * D, 3);
-  std::vector<double> out;
-  auto loss = [&] {
-    out = x;
-    rope_forward(ctx, out.data(), cos.data(), sin.data(), B, T, nh, D, pos0);
-    return dot(w, out);
-  };
-  auto dx = w;
-  rope_backward(ctx, dx.data(), cos.data(), sin.data(), B, T, nh, D, pos0);
-  EXPECT_LT(fd_max_error(x, dx, loss), 1e-6);
+  for (const int32_t* positions : {static_cast<const int32_t*>(nullptr), kPositions.data()}) {
+    auto y = x;
+    rope_forward(ctx, y.data(), cos.data(), sin.data(), B, T, nh, D, positions);
+    EXPECT_GT(max_rel_diff(y, x), 0.1);  // it does rotate
+    rope_backward(ctx, y.data(), cos.data(), sin.data(), B, T, nh, D, positions);
+    EXPECT_LT(max_rel_diff(y, x), 1e-14);
+
+    std::vector<double> out;
+    auto loss = [&] {
+      out = x;
+      rope_forward(ctx, out.data(), cos.data(), sin.data(), B, T, nh, D, positions);
+      return dot(w, out);
+    };
+    auto dx = w;
+    rope_backward(ctx, dx.data(), cos.data(), sin.data(), B, T, nh, D, positions);
+    EXPECT_LT(fd_max_error(x, dx, loss), 1e-6);
+  }
+}
+
+// Positions restarting at each document of a packed row give each document
+// exactly (bitwise) the rotation, and the gradient, of a separate run.
+TEST(RoPE, RestartedPositionsEqualSeparateRuns) {
+  const std::vector<int64_t> docs = {3, 1, 4};
+  constexpr int64_t Tp = 8;
+  std::vector<int32_t> positions;
+  for (int64_t len : docs)
+    for (int64_t t = 0; t < len; ++t) positions.push_back(static_cast<int32_t>(t));
+  std::vector<float> cos(P * D / 2), sin(P * D / 2);
+  rope_table(cos.data(), sin.data(), P, D, kTheta);
+  const auto xd = random_vector(Tp * nh * D, 4);
+  const std::vector<float> x(xd.begin(), xd.end());
+  auto packed = x, packed_grad = x;
+  rope_forward(ctx, packed.data(), cos.data(), sin.data(), 1, Tp, nh, D, positions.data());
+  rope_backward(ctx, packed_grad.data(), cos.data(), sin.data(), 1, Tp, nh, D, positions.data());
+  auto separate = x, separate_grad = x;
+  int64_t start = 0;
+  for (int64_t len : docs) {
+    rope_forward(ctx, separate.data() + start * nh * D, cos.data(), sin.data(), 1, len, nh, D);
+    rope_backward(ctx, separate_grad.data() + start * nh * D, cos.data(), sin.data(), 1, len, nh, D);
+    start += len;
+  }
+  EXPECT_EQ(packed, separate);
+  EXPECT_EQ(packed_grad, separate_grad);
 }
 
 TEST(RoPE, OddHeadDimIsRejected) {
   std::vector<float> x(15), cs(8);
-  EXPECT_THROW(rope_forward(ctx, x.data(), cs.data(), cs.data(), 1, 1, 1, 15, 0), Error);
+  EXPECT_THROW(rope_forward(ctx, x.data(), cs.data(), cs.data(), 1, 1, 1, 15), Error);
 }
 
 }  // namespace

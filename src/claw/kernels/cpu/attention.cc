@@ -64,11 +64,11 @@ struct Simd {
     return v;
   }
   static void store(T* p, V v) { std::memcpy(p, &v, sizeof v); }
-  // Mask of lanes e >= first: on a diagonal tile, the queries r0 + e that see key r0 + first.
-  static I visible(int64_t first) {
+  // {0, 1, ..., kWidth - 1}
+  static I iota() {
     I lane;
     for (int e = 0; e < kWidth; ++e) lane[e] = e;
-    return lane >= static_cast<Int>(first);
+    return lane;
   }
 };
 
@@ -217,13 +217,67 @@ void pack_transposed(T* dst, int64_t ld, const T* src, int64_t lds, int64_t rows
 }
 
 // ---------------------------------------------------------------------------
+// Visibility. Query i of a row sees keys [lo_i, i], lo_i = seg_start[i] (0
+// without documents); lo_i and i both grow with i, which is what lets whole
+// tiles, key rows and query columns be skipped below.
+
+// Query block [i0, i0 + qc) of one batch row, padded to `lanes` queries
+// (whole vectors). Padded lanes repeat the last query's lo, so each sees
+// at least one key of the diagonal tile and its running values stay finite.
+struct QueryBlock {
+  int64_t i0, qc, lanes;
+  const int32_t* seg;  // seg_start of the row from query i0 on; null: lo = 0
+  int64_t lo(int64_t r) const { return seg ? seg[std::min(r, qc - 1)] : 0; }
+};
+
+// The part of key tile [k0, k0 + kc) that a query block needs: key rows
+// [c_lo, kc) (rows before c_lo precede the documents of all its queries) and
+// queries [0, n) (later queries' documents start after the tile), n_lanes
+// being n rounded up to whole vectors. The diagonal tile (k0 == i0) is always
+// whole: every query sees itself, and lo_i0 <= i0.
+template <typename T>
+struct Tile {
+  int64_t k0, kc, c_lo, n, n_lanes;
+  bool diag;
+  Tile(const QueryBlock& qb, int64_t j, int64_t blk, int64_t T_)
+      : k0(j * blk), kc(std::min(blk, T_ - k0)), c_lo(std::clamp(qb.lo(0) - k0, int64_t{0}, kc)), diag(k0 == qb.i0) {
+    n = qb.seg ? std::lower_bound(qb.seg, qb.seg + qb.qc, k0 + kc) - qb.seg : qb.qc;
+    n_lanes = std::min(qb.lanes, round_up(n, Simd<T>::kWidth));
+  }
+};
+
 // Score-tile passes. s is S^T [kc keys, lanes queries] with row stride ld,
 // walked one vector of queries at a time, down the keys, so per-query running
-// values (max, sum) stay in registers. On a diagonal tile key c is visible to
-// query r iff c <= r (same block origin): for the lane group [r0, r0 + W),
-// keys c <= r0 are visible to all lanes, keys in (r0, r0 + W) to some, later
-// keys to none (their entries were possibly never computed and are only
-// overwritten).
+// values (max, sum) stay in registers. Because both ends of the visible range
+// grow with the query, the rows of a tile split, for the lane group
+// [r0, r0 + W), into runs visible to none, some, all, some, none of its lanes
+// (KeyRanges); only the "some" runs pay for a mask. Rows visible to none
+// were possibly never computed and are only overwritten (with zeros, where a
+// later product reads them).
+template <typename T>
+struct KeyRanges {
+  using I = typename Simd<T>::I;
+  using Int = typename Simd<T>::Int;
+  // Rows [c_lo, zero) none, [zero, all_lo) some, [all_lo, all_hi) all,
+  // [all_hi, some) some, [some, kc) none.
+  int64_t zero, all_lo, all_hi, some;
+  I lo, hi;  // per lane, the first and last visible row (relative to k0)
+  KeyRanges(const QueryBlock& qb, const Tile<T>& t, int64_t r0) {
+    constexpr int W = Simd<T>::kWidth;
+    hi = Simd<T>::iota() + static_cast<Int>(qb.i0 + r0 - t.k0);
+    if (qb.seg) {
+      for (int e = 0; e < W; ++e) lo[e] = static_cast<Int>(qb.lo(r0 + e) - t.k0);
+    } else {
+      lo = I{} - static_cast<Int>(t.k0);
+    }
+    auto clamp = [&](int64_t c) { return std::clamp(c, t.c_lo, t.kc); };
+    zero = clamp(lo[0]);
+    all_hi = clamp(int64_t{hi[0]} + 1);
+    all_lo = std::min(clamp(lo[W - 1]), all_hi);
+    some = clamp(int64_t{hi[W - 1]} + 1);
+  }
+  I visible(int64_t c) const { return (lo <= static_cast<Int>(c)) & (hi >= static_cast<Int>(c)); }
+};
 
 // e^x on fp32 lanes: fast_exp's scheme (vec_math.h; bitwise the same
 // results) on whole vectors. The auto-vectorised scalar version turns its
@@ -256,49 +310,48 @@ V vmax(V a, V b) {
   return a > b ? a : b;
 }
 
-// Which rows of a lane group need masking; see above.
-struct KeyRanges {
-  int64_t all, some;  // keys [0, all) visible to every lane, [all, some) to some, [some, kc) to none
-  KeyRanges(bool diag, int64_t kc, int64_t r0, int64_t W)
-      : all(diag ? std::min(kc, r0 + 1) : kc), some(diag ? std::min(kc, r0 + W) : kc) {}
-};
-
 // One online-softmax step (Milakov & Gimelshein 2018): folds this tile's
 // column maxima into m, turns s into P^T = exp(s - m_new), and leaves in alpha
 // the factor exp(m_old - m_new) by which l (updated here) and O must shrink.
-// Every lane has a visible key on its first tile, so m is finite from then on
-// and exp(-inf - m) = 0 covers m_old = -inf.
+// The diagonal tile comes first and every lane sees a key there (itself), so
+// m is finite from then on, exp(-inf - m) = 0 covers m_old = -inf, and a lane
+// that sees nothing of a later tile keeps m with alpha = 1.
 template <typename T>
-void softmax_step(T* s, int64_t ld, int64_t kc, int64_t lanes, bool diag, T* m, T* l, T* alpha) {
+void softmax_step(T* s, int64_t ld, const QueryBlock& qb, const Tile<T>& t, T* m, T* l, T* alpha) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::kWidth;
   const T ninf = -std::numeric_limits<T>::infinity();
-  for (int64_t r0 = 0; r0 < lanes; r0 += W) {
-    const KeyRanges keys(diag, kc, r0, W);
+  for (int64_t r0 = 0; r0 < t.n_lanes; r0 += W) {
+    const KeyRanges<T> keys(qb, t, r0);
     const V m_old = S::load(m + r0);
     // Four running maxima: one would serialise on the max latency.
     V mx4[4] = {m_old, m_old, m_old, m_old};
-    int64_t c4 = 0;
-    for (; c4 + 4 <= keys.all; c4 += 4)
+    int64_t c4 = keys.all_lo;
+    for (; c4 + 4 <= keys.all_hi; c4 += 4)
       for (int u = 0; u < 4; ++u) mx4[u] = vmax(mx4[u], S::load(s + (c4 + u) * ld + r0));
-    for (int64_t c = c4; c < keys.all; ++c) mx4[0] = vmax(mx4[0], S::load(s + c * ld + r0));
+    for (int64_t c = c4; c < keys.all_hi; ++c) mx4[0] = vmax(mx4[0], S::load(s + c * ld + r0));
     V mx = vmax(vmax(mx4[0], mx4[1]), vmax(mx4[2], mx4[3]));
-    for (int64_t c = keys.all; c < keys.some; ++c)
-      mx = vmax(mx, S::visible(c - r0) ? S::load(s + c * ld + r0) : ninf);
+    for (int64_t c = keys.zero; c < keys.all_lo; ++c)
+      mx = vmax(mx, keys.visible(c) ? S::load(s + c * ld + r0) : ninf);
+    for (int64_t c = keys.all_hi; c < keys.some; ++c)
+      mx = vmax(mx, keys.visible(c) ? S::load(s + c * ld + r0) : ninf);
     const V a = vexp(m_old - mx);
     V sum = a * S::load(l + r0);
-    for (int64_t c = 0; c < keys.all; ++c) {
+    auto masked = [&](int64_t c) {
+      const V p = keys.visible(c) ? vexp(S::load(s + c * ld + r0) - mx) : T(0);
+      S::store(s + c * ld + r0, p);
+      sum += p;
+    };
+    for (int64_t c = t.c_lo; c < keys.zero; ++c) S::store(s + c * ld + r0, V{});
+    for (int64_t c = keys.zero; c < keys.all_lo; ++c) masked(c);
+    for (int64_t c = keys.all_lo; c < keys.all_hi; ++c) {
       const V p = vexp(S::load(s + c * ld + r0) - mx);
       S::store(s + c * ld + r0, p);
       sum += p;
     }
-    for (int64_t c = keys.all; c < keys.some; ++c) {
-      const V p = S::visible(c - r0) ? vexp(S::load(s + c * ld + r0) - mx) : T(0);
-      S::store(s + c * ld + r0, p);
-      sum += p;
-    }
-    for (int64_t c = keys.some; c < kc; ++c) S::store(s + c * ld + r0, V{});
+    for (int64_t c = keys.all_hi; c < keys.some; ++c) masked(c);
+    for (int64_t c = keys.some; c < t.kc; ++c) S::store(s + c * ld + r0, V{});
     S::store(m + r0, mx);
     S::store(l + r0, sum);
     S::store(alpha + r0, a);
@@ -308,29 +361,33 @@ void softmax_step(T* s, int64_t ld, int64_t kc, int64_t lanes, bool diag, T* m, 
 // Backward recomputation: s (S^T) becomes P^T = exp(s - lse); dp (dP^T)
 // becomes scale * dS^T = scale * P^T * (dP^T - Delta). Masked entries are 0.
 template <typename T>
-void score_grads(T* s, T* dp, int64_t ld, int64_t kc, int64_t lanes, bool diag, const T* lse, const T* delta,
+void score_grads(T* s, T* dp, int64_t ld, const QueryBlock& qb, const Tile<T>& t, const T* lse, const T* delta,
                  T scale) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::kWidth;
-  for (int64_t r0 = 0; r0 < lanes; r0 += W) {
-    const KeyRanges keys(diag, kc, r0, W);
+  for (int64_t r0 = 0; r0 < t.n_lanes; r0 += W) {
+    const KeyRanges<T> keys(qb, t, r0);
     const V lse_v = S::load(lse + r0), delta_v = S::load(delta + r0);
-    for (int64_t c = 0; c < keys.all; ++c) {
+    auto zero = [&](int64_t c) {
+      S::store(s + c * ld + r0, V{});
+      S::store(dp + c * ld + r0, V{});
+    };
+    auto masked = [&](int64_t c) {
+      const auto vis = keys.visible(c);
+      const V p = vis ? vexp(S::load(s + c * ld + r0) - lse_v) : T(0);
+      S::store(s + c * ld + r0, p);
+      S::store(dp + c * ld + r0, vis ? scale * p * (S::load(dp + c * ld + r0) - delta_v) : T(0));
+    };
+    for (int64_t c = t.c_lo; c < keys.zero; ++c) zero(c);
+    for (int64_t c = keys.zero; c < keys.all_lo; ++c) masked(c);
+    for (int64_t c = keys.all_lo; c < keys.all_hi; ++c) {
       const V p = vexp(S::load(s + c * ld + r0) - lse_v);
       S::store(s + c * ld + r0, p);
       S::store(dp + c * ld + r0, scale * p * (S::load(dp + c * ld + r0) - delta_v));
     }
-    for (int64_t c = keys.all; c < keys.some; ++c) {
-      const auto vis = S::visible(c - r0);
-      const V p = vis ? vexp(S::load(s + c * ld + r0) - lse_v) : T(0);
-      S::store(s + c * ld + r0, p);
-      S::store(dp + c * ld + r0, vis ? scale * p * (S::load(dp + c * ld + r0) - delta_v) : T(0));
-    }
-    for (int64_t c = keys.some; c < kc; ++c) {
-      S::store(s + c * ld + r0, V{});
-      S::store(dp + c * ld + r0, V{});
-    }
+    for (int64_t c = keys.all_hi; c < keys.some; ++c) masked(c);
+    for (int64_t c = keys.some; c < t.kc; ++c) zero(c);
   }
 }
 
@@ -339,6 +396,7 @@ void score_grads(T* s, T* dp, int64_t ld, int64_t kc, int64_t lanes, bool diag, 
 
 struct Dims {
   int64_t B, T, H, G, D, blk;
+  const int32_t* seg_start;  // [B, T] or null
   int64_t num_blocks() const { return (T + blk - 1) / blk; }
   int64_t heads_per_group() const { return H / G; }
   // Offsets of row t of head h (q, out, dq, dout) or kv head g (k, v, dk, dv).
@@ -346,6 +404,11 @@ struct Dims {
   int64_t kv_off(int64_t b, int64_t t, int64_t g) const { return ((b * T + t) * G + g) * D; }
   int64_t ldq() const { return H * D; }
   int64_t ldkv() const { return G * D; }
+  template <typename E>
+  QueryBlock query_block(int64_t b, int64_t i) const {
+    const int64_t i0 = i * blk, qc = std::min(blk, T - i0);
+    return {i0, qc, round_up(qc, Simd<E>::kWidth), seg_start ? seg_start + b * T + i0 : nullptr};
+  }
   // Row stride of packed [rows, D] blocks: whole vectors, so rows stay aligned.
   template <typename T>
   int64_t d_padded() const {
@@ -375,6 +438,19 @@ void check_dims(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t b
   CLAW_CHECK(B >= 0 && T >= 0 && D >= 1 && G >= 1 && H >= G && H % G == 0,
              "attention: B={} T={} H={} G={} D={} (need H a multiple of G)", B, T, H, G, D);
   CLAW_CHECK(block >= 16 && block % 16 == 0, "attention: block={} must be a positive multiple of 16", block);
+}
+
+// The kernel relies on 0 <= seg_start[i] <= i and seg_start non-decreasing
+// along each row (see the header); O(B T), against O(B H T^2 D) for the work.
+void check_segments(const int32_t* seg_start, int64_t B, int64_t T) {
+  if (!seg_start) return;
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* row = seg_start + b * T;
+    for (int64_t t = 0; t < T; ++t)
+      CLAW_CHECK(row[t] >= (t > 0 ? row[t - 1] : 0) && row[t] <= t,
+                 "attention: seg_start[{}, {}] = {} (previous {}) must lie in [previous, {}]", b, t, row[t],
+                 t > 0 ? row[t - 1] : 0, t);
+  }
 }
 
 // Strided operands are copied into contiguous scratch before they serve as
@@ -443,27 +519,30 @@ struct BackwardScratch {
   int64_t size;
 };
 
-// Forward for query block i of head h.
+// Forward for query block i of head h: the diagonal key tile first (it
+// overwrites O and leaves every lane a finite max), then the earlier tiles
+// back to the first one holding a key that some query of the block sees.
 template <typename T>
 void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const T* v, int64_t b, int64_t h,
                    int64_t i, T scale, T* scratch) {
   const ForwardScratch<T> w(dm, scratch);
   const int64_t blk = dm.blk, D = dm.D, dp = dm.d_padded<T>(), ldq = dm.ldq(), ldkv = dm.ldkv();
   const int64_t g = h / dm.heads_per_group();
-  const int64_t i0 = i * blk, qc = std::min(blk, dm.T - i0), lanes = round_up(qc, Simd<T>::kWidth);
-  pack_transposed(w.qt, blk, q + dm.q_off(b, i0, h), ldq, qc, lanes, D, scale);
-  std::fill_n(w.m, lanes, -std::numeric_limits<T>::infinity());
-  std::fill_n(w.l, lanes, T(0));
-  for (int64_t j = 0; j <= i; ++j) {
-    const int64_t k0 = j * blk, kc = std::min(blk, dm.T - k0);
-    const bool diag = j == i;
-    tile_gemm<T>(diag ? Causal::cols_from_row : Causal::none, {false}, kc, lanes, D, k + dm.kv_off(b, k0, g), ldkv,
-                 1, w.qt, blk, w.s, blk);
-    softmax_step(w.s, blk, kc, lanes, diag, w.m, w.l, w.alpha);
-    pack_rows(w.vp, dp, v + dm.kv_off(b, k0, g), ldkv, kc, D);
+  const QueryBlock qb = dm.query_block<T>(b, i);
+  const int64_t i0 = qb.i0, qc = qb.qc;
+  pack_transposed(w.qt, blk, q + dm.q_off(b, i0, h), ldq, qc, qb.lanes, D, scale);
+  std::fill_n(w.m, qb.lanes, -std::numeric_limits<T>::infinity());
+  std::fill_n(w.l, qb.lanes, T(0));
+  for (int64_t j = i; j >= qb.lo(0) / blk; --j) {
+    const Tile<T> t(qb, j, blk, dm.T);
+    const int64_t rows = t.kc - t.c_lo;
+    tile_gemm<T>(t.diag ? Causal::cols_from_row : Causal::none, {false}, rows, t.n_lanes, D,
+                 k + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, 1, w.qt, blk, w.s + t.c_lo * blk, blk);
+    softmax_step(w.s, blk, qb, t, w.m, w.l, w.alpha);
+    pack_rows(w.vp + t.c_lo * dp, dp, v + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, rows, D);
     // O = alpha * O + P V, with A(r, c) = P^T[c, r].
-    tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0, w.alpha}, qc, D, kc, w.s, 1, blk, w.vp, dp, w.o,
-                 dp);
+    tile_gemm<T>(t.diag ? Causal::k_to_row : Causal::none, {!t.diag, w.alpha}, t.n, D, rows, w.s + t.c_lo * blk, 1,
+                 blk, w.vp + t.c_lo * dp, dp, w.o, dp);
   }
   T* ob = out + dm.q_off(b, i0, h);
   T* lse_b = lse + (b * dm.H + h) * dm.T + i0;
@@ -485,9 +564,15 @@ struct KvGrads {
 };
 
 // Backward for kv head g of batch b over query blocks [i_begin, i_end): every
-// query head of the group, every such query block, every key block it sees.
-// dq rows of those blocks and the kv rows in `kv` belong to this task alone,
-// so they accumulate in place, each overwritten by its first contribution.
+// query head of the group, every such query block, every key tile it sees
+// (diagonal first, as in the forward). dq rows of those blocks and the kv rows
+// in `kv` belong to this task alone, so they accumulate in place, each
+// overwritten by its first contribution. Key block j >= i_begin is first
+// reached by its diagonal tile (whole) with the group's first head. Key
+// blocks before i_begin (later chunks only, writing partial buffers) are
+// first reached by query block i_begin, in whole tiles without documents;
+// with documents it may reach some of their rows or none, so the caller
+// zeroes those rows and they only accumulate.
 template <typename T>
 void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T* q, const T* k, const T* v,
                     const T* out, const T* lse, int64_t b, int64_t g, int64_t i_begin, int64_t i_end, T scale,
@@ -497,14 +582,15 @@ void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T
   const int64_t hpg = dm.heads_per_group();
   for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
     for (int64_t i = i_begin; i < i_end; ++i) {
-      const int64_t i0 = i * blk, qc = std::min(blk, dm.T - i0), lanes = round_up(qc, Simd<T>::kWidth);
-      const T* qb = q + dm.q_off(b, i0, h);
+      const QueryBlock qb = dm.query_block<T>(b, i);
+      const int64_t i0 = qb.i0, qc = qb.qc, lanes = qb.lanes;
+      const T* qb_rows = q + dm.q_off(b, i0, h);
       const T* dob = dout + dm.q_off(b, i0, h);
       const T* ob = out + dm.q_off(b, i0, h);
       T* dqb = dq + dm.q_off(b, i0, h);
-      pack_transposed(w.qt, blk, qb, ldq, qc, lanes, D, scale);
+      pack_transposed(w.qt, blk, qb_rows, ldq, qc, lanes, D, scale);
       pack_transposed(w.dot, blk, dob, ldq, qc, lanes, D, T(1));
-      pack_rows(w.qp, dpad, qb, ldq, qc, D);
+      pack_rows(w.qp, dpad, qb_rows, ldq, qc, D);
       pack_rows(w.dop, dpad, dob, ldq, qc, D);
       const T* lse_b = lse + (b * dm.H + h) * dm.T + i0;
       for (int64_t r = 0; r < lanes; ++r) {
@@ -516,24 +602,25 @@ void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T
         w.delta[r] = sum;
         w.lse[r] = r < qc ? lse_b[r] : T(0);
       }
-      for (int64_t j = 0; j <= i; ++j) {
-        const int64_t k0 = j * blk, kc = std::min(blk, dm.T - k0);
-        const bool diag = j == i;
-        pack_rows(w.kp, dpad, k + dm.kv_off(b, k0, g), ldkv, kc, D);
-        const Causal scores = diag ? Causal::cols_from_row : Causal::none;
-        tile_gemm<T>(scores, {false}, kc, lanes, D, w.kp, dpad, 1, w.qt, blk, w.s, blk);
-        tile_gemm<T>(scores, {false}, kc, lanes, D, v + dm.kv_off(b, k0, g), ldkv, 1, w.dot, blk, w.dp, blk);
-        score_grads(w.s, w.dp, blk, kc, lanes, diag, w.lse, w.delta, scale);
-        // This task first reaches key block j with the group's first head, at
-        // query block max(j, i_begin); that tile covers all kc rows, so it
-        // overwrites.
-        const Init<T> kv_init{!(h == g * hpg && i == std::max(j, i_begin))};
-        const Causal by_key = diag ? Causal::k_from_row : Causal::none;
-        T* dkb = kv.dk + k0 * kv.ld;
-        T* dvb = kv.dv + k0 * kv.ld;
-        tile_gemm(by_key, kv_init, kc, D, qc, w.s, blk, 1, w.dop, dpad, dvb, kv.ld);  // dV (+)= P^T dO
-        tile_gemm(by_key, kv_init, kc, D, qc, w.dp, blk, 1, w.qp, dpad, dkb, kv.ld);  // dK (+)= scale dS^T Q
-        tile_gemm<T>(diag ? Causal::k_to_row : Causal::none, {j > 0}, qc, D, kc, w.dp, 1, blk, w.kp, dpad, dqb,
+      for (int64_t j = i; j >= qb.lo(0) / blk; --j) {
+        const Tile<T> t(qb, j, blk, dm.T);
+        const int64_t rows = t.kc - t.c_lo;
+        T* s = w.s + t.c_lo * blk;
+        T* dp = w.dp + t.c_lo * blk;
+        T* kp = w.kp + t.c_lo * dpad;
+        pack_rows(kp, dpad, k + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, rows, D);
+        const Causal scores = t.diag ? Causal::cols_from_row : Causal::none;
+        tile_gemm<T>(scores, {false}, rows, t.n_lanes, D, kp, dpad, 1, w.qt, blk, s, blk);
+        tile_gemm<T>(scores, {false}, rows, t.n_lanes, D, v + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, 1, w.dot, blk,
+                     dp, blk);
+        score_grads(w.s, w.dp, blk, qb, t, w.lse, w.delta, scale);
+        const bool first = h == g * hpg && (j >= i_begin ? i == j : !dm.seg_start && i == i_begin);
+        const Causal by_key = t.diag ? Causal::k_from_row : Causal::none;
+        T* dkb = kv.dk + (t.k0 + t.c_lo) * kv.ld;
+        T* dvb = kv.dv + (t.k0 + t.c_lo) * kv.ld;
+        tile_gemm(by_key, {!first}, rows, D, t.n, s, blk, 1, w.dop, dpad, dvb, kv.ld);  // dV (+)= P^T dO
+        tile_gemm(by_key, {!first}, rows, D, t.n, dp, blk, 1, w.qp, dpad, dkb, kv.ld);  // dK (+)= scale dS^T Q
+        tile_gemm<T>(t.diag ? Causal::k_to_row : Causal::none, {!t.diag}, t.n, D, rows, dp, 1, blk, kp, dpad, dqb,
                      ldq);  // dQ (+)= scale dS K
       }
     }
@@ -569,9 +656,11 @@ std::vector<int64_t> chunk_bounds(int64_t n, int64_t nb) {
 
 template <typename T>
 void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
-                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale, int64_t block) {
+                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start,
+                       int64_t block) {
   check_dims(B, T_, H, G, D, block);
-  const Dims dm{B, T_, H, G, D, block};
+  check_segments(seg_start, B, T_);
+  const Dims dm{B, T_, H, G, D, block, seg_start};
   const int64_t nb = dm.num_blocks(), heads = B * H;
   // Head by head, so a head's K and V stay in cache across its query blocks;
   // within a head the last query blocks (which see the most keys) go first,
@@ -585,9 +674,10 @@ void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k
 template <typename T>
 void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                         const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
-                        int64_t D, double scale, int64_t block) {
+                        int64_t D, double scale, const int32_t* seg_start, int64_t block) {
   check_dims(B, T_, H, G, D, block);
-  const Dims dm{B, T_, H, G, D, block};
+  check_segments(seg_start, B, T_);
+  const Dims dm{B, T_, H, G, D, block, seg_start};
   const int64_t groups = B * G, chunks = backward_chunks(ctx, dm);
   const std::vector<int64_t> bounds = chunk_bounds(chunks, dm.num_blocks());
   // Partial dk, dv of chunks 1.. of every group: [groups][chunks - 1][2][T, D];
@@ -602,6 +692,11 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
     const int64_t grp = t / chunks, c = t % chunks, b = grp / G, g = grp % G;
     const KvGrads<T> kv = c == 0 ? KvGrads<T>{dk + dm.kv_off(b, 0, g), dv + dm.kv_off(b, 0, g), dm.ldkv()}
                                  : partial_of(grp, c);
+    if (c > 0 && seg_start && bounds[c] < bounds[c + 1]) {  // see backward_chunk: key blocks before i_begin
+      const int64_t rows = std::min(T_, bounds[c] * block);
+      std::fill_n(kv.dk, rows * D, T(0));
+      std::fill_n(kv.dv, rows * D, T(0));
+    }
     backward_chunk(dm, dq, kv, dout, q, k, v, out, lse, b, g, bounds[c], bounds[c + 1], static_cast<T>(scale),
                    scratch);
   });
@@ -630,10 +725,10 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
 
 #define CLAW_INSTANTIATE(T)                                                                                 \
   template void attention_forward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                     int64_t, int64_t, int64_t, double, int64_t);                          \
+                                     int64_t, int64_t, int64_t, double, const int32_t*, int64_t);          \
   template void attention_backward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, const T*,   \
                                       const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,     \
-                                      double, int64_t);
+                                      double, const int32_t*, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
 #undef CLAW_INSTANTIATE

@@ -4,11 +4,30 @@
 // (running max m, running sum l, rescaled output accumulator), so scratch is
 // O(block_q * block_k) per thread.
 //
-//   S = scale * Q K^T (causal: key j <= query i),  P = softmax_row(S),  O = P V
-//   lse_i = log sum_j exp(S_ij)                       (saved for backward)
+//   S = scale * Q K^T (masked: key j visible to query i iff lo_i <= j <= i),
+//   P = softmax_row(S),  O = P V
+//   lse_i = log sum_{visible j} exp(S_ij)             (saved for backward)
 // backward (recomputing P from Q, K and lse block by block):
 //   Delta_i = sum_d dO_id O_id
 //   dP = dO V^T,  dS = P * (dP - Delta),  dQ = scale dS K,  dK = scale dS^T Q,  dV = P^T dO
+// (P and dS are 0 where masked).
+//
+// Packed sequences (documents concatenated in one row): lo = seg_start
+// [B, T], where seg_start[b * T + i] is the index within row b of the first
+// token of i's document, so no query attends across a document boundary
+// (Megatron's --reset-attention-mask) and each document gets exactly the
+// causal attention it would get alone. Null seg_start is plain causal
+// attention (lo = 0). The kernel needs only 0 <= seg_start[i] <= i and
+// seg_start non-decreasing along a row (CLAW_CHECKed, O(B T)), and computes
+// exactly the mask above for any such array: documents have seg_start
+// constant within each one and equal to its first index, and a sliding
+// window of w keys (seg_start[i] = max(0, i - w + 1)) also qualifies.
+// Work follows the mask, no T x T mask is built: key tiles wholly before a
+// query block's smallest lo are skipped, the rest are trimmed to the key rows
+// and queries that can see them, and element masks are applied only where a
+// boundary or the diagonal crosses a tile. The cost is about
+// sum over documents of len^2 / 2 plus a band of about `block` keys at each
+// boundary, rather than T^2 / 2.
 //
 // Grouped-query attention: H query heads share G key/value heads
 // (H % G == 0); query head h reads kv head h / (H / G). G == H is MHA.
@@ -45,11 +64,12 @@ inline constexpr int64_t kAttentionBlock = 128;
 template <typename T>
 void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
                        int64_t T_, int64_t H, int64_t G, int64_t D, double scale,
-                       int64_t block = kAttentionBlock);
+                       const int32_t* seg_start = nullptr, int64_t block = kAttentionBlock);
 
 template <typename T>
 void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                         const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
-                        int64_t D, double scale, int64_t block = kAttentionBlock);
+                        int64_t D, double scale, const int32_t* seg_start = nullptr,
+                        int64_t block = kAttentionBlock);
 
 }  // namespace claw::kernels

@@ -6,14 +6,14 @@ namespace claw::kernels {
 
 template <typename T>
 void embedding_forward(const CpuCtx& ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
-                       int64_t T_, int64_t C, int64_t pos0) {
+                       int64_t T_, int64_t C, const int32_t* positions) {
   int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1));
   parallel_for(ctx, B * T_, grain, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
       const T* tok = wte + static_cast<int64_t>(tokens[n]) * C;
       T* o = out + n * C;
       if (wpe) {
-        const T* pos = wpe + (pos0 + n % T_) * C;
+        const T* pos = wpe + (positions ? positions[n] : n % T_) * C;
         for (int64_t c = 0; c < C; ++c) o[c] = tok[c] + pos[c];
       } else {
         std::copy(tok, tok + C, o);
@@ -24,7 +24,7 @@ void embedding_forward(const CpuCtx& ctx, T* out, const int32_t* tokens, const T
 
 template <typename T>
 void embedding_backward(const CpuCtx& ctx, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                        int64_t T_, int64_t C, int64_t pos0) {
+                        int64_t T_, int64_t C, const int32_t* positions) {
   // Threads own slices of whole 64-byte lines of channels, so two threads
   // never write the same line of dwte/dwpe, and every (row, channel) sum is
   // taken in row order whatever the thread count.
@@ -37,7 +37,7 @@ void embedding_backward(const CpuCtx& ctx, T* dwte, T* dwpe, const T* dout, cons
       T* w = dwte + static_cast<int64_t>(tokens[n]) * C;
       for (int64_t c = cb; c < ce; ++c) w[c] += d[c];
       if (dwpe) {
-        T* p = dwpe + (pos0 + n % T_) * C;
+        T* p = dwpe + (positions ? positions[n] : n % T_) * C;
         for (int64_t c = cb; c < ce; ++c) p[c] += d[c];
       }
     }
@@ -46,9 +46,9 @@ void embedding_backward(const CpuCtx& ctx, T* dwte, T* dwpe, const T* dout, cons
 
 #define CLAW_INSTANTIATE(T)                                                                                    \
   template void embedding_forward<T>(const CpuCtx&, T*, const int32_t*, const T*, const T*, int64_t, int64_t, \
-                                     int64_t, int64_t);                                                        \
+                                     int64_t, const int32_t*);                                                 \
   template void embedding_backward<T>(const CpuCtx&, T*, T*, const T*, const int32_t*, int64_t, int64_t,       \
-                                      int64_t, int64_t);
+                                      int64_t, const int32_t*);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
 #undef CLAW_INSTANTIATE

@@ -1,13 +1,18 @@
 // Token (+ learned position) embedding.
 //
-//   forward:  out[b, t, :] = wte[tokens[b, t], :] + (wpe ? wpe[pos0 + t, :] : 0)
+//   forward:  out[b, t, :] = wte[tokens[b, t], :] + (wpe ? wpe[pos(b, t), :] : 0)
 //   backward: dwte[v, :] += sum over (b, t) with tokens[b, t] == v of dout[b, t, :]
-//             dwpe[pos0 + t, :] += sum_b dout[b, t, :]          (if dwpe)
+//             dwpe[p, :] += sum over (b, t) with pos(b, t) == p of dout[b, t, :]   (if dwpe)
+// pos(b, t) = positions[b * T + t] (positions [B, T]), or t when positions is
+// null. Packed sequences restart positions at each document (Megatron's
+// --reset-position-ids), so a document gets the embedding it would get alone.
 //
-// Shapes: tokens [B, T]; wte [V, C]; wpe [P, C] with pos0 + T <= P; out, dout [B, T, C].
-// Token ids are trusted here (validated when the batch is read).
+// Shapes: tokens, positions [B, T]; wte [V, C]; wpe [P, C]; out, dout [B, T, C].
+// Token ids and positions are trusted here (validated, or produced, when the
+// batch is built): 0 <= token < V, 0 <= pos < P.
 // Gradient contract: parameter grads accumulate. Threads split the C
-// channels, so the scatter-add has no races and a fixed summation order.
+// channels, so the scatter-adds (repeated tokens, repeated positions) have no
+// races and each sum is taken in (b, t) order whatever the thread count.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +23,10 @@ namespace claw::kernels {
 
 template <typename T>
 void embedding_forward(const CpuCtx& ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
-                       int64_t T_, int64_t C, int64_t pos0 = 0);
+                       int64_t T_, int64_t C, const int32_t* positions = nullptr);
 
 template <typename T>
 void embedding_backward(const CpuCtx& ctx, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                        int64_t T_, int64_t C, int64_t pos0 = 0);
+                        int64_t T_, int64_t C, const int32_t* positions = nullptr);
 
 }  // namespace claw::kernels

@@ -8,19 +8,20 @@
 namespace claw::kernels {
 namespace {
 
-// Rotates each (b, t, h) row of D in place by the angles of position pos0 + t.
+// Rotates each (b, t, h) row of D in place by the angles of its position.
 // sign = +1 applies the rotation, -1 its inverse (the transpose).
 template <typename T>
 void rotate(const CpuCtx& ctx, T* x, const T* cos, const T* sin, T sign, int64_t B, int64_t T_, int64_t nh,
-            int64_t D, int64_t pos0) {
+            int64_t D, const int32_t* positions) {
   CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
   const int64_t half = D / 2;
   const int64_t rows = B * T_ * nh;
   parallel_for(ctx, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
-      int64_t t = (row / nh) % T_;
-      const T* c = cos + (pos0 + t) * half;
-      const T* s = sin + (pos0 + t) * half;
+      const int64_t bt = row / nh;
+      const int64_t p = positions ? positions[bt] : bt % T_;
+      const T* c = cos + p * half;
+      const T* s = sin + p * half;
       T* lo = x + row * D;
       T* hi = lo + half;
 #pragma omp simd
@@ -53,22 +54,22 @@ void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
 
 template <typename T>
 void rope_forward(const CpuCtx& ctx, T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
-                  int64_t D, int64_t pos0) {
-  rotate(ctx, x, cos, sin, T(1), B, T_, nh, D, pos0);
+                  int64_t D, const int32_t* positions) {
+  rotate(ctx, x, cos, sin, T(1), B, T_, nh, D, positions);
 }
 
 template <typename T>
 void rope_backward(const CpuCtx& ctx, T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
-                   int64_t D, int64_t pos0) {
-  rotate(ctx, dx, cos, sin, T(-1), B, T_, nh, D, pos0);
+                   int64_t D, const int32_t* positions) {
+  rotate(ctx, dx, cos, sin, T(-1), B, T_, nh, D, positions);
 }
 
 #define CLAW_INSTANTIATE(T)                                                                                  \
   template void rope_table<T>(T*, T*, int64_t, int64_t, double);                                             \
   template void rope_forward<T>(const CpuCtx&, T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,   \
-                                int64_t);                                                                    \
+                                const int32_t*);                                                             \
   template void rope_backward<T>(const CpuCtx&, T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
-                                 int64_t);
+                                 const int32_t*);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
 #undef CLAW_INSTANTIATE

@@ -7,8 +7,12 @@
 //   y_{i+half} = x_{i+half} cos(angle) + x_i sin(angle)
 //
 // The map is a rotation, so backward is the same map with sin negated.
-// Applied in place to x [B, T, nh, D] at positions pos0 + t.
-// Tables cos/sin are [P, D/2], computed once (rope_table).
+// Applied in place to x [B, T, nh, D]; row (b, t) is at position
+// p = positions[b * T + t] (positions [B, T]), or p = t when positions is
+// null. Packed sequences restart positions at each document (Megatron's
+// --reset-position-ids), so a document gets the rotation it would get alone.
+// Tables cos/sin are [P, D/2], computed once (rope_table); positions are
+// trusted to lie in [0, P) (the batch builder produces them).
 #pragma once
 
 #include <cstdint>
@@ -26,10 +30,10 @@ void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta);
 
 template <typename T>
 void rope_forward(const CpuCtx& ctx, T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
-                  int64_t D, int64_t pos0 = 0);
+                  int64_t D, const int32_t* positions = nullptr);
 
 template <typename T>
 void rope_backward(const CpuCtx& ctx, T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
-                   int64_t D, int64_t pos0 = 0);
+                   int64_t D, const int32_t* positions = nullptr);
 
 }  // namespace claw::kernels
