@@ -49,10 +49,12 @@ void Attention::forward(const StepCtx& ctx, const float* x, float* y, Saved& s) 
   k_proj.forward(ctx, x, s.k);
   v_proj.forward(ctx, x, s.v);
   if (rope_) {
-    kernels::rope_forward(ctx.cpu, s.q, rope_->cos.data(), rope_->sin.data(), ctx.B, ctx.T, H_, D_);
-    kernels::rope_forward(ctx.cpu, s.k, rope_->cos.data(), rope_->sin.data(), ctx.B, ctx.T, G_, D_);
+    const float *cos = rope_->cos.data(), *sin = rope_->sin.data();
+    kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
+    kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
-  kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)));
+  kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)),
+                             ctx.seg_start);
   o_proj.forward(ctx, s.out, y);
 }
 
@@ -61,10 +63,11 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x, con
   o_proj.backward_weight(ctx, dy, s.out);
   o_proj.backward_input(ctx, dy, scratch.datt, false);
   kernels::attention_backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out, s.lse,
-                              ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)));
+                              ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)), ctx.seg_start);
   if (rope_) {
-    kernels::rope_backward(ctx.cpu, scratch.dq, rope_->cos.data(), rope_->sin.data(), ctx.B, ctx.T, H_, D_);
-    kernels::rope_backward(ctx.cpu, scratch.dk, rope_->cos.data(), rope_->sin.data(), ctx.B, ctx.T, G_, D_);
+    const float *cos = rope_->cos.data(), *sin = rope_->sin.data();
+    kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
+    kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
   q_proj.backward_weight(ctx, scratch.dq, x);
   k_proj.backward_weight(ctx, scratch.dk, x);

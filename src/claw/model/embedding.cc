@@ -26,7 +26,7 @@ Embedding::Embedding(const ModelConfig& cfg, const HfNames& hf)
 
 void Embedding::forward(const StepCtx& ctx, const int32_t* tokens, float* out) const {
   kernels::embedding_forward(ctx.cpu, out, tokens, word.data(), learned_pos_ ? position.data() : nullptr, ctx.B,
-                             ctx.T, C_);
+                             ctx.T, C_, ctx.positions);
   if (ctx.training && dropout_ > 0)
     kernels::dropout_forward(ctx.cpu, out, out, ctx.tokens() * C_, dropout_,
                              RandomStream(ctx.seed, hash_name(kDropoutPurpose)), ctx.sample0 * ctx.T * C_);
@@ -37,7 +37,7 @@ void Embedding::backward(const StepCtx& ctx, const int32_t* tokens, float* dout)
     kernels::dropout_backward(ctx.cpu, dout, dout, ctx.tokens() * C_, dropout_,
                               RandomStream(ctx.seed, hash_name(kDropoutPurpose)), ctx.sample0 * ctx.T * C_);
   kernels::embedding_backward(ctx.cpu, word.gdata(), learned_pos_ ? position.gdata() : nullptr, dout, tokens, ctx.B,
-                              ctx.T, C_);
+                              ctx.T, C_, ctx.positions);
 }
 
 void Embedding::collect(std::vector<Param*>& out) {
