@@ -154,6 +154,8 @@ void GptDataset::load_or_build_indices(const GptDatasetOptions& options) {
     indices_.num_epochs = static_cast<int64_t>(indices_.document_index.size()) / (end_sequence_ - first_sequence_);
     from_cache_ = true;
     cache_stem_ = stem;
+    log::info("data", "{} {} split: {} samples over {} epoch(s), indices loaded from {}-*", d.prefix(),
+              split_name(split_), n, indices_.num_epochs, stem);
     return;
   }
 
@@ -169,6 +171,8 @@ void GptDataset::load_or_build_indices(const GptDatasetOptions& options) {
               "the {} indices are rebuilt on every start", dir, split_name(split_));
     return;
   }
+  log::info("data", "{} {} split: {} samples over {} epoch(s), indices built and cached in {}-*", d.prefix(),
+            split_name(split_), indices_.num_samples(), indices_.num_epochs, stem);
   write_npy(stem + "-document_index.npy", indices_.document_index);
   write_npy(stem + "-sample_index.npy", indices_.sample_index, 2);
   write_npy(stem + "-shuffle_index.npy", indices_.shuffle_index);
