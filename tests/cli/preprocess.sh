@@ -133,5 +133,21 @@ with open('$tmp/big.jsonl', 'w') as f:
     f.write('{\"text\": 1}\n')"
     run --input "$tmp/big.jsonl" --output-prefix "$tmp/out/x" --workers 2
     expect_error "$tmp/big.jsonl:20001: key \"text\" holds a number" ;;
+  interrupted_run_leaves_no_file)
+    /usr/bin/python3 -c "
+import json
+with open('$tmp/big.jsonl', 'w') as f:
+    for i in range(150000): f.write(json.dumps({'text': f'document {i}: ' + 'some words ' * 40}) + '\n')"
+    "$claw" preprocess "${gpt2[@]}" --input "$tmp/big.jsonl" --output-prefix "$tmp/out/x" --workers 1 \
+      --log-interval 1 >"$tmp/stdout" 2>"$tmp/stderr" &
+    pid=$!
+    # Interrupt once the first chunk is written, well before the end.
+    for _ in $(seq 1000); do grep -q "preprocess: " "$tmp/stderr" && break; sleep 0.01; done
+    kill -INT $pid
+    wait $pid
+    rc=$?
+    out=$(cat "$tmp/stdout" "$tmp/stderr")
+    grep -q "^wrote" "$tmp/stdout" && fail "the run finished before the signal; make the input larger"
+    expect_error "interrupted by signal 2 \(SIGINT\); nothing was written under the output names" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -1,9 +1,11 @@
 #include "claw/cli/preprocess_command.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 
@@ -139,6 +141,40 @@ class ProgressPrinter {
   std::chrono::steady_clock::time_point last_;
 };
 
+// SIGINT/SIGTERM during a run: the handler only records the signal; the
+// progress callback (on the writing thread, after each chunk) turns it into
+// a claw::Error, so the engine unwinds and removes its temporaries. The
+// handler is one-shot: a second signal ends the process at once.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void record_interrupt(int signal) { g_interrupted = signal; }
+
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    struct sigaction sa = {};
+    sa.sa_handler = record_interrupt;
+    sa.sa_flags = SA_RESETHAND;
+    ::sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+  ~InterruptGuard() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  static void check() {
+    if (g_interrupted != 0)
+      fail("interrupted by signal {} ({}); nothing was written under the output names", static_cast<int>(g_interrupted),
+           g_interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+
+ private:
+  struct sigaction old_int_ = {}, old_term_ = {};
+};
+
 struct PreprocessCommand {
   std::unique_ptr<FlagBinder<PreprocessArgs>> binder;
 
@@ -160,7 +196,11 @@ struct PreprocessCommand {
     const auto tokenizer = data::make_tokenizer(tok);
 
     ProgressPrinter printer(args.log_interval);
-    args.options.progress = [&](const data::PreprocessProgress& p) { printer.update(p); };
+    InterruptGuard interrupts;
+    args.options.progress = [&](const data::PreprocessProgress& p) {
+      InterruptGuard::check();
+      printer.update(p);
+    };
     data::PreprocessResult r;
     try {
       r = data::preprocess(args.options, *tokenizer);

@@ -7,6 +7,8 @@
 // Progress goes to stderr (a bar redrawn in place on a terminal, a log line
 // every --log-interval documents otherwise); the summary goes to stdout.
 // --split-sentences and --keep-newlines are refused with the alternative.
+// SIGINT or SIGTERM stops the run after the chunk being written, removing
+// every temporary (a second signal kills at once).
 #pragma once
 
 #include <CLI/CLI.hpp>

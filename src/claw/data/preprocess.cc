@@ -108,19 +108,17 @@ class Pipeline {
  public:
   Pipeline(JsonlReader& reader, const Tokenizer& tokenizer, const PreprocessOptions& options)
       : reader_(reader), tokenizer_(tokenizer), options_(options), max_in_flight_(2 * options.workers + 1) {
-    threads_.emplace_back([this] { read_loop(); });
-    for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
+    try {
+      threads_.emplace_back([this] { read_loop(); });
+      for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
+    } catch (...) {  // no thread left running if starting one fails
+      stop_and_join();
+      throw;
+    }
   }
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
-  ~Pipeline() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
+  ~Pipeline() { stop_and_join(); }
 
   // The next chunk in input order; nullopt after the last.
   std::optional<EncodedChunk> next() {
@@ -138,6 +136,15 @@ class Pipeline {
   }
 
  private:
+  void stop_and_join() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
   void read_loop() {
     try {
       while (true) {

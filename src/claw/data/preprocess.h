@@ -70,8 +70,9 @@ struct PreprocessOptions {
   bool skip_bad_lines = false;                // --skip-bad-lines: drop bad lines instead of failing
   std::optional<IndexDType> dtype;            // --dtype; default optimal_index_dtype(vocab size)
   size_t chunk_bytes = size_t{1} << 21;       // text per work item
-  // Called on the calling thread after each chunk is written, and once at
-  // the end.
+  // Called on the calling thread after each chunk is written. It may throw
+  // to cancel the run (e.g. on SIGINT), which then fails like any other
+  // error: temporaries removed, nothing published.
   std::function<void(const PreprocessProgress&)> progress;
 };
 

@@ -357,6 +357,19 @@ TEST(Preprocess, ProgressReachesTheEndOfTheInput) {
   EXPECT_EQ(seen.back().documents, r.totals.documents);
 }
 
+TEST(Preprocess, AProgressCallbackThatThrowsCancelsTheRun) {
+  TempDir dir;
+  PreprocessOptions o = options_for(dir, dir.write("in.jsonl", varied_corpus(300)));
+  o.chunk_bytes = 500;
+  o.workers = 3;
+  int calls = 0;
+  o.progress = [&](const PreprocessProgress&) {
+    if (++calls == 3) fail("interrupted");
+  };
+  EXPECT_CLAW_ERROR(preprocess(o, BytesTokenizer()), "interrupted");
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"in.jsonl"});
+}
+
 // Compresses `text` with libzstd as `frames` concatenated frames.
 std::string zstd_frames(const std::string& text, int frames) {
   std::string out;
