@@ -11,6 +11,7 @@
 #include "claw/cli/preprocess_command.h"
 #include "claw/cli/tokenize_command.h"
 #include "claw/cli/train_command.h"
+#include "claw/cli/train_tokenizer_command.h"
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/blas.h"
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   claw::cli::add_train_command(app);
   claw::cli::add_info_command(app);
   claw::cli::add_tokenize_command(app);
+  claw::cli::add_train_tokenizer_command(app);
   claw::cli::add_preprocess_command(app);
   claw::cli::add_inspect_dataset_command(app);
   try {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,14 @@ const std::vector<F>& tokenize_flags() {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds used by all threads of the process so far: with wall time it
+// tells whether threads were slowed by their work or by a busy machine.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // The input as a stream of blocks; names itself in errors.
@@ -129,16 +138,18 @@ void check_utf8(std::string_view text, const Input& in, int64_t first_line) {
 
 struct Totals {
   int64_t lines = 0, bytes = 0, tokens = 0;
-  double encode_s = 0;
+  double encode_s = 0, encode_cpu_s = 0;
 };
 
 // Encodes texts on the thread team and prints one line of ids per text.
 void encode_and_print(const data::Tokenizer& tok, const TokenizeArgs& a, const std::vector<std::string>& texts,
                       Totals& t) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = process_cpu_seconds();
   std::vector<std::vector<int32_t>> ids = tok.encode_batch(
       texts, static_cast<int>(a.num_threads), a.special ? data::SpecialTokens::recognise : data::SpecialTokens::as_text);
   t.encode_s += seconds_since(t0);
+  t.encode_cpu_s += process_cpu_seconds() - cpu0;
   std::string out;
   for (size_t i = 0; i < texts.size(); ++i) {
     t.bytes += static_cast<int64_t>(texts[i].size());
@@ -280,9 +291,9 @@ struct TokenizeCommand {
     if (a.stats)
       fmt::print(stderr,
                  "tokenize: tokenizer={} mode={} threads={} lines={} bytes={} tokens={} load_s={:.3f} "
-                 "encode_s={:.4f} encode_mb_per_s={:.2f} total_s={:.4f}\n",
+                 "encode_s={:.4f} encode_cpu_s={:.4f} encode_mb_per_s={:.2f} total_s={:.4f}\n",
                  tok->name(), a.decode ? "decode" : "encode", a.num_threads, t.lines, t.bytes, t.tokens, load_s,
-                 t.encode_s, t.encode_s > 0 ? t.bytes / t.encode_s / 1e6 : 0.0, seconds_since(t1));
+                 t.encode_s, t.encode_cpu_s, t.encode_s > 0 ? t.bytes / t.encode_s / 1e6 : 0.0, seconds_since(t1));
   }
 };
 

@@ -24,7 +24,7 @@ namespace claw::data {
 class BpePieceCache {
  public:
   static constexpr size_t kMaxPieceBytes = 256;
-  static constexpr size_t kMaxArenaBytes = size_t{256} << 20;
+  static constexpr size_t kMaxArenaBytes = size_t{64} << 20;
 
   BpePieceCache();
 

@@ -1,6 +1,7 @@
 #include "claw/data/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "claw/core/error.h"
 #include "claw/data/bpe_hash.h"
@@ -38,9 +39,23 @@ std::vector<std::string> padded_token_bytes(BpeVocabulary& v) {
 }  // namespace
 
 struct BpeTokenizer::EncodeState {
+  uint64_t tag = 0;  // vocabulary_tag_ of the tokenizer the cache belongs to; 0: none
   BpePieceCache cache;
   BpeEncoder::Scratch scratch;
 };
+
+namespace {
+std::atomic<uint64_t> next_vocabulary_tag{1};
+}  // namespace
+
+BpeTokenizer::EncodeState& BpeTokenizer::thread_state() const {
+  thread_local EncodeState state;
+  if (state.tag != vocabulary_tag_) {
+    state.cache = BpePieceCache();
+    state.tag = vocabulary_tag_;
+  }
+  return state;
+}
 
 BpeTokenizer::BpeTokenizer(BpeVocabulary v)
     : name_(v.name),
@@ -48,7 +63,8 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary v)
       encoder_(padded_token_bytes(v), v.merges, v.whole_piece_first),
       specials_(std::move(v.specials)),
       vocab_size_(encoder_.num_ids()),
-      eod_(v.eod) {
+      eod_(v.eod),
+      vocabulary_tag_(next_vocabulary_tag.fetch_add(1)) {
   CLAW_CHECK(eod_ >= 0 && eod_ < vocab_size_, "eod {} outside [0, {})", eod_, vocab_size_);
 }
 
@@ -115,10 +131,9 @@ void BpeTokenizer::encode_text(std::string_view text, SpecialTokens special, Enc
 }
 
 std::vector<int32_t> BpeTokenizer::encode_impl(std::string_view text, SpecialTokens special) const {
-  EncodeState state;
   std::vector<int32_t> out;
   out.reserve(text.size() / 4 + 1);  // English averages ~4.5 bytes per token
-  encode_text(text, special, state, out);
+  encode_text(text, special, thread_state(), out);
   return out;
 }
 
@@ -127,15 +142,18 @@ std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(std::span<const std
   const int64_t n = static_cast<int64_t>(texts.size());
   std::vector<std::vector<int32_t>> out(texts.size());
   const int nt = static_cast<int>(std::clamp<int64_t>(num_threads, 1, std::max<int64_t>(n, 1)));
-  // One cache per thread, kept across that thread's documents: most pieces
-  // of a new document were already seen in an earlier one.
+  // Each document is encoded into a thread-local buffer and copied out
+  // once: neighbouring out[i] headers share cache lines, and growing them
+  // from two threads would bounce those lines on every id.
 #pragma omp parallel num_threads(nt)
   {
-    EncodeState state;
+    EncodeState& state = thread_state();
+    std::vector<int32_t> ids;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i) {
-      out[i].reserve(texts[i].size() / 4 + 1);
-      encode_text(texts[i], special, state, out[i]);
+      ids.clear();
+      encode_text(texts[i], special, state, ids);
+      out[i].assign(ids.begin(), ids.end());
     }
   }
   return out;

@@ -15,9 +15,15 @@
 // decode(ids): the tokens' bytes concatenated, special tokens as their text;
 // so decode(encode(x)) == x for any bytes x, in either special mode.
 //
+// Piece cache: each thread keeps one (bpe_piece_cache.h) in thread-local
+// storage, tagged with the vocabulary it belongs to, and reuses it across
+// encode() and encode_batch() calls as long as it encodes with the same
+// vocabulary (a copy or move of a tokenizer shares the tag); switching
+// vocabularies starts it over. A cache only saves work: results never
+// depend on it. It holds at most BpePieceCache::kMaxArenaBytes per thread.
+//
 // Thread-safety: immutable after construction; all methods are const and
-// may run concurrently. Caches live in each call (one per thread in
-// encode_batch), not in the object.
+// may run concurrently (the caches are per thread).
 #pragma once
 
 #include <cstdint>
@@ -71,6 +77,8 @@ class BpeTokenizer : public Tokenizer {
 
  private:
   struct EncodeState;
+  // This thread's state, emptied first if it last served another vocabulary.
+  EncodeState& thread_state() const;
 
   std::vector<int32_t> encode_impl(std::string_view text, SpecialTokens special) const override;
   void encode_text(std::string_view text, SpecialTokens special, EncodeState& state, std::vector<int32_t>& out) const;
@@ -82,6 +90,7 @@ class BpeTokenizer : public Tokenizer {
   std::vector<SpecialToken> specials_;
   int32_t vocab_size_ = 0;
   int32_t eod_ = -1;
+  uint64_t vocabulary_tag_;  // unique per loaded vocabulary; tags thread-local caches
 };
 
 }  // namespace claw::data

@@ -1,7 +1,8 @@
 // Tokenizer: text <-> token ids, the one interface the data pipeline, the
-// trainer's sample printing and the server see. Implementations: GPT-2
-// byte-level BPE (gpt2_bpe.h); SentencePiece and tiktoken rank files plug in
-// behind the same interface.
+// trainer's sample printing and the server see. Implementations: byte-level
+// BPE (bpe_tokenizer.h) loaded from GPT-2's files (gpt2_bpe.h) or a tiktoken
+// rank file (tiktoken.h), and SentencePiece (sentencepiece_tokenizer.h);
+// tokenizer_factory.h builds one from Megatron's flags.
 //
 // Contract:
 //   - encode() returns ids in [0, vocab_size()).

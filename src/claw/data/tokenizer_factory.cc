@@ -5,11 +5,12 @@
 
 #include "claw/core/error.h"
 #include "claw/data/gpt2_bpe.h"
+#include "claw/data/sentencepiece_tokenizer.h"
 #include "claw/data/tiktoken.h"
 
 namespace claw::data {
 
-std::vector<std::string> tokenizer_types() { return {"GPT2BPETokenizer", "TikTokenizer"}; }
+std::vector<std::string> tokenizer_types() { return {"GPT2BPETokenizer", "TikTokenizer", "SentencePieceTokenizer"}; }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
   if (o.type == "GPT2BPETokenizer") {
@@ -21,6 +22,11 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& o) {
     if (o.model_file.empty())
       fail("--tokenizer-type TikTokenizer needs --tokenizer-model (a rank file such as cl100k_base.tiktoken)");
     return std::make_unique<TikTokenizer>(o.model_file, o.tiktoken_pattern);
+  }
+  if (o.type == "SentencePieceTokenizer") {
+    if (o.model_file.empty())
+      fail("--tokenizer-type SentencePieceTokenizer needs --tokenizer-model (a SentencePiece .model file)");
+    return std::make_unique<SentencePieceTokenizer>(o.model_file);
   }
   fail("--tokenizer-type '{}' is not one of: {}", o.type, fmt::join(tokenizer_types(), ", "));
 }
