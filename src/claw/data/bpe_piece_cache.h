@@ -3,9 +3,10 @@
 // pieces are hits and encoding costs a pre-tokenizer scan plus one hash
 // lookup per piece.
 //
-// Layout: an open-addressing table of 24-byte slots (hash, offsets) over two
-// arenas (piece bytes, ids), so a lookup touches one slot and compares
-// bytes, and an insert allocates nothing but arena growth.
+// Layout: an open-addressing table of 32-byte slots (hash, piece, ids).
+// Pieces of up to 8 bytes and results of up to 3 ids, which is nearly every
+// English word, live in the slot itself, so a hit reads one cache line;
+// longer ones live in two arenas that the slot points into.
 //
 // Memory is bounded: pieces over kMaxPieceBytes are not cached (they rarely
 // repeat), and when the arenas pass kMaxArenaBytes the cache starts over.
@@ -28,8 +29,8 @@ class BpePieceCache {
 
   BpePieceCache();
 
-  // The cached ids of `piece` (whose hash_bytes() is `hash`), or an empty
-  // span with found == false.
+  // The cached ids of `piece` (whose hash_bytes() is `hash`), valid until
+  // the next insert(); found == false if the piece is not cached.
   struct Hit {
     bool found;
     std::span<const int32_t> ids;
@@ -41,11 +42,16 @@ class BpePieceCache {
   size_t size() const { return count_; }
 
  private:
+  static constexpr size_t kInlineBytes = 8, kInlineIds = 3;
   struct Slot {
     uint64_t hash;
-    uint32_t piece_offset, ids_offset;
-    uint16_t piece_len, ids_len;  // ids_len == 0: empty slot (every piece has an id)
+    uint64_t piece;              // piece_len <= kInlineBytes: its bytes, zero-padded; else offset in pieces_
+    uint16_t piece_len;
+    uint16_t ids_len;            // 0: empty slot (every piece has an id)
+    int32_t ids[kInlineIds];     // ids_len <= kInlineIds: the ids; else ids[0] is the offset in ids_
   };
+  static_assert(sizeof(Slot) == 32);
+
   void clear();
   void grow();
 

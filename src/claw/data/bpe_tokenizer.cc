@@ -6,23 +6,9 @@
 #include "claw/core/error.h"
 #include "claw/data/bpe_hash.h"
 #include "claw/data/bpe_piece_cache.h"
-#include "claw/data/gpt2_pretokenizer.h"
-#include "claw/data/tiktoken_pretokenizer.h"
 
 namespace claw::data {
 namespace {
-
-using PretokenEnd = size_t (*)(std::string_view, size_t);
-
-PretokenEnd pretoken_end_fn(Pretokenizer p) {
-  switch (p) {
-    case Pretokenizer::gpt2: return gpt2_pretoken_end;
-    case Pretokenizer::cl100k: return cl100k_pretoken_end;
-    case Pretokenizer::o200k: return o200k_pretoken_end;
-  }
-  CLAW_CHECK(false, "pretokenizer {}", static_cast<int>(p));
-  return nullptr;
-}
 
 // Token bytes padded with "" up to the largest special id, so that every id
 // below vocab_size() indexes the core's table.
@@ -80,7 +66,7 @@ std::string_view BpeTokenizer::token_bytes(int32_t id) const {
 }
 
 void BpeTokenizer::encode_ordinary(std::string_view text, EncodeState& state, std::vector<int32_t>& out) const {
-  const PretokenEnd end_of = pretoken_end_fn(pretokenizer_);
+  const PretokenEnd end_of = pretoken_end_function(pretokenizer_);
   for (size_t b = 0; b < text.size();) {
     const size_t e = end_of(text, b);
     const std::string_view piece = text.substr(b, e - b);
@@ -95,7 +81,10 @@ void BpeTokenizer::encode_ordinary(std::string_view text, EncodeState& state, st
     }
     const uint64_t hash = hash_bytes(piece);
     if (BpePieceCache::Hit hit = state.cache.find(piece, hash); hit.found) {
-      out.insert(out.end(), hit.ids.begin(), hit.ids.end());
+      if (hit.ids.size() == 1)  // most words: no call to a general copy
+        out.push_back(hit.ids[0]);
+      else
+        out.insert(out.end(), hit.ids.begin(), hit.ids.end());
       continue;
     }
     const size_t first = out.size();

@@ -72,7 +72,6 @@ class BpeTokenizer : public Tokenizer {
   // Bytes of one token (a special token's text); claw::Error for an id
   // that is not in the vocabulary.
   std::string_view token_bytes(int32_t id) const;
-  const std::vector<SpecialToken>& special_tokens() const { return specials_; }
   Pretokenizer pretokenizer() const { return pretokenizer_; }
 
  private:

@@ -22,20 +22,25 @@ Pretokenizer parse_pretokenizer(std::string_view name, std::string_view flag) {
   fail("{} '{}' is not one of: gpt2, cl100k, o200k", flag, name);
 }
 
-size_t pretoken_end(Pretokenizer p, std::string_view text, size_t begin) {
+PretokenEnd pretoken_end_function(Pretokenizer p) {
   switch (p) {
-    case Pretokenizer::gpt2: return gpt2_pretoken_end(text, begin);
-    case Pretokenizer::cl100k: return cl100k_pretoken_end(text, begin);
-    case Pretokenizer::o200k: return o200k_pretoken_end(text, begin);
+    case Pretokenizer::gpt2: return gpt2_pretoken_end;
+    case Pretokenizer::cl100k: return cl100k_pretoken_end;
+    case Pretokenizer::o200k: return o200k_pretoken_end;
   }
   CLAW_CHECK(false, "pretokenizer {}", static_cast<int>(p));
-  return begin;
+  return nullptr;
+}
+
+size_t pretoken_end(Pretokenizer p, std::string_view text, size_t begin) {
+  return pretoken_end_function(p)(text, begin);
 }
 
 std::vector<std::string_view> pretokenize(Pretokenizer p, std::string_view text) {
   std::vector<std::string_view> pieces;
+  const PretokenEnd end_of = pretoken_end_function(p);
   for (size_t b = 0; b < text.size();) {
-    size_t e = pretoken_end(p, text, b);
+    size_t e = end_of(text, b);
     pieces.push_back(text.substr(b, e - b));
     b = e;
   }

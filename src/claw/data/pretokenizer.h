@@ -31,6 +31,10 @@ Pretokenizer parse_pretokenizer(std::string_view name, std::string_view flag);
 // End (byte offset) of the piece starting at byte begin < text.size().
 size_t pretoken_end(Pretokenizer p, std::string_view text, size_t begin);
 
+// The scanner behind pretoken_end(p, ...), for loops that call it per piece.
+using PretokenEnd = size_t (*)(std::string_view text, size_t begin);
+PretokenEnd pretoken_end_function(Pretokenizer p);
+
 // All pieces of `text`, in order (views into `text`).
 std::vector<std::string_view> pretokenize(Pretokenizer p, std::string_view text);
 

@@ -15,13 +15,12 @@ uint8_t code_point_flags(int32_t c) {
   const uint32_t gc = U_GET_GC_MASK(c);
   if (gc & U_GC_L_MASK) f |= kLetter;
   if (gc & U_GC_N_MASK) f |= kNumber;
-  if (gc & U_GC_M_MASK) f |= kMark;
   if (gc & (U_GC_LU_MASK | U_GC_LT_MASK | U_GC_LM_MASK | U_GC_LO_MASK | U_GC_M_MASK)) f |= kUpperish;
   if (gc & (U_GC_LL_MASK | U_GC_LM_MASK | U_GC_LO_MASK | U_GC_M_MASK)) f |= kLowerish;
   return f;
 }
 
-const uint8_t* bmp_flags() {
+const uint8_t* build_bmp_flags() {
   static const std::unique_ptr<uint8_t[]> table = [] {
     auto t = std::make_unique<uint8_t[]>(0x10000);
     for (int32_t c = 0; c < 0x10000; ++c) t[c] = code_point_flags(c);

@@ -4,7 +4,9 @@
 //
 // Classes come from ICU (u_charType, White_Space): the same Unicode
 // Character Database properties that Python's `regex` module and Rust's
-// `regex` crate (tiktoken) use. A byte that does not start a well-formed
+// `regex` crate (tiktoken) use. Debian 12's ICU 72 implements Unicode 15.0:
+// characters assigned in later versions have no class here and may split
+// differently from a tiktoken built on newer tables. A byte that does not start a well-formed
 // UTF-8 sequence (an ill-formed sequence is consumed as ICU's U8_NEXT does)
 // has no class at all, i.e. it is "other" punctuation-like text, so any byte
 // string pre-tokenizes and round-trips.
@@ -31,14 +33,18 @@ enum : uint8_t {
   kNewline = 1 << 3,   // \r or \n (also kSpace)
   kUpperish = 1 << 4,  // o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
   kLowerish = 1 << 5,  // o200k's [\p{Ll}\p{Lm}\p{Lo}\p{M}]
-  kMark = 1 << 6,      // \p{M}: Mn Mc Me
 };
 
 // Flags of one code point; 0 for c < 0 (ICU's ill-formed marker).
 uint8_t code_point_flags(int32_t c);
 
-// code_point_flags for U+0000..U+FFFF, indexed by code point.
-const uint8_t* bmp_flags();
+// code_point_flags for U+0000..U+FFFF, indexed by code point: built on
+// first use (a static local, so the per-character check inlines to a load).
+const uint8_t* build_bmp_flags();
+inline const uint8_t* bmp_flags() {
+  static const uint8_t* const table = build_bmp_flags();
+  return table;
+}
 
 struct Char {
   uint8_t flags;

@@ -3,6 +3,7 @@
 // vocabularies, the per-thread piece cache, and special-token matching.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <map>
 #include <random>
@@ -102,19 +103,35 @@ TEST(BpeEncoder, WholePieceFirstLooksUpTheWholePiece) {
 }
 
 TEST(BpePieceCache, FindsWhatWasInsertedAndSkipsLongPieces) {
+  // Pieces of 1..20 bytes (inline up to 8, in the arena beyond) with 1..5
+  // ids (inline up to 3), including pieces that differ only by a trailing
+  // zero byte, through several table growths.
   BpePieceCache cache;
   std::vector<std::string> pieces;
-  for (int i = 0; i < 20000; ++i) pieces.push_back("piece" + std::to_string(i));
+  for (int i = 0; i < 20000; ++i) pieces.push_back(std::to_string(i).substr(0, 1 + i % 5) + std::string(i % 16, 'x'));
+  std::sort(pieces.begin(), pieces.end());
+  pieces.erase(std::unique(pieces.begin(), pieces.end()), pieces.end());
+  pieces.push_back(std::string("a"));
+  pieces.push_back(std::string("a\0", 2));
+  pieces.push_back(std::string("a\0\0\0\0\0\0\0", 8));
+  auto ids_of = [](size_t i) {
+    std::vector<int32_t> ids;
+    for (size_t k = 0; k <= i % 5; ++k) ids.push_back(static_cast<int32_t>(i * 10 + k));
+    return ids;
+  };
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const std::vector<int32_t> ids = {static_cast<int32_t>(i), 7};
-    ASSERT_FALSE(cache.find(pieces[i], hash_bytes(pieces[i])).found);
+    ASSERT_FALSE(cache.find(pieces[i], hash_bytes(pieces[i])).found) << i;
+    std::vector<int32_t> ids = ids_of(i);
+    if (ids.size() > pieces[i].size()) ids.resize(pieces[i].size());
     cache.insert(pieces[i], hash_bytes(pieces[i]), ids);
   }
   EXPECT_EQ(cache.size(), pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     BpePieceCache::Hit hit = cache.find(pieces[i], hash_bytes(pieces[i]));
-    ASSERT_TRUE(hit.found) << pieces[i];
-    ASSERT_EQ(std::vector<int32_t>(hit.ids.begin(), hit.ids.end()), (std::vector<int32_t>{static_cast<int32_t>(i), 7}));
+    ASSERT_TRUE(hit.found) << i;
+    std::vector<int32_t> ids = ids_of(i);
+    if (ids.size() > pieces[i].size()) ids.resize(pieces[i].size());
+    ASSERT_EQ(std::vector<int32_t>(hit.ids.begin(), hit.ids.end()), ids) << i;
   }
   const std::string long_piece(BpePieceCache::kMaxPieceBytes + 1, 'x');
   cache.insert(long_piece, hash_bytes(long_piece), std::vector<int32_t>{1});
