@@ -10,6 +10,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "claw/cli/flags.h"
 #include "claw/core/error.h"
@@ -55,7 +56,7 @@ const std::vector<F>& preprocess_flags() {
                      [](A& a) -> auto& { return a.split_sentences; }),
       switch_flag<A>("keep-newlines", "not supported (only meaningful with --split-sentences)",
                      [](A& a) -> auto& { return a.keep_newlines; }),
-      string_flag<A>("tokenizer-type", "GPT2BPETokenizer, or another type the tokenizer factory knows",
+      string_flag<A>("tokenizer-type", fmt::format("one of: {}", fmt::join(data::tokenizer_types(), ", ")),
                      [](A& a) -> auto& { return a.tokenizer.type; }),
       string_flag<A>("vocab-file", "GPT-2 encoder.json (default with GPT2BPETokenizer: the built-in one)",
                      [](A& a) -> auto& { return a.tokenizer.vocab_file; }),

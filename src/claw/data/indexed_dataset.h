@@ -193,8 +193,6 @@ class IndexedDatasetBuilder {
     publish();
   }
 
-  const std::string& prefix() const { return prefix_; }
-  IndexDType dtype() const { return dtype_; }
   int64_t num_documents() const { return num_documents_; }
   int64_t num_sequences() const { return num_sequences_; }
   int64_t num_tokens() const { return num_tokens_; }

@@ -40,7 +40,6 @@ class JsonlReader {
   // Fills `chunk` with the next lines; false at the end of the input.
   bool next(LineChunk& chunk, size_t target_bytes);
 
-  const std::string& path() const { return path_; }
   bool compressed() const { return zstd_ != nullptr; }
   uint64_t input_size() const { return input_size_; }
   uint64_t input_bytes_read() const { return input_read_; }
