@@ -9,8 +9,10 @@
 namespace claw::data {
 
 bool has_zstd_magic(std::span<const char> head) {
-  static constexpr unsigned char kMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};  // ZSTD_MAGICNUMBER, little-endian
-  return head.size() >= 4 && std::memcmp(head.data(), kMagic, 4) == 0;
+  if (head.size() < 4) return false;
+  uint32_t magic;
+  std::memcpy(&magic, head.data(), 4);  // little-endian, like the format
+  return magic == ZSTD_MAGICNUMBER || (magic & ZSTD_MAGIC_SKIPPABLE_MASK) == ZSTD_MAGIC_SKIPPABLE_START;
 }
 
 ZstdDecoder::ZstdDecoder(std::string source) : source_(std::move(source)), ctx_(ZSTD_createDCtx()) {

@@ -18,8 +18,8 @@ struct ZSTD_DCtx_s;
 
 namespace claw::data {
 
-// True if `head` (the first bytes of a file) starts with the zstd frame
-// magic 28 B5 2F FD.
+// True if `head` (the first bytes of a file) starts a zstd frame: the magic
+// 28 B5 2F FD, or that of a skippable frame.
 bool has_zstd_magic(std::span<const char> head);
 
 class ZstdDecoder {

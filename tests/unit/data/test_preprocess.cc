@@ -403,6 +403,15 @@ TEST(Preprocess, ZstdInputGivesTheSameDataset) {
   EXPECT_EQ(seen.back().input_bytes, fs::file_size(o.input)) << "progress counts compressed bytes";
   for (const char* ext : {".bin", ".idx"})
     EXPECT_EQ(read_file(dir / "zstd_text_document" + ext, "out"), read_file(dir / "plain_text_document" + ext, "out"));
+
+  // A leading skippable frame (magic 0x184D2A5?, u32 size, payload) is
+  // still zstd, and skipped.
+  const std::string skippable("\x50\x2a\x4d\x18\x03\x00\x00\x00abc", 11);
+  o.input = dir.write("skip.jsonl.zst", skippable + zstd_frames(big, 2));
+  o.output_prefix = dir / "skip";
+  o.progress = nullptr;
+  preprocess(o, BytesTokenizer());
+  EXPECT_EQ(read_file(dir / "skip_text_document.bin", "out"), read_file(dir / "plain_text_document.bin", "out"));
 }
 
 TEST(Preprocess, DamagedZstdInput) {
