@@ -406,7 +406,7 @@ TEST(Preprocess, ZstdInputGivesTheSameDataset) {
 
   // A leading skippable frame (magic 0x184D2A5?, u32 size, payload) is
   // still zstd, and skipped.
-  const std::string skippable("\x50\x2a\x4d\x18\x03\x00\x00\x00abc", 11);
+  const std::string skippable("\x50\x2a\x4d\x18\x03\x00\x00\x00" "abc", 11);
   o.input = dir.write("skip.jsonl.zst", skippable + zstd_frames(big, 2));
   o.output_prefix = dir / "skip";
   o.progress = nullptr;
