@@ -23,9 +23,9 @@ trap 'rm -rf "$tmp"' EXIT
 node "$here/make_corpus.cjs" "$tmp" "$data" "$repo" || { echo "FAIL: could not build the corpus"; exit 1; }
 # Training text: some speeches (one per line; claw cuts them into
 # sentences), code and multilingual lines. Test text: all of it, line by line.
-head -c 1200000 "$tmp/prose.txt" >"$tmp/train.txt"
-head -c 500000 "$tmp/code.txt" >>"$tmp/train.txt"
-head -c 800000 "$tmp/multilingual.txt" >>"$tmp/train.txt"
+head -c 600000 "$tmp/prose.txt" >"$tmp/train.txt"
+head -c 300000 "$tmp/code.txt" >>"$tmp/train.txt"
+head -c 300000 "$tmp/multilingual.txt" >>"$tmp/train.txt"
 head -c 3000000 "$tmp/prose.txt" >"$tmp/test.txt"
 cat "$tmp/multilingual.txt" "$tmp/fuzz.txt" >>"$tmp/test.txt"
 head -c 1000000 "$tmp/code.txt" >>"$tmp/test.txt"

@@ -22,7 +22,7 @@ const std::vector<F>& train_tokenizer_flags() {
   static const std::vector<F> flags = {
       words_flag<A>("input", "text files (one sentence per line) or JSONL files (*.jsonl, *.json)",
                     [](A& a) -> auto& { return a.options.inputs; }),
-      words_flag<A>("json-keys", "string fields of JSONL lines to train on",
+      words_flag<A>("json-keys", "string fields of JSONL lines to train on (default: text)",
                     [](A& a) -> auto& { return a.options.json_keys; }),
       int_flag<A>("vocab-size", "pieces in the model, special and byte pieces included",
                   [](A& a) -> auto& { return a.options.vocab_size; }),
