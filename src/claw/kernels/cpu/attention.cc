@@ -112,37 +112,65 @@ constexpr std::array<MicroFn<T>, sizeof...(I)> micro_table(std::index_sequence<I
 template <typename T>
 constexpr auto kMicro = micro_table<T>(std::make_index_sequence<kRows * kVecs>{});
 
-// Which part of a diagonal (query block == key block) tile can be skipped.
-// Entries above the diagonal are masked to exactly zero in P and dS, so
+// Where the visible (key, query) pairs of a score tile lie. Key row c of the
+// tile (key key0 + c) is visible to query r of the block (query i0 + r) iff
+// lo_r <= key0 + c <= i0 + r. Both bounds grow with r, so the rows a query
+// sees and the queries a row is seen by are intervals moving forward together:
+// a band along the diagonal, cut at document boundaries.
+struct Band {
+  int64_t key0;
+  int64_t off;        // i0 - key0: query r sees rows up to r + off
+  const int32_t* lo;  // lo_r of the block's n queries, or null (all 0)
+  int64_t n;
+  // The first row query r sees.
+  int64_t first_row(int64_t r) const { return lo ? std::max<int64_t>(0, lo[r] - key0) : 0; }
+  // Queries [0, query_end(c)) see row c, or rows past it.
+  int64_t query_end(int64_t c) const { return lo ? std::upper_bound(lo, lo + n, key0 + c) - lo : n; }
+};
+
+// How a tile product's dimensions map to keys and queries, so that tile_gemm
+// skips the register tiles (kRows rows by whole vectors, or runs of k) that
+// hold no pair of the band. Pairs outside it are exactly zero in P and dS, so
 // skipping them only saves work; it never changes a result.
-enum class Causal {
-  none,
-  cols_from_row,  // row m = key, column n = query: only n >= m is needed (S^T, dP^T)
-  k_from_row,     // row m = key, k = query: only k >= m contributes (dV, dK)
-  k_to_row,       // row m = query, k = key: only k <= m contributes (O, dQ)
+enum class Roles {
+  keys_x_queries,    // row m = key, column n = query (S^T, dP^T)
+  keys_sum_queries,  // row m = key, k = query (dV, dK)
+  queries_sum_keys,  // row m = query, k = key (O, dQ)
 };
 
 // C[M, N] (+)= A B over k < K as above; B and C rows are ldb and ldc apart.
 // Rows go kRows at a time, columns kVecs vectors at a time (remainders use
 // smaller register tiles), and columns past the last whole vector (D not a
-// multiple of the width) take a scalar loop.
+// multiple of the width) take a scalar loop. A row block whose k range is
+// empty is still written (C = 0, or C scaled by row_scale).
 template <typename T>
-void tile_gemm(Causal causal, Init<T> init, int64_t M, int64_t N, int64_t K, const T* A, int64_t am, int64_t ak,
-               const T* B, int64_t ldb, T* C, int64_t ldc) {
+void tile_gemm(Roles roles, const Band& band, Init<T> init, int64_t M, int64_t N, int64_t K, const T* A, int64_t am,
+               int64_t ak, const T* B, int64_t ldb, T* C, int64_t ldc) {
   constexpr int W = Simd<T>::kWidth;
   const int64_t n_vec_end = N / W * W;
   for (int64_t m0 = 0; m0 < M; m0 += kRows) {
     const int mr = static_cast<int>(std::min<int64_t>(kRows, M - m0));
-    int64_t k_lo = 0, k_hi = K, n_lo = 0;
-    if (causal == Causal::cols_from_row) n_lo = m0 / W * W;
-    if (causal == Causal::k_from_row) k_lo = std::min(m0, K);
-    if (causal == Causal::k_to_row) k_hi = std::min(K, m0 + mr);
+    int64_t k_lo = 0, k_hi = K, n_lo = 0, n_hi = n_vec_end;
+    switch (roles) {
+      case Roles::keys_x_queries:
+        n_lo = std::max<int64_t>(0, m0 - band.off) / W * W;
+        n_hi = std::min(n_vec_end, round_up(band.query_end(m0 + mr - 1), W));
+        break;
+      case Roles::keys_sum_queries:
+        k_lo = std::clamp<int64_t>(m0 - band.off, 0, K);
+        k_hi = std::clamp<int64_t>(band.query_end(m0 + mr - 1), k_lo, K);
+        break;
+      case Roles::queries_sum_keys:
+        k_lo = std::min(K, band.first_row(m0));
+        k_hi = std::clamp<int64_t>(m0 + mr + band.off, k_lo, K);
+        break;
+    }
     const T* a = A + m0 * am + k_lo * ak;
     const T* b = B + k_lo * ldb;
     T* c = C + m0 * ldc;
     const Init<T> row_init{init.accumulate, init.row_scale ? init.row_scale + m0 : nullptr};
-    for (int64_t n = n_lo; n < n_vec_end;) {
-      const int nv = static_cast<int>(std::min<int64_t>(kVecs, (n_vec_end - n) / W));
+    for (int64_t n = n_lo; n < n_hi;) {
+      const int nv = static_cast<int>(std::min<int64_t>(kVecs, (n_hi - n) / W));
       kMicro<T>[(mr - 1) * kVecs + (nv - 1)](k_hi - k_lo, a, am, ak, b + n, ldb, c + n, ldc, row_init);
       n += nv * W;
     }
@@ -234,16 +262,19 @@ struct QueryBlock {
 // [c_lo, kc) (rows before c_lo precede the documents of all its queries) and
 // queries [0, n) (later queries' documents start after the tile), n_lanes
 // being n rounded up to whole vectors. The diagonal tile (k0 == i0) is always
-// whole: every query sees itself, and lo_i0 <= i0.
+// whole: every query sees itself, and lo_i0 <= i0. Within these bounds the
+// products skip by band(), whose row 0 is row c_lo.
 template <typename T>
 struct Tile {
   int64_t k0, kc, c_lo, n, n_lanes;
-  bool diag;
+  const QueryBlock& qb;
   Tile(const QueryBlock& qb, int64_t j, int64_t blk, int64_t T_)
-      : k0(j * blk), kc(std::min(blk, T_ - k0)), c_lo(std::clamp(qb.lo(0) - k0, int64_t{0}, kc)), diag(k0 == qb.i0) {
+      : k0(j * blk), kc(std::min(blk, T_ - k0)), c_lo(std::clamp(qb.lo(0) - k0, int64_t{0}, kc)), qb(qb) {
     n = qb.seg ? std::lower_bound(qb.seg, qb.seg + qb.qc, k0 + kc) - qb.seg : qb.qc;
     n_lanes = std::min(qb.lanes, round_up(n, Simd<T>::kWidth));
   }
+  bool diag() const { return k0 == qb.i0; }
+  Band band() const { return {k0 + c_lo, qb.i0 - k0 - c_lo, qb.seg, n}; }
 };
 
 // Score-tile passes. s is S^T [kc keys, lanes queries] with row stride ld,
@@ -536,13 +567,14 @@ void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const
   for (int64_t j = i; j >= qb.lo(0) / blk; --j) {
     const Tile<T> t(qb, j, blk, dm.T);
     const int64_t rows = t.kc - t.c_lo;
-    tile_gemm<T>(t.diag ? Causal::cols_from_row : Causal::none, {false}, rows, t.n_lanes, D,
-                 k + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, 1, w.qt, blk, w.s + t.c_lo * blk, blk);
+    const Band band = t.band();
+    tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, k + dm.kv_off(b, t.k0 + t.c_lo, g),
+                 ldkv, 1, w.qt, blk, w.s + t.c_lo * blk, blk);
     softmax_step(w.s, blk, qb, t, w.m, w.l, w.alpha);
     pack_rows(w.vp + t.c_lo * dp, dp, v + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, rows, D);
     // O = alpha * O + P V, with A(r, c) = P^T[c, r].
-    tile_gemm<T>(t.diag ? Causal::k_to_row : Causal::none, {!t.diag, w.alpha}, t.n, D, rows, w.s + t.c_lo * blk, 1,
-                 blk, w.vp + t.c_lo * dp, dp, w.o, dp);
+    tile_gemm<T>(Roles::queries_sum_keys, band, {!t.diag(), w.alpha}, t.n, D, rows, w.s + t.c_lo * blk, 1, blk,
+                 w.vp + t.c_lo * dp, dp, w.o, dp);
   }
   T* ob = out + dm.q_off(b, i0, h);
   T* lse_b = lse + (b * dm.H + h) * dm.T + i0;
@@ -609,18 +641,18 @@ void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T
         T* dp = w.dp + t.c_lo * blk;
         T* kp = w.kp + t.c_lo * dpad;
         pack_rows(kp, dpad, k + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, rows, D);
-        const Causal scores = t.diag ? Causal::cols_from_row : Causal::none;
-        tile_gemm<T>(scores, {false}, rows, t.n_lanes, D, kp, dpad, 1, w.qt, blk, s, blk);
-        tile_gemm<T>(scores, {false}, rows, t.n_lanes, D, v + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, 1, w.dot, blk,
-                     dp, blk);
+        const Band band = t.band();
+        tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, kp, dpad, 1, w.qt, blk, s, blk);
+        tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, v + dm.kv_off(b, t.k0 + t.c_lo, g),
+                     ldkv, 1, w.dot, blk, dp, blk);
         score_grads(w.s, w.dp, blk, qb, t, w.lse, w.delta, scale);
         const bool first = h == g * hpg && (j >= i_begin ? i == j : !dm.seg_start && i == i_begin);
-        const Causal by_key = t.diag ? Causal::k_from_row : Causal::none;
         T* dkb = kv.dk + (t.k0 + t.c_lo) * kv.ld;
         T* dvb = kv.dv + (t.k0 + t.c_lo) * kv.ld;
-        tile_gemm(by_key, {!first}, rows, D, t.n, s, blk, 1, w.dop, dpad, dvb, kv.ld);  // dV (+)= P^T dO
-        tile_gemm(by_key, {!first}, rows, D, t.n, dp, blk, 1, w.qp, dpad, dkb, kv.ld);  // dK (+)= scale dS^T Q
-        tile_gemm<T>(t.diag ? Causal::k_to_row : Causal::none, {!t.diag}, t.n, D, rows, dp, 1, blk, kp, dpad, dqb,
+        const Roles by_key = Roles::keys_sum_queries;
+        tile_gemm(by_key, band, {!first}, rows, D, t.n, s, blk, 1, w.dop, dpad, dvb, kv.ld);  // dV (+)= P^T dO
+        tile_gemm(by_key, band, {!first}, rows, D, t.n, dp, blk, 1, w.qp, dpad, dkb, kv.ld);  // dK (+)= scale dS^T Q
+        tile_gemm<T>(Roles::queries_sum_keys, band, {!t.diag()}, t.n, D, rows, dp, 1, blk, kp, dpad, dqb,
                      ldq);  // dQ (+)= scale dS K
       }
     }

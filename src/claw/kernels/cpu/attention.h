@@ -22,12 +22,14 @@
 // exactly the mask above for any such array: documents have seg_start
 // constant within each one and equal to its first index, and a sliding
 // window of w keys (seg_start[i] = max(0, i - w + 1)) also qualifies.
-// Work follows the mask, no T x T mask is built: key tiles wholly before a
-// query block's smallest lo are skipped, the rest are trimmed to the key rows
-// and queries that can see them, and element masks are applied only where a
-// boundary or the diagonal crosses a tile. The cost is about
-// sum over documents of len^2 / 2 plus a band of about `block` keys at each
-// boundary, rather than T^2 / 2.
+// Work follows the mask and no T x T mask is built: key tiles wholly before
+// a query block's smallest lo are skipped, the rest are trimmed to the key
+// rows and queries that can see them, the tile products skip register tiles
+// (6 keys by one vector of queries) holding no visible pair, and element
+// masks are applied only where the diagonal or a boundary crosses a tile. So
+// the work is about sum over documents of len^2 / 2, not T^2 / 2; per-block
+// costs (packing, softmax bookkeeping) make short documents run at the rate
+// of short causal sequences (bench_attention's per-document peer).
 //
 // Grouped-query attention: H query heads share G key/value heads
 // (H % G == 0); query head h reads kv head h / (H / G). G == H is MHA.
