@@ -235,10 +235,11 @@ TEST(Attention, BackwardWithDocumentsMatchesFiniteDifferences) {
   check_backward_fd({2, 45, 4, 2, 12, 16}, 2, documents({{10, 1, 16, 18}, {20, 25}}));
 }
 
-// B * G = 1 on two threads: backward runs in query chunks {0, 1}, {2}, {3},
-// {4}. Query block 3 starts a document (token 48), so chunk {3} never reaches
-// key blocks 0-2 and chunk {4} reaches only block 3 of those before it: their
-// partial dk, dv rows must still sum correctly.
+// B * G = 1 on two threads: backward runs in query chunks of about equal
+// cost, {0, 1}, {2}, {3, 4} (and two empty ones). Chunk {2} reaches key block
+// 0 only from row 7 (where its first document starts), and chunk {3, 4},
+// whose first document starts at token 48, never reaches key blocks 0-2:
+// their partial dk, dv rows must still sum correctly.
 TEST(Attention, BackwardWithDocumentsSplitAcrossThreadsMatchesFiniteDifferences) {
   check_backward_fd({1, 70, 2, 1, 8, 16}, 2, documents({{7, 40, 1, 22}}));
 }

@@ -670,17 +670,24 @@ int64_t backward_chunks(const CpuCtx& ctx, const Dims& dm) {
   return std::min((4 * threads + groups - 1) / groups, dm.num_blocks());
 }
 
-// Query-block boundaries of n chunks: query block i costs i + 1 key tiles,
-// so the boundaries split the triangle's area evenly. Chunk c is
-// [bounds[c], bounds[c + 1]), possibly empty. (With documents the blocks
-// cost about the same, so later chunks get less work than this assumes;
-// the results do not depend on it.)
-std::vector<int64_t> chunk_bounds(int64_t n, int64_t nb) {
+// Query-block boundaries of n chunks that split the blocks' total cost
+// evenly. A block costs the key tiles it visits, summed over the batch rows
+// (which share the boundaries): i + 1 for causal block i, fewer with
+// documents. Chunk c is [bounds[c], bounds[c + 1]), possibly empty.
+std::vector<int64_t> chunk_bounds(const Dims& dm, int64_t n) {
+  const int64_t nb = dm.num_blocks();
+  std::vector<double> cost_before(nb + 1, 0.0);  // cost of blocks [0, i)
+  for (int64_t i = 0; i < nb; ++i) {
+    double tiles = 0;
+    for (int64_t b = 0; b < dm.B; ++b)
+      tiles += static_cast<double>(i + 1 - (dm.seg_start ? dm.seg_start[b * dm.T + i * dm.blk] / dm.blk : 0));
+    cost_before[i + 1] = cost_before[i] + tiles;
+  }
   std::vector<int64_t> bounds(n + 1, nb);
   int64_t i = 0;
   for (int64_t c = 0; c < n; ++c) {
-    const double area = 0.5 * static_cast<double>(nb) * static_cast<double>(nb + 1) * static_cast<double>(c) / n;
-    while (i < nb && 0.5 * static_cast<double>(i) * static_cast<double>(i + 1) < area) ++i;
+    const double target = cost_before[nb] * static_cast<double>(c) / static_cast<double>(n);
+    while (i < nb && cost_before[i] < target) ++i;
     bounds[c] = i;
   }
   return bounds;
@@ -713,7 +720,7 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
   check_segments(seg_start, B, T_);
   const Dims dm{B, T_, H, G, D, block, seg_start};
   const int64_t groups = B * G, chunks = backward_chunks(ctx, dm);
-  const std::vector<int64_t> bounds = chunk_bounds(chunks, dm.num_blocks());
+  const std::vector<int64_t> bounds = chunk_bounds(dm, chunks);
   // Partial dk, dv of chunks 1.. of every group: [groups][chunks - 1][2][T, D];
   // chunk c writes (and the sum below reads) its rows [0, bounds[c + 1] * block).
   const int64_t partial_size = (chunks - 1) * groups * 2 * T_ * D;
