@@ -1,0 +1,132 @@
+#include "claw/comm/group.h"
+
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "claw/comm/op_state.h"
+#include "claw/core/error.h"
+
+namespace claw::comm {
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::all_reduce: return "all_reduce";
+    case OpKind::reduce_scatter: return "reduce_scatter";
+    case OpKind::all_gather: return "all_gather";
+    case OpKind::all_to_all: return "all_to_all";
+    case OpKind::broadcast: return "broadcast";
+    case OpKind::send: return "send";
+    case OpKind::recv: return "recv";
+    case OpKind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+int64_t Request::bytes() const {
+  const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+  switch (kind) {
+    case OpKind::all_reduce: case OpKind::broadcast: case OpKind::send: case OpKind::recv: return count * es;
+    case OpKind::reduce_scatter: case OpKind::all_gather:
+      return std::accumulate(counts.begin(), counts.end(), int64_t{0}) * es;
+    case OpKind::all_to_all:
+      return std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0}) * es;
+    case OpKind::barrier: return 0;
+  }
+  return 0;
+}
+
+Work Group::checked_submit(Request r) {
+  const auto n = static_cast<size_t>(size());
+  CLAW_CHECK(r.count >= 0, "{} on {}: negative count {}", to_string(r.kind), name_, r.count);
+  if (r.kind == OpKind::reduce_scatter || r.kind == OpKind::all_gather || r.kind == OpKind::all_to_all)
+    CLAW_CHECK(r.counts.size() == n, "{} on {}: {} counts for {} ranks", to_string(r.kind), name_, r.counts.size(), n);
+  if (r.kind == OpKind::all_to_all)
+    CLAW_CHECK(r.send_counts.size() == n, "all_to_all on {}: {} send counts for {} ranks", name_,
+               r.send_counts.size(), n);
+  if (r.kind == OpKind::send || r.kind == OpKind::recv || r.kind == OpKind::broadcast)
+    CLAW_CHECK(r.peer >= 0 && r.peer < size(), "{} on {}: rank {} outside [0, {})", to_string(r.kind), name_, r.peer,
+               size());
+  if (r.kind == OpKind::send || r.kind == OpKind::recv)
+    CLAW_CHECK(r.peer != rank_, "{} on {}: rank {} to itself", to_string(r.kind), name_, rank_);
+  return submit(std::move(r));
+}
+
+Work Group::all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op) {
+  return checked_submit({.kind = OpKind::all_reduce, .dtype = dt, .reduce = op, .send = buf, .recv = buf,
+                         .count = count});
+}
+
+Work Group::reduce_scatter_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
+                                 ReduceOp op) {
+  return checked_submit({.kind = OpKind::reduce_scatter, .dtype = dt, .reduce = op, .send = send, .recv = recv,
+                         .counts = {counts.begin(), counts.end()}});
+}
+
+Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt, ReduceOp op) {
+  const std::vector<int64_t> counts(size(), count);
+  return reduce_scatter_async(send, recv, counts, dt, op);
+}
+
+Work Group::all_gather_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt) {
+  return checked_submit({.kind = OpKind::all_gather, .dtype = dt, .send = send, .recv = recv,
+                         .counts = {counts.begin(), counts.end()}});
+}
+
+Work Group::all_gather_async(const void* send, void* recv, int64_t count, DType dt) {
+  const std::vector<int64_t> counts(size(), count);
+  return all_gather_async(send, recv, counts, dt);
+}
+
+Work Group::all_to_all_async(const void* send, std::span<const int64_t> send_counts, void* recv,
+                             std::span<const int64_t> recv_counts, DType dt) {
+  return checked_submit({.kind = OpKind::all_to_all, .dtype = dt, .send = send, .recv = recv,
+                         .counts = {recv_counts.begin(), recv_counts.end()},
+                         .send_counts = {send_counts.begin(), send_counts.end()}});
+}
+
+Work Group::broadcast_async(void* buf, int64_t count, DType dt, int root) {
+  return checked_submit({.kind = OpKind::broadcast, .dtype = dt, .send = buf, .recv = buf, .count = count,
+                         .peer = root});
+}
+
+Work Group::send_async(const void* buf, int64_t count, DType dt, int peer, int tag) {
+  return checked_submit({.kind = OpKind::send, .dtype = dt, .send = buf, .count = count, .peer = peer, .tag = tag});
+}
+
+Work Group::recv_async(void* buf, int64_t count, DType dt, int peer, int tag) {
+  return checked_submit({.kind = OpKind::recv, .dtype = dt, .recv = buf, .count = count, .peer = peer, .tag = tag});
+}
+
+Work Group::barrier_async() { return checked_submit({.kind = OpKind::barrier}); }
+
+namespace detail {
+
+void run_self(const Request& r) {
+  const size_t es = dtype_size(r.dtype);
+  switch (r.kind) {
+    case OpKind::reduce_scatter:
+      if (r.send != r.recv) std::memcpy(r.recv, r.send, r.counts[0] * es);
+      break;
+    case OpKind::all_gather:
+      if (r.send != nullptr && r.send != r.recv) std::memcpy(r.recv, r.send, r.counts[0] * es);
+      break;
+    case OpKind::all_to_all:
+      CLAW_CHECK(r.send_counts[0] == r.counts[0], "all_to_all on one rank: sends {} but receives {}",
+                 r.send_counts[0], r.counts[0]);
+      if (r.send != r.recv) std::memcpy(r.recv, r.send, r.counts[0] * es);
+      break;
+    case OpKind::all_reduce: case OpKind::broadcast: case OpKind::barrier: break;
+    case OpKind::send: case OpKind::recv: CLAW_CHECK(false, "point-to-point transfer in a group of one rank");
+  }
+}
+
+}  // namespace detail
+
+Work SelfGroup::submit(Request r) {
+  detail::run_self(r);
+  return Work();
+}
+
+}  // namespace claw::comm

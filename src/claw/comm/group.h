@@ -1,0 +1,135 @@
+// Group: the collectives and point-to-point transfers of one set of ranks
+// (DESIGN.md "Interfaces"). Layers talk to other ranks only through a Group
+// handed to them by ParallelState; a group of size 1 is a no-op, so the
+// single-process model is the parallel model with every group of size 1.
+//
+// Each operation has an async form returning Work and a blocking form (the
+// async form followed by wait()). Buffers are raw pointers with a DType;
+// counts are elements. Operations on a rank run in the order they were
+// issued (one FIFO per process across all groups), so program order is the
+// matching order, as with blocking MPI.
+//
+// In-place forms follow MPI:
+//   reduce_scatter(send == recv): the whole input is in recv; this rank's
+//     block of the result lands at recv[0, counts[rank]).
+//   all_gather(send == nullptr): this rank's block is already in place at
+//     recv + displacement(rank); the others are filled in.
+// Per-rank counts may differ (the v forms); displacements are the prefix sums
+// of the counts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "claw/comm/work.h"
+#include "claw/core/dtype.h"
+
+namespace claw::comm {
+
+enum class ReduceOp : uint8_t { sum, max, min };
+
+enum class OpKind : uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, send, recv, barrier };
+const char* to_string(OpKind k);
+
+// One operation as submitted to a backend.
+struct Request {
+  OpKind kind = OpKind::barrier;
+  DType dtype = DType::f32;
+  ReduceOp reduce = ReduceOp::sum;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int64_t count = 0;                  // all_reduce, broadcast, send, recv
+  std::vector<int64_t> counts;        // per rank: reduce_scatter / all_gather blocks, all_to_all receives
+  std::vector<int64_t> send_counts;   // all_to_all sends
+  int peer = 0;                       // send/recv peer or broadcast root (rank in the group)
+  int tag = 0;
+  int64_t bytes() const;              // payload of this rank, for the flight record and bandwidth
+};
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  // Members as ranks of the world, in group-rank order.
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+
+  Work all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum);
+  Work reduce_scatter_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
+                            ReduceOp op = ReduceOp::sum);
+  Work all_gather_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt);
+  Work all_to_all_async(const void* send, std::span<const int64_t> send_counts, void* recv,
+                        std::span<const int64_t> recv_counts, DType dt);
+  Work broadcast_async(void* buf, int64_t count, DType dt, int root);
+  Work send_async(const void* buf, int64_t count, DType dt, int peer, int tag = 0);
+  Work recv_async(void* buf, int64_t count, DType dt, int peer, int tag = 0);
+  Work barrier_async();
+
+  // Equal blocks of `count` per rank.
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt, ReduceOp op = ReduceOp::sum);
+  Work all_gather_async(const void* send, void* recv, int64_t count, DType dt);
+
+  void all_reduce(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum) {
+    all_reduce_async(buf, count, dt, op).wait();
+  }
+  void reduce_scatter(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
+                      ReduceOp op = ReduceOp::sum) {
+    reduce_scatter_async(send, recv, counts, dt, op).wait();
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dt, ReduceOp op = ReduceOp::sum) {
+    reduce_scatter_async(send, recv, count, dt, op).wait();
+  }
+  void all_gather(const void* send, void* recv, std::span<const int64_t> counts, DType dt) {
+    all_gather_async(send, recv, counts, dt).wait();
+  }
+  void all_gather(const void* send, void* recv, int64_t count, DType dt) {
+    all_gather_async(send, recv, count, dt).wait();
+  }
+  void all_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
+                  std::span<const int64_t> recv_counts, DType dt) {
+    all_to_all_async(send, send_counts, recv, recv_counts, dt).wait();
+  }
+  void broadcast(void* buf, int64_t count, DType dt, int root) { broadcast_async(buf, count, dt, root).wait(); }
+  void send(const void* buf, int64_t count, DType dt, int peer, int tag = 0) {
+    send_async(buf, count, dt, peer, tag).wait();
+  }
+  void recv(void* buf, int64_t count, DType dt, int peer, int tag = 0) { recv_async(buf, count, dt, peer, tag).wait(); }
+  void barrier() { barrier_async().wait(); }
+
+  // Typed conveniences for the common scalar cases.
+  template <typename T>
+  T all_reduce_value(T v, ReduceOp op = ReduceOp::sum) {
+    all_reduce(&v, 1, dtype_of<T>::value, op);
+    return v;
+  }
+
+ protected:
+  Group(std::string name, int rank, std::vector<int> world_ranks)
+      : name_(std::move(name)), rank_(rank), world_ranks_(std::move(world_ranks)) {}
+  virtual Work submit(Request r) = 0;
+
+ private:
+  Work checked_submit(Request r);
+  std::string name_;
+  int rank_;
+  std::vector<int> world_ranks_;
+};
+
+// The group of one rank: every operation completes at once (copies where
+// send and receive buffers differ).
+class SelfGroup final : public Group {
+ public:
+  explicit SelfGroup(std::string name, int world_rank = 0) : Group(std::move(name), 0, {world_rank}) {}
+
+ protected:
+  Work submit(Request r) override;
+};
+
+}  // namespace claw::comm

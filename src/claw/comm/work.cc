@@ -1,0 +1,58 @@
+#include "claw/comm/work.h"
+
+#include <fmt/format.h>
+
+#include "claw/comm/op_state.h"
+
+namespace claw::comm {
+
+namespace detail {
+
+void OpState::complete(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    error = e;
+    done.store(true, std::memory_order_release);
+  }
+  cv.notify_all();
+  FlightRecorder::instance().set(record, e ? FlightRecorder::State::failed : FlightRecorder::State::done);
+}
+
+std::string OpState::describe() const {
+  return fmt::format("{} #{} on group {} ({} bytes)", to_string(kind), seq, group, bytes);
+}
+
+}  // namespace detail
+
+bool Work::test() const {
+  if (!state_) return true;
+  if (!state_->done.load(std::memory_order_acquire)) return false;
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+void Work::wait() const {
+  if (state_) wait(state_->timeout);
+}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) return;
+  if (!state_->done.load(std::memory_order_acquire)) {
+    const auto limit = std::min(timeout, state_->timeout);
+    const auto deadline = detail::Clock::now() + limit;
+    // Spin briefly (collectives of a few MB finish in microseconds to a few
+    // milliseconds), then sleep on the condition variable.
+    for (int i = 0; i < 2000 && !state_->done.load(std::memory_order_acquire); ++i) __builtin_ia32_pause();
+    std::unique_lock<std::mutex> lk(state_->mu);
+    if (!state_->cv.wait_until(lk, deadline, [&] { return state_->done.load(std::memory_order_acquire); }))
+      throw TimeoutError(fmt::format(
+          "{} did not complete within {:.1f} s (--distributed-timeout-minutes): a rank of the group died, hangs, "
+          "or issued a different operation",
+          state_->describe(), std::chrono::duration<double>(limit).count()));
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+std::string Work::describe() const { return state_ ? state_->describe() : "completed no-op"; }
+
+}  // namespace claw::comm
