@@ -35,7 +35,7 @@ ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompu
   return plan;
 }
 
-GPT::GPT(ModelConfig cfg)
+GPT::GPT(ModelConfig cfg, StoreOptions storage)
     : cfg_((cfg.validate(), std::move(cfg))),
       hf_(cfg_),
       rope_(cfg_.position_embedding_type == Position::rope
@@ -45,7 +45,62 @@ GPT::GPT(ModelConfig cfg)
       final_norm_("final_norm", cfg_, hf_.final_norm(false), hf_.final_norm(true)),
       output_(cfg_, hf_, cfg_.tied() ? &embedding_.word : nullptr) {
   for (int l = 0; l < cfg_.num_layers; ++l) blocks_.push_back(std::make_unique<Block>(l, cfg_, hf_, &rope_));
-  store_ = std::make_unique<ParamStore>(params());
+  store_ = std::make_unique<ParamStore>(params(), storage);
+
+  // Units: parameters collected per layer, in the store's (forward) order.
+  std::vector<std::pair<std::string, std::vector<Param*>>> groups;
+  groups.push_back({"embedding", {}});
+  embedding_.collect(groups.back().second);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    groups.push_back({"layers." + std::to_string(l), {}});
+    blocks_[l]->collect(groups.back().second);
+  }
+  groups.push_back({"final_norm", {}});
+  final_norm_.collect(groups.back().second);
+  groups.push_back({"output_layer", {}});
+  output_.collect(groups.back().second);
+  const auto& offsets = store_->offsets();
+  size_t k = 0;
+  int64_t end = 0;
+  for (auto& [name, ps] : groups) {
+    Unit u{.name = name, .params = ps, .lo = end, .hi = end};
+    for (Param* p : ps) {
+      CLAW_CHECK(store_->params()[k] == p, "unit {} is not contiguous in the parameter store", name);
+      u.hi = static_cast<int64_t>(offsets[k] / sizeof(float)) + p->spec.shape.numel();
+      ++k;
+    }
+    if (!ps.empty()) u.lo = static_cast<int64_t>(offsets[k - ps.size()] / sizeof(float));
+    end = u.hi;
+    units_.push_back(std::move(u));
+  }
+}
+
+std::vector<int> GPT::use_order(bool training) const {
+  const int L = cfg_.num_layers;
+  std::vector<int> order;
+  for (int u = 0; u <= L + 1; ++u) order.push_back(u);
+  order.push_back(output_value_unit());
+  if (training)  // the output layer's backward ran in its forward; the embedding's backward needs no values
+    for (int u = L + 1; u >= 1; --u) order.push_back(u);
+  return order;
+}
+
+std::vector<GPT::GradEvent> GPT::grad_order() const {
+  const int L = cfg_.num_layers;
+  std::vector<GradEvent> ev;
+  if (cfg_.tied()) {
+    ev.push_back({true, 0});
+  } else {
+    ev.push_back({true, output_unit()});
+    ev.push_back({false, output_unit()});
+  }
+  for (int u = L + 1; u >= 1; --u) {
+    ev.push_back({true, u});
+    ev.push_back({false, u});
+  }
+  if (!cfg_.tied()) ev.push_back({true, 0});
+  ev.push_back({false, 0});
+  return ev;
 }
 
 std::vector<Param*> GPT::params() {
@@ -78,24 +133,56 @@ void GPT::reserve(int64_t B, int64_t T, Recompute recompute) {
 double GPT::forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* targets, double dloss_scale) {
   CLAW_CHECK(ctx.B == B_ && ctx.T == T_, "forward on [{}, {}] but activations are reserved for [{}, {}]", ctx.B,
              ctx.T, B_, T_);
+  UnitHooks none;
+  UnitHooks& h = hooks_ ? *hooks_ : none;
+  const bool grads = dloss_scale != 0;
+  h.begin_pass(grads);
+  h.before_use(0);
   embedding_.forward(ctx, tokens, acts_.embedding);
-  for (size_t l = 0; l < blocks_.size(); ++l) blocks_[l]->forward(ctx, acts_.blocks[l], acts_.scratch);
+  h.after_use(0);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    h.before_use(static_cast<int>(l) + 1);
+    blocks_[l]->forward(ctx, acts_.blocks[l], acts_.scratch);
+    h.after_use(static_cast<int>(l) + 1);
+  }
   const float* x = blocks_.empty() ? acts_.embedding : acts_.blocks.back().out;
+  const int L = cfg_.num_layers;
+  h.before_use(L + 1);
   final_norm_.forward(ctx, x, acts_.final_norm);
-  return output_.forward(ctx, acts_.final_norm.out, targets, dloss_scale, acts_.output, acts_.scratch);
+  h.after_use(L + 1);
+  h.before_use(output_value_unit());
+  if (grads) h.grads_begin(cfg_.tied() ? 0 : output_unit());
+  const double loss = output_.forward(ctx, acts_.final_norm.out, targets, dloss_scale, acts_.output, acts_.scratch);
+  if (grads && !cfg_.tied()) h.grads_end(output_unit());
+  h.after_use(output_value_unit());
+  return loss;
 }
 
 void GPT::backward(const StepCtx& ctx, const int32_t* tokens) {
+  UnitHooks none;
+  UnitHooks& h = hooks_ ? *hooks_ : none;
+  const int L = cfg_.num_layers;
   const float* x = blocks_.empty() ? acts_.embedding : acts_.blocks.back().out;
+  h.before_use(L + 1);
+  h.grads_begin(L + 1);
   final_norm_.backward(ctx, acts_.final_norm, x, acts_.output.dx, acts_.scratch.dres, /*accumulate=*/false);
+  h.grads_end(L + 1);
+  h.after_use(L + 1);
   for (size_t l = blocks_.size(); l-- > 0;) {
+    const int u = static_cast<int>(l) + 1;
+    h.before_use(u);
+    h.grads_begin(u);
     // The last recomputed block's values are still in the shared region from
     // the forward pass; the others are re-run. Forward uses only scratch
     // tmp/act, never the gradients in dres/dnorm.
     if (static_cast<int64_t>(l) + 1 < recompute_.layers) blocks_[l]->forward(ctx, acts_.blocks[l], acts_.scratch);
     blocks_[l]->backward(ctx, acts_.blocks[l], acts_.scratch);
+    h.grads_end(u);
+    h.after_use(u);
   }
+  if (!cfg_.tied()) h.grads_begin(0);
   embedding_.backward(ctx, tokens, acts_.scratch.dres);
+  h.grads_end(0);
 }
 
 void GPT::logits(const StepCtx& ctx, float* out) const { output_.logits(ctx, acts_.final_norm.out, out); }
@@ -117,7 +204,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
     std::vector<Param*> ps;
     blocks_[l]->collect(ps);
     for (const Param* p : ps)
-      if (!finite(ctx, p->data(), p->spec.shape.numel())) return p->spec.name + " (parameter)";
+      if (p->value.defined() && !finite(ctx, p->data(), p->spec.shape.numel())) return p->spec.name + " (parameter)";
     if (N == 0) continue;
     for (const NamedSpan& t : blocks_[l]->saved_tensors(acts_.blocks[l], N)) {
       // A recomputed block's internals live in the shared region (they hold
@@ -135,7 +222,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
 
 std::string GPT::first_non_finite_grad(const CpuCtx& ctx) const {
   for (const Param* p : store_->params())
-    if (!finite(ctx, p->gdata(), p->spec.shape.numel())) return p->spec.name + " (gradient)";
+    if (p->grad.defined() && !finite(ctx, p->gdata(), p->spec.shape.numel())) return p->spec.name + " (gradient)";
   return "";
 }
 

@@ -29,6 +29,7 @@
 #include "claw/model/param.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
+#include "claw/model/unit_hooks.h"
 
 namespace claw::model {
 
@@ -58,7 +59,7 @@ ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompu
 
 class GPT {
  public:
-  explicit GPT(ModelConfig cfg);
+  explicit GPT(ModelConfig cfg, StoreOptions storage = {});
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
@@ -67,6 +68,18 @@ class GPT {
   std::vector<Param*> params();
   ParamStore& store() { return *store_; }
   void init_weights(const CpuCtx& ctx, uint64_t seed) { store_->init(ctx, seed); }
+
+  // Units in forward order (see unit_hooks.h) and the order in which one
+  // micro-batch uses their values and writes their gradients.
+  const std::vector<Unit>& units() const { return units_; }
+  std::vector<int> use_order(bool training) const;
+  struct GradEvent {
+    bool begin;
+    int unit;
+  };
+  std::vector<GradEvent> grad_order() const;
+  // Installs (or removes, with null) the hooks of a data-parallel engine.
+  void set_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
   // Allocates activations for micro-batches of B sequences of T tokens.
   void reserve(int64_t B, int64_t T, Recompute recompute = {});
@@ -98,6 +111,10 @@ class GPT {
   NormLayer final_norm_;
   OutputLayer output_;
   std::unique_ptr<ParamStore> store_;
+  std::vector<Unit> units_;
+  UnitHooks* hooks_ = nullptr;
+  int output_unit() const { return cfg_.num_layers + 2; }
+  int output_value_unit() const { return cfg_.tied() ? 0 : output_unit(); }
 
   int64_t B_ = 0, T_ = 0;
   Recompute recompute_;

@@ -1,5 +1,6 @@
 #include "claw/model/param.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "claw/core/error.h"
@@ -13,21 +14,38 @@ ArenaPlan ParamStore::plan(const std::vector<const ParamSpec*>& specs, const std
   return plan;
 }
 
-ParamStore::ParamStore(std::vector<Param*> params) : params_(std::move(params)) {
+ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(std::move(params)), opts_(opts) {
+  CLAW_CHECK(opts_.shards >= 1 && opts_.shard >= 0 && opts_.shard < opts_.shards, "shard {} of {}", opts_.shard,
+             opts_.shards);
+  CLAW_CHECK(!opts_.shard_values || opts_.shard_grads, "sharded values need sharded gradients");
   std::vector<const ParamSpec*> specs;
   for (const Param* p : params_) {
     CLAW_CHECK(p->spec.dtype == DType::f32, "parameter {} must be f32 in the CPU trainer", p->spec.name);
     specs.push_back(&p->spec);
   }
   ArenaPlan layout = plan(specs, "parameters");
-  values_ = Arena(layout);
-  grads_ = Arena("gradients", layout.total());
+  const int64_t quantum = 16 * static_cast<int64_t>(opts_.shards);  // 64-byte aligned shards
+  const int64_t floats = static_cast<int64_t>(layout.total() / sizeof(float));
+  total_ = (floats + quantum - 1) / quantum * quantum;
+  const int64_t S = total_ / opts_.shards;
+  shard_lo_ = opts_.shard * S;
+  shard_hi_ = shard_lo_ + S;
+  values_ = Arena("parameters", (opts_.shard_values ? S : total_) * sizeof(float));
+  grads_ = Arena("gradients", (opts_.shard_grads ? S : total_) * sizeof(float));
   for (size_t i = 0; i < params_.size(); ++i) {
     size_t off = layout.entries()[i].offset;
     offsets_.push_back(off);
-    params_[i]->value = Tensor(values_.base() + off, DType::f32, params_[i]->spec.shape);
-    params_[i]->grad = Tensor(grads_.base() + off, DType::f32, params_[i]->spec.shape);
+    params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values_.base() + off, DType::f32, params_[i]->spec.shape);
+    params_[i]->grad = opts_.shard_grads ? Tensor() : Tensor(grads_.base() + off, DType::f32, params_[i]->spec.shape);
   }
+}
+
+float* ParamStore::value_shard() const {
+  return opts_.shard_values ? values_.ptr<float>(0) : values_.ptr<float>(0) + shard_lo_;
+}
+
+float* ParamStore::grad_shard() const {
+  return opts_.shard_grads ? grads_.ptr<float>(0) : grads_.ptr<float>(0) + shard_lo_;
 }
 
 int64_t ParamStore::numel() const {
@@ -39,26 +57,40 @@ int64_t ParamStore::numel() const {
 void ParamStore::zero_grads() { std::memset(grads_.base(), 0, grads_.size()); }
 
 void ParamStore::init(const CpuCtx& ctx, uint64_t seed) {
-  for (Param* p : params_) {
-    const ParamSpec& s = p->spec;
-    float* v = p->data();
-    int64_t n = s.shape.numel();
+  // The flat range this rank holds, and where it starts in memory.
+  const int64_t lo = opts_.shard_values ? shard_lo_ : 0, hi = opts_.shard_values ? shard_hi_ : total_;
+  float* base = values_.ptr<float>(0) - lo;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const ParamSpec& s = params_[k]->spec;
+    const int64_t n = s.shape.numel(), off = static_cast<int64_t>(offsets_[k] / sizeof(float));
+    const int64_t b = std::max(lo, off), e = std::min(hi, off + n);  // global flat elements held here
+    if (b >= e) continue;
+    float* v = base + off;  // element i of the parameter is v[i], for i in [b - off, e - off)
     int64_t row = s.shape.ndim() > 1 ? n / s.shape[0] : n;
     int64_t live = s.init_rows >= 0 ? s.init_rows * row : n;
     switch (s.init) {
-      case Init::zeros: std::memset(v, 0, n * sizeof(float)); break;
+      case Init::zeros: std::memset(v + (b - off), 0, (e - b) * sizeof(float)); break;
       case Init::ones:
-        for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
+        for (int64_t i = b - off; i < e - off; ++i) v[i] = 1.0f;
         break;
       case Init::normal: {
         RandomStream rng(seed, hash_name(s.name));
-        parallel_for(ctx, n, 1 << 14, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) v[i] = i < live ? static_cast<float>(s.init_std * rng.normal(i)) : 0.0f;
+        parallel_for(ctx, e - b, 1 << 14, [&](int64_t cb, int64_t ce) {
+          for (int64_t i = b - off + cb; i < b - off + ce; ++i)
+            v[i] = i < live ? static_cast<float>(s.init_std * rng.normal(i)) : 0.0f;
         });
         break;
       }
     }
   }
+}
+
+std::vector<Segment> ParamStore::full_segments() const {
+  CLAW_CHECK(!opts_.shard_values && !opts_.shard_grads, "full segments of a sharded store");
+  std::vector<Segment> out;
+  for (const Param* p : params_)
+    out.push_back({.param = p, .value = p->data(), .grad = p->gdata(), .n = p->spec.shape.numel()});
+  return out;
 }
 
 Param* ParamStore::find(const std::string& name) const {

@@ -61,32 +61,73 @@ struct Param {
   float* gdata() const { return grad.data<float>(); }
 };
 
+// A contiguous run of one parameter's elements held by this rank, with its
+// gradient: the unit of optimizer work (a whole parameter on one rank, the
+// piece of it inside the rank's shard under ZeRO).
+struct Segment {
+  const Param* param;  // for weight decay and messages
+  float* value;
+  const float* grad;
+  int64_t n;
+};
+
+// How a ParamStore holds its flat buffers. The flat layout (offsets) is the
+// same everywhere; its length is padded to a multiple of 16 x shards so that
+// each of the `shards` ranks of a data-parallel group owns the equal range
+// [shard * S, (shard + 1) * S) (ZeRO's partition; padding instead of
+// refusing odd sizes). With shard_values / shard_grads a rank allocates only
+// its range of that buffer; the parameters' tensors are then unbound until
+// the data-parallel engine binds them to gathered or staging memory.
+struct StoreOptions {
+  int shards = 1;
+  int shard = 0;
+  bool shard_values = false;  // ZeRO-3
+  bool shard_grads = false;   // ZeRO-2 and 3
+};
+
 class ParamStore {
  public:
   // Plans offsets for `params` (in the given order) and allocates the value
-  // and gradient buffers; binds each Param's tensors.
-  explicit ParamStore(std::vector<Param*> params);
+  // and gradient buffers; binds each Param's tensors to the full buffers.
+  explicit ParamStore(std::vector<Param*> params, StoreOptions opts = {});
 
   // The layout as a pure function of the specs (for the memory plan).
   static ArenaPlan plan(const std::vector<const ParamSpec*>& specs, const std::string& name);
 
   const std::vector<Param*>& params() const { return params_; }
-  // Offsets into the flat buffers, parallel to params().
+  const StoreOptions& options() const { return opts_; }
+  // Offsets into the flat buffers, parallel to params(), in bytes.
   const std::vector<size_t>& offsets() const { return offsets_; }
-  float* values() const { return values_.ptr<float>(0); }
-  float* grads() const { return grads_.ptr<float>(0); }
-  size_t bytes() const { return values_.size(); }  // per buffer
-  int64_t numel() const;                           // parameters, excluding alignment padding
+  // Flat length in floats (padded to the shard count) and this rank's range of it.
+  int64_t total() const { return total_; }
+  int64_t shard_lo() const { return shard_lo_; }
+  int64_t shard_hi() const { return shard_hi_; }
+  // Full buffers (null when sharded).
+  float* values() const { return opts_.shard_values ? nullptr : values_.ptr<float>(0); }
+  float* grads() const { return opts_.shard_grads ? nullptr : grads_.ptr<float>(0); }
+  // This rank's range [shard_lo, shard_hi) of each buffer (in the full buffer when not sharded).
+  float* value_shard() const;
+  float* grad_shard() const;
+  size_t bytes() const { return static_cast<size_t>(total_) * sizeof(float); }  // one full buffer
+  size_t value_bytes() const { return values_.size(); }                         // allocated
+  size_t grad_bytes() const { return grads_.size(); }
+  int64_t numel() const;  // parameters, excluding alignment padding
 
+  // Zeroes the gradient buffer this rank holds (full or shard).
   void zero_grads();
   // Philox init keyed by (seed, hash(name)) at the global element index, so
-  // every layout initialises a parameter identically.
+  // every layout initialises a parameter identically; writes the values this
+  // rank holds (all, or its shard).
   void init(const CpuCtx& ctx, uint64_t seed);
   Param* find(const std::string& name) const;
+  // One segment per parameter (full buffers only).
+  std::vector<Segment> full_segments() const;
 
  private:
   std::vector<Param*> params_;
   std::vector<size_t> offsets_;
+  StoreOptions opts_;
+  int64_t total_ = 0, shard_lo_ = 0, shard_hi_ = 0;
   Arena values_, grads_;
 };
 

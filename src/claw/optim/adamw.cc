@@ -16,14 +16,38 @@ void AdamWConfig::validate() const {
   if (!(clip_grad >= 0)) fail("--clip-grad must be >= 0 (0 disables clipping), got {}", clip_grad);
 }
 
-AdamW::AdamW(model::ParamStore& store, AdamWConfig cfg)
-    : store_(store), cfg_(cfg), m_("adam.exp_avg", store.bytes()), v_("adam.exp_avg_sq", store.bytes()) {
+namespace {
+// State offsets: each segment's moments start 64-byte aligned.
+std::vector<int64_t> state_layout(const std::vector<Segment>& segs, int64_t* total) {
+  std::vector<int64_t> off;
+  int64_t end = 0;
+  for (const Segment& s : segs) {
+    off.push_back(end);
+    end += (s.n + 15) / 16 * 16;
+  }
+  *total = end;
+  return off;
+}
+int64_t state_floats(const std::vector<Segment>& segs) {
+  int64_t total = 0;
+  state_layout(segs, &total);
+  return total;
+}
+}  // namespace
+
+AdamW::AdamW(std::vector<Segment> segments, AdamWConfig cfg)
+    : segments_(std::move(segments)),
+      cfg_(cfg),
+      m_("adam.exp_avg", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float)),
+      v_("adam.exp_avg_sq", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float)) {
   cfg_.validate();
+  int64_t total = 0;
+  state_offsets_ = state_layout(segments_, &total);
 }
 
 double AdamW::grad_sum_squares(const CpuCtx& ctx) const {
   double s = 0;
-  for (const model::Param* p : store_.params()) s += kernels::sum_squares(ctx, p->gdata(), p->spec.shape.numel());
+  for (const Segment& seg : segments_) s += kernels::sum_squares(ctx, seg.grad, seg.n);
   return s;
 }
 
@@ -34,19 +58,17 @@ double AdamW::clip_coefficient(double grad_norm) const {
 
 void AdamW::step(const CpuCtx& ctx, double lr, double grad_scale) {
   ++step_;
-  const auto& params = store_.params();
-  const auto& offsets = store_.offsets();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const model::Param* p = params[i];
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& seg = segments_[i];
     kernels::AdamWHyper h{.lr = lr,
                           .beta1 = cfg_.beta1,
                           .beta2 = cfg_.beta2,
                           .eps = cfg_.eps,
-                          .weight_decay = p->spec.weight_decay ? cfg_.weight_decay : 0.0,
+                          .weight_decay = seg.param->spec.weight_decay ? cfg_.weight_decay : 0.0,
                           .grad_scale = grad_scale,
                           .step = step_};
-    size_t off = offsets[i] / sizeof(float);
-    kernels::adamw_update(ctx, p->data(), exp_avg() + off, exp_avg_sq() + off, p->gdata(), p->spec.shape.numel(), h);
+    const int64_t off = state_offsets_[i];
+    kernels::adamw_update(ctx, seg.value, exp_avg() + off, exp_avg_sq() + off, seg.grad, seg.n, h);
   }
 }
 

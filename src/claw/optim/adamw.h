@@ -4,12 +4,17 @@
 // clipping by global norm is folded into the update as a gradient scale, so
 // the gradients are read once.
 //
-// The global norm is sqrt(sum over parameters of sum_squares(grad)); a
-// distributed optimizer adds one all-reduce of the local sum (later issue).
+// AdamW works on segments: contiguous runs of one parameter's values and
+// gradients. A single rank has one segment per parameter; a ZeRO rank has
+// the pieces of parameters that fall in its shard of the flat buffers (range
+// arithmetic in parallel/data_parallel.h), so the state it holds is its
+// shard's. The global norm is sqrt(sum of sum_squares(grad)) over every
+// rank's segments: the local sum here, one all-reduce by the caller.
 // Defaults are Megatron's.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "claw/core/arena.h"
 #include "claw/core/parallel.h"
@@ -26,11 +31,14 @@ struct AdamWConfig {
   void validate() const;
 };
 
+using model::Segment;
+
 class AdamW {
  public:
-  AdamW(model::ParamStore& store, AdamWConfig cfg);
+  AdamW(std::vector<Segment> segments, AdamWConfig cfg);
+  AdamW(model::ParamStore& store, AdamWConfig cfg) : AdamW(store.full_segments(), cfg) {}
 
-  // Sum of squares of all gradients (local), in double.
+  // Sum of squares of the gradients of this rank's segments, in double.
   double grad_sum_squares(const CpuCtx& ctx) const;
   // Clip coefficient for a global norm: min(1, clip / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_.
   double clip_coefficient(double grad_norm) const;
@@ -43,7 +51,8 @@ class AdamW {
   float* exp_avg_sq() const { return v_.ptr<float>(0); }
 
  private:
-  model::ParamStore& store_;
+  std::vector<Segment> segments_;
+  std::vector<int64_t> state_offsets_;  // floats, parallel to segments_
   AdamWConfig cfg_;
   Arena m_, v_;
   int64_t step_ = 0;

@@ -6,8 +6,9 @@
 
 namespace claw::train {
 
-GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing)
-    : micro_batches_(micro_batches), B_(B), T_(T), packing_(packing) {
+GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing,
+                         int dp_size, int dp_rank)
+    : micro_batches_(micro_batches), B_(B), T_(T), dp_size_(dp_size), dp_rank_(dp_rank), packing_(packing) {
   const int64_t n = micro_batches * B * T;
   tokens_.resize(n);
   targets_.resize(n);
@@ -16,7 +17,12 @@ GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data
 }
 
 void GlobalBatch::load(const data::SampleSource& source, int64_t first) {
-  source.get_batch(first, micro_batches_ * B_, tokens_.data(), targets_.data());
+  if (dp_size_ == 1) {
+    source.get_batch(first, micro_batches_ * B_, tokens_.data(), targets_.data());
+  } else {
+    for (int64_t k = 0; k < micro_batches_; ++k)
+      source.get_batch(first + sample_offset(k), B_, tokens_.data() + k * B_ * T_, targets_.data() + k * B_ * T_);
+  }
   pack();
 }
 

@@ -1,5 +1,5 @@
-// One optimizer step's worth of samples: `micro_batches` micro-batches of
-// B sequences of T tokens, with what packing adds (positions and document
+// One optimizer step's worth of samples for this data-parallel rank:
+// `micro_batches` micro-batches of B sequences of T tokens, with what packing adds (positions and document
 // starts when --reset-position-ids / --reset-attention-mask are on; masked
 // targets for --eod-mask-loss).
 #pragma once
@@ -19,12 +19,19 @@ struct MicroBatch {
   const int32_t* seg_start;  // null: plain causal attention
 };
 
+// With DP ranks, a global batch of G = micro_batches x B x DP samples
+// starting at `first` is cut as Megatron's pretraining sampler does: micro-
+// batch k of rank r holds samples first + (k DP + r) B ... + B. Every rank's
+// slice together is the single-rank batch of the same G samples.
 class GlobalBatch {
  public:
-  GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing);
+  GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing, int dp_size = 1,
+              int dp_rank = 0);
 
-  // Reads samples [first, first + micro_batches * B) of `source` and applies the packing options.
+  // Reads this rank's samples of the global batch starting at `first` and applies the packing options.
   void load(const data::SampleSource& source, int64_t first);
+  // Global index (relative to the batch's first sample) of micro-batch k's first sample.
+  int64_t sample_offset(int64_t k) const { return (k * dp_size_ + dp_rank_) * B_; }
   // Fills from given arrays of micro_batches * B * T tokens and targets (tests, tools).
   void assign(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets);
 
@@ -38,6 +45,7 @@ class GlobalBatch {
  private:
   void pack();
   int64_t micro_batches_, B_, T_;
+  int dp_size_, dp_rank_;
   data::PackingOptions packing_;
   std::vector<int32_t> tokens_, targets_, positions_, seg_start_;
 };

@@ -12,19 +12,24 @@ model::StepCtx micro_ctx(const CpuCtx& cpu, const GlobalBatch& batch, int64_t k,
                          uint64_t sample0) {
   const MicroBatch mb = batch.micro(k);
   return {.cpu = cpu, .B = batch.B(), .T = batch.T(), .training = training, .seed = seed,
-          .sample0 = sample0 + static_cast<uint64_t>(k * batch.B()), .positions = mb.positions,
+          .sample0 = sample0 + static_cast<uint64_t>(batch.sample_offset(k)), .positions = mb.positions,
           .seg_start = mb.seg_start};
 }
 }  // namespace
 
 StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch,
                       int64_t step, double lr, uint64_t seed, uint64_t sample0,
-                      const std::function<void(const StepResult&)>& before_update) {
-  const int64_t counted = batch.valid_targets();
+                      const std::function<void(const StepResult&)>& before_update, parallel::DataParallel* dp) {
+  const auto global_sum = [&](double v) { return dp ? dp->all_reduce_sum(v) : v; };
+  const int64_t counted = static_cast<int64_t>(global_sum(static_cast<double>(batch.valid_targets())));
   if (counted == 0) fail("step {}: every target of the global batch is masked; nothing to learn from", step + 1);
-  model.store().zero_grads();
+  if (dp)
+    dp->begin_step();
+  else
+    model.store().zero_grads();
   double loss_sum = 0;
   for (int64_t k = 0; k < batch.micro_batches(); ++k) {
+    if (dp) dp->begin_micro_batch(k + 1 == batch.micro_batches());
     const model::StepCtx ctx = micro_ctx(cpu, batch, k, true, seed, sample0);
     const MicroBatch mb = batch.micro(k);
     double mb_loss = model.forward(ctx, mb.tokens, mb.targets, 1.0 / static_cast<double>(counted));
@@ -36,22 +41,34 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
     model.backward(ctx, mb.tokens);
     loss_sum += mb_loss;
   }
-  StepResult r{loss_sum / static_cast<double>(counted), std::sqrt(optimizer.grad_sum_squares(cpu))};
+  if (dp) dp->finish_grad_sync();
+  // Each rank's squared norm covers its own shard under ZeRO (one
+  // all-reduce); without sharding the reduced gradients are whole everywhere.
+  double sum_squares = optimizer.grad_sum_squares(cpu);
+  if (dp && dp->sharded_optimizer()) sum_squares = dp->all_reduce_sum(sum_squares);
+  StepResult r{global_sum(loss_sum) / static_cast<double>(counted), std::sqrt(sum_squares)};
   if (!std::isfinite(r.grad_norm))
     fail("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}", step + 1, r.grad_norm, r.loss,
          model.first_non_finite_grad(cpu));
   if (before_update) before_update(r);
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
+  if (dp) dp->after_optimizer_step();
   return r;
 }
 
-double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed) {
+double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,
+                 parallel::DataParallel* dp) {
   double total = 0;
   for (int64_t k = 0; k < batch.micro_batches(); ++k) {
     const MicroBatch mb = batch.micro(k);
     total += model.forward(micro_ctx(cpu, batch, k, false, seed, 0), mb.tokens, mb.targets, 0.0);
   }
-  return total / static_cast<double>(std::max<int64_t>(1, batch.valid_targets()));
+  double count = static_cast<double>(batch.valid_targets());
+  if (dp) {
+    total = dp->all_reduce_sum(total);
+    count = dp->all_reduce_sum(count);
+  }
+  return total / std::max(1.0, count);
 }
 
 }  // namespace claw::train

@@ -15,6 +15,7 @@
 
 #include "claw/model/gpt.h"
 #include "claw/optim/adamw.h"
+#include "claw/parallel/data_parallel.h"
 #include "claw/train/batch.h"
 
 namespace claw::train {
@@ -24,15 +25,19 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
 };
 
-// `step` is 0-based; sample0 is the global index of the step's first sample
+// With a DataParallel engine (`dp`), the batch is this rank's slice; the
+// target count, the loss and the gradient norm are summed over the group and
+// gradients are reduced as DataParallel says. `step` is 0-based; sample0 is the global index of the step's first sample
 // (dropout counters). Throws claw::Error naming the step and the first
 // non-finite tensor if the loss or the gradient norm is not finite.
 // `before_update`, if set, sees the accumulated gradients before AdamW runs.
 StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch,
                       int64_t step, double lr, uint64_t seed, uint64_t sample0,
-                      const std::function<void(const StepResult&)>& before_update = {});
+                      const std::function<void(const StepResult&)>& before_update = {},
+                      parallel::DataParallel* dp = nullptr);
 
 // Mean loss over a batch without gradients (evaluation).
-double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed);
+double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,
+                 parallel::DataParallel* dp = nullptr);
 
 }  // namespace claw::train

@@ -1,0 +1,167 @@
+// Data parallelism with ZeRO stages 0-3 over one data-parallel group.
+//
+// Every rank holds the same flat layout (ParamStore), padded to a multiple of
+// 16 x DP floats; rank r owns the range [r S, (r + 1) S), S = total / DP.
+//
+//   stage 0  full values, gradients and AdamW state. Gradients are summed
+//            over the group by all-reduce in buckets (--ddp-bucket-size):
+//            runs of whole units, filled from the output end because
+//            backward produces gradients from there; with
+//            --overlap-grad-reduce a bucket's all-reduce starts as soon as
+//            its last unit's gradients are final on the last micro-batch,
+//            while backward goes on; otherwise all start after backward.
+//   stage 1  (--use-distributed-optimizer) the same gradient all-reduce;
+//            AdamW state only for the owned range; after the update the
+//            values are all-gathered in place.
+//   stage 2  gradients too are held only for the owned range: a unit's
+//            gradients are written into a staging slot and reduce-scattered
+//            into the owned range as soon as the unit's backward ends (every
+//            micro-batch: this is what lets the full gradient buffer go),
+//            accumulating there across micro-batches.
+//   stage 3  values too: before a unit is used its values are all-gathered
+//            into a slot and freed after use; with --overlap-param-gather
+//            the next unit's gather is issued before the current unit runs.
+//
+// Staging and gather slots come from two planned arenas whose sizes are
+// found by running the model's fixed use and gradient orders through the
+// same first-fit allocator the run uses (plan()), so nothing is allocated
+// during a step. The loss and gradients are sums over every token of the
+// global batch scaled by 1 / (targets in the global batch), so the summed
+// gradient is the single-rank gradient: only the order of additions differs.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "claw/comm/group.h"
+#include "claw/core/arena.h"
+#include "claw/model/gpt.h"
+
+namespace claw::parallel {
+
+struct DataParallelConfig {
+  int zero_stage = 0;               // --zero-stage (0-3); --use-distributed-optimizer means 1
+  int64_t bucket_size = 0;          // --ddp-bucket-size, elements (0: Megatron's max(40M, 1M x DP))
+  bool overlap_grad_reduce = false;   // --overlap-grad-reduce
+  bool overlap_param_gather = false;  // --overlap-param-gather
+  int max_inflight_reductions = 2;    // stage 2/3: staged units whose reduce-scatter may be pending
+  void validate(int dp) const;
+};
+
+// The store options a stage needs.
+model::StoreOptions store_options(int zero_stage, int dp_size, int dp_rank);
+
+// Bytes per rank, from the same functions the run allocates with.
+struct DataParallelMemory {
+  size_t values = 0, grads = 0, optimizer = 0;
+  size_t gather_slots = 0;   // stage 3: gathered units in flight
+  size_t staging_slots = 0;  // stage 2/3: gradient staging
+  size_t total() const { return values + grads + optimizer + gather_slots + staging_slots; }
+};
+
+// A first-fit allocator over [0, capacity) floats with 16-float alignment;
+// capacity 0 means unbounded (planning: the high-water mark is the capacity).
+class SlotAllocator {
+ public:
+  explicit SlotAllocator(int64_t capacity = 0) : capacity_(capacity) {}
+  int64_t allocate(int64_t n);  // offset, or -1 if it does not fit
+  void release(int64_t offset);
+  int64_t high_water() const { return high_; }
+
+ private:
+  struct Block {
+    int64_t off, n;
+  };
+  std::vector<Block> live_;  // sorted by offset
+  int64_t capacity_, high_ = 0;
+};
+
+class DataParallel final : public model::UnitHooks {
+ public:
+  DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg);
+  ~DataParallel() override;
+
+  // Static memory of a model under a stage (values, grads, AdamW state, slots).
+  DataParallelMemory memory() const;
+  // This rank's AdamW segments (the whole model at stage 0).
+  std::vector<model::Segment> segments() const;
+  bool sharded_optimizer() const { return cfg_.zero_stage >= 1; }
+
+  // Step protocol (train_step): begin_step, then per micro-batch
+  // begin_micro_batch + forward + backward, then finish_grad_sync, the
+  // optimizer, and after_optimizer_step.
+  void begin_step();
+  void begin_micro_batch(bool last);
+  void finish_grad_sync();
+  void after_optimizer_step();
+  // Sum over the group of a local value (loss sums, counts, squared norms).
+  double all_reduce_sum(double v);
+  // Gathers the full flat values into `out` (total() floats) on every rank (tests, export).
+  void gather_values(float* out);
+
+  // Exposed communication: seconds the main thread waited for gradient
+  // reductions / parameter gathers in the last step.
+  double last_grad_wait_s() const { return grad_wait_s_; }
+  double last_gather_wait_s() const { return gather_wait_s_; }
+  const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return buckets_; }
+
+  // UnitHooks
+  void begin_pass(bool training) override;
+  void before_use(int unit) override;
+  void after_use(int unit) override;
+  void grads_begin(int unit) override;
+  void grads_end(int unit) override;
+
+ private:
+  struct Staged {
+    int unit;
+    int64_t slot;
+    comm::Work work;
+  };
+  struct Gathered {
+    int64_t slot = -1;
+    comm::Work work;
+  };
+  std::vector<int64_t> counts_of(int unit) const;  // per rank: owned part of the unit's range
+  void bind_values(int unit, float* base);
+  void bind_grads(int unit, float* base);
+  void issue_gather(int unit);
+  void retire_oldest();
+  void plan_slots();
+
+  model::GPT& model_;
+  model::ParamStore& store_;
+  comm::Group& dp_;
+  DataParallelConfig cfg_;
+  const std::vector<model::Unit>& units_;
+
+  // Stage 0/1 buckets: flat ranges, the bucket of each unit, units left per bucket.
+  std::vector<std::pair<int64_t, int64_t>> buckets_;
+  std::vector<int> bucket_of_unit_;
+  std::vector<int> pending_units_;
+  std::vector<comm::Work> bucket_work_;
+  bool last_micro_ = true;
+  bool training_ = true;
+
+  // Stage 2/3 gradient staging.
+  int64_t staging_capacity_ = 0;
+  Arena staging_;
+  SlotAllocator staging_alloc_;
+  std::vector<int64_t> open_slot_;  // per unit: staging slot while its grads are open, else -1
+  std::deque<Staged> inflight_;
+
+  // Stage 3 gathered values.
+  int64_t gather_capacity_ = 0;
+  Arena gathered_;
+  SlotAllocator gather_alloc_;
+  std::vector<Gathered> resident_;
+  std::vector<int> use_order_;
+  size_t use_cursor_ = 0;
+
+  double grad_wait_s_ = 0, gather_wait_s_ = 0;
+};
+
+}  // namespace claw::parallel
