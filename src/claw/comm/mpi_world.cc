@@ -372,7 +372,11 @@ class MpiWorld final : public World {
           members = groups[g];
         }
       }
-    CLAW_CHECK(color >= 0, "group {}: rank {} is in none of the lists", name, rank_);
+    // Every rank must fail the same way: a rank missing from the lists
+    // detected only by that rank would leave the others inside MPI_Comm_split.
+    for (int r = 0; r < size_; ++r)
+      CLAW_CHECK(seen[r] == 1, "group {}: rank {} is in none of the lists (they must partition the {} ranks)", name,
+                 r, size_);
     MPI_Comm comm = MPI_COMM_NULL;
     engine_->run_sync([&] {
       CLAW_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm));

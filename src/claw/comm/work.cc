@@ -9,13 +9,15 @@ namespace claw::comm {
 namespace detail {
 
 void OpState::complete(std::exception_ptr e) {
+  // The record first: a waiter that wakes and prints the flight record must
+  // not see its own finished operation as RUNNING.
+  if (record) FlightRecorder::instance().set(record, e ? FlightRecorder::State::failed : FlightRecorder::State::done);
   {
     std::lock_guard<std::mutex> lk(mu);
     error = e;
     done.store(true, std::memory_order_release);
   }
   cv.notify_all();
-  FlightRecorder::instance().set(record, e ? FlightRecorder::State::failed : FlightRecorder::State::done);
 }
 
 std::string OpState::describe() const {
