@@ -346,8 +346,14 @@ class MpiWorld final : public World {
     const bool unwinding = std::uncaught_exceptions() > 0;
     engine_->stop();
     // During an error the job is about to be aborted (main calls abort_job);
-    // finalizing now could wait for ranks that will never arrive.
-    if (!unwinding) MPI_Finalize();
+    // finalizing now could wait for ranks that will never arrive. The engine
+    // is left allocated: stop() detached its thread, which may still be
+    // waking up on its mutex or be inside MPI until the abort.
+    if (unwinding) {
+      (void)engine_.release();
+      return;
+    }
+    MPI_Finalize();
   }
 
   int rank() const override { return rank_; }

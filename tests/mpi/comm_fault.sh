@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Fault tests of the comm layer: a 3-rank job (comm_fault.cc) must end on its
+# own, quickly, saying what went wrong, never wait for mpirun's --timeout.
+#
+#   comm_fault.sh MPIEXEC COMM_FAULT CASE
+#     clean    no fault: all operations complete, exit 0 (the program works)
+#     hang     CLAW_TEST_HANG_OPERATION=1:world:5 with a 3 s timeout: ranks 0
+#              and 2 print "did not complete within", flight records listing
+#              all_reduce seq 5 RUNNING or QUEUED; the job aborts non-zero
+#     kill     rank 1 SIGKILLs itself after 3 operations: the job ends within
+#              seconds and the output names rank 1 and signal 9
+# Prints how long the job took (and, for kill, from the kill to the end).
+set -uo pipefail
+mpiexec=$1
+prog=$2
+case_=$3
+mpi_timeout=60  # mpirun's own limit: the job must end well before it
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset CLAW_TEST_HANG_OPERATION CLAW_TEST_KILL_RANK CLAW_TEST_KILL_AFTER
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+fail() {
+  echo "FAIL ($case_): $*"
+  echo "---- job output"
+  cat "$out"
+  exit 1
+}
+
+case $case_ in
+  clean) ;;
+  hang) export CLAW_TEST_HANG_OPERATION=1:world:5 ;;
+  kill) export CLAW_TEST_KILL_RANK=1 CLAW_TEST_KILL_AFTER=3 ;;
+  *) echo "unknown case $case_"; exit 2 ;;
+esac
+
+start=$(date +%s.%N)
+"$mpiexec" -np 3 --oversubscribe --bind-to none --timeout $mpi_timeout "$prog" >"$out" 2>&1
+rc=$?
+end=$(date +%s.%N)
+elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+echo "comm_fault $case_: job ended in $elapsed s with exit code $rc"
+(( rc != 110 )) || fail "mpirun's --timeout $mpi_timeout ended the job (exit 110): the job hung"
+
+case $case_ in
+  clean)
+    ((rc == 0)) || fail "exit code $rc"
+    grep -q "comm_fault: all 20 operations completed" "$out" || fail "no completion line"
+    ;;
+  hang)
+    ((rc != 0)) || fail "exit code 0 although rank 1 hung"
+    # Timeout 3 s + abort grace 2 s + start-up; 25 s leaves room for a loaded machine.
+    awk -v e="$elapsed" 'BEGIN { exit !(e < 25) }' || fail "took $elapsed s (expected about 6)"
+    for r in 0 2; do
+      grep -Eq "^\[rank $r/3\] comm_fault: .*all_reduce #5 on group world .*did not complete within 3\.0 s" "$out" ||
+        fail "rank $r did not report the timeout of all_reduce #5"
+      grep -Eq "^\[claw rank $r/3\] comm: flight record: last" "$out" || fail "rank $r printed no flight record"
+      grep -Eq "^\[claw rank $r/3\] comm: .*group world +all_reduce +seq +5 .*(RUNNING|QUEUED)" "$out" ||
+        fail "rank $r's flight record does not show all_reduce seq 5 RUNNING or QUEUED"
+      grep -Eq "^\[claw rank $r/3\] comm: .*all_reduce +seq +4 .*done in" "$out" ||
+        fail "rank $r's flight record does not show seq 4 done"
+    done
+    grep -q "test hook CLAW_TEST_HANG_OPERATION" "$out" || fail "the hung rank did not log the test hook"
+    grep -q "MPI_ABORT was invoked" "$out" || fail "the job was not ended by MPI_Abort"
+    ;;
+  kill)
+    ((rc != 0)) || fail "exit code 0 although rank 1 was killed"
+    grep -q "comm_fault: all 20 operations completed" "$out" && fail "the job completed although rank 1 was killed"
+    killed_at=$(sed -n 's/^\[rank 1\/3\] comm_fault: killing myself with SIGKILL before operation 4 at \([0-9.]*\)$/\1/p' "$out")
+    [[ -n $killed_at ]] || fail "rank 1 did not announce its kill"
+    after=$(awk -v a="$killed_at" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+    echo "comm_fault kill: job ended $after s after rank 1 was killed"
+    awk -v e="$after" 'BEGIN { exit !(e < 10) }' || fail "took $after s after the kill (expected about 1)"
+    grep -Eq "process rank 1 with PID [0-9]+ on node .* exited on signal 9" "$out" ||
+      fail "the output does not name rank 1 as killed by signal 9"
+    ;;
+esac
+echo "PASS ($case_)"
