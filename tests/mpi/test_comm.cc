@@ -191,6 +191,10 @@ TEST(World, Info) {
     EXPECT_EQ(g_world->backend().rfind("mpi (", 0), 0u) << g_world->backend();
   else
     EXPECT_EQ(g_world->backend(), "single process");
+  // The launcher's world size, when a script knows it (srun_launch.sh).
+  if (const char* want = std::getenv("CLAW_TEST_EXPECT_WORLD_SIZE")) {
+    EXPECT_EQ(n, std::atoi(want)) << "rank " << g_world->rank() << " sees a world of " << n;
+  }
   // All ranks agree on the size (and so on the test sequence).
   EXPECT_EQ(world().all_reduce_value<int64_t>(n, ReduceOp::max), n);
   EXPECT_EQ(world().all_reduce_value<int64_t>(n, ReduceOp::min), n);
