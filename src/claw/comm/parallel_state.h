@@ -7,9 +7,12 @@
 // divide DP x CP, and expert-data-parallel = DP x CP / EP (the expert grid
 // is "tp-ep-dp-pp" with that DP and CP = 1, as Megatron-Core builds it).
 //
-// rank_groups() is the pure function behind it: for a token such as "tp",
-// "dp", "cp-dp" or "tp-pp", the lists of world ranks that vary only along
-// the named dimensions, each list in increasing order of those dimensions.
+// RankGrid::groups() is the pure function behind it: for a token such as
+// "tp", "dp", "cp-dp" or "tp-pp", the lists of world ranks that vary only
+// along the named dimensions, each list in increasing order of those
+// dimensions (first in the order string fastest). ParallelState::create
+// passes those lists to World::split; tests/unit/comm checks them against a
+// transcription of Megatron-Core's algorithm.
 #pragma once
 
 #include <memory>
@@ -30,19 +33,34 @@ struct ParallelSizes {
 };
 
 // The grid of a world: sizes resolved (dp derived) and validated. Throws
-// claw::Error naming the flags when the world does not factor.
+// claw::Error naming the flags when the world does not factor: a size < 1,
+// an order that is not a permutation of tp, cp, ep, dp, pp, TP x CP x PP not
+// dividing the world, EP not dividing DP x CP, or (Megatron-Core's
+// assertions) pp > 1 with pipeline groups that would differ between the
+// dense and the expert grid (pp not last and expert dp != dp).
 struct RankGrid {
   int world = 1, tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
   int expert_dp = 1;  // dp * cp / ep
-  std::string order;
+  std::string order;  // --parallel-order, lower case
   static RankGrid make(int world_size, const ParallelSizes& s);
   // Lists of world ranks for a token of the dense grid ("tp", "cp", "dp",
-  // "pp", "dp-cp" / "cp-dp", "tp-pp", "tp-cp", "tp-dp-cp", ...).
+  // "pp", "dp-cp" / "cp-dp", "tp-pp", "tp-cp", "tp-dp-cp", ...): Megatron's
+  // RankGenerator.get_ranks with sizes tp, cp, ep = 1, dp, pp. Names in a
+  // token may come in any order; an unknown name throws claw::Error.
   std::vector<std::vector<int>> groups(std::string_view token) const;
-  // Same over the expert grid ("ep", "tp-ep", "dp" = expert data parallel, "pp").
+  // Same over the expert grid: sizes tp, cp = 1, ep, expert_dp, pp in the
+  // same order ("ep", "tp-ep", "dp" = expert data parallel, "pp").
   std::vector<std::vector<int>> expert_groups(std::string_view token) const;
+  // The lists World::split needs for the embedding group: for each pipeline
+  // group its first and last stage (the one rank when pp == 1, Megatron's
+  // default_embedding_ranks), and each middle stage alone in a list of its
+  // own (a size-1 group that it never uses).
+  std::vector<std::vector<int>> embedding_groups() const;
   // Coordinates of a world rank in the dense grid.
   int tp_rank(int r) const, cp_rank(int r) const, dp_rank(int r) const, pp_rank(int r) const;
+  int coordinate(std::string_view name, int r) const;  // name: tp, cp, ep (always 0), dp, pp
+  // "world 8 = tp 2 x cp 1 x dp 2 x pp 2, ep 1 (expert dp 2)", plus ", order ..." when not the default.
+  std::string describe() const;
 };
 
 // Megatron-Core's generate_masked_orthogonal_rank_groups: `sizes` in order
@@ -65,8 +83,10 @@ class ParallelState {
   Group& mp() { return *mp_; }            // tp x pp: one model replica
   Group& ep() { return *ep_; }
   Group& expert_dp() { return *expert_dp_; }
-  Group& embedding() { return *embedding_; }  // first and last pipeline stage of a tp/dp/cp slice (tied embeddings)
-  std::string describe() const;               // "world 8 = tp 2 x cp 1 x dp 2 x pp 2 (ep 1)"
+  // First and last pipeline stage of a tp/dp/cp slice (tied embeddings);
+  // on a middle stage a group of size 1 that is never used.
+  Group& embedding() { return *embedding_; }
+  std::string describe() const;  // grid().describe()
 
  private:
   RankGrid grid_;
