@@ -12,7 +12,9 @@
 #include "claw/cli/tokenize_command.h"
 #include "claw/cli/train_command.h"
 #include "claw/cli/train_tokenizer_command.h"
+#include "claw/comm/world.h"
 #include "claw/core/error.h"
+#include "claw/core/log.h"
 #include "claw/kernels/cpu/blas.h"
 
 int main(int argc, char** argv) {
@@ -49,10 +51,12 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const claw::Error& e) {
-    std::fprintf(stderr, "claw: error: %s\n", e.what());
+    std::fprintf(stderr, "claw: error%s: %s\n", claw::log::rank_tag().c_str(), e.what());
+    claw::comm::abort_job(1);  // a multi-rank job ends on every rank (returns when alone)
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "claw: internal error: %s\n", e.what());
+    std::fprintf(stderr, "claw: internal error%s: %s\n", claw::log::rank_tag().c_str(), e.what());
+    claw::comm::abort_job(3);
     return 3;
   }
   return 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "claw/cli/flags.h"
+#include "claw/comm/world.h"
 #include "claw/core/log.h"
 #include "claw/model/config.h"
 #include "claw/optim/adamw.h"
@@ -20,6 +21,7 @@ struct TrainArgs {
   optim::LrSchedule lr;
   optim::AdamWConfig adam;
   train::DataConfig data;
+  train::ParallelConfig parallel;
   TrainArgs() {
     // The default job: a small model that visibly learns the built-in corpus in a few minutes.
     lr.max_lr = 1e-3;
@@ -145,6 +147,32 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.data.split; }),
       string_flag<A>("data-dir", "directory of the built-in corpus (default: $CLAW_DATA_DIR or the build's data/)",
                      [](A& a) -> auto& { return a.data.data_dir; }),
+      // Parallelism (ranks come from the launcher: mpirun -np N / srun -n N; data parallel = the rest).
+      int_flag<A>("tensor-model-parallel-size", "tensor-parallel ranks per model replica",
+                  [](A& a) -> auto& { return a.parallel.sizes.tp; }),
+      int_flag<A>("pipeline-model-parallel-size", "pipeline stages",
+                  [](A& a) -> auto& { return a.parallel.sizes.pp; }),
+      int_flag<A>("context-parallel-size", "context-parallel ranks (sequence split for attention)",
+                  [](A& a) -> auto& { return a.parallel.sizes.cp; }),
+      int_flag<A>("expert-model-parallel-size", "expert-parallel ranks (MoE)",
+                  [](A& a) -> auto& { return a.parallel.sizes.ep; }),
+      string_flag<A>("parallel-order", "rank grid order, fastest-varying first",
+                     [](A& a) -> auto& { return a.parallel.sizes.order; }),
+      switch_flag<A>("use-distributed-optimizer", "shard AdamW state over data-parallel ranks (ZeRO stage 1)",
+                     [](A& a) -> auto& { return a.parallel.use_distributed_optimizer; }),
+      int_flag<A>("zero-stage",
+                  "0: replicate; 1: shard optimizer state; 2: also gradients; 3: also parameters (gathered per layer)",
+                  [](A& a) -> auto& { return a.parallel.dp.zero_stage; }),
+      int_flag<A>("ddp-bucket-size", "elements per gradient all-reduce bucket (0: max(40M, 1M x data-parallel size))",
+                  [](A& a) -> auto& { return a.parallel.dp.bucket_size; }),
+      switch_flag<A>("overlap-grad-reduce", "reduce a bucket's gradients while backward continues",
+                     [](A& a) -> auto& { return a.parallel.dp.overlap_grad_reduce; }),
+      switch_flag<A>("overlap-param-gather", "ZeRO-3: gather the next layer's parameters while this one runs",
+                     [](A& a) -> auto& { return a.parallel.dp.overlap_param_gather; }),
+      double_flag<A>("distributed-timeout-minutes", "deadline of every collective wait; then the job aborts",
+                     [](A& a) -> auto& { return a.parallel.distributed_timeout_minutes; }),
+      switch_flag<A>("log-all-ranks", "print info lines from every rank (default: rank 0 only)",
+                     [](A& a) -> auto& { return a.parallel.log_all_ranks; }),
   };
   return flags;
 }
@@ -177,9 +205,17 @@ struct TrainCommand {
       it->set(args, v);
     }
     binder->apply(args);
-    args.train.resolve_and_validate();
+    if (!(args.parallel.distributed_timeout_minutes > 0))
+      fail("--distributed-timeout-minutes must be positive, got {}", args.parallel.distributed_timeout_minutes);
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(args.parallel.distributed_timeout_minutes * 60'000));
+    std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout});
+    log::set_rank(world->rank(), world->size());
+    log::set_all_ranks(args.parallel.log_all_ranks);
+    const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
+    args.train.resolve_and_validate(grid.dp);
     log::info("train", "{}", resolved_config(args));
-    train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data);
+    train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world);
     trainer.run();
   }
 };

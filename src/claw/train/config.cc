@@ -4,12 +4,16 @@
 
 namespace claw::train {
 
-void TrainConfig::resolve_and_validate() {
+void TrainConfig::resolve_and_validate(int dp) {
   if (micro_batch_size <= 0) fail("--micro-batch-size must be positive, got {}", micro_batch_size);
-  if (global_batch_size == 0) global_batch_size = micro_batch_size;
+  if (global_batch_size == 0) global_batch_size = micro_batch_size * dp;
   if (global_batch_size < 0 || global_batch_size % micro_batch_size != 0)
     fail("--global-batch-size {} must be a positive multiple of --micro-batch-size {}", global_batch_size,
          micro_batch_size);
+  if (global_batch_size % (micro_batch_size * dp) != 0)
+    fail("--global-batch-size {} must be a multiple of --micro-batch-size {} x data-parallel size {} = {} (each "
+         "data-parallel rank runs whole micro-batches)",
+         global_batch_size, micro_batch_size, dp, micro_batch_size * dp);
   if (seq_length <= 0) fail("--seq-length must be positive, got {}", seq_length);
   if (train_iters < 0) fail("--train-iters must be >= 0, got {}", train_iters);
   if (eval_interval < 0) fail("--eval-interval must be >= 0 (0 disables evaluation), got {}", eval_interval);

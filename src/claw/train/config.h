@@ -1,12 +1,15 @@
 // Trainer settings (Megatron flag names in the comments).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "claw/comm/parallel_state.h"
 #include "claw/data/packing.h"
 #include "claw/data/tokenizer_factory.h"
+#include "claw/parallel/data_parallel.h"
 
 namespace claw::train {
 
@@ -26,11 +29,13 @@ struct TrainConfig {
   std::string recompute_method = "block";  // --recompute-method: block (the first N layers)
   int64_t recompute_num_layers = 0;    // --recompute-num-layers: N (0: all layers, with full)
 
-  int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
+  // Micro-batches per step on each of `dp` data-parallel ranks.
+  int64_t grad_accumulation_steps(int dp = 1) const { return global_batch_size / (micro_batch_size * dp); }
   // Blocks whose activations are recomputed, for a model of num_layers.
   int64_t recomputed_layers(int64_t num_layers) const;
   // Fills defaults that depend on other fields; throws naming the flag.
-  void resolve_and_validate();
+  // `dp`: the data-parallel size the global batch is split over.
+  void resolve_and_validate(int dp = 1);
 };
 
 struct DataConfig {
@@ -40,6 +45,17 @@ struct DataConfig {
   std::string data_cache_path;         // --data-cache-path: sample index cache ("": next to the data)
   data::TokenizerOptions tokenizer;    // --tokenizer-type etc. (eod id; vocabulary check); default: GPT-2 BPE
   data::PackingOptions packing;        // --reset-position-ids, --reset-attention-mask, --eod-mask-loss
+};
+
+// The parallel layout and its runtime (Megatron flag names in the comments).
+struct ParallelConfig {
+  comm::ParallelSizes sizes;              // --tensor/--context/--expert/--pipeline-model-parallel-size
+  parallel::DataParallelConfig dp;        // --zero-stage, --ddp-bucket-size, --overlap-*
+  bool use_distributed_optimizer = false; // --use-distributed-optimizer: ZeRO stage 1 unless --zero-stage says more
+  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes: deadline of every wait
+  bool log_all_ranks = false;             // --log-all-ranks: info lines from every rank, not only rank 0
+  // The ZeRO stage in effect.
+  int zero_stage() const { return use_distributed_optimizer ? std::max(1, dp.zero_stage) : dp.zero_stage; }
 };
 
 }  // namespace claw::train

@@ -7,11 +7,15 @@
 
 namespace claw::train {
 
-MemoryPlan make_memory_plan(size_t params_bytes, const ArenaPlan& acts) {
+MemoryPlan make_memory_plan(const parallel::DataParallelMemory& m, int zero_stage, int dp, const ArenaPlan& acts) {
   MemoryPlan p;
-  p.params = params_bytes;
-  p.grads = params_bytes;
-  p.optimizer = 2 * params_bytes;  // AdamW exp_avg + exp_avg_sq at the parameters' offsets
+  p.params = m.values;
+  p.grads = m.grads;
+  p.optimizer = m.optimizer;  // AdamW exp_avg + exp_avg_sq of this rank's segments
+  p.gathered = m.gather_slots;
+  p.staging = m.staging_slots;
+  p.zero_stage = zero_stage;
+  p.dp = dp;
   p.activations = acts.total();
   // Entries are 64-byte rounded in the arena. A stored layer is the largest
   // "layers.N." group (recomputed layers keep only their output).
@@ -32,9 +36,14 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
     return fmt::format("  {:<16} {:>12}  {}\n", what, format_bytes(static_cast<double>(bytes)), note);
   };
   std::string s = "memory plan (allocated before step 1):\n";
-  s += row("parameters", p.params, fmt::format("{:.2f}M fp32 parameters", num_params / 1e6));
-  s += row("gradients", p.grads, "fp32, same layout");
-  s += row("optimizer", p.optimizer, "AdamW exp_avg + exp_avg_sq");
+  const std::string shard = fmt::format("1/{} shard (ZeRO-{})", p.dp, p.zero_stage);
+  s += row("parameters", p.params,
+           fmt::format("{:.2f}M fp32 parameters{}", num_params / 1e6, p.zero_stage >= 3 ? ", " + shard : ""));
+  s += row("gradients", p.grads, p.zero_stage >= 2 ? "fp32, " + shard : "fp32, same layout");
+  s += row("optimizer", p.optimizer,
+           p.zero_stage >= 1 ? "AdamW exp_avg + exp_avg_sq, " + shard : "AdamW exp_avg + exp_avg_sq");
+  if (p.gathered) s += row("gathered", p.gathered, "ZeRO-3: units all-gathered just before use");
+  if (p.staging) s += row("grad staging", p.staging, "ZeRO-2/3: unit gradients until reduce-scattered");
   std::string layers =
       recomputed_layers == 0
           ? fmt::format("{} layers x {}", cfg.num_layers, format_bytes(static_cast<double>(p.per_layer_activations)))

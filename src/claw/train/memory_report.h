@@ -9,19 +9,22 @@
 
 #include "claw/core/arena.h"
 #include "claw/model/config.h"
+#include "claw/parallel/data_parallel.h"
 
 namespace claw::train {
 
 struct MemoryPlan {
   size_t params = 0, grads = 0, optimizer = 0, activations = 0;
+  size_t gathered = 0, staging = 0;  // ZeRO-3 gathered units, ZeRO-2/3 gradient staging
+  int zero_stage = 0, dp = 1;
   size_t per_layer_activations = 0;  // one (not recomputed) block's saved tensors
   size_t recompute_region = 0;       // shared by recomputed blocks (they keep only their output)
   size_t scratch = 0;                // shared buffers (incl. the logits chunk)
-  size_t total() const { return params + grads + optimizer + activations; }
+  size_t total() const { return params + grads + optimizer + gathered + staging + activations; }
 };
 
-// params_bytes: the ParamStore's buffer size; acts: plan_activations(cfg, B, T).
-MemoryPlan make_memory_plan(size_t params_bytes, const ArenaPlan& acts);
+// m: the data-parallel engine's buffers (DataParallel::memory()); acts: plan_activations(cfg, B, T).
+MemoryPlan make_memory_plan(const parallel::DataParallelMemory& m, int zero_stage, int dp, const ArenaPlan& acts);
 std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cfg, int64_t num_params, int64_t B,
                                int64_t T, int64_t recomputed_layers);
 

@@ -28,11 +28,29 @@ double seconds_since(clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam,
-                 DataConfig data)
-    : model_cfg_(std::move(model)), cfg_(train), lr_(lr), adam_cfg_(adam), data_cfg_(std::move(data)) {
-  // Everything is validated before any allocation or file is touched.
+                 DataConfig data, ParallelConfig parallel, comm::World& world)
+    : model_cfg_(std::move(model)),
+      cfg_(train),
+      lr_(lr),
+      adam_cfg_(adam),
+      data_cfg_(std::move(data)),
+      par_cfg_(std::move(parallel)),
+      world_(world) {
+  // Everything is validated before any allocation or file is touched; every
+  // rank validates the same configuration, so all refuse it together.
   model_cfg_.validate();
-  cfg_.resolve_and_validate();
+  const comm::RankGrid grid = comm::RankGrid::make(world_.size(), par_cfg_.sizes);
+  const auto not_yet = [](const char* flag, int v, const char* what) {
+    if (v > 1) fail("{} {}: {} is not available in this build yet; claw trains data-parallel (with ZeRO) only", flag,
+                    v, what);
+  };
+  not_yet("--tensor-model-parallel-size", grid.tp, "tensor parallelism");
+  not_yet("--pipeline-model-parallel-size", grid.pp, "pipeline parallelism");
+  not_yet("--context-parallel-size", grid.cp, "context parallelism");
+  not_yet("--expert-model-parallel-size", grid.ep, "expert parallelism");
+  par_cfg_.dp.zero_stage = par_cfg_.zero_stage();
+  par_cfg_.dp.validate(grid.dp);
+  cfg_.resolve_and_validate(grid.dp);
   // Default decay length: the whole run (at least past warmup, so a short
   // run with the default warmup is valid and simply ends while warming up).
   if (lr_.decay_iters == 0) lr_.decay_iters = std::max(cfg_.train_iters, lr_.warmup_iters + 1);
@@ -43,8 +61,21 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
          "use --seq-length <= {} or raise --max-position-embeddings",
          cfg_.seq_length, model_cfg_.max_position_embeddings, model_cfg_.max_position_embeddings);
 
-  cpu_ = kernels::make_cpu_ctx(cfg_.num_threads > 0 ? cfg_.num_threads : kernels::default_num_threads());
+  // Ranks on one node share its cores.
+  cpu_ = kernels::make_cpu_ctx(cfg_.num_threads > 0
+                                   ? cfg_.num_threads
+                                   : std::max(1, kernels::default_num_threads() / world_.local_size()));
+  pstate_ = comm::ParallelState::create(world_, par_cfg_.sizes);
+  comm::Group& dp_group = pstate_->dp();
+  if (world_.size() > 1)
+    log::info("parallel", "{} ranks ({}): {}; ZeRO stage {}, {} thread(s) per rank", world_.size(), world_.backend(),
+              pstate_->describe(), par_cfg_.dp.zero_stage, cpu_.num_threads);
 
+  // Rank 0 makes what is shared on disk (the built-in corpus, the sample
+  // index caches) while the others wait; then they read what it wrote.
+  comm::Group& everyone = pstate_->world();
+  const bool first = world_.rank() == 0;
+  if (!first) everyone.barrier();
   const std::string data_dir = data_cfg_.data_dir.empty() ? data::default_data_dir() : data_cfg_.data_dir;
   std::vector<std::string> words = data_cfg_.data_path;
   if (words.empty()) words = {data::ensure_builtin_corpus(data_dir, cpu_.num_threads)};
@@ -83,6 +114,7 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
          model_cfg_.vocab_size, tokenizer->name(), tokenizer->vocab_size(), tokenizer->vocab_size());
   data::PackingOptions packing = data_cfg_.packing;
   packing.eod = tokenizer->eod();
+  if (first) everyone.barrier();
 
   log::info("data", "{}: {} training samples of {} tokens{}{}", fmt::join(words, " "), train_data_->num_samples(),
             cfg_.seq_length,
@@ -92,20 +124,22 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
                                         packing.reset_position_ids, packing.reset_attention_mask,
                                         packing.eod_mask_loss, packing.eod)
                           : "");
-  batch_ = std::make_unique<GlobalBatch>(cfg_.grad_accumulation_steps(), cfg_.micro_batch_size, cfg_.seq_length,
-                                         packing);
+  batch_ = std::make_unique<GlobalBatch>(cfg_.grad_accumulation_steps(dp_group.size()), cfg_.micro_batch_size,
+                                         cfg_.seq_length, packing, dp_group.size(), dp_group.rank());
 
-  model_ = std::make_unique<model::GPT>(model_cfg_);
+  model_ = std::make_unique<model::GPT>(
+      model_cfg_, parallel::store_options(par_cfg_.dp.zero_stage, dp_group.size(), dp_group.rank()));
   model_->init_weights(cpu_, cfg_.seed);
+  dp_ = std::make_unique<parallel::DataParallel>(*model_, dp_group, par_cfg_.dp);
   const model::Recompute recompute{cfg_.recomputed_layers(model_cfg_.num_layers)};
   if (recompute.layers > model_cfg_.num_layers)
     fail("--recompute-num-layers {} exceeds --num-layers {}", recompute.layers, model_cfg_.num_layers);
   ArenaPlan acts = model::plan_activations(model_cfg_, cfg_.micro_batch_size, cfg_.seq_length, recompute);
-  MemoryPlan plan = make_memory_plan(model_->store().bytes(), acts);
+  MemoryPlan plan = make_memory_plan(dp_->memory(), par_cfg_.dp.zero_stage, dp_group.size(), acts);
   log::info("memory", "{}", format_memory_plan(plan, model_cfg_, model_->store().numel(), cfg_.micro_batch_size,
                                                cfg_.seq_length, recompute.layers));
   model_->reserve(cfg_.micro_batch_size, cfg_.seq_length, recompute);
-  optimizer_ = std::make_unique<optim::AdamW>(model_->store(), adam_cfg_);
+  optimizer_ = std::make_unique<optim::AdamW>(dp_->segments(), adam_cfg_);
   CLAW_CHECK(model_->activation_bytes() == plan.activations && optimizer_->state_bytes() == plan.optimizer,
              "allocated memory differs from the printed plan");
 }
@@ -116,27 +150,31 @@ double Trainer::evaluate(int64_t first) {
   double total = 0;
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
     batch_->load(*valid_data_, first + i * cfg_.global_batch_size);
-    total += eval_loss(*model_, cpu_, *batch_, cfg_.seed);
+    total += eval_loss(*model_, cpu_, *batch_, cfg_.seed, dp_.get());
   }
   return total / static_cast<double>(cfg_.eval_iters);
 }
 
 TrainResult Trainer::run() {
   const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length, GB = cfg_.global_batch_size;
-  const int64_t accum = cfg_.grad_accumulation_steps();
+  const int64_t accum = cfg_.grad_accumulation_steps(pstate_->dp().size());
   const double tokens_per_step = static_cast<double>(GB * T);
   const double flops_per_step = model_cfg_.flops_per_token(T) * tokens_per_step;
 
-  double peak = cfg_.peak_gflops;
+  // MFU is against the whole job's peak: every rank measures SGEMM at once
+  // (sharing the node as training will) and the figures add up.
+  comm::Group& everyone = pstate_->world();
+  double peak = cfg_.peak_gflops * world_.size();
   if (peak == 0) {
-    peak = kernels::measure_sgemm_gflops();
-    log::info("train", "MFU denominator: {:.1f} GFLOP/s, measured fp32 SGEMM 2048^3 on {} thread(s)", peak,
-              cpu_.num_threads);
+    peak = everyone.all_reduce_value(kernels::measure_sgemm_gflops());
+    log::info("train", "MFU denominator: {:.1f} GFLOP/s, measured fp32 SGEMM 2048^3 on {} thread(s) x {} rank(s)",
+              peak, cpu_.num_threads, world_.size());
   }
-  log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {}), {:.2f} GFLOP per step",
-            cfg_.train_iters, GB, T, accum, B, flops_per_step / 1e9);
+  log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {} on each of {} data-parallel "
+            "rank(s)), {:.2f} GFLOP per step",
+            cfg_.train_iters, GB, T, accum, B, pstate_->dp().size(), flops_per_step / 1e9);
 
-  MetricsWriter metrics(cfg_.metrics_file);
+  MetricsWriter metrics(world_.rank() == 0 ? cfg_.metrics_file : std::string());
   TrainResult result;
   auto start = clock::now();
   int64_t val_cursor = 0;
@@ -146,9 +184,17 @@ TrainResult Trainer::run() {
     const double lr = lr_.at(step);
     batch_->load(*train_data_, step * GB);
     StepResult r = train_step(*model_, *optimizer_, cpu_, *batch_, step, lr, cfg_.seed,
-                              static_cast<uint64_t>(step * GB));
+                              static_cast<uint64_t>(step * GB), {}, dp_.get());
     const double loss = r.loss, grad_norm = r.grad_norm;
-    const double dt = seconds_since(t0);
+    double dt = seconds_since(t0);
+    // Spread of step times over the ranks (a straggler shows as max >> min);
+    // the step's time is the slowest rank's.
+    double dt_min = dt, dt_max = dt;
+    if (world_.size() > 1) {
+      dt_min = everyone.all_reduce_value(dt, comm::ReduceOp::min);
+      dt_max = everyone.all_reduce_value(dt, comm::ReduceOp::max);
+      dt = dt_max;
+    }
 
     nlohmann::json rec = {{"step", step + 1},
                           {"loss", loss},
@@ -158,6 +204,10 @@ TrainResult Trainer::run() {
                           {"mfu", flops_per_step / dt / (peak * 1e9)},
                           {"mem_bytes", peak_rss_bytes()},
                           {"step_ms", dt * 1e3},
+                          {"step_ms_min", dt_min * 1e3},
+                          {"step_ms_max", dt_max * 1e3},
+                          {"grad_comm_wait_ms", dp_->last_grad_wait_s() * 1e3},
+                          {"param_gather_wait_ms", dp_->last_gather_wait_s() * 1e3},
                           {"tokens", static_cast<int64_t>(tokens_per_step) * (step + 1)}};
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {

@@ -2,7 +2,11 @@
 // clipping, AdamW with a warmup + decay schedule, periodic validation, a
 // progress line and a JSONL metrics stream.
 //
-// One step (global batch = grad_accumulation_steps micro-batches):
+// Launched by mpirun/srun, every rank runs this loop on its data-parallel
+// slice of each global batch (ParallelState, DataParallel); rank 0 logs and
+// writes the metrics.
+//
+// One step (global batch = grad_accumulation_steps micro-batches per rank):
 //   zero grads
 //   for each micro-batch: forward (loss, LM-head grads) + backward; grads accumulate
 //   norm = sqrt(sum of squared grads); coef = min(1, clip / norm)
@@ -18,9 +22,11 @@
 #include <memory>
 #include <vector>
 
+#include "claw/comm/parallel_state.h"
 #include "claw/model/config.h"
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
+#include "claw/parallel/data_parallel.h"
 #include "claw/train/batch.h"
 #include "claw/train/config.h"
 
@@ -42,7 +48,9 @@ struct TrainResult {
 
 class Trainer {
  public:
-  Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam, DataConfig data);
+  // `world`: this process's place in the job (World::single() for one rank).
+  Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam, DataConfig data,
+          ParallelConfig parallel, comm::World& world);
   ~Trainer();
 
   TrainResult run();
@@ -56,10 +64,14 @@ class Trainer {
   optim::LrSchedule lr_;
   optim::AdamWConfig adam_cfg_;
   DataConfig data_cfg_;
+  ParallelConfig par_cfg_;
+  comm::World& world_;
+  std::unique_ptr<comm::ParallelState> pstate_;
   CpuCtx cpu_;
   std::unique_ptr<data::SampleSource> train_data_;
   std::unique_ptr<data::SampleSource> valid_data_;  // null: no validation
   std::unique_ptr<model::GPT> model_;
+  std::unique_ptr<parallel::DataParallel> dp_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<GlobalBatch> batch_;
 };
