@@ -140,11 +140,15 @@ class Engine {
 
   // Runs `fn` on the communication thread after everything issued before it.
   void enqueue(std::shared_ptr<OpState> op, std::function<void()> fn) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lk(mu_);
       queue_.push_back({std::move(op), std::move(fn)});
+      wake = sleeping_;
     }
-    cv_.notify_one();
+    // No wake-up (a system call) while the thread is busy: it takes the next
+    // task before it sleeps.
+    if (wake) cv_.notify_one();
   }
   // A non-blocking MPI request started by a task; completes `op` when done.
   void track(std::shared_ptr<OpState> op, MPI_Request req) { inflight_.push_back({std::move(op), req}); }
@@ -191,10 +195,14 @@ class Engine {
       Task t;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        if (inflight_.empty())
-          cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-        else
-          cv_.wait_for(lk, std::chrono::microseconds(50), [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) {
+          sleeping_ = true;
+          if (inflight_.empty())
+            cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+          else
+            cv_.wait_for(lk, std::chrono::microseconds(50), [&] { return stopping_ || !queue_.empty(); });
+          sleeping_ = false;
+        }
         if (queue_.empty()) {
           if (stopping_ && inflight_.empty()) return;
           lk.unlock();
@@ -224,6 +232,7 @@ class Engine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
+  bool sleeping_ = false;           // the thread waits on cv_ (guarded by mu_)
   std::vector<Inflight> inflight_;  // touched only by the communication thread
   bool stopping_ = false;
   std::thread thread_;

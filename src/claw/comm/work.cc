@@ -1,5 +1,7 @@
 #include "claw/comm/work.h"
 
+#include <sched.h>
+
 #include <fmt/format.h>
 
 #include "claw/comm/op_state.h"
@@ -42,9 +44,19 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_->done.load(std::memory_order_acquire)) {
     const auto limit = std::min(timeout, state_->timeout);
     const auto deadline = detail::Clock::now() + limit;
-    // Spin briefly (collectives of a few MB finish in microseconds to a few
-    // milliseconds), then sleep on the condition variable.
-    for (int i = 0; i < 2000 && !state_->done.load(std::memory_order_acquire); ++i) __builtin_ia32_pause();
+    // Stay on the CPU for a short while (small collectives finish within
+    // microseconds, and a sleeping waiter pays a scheduler wake-up), but
+    // yield while doing so: with more threads than cores (ranks x (caller +
+    // communication thread), as on an oversubscribed node) a busy spin takes
+    // the core from the very thread doing the transfer. Measured with
+    // bench/bench_comm on 2 cores: an 8-byte all_reduce's overhead over a
+    // direct MPI call fell from 17-23 us (2000-pause spin) to ~3.5 us with 2
+    // ranks, and from ~62 us to ~10 us with 4 (bench/RESULTS.md).
+    const auto spin_until = std::min(deadline, detail::Clock::now() + std::chrono::microseconds(50));
+    for (int i = 0; !state_->done.load(std::memory_order_acquire); ++i) {
+      sched_yield();
+      if ((i & 7) == 7 && detail::Clock::now() >= spin_until) break;
+    }
     std::unique_lock<std::mutex> lk(state_->mu);
     if (!state_->cv.wait_until(lk, deadline, [&] { return state_->done.load(std::memory_order_acquire); }))
       throw TimeoutError(fmt::format(
