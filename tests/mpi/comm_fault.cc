@@ -7,6 +7,9 @@
 //                                        abort the job.
 //   CLAW_TEST_KILL_RANK=R                rank R kills itself with SIGKILL before
 //   CLAW_TEST_KILL_AFTER=N (default 3)   its operation N+1.
+//   CLAW_TEST_SPLIT_LATE_RANK=R          the ranks create a group first, rank R
+//                                        30 s late: the others time out in
+//                                        World::split after 3 s.
 //
 // Prints "comm_fault: all N operations completed" on rank 0 when nothing fails.
 #include <chrono>
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "claw/comm/world.h"
@@ -43,6 +47,12 @@ int main() {
     rank = world->rank();
     size = world->size();
     log::set_rank(rank, size);
+    if (const int late = env_int("CLAW_TEST_SPLIT_LATE_RANK", -1); late >= 0) {
+      if (rank == late) std::this_thread::sleep_for(30s);
+      std::vector<int> all(size);
+      for (int r = 0; r < size; ++r) all[r] = r;
+      world->split("late", {all});
+    }
     comm::Group& g = *world->world_group();
     const int kill_rank = env_int("CLAW_TEST_KILL_RANK", -1);
     const int kill_after = env_int("CLAW_TEST_KILL_AFTER", 3);

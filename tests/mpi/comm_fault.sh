@@ -9,6 +9,8 @@
 #              all_reduce seq 5 RUNNING or QUEUED; the job aborts non-zero
 #     kill     rank 1 SIGKILLs itself after 3 operations: the job ends within
 #              seconds and the output names rank 1 and signal 9
+#     split    rank 1 reaches World::split 30 s after the others: they time
+#              out after 3 s naming the group, and abort the job
 # Prints how long the job took (and, for kill, from the kill to the end).
 set -uo pipefail
 mpiexec=$1
@@ -16,7 +18,7 @@ prog=$2
 case_=$3
 mpi_timeout=60  # mpirun's own limit: the job must end well before it
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset CLAW_TEST_HANG_OPERATION CLAW_TEST_KILL_RANK CLAW_TEST_KILL_AFTER
+unset CLAW_TEST_HANG_OPERATION CLAW_TEST_KILL_RANK CLAW_TEST_KILL_AFTER CLAW_TEST_SPLIT_LATE_RANK
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -31,6 +33,7 @@ case $case_ in
   clean) ;;
   hang) export CLAW_TEST_HANG_OPERATION=1:world:5 ;;
   kill) export CLAW_TEST_KILL_RANK=1 CLAW_TEST_KILL_AFTER=3 ;;
+  split) export CLAW_TEST_SPLIT_LATE_RANK=1 ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
 
@@ -73,6 +76,15 @@ case $case_ in
     awk -v e="$after" 'BEGIN { exit !(e < 10) }' || fail "took $after s after the kill (expected about 1)"
     grep -Eq "process rank 1 with PID [0-9]+ on node .* exited on signal 9" "$out" ||
       fail "the output does not name rank 1 as killed by signal 9"
+    ;;
+  split)
+    ((rc != 0)) || fail "exit code 0 although rank 1 was late"
+    awk -v e="$elapsed" 'BEGIN { exit !(e < 25) }' || fail "took $elapsed s (expected about 6; rank 1 sleeps 30 s)"
+    for r in 0 2; do
+      grep -Eq "^\[rank $r/3\] comm_fault: .*creating group late \(MPI_Comm_split over the world\) did not complete within 3\.0 s" "$out" ||
+        fail "rank $r did not report the timeout of the split"
+    done
+    grep -q "MPI_ABORT was invoked" "$out" || fail "the job was not ended by MPI_Abort"
     ;;
 esac
 echo "PASS ($case_)"

@@ -154,15 +154,25 @@ class Engine {
   void track(std::shared_ptr<OpState> op, MPI_Request req) { inflight_.push_back({std::move(op), req}); }
 
   // Runs fn on the communication thread and waits (setup: communicator splits).
-  void run_sync(const std::function<void()>& fn) {
+  // Like every wait, this one has a deadline: a rank that never makes the
+  // same call must not leave the others inside MPI forever. `fn` may outlive
+  // the caller (timeout), so it owns what it writes.
+  void run_sync(std::function<void()> fn, std::chrono::milliseconds timeout, const std::string& what) {
     auto op = std::make_shared<OpState>();
     op->group = "world";
-    op->timeout = std::chrono::hours(24 * 365);
-    enqueue(op, [fn, op] {
+    op->timeout = timeout;
+    enqueue(op, [fn = std::move(fn), op] {
       fn();
       op->complete();
     });
-    Work(op).wait();
+    try {
+      Work(op).wait();
+    } catch (const TimeoutError&) {
+      throw TimeoutError(fmt::format(
+          "{} did not complete within {:.1f} s (--distributed-timeout-minutes): a rank did not make the same call, "
+          "hangs, or died",
+          what, std::chrono::duration<double>(timeout).count()));
+    }
   }
 
  private:
@@ -392,12 +402,14 @@ class MpiWorld final : public World {
     for (int r = 0; r < size_; ++r)
       CLAW_CHECK(seen[r] == 1, "group {}: rank {} is in none of the lists (they must partition the {} ranks)", name,
                  r, size_);
-    MPI_Comm comm = MPI_COMM_NULL;
-    engine_->run_sync([&] {
-      CLAW_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm));
-      MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    });
-    return std::make_shared<MpiGroup>(name, key, members, comm, *engine_, opts_.timeout);
+    auto comm = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+    engine_->run_sync(
+        [comm, color, key] {
+          CLAW_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, comm.get()));
+          MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+        },
+        opts_.timeout, fmt::format("creating group {} (MPI_Comm_split over the world)", name));
+    return std::make_shared<MpiGroup>(name, key, members, *comm, *engine_, opts_.timeout);
   }
 
  private:
