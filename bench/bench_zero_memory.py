@@ -37,19 +37,21 @@ def main():
     p.add_argument("--model", default="gpt2-124m")
     p.add_argument("--dp", default="1,2,4")
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--stages", default="0,1,2,3")
+    p.add_argument("--bucket-size", type=int, default=0, help="--ddp-bucket-size (0: claw's default)")
     a = p.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     print("| DP | ZeRO | params | grads | optimizer | gathered + staging | p+g+o (plan) | closed form | "
           "plan / closed form | peak RSS rank 0 | RSS - plan p+g+o |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for dp in map(int, a.dp.split(",")):
-        for stage in range(4):
+        for stage in map(int, a.stages.split(",")):
             with tempfile.TemporaryDirectory() as tmp:
                 metrics = os.path.join(tmp, "m.jsonl")
                 cmd = [a.claw, "train", "--model", a.model, "--micro-batch-size", "1", "--global-batch-size",
                        str(dp), "--seq-length", "128", "--train-iters", str(a.steps), "--eval-interval", "0",
                        "--peak-gflops", "100", "--num-threads", "1", "--zero-stage", str(stage),
-                       "--metrics-file", metrics]
+                       "--ddp-bucket-size", str(a.bucket_size), "--metrics-file", metrics]
                 if dp > 1:
                     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(dp)] + cmd
                 r = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -165,8 +165,8 @@ std::vector<model::Segment> DataParallel::segments() const {
   return out;
 }
 
-std::vector<int64_t> DataParallel::counts_of(int unit) const {
-  const int64_t S = store_.total() / dp_.size(), lo = units_[unit].lo, hi = units_[unit].hi;
+std::vector<int64_t> DataParallel::counts_of(int64_t lo, int64_t hi) const {
+  const int64_t S = store_.total() / dp_.size();
   std::vector<int64_t> c(dp_.size());
   for (int r = 0; r < dp_.size(); ++r) c[r] = std::max<int64_t>(0, std::min(hi, (r + 1) * S) - std::max(lo, r * S));
   return c;
@@ -219,7 +219,7 @@ void DataParallel::issue_gather(int unit) {
   const int64_t S = store_.total() / dp_.size(), r = dp_.rank();
   const int64_t b = std::max(u.lo, r * S), e = std::min(u.hi, (r + 1) * S);
   if (b < e) std::memcpy(dst + (b - u.lo), store_.value_shard() + (b - r * S), (e - b) * sizeof(float));
-  const std::vector<int64_t> counts = counts_of(unit);
+  const std::vector<int64_t> counts = counts_of(u.lo, u.hi);
   g.work = dp_.all_gather_async(nullptr, dst, counts, DType::f32);
 }
 
@@ -270,8 +270,14 @@ void DataParallel::grads_end(int unit) {
   }
   const int64_t slot = open_slot_[unit];
   float* base = staging_.ptr<float>(0) + slot;
-  const std::vector<int64_t> counts = counts_of(unit);
-  inflight_.push_back({unit, slot, dp_.reduce_scatter_async(base, base, counts, DType::f32)});
+  const model::Unit& u = units_[unit];
+  Staged st{.unit = unit, .slot = slot};
+  for (int64_t lo = u.lo; lo < u.hi; lo += cfg_.bucket_size) {
+    const int64_t hi = std::min(u.hi, lo + cfg_.bucket_size);
+    st.pieces.push_back({lo, hi});
+    st.work.push_back(dp_.reduce_scatter_async(base + (lo - u.lo), base + (lo - u.lo), counts_of(lo, hi), DType::f32));
+  }
+  inflight_.push_back(std::move(st));
   open_slot_[unit] = -1;
   bind_grads(unit, nullptr);
   if (!cfg_.overlap_grad_reduce) retire_oldest();
@@ -282,15 +288,19 @@ void DataParallel::grads_end(int unit) {
 void DataParallel::retire_oldest() {
   Staged s = std::move(inflight_.front());
   inflight_.pop_front();
-  const auto t0 = Clock::now();
-  s.work.wait();
-  grad_wait_s_ += since(t0);
   const model::Unit& u = units_[s.unit];
   const int64_t S = store_.total() / dp_.size(), r = dp_.rank();
-  const int64_t b = std::max(u.lo, r * S), e = std::min(u.hi, (r + 1) * S);
-  const float* src = staging_.ptr<float>(0) + s.slot;
-  float* dst = store_.grad_shard() + (b - r * S);
-  for (int64_t i = 0; i < e - b; ++i) dst[i] += src[i];
+  for (size_t k = 0; k < s.pieces.size(); ++k) {
+    const auto t0 = Clock::now();
+    s.work[k].wait();
+    grad_wait_s_ += since(t0);
+    // This rank's block of the piece's sum is at the start of the piece.
+    const auto [lo, hi] = s.pieces[k];
+    const int64_t b = std::max(lo, r * S), e = std::min(hi, (r + 1) * S);
+    const float* src = staging_.ptr<float>(0) + s.slot + (lo - u.lo);
+    float* dst = store_.grad_shard() + (b - r * S);
+    for (int64_t i = 0; i < e - b; ++i) dst[i] += src[i];
+  }
   staging_alloc_.release(s.slot);
 }
 

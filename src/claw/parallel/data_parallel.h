@@ -17,7 +17,9 @@
 //            gradients are written into a staging slot and reduce-scattered
 //            into the owned range as soon as the unit's backward ends (every
 //            micro-batch: this is what lets the full gradient buffer go),
-//            accumulating there across micro-batches.
+//            accumulating there across micro-batches; in pieces of at most
+//            --ddp-bucket-size elements, since MPI's reduce-scatter
+//            allocates a temporary as large as its input.
 //   stage 3  values too: before a unit is used its values are all-gathered
 //            into a slot and freed after use; with --overlap-param-gather
 //            the next unit's gather is issued before the current unit runs.
@@ -116,16 +118,19 @@ class DataParallel final : public model::UnitHooks {
   void grads_end(int unit) override;
 
  private:
+  // One unit's staged gradients, reduce-scattered in pieces of at most
+  // --ddp-bucket-size elements (which also bounds MPI's temporary buffers).
   struct Staged {
     int unit;
     int64_t slot;
-    comm::Work work;
+    std::vector<std::pair<int64_t, int64_t>> pieces;  // flat ranges
+    std::vector<comm::Work> work;
   };
   struct Gathered {
     int64_t slot = -1;
     comm::Work work;
   };
-  std::vector<int64_t> counts_of(int unit) const;  // per rank: owned part of the unit's range
+  std::vector<int64_t> counts_of(int64_t lo, int64_t hi) const;  // per rank: owned part of a flat range
   void bind_values(int unit, float* base);
   void bind_grads(int unit, float* base);
   void issue_gather(int unit);
