@@ -172,21 +172,15 @@ std::vector<int64_t> DataParallel::counts_of(int64_t lo, int64_t hi) const {
   return c;
 }
 
-void DataParallel::bind_values(int unit, float* base) {
+// Points the unit's parameters' value (or gradient) tensors into `base`,
+// which holds the unit's flat range; null unbinds them.
+void DataParallel::bind(int unit, float* base, Tensor model::Param::*which) {
   const model::Unit& u = units_[unit];
   const auto& params = store_.params();
   for (model::Param* p : u.params) {
     const size_t k = static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin());
-    p->value = base ? Tensor(base + (store_.offsets()[k] / sizeof(float) - u.lo), DType::f32, p->spec.shape) : Tensor();
-  }
-}
-
-void DataParallel::bind_grads(int unit, float* base) {
-  const model::Unit& u = units_[unit];
-  const auto& params = store_.params();
-  for (model::Param* p : u.params) {
-    const size_t k = static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin());
-    p->grad = base ? Tensor(base + (store_.offsets()[k] / sizeof(float) - u.lo), DType::f32, p->spec.shape) : Tensor();
+    const int64_t at = static_cast<int64_t>(store_.offsets()[k] / sizeof(float)) - u.lo;
+    p->*which = base ? Tensor(base + at, DType::f32, p->spec.shape) : Tensor();
   }
 }
 
@@ -231,7 +225,7 @@ void DataParallel::before_use(int unit) {
   const auto t0 = Clock::now();
   resident_[unit].work.wait();
   gather_wait_s_ += since(t0);
-  bind_values(unit, gathered_.ptr<float>(0) + resident_[unit].slot);
+  bind(unit, gathered_.ptr<float>(0) + resident_[unit].slot, &model::Param::value);
   ++use_cursor_;
   if (cfg_.overlap_param_gather && use_cursor_ < use_order_.size() && resident_[use_order_[use_cursor_]].slot < 0)
     issue_gather(use_order_[use_cursor_]);
@@ -239,7 +233,7 @@ void DataParallel::before_use(int unit) {
 
 void DataParallel::after_use(int unit) {
   if (cfg_.zero_stage < 3) return;
-  bind_values(unit, nullptr);
+  bind(unit, nullptr, &model::Param::value);
   gather_alloc_.release(resident_[unit].slot);
   resident_[unit] = Gathered{};
 }
@@ -255,7 +249,7 @@ void DataParallel::grads_begin(int unit) {
   float* base = staging_.ptr<float>(0) + slot;
   std::memset(base, 0, n * sizeof(float));
   open_slot_[unit] = slot;
-  bind_grads(unit, base);
+  bind(unit, base, &model::Param::grad);
 }
 
 void DataParallel::grads_end(int unit) {
@@ -279,7 +273,7 @@ void DataParallel::grads_end(int unit) {
   }
   inflight_.push_back(std::move(st));
   open_slot_[unit] = -1;
-  bind_grads(unit, nullptr);
+  bind(unit, nullptr, &model::Param::grad);
   if (!cfg_.overlap_grad_reduce) retire_oldest();
 }
 

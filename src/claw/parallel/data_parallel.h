@@ -131,8 +131,7 @@ class DataParallel final : public model::UnitHooks {
     comm::Work work;
   };
   std::vector<int64_t> counts_of(int64_t lo, int64_t hi) const;  // per rank: owned part of a flat range
-  void bind_values(int unit, float* base);
-  void bind_grads(int unit, float* base);
+  void bind(int unit, float* base, Tensor model::Param::*which);
   void issue_gather(int unit);
   void retire_oldest();
   void plan_slots();
