@@ -3,13 +3,16 @@
 # starts munged, slurmctld and slurmd under a private directory with free
 # ports (RECIPES.md "Slurm on one machine"), runs
 #   srun -n 2 --mpi=pmix test_comm
-# and checks that both ranks joined one world of 2 and every test passed.
+# and checks that both ranks joined one world of 2 and every test passed;
+# then, given the claw binary, `srun -n 2 claw train` against the same run on
+# one rank (equal per-step losses).
 # The daemons are always stopped (trap), by the pids they wrote.
 #
-#   srun_launch.sh TEST_COMM
+#   srun_launch.sh TEST_COMM [CLAW]
 # Needs the Debian packages slurm-wlm and munge (scripts/setup installs them).
 set -uo pipefail
 prog=$1
+claw=${2:-}
 
 for tool in munged mungekey slurmctld slurmd srun sinfo; do
   command -v $tool >/dev/null || { echo "FAIL: $tool not found (install slurm-wlm and munge: scripts/setup)"; exit 1; }
@@ -110,3 +113,21 @@ grep -q "PASSED" "$D/srun.out" || fail "no PASSED line"
 grep -q "FAILED" "$D/srun.out" && fail "a test failed"
 # Both ranks ran (rank 1 checked the size too: World.Info with CLAW_TEST_EXPECT_WORLD_SIZE).
 echo "PASS: srun started 2 ranks that formed one world of 2"
+
+[[ -n $claw ]] || exit 0
+args=(train --model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+      --micro-batch-size 1 --global-batch-size 4 --train-iters 8 --eval-interval 0 --peak-gflops 100 --num-threads 1)
+"$claw" "${args[@]}" --metrics-file "$D/single.jsonl" >"$D/single.out" 2>&1 || fail "single-rank claw train"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  timeout 300 srun -n 2 --mpi=pmix --overcommit "$claw" "${args[@]}" --zero-stage 1 \
+  --metrics-file "$D/srun.jsonl" >"$D/srun.out" 2>&1 || fail "srun -n 2 claw train (exit $?)"
+grep -q "2 ranks (mpi" "$D/srun.out" || fail "claw train under srun did not form a world of 2"
+/usr/bin/python3 - "$D/single.jsonl" "$D/srun.jsonl" <<'PY' || fail "losses differ"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 8, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst <= 2e-5, f"worst relative loss difference {worst}"
+print(f"PASS: srun -n 2 claw train (ZeRO-1) equals one rank over 8 steps (worst relative difference {worst:.1e})")
+PY
