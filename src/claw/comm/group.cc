@@ -48,6 +48,12 @@ Work Group::checked_submit(Request r) {
   if (r.kind == OpKind::send || r.kind == OpKind::recv || r.kind == OpKind::broadcast)
     CLAW_CHECK(r.peer >= 0 && r.peer < size(), "{} on {}: rank {} outside [0, {})", to_string(r.kind), name_, r.peer,
                size());
+  // Checked here, not in a backend, so that one rank refuses what many would.
+  const bool reducing = r.kind == OpKind::all_reduce || r.kind == OpKind::reduce_scatter;
+  const bool low = r.dtype == DType::bf16 || r.dtype == DType::f16 || r.dtype == DType::e4m3 || r.dtype == DType::e5m2;
+  if (reducing && low)
+    fail("{} of {} on group {}: reductions of 16- and 8-bit floats are not supported; reduce in f32",
+         to_string(r.kind), dtype_name(r.dtype), name_);
   if (r.kind == OpKind::send || r.kind == OpKind::recv)
     CLAW_CHECK(r.peer != rank_, "{} on {}: rank {} to itself", to_string(r.kind), name_, rank_);
   return submit(std::move(r));

@@ -120,7 +120,8 @@ struct HangHook {
 
 class Engine {
  public:
-  explicit Engine(int world_rank) : hang_(HangHook::from_env()), world_rank_(world_rank) {
+  Engine(int world_rank, std::chrono::milliseconds drain_limit)
+      : hang_(HangHook::from_env()), world_rank_(world_rank), drain_limit_(drain_limit) {
     thread_ = std::thread([this] { loop(); });
   }
   ~Engine() { stop(); }
@@ -130,6 +131,7 @@ class Engine {
     {
       std::lock_guard<std::mutex> lk(mu_);
       stopping_ = true;
+      stop_deadline_ = Clock::now() + drain_limit_;
     }
     cv_.notify_all();
     if (std::uncaught_exceptions() > 0)
@@ -200,6 +202,18 @@ class Engine {
     }
   }
 
+  // At exit, transfers that no peer matched within the deadline are
+  // cancelled and reported instead of holding the process forever.
+  void abandon_inflight() {
+    for (Inflight& f : inflight_) {
+      log::warn("comm", "at exit, {} was never matched by its peer; cancelled", f.op->describe());
+      MPI_Cancel(&f.req);
+      MPI_Request_free(&f.req);
+      f.op->complete(std::make_exception_ptr(Error(f.op->describe() + " cancelled at exit: never matched")));
+    }
+    inflight_.clear();
+  }
+
   void loop() {
     for (;;) {
       Task t;
@@ -215,6 +229,10 @@ class Engine {
         }
         if (queue_.empty()) {
           if (stopping_ && inflight_.empty()) return;
+          if (stopping_ && Clock::now() > stop_deadline_) {
+            abandon_inflight();
+            return;
+          }
           lk.unlock();
           poll_inflight();
           continue;
@@ -239,6 +257,8 @@ class Engine {
 
   HangHook hang_;
   int world_rank_;
+  std::chrono::milliseconds drain_limit_;
+  Clock::time_point stop_deadline_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
@@ -355,7 +375,7 @@ class MpiWorld final : public World {
     library_ = std::string(version, len);
     if (auto nl = library_.find_first_of(",\n"); nl != std::string::npos) library_.resize(nl);
     detail::FlightRecorder::instance().resize(opts.flight_record_size);
-    engine_ = std::make_unique<Engine>(rank_);
+    engine_ = std::make_unique<Engine>(rank_, opts.timeout);
     std::vector<int> all(size_);
     for (int i = 0; i < size_; ++i) all[i] = i;
     world_ = std::make_shared<MpiGroup>("world", rank_, all, MPI_COMM_WORLD, *engine_, opts.timeout);
