@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace claw::data {
@@ -60,6 +61,22 @@ class MappedFile {
 
 // The contents of a file; `what` as for MappedFile.
 std::string read_file(const std::string& path, const char* what);
+
+// Calls fn(line_number, line) for each line of `text` (1-based numbers; the
+// '\n' and a trailing '\r' removed; empty lines included, a final empty
+// piece after the last '\n' not).
+template <typename F>
+void for_each_line(std::string_view text, F&& fn) {
+  int64_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    fn(++line_no, line);
+  }
+}
 
 // Opens a regular file for reading; `what` as for MappedFile.
 FileDescriptor open_regular_file(const std::string& path, const char* what);

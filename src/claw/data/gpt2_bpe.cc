@@ -108,16 +108,9 @@ BpeVocabulary read_gpt2_files(const std::string& encoder_json_path, const std::s
   std::string text = read_file(vocab_bpe_path, "GPT-2 merges file");
   std::vector<int64_t> produced_at(vocab, 0);
   std::string left, right;
-  int64_t line_no = 0;
   int32_t rank = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+  for_each_line(text, [&](int64_t line_no, std::string_view line) {
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) return;
     size_t sp = line.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != line.npos)
       fail("GPT-2 merges file {} line {}: expected two tokens separated by one space, got \"{}\"", vocab_bpe_path,
@@ -138,7 +131,7 @@ BpeVocabulary read_gpt2_files(const std::string& encoder_json_path, const std::s
     produced[m->second] = true;
     produced_at[m->second] = line_no;
     v.merges.push_back(BpeMerge{l->second, r->second, m->second, rank++});
-  }
+  });
   v.token_bytes = std::move(token_bytes);
   return v;
 }

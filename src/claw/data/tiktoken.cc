@@ -118,15 +118,8 @@ BpeVocabulary read_rank_file(const std::string& path, const std::string& pattern
   std::vector<int64_t> line_of_rank;  // rank -> line that defined it (0: none)
   RankMap rank_of;
   rank_of.reserve(text.size() / 8);
-  int64_t line_no = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
+  for_each_line(text, [&](int64_t line_no, std::string_view line) {
+    if (line.empty()) return;
     const size_t sp = line.find(' ');
     if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
       fail("tiktoken rank file {} line {}: expected \"<base64 token> <rank>\", got \"{}\"", path, line_no, line);
@@ -154,7 +147,7 @@ BpeVocabulary read_rank_file(const std::string& path, const std::string& pattern
            line.substr(0, sp), it->second, line_of_rank[it->second]);
     line_of_rank[rank] = line_no;
     token_bytes[rank] = std::move(*bytes);
-  }
+  });
   if (rank_of.empty()) fail("tiktoken rank file {} has no tokens", path);
   for (int b = 0; b < 256; ++b)
     if (const char c = static_cast<char>(b); !rank_of.contains(std::string_view(&c, 1)))

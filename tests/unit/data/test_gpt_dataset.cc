@@ -228,7 +228,9 @@ TEST(GptDataset, EpochsForTheRequestedSamples) {
   for (int64_t i = 0; i < per_epoch - 1; ++i) {  // positions of the first epoch (boundary samples aside)
     half.get_sample(i, sample.data());
     for (int t = 0; t < 8; ++t)
-      if (sample[t] != 0) EXPECT_EQ(++first[sample[t]], 1) << "token seen twice within the first epoch";
+      if (sample[t] != 0) {
+        EXPECT_EQ(++first[sample[t]], 1) << "token seen twice within the first epoch";
+      }
   }
 }
 
