@@ -29,6 +29,12 @@ class Shape {
     for (int i = 0; i < ndim_; ++i) n *= dims_[i];
     return n;
   }
+  // This shape with dimension `dim` set to `size`.
+  Shape with(int dim, int64_t size) const {
+    Shape s = *this;
+    s.dims_[dim < 0 ? dim + ndim_ : dim] = size;
+    return s;
+  }
   bool operator==(const Shape& o) const {
     if (ndim_ != o.ndim_) return false;
     for (int i = 0; i < ndim_; ++i)

@@ -66,7 +66,7 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage)
     Unit u{.name = name, .params = ps, .lo = end, .hi = end};
     for (Param* p : ps) {
       CLAW_CHECK(store_->params()[k] == p, "unit {} is not contiguous in the parameter store", name);
-      u.hi = static_cast<int64_t>(offsets[k] / sizeof(float)) + p->spec.shape.numel();
+      u.hi = static_cast<int64_t>(offsets[k] / sizeof(float)) + p->spec.local_shape().numel();
       ++k;
     }
     if (!ps.empty()) u.lo = static_cast<int64_t>(offsets[k - ps.size()] / sizeof(float));
@@ -195,7 +195,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
   const int64_t N = B_ * T_, C = cfg_.hidden_size;
   auto bad_params = [&](std::initializer_list<const Param*> ps) -> std::string {
     for (const Param* p : ps)
-      if (p->value.defined() && !finite(ctx, p->data(), p->spec.shape.numel())) return p->spec.name + " (parameter)";
+      if (p->value.defined() && !finite(ctx, p->data(), p->spec.local_shape().numel())) return p->spec.name + " (parameter)";
     return "";
   };
   if (auto s = bad_params({&embedding_.word, &embedding_.position}); !s.empty()) return s;
@@ -204,7 +204,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
     std::vector<Param*> ps;
     blocks_[l]->collect(ps);
     for (const Param* p : ps)
-      if (p->value.defined() && !finite(ctx, p->data(), p->spec.shape.numel())) return p->spec.name + " (parameter)";
+      if (p->value.defined() && !finite(ctx, p->data(), p->spec.local_shape().numel())) return p->spec.name + " (parameter)";
     if (N == 0) continue;
     for (const NamedSpan& t : blocks_[l]->saved_tensors(acts_.blocks[l], N)) {
       // A recomputed block's internals live in the shared region (they hold
@@ -222,7 +222,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
 
 std::string GPT::first_non_finite_grad(const CpuCtx& ctx) const {
   for (const Param* p : store_->params())
-    if (p->grad.defined() && !finite(ctx, p->gdata(), p->spec.shape.numel())) return p->spec.name + " (gradient)";
+    if (p->grad.defined() && !finite(ctx, p->gdata(), p->spec.local_shape().numel())) return p->spec.name + " (gradient)";
   return "";
 }
 

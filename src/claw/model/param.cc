@@ -10,7 +10,8 @@ namespace claw::model {
 
 ArenaPlan ParamStore::plan(const std::vector<const ParamSpec*>& specs, const std::string& name) {
   ArenaPlan plan(name);
-  for (const ParamSpec* s : specs) plan.add(s->name, static_cast<size_t>(s->shape.numel()) * dtype_size(s->dtype));
+  for (const ParamSpec* s : specs)
+    plan.add(s->name, static_cast<size_t>(s->local_shape().numel()) * dtype_size(s->dtype));
   return plan;
 }
 
@@ -35,8 +36,9 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
   for (size_t i = 0; i < params_.size(); ++i) {
     size_t off = layout.entries()[i].offset;
     offsets_.push_back(off);
-    params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values_.base() + off, DType::f32, params_[i]->spec.shape);
-    params_[i]->grad = opts_.shard_grads ? Tensor() : Tensor(grads_.base() + off, DType::f32, params_[i]->spec.shape);
+    const Shape local = params_[i]->spec.local_shape();
+    params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values_.base() + off, DType::f32, local);
+    params_[i]->grad = opts_.shard_grads ? Tensor() : Tensor(grads_.base() + off, DType::f32, local);
   }
 }
 
@@ -50,7 +52,7 @@ float* ParamStore::grad_shard() const {
 
 int64_t ParamStore::numel() const {
   int64_t n = 0;
-  for (const Param* p : params_) n += p->spec.shape.numel();
+  for (const Param* p : params_) n += p->spec.local_shape().numel();
   return n;
 }
 
@@ -62,12 +64,14 @@ void ParamStore::init(const CpuCtx& ctx, uint64_t seed) {
   float* base = values_.ptr<float>(0) - lo;
   for (size_t k = 0; k < params_.size(); ++k) {
     const ParamSpec& s = params_[k]->spec;
-    const int64_t n = s.shape.numel(), off = static_cast<int64_t>(offsets_[k] / sizeof(float));
+    const int64_t n = s.local_shape().numel(), off = static_cast<int64_t>(offsets_[k] / sizeof(float));
     const int64_t b = std::max(lo, off), e = std::min(hi, off + n);  // global flat elements held here
     if (b >= e) continue;
     float* v = base + off;  // element i of the parameter is v[i], for i in [b - off, e - off)
-    int64_t row = s.shape.ndim() > 1 ? n / s.shape[0] : n;
-    int64_t live = s.init_rows >= 0 ? s.init_rows * row : n;
+    // Rows past init_rows (global rows) are zero; Philox is keyed by the
+    // global element index, so every sharding draws the same numbers.
+    const int64_t row = s.shape.ndim() > 1 ? s.shape.numel() / s.shape[0] : s.shape.numel();
+    const int64_t live = s.init_rows >= 0 ? s.init_rows * row : s.shape.numel();
     switch (s.init) {
       case Init::zeros: std::memset(v + (b - off), 0, (e - b) * sizeof(float)); break;
       case Init::ones:
@@ -76,8 +80,10 @@ void ParamStore::init(const CpuCtx& ctx, uint64_t seed) {
       case Init::normal: {
         RandomStream rng(seed, hash_name(s.name));
         parallel_for(ctx, e - b, 1 << 14, [&](int64_t cb, int64_t ce) {
-          for (int64_t i = b - off + cb; i < b - off + ce; ++i)
-            v[i] = i < live ? static_cast<float>(s.init_std * rng.normal(i)) : 0.0f;
+          for (int64_t i = b - off + cb; i < b - off + ce; ++i) {
+            const int64_t g = s.global_index(i);
+            v[i] = g < live ? static_cast<float>(s.init_std * rng.normal(g)) : 0.0f;
+          }
         });
         break;
       }
@@ -89,7 +95,7 @@ std::vector<Segment> ParamStore::full_segments() const {
   CLAW_CHECK(!opts_.shard_values && !opts_.shard_grads, "full segments of a sharded store");
   std::vector<Segment> out;
   for (const Param* p : params_)
-    out.push_back({.param = p, .value = p->data(), .grad = p->gdata(), .n = p->spec.shape.numel()});
+    out.push_back({.param = p, .value = p->data(), .grad = p->gdata(), .n = p->spec.local_shape().numel()});
   return out;
 }
 

@@ -48,9 +48,25 @@ struct ParamSpec {
   double init_std = 0.02;
   int64_t init_rows = -1;  // >= 0: rows beyond this are zero (vocabulary padding)
   HfRef hf;
-  // How this rank holds it. Every parameter is replicated until tensor/expert
-  // parallelism shard them (then: dim, offset and size of the local slice).
+  // How this rank holds it: replicated (shard_dim < 0), or slice shard_index
+  // of shard_count equal slices along shard_dim across the group named
+  // shard_group (tensor parallelism: "tp"). `shape` stays the global shape.
   int shard_dim = -1;
+  int shard_count = 1, shard_index = 0;
+  std::string shard_group;
+
+  // The shape this rank stores.
+  Shape local_shape() const {
+    return shard_dim < 0 ? shape : shape.with(shard_dim, shape[shard_dim] / shard_count);
+  }
+  // The global flat (row-major) index of local element i.
+  int64_t global_index(int64_t i) const {
+    if (shard_dim < 0) return i;
+    int64_t inner = 1;
+    for (int d = shard_dim + 1; d < shape.ndim(); ++d) inner *= shape[d];
+    const int64_t local_block = shape[shard_dim] / shard_count * inner;
+    return i / local_block * (shape[shard_dim] * inner) + shard_index * local_block + i % local_block;
+  }
 };
 
 struct Param {

@@ -159,7 +159,7 @@ std::vector<model::Segment> DataParallel::segments() const {
   const auto& params = store_.params();
   for (size_t k = 0; k < params.size(); ++k) {
     const int64_t off = static_cast<int64_t>(store_.offsets()[k] / sizeof(float));
-    const int64_t b = std::max(lo, off), e = std::min(hi, off + params[k]->spec.shape.numel());
+    const int64_t b = std::max(lo, off), e = std::min(hi, off + params[k]->spec.local_shape().numel());
     if (b < e) out.push_back({.param = params[k], .value = values + b, .grad = grads + b, .n = e - b});
   }
   return out;
@@ -180,7 +180,7 @@ void DataParallel::bind(int unit, float* base, Tensor model::Param::*which) {
   for (model::Param* p : u.params) {
     const size_t k = static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin());
     const int64_t at = static_cast<int64_t>(store_.offsets()[k] / sizeof(float)) - u.lo;
-    p->*which = base ? Tensor(base + at, DType::f32, p->spec.shape) : Tensor();
+    p->*which = base ? Tensor(base + at, DType::f32, p->spec.local_shape()) : Tensor();
   }
 }
 
