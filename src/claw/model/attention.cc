@@ -13,38 +13,51 @@ RopeTables::RopeTables(int64_t max_positions, int64_t head_dim, double theta)
 }
 
 void Attention::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B,
-                              int64_t T) {
-  const int64_t N = B * T, HD = cfg.num_attention_heads * cfg.head_dim(), GD = cfg.kv_heads() * cfg.head_dim();
+                              int64_t T, TpDims tp) {
+  const int64_t N = B * T, HD = tp.heads(cfg) * cfg.head_dim(), GD = tp.kv_groups(cfg) * cfg.head_dim();
   q = L.take<float>(prefix + ".q", N * HD);
   k = L.take<float>(prefix + ".k", N * GD);
   v = L.take<float>(prefix + ".v", N * GD);
   out = L.take<float>(prefix + ".out", N * HD);
-  lse = L.take<float>(prefix + ".lse", N * cfg.num_attention_heads);
+  lse = L.take<float>(prefix + ".lse", N * tp.heads(cfg));
 }
 
 namespace {
 std::string attn_name(int layer, const char* what) { return "layers." + std::to_string(layer) + ".attention." + what; }
+
+// k/v: this rank's KV groups, or the one group it shares with TP/G - 1 others.
+LinearSplit kv_split(const ModelConfig& cfg, const TensorParallel& tp) {
+  const int replicas = tp.dims().kv_replicas(cfg);
+  if (replicas == 1) return {.kind = TpSplit::column};
+  return {.kind = TpSplit::column, .count = static_cast<int>(cfg.kv_heads()), .index = tp.rank() / replicas,
+          .replicas = replicas};
+}
 }  // namespace
 
 // Output projections (o_proj here, the MLP's down projection) start with a
 // smaller std, init_std / sqrt(2 L), so the residual stream's variance does
 // not grow with depth (GPT-2 paper sec. 2.3; Megatron's scaled_init_method).
-Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope)
+Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope,
+                     const TensorParallel& tp)
     : q_proj(attn_name(l, "q_proj"), cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim(), cfg.add_bias_linear,
-             cfg.init_method_std, hf.attention(l, 'q', false), hf.attention(l, 'q', true)),
+             cfg.init_method_std, hf.attention(l, 'q', false), hf.attention(l, 'q', true), tp,
+             {.kind = TpSplit::column}),
       k_proj(attn_name(l, "k_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.add_bias_linear,
-             cfg.init_method_std, hf.attention(l, 'k', false), hf.attention(l, 'k', true)),
+             cfg.init_method_std, hf.attention(l, 'k', false), hf.attention(l, 'k', true), tp, kv_split(cfg, tp)),
       v_proj(attn_name(l, "v_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.add_bias_linear,
-             cfg.init_method_std, hf.attention(l, 'v', false), hf.attention(l, 'v', true)),
+             cfg.init_method_std, hf.attention(l, 'v', false), hf.attention(l, 'v', true), tp, kv_split(cfg, tp)),
       o_proj(attn_name(l, "o_proj"), cfg.num_attention_heads * cfg.head_dim(), cfg.hidden_size, cfg.add_bias_linear,
              cfg.init_method_std / std::sqrt(2.0 * cfg.num_layers), hf.attention(l, 'o', false),
-             hf.attention(l, 'o', true)),
-      H_(cfg.num_attention_heads),
-      G_(cfg.kv_heads()),
+             hf.attention(l, 'o', true), tp, {.kind = TpSplit::row}),
+      tp_(tp),
+      C_(cfg.hidden_size),
+      H_(tp.dims().heads(cfg)),
+      G_(tp.dims().kv_groups(cfg)),
       D_(cfg.head_dim()),
       rope_(rope && !rope->empty() ? rope : nullptr) {}
 
-void Attention::forward(const StepCtx& ctx, const float* x, float* y, Saved& s) const {
+void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved& s, Scratch& scratch) const {
+  const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
   q_proj.forward(ctx, x, s.q);
   k_proj.forward(ctx, x, s.k);
   v_proj.forward(ctx, x, s.v);
@@ -58,8 +71,9 @@ void Attention::forward(const StepCtx& ctx, const float* x, float* y, Saved& s) 
   o_proj.forward(ctx, s.out, y);
 }
 
-void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx,
+void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows, const float* dy_rows, float* dx,
                          Scratch& scratch) {
+  const float* dy = o_proj.output_grad(ctx, dy_rows, scratch.gathered);
   o_proj.backward_weight(ctx, dy, s.out);
   o_proj.backward_input(ctx, dy, scratch.datt, false);
   kernels::attention_backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out, s.lse,
@@ -69,12 +83,21 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x, con
     kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
-  q_proj.backward_weight(ctx, scratch.dq, x);
-  k_proj.backward_weight(ctx, scratch.dk, x);
-  v_proj.backward_weight(ctx, scratch.dv, x);
+  // The input gradient takes each rank's partial dk/dv (their sum over the
+  // group is the whole); the weight gradients of a shared KV group need the
+  // sum over the ranks holding it.
   q_proj.backward_input(ctx, scratch.dq, dx, false);
   k_proj.backward_input(ctx, scratch.dk, dx, true);
   v_proj.backward_input(ctx, scratch.dv, dx, true);
+  if (tp_.kv_group && tp_.kv_group->size() > 1) {
+    tp_.kv_group->all_reduce(scratch.dk, ctx.tokens() * G_ * D_, DType::f32);
+    tp_.kv_group->all_reduce(scratch.dv, ctx.tokens() * G_ * D_, DType::f32);
+  }
+  const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
+  q_proj.backward_weight(ctx, scratch.dq, x);
+  k_proj.backward_weight(ctx, scratch.dk, x);
+  v_proj.backward_weight(ctx, scratch.dv, x);
+  tp_.reduce_rows(dx, ctx.B, ctx.T, C_);
 }
 
 void Attention::collect(std::vector<Param*>& out) {

@@ -7,6 +7,14 @@
 //           y = a Wo^T (+b)                             [N, C]
 // backward is the mirror image; dq/dk/dv are un-rotated in place (RoPE's
 // backward is the inverse rotation).
+//
+// Tensor parallelism (model/tensor_parallel.h): q/k/v are column-parallel
+// (this rank's heads and KV groups), o row-parallel, so attention itself is
+// local. The region's input is gathered from the sequence pieces under SP
+// (and gathered again in backward for the weight gradients, not saved); its
+// output and input gradient are reduced over the group. A KV group held by
+// several ranks (TP > G) gets a partial dk/dv from each, summed over those
+// ranks before the weight gradients.
 #pragma once
 
 #include <string>
@@ -18,6 +26,7 @@
 #include "claw/model/linear.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
 
 namespace claw::model {
 
@@ -32,19 +41,21 @@ struct RopeTables {
 class Attention {
  public:
   struct Saved {
-    float* q = nullptr;    // [N, H*D], after RoPE
-    float* k = nullptr;    // [N, G*D], after RoPE
-    float* v = nullptr;    // [N, G*D]
-    float* out = nullptr;  // [N, H*D]
-    float* lse = nullptr;  // [B, H, T]
-    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T);
+    float* q = nullptr;    // [N, Hl*D], after RoPE (Hl, Gl: this rank's heads and KV groups)
+    float* k = nullptr;    // [N, Gl*D], after RoPE
+    float* v = nullptr;    // [N, Gl*D]
+    float* out = nullptr;  // [N, Hl*D]
+    float* lse = nullptr;  // [B, Hl, T]
+    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp);
   };
 
-  Attention(int layer, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope);
+  Attention(int layer, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope, const TensorParallel& tp);
 
-  // x: normed input [N, C]; y: output projection [N, C].
-  void forward(const StepCtx& ctx, const float* x, float* y, Saved& s) const;
-  // dy [N, C] -> dx [N, C] (overwritten). Uses scratch dq/dk/dv/datt.
+  // x: normed input [R, C] (the rows held); y: room for [N, C], of which the
+  // first R rows receive the output projection.
+  void forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const;
+  // dy [R, C] -> dx (room for [N, C]; the first R rows are overwritten with
+  // the input gradient). Uses scratch dq/dk/dv/datt/gathered.
   void backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
@@ -52,7 +63,8 @@ class Attention {
   Linear q_proj, k_proj, v_proj, o_proj;
 
  private:
-  int64_t H_, G_, D_;
+  const TensorParallel& tp_;
+  int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups
   const RopeTables* rope_;
 };
 

@@ -7,52 +7,57 @@
 namespace claw::model {
 
 void Block::Saved::layout_internal(ArenaLayout& L, const std::string& p, const ModelConfig& cfg, int64_t B,
-                                   int64_t T) {
-  const int64_t N = B * T;
-  norm1.layout(L, p + ".input_norm", cfg, N);
-  attn.layout(L, p + ".attention", cfg, B, T);
-  x_mid = L.take<float>(p + ".x_mid", N * cfg.hidden_size);
-  norm2.layout(L, p + ".post_attention_norm", cfg, N);
-  mlp.layout(L, p + ".mlp", cfg, N);
+                                   int64_t T, TpDims tp) {
+  const int64_t N = B * T, R = tp.rows(N);
+  norm1.layout(L, p + ".input_norm", cfg, R);
+  attn.layout(L, p + ".attention", cfg, B, T, tp);
+  x_mid = L.take<float>(p + ".x_mid", R * cfg.hidden_size);
+  norm2.layout(L, p + ".post_attention_norm", cfg, R);
+  mlp.layout(L, p + ".mlp", cfg, N, tp);
 }
 
-void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T) {
+void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp) {
   const std::string p = "layers." + std::to_string(layer);
-  layout_internal(L, p, cfg, B, T);
-  out = L.take<float>(p + ".out", B * T * cfg.hidden_size);
+  layout_internal(L, p, cfg, B, T, tp);
+  out = L.take<float>(p + ".out", tp.rows(B * T) * cfg.hidden_size);
 }
 
-Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope)
-    : norm1("layers." + std::to_string(l) + ".input_norm", cfg, hf.input_norm(l, false), hf.input_norm(l, true)),
-      attention(l, cfg, hf, rope),
+Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope, const TensorParallel& tp)
+    : norm1("layers." + std::to_string(l) + ".input_norm", cfg, hf.input_norm(l, false), hf.input_norm(l, true), tp),
+      attention(l, cfg, hf, rope, tp),
       norm2("layers." + std::to_string(l) + ".post_attention_norm", cfg, hf.post_attention_norm(l, false),
-            hf.post_attention_norm(l, true)),
-      mlp(l, cfg, hf),
+            hf.post_attention_norm(l, true), tp),
+      mlp(l, cfg, hf, tp),
       layer_(l),
+      tp_(tp),
       C_(cfg.hidden_size),
       cfg_(cfg) {}
 
 // Hidden dropout on a branch output before the residual add. The stream is
-// keyed by (seed, layer, site); counters start at the micro-batch's global
-// token offset, so masks are the same for any layout.
+// keyed by (seed, layer, site); counters start at the global index of the
+// first token held (the micro-batch's offset plus this rank's sequence
+// piece), so masks are the same for any layout.
 void Block::dropout_fwd(const StepCtx& ctx, float* y, const char* site) const {
   if (!ctx.training || cfg_.hidden_dropout <= 0) return;
+  const int64_t N = ctx.tokens();
   RandomStream rng(ctx.seed, hash_name("layers." + std::to_string(layer_) + site));
-  kernels::dropout_forward(ctx.cpu, y, y, ctx.tokens() * C_, cfg_.hidden_dropout, rng, ctx.sample0 * ctx.T * C_);
+  kernels::dropout_forward(ctx.cpu, y, y, tp_.rows(N) * C_, cfg_.hidden_dropout, rng,
+                           (ctx.sample0 * ctx.T + tp_.first_row(N)) * C_);
 }
 
 const float* Block::branch_grad(const StepCtx& ctx, Scratch& scratch, const char* site) const {
   if (!ctx.training || cfg_.hidden_dropout <= 0) return scratch.dres;
+  const int64_t N = ctx.tokens();
   RandomStream rng(ctx.seed, hash_name("layers." + std::to_string(layer_) + site));
-  kernels::dropout_backward(ctx.cpu, scratch.tmp, scratch.dres, ctx.tokens() * C_, cfg_.hidden_dropout, rng,
-                            ctx.sample0 * ctx.T * C_);
+  kernels::dropout_backward(ctx.cpu, scratch.tmp, scratch.dres, tp_.rows(N) * C_, cfg_.hidden_dropout, rng,
+                            (ctx.sample0 * ctx.T + tp_.first_row(N)) * C_);
   return scratch.tmp;
 }
 
 void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
-  const int64_t n = ctx.tokens() * C_;
+  const int64_t n = tp_.rows(ctx.tokens()) * C_;
   norm1.forward(ctx, s.x, s.norm1);
-  attention.forward(ctx, s.norm1.out, scratch.tmp, s.attn);
+  attention.forward(ctx, s.norm1.out, scratch.tmp, s.attn, scratch);
   dropout_fwd(ctx, scratch.tmp, ".attention.dropout");
   kernels::add(ctx.cpu, s.x_mid, s.x, scratch.tmp, n);
   norm2.forward(ctx, s.x_mid, s.norm2);
@@ -65,10 +70,10 @@ void Block::backward(const StepCtx& ctx, Saved& s, Scratch& scratch) {
   // d(out) reaches x_mid unchanged through the skip path (dres keeps it) and
   // through the MLP branch, whose input gradient the norm adds onto dres.
   mlp.backward(ctx, s.mlp, s.norm2.out, branch_grad(ctx, scratch, ".mlp.dropout"), scratch.dnorm, scratch);
-  norm2.backward(ctx, s.norm2, s.x_mid, scratch.dnorm, scratch.dres, /*accumulate=*/true);
+  norm2.backward(ctx, s.norm2, s.x_mid, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
   attention.backward(ctx, s.attn, s.norm1.out, branch_grad(ctx, scratch, ".attention.dropout"), scratch.dnorm,
                      scratch);
-  norm1.backward(ctx, s.norm1, s.x, scratch.dnorm, scratch.dres, /*accumulate=*/true);
+  norm1.backward(ctx, s.norm1, s.x, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
 }
 
 void Block::collect(std::vector<Param*>& out) {
@@ -80,19 +85,21 @@ void Block::collect(std::vector<Param*>& out) {
 
 std::vector<NamedSpan> Block::saved_tensors(const Saved& s, int64_t N) const {
   const std::string p = "layers." + std::to_string(layer_);
-  const int64_t HD = cfg_.num_attention_heads * cfg_.head_dim(), GD = cfg_.kv_heads() * cfg_.head_dim();
+  const TpDims d = tp_.dims();
+  const int64_t HD = d.heads(cfg_) * cfg_.head_dim(), GD = d.kv_groups(cfg_) * cfg_.head_dim(), F = d.ffn(cfg_),
+                R = d.rows(N);
   std::vector<NamedSpan> t = {
-      {p + ".input_norm.out", s.norm1.out, N * C_},
+      {p + ".input_norm.out", s.norm1.out, R * C_},
       {p + ".attention.q", s.attn.q, N * HD},
       {p + ".attention.k", s.attn.k, N * GD},
       {p + ".attention.v", s.attn.v, N * GD},
       {p + ".attention.out", s.attn.out, N * HD},
-      {p + ".x_mid", s.x_mid, N * C_},
-      {p + ".post_attention_norm.out", s.norm2.out, N * C_},
-      {p + ".mlp.h", s.mlp.h, N * cfg_.ffn()},
+      {p + ".x_mid", s.x_mid, R * C_},
+      {p + ".post_attention_norm.out", s.norm2.out, R * C_},
+      {p + ".mlp.h", s.mlp.h, N * F},
   };
-  if (s.mlp.u) t.push_back({p + ".mlp.u", s.mlp.u, N * cfg_.ffn()});
-  t.push_back({p + ".out", s.out, N * C_});
+  if (s.mlp.u) t.push_back({p + ".mlp.u", s.mlp.u, N * F});
+  t.push_back({p + ".out", s.out, R * C_});
   return t;
 }
 

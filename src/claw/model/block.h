@@ -2,6 +2,8 @@
 //   x_mid = x + dropout(attention(norm1(x)))
 //   out   = x_mid + dropout(mlp(norm2(x_mid)))
 // forward and backward are straight-line mirror images (STYLE.md #6).
+// The same code runs at every tensor-parallel size: x, x_mid and out hold
+// the rows of the residual stream this rank holds (model/tensor_parallel.h).
 #pragma once
 
 #include <string>
@@ -15,27 +17,29 @@
 #include "claw/model/norm.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
 
 namespace claw::model {
 
 class Block {
  public:
   struct Saved {
-    const float* x = nullptr;  // block input [N, C]: the previous block's out (not owned)
+    const float* x = nullptr;  // block input [R, C]: the previous block's out (not owned)
     NormLayer::Saved norm1;
     Attention::Saved attn;
-    float* x_mid = nullptr;  // [N, C] residual stream after attention
+    float* x_mid = nullptr;  // [R, C] residual stream after attention
     NormLayer::Saved norm2;
     MLP::Saved mlp;
-    float* out = nullptr;  // [N, C] block output
+    float* out = nullptr;  // [R, C] block output
     // Everything backward needs except `out` (the next block's input), under
     // `prefix`; a recomputed block points these at one region shared by all
     // recomputed blocks.
-    void layout_internal(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T);
-    void layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T);
+    void layout_internal(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T,
+                         TpDims tp);
+    void layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp);
   };
 
-  Block(int layer, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope);
+  Block(int layer, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope, const TensorParallel& tp);
 
   void forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const;
   // On entry scratch.dres holds d(out); on exit it holds d(x).
@@ -56,6 +60,7 @@ class Block {
   // or a dropout-masked copy in scratch.tmp.
   const float* branch_grad(const StepCtx& ctx, Scratch& scratch, const char* site) const;
   int layer_;
+  const TensorParallel& tp_;
   int64_t C_;
   const ModelConfig& cfg_;
 };

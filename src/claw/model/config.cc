@@ -11,8 +11,8 @@ std::string_view to_string(Norm n) { return n == Norm::layernorm ? "LayerNorm" :
 std::string_view to_string(Position p) { return p == Position::learned ? "learned_absolute" : "rope"; }
 std::string_view to_string(Mlp m) { return m == Mlp::gelu ? "gelu" : "swiglu"; }
 
-int64_t ModelConfig::padded_vocab_size() const {
-  int64_t m = make_vocab_size_divisible_by;
+int64_t ModelConfig::padded_vocab_size(int tp) const {
+  int64_t m = make_vocab_size_divisible_by * tp;
   return (vocab_size + m - 1) / m * m;
 }
 

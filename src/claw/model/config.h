@@ -47,7 +47,9 @@ struct ModelConfig {
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
-  int64_t padded_vocab_size() const;
+  // V padded to a multiple of --make-vocab-size-divisible-by x tp (Megatron
+  // pads for the tensor-parallel size too, so each rank's slice is a multiple).
+  int64_t padded_vocab_size(int tp = 1) const;
   bool tied() const { return !untie_embeddings_and_output_weights; }
 
   // Throws claw::Error naming the offending flag and what would be valid.

@@ -2,49 +2,75 @@
 
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/reduce.h"
+#include "claw/model/tp_mappings.h"
 
 namespace claw::model {
 
-void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute) {
-  const int64_t N = B * T;
-  embedding = L.take<float>("embedding.out", N * cfg.hidden_size);
+void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute,
+                         TpDims tp) {
+  const int64_t N = B * T, R = tp.rows(N);
+  embedding = L.take<float>("embedding.out", R * cfg.hidden_size);
   Block::Saved shared;
-  if (recompute.layers > 0) shared.layout_internal(L, "recompute", cfg, B, T);
+  if (recompute.layers > 0) shared.layout_internal(L, "recompute", cfg, B, T, tp);
   blocks.resize(cfg.num_layers);
   const float* x = embedding;
   for (int l = 0; l < cfg.num_layers; ++l) {
     if (l < recompute.layers) {
       blocks[l] = shared;
-      blocks[l].out = L.take<float>("layers." + std::to_string(l) + ".out", N * cfg.hidden_size);
+      blocks[l].out = L.take<float>("layers." + std::to_string(l) + ".out", R * cfg.hidden_size);
     } else {
-      blocks[l].layout(L, l, cfg, B, T);
+      blocks[l].layout(L, l, cfg, B, T, tp);
     }
     blocks[l].x = x;
     x = blocks[l].out;
   }
-  final_norm.layout(L, "final_norm", cfg, N);
+  final_norm.layout(L, "final_norm", cfg, R);
   output.layout(L, cfg, N);
-  scratch.layout(L, cfg, N);
+  scratch.layout(L, cfg, N, tp);
 }
 
-ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute) {
+ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp) {
   ArenaPlan plan("activations");
   ArenaLayout L = ArenaLayout::planning(plan);
   Activations a;
-  a.layout(L, cfg, B, T, recompute);
+  a.layout(L, cfg, B, T, recompute, tp);
   return plan;
 }
 
-GPT::GPT(ModelConfig cfg, StoreOptions storage)
-    : cfg_((cfg.validate(), std::move(cfg))),
+namespace {
+// The model's TP groups: the given ones, or one-rank groups owned by the model.
+TensorParallel resolve_tp(TensorParallel tp, std::unique_ptr<comm::Group>& own_tp, std::unique_ptr<comm::Group>& own_kv) {
+  if (!tp.group) {
+    own_tp = std::make_unique<comm::SelfGroup>("tp");
+    tp.group = own_tp.get();
+  }
+  if (!tp.kv_group) {
+    CLAW_CHECK(tp.group->size() == 1, "a tensor-parallel group of {} ranks needs its KV-replica group", tp.group->size());
+    own_kv = std::make_unique<comm::SelfGroup>("tp_kv");
+    tp.kv_group = own_kv.get();
+  }
+  return tp;
+}
+}  // namespace
+
+GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp)
+    : cfg_((cfg.validate(), validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel), std::move(cfg))),
+      tp_(resolve_tp(tp, own_tp_, own_kv_)),
       hf_(cfg_),
       rope_(cfg_.position_embedding_type == Position::rope
                 ? RopeTables(cfg_.max_position_embeddings, cfg_.head_dim(), cfg_.rotary_base)
                 : RopeTables()),
-      embedding_(cfg_, hf_),
-      final_norm_("final_norm", cfg_, hf_.final_norm(false), hf_.final_norm(true)),
-      output_(cfg_, hf_, cfg_.tied() ? &embedding_.word : nullptr) {
-  for (int l = 0; l < cfg_.num_layers; ++l) blocks_.push_back(std::make_unique<Block>(l, cfg_, hf_, &rope_));
+      embedding_(cfg_, hf_, tp_),
+      final_norm_("final_norm", cfg_, hf_.final_norm(false), hf_.final_norm(true), tp_),
+      output_(cfg_, hf_, cfg_.tied() ? &embedding_.word : nullptr, tp_) {
+  CLAW_CHECK(tp_.kv_group->size() == tp_.dims().kv_replicas(cfg_),
+             "KV-replica group of {} ranks, but {} query groups over TP {} need {}", tp_.kv_group->size(),
+             cfg_.kv_heads(), tp_.size(), tp_.dims().kv_replicas(cfg_));
+  for (int l = 0; l < cfg_.num_layers; ++l)
+    blocks_.push_back(std::make_unique<Block>(l, cfg_, hf_, &rope_, tp_));
+  // Replicated parameters count once over the TP group (on its rank 0).
+  for (Param* p : params())
+    if (p->spec.shard_dim < 0) p->spec.primary = tp_.rank() == 0;
   store_ = std::make_unique<ParamStore>(params(), storage);
 
   // Units: parameters collected per layer, in the store's (forward) order.
@@ -120,11 +146,12 @@ void GPT::reserve(int64_t B, int64_t T, Recompute recompute) {
     fail("--seq-length {} exceeds --max-position-embeddings {} (the position table); use at most {} or raise "
          "--max-position-embeddings",
          T, cfg_.max_position_embeddings, cfg_.max_position_embeddings);
-  act_plan_ = plan_activations(cfg_, B, T, recompute);
+  if (tp_.sp()) check_sequence_split(T, tp_.size());
+  act_plan_ = plan_activations(cfg_, B, T, recompute, tp_.dims());
   act_arena_ = Arena(act_plan_);
   ArenaLayout L = ArenaLayout::binding(act_plan_, act_arena_);
   acts_ = Activations();
-  acts_.layout(L, cfg_, B, T, recompute);
+  acts_.layout(L, cfg_, B, T, recompute, tp_.dims());
   B_ = B;
   T_ = T;
   recompute_ = recompute;
@@ -138,7 +165,7 @@ double GPT::forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* ta
   const bool grads = dloss_scale != 0;
   h.begin_pass(grads);
   h.before_use(0);
-  embedding_.forward(ctx, tokens, acts_.embedding);
+  embedding_.forward(ctx, tokens, acts_.embedding, acts_.scratch);
   h.after_use(0);
   for (size_t l = 0; l < blocks_.size(); ++l) {
     h.before_use(static_cast<int>(l) + 1);
@@ -165,7 +192,8 @@ void GPT::backward(const StepCtx& ctx, const int32_t* tokens) {
   const float* x = blocks_.empty() ? acts_.embedding : acts_.blocks.back().out;
   h.before_use(L + 1);
   h.grads_begin(L + 1);
-  final_norm_.backward(ctx, acts_.final_norm, x, acts_.output.dx, acts_.scratch.dres, /*accumulate=*/false);
+  final_norm_.backward(ctx, acts_.final_norm, x, acts_.output.dx, acts_.scratch.dres, /*accumulate=*/false,
+                       acts_.scratch);
   h.grads_end(L + 1);
   h.after_use(L + 1);
   for (size_t l = blocks_.size(); l-- > 0;) {
@@ -181,7 +209,7 @@ void GPT::backward(const StepCtx& ctx, const int32_t* tokens) {
     h.after_use(u);
   }
   if (!cfg_.tied()) h.grads_begin(0);
-  embedding_.backward(ctx, tokens, acts_.scratch.dres);
+  embedding_.backward(ctx, tokens, acts_.scratch.dres, acts_.scratch);
   h.grads_end(0);
 }
 
@@ -192,14 +220,14 @@ bool finite(const CpuCtx& ctx, const float* p, int64_t n) { return kernels::firs
 }  // namespace
 
 std::string GPT::first_non_finite(const CpuCtx& ctx) const {
-  const int64_t N = B_ * T_, C = cfg_.hidden_size;
+  const int64_t N = B_ * T_, C = cfg_.hidden_size, R = tp_.rows(N);
   auto bad_params = [&](std::initializer_list<const Param*> ps) -> std::string {
     for (const Param* p : ps)
       if (p->value.defined() && !finite(ctx, p->data(), p->spec.local_shape().numel())) return p->spec.name + " (parameter)";
     return "";
   };
   if (auto s = bad_params({&embedding_.word, &embedding_.position}); !s.empty()) return s;
-  if (N > 0 && !finite(ctx, acts_.embedding, N * C)) return "embedding.out (activation)";
+  if (N > 0 && !finite(ctx, acts_.embedding, R * C)) return "embedding.out (activation)";
   for (size_t l = 0; l < blocks_.size(); ++l) {
     std::vector<Param*> ps;
     blocks_[l]->collect(ps);
@@ -214,7 +242,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
     }
   }
   if (auto s = bad_params({&final_norm_.weight, &final_norm_.bias, &output_.own_weight}); !s.empty()) return s;
-  if (N > 0 && !finite(ctx, acts_.final_norm.out, N * C)) return "final_norm.out (activation)";
+  if (N > 0 && !finite(ctx, acts_.final_norm.out, R * C)) return "final_norm.out (activation)";
   if (N > 0 && !finite(ctx, acts_.output.lse, N)) return "output.logits (activation: log-sum-exp of the logits)";
   if (N > 0 && !finite(ctx, acts_.output.losses, N)) return "output.losses (activation)";
   return "";

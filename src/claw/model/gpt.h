@@ -29,6 +29,7 @@
 #include "claw/model/param.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
 #include "claw/model/unit_hooks.h"
 
 namespace claw::model {
@@ -45,25 +46,30 @@ struct Recompute {
 };
 
 // Everything one micro-batch saves, plus the shared scratch.
+// Sizes are one tensor-parallel rank's (model/tensor_parallel.h).
 struct Activations {
-  float* embedding = nullptr;  // [N, C] x_0
+  float* embedding = nullptr;  // [R, C] x_0 (R: rows of the residual stream held)
   std::vector<Block::Saved> blocks;
   NormLayer::Saved final_norm;
   OutputLayer::Saved output;
   Scratch scratch;
-  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute);
+  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp);
 };
 
-// The activation arena layout for micro-batches of [B, T] (pure).
-ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute = {});
+// The activation arena layout of one rank for micro-batches of [B, T] (pure).
+ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute = {}, TpDims tp = {});
 
 class GPT {
  public:
-  explicit GPT(ModelConfig cfg, StoreOptions storage = {});
+  // tp: the tensor-parallel group (and KV-replica group) this rank belongs
+  // to; default one rank. Throws claw::Error naming the flags when the model
+  // does not split over it (validate_tensor_parallel).
+  explicit GPT(ModelConfig cfg, StoreOptions storage = {}, TensorParallel tp = {});
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  const TensorParallel& tp() const { return tp_; }
   // Parameters in canonical order (embedding, blocks, final norm, output).
   std::vector<Param*> params();
   ParamStore& store() { return *store_; }
@@ -93,7 +99,7 @@ class GPT {
   double forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* targets, double dloss_scale);
   // Accumulates parameter gradients for the last forward (which must have had dloss_scale != 0).
   void backward(const StepCtx& ctx, const int32_t* tokens);
-  // Logits [B*T, Vp] of the last forward's final hidden states.
+  // Logits [B*T, Vp] of the last forward's final hidden states (TP = 1 only).
   void logits(const StepCtx& ctx, float* out) const;
 
   // The first non-finite tensor, in forward order (parameters of a layer,
@@ -104,6 +110,8 @@ class GPT {
 
  private:
   ModelConfig cfg_;
+  std::unique_ptr<comm::Group> own_tp_, own_kv_;  // one-rank groups when none is given
+  TensorParallel tp_;
   HfNames hf_;
   RopeTables rope_;
   Embedding embedding_;

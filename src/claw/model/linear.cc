@@ -1,20 +1,61 @@
 #include "claw/model/linear.h"
 
+#include <algorithm>
+
+#include "claw/core/error.h"
 #include "claw/kernels/cpu/linear.h"
 
 namespace claw::model {
 
 Linear::Linear(const std::string& name, int64_t in, int64_t out, bool bias, double init_std, HfRef weight_hf,
-               HfRef bias_hf)
-    : in_(in), out_(out), has_bias_(bias) {
+               HfRef bias_hf, const TensorParallel& tp, LinearSplit split)
+    : tp_(tp), kind_(tp.size() == 1 ? TpSplit::none : split.kind), in_(in), out_(out), has_bias_(bias) {
   weight.spec = {.name = name + ".weight", .shape = {out, in}, .init_std = init_std, .hf = std::move(weight_hf)};
   if (bias)
     this->bias.spec = {.name = name + ".bias", .shape = {out}, .weight_decay = false, .init = Init::zeros,
                        .hf = std::move(bias_hf)};
+  if (kind_ == TpSplit::none) return;
+  const int count = split.count > 0 ? split.count : tp.size();
+  const int index = split.count > 0 ? split.index : tp.rank();
+  const int dim = kind_ == TpSplit::column ? 0 : 1;
+  const int64_t n = weight.spec.shape[dim];
+  CLAW_CHECK(n % count == 0, "{}: {} features do not split into {} slices", weight.spec.name, n, count);
+  auto shard = [&](ParamSpec& s, int d) {
+    s.shard_dim = d;
+    s.shard_count = count;
+    s.shard_index = index;
+    s.shard_group = "tp";
+    s.primary = tp.rank() % split.replicas == 0;
+  };
+  shard(weight.spec, dim);
+  if (kind_ == TpSplit::column) {
+    out_ = out / count;
+    if (bias) shard(this->bias.spec, 0);
+  } else {
+    in_ = in / count;
+  }
 }
 
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
-  kernels::linear_forward(ctx.cpu, y, x, weight.data(), has_bias_ ? bias.data() : nullptr, ctx.tokens(), in_, out_);
+  const float* b = has_bias_ ? bias.data() : nullptr;
+  if (kind_ != TpSplit::row) {
+    kernels::linear_forward(ctx.cpu, y, x, weight.data(), b, ctx.tokens(), in_, out_);
+    return;
+  }
+  kernels::linear_forward<float>(ctx.cpu, y, x, weight.data(), nullptr, ctx.tokens(), in_, out_);
+  tp_.reduce_rows(y, ctx.B, ctx.T, out_);
+  if (!b) return;
+  const int64_t rows = tp_.rows(ctx.tokens()), C = out_;
+  parallel_for(ctx.cpu, rows, std::max<int64_t>(1, 4096 / C), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      float* yr = y + r * C;
+      for (int64_t c = 0; c < C; ++c) yr[c] += b[c];
+    }
+  });
+}
+
+const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* full) const {
+  return kind_ == TpSplit::row ? tp_.gather_rows(full, dy, ctx.B, ctx.T, out_) : dy;
 }
 
 void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const {

@@ -1,6 +1,17 @@
-// Linear layer y = x W^T + b (W: [out, in], PyTorch/HF Llama convention).
-// Tensor parallelism will make this column- or row-parallel; with every
-// group of size 1 it is the plain layer.
+// Linear layer y = x W^T + b (W: [out, in], PyTorch/HF Llama convention),
+// plain or split over the tensor-parallel group (Megatron's
+// ColumnParallelLinear and RowParallelLinear):
+//
+//   column   W's rows (output features) and b split: y holds this rank's
+//            columns of the output; the input x is whole ([N, in]).
+//   row      W's columns (input features) split, b replicated: x holds this
+//            rank's columns; forward reduces the partial products over the
+//            group (all-reduce, or reduce-scatter to the sequence piece under
+//            SP) and then adds b.
+// The caller gathers a column-parallel layer's input (several layers share
+// it: q/k/v, gate/up) and reduces the partial input gradients they produce;
+// the row-parallel layer's output reduction is here. With one rank both are
+// the plain layer.
 //
 // Saved: the layer's input, held by the caller (it is some other layer's
 // output already in the activation arena).
@@ -11,30 +22,53 @@
 
 #include "claw/model/param.h"
 #include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
 
 namespace claw::model {
+
+enum class TpSplit { none, column, row };
+
+// How a Linear is split: `count` equal slices, this rank holding `index`,
+// the same slice held by `replicas` TP ranks (KV groups replicated when the
+// TP size exceeds their count). Defaults to the TP group's own split.
+struct LinearSplit {
+  TpSplit kind = TpSplit::none;
+  int count = 0;  // 0: the TP size, index the TP rank
+  int index = 0;
+  int replicas = 1;
+};
 
 class Linear {
  public:
   // init_std: N(0, init_std) weights; biases start at zero and do not decay.
+  // in/out are the global feature counts.
   Linear(const std::string& name, int64_t in, int64_t out, bool bias, double init_std, HfRef weight_hf,
-         HfRef bias_hf);
+         HfRef bias_hf, const TensorParallel& tp, LinearSplit split = {});
 
-  // x [N, in] -> y [N, out], N = ctx.tokens().
+  // x [N, in_local] -> y [N, out_local], N = ctx.tokens(). Row-parallel: y has
+  // room for [N, out]; on return its first tp.rows(N) rows hold the result.
   void forward(const StepCtx& ctx, const float* x, float* y) const;
-  // dx [N, in] = dy W (overwrites, or accumulates when several branches share x).
+  // Row-parallel: the whole output gradient [N, out] from this rank's rows
+  // dy [tp.rows(N), out] (all-gathered into `full` under SP; else dy itself).
+  // Other layers: dy.
+  const float* output_grad(const StepCtx& ctx, const float* dy, float* full) const;
+  // dx [N, in_local] = dy W (overwrites, or accumulates when several branches
+  // share x); dy [N, out_local] whole (see output_grad). Column-parallel: a
+  // partial sum over the group, reduced by the caller.
   void backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const;
   // dW += dy^T x, db += colsum(dy). Separate so a schedule may defer it.
   void backward_weight(const StepCtx& ctx, const float* dy, const float* x);
 
   void collect(std::vector<Param*>& out);
-  int64_t in() const { return in_; }
-  int64_t out() const { return out_; }
+  int64_t in() const { return in_; }    // local
+  int64_t out() const { return out_; }  // local
 
   Param weight;
   Param bias;  // value undefined when the layer has no bias
 
  private:
+  const TensorParallel& tp_;
+  TpSplit kind_;
   int64_t in_, out_;
   bool has_bias_;
 };

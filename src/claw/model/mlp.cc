@@ -6,28 +6,30 @@
 
 namespace claw::model {
 
-void MLP::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N) {
-  h = L.take<float>(prefix + ".h", N * cfg.ffn());
-  if (cfg.mlp == Mlp::swiglu) u = L.take<float>(prefix + ".u", N * cfg.ffn());
+void MLP::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp) {
+  h = L.take<float>(prefix + ".h", N * tp.ffn(cfg));
+  if (cfg.mlp == Mlp::swiglu) u = L.take<float>(prefix + ".u", N * tp.ffn(cfg));
 }
 
 namespace {
 std::string mlp_name(int layer, const char* what) { return "layers." + std::to_string(layer) + ".mlp." + what; }
 }  // namespace
 
-MLP::MLP(int l, const ModelConfig& cfg, const HfNames& hf)
+MLP::MLP(int l, const ModelConfig& cfg, const HfNames& hf, const TensorParallel& tp)
     : fc(mlp_name(l, cfg.mlp == Mlp::gelu ? "fc" : "gate_proj"), cfg.hidden_size, cfg.ffn(), cfg.add_bias_linear,
          cfg.init_method_std, hf.mlp(l, cfg.mlp == Mlp::gelu ? "fc" : "gate", false),
-         hf.mlp(l, cfg.mlp == Mlp::gelu ? "fc" : "gate", true)),
+         hf.mlp(l, cfg.mlp == Mlp::gelu ? "fc" : "gate", true), tp, {.kind = TpSplit::column}),
       proj(mlp_name(l, cfg.mlp == Mlp::gelu ? "proj" : "down_proj"), cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,
            cfg.init_method_std / std::sqrt(2.0 * cfg.num_layers),
            hf.mlp(l, cfg.mlp == Mlp::gelu ? "proj" : "down", false),
-           hf.mlp(l, cfg.mlp == Mlp::gelu ? "proj" : "down", true)),
+           hf.mlp(l, cfg.mlp == Mlp::gelu ? "proj" : "down", true), tp, {.kind = TpSplit::row}),
+      tp_(tp),
       kind_(cfg.mlp),
-      F_(cfg.ffn()) {
+      C_(cfg.hidden_size),
+      F_(tp.dims().ffn(cfg)) {
   if (kind_ == Mlp::swiglu)
-    up.emplace(mlp_name(l, "up_proj"), cfg.hidden_size, F_, cfg.add_bias_linear, cfg.init_method_std,
-               hf.mlp(l, "up", false), hf.mlp(l, "up", true));
+    up.emplace(mlp_name(l, "up_proj"), cfg.hidden_size, cfg.ffn(), cfg.add_bias_linear, cfg.init_method_std,
+               hf.mlp(l, "up", false), hf.mlp(l, "up", true), tp, LinearSplit{.kind = TpSplit::column});
 }
 
 void MLP::activate(const StepCtx& ctx, const Saved& s, float* a) const {
@@ -38,31 +40,35 @@ void MLP::activate(const StepCtx& ctx, const Saved& s, float* a) const {
     kernels::swiglu_forward(ctx.cpu, a, s.h, s.u, n);
 }
 
-void MLP::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const {
+void MLP::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved& s, Scratch& scratch) const {
+  const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
   fc.forward(ctx, x, s.h);
   if (up) up->forward(ctx, x, s.u);
   activate(ctx, s, scratch.act);
   proj.forward(ctx, scratch.act, y);
 }
 
-void MLP::backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch) {
+void MLP::backward(const StepCtx& ctx, Saved& s, const float* x_rows, const float* dy_rows, float* dx,
+                   Scratch& scratch) {
   const int64_t n = ctx.tokens() * F_;
+  const float* dy = proj.output_grad(ctx, dy_rows, scratch.gathered);
   float* a = scratch.act;
   activate(ctx, s, a);  // recompute
   proj.backward_weight(ctx, dy, a);
   float* da = a;  // a is dead once proj's weight gradient has it
   proj.backward_input(ctx, dy, da, false);
-  if (kind_ == Mlp::gelu) {
+  if (kind_ == Mlp::gelu)
     kernels::gelu_backward(ctx.cpu, s.h, da, s.h, n);  // dh over h
-    fc.backward_weight(ctx, s.h, x);
-    fc.backward_input(ctx, s.h, dx, false);
-  } else {
+  else
     kernels::swiglu_backward(ctx.cpu, s.h, s.u, da, s.h, s.u, n);  // dgate over gate, dup over up
-    fc.backward_weight(ctx, s.h, x);
+  const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);  // dy is dead
+  fc.backward_weight(ctx, s.h, x);
+  fc.backward_input(ctx, s.h, dx, false);
+  if (up) {
     up->backward_weight(ctx, s.u, x);
-    fc.backward_input(ctx, s.h, dx, false);
     up->backward_input(ctx, s.u, dx, true);
   }
+  tp_.reduce_rows(dx, ctx.B, ctx.T, C_);
 }
 
 void MLP::collect(std::vector<Param*>& out) {

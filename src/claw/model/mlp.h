@@ -5,6 +5,11 @@
 // `a` is recomputed into scratch in backward (one cheap element-wise pass
 // instead of an [N, F] buffer per layer). Backward writes the gradients of
 // h (or g and u) over the saved pre-activations, which are dead by then.
+//
+// Tensor parallelism: fc (and up) column-parallel, proj row-parallel: each
+// rank holds F/TP columns of h (and the same columns of u, so SwiGLU's
+// gate and up halves stay paired) and the activation is local. Input
+// gathering and output reduction as in Attention.
 #pragma once
 
 #include <optional>
@@ -17,21 +22,23 @@
 #include "claw/model/linear.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
 
 namespace claw::model {
 
 class MLP {
  public:
   struct Saved {
-    float* h = nullptr;  // [N, F] fc output (GELU) or gate output (SwiGLU)
-    float* u = nullptr;  // [N, F] up output (SwiGLU only)
-    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N);
+    float* h = nullptr;  // [N, Fl] fc output (GELU) or gate output (SwiGLU); Fl = F / TP
+    float* u = nullptr;  // [N, Fl] up output (SwiGLU only)
+    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp);
   };
 
-  MLP(int layer, const ModelConfig& cfg, const HfNames& hf);
+  MLP(int layer, const ModelConfig& cfg, const HfNames& hf, const TensorParallel& tp);
 
+  // x [R, C] (the rows held); y: room for [N, C], the first R rows receive the output.
   void forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const;
-  // dy [N, C] -> dx [N, C] (overwritten). Clobbers s.h / s.u.
+  // dy [R, C] -> dx (room for [N, C]; the first R rows are overwritten). Clobbers s.h / s.u.
   void backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
@@ -42,8 +49,9 @@ class MLP {
 
  private:
   void activate(const StepCtx& ctx, const Saved& s, float* a) const;
+  const TensorParallel& tp_;
   Mlp kind_;
-  int64_t F_;
+  int64_t C_, F_;  // F_: local columns
 };
 
 }  // namespace claw::model

@@ -1,18 +1,21 @@
 #include "claw/model/norm.h"
 
+#include <algorithm>
+
 #include "claw/kernels/cpu/layernorm.h"
 #include "claw/kernels/cpu/rmsnorm.h"
 
 namespace claw::model {
 
-void NormLayer::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N) {
-  out = L.take<float>(prefix + ".out", N * cfg.hidden_size);
-  if (cfg.normalization == Norm::layernorm) mean = L.take<float>(prefix + ".mean", N);
-  rstd = L.take<float>(prefix + ".rstd", N);
+void NormLayer::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t rows) {
+  out = L.take<float>(prefix + ".out", rows * cfg.hidden_size);
+  if (cfg.normalization == Norm::layernorm) mean = L.take<float>(prefix + ".mean", rows);
+  rstd = L.take<float>(prefix + ".rstd", rows);
 }
 
-NormLayer::NormLayer(const std::string& name, const ModelConfig& cfg, HfRef weight_hf, HfRef bias_hf)
-    : kind_(cfg.normalization), C_(cfg.hidden_size), eps_(cfg.norm_epsilon) {
+NormLayer::NormLayer(const std::string& name, const ModelConfig& cfg, HfRef weight_hf, HfRef bias_hf,
+                     const TensorParallel& tp)
+    : tp_(tp), kind_(cfg.normalization), C_(cfg.hidden_size), eps_(cfg.norm_epsilon) {
   weight.spec = {.name = name + ".weight", .shape = {C_}, .weight_decay = false, .init = Init::ones,
                  .hf = std::move(weight_hf)};
   if (kind_ == Norm::layernorm)
@@ -21,19 +24,36 @@ NormLayer::NormLayer(const std::string& name, const ModelConfig& cfg, HfRef weig
 }
 
 void NormLayer::forward(const StepCtx& ctx, const float* x, Saved& s) const {
+  const int64_t rows = tp_.rows(ctx.tokens());
   if (kind_ == Norm::layernorm)
-    kernels::layernorm_forward(ctx.cpu, s.out, s.mean, s.rstd, x, weight.data(), bias.data(), ctx.tokens(), C_, eps_);
+    kernels::layernorm_forward(ctx.cpu, s.out, s.mean, s.rstd, x, weight.data(), bias.data(), rows, C_, eps_);
   else
-    kernels::rmsnorm_forward(ctx.cpu, s.out, s.rstd, x, weight.data(), ctx.tokens(), C_, eps_);
+    kernels::rmsnorm_forward(ctx.cpu, s.out, s.rstd, x, weight.data(), rows, C_, eps_);
 }
 
 void NormLayer::backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx,
-                         bool accumulate) {
-  if (kind_ == Norm::layernorm)
-    kernels::layernorm_backward(ctx.cpu, dx, weight.gdata(), bias.gdata(), dy, x, weight.data(), s.mean, s.rstd,
-                                ctx.tokens(), C_, accumulate);
+                         bool accumulate, Scratch& scratch) {
+  const int64_t rows = tp_.rows(ctx.tokens());
+  const bool layernorm = kind_ == Norm::layernorm;
+  // This rank's rows give part of the weight gradients under SP: gather them
+  // apart, sum over the group, then accumulate (the buffers may already hold
+  // earlier micro-batches' sums, which must not be reduced again).
+  float* dw = tp_.sp() ? scratch.dnorm_w : weight.gdata();
+  float* db = tp_.sp() ? scratch.dnorm_w + C_ : (layernorm ? bias.gdata() : nullptr);
+  if (tp_.sp()) std::fill(scratch.dnorm_w, scratch.dnorm_w + 2 * C_, 0.0f);
+  if (layernorm)
+    kernels::layernorm_backward(ctx.cpu, dx, dw, db, dy, x, weight.data(), s.mean, s.rstd, rows, C_, accumulate);
   else
-    kernels::rmsnorm_backward(ctx.cpu, dx, weight.gdata(), dy, x, weight.data(), s.rstd, ctx.tokens(), C_, accumulate);
+    kernels::rmsnorm_backward(ctx.cpu, dx, dw, dy, x, weight.data(), s.rstd, rows, C_, accumulate);
+  if (!tp_.sp()) return;
+  const int64_t n = layernorm ? 2 * C_ : C_;
+  tp_.group->all_reduce(scratch.dnorm_w, n, DType::f32);
+  float* gw = weight.gdata();
+  for (int64_t c = 0; c < C_; ++c) gw[c] += dw[c];
+  if (layernorm) {
+    float* gb = bias.gdata();
+    for (int64_t c = 0; c < C_; ++c) gb[c] += db[c];
+  }
 }
 
 void NormLayer::collect(std::vector<Param*>& out) {

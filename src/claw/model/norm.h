@@ -1,5 +1,9 @@
 // Normalisation layer: LayerNorm (weight + bias) or RMSNorm (weight only),
-// chosen by ModelConfig::normalization.
+// chosen by ModelConfig::normalization. Runs on the rows of the residual
+// stream this rank holds (all N, or N/TP under sequence parallelism; its
+// weights are then replicated but see only part of the tokens, so their
+// gradients are summed over the tensor-parallel group, Megatron's
+// sequence-parallel LayerNorm gradient all-reduce).
 #pragma once
 
 #include <string>
@@ -8,31 +12,37 @@
 #include "claw/core/arena.h"
 #include "claw/model/config.h"
 #include "claw/model/param.h"
+#include "claw/model/scratch.h"
 #include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
 
 namespace claw::model {
 
 class NormLayer {
  public:
   struct Saved {
-    float* out = nullptr;   // [N, C]
-    float* mean = nullptr;  // [N] (LayerNorm only)
-    float* rstd = nullptr;  // [N]
-    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N);
+    float* out = nullptr;   // [R, C]  (R = rows held)
+    float* mean = nullptr;  // [R] (LayerNorm only)
+    float* rstd = nullptr;  // [R]
+    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t rows);
   };
 
-  NormLayer(const std::string& name, const ModelConfig& cfg, HfRef weight_hf, HfRef bias_hf);
+  NormLayer(const std::string& name, const ModelConfig& cfg, HfRef weight_hf, HfRef bias_hf,
+            const TensorParallel& tp);
 
   void forward(const StepCtx& ctx, const float* x, Saved& s) const;
   // dx (+)= d norm(x) / dx applied to dy; `accumulate` adds onto dx (the
-  // residual stream's gradient).
-  void backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx, bool accumulate);
+  // residual stream's gradient). Under sequence parallelism the weight
+  // gradients pass through scratch.dnorm_w and one all-reduce.
+  void backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx, bool accumulate,
+                Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
 
   Param weight, bias;
 
  private:
+  const TensorParallel& tp_;
   Norm kind_;
   int64_t C_;
   double eps_;

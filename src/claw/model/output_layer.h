@@ -12,6 +12,13 @@
 // backward() has nothing left to compute. This trades a clean forward/backward
 // split for never holding the logits (the largest activation: 206 MB for
 // GPT-2 124M at 1024 tokens).
+//
+// Tensor parallelism: W is vocabulary-parallel (Vp/TP rows per rank, the
+// same rows as the word embeddings), each rank computes its columns of the
+// logits and the loss comes from model/vocab_parallel.h's cross-entropy (two
+// all-reduces per chunk): no rank ever holds [chunk, Vp], let alone [N, Vp].
+// The input is gathered from the sequence pieces under SP; dx is a partial
+// sum, reduced (all-reduce, or reduce-scatter to the rows held) at the end.
 #pragma once
 
 #include <string>
@@ -23,6 +30,8 @@
 #include "claw/model/param.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
+#include "claw/model/vocab_parallel.h"
 
 namespace claw::model {
 
@@ -31,19 +40,22 @@ class OutputLayer {
   struct Saved {
     float* losses = nullptr;  // [N] per-token loss
     float* lse = nullptr;     // [N] log-sum-exp of each row
-    float* dx = nullptr;      // [N, C] gradient w.r.t. the input, produced by forward
+    float* dx = nullptr;      // [N, C] gradient w.r.t. the input, produced by forward (first R rows after the reduction)
     void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N);
   };
 
   // tied_word_embeddings: the embedding's word matrix, or null for an own weight.
-  OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied_word_embeddings);
+  OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied_word_embeddings, const TensorParallel& tp);
 
-  // Returns the sum of per-token losses over targets >= 0. With dloss_scale
-  // != 0 also computes the gradient (dloss_scale = d total_loss / d token_loss).
+  // x: [R, C], the rows held. Returns the sum of per-token losses over
+  // targets >= 0 (of all N tokens, the same on every TP rank). With
+  // dloss_scale != 0 also computes the gradient (dloss_scale = d total_loss /
+  // d token_loss).
   double forward(const StepCtx& ctx, const float* x, const int32_t* targets, double dloss_scale, Saved& s,
                  Scratch& scratch);
 
-  // Full logits [N, Vp] (for inspection and tests; not used in training).
+  // Full logits [N, Vp] (for inspection and tests; not used in training;
+  // one tensor-parallel rank only).
   void logits(const StepCtx& ctx, const float* x, float* out) const;
 
   void collect(std::vector<Param*>& out);
@@ -52,7 +64,9 @@ class OutputLayer {
 
  private:
   Param* weight_;
-  int64_t C_, V_, Vp_;
+  const TensorParallel& tp_;
+  VocabShard vocab_;
+  int64_t C_;
 };
 
 }  // namespace claw::model

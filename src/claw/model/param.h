@@ -54,6 +54,11 @@ struct ParamSpec {
   int shard_dim = -1;
   int shard_count = 1, shard_index = 0;
   std::string shard_group;
+  // Whether this rank's copy counts in sums over the tensor-parallel group
+  // (the gradient norm): true on exactly one of the TP ranks holding the same
+  // values (TP rank 0 for replicated parameters, the first rank of a
+  // replicated KV group's ranks), true everywhere without TP.
+  bool primary = true;
 
   // The shape this rank stores.
   Shape local_shape() const {

@@ -1,31 +1,37 @@
 // Buffers shared by all layers of one micro-batch: forward temporaries and
 // backward gradients that are consumed before the next layer needs them.
 // Planned with the activations (one arena), sized for the widest user.
+// Shapes are this rank's: N = B*T tokens, R = rows of the residual stream
+// (N, or N/TP under sequence parallelism), Hl/Gl/Fl/Vl the local heads, KV
+// groups, FFN columns and vocabulary rows (model/tensor_parallel.h).
 #pragma once
 
 #include <string>
 
 #include "claw/core/arena.h"
 #include "claw/model/config.h"
+#include "claw/model/tensor_parallel.h"
 
 namespace claw::model {
 
 struct Scratch {
-  float* tmp = nullptr;     // [N, C]  attention / MLP output projection before the residual add
-  float* act = nullptr;     // [N, F]  MLP activation output (recomputed in backward, never saved)
-  float* dres = nullptr;    // [N, C]  gradient of the residual stream
-  float* dnorm = nullptr;   // [N, C]  gradient of a norm's output
-  float* dq = nullptr;      // [N, H*D]
-  float* dk = nullptr;      // [N, G*D]
-  float* dv = nullptr;      // [N, G*D]
-  float* datt = nullptr;    // [N, H*D] gradient of the attention output
-  float* logits = nullptr;  // [chunk, Vp] one chunk of LM-head logits
+  float* tmp = nullptr;       // [N, C]   attention / MLP output projection (partial sums before the reduction)
+  float* act = nullptr;       // [N, Fl]  MLP activation output (recomputed in backward, never saved)
+  float* dres = nullptr;      // [R, C]   gradient of the residual stream
+  float* dnorm = nullptr;     // [N, C]   gradient of a norm's output (partial sums before the reduction)
+  float* dq = nullptr;        // [N, Hl*D]
+  float* dk = nullptr;        // [N, Gl*D]
+  float* dv = nullptr;        // [N, Gl*D]
+  float* datt = nullptr;      // [N, Hl*D] gradient of the attention output
+  float* logits = nullptr;    // [chunk, Vl] one chunk of LM-head logits
+  float* gathered = nullptr;  // [N, C]   sequence parallelism: an all-gathered input or output gradient
+  float* dnorm_w = nullptr;   // [2C]     sequence parallelism: a norm's partial weight gradients
 
   // Rows of LM-head logits computed at a time: bounds the logits buffer while
   // keeping the vocabulary GEMMs large.
   static int64_t logits_chunk(int64_t N) { return N < 256 ? N : 256; }
 
-  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N);
+  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N, TpDims tp);
 };
 
 }  // namespace claw::model

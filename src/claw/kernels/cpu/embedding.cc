@@ -34,8 +34,10 @@ void embedding_backward(const CpuCtx& ctx, T* dwte, T* dwpe, const T* dout, cons
     int64_t cb = lb * kLine, ce = std::min(C, le * kLine);
     for (int64_t n = 0; n < B * T_; ++n) {
       const T* d = dout + n * C;
-      T* w = dwte + static_cast<int64_t>(tokens[n]) * C;
-      for (int64_t c = cb; c < ce; ++c) w[c] += d[c];
+      if (dwte) {
+        T* w = dwte + static_cast<int64_t>(tokens[n]) * C;
+        for (int64_t c = cb; c < ce; ++c) w[c] += d[c];
+      }
       if (dwpe) {
         T* p = dwpe + (positions ? positions[n] : n % T_) * C;
         for (int64_t c = cb; c < ce; ++c) p[c] += d[c];

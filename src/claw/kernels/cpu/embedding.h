@@ -10,7 +10,8 @@
 // Shapes: tokens, positions [B, T]; wte [V, C]; wpe [P, C]; out, dout [B, T, C].
 // Token ids and positions are trusted here (validated, or produced, when the
 // batch is built): 0 <= token < V, 0 <= pos < P.
-// Gradient contract: parameter grads accumulate. Threads split the C
+// Gradient contract: parameter grads accumulate; dwte may be null (only the
+// position gradient, when the word embeddings are vocabulary-parallel). Threads split the C
 // channels, so the scatter-adds (repeated tokens, repeated positions) have no
 // races and each sum is taken in (b, t) order whatever the thread count.
 #pragma once
