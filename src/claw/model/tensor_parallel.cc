@@ -52,4 +52,20 @@ void TensorParallel::reduce_rows(float* y, int64_t B, int64_t T, int64_t C) cons
     reduce_from_tp_forward(*group, y, y, B * T * C);
 }
 
+TpGroups make_tensor_parallel(comm::World& world, comm::ParallelState& ps, const ModelConfig& cfg,
+                              bool sequence_parallel) {
+  const int tp = ps.grid().tp;
+  validate_tensor_parallel(cfg, tp, sequence_parallel);
+  std::vector<std::vector<int>> lists;
+  for (const std::vector<int>& group : ps.grid().groups("tp"))
+    for (const std::vector<int>& set : kv_replica_sets(tp, cfg.kv_heads())) {
+      lists.emplace_back();
+      for (int position : set) lists.back().push_back(group[position]);
+    }
+  TpGroups g;
+  g.kv = world.split("tp_kv", lists);
+  g.tp = {.group = &ps.tp(), .kv_group = g.kv.get(), .sequence_parallel = sequence_parallel};
+  return g;
+}
+
 }  // namespace claw::model

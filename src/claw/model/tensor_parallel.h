@@ -23,9 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "claw/comm/group.h"
+#include "claw/comm/parallel_state.h"
 #include "claw/model/config.h"
 
 namespace claw::model {
@@ -81,5 +83,15 @@ struct TensorParallel {
   // of gather_rows for a gradient.
   void reduce_rows(float* y, int64_t B, int64_t T, int64_t C) const;
 };
+
+// The groups of one rank's TensorParallel: the parallel state's TP group and
+// a KV-replica group split from the world. Collective over the world (every
+// rank calls it with the same model); `kv` keeps the split group alive.
+struct TpGroups {
+  std::shared_ptr<comm::Group> kv;
+  TensorParallel tp;
+};
+TpGroups make_tensor_parallel(comm::World& world, comm::ParallelState& ps, const ModelConfig& cfg,
+                              bool sequence_parallel);
 
 }  // namespace claw::model

@@ -47,7 +47,8 @@ AdamW::AdamW(std::vector<Segment> segments, AdamWConfig cfg)
 
 double AdamW::grad_sum_squares(const CpuCtx& ctx) const {
   double s = 0;
-  for (const Segment& seg : segments_) s += kernels::sum_squares(ctx, seg.grad, seg.n);
+  for (const Segment& seg : segments_)
+    if (seg.param->spec.primary) s += kernels::sum_squares(ctx, seg.grad, seg.n);
   return s;
 }
 

@@ -38,7 +38,9 @@ class AdamW {
   AdamW(std::vector<Segment> segments, AdamWConfig cfg);
   AdamW(model::ParamStore& store, AdamWConfig cfg) : AdamW(store.full_segments(), cfg) {}
 
-  // Sum of squares of the gradients of this rank's segments, in double.
+  // Sum of squares of the gradients of this rank's segments, in double;
+  // segments of non-primary copies (ParamSpec::primary: replicated over
+  // tensor parallelism, counted on one rank) are left out.
   double grad_sum_squares(const CpuCtx& ctx) const;
   // Clip coefficient for a global norm: min(1, clip / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_.
   double clip_coefficient(double grad_norm) const;

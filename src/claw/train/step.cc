@@ -46,6 +46,8 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
   // all-reduce); without sharding the reduced gradients are whole everywhere.
   double sum_squares = optimizer.grad_sum_squares(cpu);
   if (dp && dp->sharded_optimizer()) sum_squares = dp->all_reduce_sum(sum_squares);
+  // Tensor-parallel shards hold disjoint parts; replicated copies count on one rank.
+  if (comm::Group& tp = *model.tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
   StepResult r{global_sum(loss_sum) / static_cast<double>(counted), std::sqrt(sum_squares)};
   if (!std::isfinite(r.grad_norm))
     fail("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}", step + 1, r.grad_norm, r.loss,
