@@ -39,22 +39,7 @@ parity)
     timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" $flags --metrics-file "$tmp/$name.jsonl" \
       >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "mpirun -np $np claw train $flags"; }
     grep -q "data-parallel" "$tmp/$name.log" || fail "$name: no layout line"
-    /usr/bin/python3 - "$tmp/single.jsonl" "$tmp/$name.jsonl" "$name" <<'PY' || exit 1
-import json, sys
-ref = [json.loads(l) for l in open(sys.argv[1])]
-got = [json.loads(l) for l in open(sys.argv[2])]
-name = sys.argv[3]
-assert len(got) == len(ref) == 20, f"{name}: {len(got)} records (metrics must be written once, by rank 0)"
-worst = 0.0
-for a, b in zip(ref, got):
-    for k in ("loss", "grad_norm", "val_loss"):
-        if k in a:
-            d = abs(a[k] - b[k]) / abs(a[k])
-            worst = max(worst, d)
-            assert d <= 2e-5, f"{name} step {a['step']}: {k} {b[k]} vs single rank {a[k]}"
-    assert b["step_ms_min"] <= b["step_ms"] and b["step_ms_min"] <= b["step_ms_max"], b
-print(f"ok {name}: 20 steps, worst relative difference {worst:.1e} (loss {got[-1]['loss']:.4f})")
-PY
+    /usr/bin/python3 "$(dirname "$0")/compare_metrics.py" "$tmp/single.jsonl" "$tmp/$name.jsonl" "$name" || exit 1
   done ;;
 bad_layout)
   start=$(date +%s.%N)

@@ -150,6 +150,9 @@ const std::vector<F>& train_flags() {
       // Parallelism (ranks come from the launcher: mpirun -np N / srun -n N; data parallel = the rest).
       int_flag<A>("tensor-model-parallel-size", "tensor-parallel ranks per model replica",
                   [](A& a) -> auto& { return a.parallel.sizes.tp; }),
+      switch_flag<A>("sequence-parallel",
+                     "with tensor parallelism: norms, dropout and residual adds on 1/TP of the sequence per rank",
+                     [](A& a) -> auto& { return a.parallel.sequence_parallel; }),
       int_flag<A>("pipeline-model-parallel-size", "pipeline stages",
                   [](A& a) -> auto& { return a.parallel.sizes.pp; }),
       int_flag<A>("context-parallel-size", "context-parallel ranks (sequence split for attention)",

@@ -51,6 +51,7 @@ struct DataConfig {
 struct ParallelConfig {
   comm::ParallelSizes sizes;              // --tensor/--context/--expert/--pipeline-model-parallel-size
   parallel::DataParallelConfig dp;        // --zero-stage, --ddp-bucket-size, --overlap-*
+  bool sequence_parallel = false;         // --sequence-parallel: norms/dropout/residual on 1/TP of the sequence
   bool use_distributed_optimizer = false; // --use-distributed-optimizer: ZeRO stage 1 unless --zero-stage says more
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes: deadline of every wait
   bool log_all_ranks = false;             // --log-all-ranks: info lines from every rank, not only rank 0

@@ -41,13 +41,15 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   model_cfg_.validate();
   const comm::RankGrid grid = comm::RankGrid::make(world_.size(), par_cfg_.sizes);
   const auto not_yet = [](const char* flag, int v, const char* what) {
-    if (v > 1) fail("{} {}: {} is not available in this build yet; claw trains data-parallel (with ZeRO) only", flag,
-                    v, what);
+    if (v > 1)
+      fail("{} {}: {} is not available in this build yet; claw trains data- and tensor-parallel (with ZeRO and "
+           "sequence parallelism) only",
+           flag, v, what);
   };
-  not_yet("--tensor-model-parallel-size", grid.tp, "tensor parallelism");
   not_yet("--pipeline-model-parallel-size", grid.pp, "pipeline parallelism");
   not_yet("--context-parallel-size", grid.cp, "context parallelism");
   not_yet("--expert-model-parallel-size", grid.ep, "expert parallelism");
+  model::validate_tensor_parallel(model_cfg_, grid.tp, par_cfg_.sequence_parallel, cfg_.seq_length);
   par_cfg_.dp.zero_stage = par_cfg_.zero_stage();
   par_cfg_.dp.validate(grid.dp);
   cfg_.resolve_and_validate(grid.dp);
@@ -66,10 +68,13 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
                                    ? cfg_.num_threads
                                    : std::max(1, kernels::default_num_threads() / world_.local_size()));
   pstate_ = comm::ParallelState::create(world_, par_cfg_.sizes);
+  tp_groups_ = std::make_unique<model::TpGroups>(
+      model::make_tensor_parallel(world_, *pstate_, model_cfg_, par_cfg_.sequence_parallel));
   comm::Group& dp_group = pstate_->dp();
   if (world_.size() > 1)
-    log::info("parallel", "{} ranks ({}): {}; ZeRO stage {}, {} thread(s) per rank", world_.size(), world_.backend(),
-              pstate_->describe(), par_cfg_.dp.zero_stage, cpu_.num_threads);
+    log::info("parallel", "{} ranks ({}): {}{}; ZeRO stage {}, {} thread(s) per rank", world_.size(),
+              world_.backend(), pstate_->describe(), par_cfg_.sequence_parallel ? ", sequence parallel" : "",
+              par_cfg_.dp.zero_stage, cpu_.num_threads);
 
   // Rank 0 makes what is shared on disk (the built-in corpus, the sample
   // index caches) while the others wait; then they read what it wrote.
@@ -128,13 +133,14 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
                                          cfg_.seq_length, packing, dp_group.size(), dp_group.rank());
 
   model_ = std::make_unique<model::GPT>(
-      model_cfg_, parallel::store_options(par_cfg_.dp.zero_stage, dp_group.size(), dp_group.rank()));
+      model_cfg_, parallel::store_options(par_cfg_.dp.zero_stage, dp_group.size(), dp_group.rank()), tp_groups_->tp);
   model_->init_weights(cpu_, cfg_.seed);
   dp_ = std::make_unique<parallel::DataParallel>(*model_, dp_group, par_cfg_.dp);
   const model::Recompute recompute{cfg_.recomputed_layers(model_cfg_.num_layers)};
   if (recompute.layers > model_cfg_.num_layers)
     fail("--recompute-num-layers {} exceeds --num-layers {}", recompute.layers, model_cfg_.num_layers);
-  ArenaPlan acts = model::plan_activations(model_cfg_, cfg_.micro_batch_size, cfg_.seq_length, recompute);
+  ArenaPlan acts = model::plan_activations(model_cfg_, cfg_.micro_batch_size, cfg_.seq_length, recompute,
+                                           tp_groups_->tp.dims());
   MemoryPlan plan = make_memory_plan(dp_->memory(), par_cfg_.dp.zero_stage, dp_group.size(), acts);
   log::info("memory", "{}", format_memory_plan(plan, model_cfg_, model_->store().numel(), cfg_.micro_batch_size,
                                                cfg_.seq_length, recompute.layers));

@@ -24,6 +24,7 @@
 
 #include "claw/comm/parallel_state.h"
 #include "claw/model/config.h"
+#include "claw/model/tensor_parallel.h"
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
 #include "claw/parallel/data_parallel.h"
@@ -67,6 +68,7 @@ class Trainer {
   ParallelConfig par_cfg_;
   comm::World& world_;
   std::unique_ptr<comm::ParallelState> pstate_;
+  std::unique_ptr<model::TpGroups> tp_groups_;
   CpuCtx cpu_;
   std::unique_ptr<data::SampleSource> train_data_;
   std::unique_ptr<data::SampleSource> valid_data_;  // null: no validation
