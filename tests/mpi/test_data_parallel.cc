@@ -33,9 +33,12 @@
 #include "claw/parallel/data_parallel.h"
 #include "claw/train/batch.h"
 #include "claw/train/step.h"
+#include "parity_batches.h"
 
 namespace claw {
 namespace {
+
+using parity::Data;
 
 comm::World* g_world = nullptr;
 std::shared_ptr<comm::Group> g_dp;
@@ -50,34 +53,10 @@ model::ModelConfig small(const char* preset, double dropout) {
   return c;
 }
 
-struct Data {
-  std::vector<int32_t> tokens, targets;  // [kGB, kT] per step
-};
-
-Data batch_for_step(int64_t step) {
-  Data d;
-  RandomStream rng(99, static_cast<uint64_t>(step));
-  for (int64_t i = 0; i < kGB * kT; ++i) {
-    d.tokens.push_back(static_cast<int32_t>(rng.block(2 * i)[0] % 1000));
-    d.targets.push_back(static_cast<int32_t>(rng.block(2 * i + 1)[0] % 1000));
-  }
-  d.targets[5] = -1;  // a masked target: the global count must be summed over ranks
-  return d;
-}
-
-// This rank's samples of the global batch, in GlobalBatch's order.
-void assign_slice(train::GlobalBatch& b, const Data& d) {
-  std::vector<int32_t> tok, tgt;
-  for (int64_t k = 0; k < b.micro_batches(); ++k) {
-    const int64_t first = b.sample_offset(k);
-    tok.insert(tok.end(), d.tokens.begin() + first * kT, d.tokens.begin() + (first + b.B()) * kT);
-    tgt.insert(tgt.end(), d.targets.begin() + first * kT, d.targets.begin() + (first + b.B()) * kT);
-  }
-  b.assign(tok, tgt);
-}
-
-optim::AdamWConfig adam() { return {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .clip_grad = 1.0}; }
-double lr_at(int64_t step) { return 1e-3 * std::min(1.0, (step + 1) / 5.0); }
+using parity::adam;
+using parity::assign_slice;
+using parity::lr_at;
+Data batch_for_step(int64_t step) { return parity::batch_for_step(step, kGB, kT, 1000); }
 
 struct Trajectory {
   std::vector<double> losses, norms;

@@ -35,12 +35,7 @@ Embedding::Embedding(const ModelConfig& cfg, const HfNames& hf, const TensorPara
                .init_std = cfg.init_method_std,
                .init_rows = cfg.vocab_size,
                .hf = hf.word_embeddings()};
-  if (tp.size() > 1) {
-    word.spec.shard_dim = 0;
-    word.spec.shard_count = tp.size();
-    word.spec.shard_index = tp.rank();
-    word.spec.shard_group = "tp";
-  }
+  if (tp.size() > 1) word.spec.split(0, tp.size(), tp.rank(), "tp");
   if (learned_pos_)
     position.spec = {.name = "embedding.position_embeddings.weight",
                      .shape = {cfg.max_position_embeddings, C_},

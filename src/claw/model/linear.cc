@@ -21,10 +21,7 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool bias, doub
   const int64_t n = weight.spec.shape[dim];
   CLAW_CHECK(n % count == 0, "{}: {} features do not split into {} slices", weight.spec.name, n, count);
   auto shard = [&](ParamSpec& s, int d) {
-    s.shard_dim = d;
-    s.shard_count = count;
-    s.shard_index = index;
-    s.shard_group = "tp";
+    s.split(d, count, index, "tp");
     s.primary = tp.rank() % split.replicas == 0;
   };
   shard(weight.spec, dim);

@@ -25,12 +25,7 @@ OutputLayer::OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied,
                      .init_std = cfg.init_method_std,
                      .init_rows = cfg.vocab_size,
                      .hf = hf.output_layer()};
-  if (tp.size() > 1) {
-    own_weight.spec.shard_dim = 0;
-    own_weight.spec.shard_count = tp.size();
-    own_weight.spec.shard_index = tp.rank();
-    own_weight.spec.shard_group = "tp";
-  }
+  if (tp.size() > 1) own_weight.spec.split(0, tp.size(), tp.rank(), "tp");
 }
 
 double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32_t* targets, double dloss_scale,

@@ -60,6 +60,13 @@ struct ParamSpec {
   // replicated KV group's ranks), true everywhere without TP.
   bool primary = true;
 
+  // Makes this rank hold slice `index` of `count` along `dim` over `group`.
+  void split(int dim, int count, int index, std::string group) {
+    shard_dim = dim;
+    shard_count = count;
+    shard_index = index;
+    shard_group = std::move(group);
+  }
   // The shape this rank stores.
   Shape local_shape() const {
     return shard_dim < 0 ? shape : shape.with(shard_dim, shape[shard_dim] / shard_count);

@@ -27,7 +27,9 @@ struct StepResult {
 
 // With a DataParallel engine (`dp`), the batch is this rank's slice; the
 // target count, the loss and the gradient norm are summed over the group and
-// gradients are reduced as DataParallel says. `step` is 0-based; sample0 is the global index of the step's first sample
+// gradients are reduced as DataParallel says. Under tensor parallelism
+// (model.tp()) the loss is already whole on every TP rank and the gradient
+// norm adds the TP shards (replicated copies counted once). `step` is 0-based; sample0 is the global index of the step's first sample
 // (dropout counters). Throws claw::Error naming the step and the first
 // non-finite tensor if the loss or the gradient norm is not finite.
 // `before_update`, if set, sees the accumulated gradients before AdamW runs.
