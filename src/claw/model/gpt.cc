@@ -1,39 +1,66 @@
 #include "claw/model/gpt.h"
 
+#include <algorithm>
+
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/reduce.h"
 #include "claw/model/tp_mappings.h"
 
 namespace claw::model {
 
+PipelineStage PipelineStage::resolved(const ModelConfig& cfg) const {
+  PipelineStage s = *this;
+  const int64_t L = cfg.num_layers;
+  if (s.num_layers < 0) s.num_layers = L - s.first_layer;
+  CLAW_CHECK(s.first_layer >= 0 && s.num_layers >= 0 && s.first_layer + s.num_layers <= L,
+             "pipeline stage of layers [{}, {}) is not within the model's {} layers", s.first_layer,
+             s.first_layer + s.num_layers, L);
+  CLAW_CHECK(!s.pre_process || s.first_layer == 0, "the stage holding the embedding must start at layer 0, not {}",
+             s.first_layer);
+  CLAW_CHECK(!s.post_process || s.first_layer + s.num_layers == L,
+             "the stage holding the output layer must end at the last layer {}, not {}", L,
+             s.first_layer + s.num_layers);
+  return s;
+}
+
+bool PipelineStage::whole(const ModelConfig& cfg) const {
+  const PipelineStage s = resolved(cfg);
+  return s.pre_process && s.post_process;
+}
+
 void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute,
-                         TpDims tp) {
+                         TpDims tp, PipelineStage stage) {
+  stage = stage.resolved(cfg);
   const int64_t N = B * T, R = tp.rows(N);
-  embedding = L.take<float>("embedding.out", R * cfg.hidden_size);
+  input = L.take<float>(stage.pre_process ? "embedding.out" : "stage.input", R * cfg.hidden_size);
   Block::Saved shared;
   if (recompute.layers > 0) shared.layout_internal(L, "recompute", cfg, B, T, tp);
-  blocks.resize(cfg.num_layers);
-  const float* x = embedding;
-  for (int l = 0; l < cfg.num_layers; ++l) {
-    if (l < recompute.layers) {
-      blocks[l] = shared;
-      blocks[l].out = L.take<float>("layers." + std::to_string(l) + ".out", R * cfg.hidden_size);
+  blocks.resize(stage.num_layers);
+  const float* x = input;
+  for (int64_t k = 0; k < stage.num_layers; ++k) {
+    const int64_t l = stage.first_layer + k;  // global index
+    if (k < recompute.layers) {
+      blocks[k] = shared;
+      blocks[k].out = L.take<float>("layers." + std::to_string(l) + ".out", R * cfg.hidden_size);
     } else {
-      blocks[l].layout(L, l, cfg, B, T, tp);
+      blocks[k].layout(L, static_cast<int>(l), cfg, B, T, tp);
     }
-    blocks[l].x = x;
-    x = blocks[l].out;
+    blocks[k].x = x;
+    x = blocks[k].out;
   }
-  final_norm.layout(L, "final_norm", cfg, R);
-  output.layout(L, cfg, N);
+  if (stage.post_process) {
+    final_norm.layout(L, "final_norm", cfg, R);
+    output.layout(L, cfg, N);
+  }
   scratch.layout(L, cfg, N, tp);
 }
 
-ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp) {
+ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp,
+                           PipelineStage stage) {
   ArenaPlan plan("activations");
   ArenaLayout L = ArenaLayout::planning(plan);
   Activations a;
-  a.layout(L, cfg, B, T, recompute, tp);
+  a.layout(L, cfg, B, T, recompute, tp, stage);
   return plan;
 }
 
@@ -53,8 +80,9 @@ TensorParallel resolve_tp(TensorParallel tp, std::unique_ptr<comm::Group>& own_t
 }
 }  // namespace
 
-GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp)
+GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage stage)
     : cfg_((cfg.validate(), validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel), std::move(cfg))),
+      stage_(stage.resolved(cfg_)),
       tp_(resolve_tp(tp, own_tp_, own_kv_)),
       hf_(cfg_),
       rope_(cfg_.position_embedding_type == Position::rope
@@ -66,8 +94,8 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp)
   CLAW_CHECK(tp_.kv_group->size() == tp_.dims().kv_replicas(cfg_),
              "KV-replica group of {} ranks, but {} query groups over TP {} need {}", tp_.kv_group->size(),
              cfg_.kv_heads(), tp_.size(), tp_.dims().kv_replicas(cfg_));
-  for (int l = 0; l < cfg_.num_layers; ++l)
-    blocks_.push_back(std::make_unique<Block>(l, cfg_, hf_, &rope_, tp_));
+  for (int64_t k = 0; k < stage_.num_layers; ++k)
+    blocks_.push_back(std::make_unique<Block>(static_cast<int>(stage_.first_layer + k), cfg_, hf_, &rope_, tp_));
   // Replicated parameters count once over the TP group (on its rank 0).
   for (Param* p : params())
     if (p->spec.shard_dim < 0) p->spec.primary = tp_.rank() == 0;
@@ -75,16 +103,24 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp)
 
   // Units: parameters collected per layer, in the store's (forward) order.
   std::vector<std::pair<std::string, std::vector<Param*>>> groups;
-  groups.push_back({"embedding", {}});
-  embedding_.collect(groups.back().second);
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    groups.push_back({"layers." + std::to_string(l), {}});
-    blocks_[l]->collect(groups.back().second);
+  if (stage_.pre_process) {
+    emb_unit_ = static_cast<int>(groups.size());
+    groups.push_back({"embedding", {}});
+    embedding_.collect(groups.back().second);
   }
-  groups.push_back({"final_norm", {}});
-  final_norm_.collect(groups.back().second);
-  groups.push_back({"output_layer", {}});
-  output_.collect(groups.back().second);
+  block_unit0_ = static_cast<int>(groups.size());
+  for (int k = 0; k < num_blocks(); ++k) {
+    groups.push_back({"layers." + std::to_string(stage_.first_layer + k), {}});
+    blocks_[k]->collect(groups.back().second);
+  }
+  if (stage_.post_process) {
+    norm_unit_ = static_cast<int>(groups.size());
+    groups.push_back({"final_norm", {}});
+    final_norm_.collect(groups.back().second);
+    out_unit_ = static_cast<int>(groups.size());
+    groups.push_back({"output_layer", {}});
+    collect_output(groups.back().second);
+  }
   const auto& offsets = store_->offsets();
   size_t k = 0;
   int64_t end = 0;
@@ -101,116 +137,154 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp)
   }
 }
 
+void GPT::collect_output(std::vector<Param*>& out) {
+  output_.collect(out);
+  // Tied, without the embedding: this stage's copy of the word embeddings.
+  if (cfg_.tied() && !stage_.pre_process) out.push_back(&embedding_.word);
+}
+
 std::vector<int> GPT::use_order(bool training) const {
-  const int L = cfg_.num_layers;
   std::vector<int> order;
-  for (int u = 0; u <= L + 1; ++u) order.push_back(u);
-  order.push_back(output_value_unit());
+  const int last = stage_.post_process ? norm_unit_ : block_unit0_ + num_blocks() - 1;
+  for (int u = 0; u <= last; ++u) order.push_back(u);
+  if (stage_.post_process) order.push_back(output_value_unit());
   if (training)  // the output layer's backward ran in its forward; the embedding's backward needs no values
-    for (int u = L + 1; u >= 1; --u) order.push_back(u);
+    for (int u = last; u >= block_unit0_; --u) order.push_back(u);
   return order;
 }
 
 std::vector<GPT::GradEvent> GPT::grad_order() const {
-  const int L = cfg_.num_layers;
   std::vector<GradEvent> ev;
-  if (cfg_.tied()) {
-    ev.push_back({true, 0});
-  } else {
-    ev.push_back({true, output_unit()});
-    ev.push_back({false, output_unit()});
+  if (stage_.post_process) {
+    if (tied_here()) {
+      ev.push_back({true, emb_unit_});
+    } else {
+      ev.push_back({true, out_unit_});
+      ev.push_back({false, out_unit_});
+    }
+    ev.push_back({true, norm_unit_});
+    ev.push_back({false, norm_unit_});
   }
-  for (int u = L + 1; u >= 1; --u) {
+  for (int u = block_unit0_ + num_blocks() - 1; u >= block_unit0_; --u) {
     ev.push_back({true, u});
     ev.push_back({false, u});
   }
-  if (!cfg_.tied()) ev.push_back({true, 0});
-  ev.push_back({false, 0});
+  if (stage_.pre_process) {
+    if (!tied_here()) ev.push_back({true, emb_unit_});
+    ev.push_back({false, emb_unit_});
+  }
   return ev;
 }
 
 std::vector<Param*> GPT::params() {
   std::vector<Param*> out;
-  embedding_.collect(out);
+  if (stage_.pre_process) embedding_.collect(out);
   for (auto& b : blocks_) b->collect(out);
-  final_norm_.collect(out);
-  output_.collect(out);
+  if (stage_.post_process) {
+    final_norm_.collect(out);
+    collect_output(out);
+  }
   return out;
 }
 
 void GPT::reserve(int64_t B, int64_t T, Recompute recompute) {
-  if (recompute.layers < 0 || recompute.layers > cfg_.num_layers)
-    fail("--recompute-num-layers {} must be in [0, --num-layers {}]", recompute.layers, cfg_.num_layers);
+  if (recompute.layers < 0 || recompute.layers > num_blocks()) {
+    if (stage_.whole(cfg_))
+      fail("--recompute-num-layers {} must be in [0, --num-layers {}]", recompute.layers, cfg_.num_layers);
+    fail("--recompute-num-layers {} must be in [0, {}], the layers of this pipeline stage", recompute.layers,
+         num_blocks());
+  }
   if (B == B_ && T == T_ && recompute.layers == recompute_.layers) return;
   if (T > cfg_.max_position_embeddings)
     fail("--seq-length {} exceeds --max-position-embeddings {} (the position table); use at most {} or raise "
          "--max-position-embeddings",
          T, cfg_.max_position_embeddings, cfg_.max_position_embeddings);
   if (tp_.sp()) check_sequence_split(T, tp_.size());
-  act_plan_ = plan_activations(cfg_, B, T, recompute, tp_.dims());
+  act_plan_ = plan_activations(cfg_, B, T, recompute, tp_.dims(), stage_);
   act_arena_ = Arena(act_plan_);
   ArenaLayout L = ArenaLayout::binding(act_plan_, act_arena_);
   acts_ = Activations();
-  acts_.layout(L, cfg_, B, T, recompute, tp_.dims());
+  acts_.layout(L, cfg_, B, T, recompute, tp_.dims(), stage_);
   B_ = B;
   T_ = T;
   recompute_ = recompute;
 }
 
 double GPT::forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* targets, double dloss_scale) {
+  CLAW_CHECK(stage_.pre_process && stage_.post_process,
+             "forward() runs the whole model; a pipeline stage runs forward_stage()");
+  double loss = 0;
+  forward_stage(ctx, tokens, nullptr, targets, dloss_scale, &loss);
+  return loss;
+}
+
+void GPT::backward(const StepCtx& ctx, const int32_t* tokens) { backward_stage(ctx, tokens, nullptr); }
+
+void GPT::forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* input, const int32_t* targets,
+                        double dloss_scale, double* loss_sum) {
   CLAW_CHECK(ctx.B == B_ && ctx.T == T_, "forward on [{}, {}] but activations are reserved for [{}, {}]", ctx.B,
              ctx.T, B_, T_);
+  CLAW_CHECK(stage_.pre_process == (input == nullptr),
+             "forward_stage: the first stage takes tokens, a later one the previous stage's output");
   UnitHooks none;
   UnitHooks& h = hooks_ ? *hooks_ : none;
   const bool grads = dloss_scale != 0;
   h.begin_pass(grads);
-  h.before_use(0);
-  embedding_.forward(ctx, tokens, acts_.embedding, acts_.scratch);
-  h.after_use(0);
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    h.before_use(static_cast<int>(l) + 1);
-    blocks_[l]->forward(ctx, acts_.blocks[l], acts_.scratch);
-    h.after_use(static_cast<int>(l) + 1);
+  if (stage_.pre_process) {
+    h.before_use(emb_unit_);
+    embedding_.forward(ctx, tokens, acts_.input, acts_.scratch);
+    h.after_use(emb_unit_);
+  } else if (input != acts_.input) {
+    std::copy_n(input, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts_.input);
   }
-  const float* x = blocks_.empty() ? acts_.embedding : acts_.blocks.back().out;
-  const int L = cfg_.num_layers;
-  h.before_use(L + 1);
-  final_norm_.forward(ctx, x, acts_.final_norm);
-  h.after_use(L + 1);
+  for (int k = 0; k < num_blocks(); ++k) {
+    h.before_use(block_unit0_ + k);
+    blocks_[k]->forward(ctx, acts_.blocks[k], acts_.scratch);
+    h.after_use(block_unit0_ + k);
+  }
+  if (!stage_.post_process) return;
+  h.before_use(norm_unit_);
+  final_norm_.forward(ctx, acts_.out(), acts_.final_norm);
+  h.after_use(norm_unit_);
   h.before_use(output_value_unit());
-  if (grads) h.grads_begin(cfg_.tied() ? 0 : output_unit());
+  if (grads) h.grads_begin(output_value_unit());
   const double loss = output_.forward(ctx, acts_.final_norm.out, targets, dloss_scale, acts_.output, acts_.scratch);
-  if (grads && !cfg_.tied()) h.grads_end(output_unit());
+  if (grads && !tied_here()) h.grads_end(out_unit_);
   h.after_use(output_value_unit());
-  return loss;
+  if (loss_sum) *loss_sum = loss;
 }
 
-void GPT::backward(const StepCtx& ctx, const int32_t* tokens) {
+void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float* output_grad) {
+  CLAW_CHECK(stage_.post_process == (output_grad == nullptr),
+             "backward_stage: the last stage starts from its loss, an earlier one from the next stage's input gradient");
   UnitHooks none;
   UnitHooks& h = hooks_ ? *hooks_ : none;
-  const int L = cfg_.num_layers;
-  const float* x = blocks_.empty() ? acts_.embedding : acts_.blocks.back().out;
-  h.before_use(L + 1);
-  h.grads_begin(L + 1);
-  final_norm_.backward(ctx, acts_.final_norm, x, acts_.output.dx, acts_.scratch.dres, /*accumulate=*/false,
-                       acts_.scratch);
-  h.grads_end(L + 1);
-  h.after_use(L + 1);
-  for (size_t l = blocks_.size(); l-- > 0;) {
-    const int u = static_cast<int>(l) + 1;
+  if (stage_.post_process) {
+    h.before_use(norm_unit_);
+    h.grads_begin(norm_unit_);
+    final_norm_.backward(ctx, acts_.final_norm, acts_.out(), acts_.output.dx, acts_.scratch.dres,
+                         /*accumulate=*/false, acts_.scratch);
+    h.grads_end(norm_unit_);
+    h.after_use(norm_unit_);
+  } else {
+    std::copy_n(output_grad, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts_.scratch.dres);
+  }
+  for (int k = num_blocks(); k-- > 0;) {
+    const int u = block_unit0_ + k;
     h.before_use(u);
     h.grads_begin(u);
     // The last recomputed block's values are still in the shared region from
     // the forward pass; the others are re-run. Forward uses only scratch
     // tmp/act, never the gradients in dres/dnorm.
-    if (static_cast<int64_t>(l) + 1 < recompute_.layers) blocks_[l]->forward(ctx, acts_.blocks[l], acts_.scratch);
-    blocks_[l]->backward(ctx, acts_.blocks[l], acts_.scratch);
+    if (k + 1 < recompute_.layers) blocks_[k]->forward(ctx, acts_.blocks[k], acts_.scratch);
+    blocks_[k]->backward(ctx, acts_.blocks[k], acts_.scratch);
     h.grads_end(u);
     h.after_use(u);
   }
-  if (!cfg_.tied()) h.grads_begin(0);
+  if (!stage_.pre_process) return;
+  if (!tied_here()) h.grads_begin(emb_unit_);
   embedding_.backward(ctx, tokens, acts_.scratch.dres, acts_.scratch);
-  h.grads_end(0);
+  h.grads_end(emb_unit_);
 }
 
 void GPT::logits(const StepCtx& ctx, float* out) const { output_.logits(ctx, acts_.final_norm.out, out); }
@@ -227,7 +301,8 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
     return "";
   };
   if (auto s = bad_params({&embedding_.word, &embedding_.position}); !s.empty()) return s;
-  if (N > 0 && !finite(ctx, acts_.embedding, R * C)) return "embedding.out (activation)";
+  if (N > 0 && !finite(ctx, acts_.input, R * C))
+    return stage_.pre_process ? "embedding.out (activation)" : "stage.input (activation)";
   for (size_t l = 0; l < blocks_.size(); ++l) {
     std::vector<Param*> ps;
     blocks_[l]->collect(ps);
@@ -241,6 +316,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
       if (own && !finite(ctx, t.data, t.numel)) return t.name + " (activation)";
     }
   }
+  if (!stage_.post_process) return "";
   if (auto s = bad_params({&final_norm_.weight, &final_norm_.bias, &output_.own_weight}); !s.empty()) return s;
   if (N > 0 && !finite(ctx, acts_.final_norm.out, R * C)) return "final_norm.out (activation)";
   if (N > 0 && !finite(ctx, acts_.output.lse, N)) return "output.logits (activation: log-sum-exp of the logits)";

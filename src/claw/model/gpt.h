@@ -12,6 +12,14 @@
 // One training micro-batch (see Recompute for trading compute for memory):
 //   double loss_sum = model.forward(ctx, tokens, targets, dloss_scale);  // also the LM-head backward
 //   model.backward(ctx, tokens);                                        // grads += d loss / d params
+//
+// Pipeline parallelism: a GPT can be one stage of the model (PipelineStage):
+// a run of consecutive blocks, plus the embedding on the first stage and the
+// final norm and output layer on the last. A stage's micro-batch:
+//   stage.forward_stage(ctx, tokens, input, targets, dloss_scale, &loss);  // input: previous stage_output()
+//   ... send stage_output() on, receive d(stage_output()) ...
+//   stage.backward_stage(ctx, tokens, output_grad);                        // then send stage_input_grad() back
+// forward()/backward() are the one-stage case.
 #pragma once
 
 #include <memory>
@@ -45,38 +53,66 @@ struct Recompute {
   int64_t layers = 0;
 };
 
+// The part of the model one pipeline stage holds (Megatron's pre_process /
+// post_process): blocks [first_layer, first_layer + num_layers) keeping their
+// global layer indices (names "layers.<global>..."; init is keyed by name, so
+// a stage's parameters equal the whole model's), the embedding if
+// pre_process, the final norm and output layer if post_process. With tied
+// embeddings a post_process stage without the embedding holds its own copy of
+// "embedding.word_embeddings.weight" (same spec and init; keeping the copies
+// equal, by all-reducing their gradients, is the pipeline engine's job).
+// The default is the whole model.
+struct PipelineStage {
+  int64_t first_layer = 0;
+  int64_t num_layers = -1;  // -1: through the last layer
+  bool pre_process = true;
+  bool post_process = true;
+  // num_layers made explicit; throws claw::Error when the stage does not fit
+  // the model (pre_process needs first_layer 0, post_process the last layer).
+  PipelineStage resolved(const ModelConfig& cfg) const;
+  bool whole(const ModelConfig& cfg) const;
+};
+
 // Everything one micro-batch saves, plus the shared scratch.
 // Sizes are one tensor-parallel rank's (model/tensor_parallel.h).
 struct Activations {
-  float* embedding = nullptr;  // [R, C] x_0 (R: rows of the residual stream held)
-  std::vector<Block::Saved> blocks;
-  NormLayer::Saved final_norm;
-  OutputLayer::Saved output;
+  // [R, C] the stage's input: x_0, the embedding's output, on the first
+  // stage, else the previous stage's output (R: rows of the residual stream held)
+  float* input = nullptr;
+  std::vector<Block::Saved> blocks;  // the stage's blocks
+  NormLayer::Saved final_norm;       // post_process only
+  OutputLayer::Saved output;         // post_process only
   Scratch scratch;
-  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp);
+  void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp,
+              PipelineStage stage = {});
+  float* out() const { return blocks.empty() ? input : blocks.back().out; }
 };
 
 // The activation arena layout of one rank for micro-batches of [B, T] (pure).
-ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute = {}, TpDims tp = {});
+ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute = {}, TpDims tp = {},
+                           PipelineStage stage = {});
 
 class GPT {
  public:
   // tp: the tensor-parallel group (and KV-replica group) this rank belongs
   // to; default one rank. Throws claw::Error naming the flags when the model
-  // does not split over it (validate_tensor_parallel).
-  explicit GPT(ModelConfig cfg, StoreOptions storage = {}, TensorParallel tp = {});
+  // does not split over it (validate_tensor_parallel). stage: the part of
+  // the model this rank holds (default: all of it).
+  explicit GPT(ModelConfig cfg, StoreOptions storage = {}, TensorParallel tp = {}, PipelineStage stage = {});
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   const TensorParallel& tp() const { return tp_; }
-  // Parameters in canonical order (embedding, blocks, final norm, output).
+  const PipelineStage& stage() const { return stage_; }  // resolved
+  // Parameters held, in canonical order (embedding, blocks, final norm, output).
   std::vector<Param*> params();
   ParamStore& store() { return *store_; }
   void init_weights(const CpuCtx& ctx, uint64_t seed) { store_->init(ctx, seed); }
 
-  // Units in forward order (see unit_hooks.h) and the order in which one
-  // micro-batch uses their values and writes their gradients.
+  // Units held, in forward order (see unit_hooks.h; a stage numbers its own
+  // from 0), and the order in which one micro-batch uses their values and
+  // writes their gradients.
   const std::vector<Unit>& units() const { return units_; }
   std::vector<int> use_order(bool training) const;
   struct GradEvent {
@@ -99,6 +135,22 @@ class GPT {
   double forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* targets, double dloss_scale);
   // Accumulates parameter gradients for the last forward (which must have had dloss_scale != 0).
   void backward(const StepCtx& ctx, const int32_t* tokens);
+
+  // One pipeline stage's forward. input: [R, C], the previous stage's
+  // stage_output() (null on the first stage). targets and loss_sum (the sum
+  // of token losses) are used on the last stage only. dloss_scale != 0: a
+  // backward_stage follows (on the last stage: d total_loss / d token_loss).
+  void forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* input, const int32_t* targets,
+                     double dloss_scale, double* loss_sum);
+  // [R, C] the last block's output after forward_stage: the next stage's input.
+  float* stage_output() { return acts_.out(); }
+  // One pipeline stage's backward. output_grad: [R, C], the gradient w.r.t.
+  // stage_output() from the next stage's stage_input_grad() (null on the last stage).
+  void backward_stage(const StepCtx& ctx, const int32_t* tokens, const float* output_grad);
+  // [R, C] the gradient w.r.t. the stage's input after backward_stage, to
+  // send to the previous stage (not on the first stage, whose embedding
+  // consumes it). Valid until the next forward_stage or backward_stage.
+  const float* stage_input_grad() const { return acts_.scratch.dres; }
   // Logits [B*T, Vp] of the last forward's final hidden states (TP = 1 only).
   void logits(const StepCtx& ctx, float* out) const;
 
@@ -110,6 +162,7 @@ class GPT {
 
  private:
   ModelConfig cfg_;
+  PipelineStage stage_;
   std::unique_ptr<comm::Group> own_tp_, own_kv_;  // one-rank groups when none is given
   TensorParallel tp_;
   HfNames hf_;
@@ -121,8 +174,13 @@ class GPT {
   std::unique_ptr<ParamStore> store_;
   std::vector<Unit> units_;
   UnitHooks* hooks_ = nullptr;
-  int output_unit() const { return cfg_.num_layers + 2; }
-  int output_value_unit() const { return cfg_.tied() ? 0 : output_unit(); }
+  // Unit indices: -1 for a part not held.
+  int emb_unit_ = -1, block_unit0_ = 0, norm_unit_ = -1, out_unit_ = -1;
+  // The output layer uses the embedding unit's word matrix (tied, both held).
+  bool tied_here() const { return cfg_.tied() && stage_.pre_process && stage_.post_process; }
+  int output_value_unit() const { return tied_here() ? emb_unit_ : out_unit_; }
+  void collect_output(std::vector<Param*>& out);
+  int num_blocks() const { return static_cast<int>(blocks_.size()); }
 
   int64_t B_ = 0, T_ = 0;
   Recompute recompute_;

@@ -3,7 +3,10 @@
 //
 // A unit is a group of parameters used and differentiated together: the
 // embedding (unit 0), each block (1..L), the final norm (L+1) and the output
-// layer (L+2; empty when its weight is tied to the embedding's). A unit's
+// layer (L+2; empty when its weight is tied to the embedding's). A pipeline
+// stage (gpt.h's PipelineStage) has the units of what it holds, numbered
+// from 0 in the same order; its output layer unit holds its copy of the tied
+// word embeddings when the embedding is on another stage. A unit's
 // parameters are contiguous in the ParamStore's flat buffers.
 //
 // The model calls, for each unit, in a fixed order (GPT::use_order,
