@@ -95,7 +95,8 @@ TEST(TensorParallelPlan, SequenceParallelDividesEverySavedActivation) {
   c.num_layers = 1;
   auto layer_bytes = [&](int tp, bool sp) {
     int64_t sum = 0;
-    for (const ArenaPlan::Entry& e : plan_activations(c, 2, 1024, {}, TpDims{tp, sp}).entries())
+    const ArenaPlan plan = plan_activations(c, 2, 1024, {}, TpDims{tp, sp});
+    for (const ArenaPlan::Entry& e : plan.entries())
       if (e.name.rfind("layers.0.", 0) == 0) sum += static_cast<int64_t>(e.bytes);
     return sum;
   };

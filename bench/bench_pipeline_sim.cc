@@ -1,0 +1,56 @@
+// Pipeline schedules in the simulator (parallel/pipeline_sim.h): bubble
+// fraction and peak in-flight micro-batches per stage for each schedule,
+// with backward = 2 x forward (input and weight halves equal) and a
+// point-to-point latency given as a fraction of a forward.
+//
+//   build/bin/bench_pipeline_sim [latency]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "claw/parallel/pipeline_schedule.h"
+#include "claw/parallel/pipeline_sim.h"
+
+using namespace claw::parallel;
+
+int main(int argc, char** argv) {
+  const double latency = argc > 1 ? std::atof(argv[1]) : 0.0;
+  std::printf("forward 1, backward_input 1, backward_weight 1 (per stage; / v per chunk), p2p latency %.2f\n\n",
+              latency);
+  std::printf("| schedule | p | m | v | makespan | bubble | closed form | peak in-flight (stage 0..p-1) | "
+              "pending W (stage 0..p-1) |\n|---|---|---|---|---|---|---|---|---|\n");
+  struct Row {
+    ScheduleKind kind;
+    int p, m, v;
+  };
+  const Row rows[] = {{ScheduleKind::gpipe, 4, 8, 1},       {ScheduleKind::one_f_one_b, 4, 8, 1},
+                      {ScheduleKind::interleaved, 4, 8, 2}, {ScheduleKind::zb_h1, 4, 8, 1},
+                      {ScheduleKind::gpipe, 4, 16, 1},      {ScheduleKind::one_f_one_b, 4, 16, 1},
+                      {ScheduleKind::interleaved, 4, 16, 4}, {ScheduleKind::zb_h1, 4, 16, 1},
+                      {ScheduleKind::one_f_one_b, 8, 32, 1}, {ScheduleKind::interleaved, 8, 32, 2},
+                      {ScheduleKind::zb_h1, 8, 32, 1}};
+  for (const Row& r : rows) {
+    const Schedule s = make_schedule({.kind = r.kind, .stages = r.p, .microbatches = r.m, .chunks = r.v});
+    const double v = r.v;
+    const SimResult res =
+        simulate(s, ActionCosts{.forward = 1 / v, .backward_input = 1 / v, .backward_weight = 1 / v,
+                                .p2p_latency = latency});
+    double closed = 0;
+    const double p = r.p, m = r.m;
+    switch (r.kind) {
+      case ScheduleKind::gpipe:
+      case ScheduleKind::one_f_one_b: closed = (p - 1) / (m + p - 1); break;
+      case ScheduleKind::interleaved: closed = (p - 1) / (v * m + p - 1); break;
+      case ScheduleKind::zb_h1: closed = (p - 1) / (3 * m + p - 1); break;
+    }
+    std::string inflight, pending;
+    for (const StageStats& st : res.stages) {
+      inflight += (inflight.empty() ? "" : " ") + std::to_string(st.peak_inflight);
+      pending += (pending.empty() ? "" : " ") + std::to_string(st.peak_pending_weight);
+    }
+    std::printf("| %s | %d | %d | %d | %.2f | %.4f | %.4f | %s | %s |\n", std::string(to_string(r.kind)).c_str(),
+                r.p, r.m, r.v, res.makespan, res.bubble_fraction, closed, inflight.c_str(), pending.c_str());
+    if (!res.deadlock_free) std::printf("  DEADLOCK: %s\n", res.describe().c_str());
+  }
+  return 0;
+}
