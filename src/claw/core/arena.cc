@@ -50,7 +50,8 @@ Arena& Arena::operator=(Arena&& o) noexcept {
   return *this;
 }
 
-void* ArenaLayout::take_bytes(const std::string& name, size_t bytes) {
+void* ArenaLayout::take_bytes(const std::string& base, size_t bytes) {
+  const std::string name = prefix_.empty() ? base : prefix_ + base;
   if (!arena_) {
     plan_->add(name, bytes);
     return nullptr;

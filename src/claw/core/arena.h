@@ -87,6 +87,8 @@ class ArenaLayout {
     return static_cast<T*>(take_bytes(name, static_cast<size_t>(count) * sizeof(T)));
   }
   bool binding_mode() const { return arena_ != nullptr; }
+  // Names taken from now on start with `prefix` (several copies of one layout in a plan).
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
  private:
   ArenaLayout(ArenaPlan* plan, const Arena* arena) : plan_(plan), arena_(arena) {}
@@ -94,6 +96,7 @@ class ArenaLayout {
   ArenaPlan* plan_;
   const Arena* arena_;
   size_t next_ = 0;
+  std::string prefix_;
 };
 
 // "12.3 MiB"-style formatting for memory reports.

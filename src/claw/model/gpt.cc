@@ -29,7 +29,7 @@ bool PipelineStage::whole(const ModelConfig& cfg) const {
 }
 
 void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute,
-                         TpDims tp, PipelineStage stage) {
+                         TpDims tp, PipelineStage stage, const Scratch* shared_scratch) {
   stage = stage.resolved(cfg);
   const int64_t N = B * T, R = tp.rows(N);
   input = L.take<float>(stage.pre_process ? "embedding.out" : "stage.input", R * cfg.hidden_size);
@@ -52,15 +52,23 @@ void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int6
     final_norm.layout(L, "final_norm", cfg, R);
     output.layout(L, cfg, N);
   }
-  scratch.layout(L, cfg, N, tp);
+  if (shared_scratch)
+    scratch = *shared_scratch;
+  else
+    scratch.layout(L, cfg, N, tp);
 }
 
 ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp,
-                           PipelineStage stage) {
+                           PipelineStage stage, int slots) {
   ArenaPlan plan("activations");
   ArenaLayout L = ArenaLayout::planning(plan);
-  Activations a;
-  a.layout(L, cfg, B, T, recompute, tp, stage);
+  Activations first;
+  first.layout(L, cfg, B, T, recompute, tp, stage);
+  for (int k = 1; k < slots; ++k) {
+    L.set_prefix("slot" + std::to_string(k) + ".");
+    Activations a;
+    a.layout(L, cfg, B, T, recompute, tp, stage, &first.scratch);
+  }
   return plan;
 }
 
@@ -99,6 +107,8 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
   // Replicated parameters count once over the TP group (on its rank 0).
   for (Param* p : params())
     if (p->spec.shard_dim < 0) p->spec.primary = tp_.rank() == 0;
+  // The last stage's copy of tied word embeddings counts once, on the first stage.
+  if (cfg_.tied() && stage_.post_process && !stage_.pre_process) embedding_.word.spec.primary = false;
   store_ = std::make_unique<ParamStore>(params(), storage);
 
   // Units: parameters collected per layer, in the store's (forward) order.
@@ -187,24 +197,34 @@ std::vector<Param*> GPT::params() {
   return out;
 }
 
-void GPT::reserve(int64_t B, int64_t T, Recompute recompute) {
+void GPT::use_slot(int k) {
+  CLAW_CHECK(k >= 0 && k < slots(), "activation slot {} of {}", k, slots());
+  slot_ = k;
+}
+
+void GPT::reserve(int64_t B, int64_t T, Recompute recompute, int slots) {
+  CLAW_CHECK(slots >= 1, "{} activation slots", slots);
   if (recompute.layers < 0 || recompute.layers > num_blocks()) {
     if (stage_.whole(cfg_))
       fail("--recompute-num-layers {} must be in [0, --num-layers {}]", recompute.layers, cfg_.num_layers);
     fail("--recompute-num-layers {} must be in [0, {}], the layers of this pipeline stage", recompute.layers,
          num_blocks());
   }
-  if (B == B_ && T == T_ && recompute.layers == recompute_.layers) return;
+  if (B == B_ && T == T_ && recompute.layers == recompute_.layers && slots == this->slots()) return;
   if (T > cfg_.max_position_embeddings)
     fail("--seq-length {} exceeds --max-position-embeddings {} (the position table); use at most {} or raise "
          "--max-position-embeddings",
          T, cfg_.max_position_embeddings, cfg_.max_position_embeddings);
   if (tp_.sp()) check_sequence_split(T, tp_.size());
-  act_plan_ = plan_activations(cfg_, B, T, recompute, tp_.dims(), stage_);
+  act_plan_ = plan_activations(cfg_, B, T, recompute, tp_.dims(), stage_, slots);
   act_arena_ = Arena(act_plan_);
   ArenaLayout L = ArenaLayout::binding(act_plan_, act_arena_);
-  acts_ = Activations();
-  acts_.layout(L, cfg_, B, T, recompute, tp_.dims(), stage_);
+  slots_.assign(slots, Activations());
+  for (int k = 0; k < slots; ++k) {
+    L.set_prefix(k == 0 ? "" : "slot" + std::to_string(k) + ".");
+    slots_[k].layout(L, cfg_, B, T, recompute, tp_.dims(), stage_, k == 0 ? nullptr : &slots_[0].scratch);
+  }
+  slot_ = 0;
   B_ = B;
   T_ = T;
   recompute_ = recompute;
@@ -232,23 +252,23 @@ void GPT::forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* 
   h.begin_pass(grads);
   if (stage_.pre_process) {
     h.before_use(emb_unit_);
-    embedding_.forward(ctx, tokens, acts_.input, acts_.scratch);
+    embedding_.forward(ctx, tokens, acts().input, acts().scratch);
     h.after_use(emb_unit_);
-  } else if (input != acts_.input) {
-    std::copy_n(input, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts_.input);
+  } else if (input != acts().input) {
+    std::copy_n(input, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts().input);
   }
   for (int k = 0; k < num_blocks(); ++k) {
     h.before_use(block_unit0_ + k);
-    blocks_[k]->forward(ctx, acts_.blocks[k], acts_.scratch);
+    blocks_[k]->forward(ctx, acts().blocks[k], acts().scratch);
     h.after_use(block_unit0_ + k);
   }
   if (!stage_.post_process) return;
   h.before_use(norm_unit_);
-  final_norm_.forward(ctx, acts_.out(), acts_.final_norm);
+  final_norm_.forward(ctx, acts().out(), acts().final_norm);
   h.after_use(norm_unit_);
   h.before_use(output_value_unit());
   if (grads) h.grads_begin(output_value_unit());
-  const double loss = output_.forward(ctx, acts_.final_norm.out, targets, dloss_scale, acts_.output, acts_.scratch);
+  const double loss = output_.forward(ctx, acts().final_norm.out, targets, dloss_scale, acts().output, acts().scratch);
   if (grads && !tied_here()) h.grads_end(out_unit_);
   h.after_use(output_value_unit());
   if (loss_sum) *loss_sum = loss;
@@ -262,12 +282,12 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float*
   if (stage_.post_process) {
     h.before_use(norm_unit_);
     h.grads_begin(norm_unit_);
-    final_norm_.backward(ctx, acts_.final_norm, acts_.out(), acts_.output.dx, acts_.scratch.dres,
-                         /*accumulate=*/false, acts_.scratch);
+    final_norm_.backward(ctx, acts().final_norm, acts().out(), acts().output.dx, acts().scratch.dres,
+                         /*accumulate=*/false, acts().scratch);
     h.grads_end(norm_unit_);
     h.after_use(norm_unit_);
   } else {
-    std::copy_n(output_grad, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts_.scratch.dres);
+    std::copy_n(output_grad, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts().scratch.dres);
   }
   for (int k = num_blocks(); k-- > 0;) {
     const int u = block_unit0_ + k;
@@ -276,18 +296,18 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float*
     // The last recomputed block's values are still in the shared region from
     // the forward pass; the others are re-run. Forward uses only scratch
     // tmp/act, never the gradients in dres/dnorm.
-    if (k + 1 < recompute_.layers) blocks_[k]->forward(ctx, acts_.blocks[k], acts_.scratch);
-    blocks_[k]->backward(ctx, acts_.blocks[k], acts_.scratch);
+    if (k + 1 < recompute_.layers) blocks_[k]->forward(ctx, acts().blocks[k], acts().scratch);
+    blocks_[k]->backward(ctx, acts().blocks[k], acts().scratch);
     h.grads_end(u);
     h.after_use(u);
   }
   if (!stage_.pre_process) return;
   if (!tied_here()) h.grads_begin(emb_unit_);
-  embedding_.backward(ctx, tokens, acts_.scratch.dres, acts_.scratch);
+  embedding_.backward(ctx, tokens, acts().scratch.dres, acts().scratch);
   h.grads_end(emb_unit_);
 }
 
-void GPT::logits(const StepCtx& ctx, float* out) const { output_.logits(ctx, acts_.final_norm.out, out); }
+void GPT::logits(const StepCtx& ctx, float* out) const { output_.logits(ctx, acts().final_norm.out, out); }
 
 namespace {
 bool finite(const CpuCtx& ctx, const float* p, int64_t n) { return kernels::first_non_finite(ctx, p, n) < 0; }
@@ -301,7 +321,7 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
     return "";
   };
   if (auto s = bad_params({&embedding_.word, &embedding_.position}); !s.empty()) return s;
-  if (N > 0 && !finite(ctx, acts_.input, R * C))
+  if (N > 0 && !finite(ctx, acts().input, R * C))
     return stage_.pre_process ? "embedding.out (activation)" : "stage.input (activation)";
   for (size_t l = 0; l < blocks_.size(); ++l) {
     std::vector<Param*> ps;
@@ -309,18 +329,18 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
     for (const Param* p : ps)
       if (p->value.defined() && !finite(ctx, p->data(), p->spec.local_shape().numel())) return p->spec.name + " (parameter)";
     if (N == 0) continue;
-    for (const NamedSpan& t : blocks_[l]->saved_tensors(acts_.blocks[l], N)) {
+    for (const NamedSpan& t : blocks_[l]->saved_tensors(acts().blocks[l], N)) {
       // A recomputed block's internals live in the shared region (they hold
       // the last recomputed block's values); only its output is its own.
-      bool own = static_cast<int64_t>(l) >= recompute_.layers || t.data == acts_.blocks[l].out;
+      bool own = static_cast<int64_t>(l) >= recompute_.layers || t.data == acts().blocks[l].out;
       if (own && !finite(ctx, t.data, t.numel)) return t.name + " (activation)";
     }
   }
   if (!stage_.post_process) return "";
   if (auto s = bad_params({&final_norm_.weight, &final_norm_.bias, &output_.own_weight}); !s.empty()) return s;
-  if (N > 0 && !finite(ctx, acts_.final_norm.out, R * C)) return "final_norm.out (activation)";
-  if (N > 0 && !finite(ctx, acts_.output.lse, N)) return "output.logits (activation: log-sum-exp of the logits)";
-  if (N > 0 && !finite(ctx, acts_.output.losses, N)) return "output.losses (activation)";
+  if (N > 0 && !finite(ctx, acts().final_norm.out, R * C)) return "final_norm.out (activation)";
+  if (N > 0 && !finite(ctx, acts().output.lse, N)) return "output.logits (activation: log-sum-exp of the logits)";
+  if (N > 0 && !finite(ctx, acts().output.losses, N)) return "output.losses (activation)";
   return "";
 }
 

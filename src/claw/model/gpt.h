@@ -83,14 +83,16 @@ struct Activations {
   NormLayer::Saved final_norm;       // post_process only
   OutputLayer::Saved output;         // post_process only
   Scratch scratch;
+  // shared_scratch: another set's scratch to use instead of laying one out.
   void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp,
-              PipelineStage stage = {});
+              PipelineStage stage = {}, const Scratch* shared_scratch = nullptr);
   float* out() const { return blocks.empty() ? input : blocks.back().out; }
 };
 
 // The activation arena layout of one rank for micro-batches of [B, T] (pure).
+// `slots` activation sets sharing one scratch (slot k > 0 named "slot<k>.").
 ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute = {}, TpDims tp = {},
-                           PipelineStage stage = {});
+                           PipelineStage stage = {}, int slots = 1);
 
 class GPT {
  public:
@@ -124,7 +126,12 @@ class GPT {
   void set_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
   // Allocates activations for micro-batches of B sequences of T tokens.
-  void reserve(int64_t B, int64_t T, Recompute recompute = {});
+  // `slots` sets of saved activations (micro-batches in flight at once under a
+  // pipeline schedule; the scratch is shared), selected with use_slot().
+  void reserve(int64_t B, int64_t T, Recompute recompute = {}, int slots = 1);
+  int slots() const { return static_cast<int>(slots_.size()); }
+  // The activation set the next forward_stage/backward_stage use.
+  void use_slot(int k);
   int64_t reserved_B() const { return B_; }
   int64_t reserved_T() const { return T_; }
   size_t activation_bytes() const { return act_arena_.size(); }
@@ -143,14 +150,17 @@ class GPT {
   void forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* input, const int32_t* targets,
                      double dloss_scale, double* loss_sum);
   // [R, C] the last block's output after forward_stage: the next stage's input.
-  float* stage_output() { return acts_.out(); }
+  float* stage_output() { return acts().out(); }
+  // The current slot's input buffer [R, C] (forward_stage copies its input here
+  // unless it already is here: a receive can land in it directly).
+  float* stage_input() { return acts().input; }
   // One pipeline stage's backward. output_grad: [R, C], the gradient w.r.t.
   // stage_output() from the next stage's stage_input_grad() (null on the last stage).
   void backward_stage(const StepCtx& ctx, const int32_t* tokens, const float* output_grad);
   // [R, C] the gradient w.r.t. the stage's input after backward_stage, to
   // send to the previous stage (not on the first stage, whose embedding
   // consumes it). Valid until the next forward_stage or backward_stage.
-  const float* stage_input_grad() const { return acts_.scratch.dres; }
+  const float* stage_input_grad() const { return acts().scratch.dres; }
   // Logits [B*T, Vp] of the last forward's final hidden states (TP = 1 only).
   void logits(const StepCtx& ctx, float* out) const;
 
@@ -186,7 +196,12 @@ class GPT {
   Recompute recompute_;
   ArenaPlan act_plan_{"activations"};
   Arena act_arena_;
-  Activations acts_;
+  // One set of saved activations per micro-batch in flight (pipeline
+  // schedules); all share slot 0's scratch.
+  std::vector<Activations> slots_{1};
+  int slot_ = 0;
+  Activations& acts() { return slots_[slot_]; }
+  const Activations& acts() const { return slots_[slot_]; }
 };
 
 }  // namespace claw::model

@@ -58,6 +58,37 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
   return r;
 }
 
+StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vector<model::GPT*>& chunks,
+                               optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
+                               double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding) {
+  const int64_t counted = batch.valid_targets();
+  if (counted == 0) fail("step {}: every target of the global batch is masked; nothing to learn from", step + 1);
+  for (model::GPT* m : chunks) m->store().zero_grads();
+  const double loss_sum = exec.run(
+      [&](int k) {
+        const MicroBatch mb = batch.micro(k);
+        return parallel::PipelineMicroBatch{.ctx = micro_ctx(cpu, batch, k, true, seed, sample0),
+                                            .tokens = mb.tokens,
+                                            .targets = mb.targets};
+      },
+      1.0 / static_cast<double>(counted));
+  // Tied embeddings: the first stage's word embeddings and the last stage's
+  // copy each got part of the gradient (lookup, output layer).
+  if (embedding.size() > 1)
+    for (model::GPT* m : chunks)
+      if (model::Param* w = m->store().find("embedding.word_embeddings.weight"); w && m->config().tied())
+        embedding.all_reduce(w->gdata(), w->spec.local_shape().numel(), DType::f32);
+  double sum_squares = optimizer.grad_sum_squares(cpu);
+  sum_squares = pp.all_reduce_value(sum_squares);
+  if (comm::Group& tp = *chunks.front()->tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
+  StepResult r{pp.all_reduce_value(loss_sum) / static_cast<double>(counted), std::sqrt(sum_squares)};
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+    fail("step {}: loss {} and gradient norm {} (pipeline stage {}); first non-finite gradient here: {}", step + 1,
+         r.loss, r.grad_norm, pp.rank(), chunks.front()->first_non_finite_grad(cpu));
+  optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
+  return r;
+}
+
 double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,
                  parallel::DataParallel* dp) {
   double total = 0;

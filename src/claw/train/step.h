@@ -16,6 +16,7 @@
 #include "claw/model/gpt.h"
 #include "claw/optim/adamw.h"
 #include "claw/parallel/data_parallel.h"
+#include "claw/parallel/pipeline_executor.h"
 #include "claw/train/batch.h"
 
 namespace claw::train {
@@ -37,6 +38,17 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
                       int64_t step, double lr, uint64_t seed, uint64_t sample0,
                       const std::function<void(const StepResult&)>& before_update = {},
                       parallel::DataParallel* dp = nullptr);
+
+// Pipeline parallelism: this rank is one stage, holding `chunks` (its model
+// chunks, in order) run by `exec`'s schedule over the batch's micro-batches.
+// Tied word embeddings (a copy on the first and on the last stage) get their
+// gradients summed over `embedding` (the first and last stage) so both copies
+// take the same update; the loss (computed on the last stage) and the
+// gradient norm are summed over `pp`, so every stage returns the same result.
+// `optimizer` holds the segments of every chunk.
+StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vector<model::GPT*>& chunks,
+                               optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
+                               double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding);
 
 // Mean loss over a batch without gradients (evaluation).
 double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,

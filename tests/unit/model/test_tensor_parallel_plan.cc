@@ -78,10 +78,11 @@ TEST(TensorParallelPlan, NoRankHoldsFullVocabularyLogits) {
             EXPECT_EQ(e.name, "scratch.logits");
             EXPECT_EQ(static_cast<int64_t>(e.bytes), chunk * (Vp / tp) * static_cast<int64_t>(sizeof(float)));
           }
-          if (tp > 1)
+          if (tp > 1) {
             EXPECT_FALSE(static_cast<int64_t>(e.bytes) >= chunk * full_row &&
                          static_cast<int64_t>(e.bytes) % full_row == 0)
                 << e.name << ": " << e.bytes << " bytes, a whole number of full-vocabulary rows";
+          }
         }
         EXPECT_EQ(logits, 1);
       }

@@ -1,0 +1,135 @@
+#include "claw/parallel/pipeline_executor.h"
+
+#include <algorithm>
+
+#include "claw/core/error.h"
+
+namespace claw::parallel {
+
+std::vector<int> PipelineExecutor::slots_needed(const Schedule& schedule, int stage) {
+  const int v = schedule.config.chunks;
+  std::vector<int> live(v, 0), peak(v, 0);
+  for (const Action& a : schedule.stages.at(stage)) {
+    if (a.kind == ActionKind::forward) peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
+    if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) --live[a.chunk];
+  }
+  for (int& p : peak) p = std::max(p, 1);
+  return peak;
+}
+
+PipelineExecutor::PipelineExecutor(std::vector<model::GPT*> chunks, comm::Group& pp, Schedule schedule, int64_t B,
+                                   int64_t T, model::Recompute recompute)
+    : chunks_(std::move(chunks)), pp_(pp), schedule_(std::move(schedule)), stage_(pp.rank()) {
+  const ScheduleConfig& c = schedule_.config;
+  CLAW_CHECK(c.stages == pp.size(), "schedule for {} stages on a pipeline group of {}", c.stages, pp.size());
+  CLAW_CHECK(static_cast<int>(chunks_.size()) == c.chunks, "{} model chunks for a schedule of {}", chunks_.size(),
+             c.chunks);
+  CLAW_CHECK(c.stages > 1 || c.chunks == 1, "one pipeline stage holds the whole model in one chunk");
+  if (c.kind == ScheduleKind::zb_h1)
+    fail("--pipeline-schedule zb-h1 is simulated (bench_pipeline_sim) but not executed yet: its split backward "
+         "(input and weight gradients apart) is not in the model; use 1f1b, interleaved or gpipe");
+  const std::vector<int> slots = slots_needed(schedule_, stage_);
+  slot_of_.assign(c.chunks, std::vector<int>(c.microbatches, -1));
+  free_.resize(c.chunks);
+  slots_ = slots;
+  for (int ch = 0; ch < c.chunks; ++ch) {
+    chunks_[ch]->reserve(B, T, recompute, slots[ch]);
+    for (int k = slots[ch]; k-- > 0;) free_[ch].push_back(k);
+  }
+}
+
+int64_t PipelineExecutor::tag(int mb, int vstage, bool grad) const {
+  const int64_t V = static_cast<int64_t>(schedule_.config.stages) * schedule_.config.chunks;
+  return (static_cast<int64_t>(mb) * V + vstage) * 2 + (grad ? 1 : 0);
+}
+
+int PipelineExecutor::acquire(int chunk, int mb) {
+  int& slot = slot_of_[chunk][mb];
+  if (slot >= 0) return slot;
+  CLAW_CHECK(!free_[chunk].empty(), "chunk {} has no free activation slot for micro-batch {}", chunk, mb);
+  slot = free_[chunk].back();
+  free_[chunk].pop_back();
+  return slot;
+}
+
+void PipelineExecutor::send(const float* data, int64_t n, int peer, int64_t tag) {
+  reap_sends(false);
+  Outgoing o;
+  if (!spare_.empty()) {
+    o.data = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  o.data.assign(data, data + n);
+  o.work = pp_.send_async(o.data.data(), n, DType::f32, peer, static_cast<int>(tag));
+  outgoing_.push_back(std::move(o));
+}
+
+void PipelineExecutor::reap_sends(bool wait_all) {
+  for (size_t i = 0; i < outgoing_.size();) {
+    if (wait_all) outgoing_[i].work.wait();
+    if (wait_all || outgoing_[i].work.test()) {
+      spare_.push_back(std::move(outgoing_[i].data));
+      outgoing_[i] = std::move(outgoing_.back());
+      outgoing_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale) {
+  const int p = schedule_.config.stages;
+  double loss_sum = 0;
+  for (const Action& a : schedule_.stages[stage_]) {
+    model::GPT& g = *chunks_[a.chunk];
+    const int vstage = virtual_stage(stage_, a.chunk, p);
+    const PipelineMicroBatch mb = micro(a.microbatch);
+    const int64_t n = g.tp().rows(mb.ctx.tokens()) * g.config().hidden_size;
+    switch (a.kind) {
+      case ActionKind::recv_activation:
+        g.use_slot(acquire(a.chunk, a.microbatch));
+        pp_.recv(g.stage_input(), n, DType::f32, a.peer, static_cast<int>(tag(a.microbatch, vstage, false)));
+        break;
+      case ActionKind::forward: {
+        g.use_slot(acquire(a.chunk, a.microbatch));
+        const bool first = g.stage().pre_process, last = g.stage().post_process;
+        double loss = 0;
+        g.forward_stage(mb.ctx, mb.tokens, first ? nullptr : g.stage_input(), mb.targets, dloss_scale,
+                        last ? &loss : nullptr);
+        loss_sum += loss;
+        break;
+      }
+      case ActionKind::send_activation:
+        g.use_slot(slot_of_[a.chunk][a.microbatch]);
+        send(g.stage_output(), n, a.peer, tag(a.microbatch, vstage + 1, false));
+        break;
+      case ActionKind::recv_grad:
+        g.use_slot(slot_of_[a.chunk][a.microbatch]);
+        pp_.recv(g.stage_output(), n, DType::f32, a.peer, static_cast<int>(tag(a.microbatch, vstage, true)));
+        break;
+      case ActionKind::backward: {
+        int& slot = slot_of_[a.chunk][a.microbatch];
+        CLAW_CHECK(slot >= 0, "backward of micro-batch {} chunk {} before its forward", a.microbatch, a.chunk);
+        g.use_slot(slot);
+        g.backward_stage(mb.ctx, mb.tokens, g.stage().post_process ? nullptr : g.stage_output());
+        free_[a.chunk].push_back(slot);
+        break;
+      }
+      case ActionKind::send_grad:  // right after its backward: the shared scratch still holds the gradient
+        send(g.stage_input_grad(), n, a.peer, tag(a.microbatch, vstage - 1, true));
+        break;
+      case ActionKind::backward_input:
+      case ActionKind::backward_weight:
+        fail("the pipeline executor does not split backward yet ({})", to_string(a));
+    }
+    if (a.kind == ActionKind::send_grad || (a.kind == ActionKind::backward && vstage == 0))
+      slot_of_[a.chunk][a.microbatch] = -1;
+  }
+  reap_sends(true);
+  for (int ch = 0; ch < schedule_.config.chunks; ++ch)
+    CLAW_CHECK(static_cast<int>(free_[ch].size()) == slots_[ch], "chunk {}: {} activation slots still held after "
+               "the step", ch, slots_[ch] - static_cast<int>(free_[ch].size()));
+  return loss_sum;
+}
+
+}  // namespace claw::parallel

@@ -1,0 +1,83 @@
+// Runs one pipeline stage's action list (pipeline_schedule.h) for a training
+// step: forwards and backwards of the stage's model chunks on the
+// micro-batches, and the point-to-point transfers between stages.
+//
+// Each model chunk is a model::GPT built as a PipelineStage. It holds one set
+// of saved activations per micro-batch that can be in flight on it at once
+// under the schedule (slots_needed: a walk over the action list, so
+// activation memory follows the schedule, not the micro-batch count). A
+// micro-batch takes a slot at its forward (or at the receive before it) and
+// gives it back after its backward.
+//
+// Transfers: a send copies its data (the slot's output activation, or the
+// input gradient from the shared scratch) into a buffer of its own and is
+// non-blocking; the buffer returns to a pool when the send completes, and the
+// step waits for all of them at its end. A rank never blocks on its own send
+// mid-step: an MPI send of this size completes only once the receiver has
+// posted the receive, which the receiver's schedule may place after work that
+// waits on this rank (a cycle the schedule itself does not have). Receives
+// land in the slot's input buffer (activations) or output buffer (gradients:
+// the output activation is dead by then) and complete where the schedule puts
+// them. Tags name the micro-batch, the receiving virtual stage and the
+// direction, so transfers of different micro-batches and chunks between the
+// same two stages never match wrongly.
+//
+// Not yet: the split backward of ZB-H1 (backward_input / backward_weight) and
+// data-parallel hooks (the stage's gradients are whole on return; DP x PP is
+// the caller's reduction).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "claw/comm/group.h"
+#include "claw/comm/work.h"
+#include "claw/model/gpt.h"
+#include "claw/parallel/pipeline_schedule.h"
+
+namespace claw::parallel {
+
+struct PipelineMicroBatch {
+  model::StepCtx ctx;
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+};
+
+class PipelineExecutor {
+ public:
+  // chunks[c]: this stage's model for chunk c (virtual stage c p + stage);
+  // pp: the pipeline group (group rank = stage). Reserves each chunk's
+  // activation slots for micro-batches of [B, T].
+  PipelineExecutor(std::vector<model::GPT*> chunks, comm::Group& pp, Schedule schedule, int64_t B, int64_t T,
+                   model::Recompute recompute = {});
+
+  // Activation sets chunk c of `stage` needs: the most micro-batches
+  // forwarded on it and not yet backwarded at any point of the list.
+  static std::vector<int> slots_needed(const Schedule& schedule, int stage);
+
+  // Runs this stage's actions for one step; micro(k) describes micro-batch k.
+  // Gradients accumulate into the chunks' stores. Returns the sum of token
+  // losses on the last stage, 0 elsewhere.
+  double run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale);
+
+ private:
+  int acquire(int chunk, int mb);
+  int64_t tag(int mb, int vstage, bool grad) const;
+  void send(const float* data, int64_t n, int peer, int64_t tag);
+  void reap_sends(bool wait_all);
+  std::vector<model::GPT*> chunks_;
+  comm::Group& pp_;
+  Schedule schedule_;
+  int stage_;
+  std::vector<std::vector<int>> slot_of_;       // [chunk][micro-batch] -> slot, -1 none
+  std::vector<std::vector<int>> free_;          // [chunk] free slots
+  struct Outgoing {
+    comm::Work work;
+    std::vector<float> data;
+  };
+  std::vector<Outgoing> outgoing_;           // sends in flight
+  std::vector<std::vector<float>> spare_;    // buffers of completed sends, for reuse
+  std::vector<int> slots_;                   // [chunk] activation sets
+};
+
+}  // namespace claw::parallel
