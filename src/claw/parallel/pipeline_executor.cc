@@ -132,4 +132,28 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
   return loss_sum;
 }
 
+double PipelineExecutor::run_forward(const std::function<PipelineMicroBatch(int)>& micro, int microbatches) {
+  const int p = schedule_.config.stages, v = schedule_.config.chunks, V = p * v;
+  double loss_sum = 0;
+  for (int k = 0; k < microbatches; ++k) {
+    const PipelineMicroBatch mb = micro(k);
+    for (int ch = 0; ch < v; ++ch) {
+      model::GPT& g = *chunks_[ch];
+      const int vstage = virtual_stage(stage_, ch, p);
+      const int64_t n = g.tp().rows(mb.ctx.tokens()) * g.config().hidden_size;
+      g.use_slot(0);
+      if (vstage > 0)
+        pp_.recv(g.stage_input(), n, DType::f32, stage_of_virtual(vstage - 1, p),
+                 static_cast<int>(tag(k, vstage, false)));
+      double loss = 0;
+      g.forward_stage(mb.ctx, mb.tokens, vstage == 0 ? nullptr : g.stage_input(), mb.targets, 0.0,
+                      vstage == V - 1 ? &loss : nullptr);
+      loss_sum += loss;
+      if (vstage + 1 < V) send(g.stage_output(), n, stage_of_virtual(vstage + 1, p), tag(k, vstage + 1, false));
+    }
+  }
+  reap_sends(true);
+  return loss_sum;
+}
+
 }  // namespace claw::parallel

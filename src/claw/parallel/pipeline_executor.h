@@ -59,6 +59,12 @@ class PipelineExecutor {
   // Gradients accumulate into the chunks' stores. Returns the sum of token
   // losses on the last stage, 0 elsewhere.
   double run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale);
+  // Forward only (evaluation), `microbatches` of them in order, each through
+  // the stage's chunks in turn; returns the loss sum on the last stage.
+  double run_forward(const std::function<PipelineMicroBatch(int)>& micro, int microbatches);
+
+  const Schedule& schedule() const { return schedule_; }
+  const std::vector<model::GPT*>& chunks() const { return chunks_; }
 
  private:
   int acquire(int chunk, int mb);

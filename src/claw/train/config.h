@@ -52,6 +52,10 @@ struct ParallelConfig {
   comm::ParallelSizes sizes;              // --tensor/--context/--expert/--pipeline-model-parallel-size
   parallel::DataParallelConfig dp;        // --zero-stage, --ddp-bucket-size, --overlap-*
   bool sequence_parallel = false;         // --sequence-parallel: norms/dropout/residual on 1/TP of the sequence
+  std::string pipeline_schedule = "1f1b";   // --pipeline-schedule gpipe|1f1b|interleaved|zb-h1
+  int64_t num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage (interleaved)
+  int64_t decoder_first_pipeline_num_layers = -1;     // --decoder-first-pipeline-num-layers (-1: even)
+  int64_t decoder_last_pipeline_num_layers = -1;      // --decoder-last-pipeline-num-layers (-1: even)
   bool use_distributed_optimizer = false; // --use-distributed-optimizer: ZeRO stage 1 unless --zero-stage says more
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes: deadline of every wait
   bool log_all_ranks = false;             // --log-all-ranks: info lines from every rank, not only rank 0

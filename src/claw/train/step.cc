@@ -60,10 +60,15 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
 
 StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vector<model::GPT*>& chunks,
                                optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
-                               double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding) {
-  const int64_t counted = batch.valid_targets();
+                               double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding,
+                               const std::vector<parallel::DataParallel*>& dps) {
+  parallel::DataParallel* dp = dps.empty() ? nullptr : dps.front();
+  const auto global_sum = [&](double v) { return dp ? dp->all_reduce_sum(v) : v; };
+  const int64_t counted = static_cast<int64_t>(global_sum(static_cast<double>(batch.valid_targets())));
   if (counted == 0) fail("step {}: every target of the global batch is masked; nothing to learn from", step + 1);
-  for (model::GPT* m : chunks) m->store().zero_grads();
+  if (dps.empty())
+    for (model::GPT* m : chunks) m->store().zero_grads();
+  for (parallel::DataParallel* d : dps) d->begin_step();
   const double loss_sum = exec.run(
       [&](int k) {
         const MicroBatch mb = batch.micro(k);
@@ -78,15 +83,37 @@ StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vect
     for (model::GPT* m : chunks)
       if (model::Param* w = m->store().find("embedding.word_embeddings.weight"); w && m->config().tied())
         embedding.all_reduce(w->gdata(), w->spec.local_shape().numel(), DType::f32);
+  for (parallel::DataParallel* d : dps) d->finish_grad_sync();
   double sum_squares = optimizer.grad_sum_squares(cpu);
+  if (dp && dp->sharded_optimizer()) sum_squares = dp->all_reduce_sum(sum_squares);
   sum_squares = pp.all_reduce_value(sum_squares);
   if (comm::Group& tp = *chunks.front()->tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
-  StepResult r{pp.all_reduce_value(loss_sum) / static_cast<double>(counted), std::sqrt(sum_squares)};
+  StepResult r{global_sum(pp.all_reduce_value(loss_sum)) / static_cast<double>(counted), std::sqrt(sum_squares)};
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     fail("step {}: loss {} and gradient norm {} (pipeline stage {}); first non-finite gradient here: {}", step + 1,
          r.loss, r.grad_norm, pp.rank(), chunks.front()->first_non_finite_grad(cpu));
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
+  for (parallel::DataParallel* d : dps) d->after_optimizer_step();
   return r;
+}
+
+double eval_loss_pipeline(parallel::PipelineExecutor& exec, const CpuCtx& cpu, const GlobalBatch& batch,
+                          uint64_t seed, comm::Group& pp, parallel::DataParallel* dp) {
+  double total = exec.run_forward(
+      [&](int k) {
+        const MicroBatch mb = batch.micro(k);
+        return parallel::PipelineMicroBatch{.ctx = micro_ctx(cpu, batch, k, false, seed, 0),
+                                            .tokens = mb.tokens,
+                                            .targets = mb.targets};
+      },
+      static_cast<int>(batch.micro_batches()));
+  total = pp.all_reduce_value(total);
+  double count = static_cast<double>(batch.valid_targets());
+  if (dp) {
+    total = dp->all_reduce_sum(total);
+    count = dp->all_reduce_sum(count);
+  }
+  return total / std::max(1.0, count);
 }
 
 double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,

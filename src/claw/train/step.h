@@ -45,10 +45,17 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
 // gradients summed over `embedding` (the first and last stage) so both copies
 // take the same update; the loss (computed on the last stage) and the
 // gradient norm are summed over `pp`, so every stage returns the same result.
-// `optimizer` holds the segments of every chunk.
+// `optimizer` holds the segments of every chunk. With data parallelism,
+// `dps` has each chunk's engine (ZeRO 0 or 1, no overlap: gradients are
+// reduced after the pipeline's last backward) and the batch is this rank's
+// slice.
 StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vector<model::GPT*>& chunks,
                                optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
-                               double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding);
+                               double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding,
+                               const std::vector<parallel::DataParallel*>& dps = {});
+// Mean loss over a batch through the pipeline, without gradients.
+double eval_loss_pipeline(parallel::PipelineExecutor& exec, const CpuCtx& cpu, const GlobalBatch& batch,
+                          uint64_t seed, comm::Group& pp, parallel::DataParallel* dp = nullptr);
 
 // Mean loss over a batch without gradients (evaluation).
 double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,

@@ -15,6 +15,7 @@
 #include "claw/data/gpt_dataset.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/model/gpt.h"
+#include "claw/parallel/pipeline_layout.h"
 #include "claw/train/memory_report.h"
 #include "claw/train/metrics.h"
 #include "claw/train/progress.h"
@@ -46,13 +47,40 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
            "sequence parallelism) only",
            flag, v, what);
   };
-  not_yet("--pipeline-model-parallel-size", grid.pp, "pipeline parallelism");
   not_yet("--context-parallel-size", grid.cp, "context parallelism");
   not_yet("--expert-model-parallel-size", grid.ep, "expert parallelism");
   model::validate_tensor_parallel(model_cfg_, grid.tp, par_cfg_.sequence_parallel, cfg_.seq_length);
   par_cfg_.dp.zero_stage = par_cfg_.zero_stage();
   par_cfg_.dp.validate(grid.dp);
   cfg_.resolve_and_validate(grid.dp);
+  parallel::PipelineLayout layout;
+  parallel::ScheduleConfig schedule;
+  if (grid.pp > 1) {
+    layout = parallel::make_pipeline_layout(
+        {.num_layers = model_cfg_.num_layers, .stages = grid.pp,
+         .layers_per_virtual_stage = par_cfg_.num_layers_per_virtual_pipeline_stage,
+         .first_stage_layers = par_cfg_.decoder_first_pipeline_num_layers,
+         .last_stage_layers = par_cfg_.decoder_last_pipeline_num_layers});
+    schedule = {.kind = parallel::parse_schedule_kind(par_cfg_.pipeline_schedule), .stages = grid.pp,
+                .microbatches = static_cast<int>(cfg_.grad_accumulation_steps(grid.dp)), .chunks = layout.chunks};
+    if (layout.chunks > 1 && schedule.kind == parallel::ScheduleKind::one_f_one_b)
+      schedule.kind = parallel::ScheduleKind::interleaved;  // implied by --num-layers-per-virtual-pipeline-stage
+    schedule.validate();
+    if (schedule.kind == parallel::ScheduleKind::zb_h1)
+      fail("--pipeline-schedule zb-h1 is simulated (build/bin/bench_pipeline_sim) but not executed yet; use gpipe, "
+           "1f1b or interleaved");
+    if (par_cfg_.zero_stage() >= 2 || par_cfg_.dp.overlap_grad_reduce || par_cfg_.dp.overlap_param_gather)
+      fail("with --pipeline-model-parallel-size {} use --zero-stage 0 or 1 (or --use-distributed-optimizer) "
+           "without --overlap-grad-reduce / --overlap-param-gather: gradients are reduced after the pipeline's "
+           "last backward",
+           grid.pp);
+    if (cfg_.recomputed_layers(model_cfg_.num_layers) > 0)
+      fail("--recompute-granularity with --pipeline-model-parallel-size > 1 is not available yet");
+  } else if (par_cfg_.num_layers_per_virtual_pipeline_stage > 0 || par_cfg_.decoder_first_pipeline_num_layers >= 0 ||
+             par_cfg_.decoder_last_pipeline_num_layers >= 0) {
+    fail("--num-layers-per-virtual-pipeline-stage and --decoder-first/last-pipeline-num-layers need "
+         "--pipeline-model-parallel-size > 1");
+  }
   // Default decay length: the whole run (at least past warmup, so a short
   // run with the default warmup is valid and simply ends while warming up).
   if (lr_.decay_iters == 0) lr_.decay_iters = std::max(cfg_.train_iters, lr_.warmup_iters + 1);
@@ -132,8 +160,44 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   batch_ = std::make_unique<GlobalBatch>(cfg_.grad_accumulation_steps(dp_group.size()), cfg_.micro_batch_size,
                                          cfg_.seq_length, packing, dp_group.size(), dp_group.rank());
 
-  model_ = std::make_unique<model::GPT>(
-      model_cfg_, parallel::store_options(par_cfg_.dp.zero_stage, dp_group.size(), dp_group.rank()), tp_groups_->tp);
+  const model::StoreOptions storage =
+      parallel::store_options(par_cfg_.dp.zero_stage, dp_group.size(), dp_group.rank());
+  if (grid.pp > 1) {
+    // This rank's pipeline stage: one model chunk per virtual stage it holds.
+    const int stage = pstate_->pp().rank();
+    std::vector<model::GPT*> chunks;
+    std::vector<model::Segment> segments;
+    std::string ranges;
+    for (int c = 0; c < layout.chunks; ++c) {
+      const parallel::LayerRange r = layout.at(stage, c);
+      chunks_.push_back(std::make_unique<model::GPT>(
+          model_cfg_, storage, tp_groups_->tp,
+          model::PipelineStage{.first_layer = r.first, .num_layers = r.count,
+                               .pre_process = stage == 0 && c == 0,
+                               .post_process = stage == grid.pp - 1 && c == layout.chunks - 1}));
+      chunks_.back()->init_weights(cpu_, cfg_.seed);
+      chunk_dps_.push_back(std::make_unique<parallel::DataParallel>(*chunks_.back(), dp_group, par_cfg_.dp));
+      for (const model::Segment& seg : chunk_dps_.back()->segments()) segments.push_back(seg);
+      chunks.push_back(chunks_.back().get());
+      ranges += fmt::format("{}[{}, {})", c ? " " : "", r.first, r.first + r.count);
+    }
+    pipeline_ = std::make_unique<parallel::PipelineExecutor>(chunks, pstate_->pp(), parallel::make_schedule(schedule),
+                                                             cfg_.micro_batch_size, cfg_.seq_length);
+    optimizer_ = std::make_unique<optim::AdamW>(segments, adam_cfg_);
+    size_t acts = 0, params = 0;
+    for (const auto& m : chunks_) {
+      acts += m->activation_bytes();
+      params += m->store().value_bytes() + m->store().grad_bytes();
+    }
+    const std::vector<int> slots = parallel::PipelineExecutor::slots_needed(pipeline_->schedule(), stage);
+    log::info("pipeline", "{} schedule, {} micro-batches per step; stage {} holds layers {}; activations {} in {} "
+              "slot(s) per chunk, parameters + gradients {}, optimizer {}",
+              parallel::to_string(schedule.kind), schedule.microbatches, stage, ranges,
+              format_bytes(static_cast<double>(acts)), fmt::join(slots, "/"), format_bytes(static_cast<double>(params)),
+              format_bytes(static_cast<double>(optimizer_->state_bytes())));
+    return;
+  }
+  model_ = std::make_unique<model::GPT>(model_cfg_, storage, tp_groups_->tp);
   model_->init_weights(cpu_, cfg_.seed);
   dp_ = std::make_unique<parallel::DataParallel>(*model_, dp_group, par_cfg_.dp);
   const model::Recompute recompute{cfg_.recomputed_layers(model_cfg_.num_layers)};
@@ -156,7 +220,8 @@ double Trainer::evaluate(int64_t first) {
   double total = 0;
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
     batch_->load(*valid_data_, first + i * cfg_.global_batch_size);
-    total += eval_loss(*model_, cpu_, *batch_, cfg_.seed, dp_.get());
+    total += pipeline_ ? eval_loss_pipeline(*pipeline_, cpu_, *batch_, cfg_.seed, pstate_->pp(), chunk_dps_.front().get())
+                       : eval_loss(*model_, cpu_, *batch_, cfg_.seed, dp_.get());
   }
   return total / static_cast<double>(cfg_.eval_iters);
 }
@@ -189,8 +254,11 @@ TrainResult Trainer::run() {
     auto t0 = clock::now();
     const double lr = lr_.at(step);
     batch_->load(*train_data_, step * GB);
-    StepResult r = train_step(*model_, *optimizer_, cpu_, *batch_, step, lr, cfg_.seed,
-                              static_cast<uint64_t>(step * GB), {}, dp_.get());
+    StepResult r = pipeline_ ? train_step_pipeline(*pipeline_, pipeline_->chunks(), *optimizer_, cpu_, *batch_, step,
+                                                   lr, cfg_.seed, static_cast<uint64_t>(step * GB), pstate_->pp(),
+                                                   pstate_->embedding(), dp_pointers())
+                             : train_step(*model_, *optimizer_, cpu_, *batch_, step, lr, cfg_.seed,
+                                          static_cast<uint64_t>(step * GB), {}, dp_.get());
     const double loss = r.loss, grad_norm = r.grad_norm;
     double dt = seconds_since(t0);
     // Spread of step times over the ranks (a straggler shows as max >> min);
@@ -212,8 +280,8 @@ TrainResult Trainer::run() {
                           {"step_ms", dt * 1e3},
                           {"step_ms_min", dt_min * 1e3},
                           {"step_ms_max", dt_max * 1e3},
-                          {"grad_comm_wait_ms", dp_->last_grad_wait_s() * 1e3},
-                          {"param_gather_wait_ms", dp_->last_gather_wait_s() * 1e3},
+                          {"grad_comm_wait_ms", first_dp().last_grad_wait_s() * 1e3},
+                          {"param_gather_wait_ms", first_dp().last_gather_wait_s() * 1e3},
                           {"tokens", static_cast<int64_t>(tokens_per_step) * (step + 1)}};
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {

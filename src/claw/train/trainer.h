@@ -28,6 +28,7 @@
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
 #include "claw/parallel/data_parallel.h"
+#include "claw/parallel/pipeline_executor.h"
 #include "claw/train/batch.h"
 #include "claw/train/config.h"
 
@@ -72,8 +73,19 @@ class Trainer {
   CpuCtx cpu_;
   std::unique_ptr<data::SampleSource> train_data_;
   std::unique_ptr<data::SampleSource> valid_data_;  // null: no validation
+  // Without pipeline parallelism: the model and its data-parallel engine.
   std::unique_ptr<model::GPT> model_;
   std::unique_ptr<parallel::DataParallel> dp_;
+  // With it: this stage's model chunks, their engines, and the schedule's executor.
+  std::vector<std::unique_ptr<model::GPT>> chunks_;
+  std::vector<std::unique_ptr<parallel::DataParallel>> chunk_dps_;
+  std::unique_ptr<parallel::PipelineExecutor> pipeline_;
+  parallel::DataParallel& first_dp() { return dp_ ? *dp_ : *chunk_dps_.front(); }
+  std::vector<parallel::DataParallel*> dp_pointers() const {
+    std::vector<parallel::DataParallel*> out;
+    for (const auto& d : chunk_dps_) out.push_back(d.get());
+    return out;
+  }
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<GlobalBatch> batch_;
 };
