@@ -4,16 +4,55 @@
 // point-to-point latency given as a fraction of a forward.
 //
 //   build/bin/bench_pipeline_sim [latency]
+//   build/bin/bench_pipeline_sim --predict SCHEDULE P M V FWD_MS BWD_MS [LATENCY_MS]
+//       FWD_MS / BWD_MS: comma-separated per-stage costs of one chunk pass
+//       (measured, e.g. by bench/bench_pipeline.py); prints the simulated
+//       step time and each stage's idle time in ms.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "claw/parallel/pipeline_schedule.h"
 #include "claw/parallel/pipeline_sim.h"
 
 using namespace claw::parallel;
 
+namespace {
+std::vector<double> parse_list(const char* s) {
+  std::vector<double> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::atof(item.c_str()));
+  return out;
+}
+
+int predict(int argc, char** argv) {
+  if (argc < 8) {
+    std::fprintf(stderr, "usage: bench_pipeline_sim --predict SCHEDULE P M V FWD_MS BWD_MS [LATENCY_MS]\n");
+    return 2;
+  }
+  const Schedule s = make_schedule({.kind = parse_schedule_kind(argv[2]), .stages = std::atoi(argv[3]),
+                                    .microbatches = std::atoi(argv[4]), .chunks = std::atoi(argv[5])});
+  const std::vector<double> fwd = parse_list(argv[6]), bwd = parse_list(argv[7]);
+  const double latency = argc > 8 ? std::atof(argv[8]) : 0.0;
+  const SimResult r = simulate(
+      s,
+      [&](int stage, const Action& a) {
+        return a.kind == ActionKind::forward ? fwd.at(stage) : bwd.at(stage);
+      },
+      latency);
+  std::printf("makespan_ms %.3f bubble %.4f idle_ms", r.makespan, r.bubble_fraction);
+  for (const StageStats& st : r.stages) std::printf(" %.3f", st.idle);
+  std::printf("\n");
+  return r.deadlock_free ? 0 : 1;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--predict") == 0) return predict(argc, argv);
   const double latency = argc > 1 ? std::atof(argv[1]) : 0.0;
   std::printf("forward 1, backward_input 1, backward_weight 1 (per stage; / v per chunk), p2p latency %.2f\n\n",
               latency);

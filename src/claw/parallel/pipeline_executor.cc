@@ -1,6 +1,7 @@
 #include "claw/parallel/pipeline_executor.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "claw/core/error.h"
 
@@ -77,9 +78,16 @@ void PipelineExecutor::reap_sends(bool wait_all) {
   }
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
 double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale) {
   const int p = schedule_.config.stages;
   double loss_sum = 0;
+  timing_ = {};
+  const auto start = Clock::now();
   for (const Action& a : schedule_.stages[stage_]) {
     model::GPT& g = *chunks_[a.chunk];
     const int vstage = virtual_stage(stage_, a.chunk, p);
@@ -94,8 +102,11 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
         g.use_slot(acquire(a.chunk, a.microbatch));
         const bool first = g.stage().pre_process, last = g.stage().post_process;
         double loss = 0;
+        const auto t0 = Clock::now();
         g.forward_stage(mb.ctx, mb.tokens, first ? nullptr : g.stage_input(), mb.targets, dloss_scale,
                         last ? &loss : nullptr);
+        timing_.forward_s += seconds(t0, Clock::now());
+        ++timing_.forwards;
         loss_sum += loss;
         break;
       }
@@ -111,7 +122,10 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
         int& slot = slot_of_[a.chunk][a.microbatch];
         CLAW_CHECK(slot >= 0, "backward of micro-batch {} chunk {} before its forward", a.microbatch, a.chunk);
         g.use_slot(slot);
+        const auto t0 = Clock::now();
         g.backward_stage(mb.ctx, mb.tokens, g.stage().post_process ? nullptr : g.stage_output());
+        timing_.backward_s += seconds(t0, Clock::now());
+        ++timing_.backwards;
         free_[a.chunk].push_back(slot);
         break;
       }
@@ -126,6 +140,7 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
       slot_of_[a.chunk][a.microbatch] = -1;
   }
   reap_sends(true);
+  timing_.wall_s = seconds(start, Clock::now());
   for (int ch = 0; ch < schedule_.config.chunks; ++ch)
     CLAW_CHECK(static_cast<int>(free_[ch].size()) == slots_[ch], "chunk {}: {} activation slots still held after "
                "the step", ch, slots_[ch] - static_cast<int>(free_[ch].size()));

@@ -63,6 +63,17 @@ class PipelineExecutor {
   // the stage's chunks in turn; returns the loss sum on the last stage.
   double run_forward(const std::function<PipelineMicroBatch(int)>& micro, int microbatches);
 
+  // Timing of the last run(): wall time, time in forward and in backward
+  // computations (the rest is waiting on receives and bookkeeping), and the
+  // count of each.
+  struct StepTiming {
+    double wall_s = 0, forward_s = 0, backward_s = 0;
+    int forwards = 0, backwards = 0;
+    double busy_s() const { return forward_s + backward_s; }
+    double idle_s() const { return wall_s - busy_s(); }
+  };
+  const StepTiming& last_timing() const { return timing_; }
+
   const Schedule& schedule() const { return schedule_; }
   const std::vector<model::GPT*>& chunks() const { return chunks_; }
 
@@ -84,6 +95,7 @@ class PipelineExecutor {
   std::vector<Outgoing> outgoing_;           // sends in flight
   std::vector<std::vector<float>> spare_;    // buffers of completed sends, for reuse
   std::vector<int> slots_;                   // [chunk] activation sets
+  StepTiming timing_;
 };
 
 }  // namespace claw::parallel

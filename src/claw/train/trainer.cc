@@ -283,6 +283,28 @@ TrainResult Trainer::run() {
                           {"grad_comm_wait_ms", first_dp().last_grad_wait_s() * 1e3},
                           {"param_gather_wait_ms", first_dp().last_gather_wait_s() * 1e3},
                           {"tokens", static_cast<int64_t>(tokens_per_step) * (step + 1)}};
+    if (pipeline_) {
+      // Per-stage pipeline timing (gathered over the pipeline group): the
+      // measured idle time next to what the simulator predicts from the
+      // measured costs (bench/bench_pipeline.py).
+      const parallel::PipelineExecutor::StepTiming& t = pipeline_->last_timing();
+      comm::Group& pp = pstate_->pp();
+      std::vector<double> mine = {t.wall_s * 1e3, t.idle_s() * 1e3, t.forward_s * 1e3 / std::max(1, t.forwards),
+                                  t.backward_s * 1e3 / std::max(1, t.backwards)};
+      std::vector<double> all(4 * pp.size());
+      pp.all_gather(mine.data(), all.data(), 4, DType::f64);
+      std::vector<double> wall, idle, fwd, bwd;
+      for (int s = 0; s < pp.size(); ++s) {
+        wall.push_back(all[4 * s]);
+        idle.push_back(all[4 * s + 1]);
+        fwd.push_back(all[4 * s + 2]);
+        bwd.push_back(all[4 * s + 3]);
+      }
+      rec["pp_step_ms"] = wall;
+      rec["pp_idle_ms"] = idle;
+      rec["pp_forward_ms"] = fwd;
+      rec["pp_backward_ms"] = bwd;
+    }
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
       double val = evaluate(val_cursor);

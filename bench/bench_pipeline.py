@@ -1,0 +1,64 @@
+"""Measured pipeline idle time per stage against the simulator's prediction.
+
+Runs `claw train` under mpirun with pipeline parallelism for each executed
+schedule, reads the per-stage timings the trainer writes to the metrics
+(pp_step_ms, pp_idle_ms, pp_forward_ms, pp_backward_ms), and gives the
+measured mean forward/backward cost of each stage to
+`bench_pipeline_sim --predict`, which runs the same action lists. Prints a
+markdown table: measured vs predicted step time and idle time per stage.
+
+    /usr/bin/python3 bench/bench_pipeline.py --claw build/bin/claw [--np 4]
+"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+
+def mean(rows, key):
+    n = len(rows[0][key])
+    return [sum(r[key][s] for r in rows) / len(rows) for s in range(n)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--claw", default="build/bin/claw")
+    ap.add_argument("--np", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--microbatches", type=int, default=8)
+    args = ap.parse_args()
+    sim = os.path.join(os.path.dirname(args.claw), "bench_pipeline_sim")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p, m = args.np, args.microbatches
+    common = ["--model", "gpt2-tiny", "--num-layers", str(2 * p), "--seq-length", "256", "--micro-batch-size", "1",
+              "--global-batch-size", str(m), "--train-iters", str(args.steps), "--eval-interval", "0",
+              "--num-threads", "1", "--peak-gflops", "100", "--pipeline-model-parallel-size", str(p)]
+    runs = [("gpipe", 1, ["--pipeline-schedule", "gpipe"]), ("1f1b", 1, []),
+            ("interleaved", 2, ["--num-layers-per-virtual-pipeline-stage", "1"])]
+    print(f"gpt2-tiny, {2 * p} layers, PP {p}, {m} micro-batches of 1 x 256 tokens, steps 3-{args.steps}; "
+          f"one thread per rank, {p} ranks on {os.cpu_count()} cores\n")
+    print("| schedule | step ms measured | step ms simulated | idle ms per stage, measured | idle ms per stage, simulated |")
+    print("|---|---|---|---|---|")
+    for name, v, flags in runs:
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics = os.path.join(tmp, "m.jsonl")
+            subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(p), args.claw, "train",
+                            *common, *flags, "--metrics-file", metrics], env=env, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            rows = [json.loads(line) for line in open(metrics)][2:]
+        step = mean(rows, "pp_step_ms")
+        idle = mean(rows, "pp_idle_ms")
+        fwd = mean(rows, "pp_forward_ms")
+        bwd = mean(rows, "pp_backward_ms")
+        out = subprocess.run([sim, "--predict", name, str(p), str(m), str(v), ",".join(f"{x:.4f}" for x in fwd),
+                              ",".join(f"{x:.4f}" for x in bwd)], check=True, capture_output=True, text=True).stdout
+        words = out.split()
+        sim_step = float(words[1])
+        sim_idle = [float(x) for x in words[words.index("idle_ms") + 1:]]
+        print(f"| {name} | {max(step):.1f} | {sim_step:.1f} | {' / '.join(f'{x:.1f}' for x in idle)} | "
+              f"{' / '.join(f'{x:.1f}' for x in sim_idle)} |")
+
+
+if __name__ == "__main__":
+    main()
