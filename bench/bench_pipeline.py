@@ -35,11 +35,13 @@ def main():
               "--global-batch-size", str(m), "--train-iters", str(args.steps), "--eval-interval", "0",
               "--num-threads", "1", "--peak-gflops", "100", "--pipeline-model-parallel-size", str(p)]
     runs = [("gpipe", 1, ["--pipeline-schedule", "gpipe"]), ("1f1b", 1, []),
-            ("interleaved", 2, ["--num-layers-per-virtual-pipeline-stage", "1"])]
+            ("interleaved", 2, ["--num-layers-per-virtual-pipeline-stage", "1"]),
+            ("zb-h1", 1, ["--pipeline-schedule", "zb-h1"])]
     print(f"gpt2-tiny, {2 * p} layers, PP {p}, {m} micro-batches of 1 x 256 tokens, steps 3-{args.steps}; "
           f"one thread per rank, {p} ranks on {os.cpu_count()} cores\n")
-    print("| schedule | step ms measured | step ms simulated | idle ms per stage, measured | idle ms per stage, simulated |")
-    print("|---|---|---|---|---|")
+    print("| schedule | step ms measured | step ms simulated | bubble measured | idle ms per stage, measured | "
+          "idle ms per stage, simulated | peak RSS rank 0 |")
+    print("|---|---|---|---|---|---|---|")
     for name, v, flags in runs:
         with tempfile.TemporaryDirectory() as tmp:
             metrics = os.path.join(tmp, "m.jsonl")
@@ -51,13 +53,19 @@ def main():
         idle = mean(rows, "pp_idle_ms")
         fwd = mean(rows, "pp_forward_ms")
         bwd = mean(rows, "pp_backward_ms")
-        out = subprocess.run([sim, "--predict", name, str(p), str(m), str(v), ",".join(f"{x:.4f}" for x in fwd),
-                              ",".join(f"{x:.4f}" for x in bwd)], check=True, capture_output=True, text=True).stdout
+        wgt = mean(rows, "pp_weight_ms")
+        costs = [",".join(f"{x:.4f}" for x in fwd), ",".join(f"{x:.4f}" for x in bwd)]
+        if name == "zb-h1":
+            costs.append(",".join(f"{x:.4f}" for x in wgt))
+        out = subprocess.run([sim, "--predict", name, str(p), str(m), str(v), *costs], check=True,
+                             capture_output=True, text=True).stdout
         words = out.split()
         sim_step = float(words[1])
         sim_idle = [float(x) for x in words[words.index("idle_ms") + 1:]]
-        print(f"| {name} | {max(step):.1f} | {sim_step:.1f} | {' / '.join(f'{x:.1f}' for x in idle)} | "
-              f"{' / '.join(f'{x:.1f}' for x in sim_idle)} |")
+        bubble = sum(idle) / (max(step) * p)
+        rss = rows[-1]["mem_bytes"] / 2**20
+        print(f"| {name} | {max(step):.1f} | {sim_step:.1f} | {bubble:.3f} | {' / '.join(f'{x:.1f}' for x in idle)} | "
+              f"{' / '.join(f'{x:.1f}' for x in sim_idle)} | {rss:.0f} MiB |")
 
 
 if __name__ == "__main__":

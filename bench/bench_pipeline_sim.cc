@@ -4,10 +4,12 @@
 // point-to-point latency given as a fraction of a forward.
 //
 //   build/bin/bench_pipeline_sim [latency]
-//   build/bin/bench_pipeline_sim --predict SCHEDULE P M V FWD_MS BWD_MS [LATENCY_MS]
-//       FWD_MS / BWD_MS: comma-separated per-stage costs of one chunk pass
-//       (measured, e.g. by bench/bench_pipeline.py); prints the simulated
-//       step time and each stage's idle time in ms.
+//   build/bin/bench_pipeline_sim --predict SCHEDULE P M V FWD_MS BWD_MS [W_MS]
+//       FWD_MS / BWD_MS / W_MS: comma-separated per-stage costs of one chunk
+//       pass: forward, backward (full, or the input-gradient part when W_MS
+//       is given) and weight gradient (measured, e.g. by
+//       bench/bench_pipeline.py); prints the simulated step time and each
+//       stage's idle time in ms.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,19 +33,21 @@ std::vector<double> parse_list(const char* s) {
 
 int predict(int argc, char** argv) {
   if (argc < 8) {
-    std::fprintf(stderr, "usage: bench_pipeline_sim --predict SCHEDULE P M V FWD_MS BWD_MS [LATENCY_MS]\n");
+    std::fprintf(stderr, "usage: bench_pipeline_sim --predict SCHEDULE P M V FWD_MS BWD_MS [W_MS]\n");
     return 2;
   }
   const Schedule s = make_schedule({.kind = parse_schedule_kind(argv[2]), .stages = std::atoi(argv[3]),
                                     .microbatches = std::atoi(argv[4]), .chunks = std::atoi(argv[5])});
   const std::vector<double> fwd = parse_list(argv[6]), bwd = parse_list(argv[7]);
-  const double latency = argc > 8 ? std::atof(argv[8]) : 0.0;
+  const std::vector<double> w = argc > 8 ? parse_list(argv[8]) : std::vector<double>(fwd.size(), 0.0);
   const SimResult r = simulate(
       s,
       [&](int stage, const Action& a) {
-        return a.kind == ActionKind::forward ? fwd.at(stage) : bwd.at(stage);
+        if (a.kind == ActionKind::forward) return fwd.at(stage);
+        if (a.kind == ActionKind::backward_weight) return w.at(stage);
+        return bwd.at(stage);
       },
-      latency);
+      0.0);
   std::printf("makespan_ms %.3f bubble %.4f idle_ms", r.makespan, r.bubble_fraction);
   for (const StageStats& st : r.stages) std::printf(" %.3f", st.idle);
   std::printf("\n");

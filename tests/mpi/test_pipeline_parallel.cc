@@ -165,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(
     All, PipelineEqualsSingleRank,
     ::testing::Values(Case{"gpt2-tiny", "1f1b", 0, false, 0.1}, Case{"gpt2-tiny", "gpipe", 0, false, 0.0},
                       Case{"gpt2-tiny", "interleaved", 1, false, 0.1}, Case{"llama-tiny", "1f1b", 0, false, 0.0},
-                      Case{"llama-tiny", "interleaved", 1, false, 0.0}, Case{"gpt2-tiny", "1f1b", 0, true, 0.0}));
+                      Case{"llama-tiny", "interleaved", 1, false, 0.0}, Case{"gpt2-tiny", "1f1b", 0, true, 0.0},
+                      Case{"gpt2-tiny", "zb-h1", 0, false, 0.1}, Case{"llama-tiny", "zb-h1", 0, false, 0.0}));
 
 }  // namespace
 }  // namespace claw

@@ -155,7 +155,7 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.parallel.sequence_parallel; }),
       int_flag<A>("pipeline-model-parallel-size", "pipeline stages",
                   [](A& a) -> auto& { return a.parallel.sizes.pp; }),
-      string_flag<A>("pipeline-schedule", "gpipe, 1f1b or interleaved (implied by a virtual stage size)",
+      string_flag<A>("pipeline-schedule", "gpipe, 1f1b, interleaved (implied by a virtual stage size) or zb-h1",
                      [](A& a) -> auto& { return a.parallel.pipeline_schedule; }),
       int_flag<A>("num-layers-per-virtual-pipeline-stage", "layers per model chunk: interleaved 1F1B",
                   [](A& a) -> auto& { return a.parallel.num_layers_per_virtual_pipeline_stage; }),

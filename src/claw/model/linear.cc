@@ -60,8 +60,36 @@ void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool
 }
 
 void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x) {
-  kernels::linear_backward_weight(ctx.cpu, weight.gdata(), has_bias_ ? bias.gdata() : nullptr, dy, x, ctx.tokens(),
-                                  in_, out_);
+  if (ctx.defer_weight_grads) {
+    ctx.defer_weight_grads->record(this, dy, x, ctx.tokens());
+    return;
+  }
+  apply_weight_grad(ctx.cpu, dy, x, ctx.tokens());
+}
+
+void Linear::apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows) {
+  kernels::linear_backward_weight(cpu, weight.gdata(), has_bias_ ? bias.gdata() : nullptr, dy, x, rows, in_, out_);
+}
+
+void DeferredWeightGrads::record(Linear* layer, const float* dy, const float* x, int64_t rows) {
+  if (used_ == entries_.size()) entries_.emplace_back();
+  Entry& e = entries_[used_++];
+  e.layer = layer;
+  e.rows = rows;
+  e.dy.assign(dy, dy + rows * layer->out());
+  e.x.assign(x, x + rows * layer->in());
+}
+
+void DeferredWeightGrads::run(const CpuCtx& cpu) {
+  for (size_t i = 0; i < used_; ++i) entries_[i].layer->apply_weight_grad(cpu, entries_[i].dy.data(), entries_[i].x.data(),
+                                                                          entries_[i].rows);
+  used_ = 0;
+}
+
+size_t DeferredWeightGrads::bytes() const {
+  size_t b = 0;
+  for (size_t i = 0; i < used_; ++i) b += (entries_[i].dy.size() + entries_[i].x.size()) * sizeof(float);
+  return b;
 }
 
 void Linear::collect(std::vector<Param*>& out) {

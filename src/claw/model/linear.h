@@ -56,8 +56,11 @@ class Linear {
   // share x); dy [N, out_local] whole (see output_grad). Column-parallel: a
   // partial sum over the group, reduced by the caller.
   void backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const;
-  // dW += dy^T x, db += colsum(dy). Separate so a schedule may defer it.
+  // dW += dy^T x, db += colsum(dy). Separate so a schedule may defer it:
+  // with ctx.defer_weight_grads set, dy and x are copied there instead.
   void backward_weight(const StepCtx& ctx, const float* dy, const float* x);
+  // The weight-gradient GEMM itself, on `rows` rows.
+  void apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows);
 
   void collect(std::vector<Param*>& out);
   int64_t in() const { return in_; }    // local
@@ -71,6 +74,28 @@ class Linear {
   TpSplit kind_;
   int64_t in_, out_;
   bool has_bias_;
+};
+
+// Weight-gradient GEMMs recorded by a backward that computed input gradients
+// only (StepCtx::defer_weight_grads), with copies of their operands (the
+// operands live in shared scratch or in activations that are released once
+// the input gradients are done). run() performs them in recording order and
+// empties the list; buffers are kept for reuse.
+class DeferredWeightGrads {
+ public:
+  void record(Linear* layer, const float* dy, const float* x, int64_t rows);
+  void run(const CpuCtx& cpu);
+  bool empty() const { return used_ == 0; }
+  size_t bytes() const;  // held by the recorded operands
+
+ private:
+  struct Entry {
+    Linear* layer = nullptr;
+    std::vector<float> dy, x;
+    int64_t rows = 0;
+  };
+  std::vector<Entry> entries_;
+  size_t used_ = 0;
 };
 
 }  // namespace claw::model

@@ -8,6 +8,8 @@
 
 namespace claw::model {
 
+class DeferredWeightGrads;
+
 struct StepCtx {
   CpuCtx cpu;
   int64_t B = 0;          // sequences in this micro-batch
@@ -23,6 +25,9 @@ struct StepCtx {
   // of the first token of its document (attention stays inside documents).
   const int32_t* positions = nullptr;
   const int32_t* seg_start = nullptr;
+  // Non-null: backward computes input gradients only and records each linear
+  // layer's weight-gradient GEMM here, to run later (ZB-H1's split backward).
+  DeferredWeightGrads* defer_weight_grads = nullptr;
   int64_t tokens() const { return B * T; }
 };
 

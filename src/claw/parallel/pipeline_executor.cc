@@ -26,11 +26,9 @@ PipelineExecutor::PipelineExecutor(std::vector<model::GPT*> chunks, comm::Group&
   CLAW_CHECK(static_cast<int>(chunks_.size()) == c.chunks, "{} model chunks for a schedule of {}", chunks_.size(),
              c.chunks);
   CLAW_CHECK(c.stages > 1 || c.chunks == 1, "one pipeline stage holds the whole model in one chunk");
-  if (c.kind == ScheduleKind::zb_h1)
-    fail("--pipeline-schedule zb-h1 is simulated (bench_pipeline_sim) but not executed yet: its split backward "
-         "(input and weight gradients apart) is not in the model; use 1f1b, interleaved or gpipe");
   const std::vector<int> slots = slots_needed(schedule_, stage_);
   slot_of_.assign(c.chunks, std::vector<int>(c.microbatches, -1));
+  deferred_of_.assign(c.chunks, std::vector<int>(c.microbatches, -1));
   free_.resize(c.chunks);
   slots_ = slots;
   for (int ch = 0; ch < c.chunks; ++ch) {
@@ -118,25 +116,48 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
         g.use_slot(slot_of_[a.chunk][a.microbatch]);
         pp_.recv(g.stage_output(), n, DType::f32, a.peer, static_cast<int>(tag(a.microbatch, vstage, true)));
         break;
-      case ActionKind::backward: {
+      case ActionKind::backward:
+      case ActionKind::backward_input: {
         int& slot = slot_of_[a.chunk][a.microbatch];
         CLAW_CHECK(slot >= 0, "backward of micro-batch {} chunk {} before its forward", a.microbatch, a.chunk);
         g.use_slot(slot);
+        model::StepCtx ctx = mb.ctx;
+        if (a.kind == ActionKind::backward_input) {
+          // Input gradients now; the weight-gradient GEMMs wait in a list.
+          int& d = deferred_of_[a.chunk][a.microbatch];
+          if (free_deferred_.empty()) {
+            free_deferred_.push_back(static_cast<int>(deferred_.size()));
+            deferred_.push_back(std::make_unique<model::DeferredWeightGrads>());
+          }
+          d = free_deferred_.back();
+          free_deferred_.pop_back();
+          ctx.defer_weight_grads = deferred_[d].get();
+        }
         const auto t0 = Clock::now();
-        g.backward_stage(mb.ctx, mb.tokens, g.stage().post_process ? nullptr : g.stage_output());
+        g.backward_stage(ctx, mb.tokens, g.stage().post_process ? nullptr : g.stage_output());
         timing_.backward_s += seconds(t0, Clock::now());
         ++timing_.backwards;
         free_[a.chunk].push_back(slot);
         break;
       }
+      case ActionKind::backward_weight: {
+        int& d = deferred_of_[a.chunk][a.microbatch];
+        CLAW_CHECK(d >= 0, "weight gradient of micro-batch {} chunk {} before its input gradient", a.microbatch,
+                   a.chunk);
+        const auto t0 = Clock::now();
+        deferred_[d]->run(mb.ctx.cpu);
+        timing_.weight_s += seconds(t0, Clock::now());
+        ++timing_.weights;
+        free_deferred_.push_back(d);
+        d = -1;
+        break;
+      }
       case ActionKind::send_grad:  // right after its backward: the shared scratch still holds the gradient
         send(g.stage_input_grad(), n, a.peer, tag(a.microbatch, vstage - 1, true));
         break;
-      case ActionKind::backward_input:
-      case ActionKind::backward_weight:
-        fail("the pipeline executor does not split backward yet ({})", to_string(a));
     }
-    if (a.kind == ActionKind::send_grad || (a.kind == ActionKind::backward && vstage == 0))
+    const bool backward = a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
+    if (a.kind == ActionKind::send_grad || (backward && vstage == 0))
       slot_of_[a.chunk][a.microbatch] = -1;
   }
   reap_sends(true);

@@ -22,12 +22,20 @@
 // direction, so transfers of different micro-batches and chunks between the
 // same two stages never match wrongly.
 //
-// Not yet: the split backward of ZB-H1 (backward_input / backward_weight) and
-// data-parallel hooks (the stage's gradients are whole on return; DP x PP is
-// the caller's reduction).
+// ZB-H1's split backward: backward_input runs the stage's backward with
+// StepCtx::defer_weight_grads set, so every linear layer's weight-gradient
+// GEMM is recorded (with copies of its operands) instead of run, and the
+// activation slot is released; backward_weight runs the recorded GEMMs. The
+// lists come from a pool, so their memory follows the schedule's pending-W
+// count. Everything else (norms, embeddings, the output layer) is computed in
+// the input pass.
+//
+// Not yet: data-parallel hooks (the stage's gradients are whole on return;
+// DP x PP is the caller's reduction after the step).
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "claw/comm/group.h"
@@ -67,9 +75,9 @@ class PipelineExecutor {
   // computations (the rest is waiting on receives and bookkeeping), and the
   // count of each.
   struct StepTiming {
-    double wall_s = 0, forward_s = 0, backward_s = 0;
-    int forwards = 0, backwards = 0;
-    double busy_s() const { return forward_s + backward_s; }
+    double wall_s = 0, forward_s = 0, backward_s = 0, weight_s = 0;  // backward_s: full or input-gradient passes
+    int forwards = 0, backwards = 0, weights = 0;
+    double busy_s() const { return forward_s + backward_s + weight_s; }
     double idle_s() const { return wall_s - busy_s(); }
   };
   const StepTiming& last_timing() const { return timing_; }
@@ -96,6 +104,9 @@ class PipelineExecutor {
   std::vector<std::vector<float>> spare_;    // buffers of completed sends, for reuse
   std::vector<int> slots_;                   // [chunk] activation sets
   StepTiming timing_;
+  std::vector<std::unique_ptr<model::DeferredWeightGrads>> deferred_;  // pool of weight-gradient lists
+  std::vector<int> free_deferred_;
+  std::vector<std::vector<int>> deferred_of_;  // [chunk][micro-batch] -> pool index, -1 none
 };
 
 }  // namespace claw::parallel

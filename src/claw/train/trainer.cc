@@ -66,9 +66,6 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
     if (layout.chunks > 1 && schedule.kind == parallel::ScheduleKind::one_f_one_b)
       schedule.kind = parallel::ScheduleKind::interleaved;  // implied by --num-layers-per-virtual-pipeline-stage
     schedule.validate();
-    if (schedule.kind == parallel::ScheduleKind::zb_h1)
-      fail("--pipeline-schedule zb-h1 is simulated (build/bin/bench_pipeline_sim) but not executed yet; use gpipe, "
-           "1f1b or interleaved");
     if (par_cfg_.zero_stage() >= 2 || par_cfg_.dp.overlap_grad_reduce || par_cfg_.dp.overlap_param_gather)
       fail("with --pipeline-model-parallel-size {} use --zero-stage 0 or 1 (or --use-distributed-optimizer) "
            "without --overlap-grad-reduce / --overlap-param-gather: gradients are reduced after the pipeline's "
@@ -289,21 +286,18 @@ TrainResult Trainer::run() {
       // measured costs (bench/bench_pipeline.py).
       const parallel::PipelineExecutor::StepTiming& t = pipeline_->last_timing();
       comm::Group& pp = pstate_->pp();
+      constexpr int kFields = 5;
       std::vector<double> mine = {t.wall_s * 1e3, t.idle_s() * 1e3, t.forward_s * 1e3 / std::max(1, t.forwards),
-                                  t.backward_s * 1e3 / std::max(1, t.backwards)};
-      std::vector<double> all(4 * pp.size());
-      pp.all_gather(mine.data(), all.data(), 4, DType::f64);
-      std::vector<double> wall, idle, fwd, bwd;
-      for (int s = 0; s < pp.size(); ++s) {
-        wall.push_back(all[4 * s]);
-        idle.push_back(all[4 * s + 1]);
-        fwd.push_back(all[4 * s + 2]);
-        bwd.push_back(all[4 * s + 3]);
+                                  t.backward_s * 1e3 / std::max(1, t.backwards),
+                                  t.weight_s * 1e3 / std::max(1, t.weights)};
+      std::vector<double> all(kFields * pp.size());
+      pp.all_gather(mine.data(), all.data(), kFields, DType::f64);
+      const char* names[kFields] = {"pp_step_ms", "pp_idle_ms", "pp_forward_ms", "pp_backward_ms", "pp_weight_ms"};
+      for (int f = 0; f < kFields; ++f) {
+        std::vector<double> per_stage;
+        for (int s = 0; s < pp.size(); ++s) per_stage.push_back(all[kFields * s + f]);
+        rec[names[f]] = per_stage;
       }
-      rec["pp_step_ms"] = wall;
-      rec["pp_idle_ms"] = idle;
-      rec["pp_forward_ms"] = fwd;
-      rec["pp_backward_ms"] = bwd;
     }
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
