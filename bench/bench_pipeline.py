@@ -8,6 +8,9 @@ measured mean forward/backward cost of each stage to
 markdown table: measured vs predicted step time and idle time per stage.
 
     /usr/bin/python3 bench/bench_pipeline.py --claw build/bin/claw [--np 4]
+    # balanced stages: the last holds the LM head (~8 blocks at hidden 512) and one block
+    /usr/bin/python3 bench/bench_pipeline.py --claw build/bin/claw --hidden 512 --layers 28 \
+        --last-stage-layers 1 --seq 128 --steps 6
 """
 import argparse
 import json
@@ -27,17 +30,29 @@ def main():
     ap.add_argument("--np", type=int, default=4)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=0, help="default: 2 per stage")
+    ap.add_argument("--last-stage-layers", type=int, default=-1)
+    ap.add_argument("--seq", type=int, default=256)
     args = ap.parse_args()
     sim = os.path.join(os.path.dirname(args.claw), "bench_pipeline_sim")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     p, m = args.np, args.microbatches
-    common = ["--model", "gpt2-tiny", "--num-layers", str(2 * p), "--seq-length", "256", "--micro-batch-size", "1",
+    layers = args.layers or 2 * p
+    common = ["--model", "gpt2-tiny", "--num-layers", str(layers), "--hidden-size", str(args.hidden),
+              "--seq-length", str(args.seq), "--micro-batch-size", "1",
               "--global-batch-size", str(m), "--train-iters", str(args.steps), "--eval-interval", "0",
               "--num-threads", "1", "--peak-gflops", "100", "--pipeline-model-parallel-size", str(p)]
+    if args.last_stage_layers > 0:
+        common += ["--decoder-last-pipeline-num-layers", str(args.last_stage_layers)]
     runs = [("gpipe", 1, ["--pipeline-schedule", "gpipe"]), ("1f1b", 1, []),
-            ("interleaved", 2, ["--num-layers-per-virtual-pipeline-stage", "1"]),
+            ("interleaved", layers // p, ["--num-layers-per-virtual-pipeline-stage", "1"]),
             ("zb-h1", 1, ["--pipeline-schedule", "zb-h1"])]
-    print(f"gpt2-tiny, {2 * p} layers, PP {p}, {m} micro-batches of 1 x 256 tokens, steps 3-{args.steps}; "
+    if args.last_stage_layers > 0:
+        runs = [r for r in runs if r[0] != "interleaved"]  # uneven stages are not interleaved
+    print(f"gpt2-tiny shape, hidden {args.hidden}, {layers} layers"
+          f"{f' (last stage {args.last_stage_layers})' if args.last_stage_layers > 0 else ''}, PP {p}, {m} "
+          f"micro-batches of 1 x {args.seq} tokens, steps 3-{args.steps}; "
           f"one thread per rank, {p} ranks on {os.cpu_count()} cores\n")
     print("| schedule | step ms measured | step ms simulated | bubble measured | idle ms per stage, measured | "
           "idle ms per stage, simulated | peak RSS rank 0 |")
