@@ -34,6 +34,8 @@ class Work {
   Work() = default;
   explicit Work(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
 
+  // Whether this refers to an operation (false for a default-constructed Work).
+  bool valid() const { return state_ != nullptr; }
   // True once the operation completed (rethrows its error, if any).
   bool test() const;
   // Blocks until the operation completes, at most the world's timeout.

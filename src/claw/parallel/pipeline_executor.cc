@@ -86,11 +86,44 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
   double loss_sum = 0;
   timing_ = {};
   const auto start = Clock::now();
-  for (const Action& a : schedule_.stages[stage_]) {
+  const std::vector<Action>& list = schedule_.stages[stage_];
+  std::vector<comm::Work> posted(list.size());  // receives posted ahead of their action
+  // Posts the receives that the compute action after list[i] needs, so their
+  // transfers run while list[i] computes. An activation receive needs a free
+  // slot now (else it is posted at its own action); a gradient lands in its
+  // slot's output buffer, which the current action must not be writing.
+  const auto post_ahead = [&](size_t i) {
+    for (size_t j = i + 1; j < list.size() && !is_compute(list[j].kind); ++j) {
+      const Action& r = list[j];
+      if (r.kind != ActionKind::recv_activation && r.kind != ActionKind::recv_grad) continue;
+      model::GPT& g = *chunks_[r.chunk];
+      const int64_t n = g.tp().rows(micro(r.microbatch).ctx.tokens()) * g.config().hidden_size;
+      const int vstage = virtual_stage(stage_, r.chunk, p);
+      if (r.kind == ActionKind::recv_activation) {
+        if (slot_of_[r.chunk][r.microbatch] < 0 && free_[r.chunk].empty()) continue;
+        g.use_slot(acquire(r.chunk, r.microbatch));
+        posted[j] = pp_.recv_async(g.stage_input(), n, DType::f32, r.peer,
+                                   static_cast<int>(tag(r.microbatch, vstage, false)));
+      } else {
+        const Action& now = list[i];
+        if (now.kind == ActionKind::forward && now.chunk == r.chunk && now.microbatch == r.microbatch) continue;
+        g.use_slot(slot_of_[r.chunk][r.microbatch]);
+        posted[j] = pp_.recv_async(g.stage_output(), n, DType::f32, r.peer,
+                                   static_cast<int>(tag(r.microbatch, vstage, true)));
+      }
+    }
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
     model::GPT& g = *chunks_[a.chunk];
     const int vstage = virtual_stage(stage_, a.chunk, p);
     const PipelineMicroBatch mb = micro(a.microbatch);
     const int64_t n = g.tp().rows(mb.ctx.tokens()) * g.config().hidden_size;
+    if (is_compute(a.kind)) post_ahead(i);
+    if ((a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad) && posted[i].valid()) {
+      posted[i].wait();
+      continue;
+    }
     switch (a.kind) {
       case ActionKind::recv_activation:
         g.use_slot(acquire(a.chunk, a.microbatch));

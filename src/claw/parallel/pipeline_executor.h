@@ -17,7 +17,8 @@
 // posted the receive, which the receiver's schedule may place after work that
 // waits on this rank (a cycle the schedule itself does not have). Receives
 // land in the slot's input buffer (activations) or output buffer (gradients:
-// the output activation is dead by then) and complete where the schedule puts
+// the output activation is dead by then); those the next computation needs
+// are posted before the current one runs and waited where the schedule puts
 // them. Tags name the micro-batch, the receiving virtual stage and the
 // direction, so transfers of different micro-batches and chunks between the
 // same two stages never match wrongly.
