@@ -33,6 +33,7 @@
 #include "claw/parallel/data_parallel.h"
 #include "claw/train/batch.h"
 #include "claw/train/step.h"
+#include "mpi_gtest.h"
 #include "parity_batches.h"
 
 namespace claw {
@@ -193,13 +194,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<claw::comm::World> world = claw::comm::World::create({.timeout = std::chrono::seconds(120)});
   claw::g_world = world.get();
   claw::g_dp = world->world_group();
-  // Only rank 0 reports; all ranks run every test (they are collective).
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  rc = world->world_group()->all_reduce_value(rc, claw::comm::ReduceOp::max);
+  const int rc = claw::testing_mpi::run_all_tests_on_every_rank(*world);
   claw::g_dp.reset();
   return rc;
 }

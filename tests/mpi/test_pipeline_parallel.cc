@@ -26,6 +26,7 @@
 #include "claw/parallel/pipeline_executor.h"
 #include "claw/parallel/pipeline_layout.h"
 #include "claw/train/step.h"
+#include "mpi_gtest.h"
 #include "parity_batches.h"
 
 namespace claw {
@@ -177,12 +178,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<claw::comm::World> world = claw::comm::World::create({.timeout = std::chrono::seconds(120)});
   claw::g_world = world.get();
   claw::g_ps = claw::comm::ParallelState::create(*world, {.pp = world->size()});
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  rc = world->world_group()->all_reduce_value(rc, claw::comm::ReduceOp::max);
+  const int rc = claw::testing_mpi::run_all_tests_on_every_rank(*world);
   claw::g_ps.reset();
   return rc;
 }

@@ -37,6 +37,7 @@
 #include "claw/parallel/data_parallel.h"
 #include "claw/train/batch.h"
 #include "claw/train/step.h"
+#include "mpi_gtest.h"
 #include "parity_batches.h"
 
 namespace claw {
@@ -284,12 +285,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--tp") == 0) tp = std::atoi(argv[i + 1]);
   claw::g_ps = claw::comm::ParallelState::create(*world, {.tp = tp});
   claw::g_tp = tp;
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  rc = world->world_group()->all_reduce_value(rc, claw::comm::ReduceOp::max);
+  const int rc = claw::testing_mpi::run_all_tests_on_every_rank(*world);
   claw::g_ps.reset();
   return rc;
 }

@@ -31,6 +31,7 @@
 #include "claw/core/error.h"
 #include "claw/core/philox.h"
 #include "claw/model/tp_mappings.h"
+#include "mpi_gtest.h"
 
 namespace claw {
 namespace {
@@ -283,13 +284,7 @@ int main(int argc, char** argv) {
     claw::g_groups.push_back(world->split("tp_reversed", {reversed}));
   }
   if (n == 4) claw::g_groups.push_back(world->split("tp_pairs", {{0, 1}, {2, 3}}));
-  // Only rank 0 reports; every rank runs every test (they are collective).
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  rc = world->world_group()->all_reduce_value(rc, claw::comm::ReduceOp::max);
+  const int rc = claw::testing_mpi::run_all_tests_on_every_rank(*world);
   claw::g_groups.clear();
   return rc;
 }

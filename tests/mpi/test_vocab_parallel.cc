@@ -29,6 +29,7 @@
 #include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/embedding.h"
 #include "claw/model/vocab_parallel.h"
+#include "mpi_gtest.h"
 
 namespace claw {
 namespace {
@@ -268,13 +269,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<claw::comm::World> world = claw::comm::World::create({.timeout = std::chrono::seconds(60)});
   claw::g_tp = world->world_group();
-  // Only rank 0 reports; all ranks run every test (they are collective).
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  rc = world->world_group()->all_reduce_value(rc, claw::comm::ReduceOp::max);
+  const int rc = claw::testing_mpi::run_all_tests_on_every_rank(*world);
   claw::g_tp.reset();
   return rc;
 }

@@ -25,6 +25,8 @@ common=(--model gpt2-tiny --hidden-size 64 --num-attention-heads 4 --seq-length 
         --global-batch-size 8 --train-iters 20 --eval-interval 10 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 3
         --hidden-dropout 0.1 --peak-gflops 100 --num-threads 1)
 fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=refused.sh
+source "$here/refused.sh"
 
 case $case_name in
 parity)
@@ -52,26 +54,15 @@ parity)
 RUNS
   ;;
 bad_layout)
-  check() {
-    local np=$1 flags=$2 want=$3
-    local rc
-    # shellcheck disable=SC2086
-    timeout 120 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" $flags >"$tmp/log" 2>&1
-    rc=$?
-    [[ $rc -ne 0 && $rc -ne 124 ]] || { cat "$tmp/log"; fail "$flags: exit $rc"; }
-    grep -q -- "$want" "$tmp/log" || { cat "$tmp/log"; fail "$flags: the error does not say '$want'"; }
-    grep -q "step 1/" "$tmp/log" && fail "$flags: training started"
-    echo "ok: $(grep -m1 -o "error.*" "$tmp/log" | cut -c1-220)"
-  }
-  check 4 "--num-layers 6 --pipeline-model-parallel-size 4" \
+  refused 4 "--num-layers 6 --pipeline-model-parallel-size 4" \
     "--num-layers 6 is not divisible by --pipeline-model-parallel-size 4"
-  check 2 "--num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3" \
+  refused 2 "--num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3" \
     "--num-layers-per-virtual-pipeline-stage 3"
-  check 4 "--num-layers 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6" \
+  refused 4 "--num-layers 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 6" \
     "--global-batch-size"
-  check 2 "--num-layers 4 --pipeline-model-parallel-size 2 --pipeline-schedule 2f2b" "--pipeline-schedule"
-  check 4 "--num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2" "--zero-stage 0 or 1"
-  check 2 "--num-layers 4 --decoder-first-pipeline-num-layers 1" "need --pipeline-model-parallel-size > 1" ;;
+  refused 2 "--num-layers 4 --pipeline-model-parallel-size 2 --pipeline-schedule 2f2b" "--pipeline-schedule"
+  refused 4 "--num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2" "--zero-stage 0 or 1"
+  refused 2 "--num-layers 4 --decoder-first-pipeline-num-layers 1" "need --pipeline-model-parallel-size > 1" ;;
 *)
   fail "unknown case $case_name" ;;
 esac

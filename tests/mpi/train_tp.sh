@@ -26,6 +26,8 @@ common=(--num-layers 2 --hidden-size 64 --seq-length 32 --micro-batch-size 1 --g
 gpt=(--model gpt2-tiny --num-attention-heads 4 --hidden-dropout 0.1)
 llama=(--model llama-tiny --num-attention-heads 8 --num-query-groups 2 --ffn-hidden-size 192)
 fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=refused.sh
+source "$here/refused.sh"
 
 case $case_name in
 parity)
@@ -48,28 +50,14 @@ parity)
     unset -n arch
   done ;;
 bad_layout)
-  # np, flags, what the error must say
-  check() {
-    local np=$1 flags=$2 want=$3
-    local start rc secs
-    start=$(date +%s.%N)
-    # shellcheck disable=SC2086
-    timeout 120 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" $flags >"$tmp/log" 2>&1
-    rc=$?
-    secs=$(echo "$(date +%s.%N) - $start" | bc)
-    [[ $rc -ne 0 && $rc -ne 124 ]] || { cat "$tmp/log"; fail "$flags: exit $rc"; }
-    grep -q -- "$want" "$tmp/log" || { cat "$tmp/log"; fail "$flags: the error does not say '$want'"; }
-    grep -q "step 1/" "$tmp/log" && fail "$flags: training started"
-    echo "ok ($secs s): $(grep -m1 -o "error.*" "$tmp/log" | cut -c1-200)"
-  }
-  check 4 "--model gpt2-tiny --num-attention-heads 2 --tensor-model-parallel-size 4" \
+  refused 4 "--model gpt2-tiny --num-attention-heads 2 --tensor-model-parallel-size 4" \
     "--tensor-model-parallel-size 4 does not divide --num-attention-heads 2"
-  check 2 "--model llama-tiny --num-attention-heads 6 --hidden-size 96 --num-query-groups 3 --tensor-model-parallel-size 2" \
+  refused 2 "--model llama-tiny --num-attention-heads 6 --hidden-size 96 --num-query-groups 3 --tensor-model-parallel-size 2" \
     "--tensor-model-parallel-size 2 and --num-query-groups 3 do not divide one another"
-  check 4 "--model llama-tiny --num-attention-heads 8 --num-query-groups 2 --ffn-hidden-size 190 --tensor-model-parallel-size 4" \
+  refused 4 "--model llama-tiny --num-attention-heads 8 --num-query-groups 2 --ffn-hidden-size 190 --tensor-model-parallel-size 4" \
     "--tensor-model-parallel-size 4 does not divide --ffn-hidden-size 190"
-  check 2 "--model gpt2-tiny --sequence-parallel" "--sequence-parallel needs --tensor-model-parallel-size > 1"
-  check 4 "--model gpt2-tiny --seq-length 30 --tensor-model-parallel-size 4 --sequence-parallel" \
+  refused 2 "--model gpt2-tiny --sequence-parallel" "--sequence-parallel needs --tensor-model-parallel-size > 1"
+  refused 4 "--model gpt2-tiny --seq-length 30 --tensor-model-parallel-size 4 --sequence-parallel" \
     "--seq-length 30 is not a multiple of --tensor-model-parallel-size 4" ;;
 *)
   fail "unknown case $case_name" ;;
