@@ -5,9 +5,21 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
+
 #include "claw/comm/world.h"
+#include "claw/kernels/cpu/blas.h"
 
 namespace claw::testing_mpi {
+
+// The start of an MPI test's main: the BLAS kernel choice, gtest's flags, and
+// the world (collectives time out after 2 minutes instead of hanging ctest).
+inline std::unique_ptr<comm::World> init(int& argc, char** argv) {
+  kernels::ensure_fast_blas(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return comm::World::create({.timeout = std::chrono::seconds(120)});
+}
 
 inline int run_all_tests_on_every_rank(comm::World& world) {
   if (world.rank() != 0) {

@@ -173,9 +173,7 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace claw
 
 int main(int argc, char** argv) {
-  claw::kernels::ensure_fast_blas(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<claw::comm::World> world = claw::comm::World::create({.timeout = std::chrono::seconds(120)});
+  std::unique_ptr<claw::comm::World> world = claw::testing_mpi::init(argc, argv);
   claw::g_world = world.get();
   claw::g_ps = claw::comm::ParallelState::create(*world, {.pp = world->size()});
   const int rc = claw::testing_mpi::run_all_tests_on_every_rank(*world);

@@ -276,9 +276,7 @@ TEST(TensorParallelShapes, ShardsAndReplicas) {
 }  // namespace claw
 
 int main(int argc, char** argv) {
-  claw::kernels::ensure_fast_blas(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<claw::comm::World> world = claw::comm::World::create({.timeout = std::chrono::seconds(120)});
+  std::unique_ptr<claw::comm::World> world = claw::testing_mpi::init(argc, argv);
   claw::g_world = world.get();
   int tp = world->size();
   for (int i = 1; i + 1 < argc; ++i)

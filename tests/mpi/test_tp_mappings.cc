@@ -273,8 +273,7 @@ TEST(TpMappings, SequenceNotDivisibleByTpIsAnError) {
 }  // namespace claw
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<claw::comm::World> world = claw::comm::World::create({.timeout = std::chrono::seconds(60)});
+  std::unique_ptr<claw::comm::World> world = claw::testing_mpi::init(argc, argv);
   claw::g_world = world.get();
   const int n = world->size();
   claw::g_groups.push_back(world->world_group());

@@ -266,8 +266,7 @@ INSTANTIATE_TEST_SUITE_P(Vocab, VocabParallelEmbedding, ::testing::Values(97, 90
 }  // namespace claw
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<claw::comm::World> world = claw::comm::World::create({.timeout = std::chrono::seconds(60)});
+  std::unique_ptr<claw::comm::World> world = claw::testing_mpi::init(argc, argv);
   claw::g_tp = world->world_group();
   const int rc = claw::testing_mpi::run_all_tests_on_every_rank(*world);
   claw::g_tp.reset();

@@ -43,9 +43,6 @@ struct PipelineLayout {
   std::vector<std::vector<LayerRange>> ranges;  // [stage][chunk]
   // Global layers [first, first + count) of stage s, chunk c.
   const LayerRange& at(int stage, int chunk = 0) const { return ranges[stage][chunk]; }
-  // The stage holding the embedding (first layer) and the loss (last layer).
-  static constexpr int first_stage() { return 0; }
-  int last_stage() const { return stages - 1; }  // the last layer is in the last chunk of the last stage
 };
 
 // Throws claw::Error naming the flags when the layers do not split.

@@ -7,6 +7,7 @@
 #include "claw/core/philox.h"
 #include "claw/model/config.h"
 #include "claw/model/gpt.h"
+#include "random_batch.h"
 
 namespace claw::model {
 namespace {
@@ -79,18 +80,6 @@ TEST(Model, ActivationArenaIsThePlan) {
   EXPECT_EQ(m.activation_bytes(), plan_activations(c, 2, 32).total());
 }
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-Batch random_batch(int64_t n, int64_t vocab, uint64_t seed) {
-  Batch b{std::vector<int32_t>(n), std::vector<int32_t>(n)};
-  RandomStream rng(seed, 7);
-  for (int64_t i = 0; i < n; ++i) {
-    b.tokens[i] = static_cast<int32_t>(rng.block(i)[0] % vocab);
-    b.targets[i] = static_cast<int32_t>(rng.block(i)[1] % vocab);
-  }
-  return b;
-}
 
 std::vector<float> grads_of(GPT& m) {
   return std::vector<float>(m.store().grads(), m.store().grads() + m.store().bytes() / sizeof(float));

@@ -13,6 +13,7 @@
 #include "claw/core/philox.h"
 #include "claw/model/config.h"
 #include "claw/model/gpt.h"
+#include "random_batch.h"
 
 namespace claw::model {
 namespace {
@@ -29,19 +30,7 @@ ModelConfig tiny(const std::string& preset) {
   return c;
 }
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
 
-Batch random_batch(int64_t n, int64_t vocab, uint64_t seed) {
-  Batch b{std::vector<int32_t>(n), std::vector<int32_t>(n)};
-  RandomStream rng(seed, 7);
-  for (int64_t i = 0; i < n; ++i) {
-    b.tokens[i] = static_cast<int32_t>(rng.block(i)[0] % vocab);
-    b.targets[i] = static_cast<int32_t>(rng.block(i)[1] % vocab);
-  }
-  return b;
-}
 
 StepCtx step() { return StepCtx{.cpu = ctx, .B = B, .T = T, .training = true, .seed = 3, .sample0 = 5}; }
 
