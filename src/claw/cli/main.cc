@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "claw/cli/info_command.h"
+#include "claw/cli/plan_command.h"
 #include "claw/cli/inspect_dataset_command.h"
 #include "claw/cli/preprocess_command.h"
 #include "claw/cli/tokenize_command.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   claw::cli::add_train_command(app);
   claw::cli::add_info_command(app);
+  claw::cli::add_plan_command(app);
   claw::cli::add_tokenize_command(app);
   claw::cli::add_train_tokenizer_command(app);
   claw::cli::add_preprocess_command(app);

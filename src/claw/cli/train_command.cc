@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "claw/cli/flags.h"
+#include "claw/cli/model_flags.h"
 #include "claw/comm/world.h"
 #include "claw/core/log.h"
 #include "claw/model/config.h"
@@ -36,52 +37,7 @@ using F = Flag<TrainArgs>;
 
 const std::vector<F>& train_flags() {
   using A = TrainArgs;
-  static const std::vector<F> flags = {
-      // Model shape (override the --model preset's fields).
-      int_flag<A>("num-layers", "transformer blocks", [](A& a) -> auto& { return a.model.num_layers; }),
-      int_flag<A>("hidden-size", "model width", [](A& a) -> auto& { return a.model.hidden_size; }),
-      int_flag<A>("num-attention-heads", "query heads", [](A& a) -> auto& { return a.model.num_attention_heads; }),
-      int_flag<A>("num-query-groups", "key/value heads for grouped-query attention (0: one per head)",
-                  [](A& a) -> auto& { return a.model.num_query_groups; }),
-      int_flag<A>("kv-channels", "head dimension (0: hidden-size / num-attention-heads)",
-                  [](A& a) -> auto& { return a.model.kv_channels; }),
-      int_flag<A>("ffn-hidden-size", "MLP width (0: 4 x hidden-size)",
-                  [](A& a) -> auto& { return a.model.ffn_hidden_size; }),
-      int_flag<A>("vocab-size", "vocabulary size before padding", [](A& a) -> auto& { return a.model.vocab_size; }),
-      int_flag<A>("make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this",
-                  [](A& a) -> auto& { return a.model.make_vocab_size_divisible_by; }),
-      int_flag<A>("max-position-embeddings", "longest sequence the model supports",
-                  [](A& a) -> auto& { return a.model.max_position_embeddings; }),
-      F{"normalization", "LayerNorm or RMSNorm", false,
-        [](A& a, const std::string& v) {
-          if (v == "LayerNorm") a.model.normalization = model::Norm::layernorm;
-          else if (v == "RMSNorm") a.model.normalization = model::Norm::rmsnorm;
-          else fail("--normalization '{}' is not one of: LayerNorm, RMSNorm", v);
-        },
-        [](const A& a) { return std::string(model::to_string(a.model.normalization)); }, "{LayerNorm,RMSNorm}"},
-      double_flag<A>("norm-epsilon", "epsilon of the norms", [](A& a) -> auto& { return a.model.norm_epsilon; }),
-      F{"position-embedding-type", "learned_absolute or rope", false,
-        [](A& a, const std::string& v) {
-          if (v == "learned_absolute") a.model.position_embedding_type = model::Position::learned;
-          else if (v == "rope") a.model.position_embedding_type = model::Position::rope;
-          else fail("--position-embedding-type '{}' is not one of: learned_absolute, rope", v);
-        },
-        [](const A& a) { return std::string(model::to_string(a.model.position_embedding_type)); },
-        "{learned_absolute,rope}"},
-      double_flag<A>("rotary-base", "RoPE theta", [](A& a) -> auto& { return a.model.rotary_base; }),
-      F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
-        [](A& a, const std::string& v) {
-          a.model.mlp = parse_bool("swiglu", v) ? model::Mlp::swiglu : model::Mlp::gelu;
-        },
-        [](const A& a) { return std::string(a.model.mlp == model::Mlp::swiglu ? "true" : "false"); }},
-      switch_flag<A>("disable-bias-linear", "no biases in linear layers",
-                     [](A& a) -> auto& { return a.model.add_bias_linear; }, false),
-      switch_flag<A>("untie-embeddings-and-output-weights", "separate output-layer weights",
-                     [](A& a) -> auto& { return a.model.untie_embeddings_and_output_weights; }),
-      double_flag<A>("hidden-dropout", "dropout after embedding, attention and MLP outputs",
-                     [](A& a) -> auto& { return a.model.hidden_dropout; }),
-      double_flag<A>("init-method-std", "std of the normal initialisation",
-                     [](A& a) -> auto& { return a.model.init_method_std; }),
+  static const std::vector<F> flags = concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }), {
       // Training.
       int_flag<A>("micro-batch-size", "sequences per forward/backward",
                   [](A& a) -> auto& { return a.train.micro_batch_size; }),
@@ -184,7 +140,7 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.parallel.distributed_timeout_minutes; }),
       switch_flag<A>("log-all-ranks", "print info lines from every rank (default: rank 0 only)",
                      [](A& a) -> auto& { return a.parallel.log_all_ranks; }),
-  };
+  });
   return flags;
 }
 
@@ -232,6 +188,19 @@ struct TrainCommand {
 };
 
 }  // namespace
+
+std::vector<std::string> train_flag_names() {
+  std::vector<std::string> out = {"model"};
+  for (const F& f : train_flags()) out.push_back(f.name);
+  return out;
+}
+
+std::vector<std::string> train_switch_names() {
+  std::vector<std::string> out;
+  for (const F& f : train_flags())
+    if (f.is_switch) out.push_back(f.name);
+  return out;
+}
 
 void add_train_command(CLI::App& app) {
   auto cmd = std::make_shared<TrainCommand>();

@@ -2,11 +2,19 @@
 // model (gpt2-tiny) on the built-in corpus.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace claw::cli {
 
 // Registers the subcommand; the returned callback runs it after parsing.
 void add_train_command(CLI::App& app);
+
+// Names of `claw train`'s flags (the keys of its --config TOML files) and of
+// those that are switches; `claw plan --model FILE` reads the same files.
+std::vector<std::string> train_flag_names();
+std::vector<std::string> train_switch_names();
 
 }  // namespace claw::cli

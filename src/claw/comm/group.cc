@@ -135,4 +135,22 @@ Work SelfGroup::submit(Request r) {
   return Work();
 }
 
+namespace {
+std::vector<int> iota_ranks(int size) {
+  CLAW_CHECK(size >= 1, "a group of {} ranks", size);
+  std::vector<int> r(static_cast<size_t>(size));
+  for (int k = 0; k < size; ++k) r[static_cast<size_t>(k)] = k;
+  return r;
+}
+}  // namespace
+
+ShapeGroup::ShapeGroup(std::string name, int size, int rank) : Group(std::move(name), rank, iota_ranks(size)) {
+  CLAW_CHECK(rank >= 0 && rank < size, "rank {} of a {}-rank group", rank, size);
+}
+
+Work ShapeGroup::submit(Request r) {
+  CLAW_CHECK(false, "group {} is a planning shape and cannot run {}", name(), static_cast<int>(r.kind));
+  return Work();
+}
+
 }  // namespace claw::comm

@@ -132,4 +132,16 @@ class SelfGroup final : public Group {
   Work submit(Request r) override;
 };
 
+// A group that knows its size and this rank's place in it but cannot
+// communicate: for planning, where a model is built for its shapes only
+// (the planner sizes a rank of a 1024-rank job on one machine). Any
+// operation is an internal error.
+class ShapeGroup final : public Group {
+ public:
+  ShapeGroup(std::string name, int size, int rank);
+
+ protected:
+  Work submit(Request r) override;
+};
+
 }  // namespace claw::comm

@@ -97,7 +97,9 @@ ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompu
 class GPT {
  public:
   // tp: the tensor-parallel group (and KV-replica group) this rank belongs
-  // to; default one rank. Throws claw::Error naming the flags when the model
+  // to; default one rank. With storage.allocate false the model is a shape
+  // only (specs, units, store layout; no values, nothing runs): the planner
+  // builds one per pipeline stage with comm::ShapeGroup groups. Throws claw::Error naming the flags when the model
   // does not split over it (validate_tensor_parallel). stage: the part of
   // the model this rank holds (default: all of it).
   explicit GPT(ModelConfig cfg, StoreOptions storage = {}, TensorParallel tp = {}, PipelineStage stage = {});
@@ -110,6 +112,7 @@ class GPT {
   // Parameters held, in canonical order (embedding, blocks, final norm, output).
   std::vector<Param*> params();
   ParamStore& store() { return *store_; }
+  const ParamStore& store() const { return *store_; }
   void init_weights(const CpuCtx& ctx, uint64_t seed) { store_->init(ctx, seed); }
 
   // Units held, in forward order (see unit_hooks.h; a stage numbers its own

@@ -15,27 +15,42 @@ ArenaPlan ParamStore::plan(const std::vector<const ParamSpec*>& specs, const std
   return plan;
 }
 
+StoreLayout ParamStore::layout(const std::vector<const ParamSpec*>& specs, const StoreOptions& opts) {
+  CLAW_CHECK(opts.shards >= 1 && opts.shard >= 0 && opts.shard < opts.shards, "shard {} of {}", opts.shard,
+             opts.shards);
+  CLAW_CHECK(!opts.shard_values || opts.shard_grads, "sharded values need sharded gradients");
+  const ArenaPlan flat = plan(specs, "parameters");
+  StoreLayout l;
+  for (const auto& e : flat.entries()) l.offsets.push_back(e.offset);
+  const int64_t quantum = 16 * static_cast<int64_t>(opts.shards);  // 64-byte aligned shards
+  const int64_t floats = static_cast<int64_t>(flat.total() / sizeof(float));
+  l.total = (floats + quantum - 1) / quantum * quantum;
+  const int64_t S = l.total / opts.shards;
+  l.shard_lo = opts.shard * S;
+  l.shard_hi = l.shard_lo + S;
+  l.value_bytes = static_cast<size_t>(opts.shard_values ? S : l.total) * sizeof(float);
+  l.grad_bytes = static_cast<size_t>(opts.shard_grads ? S : l.total) * sizeof(float);
+  return l;
+}
+
 ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(std::move(params)), opts_(opts) {
-  CLAW_CHECK(opts_.shards >= 1 && opts_.shard >= 0 && opts_.shard < opts_.shards, "shard {} of {}", opts_.shard,
-             opts_.shards);
-  CLAW_CHECK(!opts_.shard_values || opts_.shard_grads, "sharded values need sharded gradients");
   std::vector<const ParamSpec*> specs;
   for (const Param* p : params_) {
     CLAW_CHECK(p->spec.dtype == DType::f32, "parameter {} must be f32 in the CPU trainer", p->spec.name);
     specs.push_back(&p->spec);
   }
-  ArenaPlan layout = plan(specs, "parameters");
-  const int64_t quantum = 16 * static_cast<int64_t>(opts_.shards);  // 64-byte aligned shards
-  const int64_t floats = static_cast<int64_t>(layout.total() / sizeof(float));
-  total_ = (floats + quantum - 1) / quantum * quantum;
-  const int64_t S = total_ / opts_.shards;
-  shard_lo_ = opts_.shard * S;
-  shard_hi_ = shard_lo_ + S;
-  values_ = Arena("parameters", (opts_.shard_values ? S : total_) * sizeof(float));
-  grads_ = Arena("gradients", (opts_.shard_grads ? S : total_) * sizeof(float));
+  StoreLayout l = layout(specs, opts_);
+  offsets_ = std::move(l.offsets);
+  total_ = l.total;
+  shard_lo_ = l.shard_lo;
+  shard_hi_ = l.shard_hi;
+  value_bytes_ = l.value_bytes;
+  grad_bytes_ = l.grad_bytes;
+  if (!opts_.allocate) return;
+  values_ = Arena("parameters", value_bytes_);
+  grads_ = Arena("gradients", grad_bytes_);
   for (size_t i = 0; i < params_.size(); ++i) {
-    size_t off = layout.entries()[i].offset;
-    offsets_.push_back(off);
+    const size_t off = offsets_[i];
     const Shape local = params_[i]->spec.local_shape();
     params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values_.base() + off, DType::f32, local);
     params_[i]->grad = opts_.shard_grads ? Tensor() : Tensor(grads_.base() + off, DType::f32, local);

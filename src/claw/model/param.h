@@ -111,6 +111,18 @@ struct StoreOptions {
   int shard = 0;
   bool shard_values = false;  // ZeRO-3
   bool shard_grads = false;   // ZeRO-2 and 3
+  // false: lay out only (offsets, shard range, byte counts) and allocate
+  // nothing, leaving every tensor unbound: the planner's shape-only model.
+  bool allocate = true;
+};
+
+// The flat layout of a store (pure): what ParamStore allocates and the
+// planner counts.
+struct StoreLayout {
+  std::vector<size_t> offsets;  // bytes, per parameter in order
+  int64_t total = 0;            // floats, padded to 16 x shards
+  int64_t shard_lo = 0, shard_hi = 0;
+  size_t value_bytes = 0, grad_bytes = 0;  // what this rank holds of each buffer
 };
 
 class ParamStore {
@@ -121,6 +133,7 @@ class ParamStore {
 
   // The layout as a pure function of the specs (for the memory plan).
   static ArenaPlan plan(const std::vector<const ParamSpec*>& specs, const std::string& name);
+  static StoreLayout layout(const std::vector<const ParamSpec*>& specs, const StoreOptions& opts);
 
   const std::vector<Param*>& params() const { return params_; }
   const StoreOptions& options() const { return opts_; }
@@ -137,8 +150,8 @@ class ParamStore {
   float* value_shard() const;
   float* grad_shard() const;
   size_t bytes() const { return static_cast<size_t>(total_) * sizeof(float); }  // one full buffer
-  size_t value_bytes() const { return values_.size(); }                         // allocated
-  size_t grad_bytes() const { return grads_.size(); }
+  size_t value_bytes() const { return value_bytes_; }  // held by this rank (allocated unless planning)
+  size_t grad_bytes() const { return grad_bytes_; }
   int64_t numel() const;  // parameters, excluding alignment padding
 
   // Zeroes the gradient buffer this rank holds (full or shard).
@@ -156,6 +169,7 @@ class ParamStore {
   std::vector<size_t> offsets_;
   StoreOptions opts_;
   int64_t total_ = 0, shard_lo_ = 0, shard_hi_ = 0;
+  size_t value_bytes_ = 0, grad_bytes_ = 0;
   Arena values_, grads_;
 };
 

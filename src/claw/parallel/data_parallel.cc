@@ -76,7 +76,9 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
   }
   open_slot_.assign(U, -1);
   resident_.resize(U);
-  plan_slots();
+  memory_ = plan_memory(model_, cfg_);
+  staging_capacity_ = static_cast<int64_t>(memory_.staging_slots / sizeof(float));
+  gather_capacity_ = static_cast<int64_t>(memory_.gather_slots / sizeof(float));
   if (staging_capacity_ > 0) {
     staging_ = Arena("gradient staging", staging_capacity_ * sizeof(float));
     staging_alloc_ = SlotAllocator(staging_capacity_);
@@ -92,17 +94,31 @@ DataParallel::~DataParallel() { model_.set_hooks(nullptr); }
 
 // Replays one micro-batch's use and gradient orders through unbounded
 // allocators with the run's rules (see before_use, grads_begin, retire).
-void DataParallel::plan_slots() {
-  auto size = [&](int u) { return units_[u].hi - units_[u].lo; };
-  if (cfg_.zero_stage >= 2) {
+DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const DataParallelConfig& cfg) {
+  const model::ParamStore& store = model.store();
+  const std::vector<model::Unit>& units = model.units();
+  auto size = [&](int u) { return units[u].hi - units[u].lo; };
+  DataParallelMemory m;
+  m.values = store.value_bytes();
+  m.grads = store.grad_bytes();
+  // AdamW's exp_avg + exp_avg_sq over this rank's segments (segments()).
+  int64_t state = 0;
+  const int64_t lo = cfg.zero_stage == 0 ? 0 : store.shard_lo(), hi = cfg.zero_stage == 0 ? store.total() : store.shard_hi();
+  for (size_t k = 0; k < store.params().size(); ++k) {
+    const int64_t off = static_cast<int64_t>(store.offsets()[k] / sizeof(float));
+    const int64_t b = std::max(lo, off), e = std::min(hi, off + store.params()[k]->spec.local_shape().numel());
+    if (b < e) state += align16(e - b);
+  }
+  m.optimizer = 2 * static_cast<size_t>(state) * sizeof(float);
+  if (cfg.zero_stage >= 2) {
     SlotAllocator a;
-    std::vector<int64_t> open(units_.size(), -1);
+    std::vector<int64_t> open(units.size(), -1);
     std::deque<int64_t> inflight;
-    for (const auto& ev : model_.grad_order()) {
+    for (const auto& ev : model.grad_order()) {
       if (size(ev.unit) == 0) continue;
       if (ev.begin) {
         if (open[ev.unit] >= 0) continue;
-        while (static_cast<int>(inflight.size()) >= cfg_.max_inflight_reductions) {
+        while (static_cast<int>(inflight.size()) >= cfg.max_inflight_reductions) {
           a.release(inflight.front());
           inflight.pop_front();
         }
@@ -110,45 +126,35 @@ void DataParallel::plan_slots() {
       } else {
         inflight.push_back(open[ev.unit]);
         open[ev.unit] = -1;
-        if (!cfg_.overlap_grad_reduce) {
+        if (!cfg.overlap_grad_reduce) {
           a.release(inflight.front());
           inflight.pop_front();
         }
       }
     }
-    staging_capacity_ = a.high_water();
+    m.staging_slots = static_cast<size_t>(a.high_water()) * sizeof(float);
   }
-  if (cfg_.zero_stage >= 3) {
+  if (cfg.zero_stage >= 3) {
     int64_t cap = 0;
     for (bool training : {true, false}) {
       SlotAllocator a;
-      std::vector<int64_t> res(units_.size(), -1);
-      const std::vector<int> order = model_.use_order(training);
+      std::vector<int64_t> res(units.size(), -1);
+      const std::vector<int> order = model.use_order(training);
       for (size_t i = 0; i < order.size(); ++i) {
         const int u = order[i];
         if (res[u] < 0) res[u] = a.allocate(size(u));
-        if (cfg_.overlap_param_gather && i + 1 < order.size() && res[order[i + 1]] < 0)
+        if (cfg.overlap_param_gather && i + 1 < order.size() && res[order[i + 1]] < 0)
           res[order[i + 1]] = a.allocate(size(order[i + 1]));
         a.release(res[u]);
         res[u] = -1;
       }
       cap = std::max(cap, a.high_water());
     }
-    gather_capacity_ = cap;
+    m.gather_slots = static_cast<size_t>(cap) * sizeof(float);
   }
-}
-
-DataParallelMemory DataParallel::memory() const {
-  DataParallelMemory m;
-  m.values = store_.value_bytes();
-  m.grads = store_.grad_bytes();
-  int64_t state = 0;
-  for (const model::Segment& s : segments()) state += align16(s.n);
-  m.optimizer = 2 * static_cast<size_t>(state) * sizeof(float);
-  m.gather_slots = static_cast<size_t>(gather_capacity_) * sizeof(float);
-  m.staging_slots = static_cast<size_t>(staging_capacity_) * sizeof(float);
   return m;
 }
+
 
 std::vector<model::Segment> DataParallel::segments() const {
   if (cfg_.zero_stage == 0) return store_.full_segments();

@@ -87,7 +87,11 @@ class DataParallel final : public model::UnitHooks {
   ~DataParallel() override;
 
   // Static memory of a model under a stage (values, grads, AdamW state, slots).
-  DataParallelMemory memory() const;
+  DataParallelMemory memory() const { return memory_; }
+  // The same, as a pure function of the model's store and units and the
+  // engine's config: the constructor sizes its buffers with it and the planner
+  // calls it on shape-only models (GPT with StoreOptions::allocate false).
+  static DataParallelMemory plan_memory(const model::GPT& model, const DataParallelConfig& cfg);
   // This rank's AdamW segments (the whole model at stage 0).
   std::vector<model::Segment> segments() const;
   bool sharded_optimizer() const { return cfg_.zero_stage >= 1; }
@@ -134,7 +138,6 @@ class DataParallel final : public model::UnitHooks {
   void bind(int unit, float* base, Tensor model::Param::*which);
   void issue_gather(int unit);
   void retire_oldest();
-  void plan_slots();
 
   model::GPT& model_;
   model::ParamStore& store_;
@@ -150,6 +153,7 @@ class DataParallel final : public model::UnitHooks {
   bool last_micro_ = true;
   bool training_ = true;
 
+  DataParallelMemory memory_;
   // Stage 2/3 gradient staging.
   int64_t staging_capacity_ = 0;
   Arena staging_;

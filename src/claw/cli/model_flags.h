@@ -1,0 +1,72 @@
+// The model-shape flags (Megatron's spelling), shared by the commands that
+// take a model: `claw train` and `claw plan`. Each overrides a field of the
+// --model preset's ModelConfig.
+#pragma once
+
+#include <vector>
+
+#include "claw/cli/flags.h"
+#include "claw/core/error.h"
+#include "claw/model/config.h"
+
+namespace claw::cli {
+
+// cfg_of: Args& -> model::ModelConfig& (the config the flags write).
+template <typename A, typename Get>
+std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
+  using F = Flag<A>;
+  return {
+      int_flag<A>("num-layers", "transformer blocks", [cfg_of](A& a) -> auto& { return cfg_of(a).num_layers; }),
+      int_flag<A>("hidden-size", "model width", [cfg_of](A& a) -> auto& { return cfg_of(a).hidden_size; }),
+      int_flag<A>("num-attention-heads", "query heads", [cfg_of](A& a) -> auto& { return cfg_of(a).num_attention_heads; }),
+      int_flag<A>("num-query-groups", "key/value heads for grouped-query attention (0: one per head)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).num_query_groups; }),
+      int_flag<A>("kv-channels", "head dimension (0: hidden-size / num-attention-heads)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).kv_channels; }),
+      int_flag<A>("ffn-hidden-size", "MLP width (0: 4 x hidden-size)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).ffn_hidden_size; }),
+      int_flag<A>("vocab-size", "vocabulary size before padding", [cfg_of](A& a) -> auto& { return cfg_of(a).vocab_size; }),
+      int_flag<A>("make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).make_vocab_size_divisible_by; }),
+      int_flag<A>("max-position-embeddings", "longest sequence the model supports",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).max_position_embeddings; }),
+      F{"normalization", "LayerNorm or RMSNorm", false,
+        [cfg_of](A& a, const std::string& v) {
+          if (v == "LayerNorm") cfg_of(a).normalization = model::Norm::layernorm;
+          else if (v == "RMSNorm") cfg_of(a).normalization = model::Norm::rmsnorm;
+          else fail("--normalization '{}' is not one of: LayerNorm, RMSNorm", v);
+        },
+        [cfg_of](const A& a) { return std::string(model::to_string(cfg_of(const_cast<A&>(a)).normalization)); }, "{LayerNorm,RMSNorm}"},
+      double_flag<A>("norm-epsilon", "epsilon of the norms", [cfg_of](A& a) -> auto& { return cfg_of(a).norm_epsilon; }),
+      F{"position-embedding-type", "learned_absolute or rope", false,
+        [cfg_of](A& a, const std::string& v) {
+          if (v == "learned_absolute") cfg_of(a).position_embedding_type = model::Position::learned;
+          else if (v == "rope") cfg_of(a).position_embedding_type = model::Position::rope;
+          else fail("--position-embedding-type '{}' is not one of: learned_absolute, rope", v);
+        },
+        [cfg_of](const A& a) { return std::string(model::to_string(cfg_of(const_cast<A&>(a)).position_embedding_type)); },
+        "{learned_absolute,rope}"},
+      double_flag<A>("rotary-base", "RoPE theta", [cfg_of](A& a) -> auto& { return cfg_of(a).rotary_base; }),
+      F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
+        [cfg_of](A& a, const std::string& v) {
+          cfg_of(a).mlp = parse_bool("swiglu", v) ? model::Mlp::swiglu : model::Mlp::gelu;
+        },
+        [cfg_of](const A& a) { return std::string(cfg_of(const_cast<A&>(a)).mlp == model::Mlp::swiglu ? "true" : "false"); }},
+      switch_flag<A>("disable-bias-linear", "no biases in linear layers",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).add_bias_linear; }, false),
+      switch_flag<A>("untie-embeddings-and-output-weights", "separate output-layer weights",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).untie_embeddings_and_output_weights; }),
+      double_flag<A>("hidden-dropout", "dropout after embedding, attention and MLP outputs",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).hidden_dropout; }),
+      double_flag<A>("init-method-std", "std of the normal initialisation",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).init_method_std; })
+  };
+}
+
+template <typename T>
+std::vector<T> concat(std::vector<T> a, const std::vector<T>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace claw::cli

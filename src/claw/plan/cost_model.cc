@@ -1,0 +1,304 @@
+#include "claw/plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "claw/core/error.h"
+#include "claw/model/tensor_parallel.h"
+#include "claw/parallel/pipeline_layout.h"
+#include "claw/parallel/pipeline_sim.h"
+
+namespace claw::plan {
+
+void Cluster::validate() const {
+  if (num_devices < 1) fail("--num-gpus must be at least 1, got {}", num_devices);
+  if (devices_per_node < 1) fail("--gpus-per-node must be at least 1, got {}", devices_per_node);
+  if (num_devices > devices_per_node && num_devices % devices_per_node != 0)
+    fail("--num-gpus {} is not a whole number of nodes of --gpus-per-node {}", num_devices, devices_per_node);
+  if (data_centers < 1) fail("--data-centers must be at least 1, got {}", data_centers);
+  if (data_centers > 1) {
+    const int nodes = std::max(1, num_devices / devices_per_node);
+    if (nodes % data_centers != 0)
+      fail("--data-centers {} does not divide the {} nodes (--num-gpus {} / --gpus-per-node {})", data_centers, nodes,
+           num_devices, devices_per_node);
+    if (!(inter_dc_bandwidth > 0)) fail("--data-centers {} needs --inter-dc-gbps > 0", data_centers);
+    if (!(inter_dc_rtt >= 0)) fail("--inter-dc-rtt-ms must not be negative");
+  }
+}
+
+namespace {
+
+constexpr double kCausal = 0.5;  // causal attention computes half the T x T square
+
+// Ring collectives over `ranks` ranks (Patarasuk & Yuan; NCCL's ring): an
+// all-reduce moves 2 (n-1)/n of the buffer through each link in 2 (n-1)
+// steps, a reduce-scatter or all-gather (n-1)/n in n-1 steps.
+double ring_all_reduce(double bytes, int ranks, double bw, double lat) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return 2 * (n - 1) / n * bytes / bw + 2 * (n - 1) * lat;
+}
+double ring_gather(double bytes, int ranks, double bw, double lat) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return (n - 1) / n * bytes / bw + (n - 1) * lat;
+}
+
+struct Link {
+  double bw, lat;
+};
+// The link of a group whose members lie within `extent` consecutive ranks.
+Link link_for(const Cluster& c, int extent) {
+  if (extent <= c.devices_per_node) return {c.device.intra_node_bandwidth, c.device.intra_node_latency};
+  return {c.device.inter_node_bandwidth, c.device.inter_node_latency};
+}
+
+// Seconds of one micro-batch's pass over parts of a stage on one rank.
+struct PassCost {
+  double gemm = 0, elementwise = 0, tp = 0, cp = 0, attention = 0;
+  double compute() const { return gemm + elementwise; }
+  double total() const { return gemm + elementwise + tp + cp; }
+};
+
+class BlockCosts {
+ public:
+  BlockCosts(const Job& job, const Layout& l, const Cluster& c, const Precision& p) : job_(job), l_(l), c_(c), p_(p) {
+    const model::ModelConfig& m = job.model;
+    const model::TpDims dims{l.tp, l.sequence_parallel};
+    peak_ = c.device.peak_flops(p.compute);
+    Tfull_ = static_cast<double>(job.seq_length);
+    N_ = static_cast<double>(l.micro_batch_size) * Tfull_ / l.cp;
+    C_ = static_cast<double>(m.hidden_size);
+    D_ = static_cast<double>(m.head_dim());
+    H_ = static_cast<double>(dims.heads(m));
+    G_ = static_cast<double>(dims.kv_groups(m));
+    F_ = static_cast<double>(dims.ffn(m));
+    Vt_ = static_cast<double>(dims.vocab_rows(m));
+    rows_ = l.sequence_parallel && l.tp > 1 ? N_ / l.tp : N_;
+    swiglu_ = m.mlp == model::Mlp::swiglu;
+    tp_link_ = link_for(c, l.tp);
+    cp_link_ = link_for(c, l.tp * l.cp);
+  }
+
+  double gemm(double M, double N, double K) const {
+    return 2 * M * N * K / (peak_ * c_.device.gemm_fraction(M, N, K));
+  }
+  // One block's forward.
+  PassCost block_forward() const {
+    PassCost pc;
+    pc.gemm = gemm(N_, (H_ + 2 * G_) * D_, C_) + gemm(N_, C_, H_ * D_) + gemm(N_, F_ * (swiglu_ ? 2 : 1), C_) +
+              gemm(N_, C_, F_);
+    // Scores and weighted values per head: [T/cp, D] x [D, T] and [T/cp, T] x [T, D], causal half.
+    const double per_seq = N_ / l_.micro_batch_size;
+    pc.attention = kCausal * l_.micro_batch_size * H_ *
+                   (gemm(per_seq, Tfull_, D_) + gemm(per_seq, D_, Tfull_));
+    pc.gemm += pc.attention;
+    // Memory-bound passes (reads + writes, in elements): two norms (2 each), two dropout + residual adds
+    // (4 each, masks included), RoPE and the attention layout over q/k/v (4), the activation function (3 for
+    // GELU on F, 4 for SwiGLU's two inputs and output), attention statistics (negligible).
+    const double elems = 12 * rows_ * C_ + 4 * N_ * (H_ + 2 * G_) * D_ + (swiglu_ ? 4 : 3) * N_ * F_;
+    pc.elementwise = elems * p_.activation_bytes / c_.device.memory_bandwidth;
+    // Two TP collectives of the block's [N, C] output pieces.
+    pc.tp = 2 * ring_all_reduce(N_ * C_ * p_.activation_bytes, l_.tp, tp_link_.bw, tp_link_.lat);
+    // Ring attention: K and V chunks of this rank's G groups go round CP - 1 times.
+    if (l_.cp > 1) {
+      const double bytes = (l_.cp - 1) * 2 * N_ * G_ * D_ * p_.activation_bytes;
+      pc.cp = std::max(0.0, bytes / cp_link_.bw + (l_.cp - 1) * cp_link_.lat - pc.attention);
+    }
+    return pc;
+  }
+  // The LM head and loss on the last stage (forward), the embedding on the first.
+  PassCost head_forward() const {
+    PassCost pc;
+    pc.gemm = gemm(N_, Vt_, C_);
+    pc.elementwise = (2 * rows_ * C_ + 3 * N_ * Vt_) * p_.activation_bytes / c_.device.memory_bandwidth;
+    pc.tp = 3 * ring_all_reduce(N_ * 8, l_.tp, tp_link_.bw, tp_link_.lat);  // max, sum, target logit per token
+    return pc;
+  }
+  PassCost embedding_forward() const {
+    PassCost pc;
+    pc.elementwise = 3 * rows_ * C_ * p_.activation_bytes / c_.device.memory_bandwidth;
+    pc.tp = ring_all_reduce(N_ * C_ * p_.activation_bytes, l_.tp, tp_link_.bw, tp_link_.lat);
+    return pc;
+  }
+  // Bytes sent between pipeline stages per micro-batch.
+  double p2p_bytes() const { return rows_ * C_ * p_.activation_bytes; }
+  double N() const { return N_; }
+
+ private:
+  const Job& job_;
+  const Layout& l_;
+  const Cluster& c_;
+  const Precision& p_;
+  double peak_, Tfull_, N_, C_, D_, H_, G_, F_, Vt_, rows_;
+  bool swiglu_;
+  Link tp_link_, cp_link_;
+};
+
+// Per stage and chunk: forward, backward (input part, weight part) seconds, and their breakdown.
+struct ChunkCost {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  PassCost fwd_parts;  // forward parts (backward = 2x gemm/elementwise, 2x tp; recompute = 1 forward)
+  double recompute = 0;
+};
+
+}  // namespace
+
+double model_flops_per_step(const Job& job) {
+  return job.model.flops_per_token(job.seq_length) * static_cast<double>(job.global_batch_size * job.seq_length);
+}
+
+double recompute_flops_per_step(const Job& job, const Layout& l) {
+  if (!l.recompute()) return 0;
+  const model::ModelConfig& m = job.model;
+  // One block's forward FLOPs per token: 2 x its matmul parameters + 4 H D T (scores and values, as PaLM counts).
+  const double C = static_cast<double>(m.hidden_size), D = static_cast<double>(m.head_dim());
+  const double block_params = C * (m.num_attention_heads + 2 * m.kv_heads()) * D + m.num_attention_heads * D * C +
+                              C * m.ffn() * (m.mlp == model::Mlp::swiglu ? 3 : 2);
+  const double per_token = 2 * block_params + 4.0 * m.num_attention_heads * D * job.seq_length;
+  const int64_t chunk_layers = l.layers_per_virtual_stage(job);
+  const double recomputed = static_cast<double>(m.num_layers) *
+                            std::min<double>(1.0, static_cast<double>(l.recompute_num_layers) / chunk_layers);
+  return per_token * recomputed * static_cast<double>(job.global_batch_size * job.seq_length);
+}
+
+Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Precision& p, const StageMemory* memory) {
+  validate_layout(job, l, c.num_devices);
+  if (c.data_centers > 1 && l.dp % c.data_centers != 0)
+    fail("data-parallel size {} does not split over --data-centers {} (each data centre holds whole replicas)", l.dp,
+         c.data_centers);
+  Estimate e;
+  e.layout = l;
+  e.memory = memory ? *memory : peak_memory(job, l, p, c.device.runtime_overhead_bytes);
+  if (e.memory.total() > c.device.memory_bytes) {
+    e.fits = false;
+    e.why_not = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB on {} ({})", e.memory.stage,
+                            e.memory.total() / 1073741824.0, c.device.memory_bytes / 1073741824.0, c.device.key,
+                            describe(e.memory));
+  }
+
+  const BlockCosts bc(job, l, c, p);
+  const PassCost block = bc.block_forward(), head = bc.head_forward(), emb = bc.embedding_forward();
+  const parallel::PipelineLayout pl = parallel::make_pipeline_layout(
+      {.num_layers = job.model.num_layers, .stages = l.pp,
+       .layers_per_virtual_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0,
+       .first_stage_layers = l.first_stage_layers, .last_stage_layers = l.last_stage_layers});
+  std::vector<std::vector<ChunkCost>> cost(l.pp, std::vector<ChunkCost>(pl.chunks));
+  for (int s = 0; s < l.pp; ++s)
+    for (int ch = 0; ch < pl.chunks; ++ch) {
+      const parallel::LayerRange r = pl.at(s, ch);
+      ChunkCost& cc = cost[s][ch];
+      const double n = static_cast<double>(r.count);
+      PassCost f;
+      f.gemm = n * block.gemm;
+      f.elementwise = n * block.elementwise;
+      f.tp = n * block.tp;
+      f.cp = n * block.cp;
+      if (s == 0 && ch == 0) f.gemm += emb.gemm, f.elementwise += emb.elementwise, f.tp += emb.tp;
+      if (s == l.pp - 1 && ch == pl.chunks - 1) f.gemm += head.gemm, f.elementwise += head.elementwise, f.tp += head.tp;
+      const double rc = static_cast<double>(std::min(l.recompute_num_layers, r.count)) * block.total();
+      cc.fwd_parts = f;
+      cc.recompute = rc;
+      cc.forward = f.total();
+      // Backward: input and weight gradients each cost one forward's GEMMs; elementwise and TP/CP
+      // communication go with the input part.
+      cc.backward_input = rc + f.gemm + 2 * f.elementwise + f.tp + 2 * f.cp;
+      cc.backward_weight = f.gemm;
+    }
+
+  const int64_t m = l.microbatches(job);
+  // Neighbouring stages are world / PP ranks apart (PP is the outermost grid dimension).
+  const Link pp_link = link_for(c, l.pp > 1 ? 2 * (c.num_devices / l.pp) : 1);
+  const double p2p = bc.p2p_bytes() / pp_link.bw + pp_link.lat;
+  double makespan = 0;
+  int busiest = 0;
+  std::vector<double> busy(l.pp, 0.0);
+  for (int s = 0; s < l.pp; ++s)
+    for (const ChunkCost& cc : cost[s]) busy[s] += static_cast<double>(m) * (cc.forward + cc.backward_input + cc.backward_weight);
+  for (int s = 1; s < l.pp; ++s)
+    if (busy[s] > busy[busiest]) busiest = s;
+  if (l.pp == 1) {
+    makespan = busy[0];
+  } else {
+    parallel::ScheduleConfig sc{.kind = l.schedule, .stages = l.pp, .microbatches = static_cast<int>(m),
+                                .chunks = pl.chunks};
+    if (pl.chunks > 1 && sc.kind == parallel::ScheduleKind::one_f_one_b) sc.kind = parallel::ScheduleKind::interleaved;
+    const parallel::SimResult sim = parallel::simulate(
+        parallel::make_schedule(sc),
+        [&](int stage, const parallel::Action& a) {
+          const ChunkCost& cc = cost[stage][a.chunk];
+          switch (a.kind) {
+            case parallel::ActionKind::forward: return cc.forward;
+            case parallel::ActionKind::backward: return cc.backward_input + cc.backward_weight;
+            case parallel::ActionKind::backward_input: return cc.backward_input;
+            case parallel::ActionKind::backward_weight: return cc.backward_weight;
+            default: return 0.0;
+          }
+        },
+        p2p);
+    CLAW_CHECK(sim.deadlock_free, "schedule {} deadlocks: {}", parallel::to_string(sc.kind), sim.describe());
+    makespan = sim.makespan;
+  }
+  StepTime& t = e.time;
+  for (const ChunkCost& cc : cost[busiest]) {
+    const double mm = static_cast<double>(m);
+    t.compute += mm * (3 * cc.fwd_parts.gemm + 3 * cc.fwd_parts.elementwise + cc.recompute);
+    t.recompute += mm * cc.recompute;
+    t.tp_comm += mm * 2 * cc.fwd_parts.tp;
+    t.cp_comm += mm * 3 * cc.fwd_parts.cp;
+  }
+  t.bubble = makespan - busy[busiest];
+
+  // Data parallelism over the busiest stage's parameters.
+  const double P = static_cast<double>(e.memory.param_elements);
+  const Link dp_link = link_for(c, l.tp * l.cp * l.dp);
+  const double grad_bytes = P * p.grad_bytes, param_bytes = P * p.param_bytes;
+  double reduce = 0, gather = 0;
+  if (l.dp > 1) {
+    if (c.data_centers > 1) {
+      const int local = l.dp / c.data_centers;
+      const Link in = link_for(c, l.tp * l.cp * local);
+      const double ranks_per_dc = static_cast<double>(c.num_devices) / c.data_centers, n = c.data_centers;
+      const double inter = ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local / c.inter_dc_bandwidth +
+                           (n - 1) * c.inter_dc_rtt;
+      reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
+      gather = ring_gather(l.zero_stage >= 1 ? param_bytes : grad_bytes, local, in.bw, in.lat);
+    } else if (l.zero_stage == 0) {
+      reduce = ring_all_reduce(grad_bytes, l.dp, dp_link.bw, dp_link.lat);
+    } else {
+      reduce = ring_gather(grad_bytes, l.dp, dp_link.bw, dp_link.lat);
+      gather = ring_gather(param_bytes, l.dp, dp_link.bw, dp_link.lat);
+    }
+  }
+  t.dp_comm_total = reduce + gather;
+  const ChunkCost& last = cost[busiest].back();
+  const ChunkCost& first = cost[busiest].front();
+  const double hide_reduce = l.overlap_grad_reduce ? last.backward_input + last.backward_weight : 0;
+  const double hide_gather = l.overlap_param_gather || (l.overlap_grad_reduce && l.zero_stage >= 1) ? first.forward : 0;
+  t.dp_comm = std::max(0.0, reduce - hide_reduce) + std::max(0.0, gather - hide_gather);
+  if (l.zero_stage >= 3 && l.dp > 1) {  // parameters gathered for every micro-batch's forward and backward
+    const double per_mb = 2 * ring_gather(param_bytes, l.dp, dp_link.bw, dp_link.lat);
+    t.dp_comm_total += static_cast<double>(m) * per_mb;
+    const double hidden = l.overlap_param_gather ? first.forward + first.backward_input : 0;
+    t.dp_comm += static_cast<double>(m) * std::max(0.0, per_mb - hidden);
+  }
+  // AdamW over the shard: gradient read, master (or fp32 parameter) read/write, two moments
+  // read/write, 16-bit parameter write.
+  const double shard = static_cast<double>(e.memory.arenas.optimizer) / 8.0;
+  const double per_elem = p.grad_bytes + 2 * std::max(p.master_bytes, 4.0) + 4 * p.moment_bytes +
+                          (p.master_bytes > 0 ? p.param_bytes : 0);
+  t.optimizer = shard * per_elem / c.device.memory_bandwidth;
+  t.total = makespan + t.dp_comm + t.optimizer;
+
+  const double tokens = static_cast<double>(job.global_batch_size * job.seq_length);
+  e.tokens_per_s = tokens / t.total;
+  const double mf = model_flops_per_step(job);
+  e.model_tflops_per_device = mf / t.total / c.num_devices / 1e12;
+  e.hardware_tflops_per_device = (mf + recompute_flops_per_step(job, l)) / t.total / c.num_devices / 1e12;
+  e.mfu = e.model_tflops_per_device * 1e12 / c.device.peak_flops(p.compute);
+  return e;
+}
+
+}  // namespace claw::plan

@@ -1,0 +1,67 @@
+// A training job and one parallel layout of it: what the planner evaluates.
+//
+// A layout fixes every choice the trainer's flags make: TP x CP x PP x DP
+// ranks (the rank grid, DESIGN.md), sequence parallelism, virtual pipeline
+// stages and the schedule, the micro-batch size, the ZeRO stage, overlap and
+// activation recompute. validate_layout refuses one the trainer would refuse,
+// naming the flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "claw/model/config.h"
+#include "claw/parallel/pipeline_schedule.h"
+
+namespace claw::plan {
+
+// Bytes per element of what a rank holds (Megatron's mixed precision keeps
+// 16-bit weights, fp32 main gradients, an fp32 master copy and fp32 Adam
+// moments: 2 + 4 + 4 + 8 bytes per parameter, the last 12 sharded by the
+// distributed optimizer; claw's CPU trainer is fp32 throughout: 4 + 4 + 8).
+struct Precision {
+  std::string compute = "fp32";  // dtype of the GEMMs: the peak the cost model uses
+  double param_bytes = 4, grad_bytes = 4, master_bytes = 0, moment_bytes = 4, activation_bytes = 4;
+};
+// "fp32" (claw's CPU trainer), "bf16"/"fp16" (mixed precision as above),
+// "fp8" (bf16 storage, fp8 GEMMs); throws naming the valid names.
+Precision precision(const std::string& name);
+
+struct Job {
+  model::ModelConfig model;
+  int64_t seq_length = 2048;        // --seq-length
+  int64_t global_batch_size = 1;    // --global-batch-size, sequences
+};
+
+struct Layout {
+  int tp = 1, cp = 1, pp = 1, dp = 1;  // --tensor/context/pipeline-model-parallel-size; DP: the rest
+  bool sequence_parallel = false;      // --sequence-parallel
+  int virtual_stages = 1;              // model chunks per stage (interleaved when > 1)
+  parallel::ScheduleKind schedule = parallel::ScheduleKind::one_f_one_b;
+  int64_t micro_batch_size = 1;        // --micro-batch-size
+  int zero_stage = 0;                  // --zero-stage (1 = --use-distributed-optimizer)
+  bool overlap_grad_reduce = false;    // --overlap-grad-reduce
+  bool overlap_param_gather = false;   // --overlap-param-gather
+  int64_t recompute_num_layers = 0;    // --recompute-granularity full: blocks recomputed per model chunk
+                                       // (capped at the chunk's; the search uses 0 or all)
+  int64_t first_stage_layers = -1;     // --decoder-first-pipeline-num-layers (-1: even)
+  int64_t last_stage_layers = -1;      // --decoder-last-pipeline-num-layers (-1: even)
+
+  int world() const { return tp * cp * pp * dp; }
+  // Micro-batches per step on each data-parallel rank.
+  int64_t microbatches(const Job& job) const { return job.global_batch_size / (micro_batch_size * dp); }
+  int64_t layers_per_virtual_stage(const Job& job) const { return job.model.num_layers / (pp * virtual_stages); }
+  bool recompute() const { return recompute_num_layers > 0; }
+  // "TP8 SP CP1 PP4 v2 DP16 mb1 ZeRO-1 recompute" style.
+  std::string describe() const;
+  // The `claw train` flags that select it.
+  std::string flags(const Job& job) const;
+};
+
+// Throws claw::Error naming the flags when the layout does not fit the job
+// (sizes that do not divide, batch not splitting, TP over heads/groups/FFN,
+// interleaving rules, CP over the sequence). world: the ranks it must fill
+// (0: any).
+void validate_layout(const Job& job, const Layout& layout, int world = 0);
+
+}  // namespace claw::plan

@@ -1,0 +1,103 @@
+#include "claw/plan/memory_model.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "claw/comm/group.h"
+#include "claw/core/arena.h"
+#include "claw/core/error.h"
+#include "claw/model/gpt.h"
+#include "claw/parallel/data_parallel.h"
+#include "claw/parallel/pipeline_executor.h"
+#include "claw/parallel/pipeline_layout.h"
+
+namespace claw::plan {
+
+namespace {
+
+parallel::PipelineLayout pipeline_layout(const Job& job, const Layout& l) {
+  return parallel::make_pipeline_layout(
+      {.num_layers = job.model.num_layers, .stages = l.pp,
+       .layers_per_virtual_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0,
+       .first_stage_layers = l.first_stage_layers, .last_stage_layers = l.last_stage_layers});
+}
+
+}  // namespace
+
+StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Precision& prec, double runtime_bytes) {
+  CLAW_CHECK(stage >= 0 && stage < l.pp, "stage {} of {}", stage, l.pp);
+  const model::ModelConfig& cfg = job.model;
+  const parallel::PipelineLayout pl = pipeline_layout(job, l);
+  StageMemory out;
+  out.stage = stage;
+  if (l.pp > 1) {
+    parallel::ScheduleConfig sc{.kind = l.schedule, .stages = l.pp,
+                                .microbatches = static_cast<int>(l.microbatches(job)), .chunks = pl.chunks};
+    if (pl.chunks > 1 && sc.kind == parallel::ScheduleKind::one_f_one_b) sc.kind = parallel::ScheduleKind::interleaved;
+    out.slots = parallel::PipelineExecutor::slots_needed(parallel::make_schedule(sc), stage);
+  } else {
+    out.slots = {1};
+  }
+  // One TP rank's shapes (rank 0; ranks differ only in which rows they hold).
+  const model::TpDims dims{l.tp, l.sequence_parallel};
+  comm::ShapeGroup tp_group("tp", l.tp, 0), kv_group("tp_kv", dims.kv_replicas(cfg), 0);
+  const model::TensorParallel tp{.group = &tp_group, .kv_group = &kv_group, .sequence_parallel = l.sequence_parallel};
+  model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp, 0);
+  store.allocate = false;
+  const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
+                                         .overlap_param_gather = l.overlap_param_gather};
+  const int64_t T = job.seq_length / l.cp;
+  for (int c = 0; c < pl.chunks; ++c) {
+    const parallel::LayerRange r = pl.at(stage, c);
+    const model::PipelineStage ps{.first_layer = r.first, .num_layers = r.count,
+                                  .pre_process = stage == 0 && c == 0,
+                                  .post_process = stage == l.pp - 1 && c == pl.chunks - 1};
+    const model::GPT shape(cfg, store, tp, ps);
+    const parallel::DataParallelMemory dm = parallel::DataParallel::plan_memory(shape, dpc);
+    out.arenas.values += dm.values;
+    out.arenas.grads += dm.grads;
+    out.arenas.optimizer += dm.optimizer;
+    out.arenas.gathered += dm.gather_slots;
+    out.arenas.staging += dm.staging_slots;
+    out.param_elements += shape.store().numel();
+    const model::Recompute rc{std::min(l.recompute_num_layers, r.count)};
+    out.arenas.activations += model::plan_activations(cfg, l.micro_batch_size, T, rc, dims, ps, out.slots[c]).total();
+  }
+  const auto scaled = [](size_t fp32_bytes, double bytes) { return static_cast<double>(fp32_bytes) / 4.0 * bytes; };
+  out.params = scaled(out.arenas.values, prec.param_bytes);
+  out.grads = scaled(out.arenas.grads, prec.grad_bytes);
+  // The optimizer arena holds two fp32 moments per element; a master copy adds master_bytes.
+  out.optimizer = static_cast<double>(out.arenas.optimizer) / 8.0 * (2 * prec.moment_bytes + prec.master_bytes);
+  out.zero_buffers = scaled(out.arenas.gathered, prec.param_bytes) + scaled(out.arenas.staging, prec.grad_bytes);
+  out.activations = scaled(out.arenas.activations, prec.activation_bytes);
+  out.runtime = runtime_bytes;
+  return out;
+}
+
+StageMemory peak_memory(const Job& job, const Layout& l, const Precision& prec, double runtime_bytes) {
+  std::vector<int> stages = {0};
+  if (l.first_stage_layers >= 0 || l.last_stage_layers >= 0) {
+    for (int s = 1; s < l.pp; ++s) stages.push_back(s);
+  } else if (l.pp > 1) {
+    stages.push_back(l.pp - 1);
+  }
+  StageMemory best;
+  bool first = true;
+  for (int s : stages) {
+    StageMemory m = stage_memory(job, l, s, prec, runtime_bytes);
+    if (first || m.total() > best.total()) best = std::move(m);
+    first = false;
+  }
+  return best;
+}
+
+std::string describe(const StageMemory& m) {
+  auto g = [](double b) { return b / (1024.0 * 1024.0 * 1024.0); };
+  return fmt::format("params {:.2f} + grads {:.2f} + optimizer {:.2f}{} + activations {:.2f} + runtime {:.2f} GiB",
+                     g(m.params), g(m.grads), g(m.optimizer),
+                     m.zero_buffers > 0 ? fmt::format(" + ZeRO buffers {:.2f}", g(m.zero_buffers)) : "",
+                     g(m.activations), g(m.runtime));
+}
+
+}  // namespace claw::plan
