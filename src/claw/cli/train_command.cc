@@ -7,6 +7,7 @@
 #include "claw/comm/world.h"
 #include "claw/core/log.h"
 #include "claw/model/config.h"
+#include "claw/plan/search.h"
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
 #include "claw/train/config.h"
@@ -23,6 +24,7 @@ struct TrainArgs {
   optim::AdamWConfig adam;
   train::DataConfig data;
   train::ParallelConfig parallel;
+  std::string parallel_mode = "manual";  // --parallel manual|auto
   TrainArgs() {
     // The default job: a small model that visibly learns the built-in corpus in a few minutes.
     lr.max_lr = 1e-3;
@@ -104,6 +106,12 @@ const std::vector<F>& train_flags() {
       string_flag<A>("data-dir", "directory of the built-in corpus (default: $CLAW_DATA_DIR or the build's data/)",
                      [](A& a) -> auto& { return a.data.data_dir; }),
       // Parallelism (ranks come from the launcher: mpirun -np N / srun -n N; data parallel = the rest).
+      F{"parallel", "manual: the layout flags below; auto: the planner picks them for the launched ranks", false,
+        [](A& a, const std::string& v) {
+          if (v != "manual" && v != "auto") fail("--parallel '{}' is not one of: manual, auto", v);
+          a.parallel_mode = v;
+        },
+        [](const A& a) { return a.parallel_mode; }, "{manual,auto}"},
       int_flag<A>("tensor-model-parallel-size", "tensor-parallel ranks per model replica",
                   [](A& a) -> auto& { return a.parallel.sizes.tp; }),
       switch_flag<A>("sequence-parallel",
@@ -150,6 +158,58 @@ std::string resolved_config(const TrainArgs& a) {
   return s;
 }
 
+// --parallel auto: the planner's fastest layout that fits (src/claw/plan)
+// among those claw train runs, for the ranks launched; flags given
+// explicitly pin their part. Every rank computes the same choice.
+void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<TrainArgs>& given) {
+  plan::Cluster cluster;
+  // One device of the planner is one rank: on the CPU the ranks of a node share its cores,
+  // memory and bandwidth.
+  cluster.device = plan::Catalog::builtin().device("cpu").shared_by(world.local_size());
+  cluster.num_devices = world.size();
+  cluster.devices_per_node = world.local_size();
+  if (a.train.global_batch_size == 0) a.train.global_batch_size = a.train.micro_batch_size * world.size();
+  const plan::Job job{.model = a.model, .seq_length = a.train.seq_length,
+                      .global_batch_size = a.train.global_batch_size};
+  plan::Constraints pins;
+  pins.claw_trainer = true;
+  const auto int_of = [&](const char* flag) { return static_cast<int>(parse_int(flag, given.value(flag))); };
+  if (given.given("tensor-model-parallel-size")) pins.tp = int_of("tensor-model-parallel-size");
+  if (given.given("pipeline-model-parallel-size")) pins.pp = int_of("pipeline-model-parallel-size");
+  if (given.given("micro-batch-size")) pins.micro_batch_size = a.train.micro_batch_size;
+  if (given.given("zero-stage") || given.given("use-distributed-optimizer")) pins.zero_stage = a.parallel.zero_stage();
+  if (given.given("sequence-parallel")) pins.sequence_parallel = true;
+  if (given.given("recompute-granularity")) pins.recompute = !a.train.recompute_granularity.empty();
+  if (given.given("num-layers-per-virtual-pipeline-stage") || given.given("pipeline-schedule") ||
+      given.given("decoder-first-pipeline-num-layers") || given.given("decoder-last-pipeline-num-layers") ||
+      given.given("recompute-num-layers") || given.given("context-parallel-size"))
+    fail("--parallel auto chooses the pipeline schedule, virtual stages and recompute itself; drop "
+         "--num-layers-per-virtual-pipeline-stage / --pipeline-schedule / --decoder-*-pipeline-num-layers / "
+         "--recompute-num-layers / --context-parallel-size, or use --parallel manual");
+  const plan::SearchResult r = plan::search(job, cluster, plan::precision("fp32"), pins);
+  if (r.ranked.empty()) fail("--parallel auto: no layout fits on {} ranks: {}", world.size(), r.none_fit);
+  const plan::Estimate& best = r.ranked.front();
+  const plan::Layout& l = best.layout;
+  a.parallel.sizes.tp = l.tp;
+  a.parallel.sizes.pp = l.pp;
+  a.parallel.sizes.cp = 1;
+  a.parallel.sequence_parallel = l.sequence_parallel && l.tp > 1;
+  a.parallel.pipeline_schedule = std::string(parallel::to_string(l.schedule));
+  a.parallel.num_layers_per_virtual_pipeline_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0;
+  a.parallel.use_distributed_optimizer = false;
+  a.parallel.dp.zero_stage = l.zero_stage;
+  a.parallel.dp.overlap_grad_reduce = l.overlap_grad_reduce;
+  a.parallel.dp.overlap_param_gather = l.overlap_param_gather;
+  a.train.micro_batch_size = l.micro_batch_size;
+  a.train.recompute_granularity = l.recompute() ? "full" : "";
+  a.train.recompute_num_layers = 0;
+  log::info("plan", "--parallel auto: {} of {} layouts fitting {:.2f} GiB per rank ({} considered); predicted "
+            "{:.0f} tokens/s, {:.3f} s/step, {:.2f} GiB per rank ({}); flags: {}",
+            l.describe(), r.ranked.size(), cluster.device.memory_bytes / 1073741824.0, r.considered,
+            best.tokens_per_s, best.time.total, best.memory.total() / 1073741824.0, plan::describe(best.memory),
+            l.flags(job));
+}
+
 struct TrainCommand {
   std::string preset;
   std::string config_file;
@@ -179,6 +239,7 @@ struct TrainCommand {
     std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout});
     log::set_rank(world->rank(), world->size());
     log::set_all_ranks(args.parallel.log_all_ranks);
+    if (args.parallel_mode == "auto") choose_layout(args, *world, *binder);
     const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
     args.train.resolve_and_validate(grid.dp);
     log::info("train", "{}", resolved_config(args));

@@ -28,6 +28,15 @@ double Device::gemm_fraction(double M, double N, double K) const {
   return gemm_efficiency * s(M) * s(N) * s(K);
 }
 
+Device Device::shared_by(int ranks) const {
+  CLAW_CHECK(ranks >= 1, "shared by {} ranks", ranks);
+  Device d = *this;
+  d.memory_bytes /= ranks;
+  d.memory_bandwidth /= ranks;
+  for (auto& [k, v] : d.peak) v /= ranks;
+  return d;
+}
+
 namespace {
 
 double number(const toml::table& t, const std::string& field, const std::string& where) {

@@ -28,6 +28,10 @@ struct Device {
   // Fraction of peak a GEMM [M, K] x [K, N] reaches: the efficiency ceiling
   // times x / (x + knee) for each dimension.
   double gemm_fraction(double M, double N, double K) const;
+  // The share of this device each of `ranks` processes gets when they run
+  // on it together (claw's CPU ranks on one machine): memory, peaks and
+  // memory bandwidth divided, links and overhead per process unchanged.
+  Device shared_by(int ranks) const;
 };
 
 class Catalog {

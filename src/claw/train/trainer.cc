@@ -16,6 +16,7 @@
 #include "claw/kernels/cpu/blas.h"
 #include "claw/model/gpt.h"
 #include "claw/parallel/pipeline_layout.h"
+#include "claw/plan/memory_model.h"
 #include "claw/train/memory_report.h"
 #include "claw/train/metrics.h"
 #include "claw/train/progress.h"
@@ -26,6 +27,27 @@ namespace claw::train {
 namespace {
 using clock = std::chrono::steady_clock;
 double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+
+// The planner's view of this run (src/claw/plan): its memory model is the
+// allocation, which the constructor checks.
+plan::Layout plan_layout(const comm::RankGrid& grid, const TrainConfig& t, const ParallelConfig& p, int chunks,
+                         parallel::ScheduleKind kind, int64_t num_layers) {
+  return {.tp = grid.tp, .cp = grid.cp, .pp = grid.pp, .dp = grid.dp, .sequence_parallel = p.sequence_parallel,
+          .virtual_stages = chunks, .schedule = kind, .micro_batch_size = t.micro_batch_size,
+          .zero_stage = p.zero_stage(), .overlap_grad_reduce = p.dp.overlap_grad_reduce,
+          .overlap_param_gather = p.dp.overlap_param_gather,
+          .recompute_num_layers = t.recomputed_layers(num_layers),
+          .first_stage_layers = p.decoder_first_pipeline_num_layers,
+          .last_stage_layers = p.decoder_last_pipeline_num_layers};
+}
+
+void check_against_plan(const plan::StageMemory& planned, const plan::ArenaBytes& allocated) {
+  const plan::ArenaBytes& p = planned.arenas;
+  CLAW_CHECK(p.values == allocated.values && p.grads == allocated.grads && p.optimizer == allocated.optimizer &&
+                 p.gathered == allocated.gathered && p.staging == allocated.staging &&
+                 p.activations == allocated.activations,
+             "the planner's memory model ({} B) differs from the allocation ({} B)", p.total(), allocated.total());
+}
 }  // namespace
 
 Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam,
@@ -182,10 +204,25 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
                                                              cfg_.micro_batch_size, cfg_.seq_length);
     optimizer_ = std::make_unique<optim::AdamW>(segments, adam_cfg_);
     size_t acts = 0, params = 0;
-    for (const auto& m : chunks_) {
-      acts += m->activation_bytes();
-      params += m->store().value_bytes() + m->store().grad_bytes();
+    plan::ArenaBytes allocated;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const model::GPT& m = *chunks_[c];
+      acts += m.activation_bytes();
+      params += m.store().value_bytes() + m.store().grad_bytes();
+      const parallel::DataParallelMemory dm = chunk_dps_[c]->memory();
+      allocated.values += dm.values;
+      allocated.grads += dm.grads;
+      allocated.gathered += dm.gather_slots;
+      allocated.staging += dm.staging_slots;
+      allocated.activations += m.activation_bytes();
     }
+    allocated.optimizer = optimizer_->state_bytes();
+    check_against_plan(plan::stage_memory({.model = model_cfg_, .seq_length = cfg_.seq_length,
+                                           .global_batch_size = cfg_.global_batch_size},
+                                          plan_layout(grid, cfg_, par_cfg_, layout.chunks, schedule.kind,
+                                                      model_cfg_.num_layers),
+                                          stage, plan::precision("fp32")),
+                       allocated);
     const std::vector<int> slots = parallel::PipelineExecutor::slots_needed(pipeline_->schedule(), stage);
     log::info("pipeline", "{} schedule, {} micro-batches per step; stage {} holds layers {}; activations {} in {} "
               "slot(s) per chunk, parameters + gradients {}, optimizer {}",
@@ -209,6 +246,15 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   optimizer_ = std::make_unique<optim::AdamW>(dp_->segments(), adam_cfg_);
   CLAW_CHECK(model_->activation_bytes() == plan.activations && optimizer_->state_bytes() == plan.optimizer,
              "allocated memory differs from the printed plan");
+  const parallel::DataParallelMemory dm = dp_->memory();
+  check_against_plan(plan::stage_memory({.model = model_cfg_, .seq_length = cfg_.seq_length,
+                                         .global_batch_size = cfg_.global_batch_size},
+                                        plan_layout(grid, cfg_, par_cfg_, 1, parallel::ScheduleKind::one_f_one_b,
+                                                    model_cfg_.num_layers),
+                                        0, plan::precision("fp32")),
+                     {.values = dm.values, .grads = dm.grads, .optimizer = optimizer_->state_bytes(),
+                      .gathered = dm.gather_slots, .staging = dm.staging_slots,
+                      .activations = model_->activation_bytes()});
 }
 
 Trainer::~Trainer() = default;
