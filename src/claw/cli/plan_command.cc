@@ -1,6 +1,7 @@
 #include "claw/cli/plan_command.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -236,7 +237,7 @@ struct PlanCommand {
       if (show_rejected)
         for (size_t k = 0; k < r.rejected.size() && static_cast<int>(k) < top; ++k)
           out["rejected"].push_back(to_json(r.rejected[k], job, 0));
-      std::cout << out.dump(2) << "\n";
+      std::cout << out.dump(2) << std::endl;
       if (r.ranked.empty()) fail("{}", r.none_fit);
       return;
     }
@@ -246,7 +247,10 @@ struct PlanCommand {
                a.global_batch_size, prec_name);
     fmt::print("{} valid layouts: {} fit in {:.1f} GiB, {} do not\n", r.considered, r.ranked.size(),
                gib(cluster.device.memory_bytes), r.rejected.size());
-    if (r.ranked.empty()) fail("{}", r.none_fit);
+    if (r.ranked.empty()) {
+      std::fflush(stdout);  // the error comes last, after the counts
+      fail("{}", r.none_fit);
+    }
     fmt::print("{:>3}  {:<28} {:>7} {:>26}  {:>8} {:>34}  {:>10} {:>9} {:>8} {:>6}\n", "#", "layout", "mem GiB",
                "(params+grads+opt+act)", "step s", "(compute+tp+cp+bubble+dp+opt)", "tokens/s", "tok/s/dev",
                "TFLOP/s", "MFU");

@@ -46,8 +46,9 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
   const model::ModelConfig& m = job.model;
   std::vector<int> tps;
   for (int t : divisors(N))
-    if ((pin.tp || t <= c.devices_per_node) && tp_splits(m, t)) tps.push_back(t);
+    if (t <= c.devices_per_node && tp_splits(m, t)) tps.push_back(t);
   tps = pinned_or(pin.tp, tps);
+  if (pin.tp) model::validate_tensor_parallel(m, *pin.tp, false);  // a pinned TP that cannot split says why
   std::vector<int> cps = {1};
   if (!pin.claw_trainer && job.seq_length >= 8192)
     for (int k : {2, 4, 8}) cps.push_back(k);

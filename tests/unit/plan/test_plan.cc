@@ -1,0 +1,317 @@
+// The planner: memory formulas on hand-worked cases, the memory model equal
+// to a real model's allocation, cost-model identities, the search (a model
+// that fits only at TP 8 x PP 4 is found; an impossible request says what is
+// missing) and bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "claw/comm/group.h"
+#include "claw/core/error.h"
+#include "claw/model/gpt.h"
+#include "claw/optim/adamw.h"
+#include "claw/parallel/data_parallel.h"
+#include "claw/plan/search.h"
+
+namespace claw::plan {
+namespace {
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+Job job_of(const std::string& preset, int64_t seq, int64_t gbs) {
+  return {.model = model::model_preset(preset), .seq_length = seq, .global_batch_size = gbs};
+}
+
+Cluster cluster_of(const std::string& device, int n) {
+  Cluster c;
+  c.device = Catalog::builtin().device(device);
+  c.num_devices = n;
+  c.devices_per_node = c.device.devices_per_node;
+  return c;
+}
+
+// GPT-2 124M with the vocabulary padded to 50304: wte 50304 x 768 + wpe 1024 x 768 + 12 blocks of
+// 7,087,872 (ln 1536, qkv 768 x 2304 + 2304, proj 768 x 768 + 768, ln 1536, fc 768 x 3072 + 3072,
+// proj 3072 x 768 + 768) + final ln 1536.
+constexpr int64_t kGpt2Params = 50304 * 768 + 1024 * 768 + 12 * 7'087'872 + 1536;
+
+TEST(PlanMemory, Gpt2ParametersGradientsAndAdamStateByHand) {
+  ASSERT_EQ(kGpt2Params, 124'475'904);
+  const Job job = job_of("gpt2-124m", 1024, 8);
+  const StageMemory fp32 = stage_memory(job, Layout{}, 0, precision("fp32"));
+  EXPECT_EQ(fp32.param_elements, kGpt2Params);
+  EXPECT_EQ(fp32.arenas.values, kGpt2Params * 4);      // every tensor is a multiple of 16 floats
+  EXPECT_EQ(fp32.arenas.grads, kGpt2Params * 4);
+  EXPECT_EQ(fp32.arenas.optimizer, kGpt2Params * 8);   // exp_avg + exp_avg_sq
+  // Megatron's mixed precision: 2 (bf16 weight) + 4 (fp32 main grad) + 12 (master + moments) bytes.
+  const StageMemory bf16 = stage_memory(job, Layout{}, 0, precision("bf16"));
+  EXPECT_DOUBLE_EQ(bf16.params + bf16.grads + bf16.optimizer, 18.0 * kGpt2Params);
+  // The distributed optimizer over DP 8 shards the 12: 6 + 12 / 8 bytes per parameter (Megatron's
+  // docs/distrib_optimizer.md table), up to the 16-float alignment of each shard's segments.
+  Layout z1;
+  z1.dp = 8;
+  z1.zero_stage = 1;
+  const StageMemory s = stage_memory(job, z1, 0, precision("bf16"));
+  EXPECT_DOUBLE_EQ(s.params + s.grads, 6.0 * kGpt2Params);
+  EXPECT_NEAR(s.optimizer, 12.0 * kGpt2Params / 8, 12.0 * 16 * 150);
+  // ZeRO-3 shards the weights and gradients too: (2 + 4 + 12) / 8, plus the gathered units.
+  Layout z3 = z1;
+  z3.zero_stage = 3;
+  const StageMemory s3 = stage_memory(job, z3, 0, precision("bf16"));
+  EXPECT_NEAR(s3.params + s3.grads + s3.optimizer, 18.0 * kGpt2Params / 8, 18.0 * 16 * 150);
+  EXPECT_GT(s3.zero_buffers, 0);
+}
+
+TEST(PlanMemory, TensorAndSequenceParallelActivationsFollowKorthikanti) {
+  // Per-layer saved activations divide by t with TP + SP (Korthikanti et al. 2022, Table 2), so the
+  // stored blocks of a 12-layer model scale by 1/t; the shared scratch does not need to.
+  const Job job = job_of("gpt2-124m", 1024, 8);
+  Layout l1, l4;
+  l4.tp = 4;
+  l4.sequence_parallel = true;
+  const StageMemory a = stage_memory(job, l1, 0, precision("fp32"));
+  const StageMemory b = stage_memory(job, l4, 0, precision("fp32"));
+  EXPECT_LT(b.arenas.activations, a.arenas.activations / 3);
+  // Parameters of one TP-4 rank by hand: the vocabulary padded to a multiple of 128 x 4 = 50688, 12672 rows
+  // of it; positions and norms replicated; per block ln 1536 + qkv 768 x 576 + 576 + proj 192 x 768 + 768
+  // (bias replicated) + ln 1536 + fc 768 x 768 + 768 + proj 768 x 768 + 768 = 1,775,424; final ln 1536.
+  EXPECT_EQ(b.param_elements, 12672 * 768 + 1024 * 768 + 12 * 1'775'424 + 1536);
+}
+
+TEST(PlanMemory, PipelineStagesHoldTheSchedulesInFlightMicroBatches) {
+  // 1F1B: stage s holds min(p - s, m) micro-batches (Narayanan et al. 2021, 2.2.1); GPipe all m.
+  const Job job = job_of("gpt2-124m", 256, 8);
+  Layout l;
+  l.pp = 4;
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(stage_memory(job, l, s, precision("fp32")).slots, std::vector<int>{4 - s});
+  l.schedule = parallel::ScheduleKind::gpipe;
+  EXPECT_EQ(stage_memory(job, l, 0, precision("fp32")).slots, std::vector<int>{8});
+  // Interleaved with 3 chunks of 1 layer: Megatron's warm-up (p - s - 1) x 2 + (v - 1) p + 1 on stage 0, spread
+  // over the chunks.
+  l.schedule = parallel::ScheduleKind::interleaved;
+  l.virtual_stages = 3;
+  const StageMemory il = stage_memory(job, l, 0, precision("fp32"));
+  ASSERT_EQ(il.slots.size(), 3u);
+  // Stage 0 of the pipeline (embedding + 3 layers, 4 micro-batches in flight) needs more activation
+  // memory than the last (3 layers and the head, 1 micro-batch), and peak_memory finds it.
+  l = Layout{};
+  l.pp = 4;
+  const StageMemory first = stage_memory(job, l, 0, precision("fp32"));
+  const StageMemory last = stage_memory(job, l, 3, precision("fp32"));
+  EXPECT_GT(first.arenas.activations, 3 * last.arenas.activations / 2);
+  EXPECT_EQ(peak_memory(job, l, precision("fp32")).stage, first.total() > last.total() ? 0 : 3);
+}
+
+TEST(PlanMemory, EqualsTheAllocationOfARealModel) {
+  // The trainer checks this on every run; here in-process on a one-rank model with ZeRO-0 and recompute.
+  const Job job = job_of("llama-tiny", 64, 4);
+  Layout l;
+  l.micro_batch_size = 2;
+  l.recompute_num_layers = 2;
+  const StageMemory planned = stage_memory(job, l, 0, precision("fp32"));
+  model::GPT gpt(job.model);
+  comm::SelfGroup dp("dp");
+  parallel::DataParallel engine(gpt, dp, {});
+  gpt.reserve(2, 64, model::Recompute{2});
+  optim::AdamW adam(engine.segments(), {});
+  EXPECT_EQ(planned.arenas.values, gpt.store().value_bytes());
+  EXPECT_EQ(planned.arenas.grads, gpt.store().grad_bytes());
+  EXPECT_EQ(planned.arenas.optimizer, adam.state_bytes());
+  EXPECT_EQ(planned.arenas.activations, gpt.activation_bytes());
+}
+
+TEST(PlanCost, FlopsAndMfuAreConsistent) {
+  const Job job = job_of("llama3-8b", 8192, 128);
+  const Cluster c = cluster_of("h100", 64);
+  Layout l;
+  l.tp = 2;
+  l.sequence_parallel = true;
+  l.dp = 32;
+  l.zero_stage = 1;
+  l.overlap_grad_reduce = true;
+  const Estimate e = estimate(job, l, c, precision("bf16"));
+  const double tokens = 128.0 * 8192;
+  EXPECT_NEAR(e.tokens_per_s, tokens / e.time.total, 1e-6 * e.tokens_per_s);
+  EXPECT_NEAR(e.model_tflops_per_device * 1e12 * 64 * e.time.total, model_flops_per_step(job), 1e-6 * model_flops_per_step(job));
+  EXPECT_NEAR(e.mfu, e.model_tflops_per_device / 989.4, 1e-9);
+  EXPECT_DOUBLE_EQ(e.hardware_tflops_per_device, e.model_tflops_per_device);  // no recompute
+  // Full recompute: hardware FLOPs add one forward of the blocks, about a third of the model's
+  // (Narayanan et al. 2021, eq. 3: 96 vs 72 B s l h^2 without the LM head).
+  l.recompute_num_layers = job.model.num_layers;
+  const Estimate r = estimate(job, l, c, precision("bf16"));
+  EXPECT_GT(r.hardware_tflops_per_device / r.model_tflops_per_device, 1.28);
+  EXPECT_LT(r.hardware_tflops_per_device / r.model_tflops_per_device, 4.0 / 3);
+  EXPECT_GT(r.time.total, e.time.total);
+  EXPECT_LT(r.memory.activations, e.memory.activations / 4);
+}
+
+TEST(PlanCost, PipelineBubbleComesFromTheSchedule) {
+  // Equal stages (the head is small next to 8 llama-70B layers): the simulated idle time of 1F1B is about
+  // (p - 1) / (m + p - 1) of the step, and interleaving with v chunks divides the bubble by about v.
+  const Job job = job_of("llama3-70b", 4096, 64);
+  const Cluster c = cluster_of("h100", 64);
+  Layout l;
+  l.tp = 8;
+  l.sequence_parallel = true;
+  l.pp = 8;
+  l.dp = 1;
+  const Estimate e = estimate(job, l, c, precision("bf16"));
+  const double m = 64, p = 8;
+  const double pipeline = e.time.total - e.time.dp_comm - e.time.optimizer;
+  EXPECT_NEAR(e.time.bubble / pipeline, (p - 1) / (m + p - 1), 0.02);
+  l.virtual_stages = 2;
+  l.schedule = parallel::ScheduleKind::interleaved;
+  const Estimate v = estimate(job, l, c, precision("bf16"));
+  EXPECT_NEAR(v.time.bubble / e.time.bubble, 0.5, 0.1);
+}
+
+TEST(PlanCost, DataCentresAddTheInterDcLinkToTheReduction) {
+  const Job job = job_of("llama3-8b", 4096, 256);
+  Cluster one = cluster_of("h100", 128);
+  Cluster two = one;
+  two.data_centers = 2;
+  two.inter_dc_bandwidth = 400e9 / 8;  // 400 Gbit/s shared by a data centre's 64 ranks
+  two.inter_dc_rtt = 21e-3;
+  Layout l;
+  l.tp = 2;
+  l.sequence_parallel = true;
+  l.dp = 64;
+  l.zero_stage = 1;
+  const Estimate a = estimate(job, l, one, precision("bf16"));
+  const Estimate b = estimate(job, l, two, precision("bf16"));
+  // Hierarchical: each rank sends 2 (n-1)/n of its 1/32 shard of the gradients over the shared link,
+  // and the ring pays one RTT per step.
+  const double grads = static_cast<double>(b.memory.param_elements) * 4;
+  const double inter = 64 * (grads / 32) / two.inter_dc_bandwidth + 21e-3;
+  EXPECT_GT(b.time.dp_comm_total - a.time.dp_comm_total, 0.9 * inter);
+  EXPECT_LT(b.time.dp_comm_total - a.time.dp_comm_total, 1.1 * inter + 1e-3);
+  two.inter_dc_bandwidth *= 4;
+  EXPECT_LT(estimate(job, l, two, precision("bf16")).time.dp_comm_total, b.time.dp_comm_total);
+}
+
+TEST(PlanSearch, AModelThatFitsOnlyAtTp8Pp4IsFound) {
+  // 32 devices with the distributed optimizer and no recompute (Megatron's usual setting): a 30B-class
+  // model whose weights and optimizer state need 32-way model parallelism and whose activations need TP 8.
+  Job job;
+  job.model = model::model_preset("gpt3-175b");
+  job.model.num_layers = 32;
+  job.model.hidden_size = 8192;
+  job.model.num_attention_heads = 64;
+  job.model.max_position_embeddings = 2048;
+  job.seq_length = 2048;
+  job.global_batch_size = 64;
+  Cluster c = cluster_of("a100", 32);
+  Constraints pins;
+  pins.zero_stage = 1;
+  pins.recompute = false;
+  c.device.memory_bytes = 1e15;  // everything fits: find the two smallest needs
+  SearchResult all = search(job, c, precision("bf16"), pins);
+  ASSERT_FALSE(all.ranked.empty());
+  double tp8pp4 = 1e30, others = 1e30;
+  for (const Estimate& e : all.ranked) {
+    double& slot = e.layout.tp == 8 && e.layout.pp == 4 ? tp8pp4 : others;
+    slot = std::min(slot, e.memory.total());
+  }
+  ASSERT_LT(tp8pp4, others);
+  c.device.memory_bytes = (tp8pp4 + others) / 2;
+  const SearchResult r = search(job, c, precision("bf16"), pins);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const Estimate& e : r.ranked) {
+    EXPECT_EQ(e.layout.tp, 8) << e.layout.describe();
+    EXPECT_EQ(e.layout.pp, 4) << e.layout.describe();
+  }
+  EXPECT_FALSE(r.rejected.empty());
+  EXPECT_NE(r.rejected.front().why_not.find("GiB >"), std::string::npos);
+}
+
+TEST(PlanSearch, AnImpossibleRequestSaysWhatIsMissing) {
+  const Job job = job_of("llama3-405b", 8192, 8);
+  const Catalog cat = Catalog::builtin();
+  const Cluster c = cluster_of("h100", 8);
+  const SearchResult r = search(job, c, precision("bf16"), {}, &cat);
+  EXPECT_TRUE(r.ranked.empty());
+  EXPECT_NE(r.none_fit.find("needs at least"), std::string::npos) << r.none_fit;
+  EXPECT_NE(r.none_fit.find("h100 has 80.0 GiB (largest in the catalog: b200, 180.0 GiB)"), std::string::npos)
+      << r.none_fit;
+  // 405B in bf16 with Adam is 18 B x 406e9 / 8 devices even at the most sharded layout.
+  EXPECT_GT(r.rejected.front().memory.total(), 18.0 * 405e9 / 8 * 0.95);
+}
+
+TEST(PlanSearch, KnownRulesHold) {
+  const Job job = job_of("llama3-70b", 4096, 512);
+  const Cluster c = cluster_of("h100", 256);
+  const SearchResult r = search(job, c, precision("bf16"), {});
+  ASSERT_FALSE(r.ranked.empty());
+  for (const Estimate& e : r.ranked) {
+    EXPECT_LE(e.layout.tp, 8);  // TP within a node
+    if (e.layout.tp > 1) EXPECT_TRUE(e.layout.sequence_parallel);
+  }
+  for (size_t k = 1; k < r.ranked.size(); ++k) EXPECT_GE(r.ranked[k - 1].tokens_per_s * 1.006, r.ranked[k].tokens_per_s);
+  // Pinning evaluates exactly the given layout.
+  Constraints pins;
+  pins.tp = 4;
+  pins.pp = 4;
+  pins.virtual_stages = 1;
+  pins.micro_batch_size = 1;
+  pins.zero_stage = 1;
+  pins.recompute = false;
+  const SearchResult one = search(job, c, precision("bf16"), pins);
+  EXPECT_EQ(one.considered, 1);
+}
+
+TEST(PlanInput, BadInputGetsClearErrors) {
+  const Catalog cat = Catalog::builtin();
+  try {
+    cat.device("h800");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device h800: not in the hardware catalog; known devices: a100, b200, cpu, h100, h200"),
+              std::string::npos)
+        << e.what();
+  }
+  const Job job = job_of("llama3-8b", 4096, 64);
+  Cluster c = cluster_of("h100", 12);
+  EXPECT_THROW(c.validate(), Error);  // 12 devices are not whole nodes of 8
+  c = cluster_of("h100", 16);
+  Constraints pins;
+  pins.tp = 3;
+  try {
+    search(job, c, precision("bf16"), pins);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no valid layout"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(precision("fp4"), Error);
+  EXPECT_THROW(Catalog::parse("[device.x]\nname = \"x\"\n", "t.toml"), Error);  // missing fields
+  EXPECT_THROW(Catalog::parse("[device.x]\nmemory_gib = 1\nbogus = 2\n", "t.toml"), Error);
+  c.data_centers = 2;
+  EXPECT_THROW(c.validate(), Error);  // no inter-DC link given
+}
+
+TEST(PlanCatalog, UserEntriesParseAndOverride) {
+  Catalog cat = Catalog::parse(R"(
+[device.mygpu]
+name = "test device"
+memory_gib = 40
+memory_gbs = 1000
+peak_tflops = { bf16 = 100 }
+gemm_efficiency = 0.5
+gemm_knee = 64
+runtime_overhead_gib = 1
+devices_per_node = 4
+intra_node_gbs = 100
+intra_node_latency_us = 5
+inter_node_gbs = 10
+inter_node_latency_us = 10
+)",
+                               "user.toml");
+  const Device& d = cat.device("mygpu");
+  EXPECT_DOUBLE_EQ(d.memory_bytes, 40 * GiB);
+  EXPECT_DOUBLE_EQ(d.peak_flops("bf16"), 100e12);
+  EXPECT_THROW(d.peak_flops("fp8"), Error);
+  EXPECT_NEAR(d.gemm_fraction(1e9, 1e9, 64), 0.25, 1e-6);
+}
+
+}  // namespace
+}  // namespace claw::plan
