@@ -29,18 +29,22 @@ bool PipelineStage::whole(const ModelConfig& cfg) const {
 }
 
 void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute,
-                         TpDims tp, PipelineStage stage, const Scratch* shared_scratch) {
+                         TpDims tp, PipelineStage stage, const Activations* shared) {
   stage = stage.resolved(cfg);
   const int64_t N = B * T, R = tp.rows(N);
   input = L.take<float>(stage.pre_process ? "embedding.out" : "stage.input", R * cfg.hidden_size);
-  Block::Saved shared;
-  if (recompute.layers > 0) shared.layout_internal(L, "recompute", cfg, B, T, tp);
+  if (recompute.layers > 0) {
+    if (shared)
+      recompute_region = shared->recompute_region;
+    else
+      recompute_region.layout_internal(L, "recompute", cfg, B, T, tp);
+  }
   blocks.resize(stage.num_layers);
   const float* x = input;
   for (int64_t k = 0; k < stage.num_layers; ++k) {
     const int64_t l = stage.first_layer + k;  // global index
     if (k < recompute.layers) {
-      blocks[k] = shared;
+      blocks[k] = recompute_region;
       blocks[k].out = L.take<float>("layers." + std::to_string(l) + ".out", R * cfg.hidden_size);
     } else {
       blocks[k].layout(L, static_cast<int>(l), cfg, B, T, tp);
@@ -52,8 +56,8 @@ void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int6
     final_norm.layout(L, "final_norm", cfg, R);
     output.layout(L, cfg, N);
   }
-  if (shared_scratch)
-    scratch = *shared_scratch;
+  if (shared)
+    scratch = shared->scratch;
   else
     scratch.layout(L, cfg, N, tp);
 }
@@ -67,7 +71,7 @@ ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompu
   for (int k = 1; k < slots; ++k) {
     L.set_prefix("slot" + std::to_string(k) + ".");
     Activations a;
-    a.layout(L, cfg, B, T, recompute, tp, stage, &first.scratch);
+    a.layout(L, cfg, B, T, recompute, tp, stage, &first);
   }
   return plan;
 }
@@ -222,7 +226,7 @@ void GPT::reserve(int64_t B, int64_t T, Recompute recompute, int slots) {
   slots_.assign(slots, Activations());
   for (int k = 0; k < slots; ++k) {
     L.set_prefix(k == 0 ? "" : "slot" + std::to_string(k) + ".");
-    slots_[k].layout(L, cfg_, B, T, recompute, tp_.dims(), stage_, k == 0 ? nullptr : &slots_[0].scratch);
+    slots_[k].layout(L, cfg_, B, T, recompute, tp_.dims(), stage_, k == 0 ? nullptr : &slots_[0]);
   }
   slot_ = 0;
   B_ = B;
@@ -293,10 +297,12 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float*
     const int u = block_unit0_ + k;
     h.before_use(u);
     h.grads_begin(u);
-    // The last recomputed block's values are still in the shared region from
-    // the forward pass; the others are re-run. Forward uses only scratch
-    // tmp/act, never the gradients in dres/dnorm.
-    if (k + 1 < recompute_.layers) blocks_[k]->forward(ctx, acts().blocks[k], acts().scratch);
+    // With one activation set the last recomputed block's values are still in
+    // the shared region from the forward pass; the others are re-run (all of
+    // them when micro-batches in flight share the region). Forward uses only
+    // scratch tmp/act, never the gradients in dres/dnorm.
+    if (k + 1 < recompute_.layers || (slots() > 1 && k < recompute_.layers))
+      blocks_[k]->forward(ctx, acts().blocks[k], acts().scratch);
     blocks_[k]->backward(ctx, acts().blocks[k], acts().scratch);
     h.grads_end(u);
     h.after_use(u);

@@ -83,9 +83,12 @@ struct Activations {
   NormLayer::Saved final_norm;       // post_process only
   OutputLayer::Saved output;         // post_process only
   Scratch scratch;
-  // shared_scratch: another set's scratch to use instead of laying one out.
+  // Internals of the block being recomputed, shared by all recomputed blocks.
+  Block::Saved recompute_region;
+  // shared: another set whose scratch and recompute region this one uses
+  // (micro-batches in flight run one at a time) instead of laying out its own.
   void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp,
-              PipelineStage stage = {}, const Scratch* shared_scratch = nullptr);
+              PipelineStage stage = {}, const Activations* shared = nullptr);
   float* out() const { return blocks.empty() ? input : blocks.back().out; }
 };
 
