@@ -28,6 +28,7 @@ struct PlanArgs {
   int gpus_per_node = 0;  // 0: the device's
   std::string device = "h100";
   std::string precision;  // "": bf16 on a GPU, fp32 on the CPU
+  std::string attention_kernel = "flash";
   int data_centers = 1;
   double inter_dc_rtt_ms = 0, inter_dc_gbps = 0;
   // Pins (0 / -1 / "": searched).
@@ -52,6 +53,10 @@ const std::vector<F>& plan_flags() {
                      [](A& a) -> auto& { return a.device; }),
       string_flag<A>("precision", "fp32, bf16, fp16 or fp8 (default: bf16 on GPUs, fp32 on the CPU)",
                      [](A& a) -> auto& { return a.precision; }),
+      string_flag<A>("attention-kernel",
+                     "flash (claw's: scores never stored) or unfused (Megatron before flash attention: scores, "
+                     "softmax and dropout mask materialised)",
+                     [](A& a) -> auto& { return a.attention_kernel; }),
       int_flag<A>("data-centers", "data centres the nodes are spread over (data parallelism spans them)",
                   [](A& a) -> auto& { return a.data_centers; }),
       double_flag<A>("inter-dc-rtt-ms", "round-trip time between data centres, ms",
@@ -181,7 +186,10 @@ struct PlanCommand {
     if (a.data_centers == 1 && (a.inter_dc_gbps > 0 || a.inter_dc_rtt_ms > 0))
       fail("--inter-dc-gbps / --inter-dc-rtt-ms describe a link between data centres; give --data-centers > 1 too");
     const std::string prec_name = a.precision.empty() ? (a.device == "cpu" ? "fp32" : "bf16") : a.precision;
-    const plan::Precision prec = plan::precision(prec_name);
+    plan::Precision prec = plan::precision(prec_name);
+    if (a.attention_kernel != "flash" && a.attention_kernel != "unfused")
+      fail("--attention-kernel {}: not one of flash, unfused", a.attention_kernel);
+    prec.flash_attention = a.attention_kernel == "flash";
     cluster.device.peak_flops(prec.compute);  // the device must have a peak for the precision
 
     plan::Constraints pins;

@@ -49,10 +49,15 @@ double ring_gather(double bytes, int ranks, double bw, double lat) {
 struct Link {
   double bw, lat;
 };
-// The link of a group whose members lie within `extent` consecutive ranks.
-Link link_for(const Cluster& c, int extent) {
+// The link of a group whose members are `stride` ranks apart within `extent`
+// consecutive ranks. Inside a node: NVLink. Across nodes a ring (NCCL's, one
+// channel per NIC) crosses each node boundary once per channel, so the k
+// members a node holds drive k NICs at once: k x the per-NIC bandwidth, up to
+// NVLink's (a DGX A100's 8 x 200 Gb/s give NCCL's ~190 GB/s bus bandwidth).
+Link link_for(const Cluster& c, int extent, int stride = 1) {
   if (extent <= c.devices_per_node) return {c.device.intra_node_bandwidth, c.device.intra_node_latency};
-  return {c.device.inter_node_bandwidth, c.device.inter_node_latency};
+  const int k = std::max(1, c.devices_per_node / std::max(1, stride));
+  return {std::min(c.device.intra_node_bandwidth, k * c.device.inter_node_bandwidth), c.device.inter_node_latency};
 }
 
 // Seconds of one micro-batch's pass over parts of a stage on one rank.
@@ -79,11 +84,11 @@ class BlockCosts {
     rows_ = l.sequence_parallel && l.tp > 1 ? N_ / l.tp : N_;
     swiglu_ = m.mlp == model::Mlp::swiglu;
     tp_link_ = link_for(c, l.tp);
-    cp_link_ = link_for(c, l.tp * l.cp);
+    cp_link_ = link_for(c, l.tp * l.cp, l.tp);
   }
 
   double gemm(double M, double N, double K) const {
-    return 2 * M * N * K / (peak_ * c_.device.gemm_fraction(M, N, K));
+    return 2 * M * N * K / (peak_ * c_.device.gemm_fraction(M, N, K, p_.compute));
   }
   // One block's forward.
   PassCost block_forward() const {
@@ -92,8 +97,13 @@ class BlockCosts {
               gemm(N_, C_, F_);
     // Scores and weighted values per head: [T/cp, D] x [D, T] and [T/cp, T] x [T, D], causal half.
     const double per_seq = N_ / l_.micro_batch_size;
-    pc.attention = kCausal * l_.micro_batch_size * H_ *
+    // Flash-style kernels skip the masked half; unfused ones compute the whole square and pass over the
+    // materialised scores: write, scaled-masked softmax read + write, dropout read + write + mask, read by
+    // the second GEMM (13 bytes per element at 16 bits; the backward's passes are counted by the 2x below).
+    pc.attention = (p_.flash_attention ? kCausal : 1.0) * l_.micro_batch_size * H_ *
                    (gemm(per_seq, Tfull_, D_) + gemm(per_seq, D_, Tfull_));
+    if (!p_.flash_attention)
+      pc.attention += 13.0 * l_.micro_batch_size * H_ * per_seq * Tfull_ / c_.device.memory_bandwidth;
     pc.gemm += pc.attention;
     // Memory-bound passes (reads + writes, in elements): two norms (2 each), two dropout + residual adds
     // (4 each, masks included), RoPE and the attention layout over q/k/v (4), the activation function (3 for
@@ -209,8 +219,9 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
     }
 
   const int64_t m = l.microbatches(job);
-  // Neighbouring stages are world / PP ranks apart (PP is the outermost grid dimension).
-  const Link pp_link = link_for(c, l.pp > 1 ? 2 * (c.num_devices / l.pp) : 1);
+  // Neighbouring stages are world / PP ranks apart (PP is the outermost grid dimension); each transfer
+  // has one NIC.
+  const Link pp_link = link_for(c, l.pp > 1 ? 2 * (c.num_devices / l.pp) : 1, c.devices_per_node);
   const double p2p = bc.p2p_bytes() / pp_link.bw + pp_link.lat;
   double makespan = 0;
   int busiest = 0;
@@ -253,13 +264,13 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
 
   // Data parallelism over the busiest stage's parameters.
   const double P = static_cast<double>(e.memory.param_elements);
-  const Link dp_link = link_for(c, l.tp * l.cp * l.dp);
+  const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp * l.cp);
   const double grad_bytes = P * p.grad_bytes, param_bytes = P * p.param_bytes;
   double reduce = 0, gather = 0;
   if (l.dp > 1) {
     if (c.data_centers > 1) {
       const int local = l.dp / c.data_centers;
-      const Link in = link_for(c, l.tp * l.cp * local);
+      const Link in = link_for(c, l.tp * l.cp * local, l.tp * l.cp);
       const double ranks_per_dc = static_cast<double>(c.num_devices) / c.data_centers, n = c.data_centers;
       const double inter = ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local / c.inter_dc_bandwidth +
                            (n - 1) * c.inter_dc_rtt;

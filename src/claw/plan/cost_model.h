@@ -24,8 +24,8 @@
 // out of the simulation rather than (p - 1) / m.
 // DP/ZeRO: ring all-reduce of the stage's gradients (ZeRO-0), or
 // reduce-scatter of gradients + all-gather of parameters (ZeRO-1/2; ZeRO-3
-// also gathers per micro-batch), over NVLink inside a node and one NIC per
-// device across nodes; with --overlap-grad-reduce the reduce-scatter hides
+// also gathers per micro-batch), over NVLink inside a node and across nodes
+// over as many NICs as the group has members per node; with --overlap-grad-reduce the reduce-scatter hides
 // behind the last micro-batch's backward, with --overlap-param-gather the
 // gather behind the first forward. Across data centres the reduction is
 // hierarchical: reduce-scatter inside each DC, all-reduce of the 1/DP_local

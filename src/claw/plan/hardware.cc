@@ -23,9 +23,10 @@ double Device::peak_flops(const std::string& dtype) const {
   return it->second;
 }
 
-double Device::gemm_fraction(double M, double N, double K) const {
+double Device::gemm_fraction(double M, double N, double K, const std::string& dtype) const {
   auto s = [&](double x) { return x / (x + gemm_knee); };
-  return gemm_efficiency * s(M) * s(N) * s(K);
+  auto it = gemm_efficiency_by_dtype.find(dtype);
+  return (it == gemm_efficiency_by_dtype.end() ? gemm_efficiency : it->second) * s(M) * s(N) * s(K);
 }
 
 Device Device::shared_by(int ranks) const {
@@ -69,8 +70,21 @@ Device parse_device(const std::string& key, const toml::table& t, const std::str
     if (!x || !(*x > 0)) fail("{}: peak_tflops.{} must be a positive number", where, k.str());
     d.peak[std::string(k.str())] = *x * 1e12;
   }
-  d.gemm_efficiency = number(t, "gemm_efficiency", where);
-  if (!(d.gemm_efficiency > 0 && d.gemm_efficiency <= 1)) fail("{}: gemm_efficiency must be in (0, 1]", where);
+  // A number, or a table by dtype whose `default` applies to the others.
+  if (const toml::table* eff = t["gemm_efficiency"].as_table()) {
+    for (const auto& [k, v] : *eff) {
+      auto x = v.value<double>();
+      if (!x || !(*x > 0 && *x <= 1)) fail("{}: gemm_efficiency.{} must be in (0, 1]", where, k.str());
+      if (k.str() == "default")
+        d.gemm_efficiency = *x;
+      else
+        d.gemm_efficiency_by_dtype[std::string(k.str())] = *x;
+    }
+    if (!eff->contains("default")) fail("{}: gemm_efficiency as a table needs a `default` entry", where);
+  } else {
+    d.gemm_efficiency = number(t, "gemm_efficiency", where);
+    if (!(d.gemm_efficiency > 0 && d.gemm_efficiency <= 1)) fail("{}: gemm_efficiency must be in (0, 1]", where);
+  }
   d.gemm_knee = number(t, "gemm_knee", where);
   d.runtime_overhead_bytes = number(t, "runtime_overhead_gib", where) * 1024.0 * 1024.0 * 1024.0;
   d.devices_per_node = static_cast<int>(number(t, "devices_per_node", where));

@@ -17,6 +17,7 @@ struct Device {
   double memory_bandwidth = 0;             // bytes/s
   std::map<std::string, double> peak;      // dtype -> dense FLOP/s
   double gemm_efficiency = 1.0;            // ceiling of achieved / peak for large GEMMs
+  std::map<std::string, double> gemm_efficiency_by_dtype;  // overrides per dtype (FP8 GEMMs reach less of theirs)
   double gemm_knee = 128;                  // see gemm_fraction
   double runtime_overhead_bytes = 0;
   int devices_per_node = 8;
@@ -25,9 +26,9 @@ struct Device {
 
   // Dense peak FLOP/s for a dtype; throws naming the dtypes it has.
   double peak_flops(const std::string& dtype) const;
-  // Fraction of peak a GEMM [M, K] x [K, N] reaches: the efficiency ceiling
-  // times x / (x + knee) for each dimension.
-  double gemm_fraction(double M, double N, double K) const;
+  // Fraction of peak a GEMM [M, K] x [K, N] in `dtype` reaches: the
+  // efficiency ceiling times x / (x + knee) for each dimension.
+  double gemm_fraction(double M, double N, double K, const std::string& dtype = "") const;
   // The share of this device each of `ranks` processes gets when they run
   // on it together (claw's CPU ranks on one machine): memory, peaks and
   // memory bandwidth divided, links and overhead per process unchanged.

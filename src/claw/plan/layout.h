@@ -22,6 +22,10 @@ namespace claw::plan {
 struct Precision {
   std::string compute = "fp32";  // dtype of the GEMMs: the peak the cost model uses
   double param_bytes = 4, grad_bytes = 4, master_bytes = 0, moment_bytes = 4, activation_bytes = 4;
+  // Attention kernel of the stack: flash-style (claw's: the T x T scores are never stored, causal blocks
+  // skipped), or unfused as in Megatron before flash attention (scores, softmax and dropout mask
+  // materialised: 5 a s^2 b bytes per layer, Korthikanti et al. 2022, and memory-bound passes over them).
+  bool flash_attention = true;
 };
 // "fp32" (claw's CPU trainer), "bf16"/"fp16" (mixed precision as above),
 // "fp8" (bf16 storage, fp8 GEMMs); throws naming the valid names.

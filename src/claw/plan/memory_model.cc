@@ -48,6 +48,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
                                          .overlap_param_gather = l.overlap_param_gather};
   const int64_t T = job.seq_length / l.cp;
+  double unfused_scores = 0;  // bytes, at the stack's 16-bit precision (Korthikanti et al.'s 5 a s^2 b)
   for (int c = 0; c < pl.chunks; ++c) {
     const parallel::LayerRange r = pl.at(stage, c);
     const model::PipelineStage ps{.first_layer = r.first, .num_layers = r.count,
@@ -63,6 +64,10 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
     out.param_elements += shape.store().numel();
     const model::Recompute rc{std::min(l.recompute_num_layers, r.count)};
     out.arenas.activations += model::plan_activations(cfg, l.micro_batch_size, T, rc, dims, ps, out.slots[c]).total();
+    if (!prec.flash_attention) {  // stored layers' scores for each micro-batch in flight, plus the recompute region's
+      const double per_layer = 5.0 * l.micro_batch_size * dims.heads(cfg) * T * job.seq_length;
+      unfused_scores += per_layer * (static_cast<double>(r.count - rc.layers) * out.slots[c] + (rc.layers > 0 ? 1 : 0));
+    }
   }
   const auto scaled = [](size_t fp32_bytes, double bytes) { return static_cast<double>(fp32_bytes) / 4.0 * bytes; };
   out.params = scaled(out.arenas.values, prec.param_bytes);
@@ -70,7 +75,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   // The optimizer arena holds two fp32 moments per element; a master copy adds master_bytes.
   out.optimizer = static_cast<double>(out.arenas.optimizer) / 8.0 * (2 * prec.moment_bytes + prec.master_bytes);
   out.zero_buffers = scaled(out.arenas.gathered, prec.param_bytes) + scaled(out.arenas.staging, prec.grad_bytes);
-  out.activations = scaled(out.arenas.activations, prec.activation_bytes);
+  out.activations = scaled(out.arenas.activations, prec.activation_bytes) + unfused_scores;
   out.runtime = runtime_bytes;
   return out;
 }
