@@ -70,7 +70,8 @@ for x in L:
     assert abs(x["tokens_per_s"] - 128 * 4096 / x["step_time_s"]) < 1e-6 * x["tokens_per_s"]
     assert 0 < x["mfu"] < 1 and x["hardware_tflops_per_device"] >= x["model_tflops_per_device"]
     m = x["memory_breakdown_bytes"]
-    parts = m["params"] + m["grads"] + m["optimizer"] + m["zero_buffers"] + m["activations"] + m["runtime"]
+    parts = (m["params"] + m["grads"] + m["optimizer"] + m["zero_buffers"] + m["activations"] + m["comm_buffers"]
+             + m["runtime"])
     assert abs(parts - x["memory_bytes_per_device"]) < 1
 tps = [x["tokens_per_s"] for x in L]
 assert all(a >= b * 0.994 for a, b in zip(tps, tps[1:])), tps

@@ -110,6 +110,22 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
     if (b < e) state += align16(e - b);
   }
   m.optimizer = 2 * static_cast<size_t>(state) * sizeof(float);
+  const int64_t bucket = cfg.bucket_size > 0 ? cfg.bucket_size
+                                             : std::max<int64_t>(40'000'000, 1'000'000 * int64_t{store.options().shards});
+  if (cfg.zero_stage <= 1) {  // the constructor's buckets: whole units from the output end
+    int64_t hi = store.total();
+    for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
+      if (units[u].params.empty()) continue;
+      if (hi - units[u].lo >= bucket || u == 0) {
+        const int64_t lo = u == 0 ? 0 : units[u].lo;
+        m.largest_all_reduce = std::max(m.largest_all_reduce, hi - lo);
+        hi = lo;
+      }
+    }
+  } else {
+    for (int u = 0; u < static_cast<int>(units.size()); ++u)
+      m.largest_reduce_scatter = std::max(m.largest_reduce_scatter, std::min(size(u), bucket));
+  }
   if (cfg.zero_stage >= 2) {
     SlotAllocator a;
     std::vector<int64_t> open(units.size(), -1);

@@ -61,6 +61,10 @@ struct DataParallelMemory {
   size_t values = 0, grads = 0, optimizer = 0;
   size_t gather_slots = 0;   // stage 3: gathered units in flight
   size_t staging_slots = 0;  // stage 2/3: gradient staging
+  // Elements of the largest gradient collective (MPI may allocate temporaries
+  // in proportion): the largest all-reduce bucket (stages 0/1) and the largest
+  // reduce-scatter piece (2/3).
+  int64_t largest_all_reduce = 0, largest_reduce_scatter = 0;
   size_t total() const { return values + grads + optimizer + gather_slots + staging_slots; }
 };
 

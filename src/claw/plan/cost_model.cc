@@ -181,7 +181,7 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
          c.data_centers);
   Estimate e;
   e.layout = l;
-  e.memory = memory ? *memory : peak_memory(job, l, p, c.device.runtime_overhead_bytes);
+  e.memory = memory ? *memory : peak_memory(job, l, p, &c.device);
   if (e.memory.total() > c.device.memory_bytes) {
     e.fits = false;
     e.why_not = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB on {} ({})", e.memory.stage,

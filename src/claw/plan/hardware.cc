@@ -54,7 +54,8 @@ Device parse_device(const std::string& key, const toml::table& t, const std::str
   const std::string where = fmt::format("{} [device.{}]", origin, key);
   static const std::vector<std::string> known = {
       "name", "memory_gib", "memory_gbs", "peak_tflops", "gemm_efficiency", "gemm_knee", "runtime_overhead_gib",
-      "devices_per_node", "intra_node_gbs", "intra_node_latency_us", "inter_node_gbs", "inter_node_latency_us"};
+      "devices_per_node", "intra_node_gbs", "intra_node_latency_us", "inter_node_gbs", "inter_node_latency_us",
+      "collective_temp"};
   for (const auto& [k, v] : t)
     if (std::find(known.begin(), known.end(), std::string(k.str())) == known.end())
       fail("{}: unknown field '{}' (fields: {})", where, k.str(), fmt::join(known, ", "));
@@ -87,6 +88,17 @@ Device parse_device(const std::string& key, const toml::table& t, const std::str
   }
   d.gemm_knee = number(t, "gemm_knee", where);
   d.runtime_overhead_bytes = number(t, "runtime_overhead_gib", where) * 1024.0 * 1024.0 * 1024.0;
+  if (const toml::node* ct = t.get("collective_temp")) {
+    const toml::table* tt = ct->as_table();
+    if (!tt) fail("{}: collective_temp must be a table such as {{ all_reduce = 0.6, reduce_scatter = 2.4 }}", where);
+    for (const auto& [k, v] : *tt) {
+      auto x = v.value<double>();
+      if (!x || *x < 0) fail("{}: collective_temp.{} must be a non-negative number", where, k.str());
+      if (k.str() == "all_reduce") d.all_reduce_temp = *x;
+      else if (k.str() == "reduce_scatter") d.reduce_scatter_temp = *x;
+      else fail("{}: collective_temp.{}: expected all_reduce or reduce_scatter", where, k.str());
+    }
+  }
   d.devices_per_node = static_cast<int>(number(t, "devices_per_node", where));
   if (d.devices_per_node < 1) fail("{}: devices_per_node must be at least 1", where);
   d.intra_node_bandwidth = number(t, "intra_node_gbs", where) * 1e9;

@@ -20,6 +20,10 @@ struct Device {
   std::map<std::string, double> gemm_efficiency_by_dtype;  // overrides per dtype (FP8 GEMMs reach less of theirs)
   double gemm_knee = 128;                  // see gemm_fraction
   double runtime_overhead_bytes = 0;
+  // Temporaries the collective library allocates, as multiples of the
+  // largest gradient all-reduce and reduce-scatter payload (MPI on the CPU;
+  // NCCL's fixed buffers are part of the runtime overhead on GPUs).
+  double all_reduce_temp = 0, reduce_scatter_temp = 0;
   int devices_per_node = 8;
   double intra_node_bandwidth = 0, intra_node_latency = 0;  // bytes/s per device and direction, seconds
   double inter_node_bandwidth = 0, inter_node_latency = 0;

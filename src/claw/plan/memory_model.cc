@@ -25,7 +25,7 @@ parallel::PipelineLayout pipeline_layout(const Job& job, const Layout& l) {
 
 }  // namespace
 
-StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Precision& prec, double runtime_bytes) {
+StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Precision& prec, const Device* device) {
   CLAW_CHECK(stage >= 0 && stage < l.pp, "stage {} of {}", stage, l.pp);
   const model::ModelConfig& cfg = job.model;
   const parallel::PipelineLayout pl = pipeline_layout(job, l);
@@ -48,7 +48,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
                                          .overlap_param_gather = l.overlap_param_gather};
   const int64_t T = job.seq_length / l.cp;
-  double unfused_scores = 0;  // bytes, at the stack's 16-bit precision (Korthikanti et al.'s 5 a s^2 b)
+  double unfused_scores = 0;
+  int64_t largest_all_reduce = 0, largest_reduce_scatter = 0;  // bytes, at the stack's 16-bit precision (Korthikanti et al.'s 5 a s^2 b)
   for (int c = 0; c < pl.chunks; ++c) {
     const parallel::LayerRange r = pl.at(stage, c);
     const model::PipelineStage ps{.first_layer = r.first, .num_layers = r.count,
@@ -62,6 +63,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
     out.arenas.gathered += dm.gather_slots;
     out.arenas.staging += dm.staging_slots;
     out.param_elements += shape.store().numel();
+    largest_all_reduce = std::max(largest_all_reduce, dm.largest_all_reduce);
+    largest_reduce_scatter = std::max(largest_reduce_scatter, dm.largest_reduce_scatter);
     const model::Recompute rc{std::min(l.recompute_num_layers, r.count)};
     out.arenas.activations += model::plan_activations(cfg, l.micro_batch_size, T, rc, dims, ps, out.slots[c]).total();
     if (!prec.flash_attention) {  // stored layers' scores for each micro-batch in flight, plus the recompute region's
@@ -76,11 +79,17 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   out.optimizer = static_cast<double>(out.arenas.optimizer) / 8.0 * (2 * prec.moment_bytes + prec.master_bytes);
   out.zero_buffers = scaled(out.arenas.gathered, prec.param_bytes) + scaled(out.arenas.staging, prec.grad_bytes);
   out.activations = scaled(out.arenas.activations, prec.activation_bytes) + unfused_scores;
-  out.runtime = runtime_bytes;
+  if (device) {
+    out.runtime = device->runtime_overhead_bytes;
+    if (l.dp > 1)
+      out.comm_buffers = (device->all_reduce_temp * static_cast<double>(largest_all_reduce) +
+                          device->reduce_scatter_temp * static_cast<double>(largest_reduce_scatter)) *
+                         prec.grad_bytes;
+  }
   return out;
 }
 
-StageMemory peak_memory(const Job& job, const Layout& l, const Precision& prec, double runtime_bytes) {
+StageMemory peak_memory(const Job& job, const Layout& l, const Precision& prec, const Device* device) {
   std::vector<int> stages = {0};
   if (l.first_stage_layers >= 0 || l.last_stage_layers >= 0) {
     for (int s = 1; s < l.pp; ++s) stages.push_back(s);
@@ -90,7 +99,7 @@ StageMemory peak_memory(const Job& job, const Layout& l, const Precision& prec, 
   StageMemory best;
   bool first = true;
   for (int s : stages) {
-    StageMemory m = stage_memory(job, l, s, prec, runtime_bytes);
+    StageMemory m = stage_memory(job, l, s, prec, device);
     if (first || m.total() > best.total()) best = std::move(m);
     first = false;
   }
@@ -102,7 +111,8 @@ std::string describe(const StageMemory& m) {
   return fmt::format("params {:.2f} + grads {:.2f} + optimizer {:.2f}{} + activations {:.2f} + runtime {:.2f} GiB",
                      g(m.params), g(m.grads), g(m.optimizer),
                      m.zero_buffers > 0 ? fmt::format(" + ZeRO buffers {:.2f}", g(m.zero_buffers)) : "",
-                     g(m.activations), g(m.runtime));
+                     g(m.activations), g(m.runtime)) +
+         (m.comm_buffers > 0 ? fmt::format(" + comm buffers {:.2f} GiB", g(m.comm_buffers)) : "");
 }
 
 }  // namespace claw::plan

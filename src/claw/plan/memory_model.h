@@ -11,6 +11,9 @@
 //   activations              model::plan_activations for the micro-batch, with one set per
 //                            micro-batch in flight on the stage under the schedule
 //                            (PipelineExecutor::slots_needed walks the action list)
+//   communication buffers    the collective library's temporaries for the largest gradient
+//                            collective (DataParallel::plan_memory's buckets and pieces) times
+//                            the device's collective_temp factors (measured for OpenMPI 4.1)
 //   runtime                  the catalog's per-device overhead
 //
 // The per-layer activation sizes follow Korthikanti et al. 2022 ("Reducing
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "claw/plan/hardware.h"
 #include "claw/plan/layout.h"
 
 namespace claw::plan {
@@ -43,17 +47,18 @@ struct StageMemory {
   int64_t param_elements = 0;   // parameters this rank's chunks hold (before ZeRO-3 sharding)
   std::vector<int> slots;       // activation sets per chunk
   // Bytes at the layout's precision.
-  double params = 0, grads = 0, optimizer = 0, zero_buffers = 0, activations = 0, runtime = 0;
-  double total() const { return params + grads + optimizer + zero_buffers + activations + runtime; }
+  double params = 0, grads = 0, optimizer = 0, zero_buffers = 0, activations = 0, comm_buffers = 0, runtime = 0;
+  double total() const { return params + grads + optimizer + zero_buffers + activations + comm_buffers + runtime; }
 };
 
-// One rank of pipeline stage `stage`. runtime_bytes: the device's overhead.
+// One rank of pipeline stage `stage`. device: its runtime overhead and
+// collective temporaries (none without one: claw's arenas alone).
 StageMemory stage_memory(const Job& job, const Layout& layout, int stage, const Precision& prec,
-                         double runtime_bytes = 0);
+                         const Device* device = nullptr);
 // The stage that needs the most memory (the first and last differ by the
 // embedding and output layer and by micro-batches in flight; with uneven
 // stages every stage is checked).
-StageMemory peak_memory(const Job& job, const Layout& layout, const Precision& prec, double runtime_bytes = 0);
+StageMemory peak_memory(const Job& job, const Layout& layout, const Precision& prec, const Device* device = nullptr);
 
 // "params 1.2 GiB + grads ... + activations ... = total" for tables.
 std::string describe(const StageMemory& m);

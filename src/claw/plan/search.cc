@@ -100,7 +100,7 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
                     continue;
                   }
                   ++out.considered;
-                  const StageMemory mem = peak_memory(job, l, prec, c.device.runtime_overhead_bytes);
+                  const StageMemory mem = peak_memory(job, l, prec, &c.device);
                   if (mem.total() > c.device.memory_bytes) {
                     Estimate e;
                     e.layout = l;
@@ -120,10 +120,14 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
   if (out.considered == 0)
     fail("no valid layout of {} on {} devices{}", m.name, N,
          first_error.empty() ? std::string(" (the pinned sizes leave none)") : ": " + first_error);
-  // Fastest first; within 0.5% prefer the distributed optimizer over replication, then less memory.
+  // Fastest first; within 0.5% prefer no more model parallelism than needed (smaller TP, then TP x CP x PP),
+  // then the distributed optimizer over replication, then less memory.
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Estimate& a, const Estimate& b) {
     const double ra = a.tokens_per_s, rb = b.tokens_per_s;
     if (std::abs(ra - rb) > 0.005 * std::max(ra, rb)) return ra > rb;
+    if (a.layout.tp != b.layout.tp) return a.layout.tp < b.layout.tp;
+    const int ma = a.layout.tp * a.layout.cp * a.layout.pp, mb = b.layout.tp * b.layout.cp * b.layout.pp;
+    if (ma != mb) return ma < mb;
     const bool za = a.layout.zero_stage == 1, zb = b.layout.zero_stage == 1;
     if (za != zb) return za;
     return a.memory.total() < b.memory.total();

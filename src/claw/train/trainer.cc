@@ -47,6 +47,8 @@ void check_against_plan(const plan::StageMemory& planned, const plan::ArenaBytes
                  p.gathered == allocated.gathered && p.staging == allocated.staging &&
                  p.activations == allocated.activations,
              "the planner's memory model ({} B) differs from the allocation ({} B)", p.total(), allocated.total());
+  log::info("memory", "arenas {} B on this rank (pipeline stage {}), as the planner's memory model predicts",
+            allocated.total(), planned.stage);
 }
 }  // namespace
 
