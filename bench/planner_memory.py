@@ -43,32 +43,18 @@ GRID = [  # ranks, claw train layout flags (overlap where the planner would choo
 
 
 def plan_flags(train_flags):
-    """The `claw plan` pins equal to a `claw train` layout."""
-    f = train_flags.split()
-    out, k = [], 0
-    while k < len(f):
-        a = f[k]
-        if a in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--zero-stage", "--pipeline-schedule"):
-            out += [a, f[k + 1]]
-            k += 2
-            continue
-        if a == "--recompute-granularity":
-            out += [a, f[k + 1]]
-            k += 2
-            continue
-        if not a.startswith("--overlap"):  # the planner overlaps wherever claw can (pp 1, dp > 1)
-            out.append(a)
-        k += 1
-    if "--tensor-model-parallel-size" not in out:
-        out += ["--tensor-model-parallel-size", "1"]
-    if "--pipeline-model-parallel-size" not in out:
-        out += ["--pipeline-model-parallel-size", "1"]
+    """The `claw plan` pins equal to a `claw train` layout (the planner chooses overlap itself: on wherever
+    claw can, which the grid's flags follow)."""
+    out = [a for a in train_flags.split() if not a.startswith("--overlap")]
+    defaults = {"--tensor-model-parallel-size": ["1"], "--pipeline-model-parallel-size": ["1"],
+                "--recompute-granularity": ["none"]}
+    for flag, value in defaults.items():
+        if flag not in out:
+            out += [flag, *value]
     if "--zero-stage" not in out and "--use-distributed-optimizer" not in out:
         out += ["--zero-stage", "0"]
-    if "--recompute-granularity" not in out:
-        out += ["--recompute-granularity", "none"]
     if "--sequence-parallel" not in out:
-        out += ["--no-sequence-parallel"]
+        out.append("--no-sequence-parallel")
     return out
 
 
