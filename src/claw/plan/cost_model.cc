@@ -7,7 +7,6 @@
 
 #include "claw/core/error.h"
 #include "claw/model/tensor_parallel.h"
-#include "claw/parallel/pipeline_layout.h"
 #include "claw/parallel/pipeline_sim.h"
 
 namespace claw::plan {
@@ -69,7 +68,7 @@ struct PassCost {
 
 class BlockCosts {
  public:
-  BlockCosts(const Job& job, const Layout& l, const Cluster& c, const Precision& p) : job_(job), l_(l), c_(c), p_(p) {
+  BlockCosts(const Job& job, const Layout& l, const Cluster& c, const Precision& p) : l_(l), c_(c), p_(p) {
     const model::ModelConfig& m = job.model;
     const model::TpDims dims{l.tp, l.sequence_parallel};
     peak_ = c.device.peak_flops(p.compute);
@@ -135,10 +134,8 @@ class BlockCosts {
   }
   // Bytes sent between pipeline stages per micro-batch.
   double p2p_bytes() const { return rows_ * C_ * p_.activation_bytes; }
-  double N() const { return N_; }
 
  private:
-  const Job& job_;
   const Layout& l_;
   const Cluster& c_;
   const Precision& p_;
@@ -191,10 +188,7 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
 
   const BlockCosts bc(job, l, c, p);
   const PassCost block = bc.block_forward(), head = bc.head_forward(), emb = bc.embedding_forward();
-  const parallel::PipelineLayout pl = parallel::make_pipeline_layout(
-      {.num_layers = job.model.num_layers, .stages = l.pp,
-       .layers_per_virtual_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0,
-       .first_stage_layers = l.first_stage_layers, .last_stage_layers = l.last_stage_layers});
+  const parallel::PipelineLayout pl = pipeline_layout(job, l);
   std::vector<std::vector<ChunkCost>> cost(l.pp, std::vector<ChunkCost>(pl.chunks));
   for (int s = 0; s < l.pp; ++s)
     for (int ch = 0; ch < pl.chunks; ++ch) {
@@ -233,9 +227,7 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   if (l.pp == 1) {
     makespan = busy[0];
   } else {
-    parallel::ScheduleConfig sc{.kind = l.schedule, .stages = l.pp, .microbatches = static_cast<int>(m),
-                                .chunks = pl.chunks};
-    if (pl.chunks > 1 && sc.kind == parallel::ScheduleKind::one_f_one_b) sc.kind = parallel::ScheduleKind::interleaved;
+    const parallel::ScheduleConfig sc = schedule_config(job, l, pl.chunks);
     const parallel::SimResult sim = parallel::simulate(
         parallel::make_schedule(sc),
         [&](int stage, const parallel::Action& a) {

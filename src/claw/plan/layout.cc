@@ -49,6 +49,20 @@ std::string Layout::flags(const Job& job) const {
   return s;
 }
 
+parallel::PipelineLayout pipeline_layout(const Job& job, const Layout& l) {
+  return parallel::make_pipeline_layout(
+      {.num_layers = job.model.num_layers, .stages = l.pp,
+       .layers_per_virtual_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0,
+       .first_stage_layers = l.first_stage_layers, .last_stage_layers = l.last_stage_layers});
+}
+
+parallel::ScheduleConfig schedule_config(const Job& job, const Layout& l, int chunks) {
+  parallel::ScheduleConfig sc{.kind = l.schedule, .stages = l.pp,
+                              .microbatches = static_cast<int>(l.microbatches(job)), .chunks = chunks};
+  if (chunks > 1 && sc.kind == parallel::ScheduleKind::one_f_one_b) sc.kind = parallel::ScheduleKind::interleaved;
+  return sc;
+}
+
 void validate_layout(const Job& job, const Layout& l, int world) {
   const model::ModelConfig& m = job.model;
   if (l.tp < 1 || l.cp < 1 || l.pp < 1 || l.dp < 1)

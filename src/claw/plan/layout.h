@@ -11,6 +11,7 @@
 #include <string>
 
 #include "claw/model/config.h"
+#include "claw/parallel/pipeline_layout.h"
 #include "claw/parallel/pipeline_schedule.h"
 
 namespace claw::plan {
@@ -61,6 +62,11 @@ struct Layout {
   // The `claw train` flags that select it.
   std::string flags(const Job& job) const;
 };
+
+// The layer split of a layout and the schedule config it runs (as the
+// trainer makes them: virtual stages imply the interleaved schedule).
+parallel::PipelineLayout pipeline_layout(const Job& job, const Layout& layout);
+parallel::ScheduleConfig schedule_config(const Job& job, const Layout& layout, int chunks);
 
 // Throws claw::Error naming the flags when the layout does not fit the job
 // (sizes that do not divide, batch not splitting, TP over heads/groups/FFN,

@@ -10,20 +10,8 @@
 #include "claw/model/gpt.h"
 #include "claw/parallel/data_parallel.h"
 #include "claw/parallel/pipeline_executor.h"
-#include "claw/parallel/pipeline_layout.h"
 
 namespace claw::plan {
-
-namespace {
-
-parallel::PipelineLayout pipeline_layout(const Job& job, const Layout& l) {
-  return parallel::make_pipeline_layout(
-      {.num_layers = job.model.num_layers, .stages = l.pp,
-       .layers_per_virtual_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0,
-       .first_stage_layers = l.first_stage_layers, .last_stage_layers = l.last_stage_layers});
-}
-
-}  // namespace
 
 StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Precision& prec, const Device* device) {
   CLAW_CHECK(stage >= 0 && stage < l.pp, "stage {} of {}", stage, l.pp);
@@ -32,10 +20,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   StageMemory out;
   out.stage = stage;
   if (l.pp > 1) {
-    parallel::ScheduleConfig sc{.kind = l.schedule, .stages = l.pp,
-                                .microbatches = static_cast<int>(l.microbatches(job)), .chunks = pl.chunks};
-    if (pl.chunks > 1 && sc.kind == parallel::ScheduleKind::one_f_one_b) sc.kind = parallel::ScheduleKind::interleaved;
-    out.slots = parallel::PipelineExecutor::slots_needed(parallel::make_schedule(sc), stage);
+    out.slots = parallel::PipelineExecutor::slots_needed(parallel::make_schedule(schedule_config(job, l, pl.chunks)),
+                                                         stage);
   } else {
     out.slots = {1};
   }
