@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "claw/cli/flags.h"
 #include "claw/core/error.h"
 #include "claw/model/config.h"
@@ -61,6 +63,31 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
       double_flag<A>("init-method-std", "std of the normal initialisation",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).init_method_std; })
   };
+}
+
+// A model's shape as {flag: value} (what a checkpoint records in its "model"
+// section, with the preset name under "model"), and back.
+inline const std::vector<Flag<model::ModelConfig>>& model_config_flags() {
+  using M = model::ModelConfig;
+  static const std::vector<Flag<M>> flags = model_shape_flags<M>([](M& m) -> M& { return m; });
+  return flags;
+}
+inline nlohmann::json model_flags_json(const model::ModelConfig& m) {
+  nlohmann::json j = {{"model", m.name}};
+  for (const auto& f : model_config_flags()) j[f.name] = f.get(m);
+  return j;
+}
+// `context` names the source in errors (e.g. "checkpoint DIR").
+inline model::ModelConfig model_from_flags_json(const nlohmann::json& j, const std::string& context) {
+  if (!j.is_object() || j.empty()) fail("{}: no model configuration recorded", context);
+  model::ModelConfig m;
+  if (j.contains("model") && j["model"].is_string()) m.name = j["model"].get<std::string>();
+  for (const auto& f : model_config_flags()) {
+    if (!j.contains(f.name)) fail("{}: the model configuration has no '{}'", context, f.name);
+    if (!j[f.name].is_string()) fail("{}: the model configuration's '{}' is not a string", context, f.name);
+    f.set(m, j[f.name].get<std::string>());
+  }
+  return m;
 }
 
 template <typename T>

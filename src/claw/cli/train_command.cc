@@ -24,6 +24,7 @@ struct TrainArgs {
   optim::AdamWConfig adam;
   train::DataConfig data;
   train::ParallelConfig parallel;
+  train::CheckpointConfig ckpt;
   std::string parallel_mode = "manual";  // --parallel manual|auto
   TrainArgs() {
     // The default job: a small model that visibly learns the built-in corpus in a few minutes.
@@ -148,6 +149,25 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.parallel.distributed_timeout_minutes; }),
       switch_flag<A>("log-all-ranks", "print info lines from every rank (default: rank 0 only)",
                      [](A& a) -> auto& { return a.parallel.log_all_ranks; }),
+      // Checkpoints (docs/checkpoint-format.md).
+      string_flag<A>("save", "directory to save checkpoints in (each rank writes its shards)",
+                     [](A& a) -> auto& { return a.ckpt.save; }),
+      int_flag<A>("save-interval", "steps between checkpoints (0: only at the end)",
+                  [](A& a) -> auto& { return a.ckpt.save_interval; }),
+      switch_flag<A>("async-save", "write checkpoints in the background; a step waits only for the in-memory snapshot",
+                     [](A& a) -> auto& { return a.ckpt.async_save; }),
+      int_flag<A>("keep-last-checkpoints", "keep only the newest K complete checkpoints (0: all)",
+                  [](A& a) -> auto& { return a.ckpt.keep_last; }),
+      string_flag<A>("load", "resume from this directory's latest complete checkpoint (any parallel layout)",
+                     [](A& a) -> auto& { return a.ckpt.load; }),
+      int_flag<A>("ckpt-step", "with --load: this iteration instead of the latest (-1: latest)",
+                  [](A& a) -> auto& { return a.ckpt.ckpt_step; }),
+      switch_flag<A>("load-fallback", "with --load: if the checkpoint fails its checksums, load the previous one",
+                     [](A& a) -> auto& { return a.ckpt.load_fallback; }),
+      switch_flag<A>("no-load-optim", "with --load: parameters only (fresh optimizer state)",
+                     [](A& a) -> auto& { return a.ckpt.no_load_optim; }),
+      int_flag<A>("exit-interval", "stop (after saving, with --save) when the step is a multiple of this (0: never)",
+                  [](A& a) -> auto& { return a.ckpt.exit_interval; }),
   });
   return flags;
 }
@@ -243,7 +263,10 @@ struct TrainCommand {
     const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
     args.train.resolve_and_validate(grid.dp);
     log::info("train", "{}", resolved_config(args));
-    train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world);
+    args.ckpt.model_flags = model_flags_json(args.model);
+    for (const F& f : train_flags()) args.ckpt.args[f.name] = f.get(args);
+    args.ckpt.args["model"] = args.model.name;
+    train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world, args.ckpt);
     trainer.run();
   }
 };

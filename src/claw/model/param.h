@@ -97,6 +97,7 @@ struct Segment {
   float* value;
   const float* grad;
   int64_t n;
+  int64_t begin = 0;  // offset of value[0] among the parameter's local elements (checkpoints)
 };
 
 // How a ParamStore holds its flat buffers. The flat layout (offsets) is the

@@ -48,6 +48,12 @@ class AdamW {
   void step(const CpuCtx& ctx, double lr, double grad_scale);
 
   int64_t steps_taken() const { return step_; }
+  // Resuming from a checkpoint: the bias corrections continue from `steps`.
+  void set_steps_taken(int64_t steps) { step_ = steps; }
+  const std::vector<Segment>& segments() const { return segments_; }
+  // Segment i's moments.
+  float* exp_avg(size_t i) const { return exp_avg() + state_offsets_[i]; }
+  float* exp_avg_sq(size_t i) const { return exp_avg_sq() + state_offsets_[i]; }
   size_t state_bytes() const { return m_.size() + v_.size(); }
   float* exp_avg() const { return m_.ptr<float>(0); }
   float* exp_avg_sq() const { return v_.ptr<float>(0); }

@@ -182,7 +182,7 @@ std::vector<model::Segment> DataParallel::segments() const {
   for (size_t k = 0; k < params.size(); ++k) {
     const int64_t off = static_cast<int64_t>(store_.offsets()[k] / sizeof(float));
     const int64_t b = std::max(lo, off), e = std::min(hi, off + params[k]->spec.local_shape().numel());
-    if (b < e) out.push_back({.param = params[k], .value = values + b, .grad = grads + b, .n = e - b});
+    if (b < e) out.push_back({.param = params[k], .value = values + b, .grad = grads + b, .n = e - b, .begin = b - off});
   }
   return out;
 }

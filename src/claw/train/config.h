@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "claw/comm/parallel_state.h"
 #include "claw/data/packing.h"
 #include "claw/data/tokenizer_factory.h"
@@ -45,6 +47,22 @@ struct DataConfig {
   std::string data_cache_path;         // --data-cache-path: sample index cache ("": next to the data)
   data::TokenizerOptions tokenizer;    // --tokenizer-type etc. (eod id; vocabulary check); default: GPT-2 BPE
   data::PackingOptions packing;        // --reset-position-ids, --reset-attention-mask, --eod-mask-loss
+};
+
+// Checkpointing (Megatron's flags; src/claw/ckpt, docs/checkpoint-format.md).
+struct CheckpointConfig {
+  std::string save;            // --save: directory of checkpoints ("": none)
+  int64_t save_interval = 0;   // --save-interval: steps between saves (0: only at the end)
+  bool async_save = false;     // --async-save: write in the background; the step waits only for the snapshot
+  int keep_last = 0;           // --keep-last-checkpoints: keep the newest K (0: all)
+  std::string load;            // --load: directory to resume from (its latest complete checkpoint)
+  int64_t ckpt_step = -1;      // --ckpt-step: load this iteration instead of the latest
+  bool load_fallback = false;  // --load-fallback: a corrupt checkpoint falls back to the previous complete one
+  bool no_load_optim = false;  // --no-load-optim: parameters only; fresh optimizer state and step count
+  int64_t exit_interval = 0;   // --exit-interval: stop (saving first) when the step is a multiple of this
+  // Recorded in the checkpoint: the model's flags (what `claw ckpt` and
+  // `claw eval` rebuild the model from) and every resolved flag.
+  nlohmann::json model_flags, args;
 };
 
 // The parallel layout and its runtime (Megatron flag names in the comments).

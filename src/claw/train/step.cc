@@ -61,7 +61,8 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
 StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vector<model::GPT*>& chunks,
                                optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
                                double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding,
-                               const std::vector<parallel::DataParallel*>& dps) {
+                               const std::vector<parallel::DataParallel*>& dps,
+                               const std::function<void(const StepResult&)>& before_update) {
   parallel::DataParallel* dp = dps.empty() ? nullptr : dps.front();
   const auto global_sum = [&](double v) { return dp ? dp->all_reduce_sum(v) : v; };
   const int64_t counted = static_cast<int64_t>(global_sum(static_cast<double>(batch.valid_targets())));
@@ -92,6 +93,7 @@ StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vect
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     fail("step {}: loss {} and gradient norm {} (pipeline stage {}); first non-finite gradient here: {}", step + 1,
          r.loss, r.grad_norm, pp.rank(), chunks.front()->first_non_finite_grad(cpu));
+  if (before_update) before_update(r);
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
   for (parallel::DataParallel* d : dps) d->after_optimizer_step();
   return r;

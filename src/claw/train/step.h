@@ -48,11 +48,12 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
 // `optimizer` holds the segments of every chunk. With data parallelism,
 // `dps` has each chunk's engine (ZeRO 0 or 1, no overlap: gradients are
 // reduced after the pipeline's last backward) and the batch is this rank's
-// slice.
+// slice. `before_update`, if set, runs just before AdamW.
 StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vector<model::GPT*>& chunks,
                                optim::AdamW& optimizer, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
                                double lr, uint64_t seed, uint64_t sample0, comm::Group& pp, comm::Group& embedding,
-                               const std::vector<parallel::DataParallel*>& dps = {});
+                               const std::vector<parallel::DataParallel*>& dps = {},
+                               const std::function<void(const StepResult&)>& before_update = {});
 // Mean loss over a batch through the pipeline, without gradients.
 double eval_loss_pipeline(parallel::PipelineExecutor& exec, const CpuCtx& cpu, const GlobalBatch& batch,
                           uint64_t seed, comm::Group& pp, parallel::DataParallel* dp = nullptr);

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/ckpt/checkpoint.h"
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
@@ -53,14 +55,15 @@ void check_against_plan(const plan::StageMemory& planned, const plan::ArenaBytes
 }  // namespace
 
 Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam,
-                 DataConfig data, ParallelConfig parallel, comm::World& world)
+                 DataConfig data, ParallelConfig parallel, comm::World& world, CheckpointConfig ckpt)
     : model_cfg_(std::move(model)),
       cfg_(train),
       lr_(lr),
       adam_cfg_(adam),
       data_cfg_(std::move(data)),
       par_cfg_(std::move(parallel)),
-      world_(world) {
+      world_(world),
+      ckpt_cfg_(std::move(ckpt)) {
   // Everything is validated before any allocation or file is touched; every
   // rank validates the same configuration, so all refuse it together.
   model_cfg_.validate();
@@ -107,6 +110,12 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   if (lr_.decay_iters == 0) lr_.decay_iters = std::max(cfg_.train_iters, lr_.warmup_iters + 1);
   lr_.validate();
   adam_cfg_.validate();
+  if (ckpt_cfg_.save_interval < 0) fail("--save-interval must be >= 0 (0: save only at the end), got {}",
+                                       ckpt_cfg_.save_interval);
+  if (ckpt_cfg_.save_interval > 0 && ckpt_cfg_.save.empty()) fail("--save-interval needs --save DIR");
+  if (ckpt_cfg_.async_save && ckpt_cfg_.save.empty()) fail("--async-save needs --save DIR");
+  if (ckpt_cfg_.exit_interval < 0) fail("--exit-interval must be >= 0, got {}", ckpt_cfg_.exit_interval);
+  if (ckpt_cfg_.ckpt_step >= 0 && ckpt_cfg_.load.empty()) fail("--ckpt-step needs --load DIR");
   if (cfg_.seq_length > model_cfg_.max_position_embeddings)
     fail("--seq-length {} exceeds --max-position-embeddings {} (the longest sequence the model's positions cover); "
          "use --seq-length <= {} or raise --max-position-embeddings",
@@ -231,6 +240,7 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
               parallel::to_string(schedule.kind), schedule.microbatches, stage, ranges,
               format_bytes(static_cast<double>(acts)), fmt::join(slots, "/"), format_bytes(static_cast<double>(params)),
               format_bytes(static_cast<double>(optimizer_->state_bytes())));
+    setup_checkpointing();
     return;
   }
   model_ = std::make_unique<model::GPT>(model_cfg_, storage, tp_groups_->tp);
@@ -255,9 +265,117 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
                      {.values = dm.values, .grads = dm.grads, .optimizer = optimizer_->state_bytes(),
                       .gathered = dm.gather_slots, .staging = dm.staging_slots,
                       .activations = model_->activation_bytes()});
+  setup_checkpointing();
 }
 
 Trainer::~Trainer() = default;
+
+std::vector<ckpt::Shard> Trainer::checkpoint_shards(bool optimizer) const {
+  std::vector<const model::ParamStore*> stores;
+  if (model_) stores.push_back(&model_->store());
+  for (const auto& c : chunks_) stores.push_back(&c->store());
+  return ckpt::collect_shards(stores, optimizer_.get(),
+                              {.zero_stage = par_cfg_.zero_stage(), .dp_rank = pstate_->dp().rank(),
+                               .dp_size = pstate_->dp().size(), .optimizer = optimizer});
+}
+
+void Trainer::setup_checkpointing() {
+  if (!ckpt_cfg_.load.empty()) load_checkpoint();
+  if (!ckpt_cfg_.save.empty())
+    saver_ = std::make_unique<ckpt::Saver>(pstate_->world(),
+                                           ckpt::SaveConfig{.root = ckpt_cfg_.save, .async = ckpt_cfg_.async_save,
+                                                            .keep_last = ckpt_cfg_.keep_last});
+}
+
+void Trainer::load_checkpoint() {
+  const std::string& root = ckpt_cfg_.load;
+  comm::Group& everyone = pstate_->world();
+  // Megatron's behaviour, which restart loops rely on (--save and --load the
+  // same directory): nothing saved yet means a fresh start.
+  if (ckpt_cfg_.ckpt_step < 0 && std::filesystem::is_directory(root) && ckpt::complete_iterations(root).empty() &&
+      !ckpt::read_latest(root)) {
+    log::info("ckpt", "--load {}: no checkpoint there yet; starting from iteration 0", root);
+    return;
+  }
+  std::string dir = ckpt::resolve_load_dir(root, ckpt_cfg_.ckpt_step);
+  const bool optimizer = !ckpt_cfg_.no_load_optim;
+  const std::vector<ckpt::Shard> shards = checkpoint_shards(optimizer);
+  std::vector<std::string> all_params;
+  {
+    const model::GPT whole(model_cfg_, {.allocate = false});
+    for (const model::Param* p : const_cast<model::GPT&>(whole).params()) all_params.push_back(p->spec.name);
+  }
+  ckpt::Metadata meta;
+  while (true) {
+    meta = ckpt::Metadata::read(dir);
+    // A model of another shape is refused whatever --load-fallback says.
+    ckpt::check_compatible(meta, dir, shards, all_params);
+    std::string error;
+    try {
+      ckpt::load_shards(dir, meta, shards);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    const bool ok = everyone.all_reduce_value(error.empty() ? 1.0 : 0.0, comm::ReduceOp::min) == 1.0;
+    if (ok) break;
+    std::optional<int64_t> previous;
+    for (int64_t it : ckpt::complete_iterations(root))
+      if (it < meta.iteration) previous = it;
+    if (!ckpt_cfg_.load_fallback || !previous) {
+      if (!error.empty())
+        fail("--load {}: {}{}", root, error,
+             previous ? fmt::format(" (--load-fallback would load iteration {} instead)", *previous) : "");
+      fail("--load {}: another rank could not read checkpoint {} (its log says why)", root, dir);
+    }
+    if (!error.empty()) log::warn("ckpt", "{}", error);
+    log::info("ckpt", "checkpoint {} is unreadable; --load-fallback: loading iteration {} instead", dir, *previous);
+    dir = ckpt::iteration_dir(root, *previous);
+  }
+  const nlohmann::json& st = meta.state;
+  start_iteration_ = meta.iteration;
+  consumed_train_samples_ = st.value("consumed_train_samples", start_iteration_ * cfg_.global_batch_size);
+  consumed_valid_samples_ = st.value("consumed_valid_samples", int64_t{0});
+  if (optimizer) optimizer_->set_steps_taken(st.value("optimizer_steps", start_iteration_));
+  const uint64_t seed = st.value("seed", cfg_.seed);
+  if (seed != cfg_.seed)
+    log::warn("ckpt", "the checkpoint was trained with --seed {}; this run's data order and dropout follow --seed {}",
+              seed, cfg_.seed);
+  const int64_t gb = st.value("global_batch_size", cfg_.global_batch_size);
+  if (gb != cfg_.global_batch_size)
+    log::warn("ckpt", "the checkpoint was trained with --global-batch-size {}; continuing at {} from sample {}", gb,
+              cfg_.global_batch_size, consumed_train_samples_);
+  log::info("ckpt", "loaded {} (iteration {}, {} samples consumed{}, saved at {}); resuming at step {}", dir,
+            meta.iteration, consumed_train_samples_, optimizer ? "" : ", optimizer state not loaded",
+            st.value("layout", nlohmann::json::object()).dump(), start_iteration_ + 1);
+}
+
+void Trainer::save_checkpoint(int64_t iteration) {
+  const comm::RankGrid grid = comm::RankGrid::make(world_.size(), par_cfg_.sizes);
+  ckpt::SaveInfo info{.iteration = iteration, .model = ckpt_cfg_.model_flags, .args = ckpt_cfg_.args};
+  info.state = {{"consumed_train_samples", consumed_train_samples_},
+                {"consumed_valid_samples", consumed_valid_samples_},
+                {"optimizer_steps", optimizer_->steps_taken()},
+                {"seed", cfg_.seed},
+                {"global_batch_size", cfg_.global_batch_size},
+                {"seq_length", cfg_.seq_length},
+                // Dropout and initialisation are Philox keyed by (seed, purpose,
+                // global index), data order by the seed: the seed is the RNG state.
+                {"rng", {{"kind", "philox4x32-10"}, {"seed", cfg_.seed}}},
+                {"layout",
+                 {{"world_size", world_.size()}, {"tp", grid.tp}, {"pp", grid.pp}, {"dp", grid.dp},
+                  {"zero_stage", par_cfg_.zero_stage()}, {"sequence_parallel", par_cfg_.sequence_parallel}}}};
+  saver_->save(checkpoint_shards(true), std::move(info));
+}
+
+double Trainer::evaluate_train_split(int64_t iters) {
+  double total = 0;
+  for (int64_t i = 0; i < iters; ++i) {
+    batch_->load(*train_data_, i * cfg_.global_batch_size);
+    total += pipeline_ ? eval_loss_pipeline(*pipeline_, cpu_, *batch_, cfg_.seed, pstate_->pp(), chunk_dps_.front().get())
+                       : eval_loss(*model_, cpu_, *batch_, cfg_.seed, dp_.get());
+  }
+  return total / static_cast<double>(std::max<int64_t>(1, iters));
+}
 
 double Trainer::evaluate(int64_t first) {
   double total = 0;
@@ -291,17 +409,26 @@ TrainResult Trainer::run() {
   MetricsWriter metrics(world_.rank() == 0 ? cfg_.metrics_file : std::string());
   TrainResult result;
   auto start = clock::now();
-  int64_t val_cursor = 0;
+  // An asynchronous save's snapshot reads the values and moments while the
+  // next step's forward and backward run; the update waits for it.
+  const auto before_update = [this](const StepResult&) {
+    if (saver_) saver_->wait_snapshot();
+  };
+  if (start_iteration_ >= cfg_.train_iters)
+    log::info("train", "the checkpoint is at iteration {}, --train-iters is {}: nothing to train", start_iteration_,
+              cfg_.train_iters);
 
-  for (int64_t step = 0; step < cfg_.train_iters; ++step) {
+  for (int64_t step = start_iteration_; step < cfg_.train_iters; ++step) {
     auto t0 = clock::now();
     const double lr = lr_.at(step);
-    batch_->load(*train_data_, step * GB);
+    const uint64_t sample0 = static_cast<uint64_t>(consumed_train_samples_);
+    batch_->load(*train_data_, consumed_train_samples_);
     StepResult r = pipeline_ ? train_step_pipeline(*pipeline_, pipeline_->chunks(), *optimizer_, cpu_, *batch_, step,
-                                                   lr, cfg_.seed, static_cast<uint64_t>(step * GB), pstate_->pp(),
-                                                   pstate_->embedding(), dp_pointers())
-                             : train_step(*model_, *optimizer_, cpu_, *batch_, step, lr, cfg_.seed,
-                                          static_cast<uint64_t>(step * GB), {}, dp_.get());
+                                                   lr, cfg_.seed, sample0, pstate_->pp(), pstate_->embedding(),
+                                                   dp_pointers(), before_update)
+                             : train_step(*model_, *optimizer_, cpu_, *batch_, step, lr, cfg_.seed, sample0,
+                                          before_update, dp_.get());
+    consumed_train_samples_ += GB;
     const double loss = r.loss, grad_norm = r.grad_norm;
     double dt = seconds_since(t0);
     // Spread of step times over the ranks (a straggler shows as max >> min);
@@ -347,8 +474,8 @@ TrainResult Trainer::run() {
     }
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
-      double val = evaluate(val_cursor);
-      val_cursor += cfg_.eval_iters * GB;
+      double val = evaluate(consumed_valid_samples_);
+      consumed_valid_samples_ += cfg_.eval_iters * GB;
       rec["val_loss"] = val;
       result.final_val_loss = val;
       log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));
@@ -362,7 +489,18 @@ TrainResult Trainer::run() {
                                                 .elapsed_seconds = seconds_since(start)}));
     result.steps = step + 1;
     result.final_loss = loss;
+    const bool exiting = ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0 && !last;
+    if (saver_) {
+      saver_->poll();
+      if ((ckpt_cfg_.save_interval > 0 && (step + 1) % ckpt_cfg_.save_interval == 0) || last || exiting)
+        save_checkpoint(step + 1);
+    }
+    if (exiting) {
+      log::info("train", "--exit-interval {}: stopping after step {}", ckpt_cfg_.exit_interval, step + 1);
+      break;
+    }
   }
+  if (saver_) saver_->finish();
   result.seconds = seconds_since(start);
   log::info("train", "done: {} steps in {}, final loss {:.4f}{}, peak RSS {}", result.steps,
             format_duration(result.seconds), result.final_loss,

@@ -32,6 +32,10 @@
 #include "claw/train/batch.h"
 #include "claw/train/config.h"
 
+namespace claw::ckpt {
+class Saver;
+struct Shard;
+}
 namespace claw::data {
 class SampleSource;
 }
@@ -52,12 +56,25 @@ class Trainer {
  public:
   // `world`: this process's place in the job (World::single() for one rank).
   Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam, DataConfig data,
-          ParallelConfig parallel, comm::World& world);
+          ParallelConfig parallel, comm::World& world, CheckpointConfig ckpt = {});
   ~Trainer();
 
   TrainResult run();
+  // Mean loss and token count over the first `iters` global batches of the
+  // training split, without updates (`claw eval`).
+  double evaluate_train_split(int64_t iters);
+  // The iteration training starts from (0, or the loaded checkpoint's).
+  int64_t start_iteration() const { return start_iteration_; }
 
  private:
+  // This rank's shards of the checkpoint tensors (ckpt/shards.h).
+  std::vector<ckpt::Shard> checkpoint_shards(bool optimizer) const;
+  // --load: reads the checkpoint into the model and optimizer and restores
+  // the step, the data position and the optimizer's step count.
+  void load_checkpoint();
+  void setup_checkpointing();
+  void save_checkpoint(int64_t iteration);
+
   // Mean validation loss over --eval-iters global batches from position `first`.
   double evaluate(int64_t first);
 
@@ -88,6 +105,10 @@ class Trainer {
   }
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<GlobalBatch> batch_;
+  CheckpointConfig ckpt_cfg_;
+  std::unique_ptr<ckpt::Saver> saver_;
+  int64_t start_iteration_ = 0;
+  int64_t consumed_train_samples_ = 0, consumed_valid_samples_ = 0;
 };
 
 }  // namespace claw::train

@@ -1,0 +1,456 @@
+#include "claw/ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include <fmt/ranges.h>
+
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+
+namespace claw::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+using clock = std::chrono::steady_clock;
+double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+
+constexpr uint64_t kAlign = 64;
+uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::string partial_dir(const std::string& root, int64_t iteration) { return iteration_dir(root, iteration) + ".partial"; }
+
+void write_all(int fd, const uint8_t* data, size_t n, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    const size_t piece = std::min<size_t>(n - done, size_t{64} << 20);
+    const ssize_t w = ::pwrite(fd, data + done, piece, static_cast<off_t>(done));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("{}: write failed after {} of {} bytes: {}", path, done, n, std::strerror(errno));
+    }
+    done += static_cast<size_t>(w);
+  }
+}
+
+// Gathers one string from every rank of `g` onto every rank.
+std::vector<std::string> all_gather_strings(comm::Group& g, const std::string& mine) {
+  std::vector<int64_t> lengths(g.size());
+  int64_t len = static_cast<int64_t>(mine.size());
+  g.all_gather(&len, lengths.data(), 1, DType::i64);
+  int64_t total = 0;
+  for (int64_t l : lengths) total += l;
+  std::string all(static_cast<size_t>(total), '\0');
+  g.all_gather(mine.data(), all.data(), lengths, DType::u8);
+  std::vector<std::string> out;
+  int64_t at = 0;
+  for (int64_t l : lengths) {
+    out.push_back(all.substr(static_cast<size_t>(at), static_cast<size_t>(l)));
+    at += l;
+  }
+  return out;
+}
+
+std::string shape_string(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+}  // namespace
+
+Saver::Saver(comm::Group& world, SaveConfig cfg) : world_(world), cfg_(std::move(cfg)) {
+  if (cfg_.root.empty()) fail("--save: no directory given");
+  if (cfg_.keep_last < 0) fail("--keep-last-checkpoints must be >= 0 (0 keeps all), got {}", cfg_.keep_last);
+}
+
+Saver::~Saver() {
+  // A save still pending at destruction (an error unwinding the trainer) is
+  // abandoned: its thread finishes writing, nothing is committed.
+  if (thread_.joinable()) thread_.join();
+}
+
+Saver::Timing Saver::last_timing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timing_;
+}
+
+void Saver::save(const std::vector<Shard>& shards, SaveInfo info) {
+  if (pending_) finish();
+  const auto t0 = clock::now();
+  const std::string partial = partial_dir(cfg_.root, info.iteration);
+  if (world_.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(cfg_.root, ec);
+    if (ec) fail("--save {}: cannot create the directory: {}", cfg_.root, ec.message());
+    fs::remove_all(partial, ec);  // left by a writer that died
+    fs::create_directory(partial, ec);
+    if (ec) fail("--save {}: cannot create {}: {}", cfg_.root, partial, ec.message());
+  }
+  // Lay out this rank's file: its chunks back to back, 64-byte aligned.
+  std::vector<Piece> pieces;
+  tensors_.clear();
+  std::map<std::string, bool> seen;
+  uint64_t at = 0;
+  for (const Shard& s : shards) {
+    if (!seen[s.tensor]) {
+      seen[s.tensor] = true;
+      tensors_.push_back({s.tensor, checkpoint_shape(*s.spec), DType::f32});
+    }
+    if (!s.write) continue;
+    for (const ShardPiece& p : shard_pieces(s)) {
+      ChunkMeta c{.tensor = s.tensor, .box = p.box, .file = world_.rank(), .offset = at,
+                  .length = static_cast<uint64_t>(p.box.numel()) * sizeof(float)};
+      at = align_up(at + c.length);
+      pieces.push_back({s.data + (p.local_begin - s.begin), std::move(c)});
+    }
+  }
+  buffer_.resize(at);
+  info_ = std::move(info);
+  chunks_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    phase_ = Phase::snapshot;
+    error_.clear();
+    timing_ = {};
+    timing_.bytes = at;
+  }
+  world_.barrier();  // the .partial directory exists for everyone
+  pending_ = true;
+  const std::string path = partial + "/" + rank_file_name(world_.rank());
+  thread_ = std::thread([this, pieces = std::move(pieces), path]() mutable { run_background(std::move(pieces), path); });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    timing_.blocked_s += seconds_since(t0);
+  }
+  if (!cfg_.async) finish();
+}
+
+void Saver::run_background(std::vector<Piece> pieces, std::string path) {
+  try {
+    const auto t0 = clock::now();
+    std::vector<ChunkMeta> chunks;
+    for (Piece& p : pieces) {
+      std::memcpy(buffer_.data() + p.chunk.offset, p.src, p.chunk.length);
+      chunks.push_back(std::move(p.chunk));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      timing_.snapshot_s = seconds_since(t0);
+      phase_ = Phase::writing;
+    }
+    cv_.notify_all();
+    const auto t1 = clock::now();
+    for (ChunkMeta& c : chunks)
+      for (uint64_t b = 0; b < c.length; b += kChecksumBlock)
+        c.checksums.push_back(checksum(buffer_.data() + c.offset + b, std::min(kChecksumBlock, c.length - b)));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
+    try {
+      write_all(fd, buffer_.data(), buffer_.size(), path);
+      if (::fsync(fd) != 0) fail("{}: fsync failed: {}", path, std::strerror(errno));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    timing_.write_s = seconds_since(t1);
+    chunks_ = std::move(chunks);
+    phase_ = Phase::durable;
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = e.what();
+    phase_ = Phase::failed;
+  }
+  cv_.notify_all();
+}
+
+void Saver::wait_phase_at_least(Phase p) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return phase_ >= p; });
+}
+
+void Saver::wait_snapshot() {
+  if (!pending_) return;
+  const auto t0 = clock::now();
+  wait_phase_at_least(Phase::writing);
+  std::lock_guard<std::mutex> lock(mu_);
+  timing_.blocked_s += seconds_since(t0);
+}
+
+std::optional<int64_t> Saver::poll() {
+  if (!pending_) return std::nullopt;
+  const auto t0 = clock::now();
+  double state;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state = phase_ == Phase::failed ? -1 : phase_ == Phase::durable ? 1 : 0;
+  }
+  state = world_.all_reduce_value(state, comm::ReduceOp::min);
+  const bool ready = state != 0;
+  if (ready) commit();  // also reports a failure on any rank
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    timing_.blocked_s += seconds_since(t0);
+  }
+  return ready ? std::optional<int64_t>(info_.iteration) : std::nullopt;
+}
+
+void Saver::finish() {
+  if (!pending_) return;
+  const auto t0 = clock::now();
+  wait_phase_at_least(Phase::durable);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    timing_.blocked_s += seconds_since(t0);
+  }
+  while (!poll()) {
+  }
+}
+
+void Saver::commit() {
+  const auto t0 = clock::now();
+  thread_.join();
+  pending_ = false;
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error = error_;
+  }
+  // Every rank learns whether every part is durable; a failed rank names its error.
+  const double ok = world_.all_reduce_value(error.empty() ? 1.0 : 0.0, comm::ReduceOp::min);
+  if (ok == 0) {
+    if (!error.empty()) fail("checkpoint {} not saved: {}", iteration_dir(cfg_.root, info_.iteration), error);
+    fail("checkpoint {} not saved: another rank could not write its part (its log says why)",
+         iteration_dir(cfg_.root, info_.iteration));
+  }
+  nlohmann::json mine = {{"chunks", nlohmann::json::array()}, {"tensors", nlohmann::json::array()}};
+  for (const ChunkMeta& c : chunks_) mine["chunks"].push_back(chunk_to_json(c));
+  for (const TensorMeta& t : tensors_) mine["tensors"].push_back({{"name", t.name}, {"shape", t.shape}});
+  const std::vector<std::string> parts = all_gather_strings(world_, mine.dump());
+  if (world_.rank() == 0) {
+    Metadata meta;
+    meta.iteration = info_.iteration;
+    meta.model = info_.model;
+    meta.args = info_.args;
+    meta.state = info_.state;
+    std::map<std::string, size_t> index;
+    const std::string partial = partial_dir(cfg_.root, info_.iteration);
+    for (int r = 0; r < world_.size(); ++r) {
+      meta.files.push_back(rank_file_name(r));
+      const nlohmann::json j = nlohmann::json::parse(parts[r]);
+      for (const auto& t : j["tensors"]) {
+        const std::string name = t["name"];
+        if (index.count(name)) continue;
+        index[name] = meta.tensors.size();
+        meta.tensors.push_back({name, t["shape"].get<std::vector<int64_t>>(), DType::f32});
+      }
+      for (const auto& c : j["chunks"]) meta.chunks.push_back(chunk_from_json(c, partial));
+    }
+    // Every tensor is covered exactly once (the writers' deal is a partition).
+    std::map<std::string, int64_t> covered;
+    for (const ChunkMeta& c : meta.chunks) covered[c.tensor] += c.box.numel();
+    for (const TensorMeta& t : meta.tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      CLAW_CHECK(covered[t.name] == n, "checkpoint tensor '{}': chunks cover {} of {} elements", t.name,
+                 covered[t.name], n);
+    }
+    write_file_atomic(partial + "/metadata.json", meta.to_json().dump(1));
+    const std::string final_dir = iteration_dir(cfg_.root, info_.iteration);
+    std::error_code ec;
+    fs::remove_all(final_dir, ec);  // saving an iteration again (a resumed run) replaces it
+    fs::rename(partial, final_dir, ec);
+    if (ec) fail("checkpoint {}: cannot rename {} into place: {}", final_dir, partial, ec.message());
+    fsync_dir(cfg_.root);
+    write_file_atomic(latest_file(cfg_.root), std::to_string(info_.iteration) + "\n");
+    if (cfg_.keep_last > 0) {
+      std::vector<int64_t> its = complete_iterations(cfg_.root);
+      for (size_t i = 0; i + cfg_.keep_last < its.size(); ++i)
+        if (its[i] != info_.iteration) fs::remove_all(iteration_dir(cfg_.root, its[i]), ec);
+    }
+    const Timing t = last_timing();
+    log::info("ckpt", "saved {} ({} tensors in {} chunks; rank 0 wrote {:.1f} MiB in {:.3f} s, snapshot {:.3f} s)",
+              final_dir, meta.tensors.size(), meta.chunks.size(), t.bytes / 1048576.0, t.write_s, t.snapshot_s);
+  }
+  world_.barrier();  // the checkpoint is visible to every rank once save/finish returns
+  std::lock_guard<std::mutex> lock(mu_);
+  timing_.commit_s = seconds_since(t0);
+  phase_ = Phase::idle;
+}
+
+std::string resolve_load_dir(const std::string& root, int64_t iteration) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) fail("--load {}: no such directory", root);
+  if (fs::exists(fs::path(root) / "metadata.json", ec)) return root;  // an iteration directory itself
+  const std::vector<int64_t> its = complete_iterations(root);
+  const auto list = [&] { return its.empty() ? std::string("none") : fmt::format("{}", fmt::join(its, ", ")); };
+  if (iteration < 0) {
+    const std::optional<int64_t> latest = read_latest(root);
+    if (!latest) fail("--load {}: no {} (complete checkpoints: {})", root, latest_file(root), list());
+    iteration = *latest;
+  }
+  if (std::find(its.begin(), its.end(), iteration) == its.end())
+    fail("--load {}: no complete checkpoint of iteration {} (complete checkpoints: {})", root, iteration, list());
+  return iteration_dir(root, iteration);
+}
+
+void check_compatible(const Metadata& meta, const std::string& dir, const std::vector<Shard>& shards,
+                      const std::vector<std::string>& all_params) {
+  for (const Shard& s : shards) {
+    const TensorMeta* t = meta.find(s.tensor);
+    if (!t) {
+      if (s.tensor.rfind("optim.", 0) == 0)
+        fail("checkpoint {} has no optimizer state for '{}' (saved without it?); load with --no-load-optim", dir,
+             s.tensor);
+      fail("checkpoint {} has no tensor '{}': it was saved from another model (a different --num-layers, "
+           "--swiglu, --untie-embeddings-and-output-weights, ...)",
+           dir, s.tensor);
+    }
+    const std::vector<int64_t> shape = checkpoint_shape(*s.spec);
+    if (t->shape != shape)
+      fail("checkpoint {}: tensor '{}' has shape {} there, but {} in this model: it was saved from another model "
+           "shape",
+           dir, s.tensor, shape_string(t->shape), shape_string(shape));
+  }
+  if (!all_params.empty()) {
+    for (const TensorMeta& t : meta.tensors) {
+      if (t.name.rfind("model.", 0) != 0) continue;
+      if (std::find(all_params.begin(), all_params.end(), t.name.substr(6)) == all_params.end())
+        fail("checkpoint {} holds tensor '{}', which this model does not have: it was saved from another model "
+             "(a different --num-layers, ...)",
+             dir, t.name);
+    }
+  }
+}
+
+namespace {
+// Reads byte ranges of a checkpoint's files, verifying checksum blocks.
+class ChunkReader {
+ public:
+  ChunkReader(const std::string& dir, const Metadata& meta) : dir_(dir), meta_(meta), fds_(meta.files.size(), -1) {}
+  ~ChunkReader() {
+    for (int fd : fds_)
+      if (fd >= 0) ::close(fd);
+  }
+  // Bytes [lo, hi) of chunk c, rounded out to whole checksum blocks and
+  // verified; returns a pointer to byte lo.
+  const uint8_t* read(const ChunkMeta& c, uint64_t lo, uint64_t hi) {
+    const uint64_t B = meta_.checksum_block;
+    const uint64_t b0 = lo / B, b1 = (hi + B - 1) / B;
+    if (c.checksums.size() != (c.length + B - 1) / B)
+      fail("{}/metadata.json: a chunk of '{}' has {} checksums for {} bytes", dir_, c.tensor, c.checksums.size(),
+           c.length);
+    const uint64_t begin = b0 * B, end = std::min(c.length, b1 * B);
+    buf_.resize(end - begin);
+    const std::string path = dir_ + "/" + meta_.files[c.file];
+    int& fd = fds_[c.file];
+    if (fd < 0) {
+      fd = ::open(path.c_str(), O_RDONLY);
+      if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+    }
+    size_t done = 0;
+    while (done < buf_.size()) {
+      const ssize_t r = ::pread(fd, buf_.data() + done, buf_.size() - done, static_cast<off_t>(c.offset + begin + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        struct stat st {};
+        ::fstat(fd, &st);
+        fail("{}: truncated: tensor '{}' needs bytes [{}, {}) of it, the file has {} bytes", path, c.tensor,
+             c.offset + begin, c.offset + end, st.st_size);
+      }
+      done += static_cast<size_t>(r);
+    }
+    for (uint64_t b = b0; b < b1 && b * B < c.length; ++b) {
+      const uint64_t o = b * B - begin, n = std::min(B, c.length - b * B);
+      if (checksum(buf_.data() + o, n) != c.checksums[b])
+        fail("{}: checksum mismatch in tensor '{}' (bytes [{}, {}) of the file): the checkpoint is corrupt", path,
+             c.tensor, c.offset + b * B, c.offset + b * B + n);
+    }
+    bytes_read_ += buf_.size();
+    return buf_.data() + (lo - begin);
+  }
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  std::string dir_;
+  const Metadata& meta_;
+  std::vector<int> fds_;
+  std::vector<uint8_t> buf_;
+  uint64_t bytes_read_ = 0;
+};
+
+// Copies the elements of `region` (inside both boxes) from `src` (row-major
+// over src_box, element 0 at src_box's offset) to `dst` (row-major over dst_box).
+void copy_region(const Box& region, const Box& src_box, const float* src, const Box& dst_box, float* dst) {
+  const int nd = region.ndim();
+  if (nd == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  std::vector<int64_t> p = region.offset;
+  const int64_t run = region.size[nd - 1];
+  while (true) {
+    std::memcpy(dst + index_in(dst_box, p), src + index_in(src_box, p), static_cast<size_t>(run) * sizeof(float));
+    int d = nd - 2;
+    for (; d >= 0; --d) {
+      if (++p[d] < region.offset[d] + region.size[d]) break;
+      p[d] = region.offset[d];
+    }
+    if (d < 0) return;
+  }
+}
+
+std::map<std::string, std::vector<const ChunkMeta*>> chunks_by_tensor(const Metadata& meta) {
+  std::map<std::string, std::vector<const ChunkMeta*>> out;
+  for (const ChunkMeta& c : meta.chunks) out[c.tensor].push_back(&c);
+  return out;
+}
+
+// Fills box `target` of `tensor` (dst: row-major over target) from the chunks.
+void read_box(ChunkReader& reader, const std::vector<const ChunkMeta*>& chunks, const Box& target, float* dst) {
+  for (const ChunkMeta* c : chunks) {
+    const std::optional<Box> I = intersect(target, c->box);
+    if (!I) continue;
+    std::vector<int64_t> last = I->offset;
+    for (int d = 0; d < I->ndim(); ++d) last[d] += I->size[d] - 1;
+    const uint64_t lo = static_cast<uint64_t>(index_in(c->box, I->offset)) * sizeof(float);
+    const uint64_t hi = static_cast<uint64_t>(index_in(c->box, last) + 1) * sizeof(float);
+    const float* src = reinterpret_cast<const float*>(reader.read(*c, lo, hi)) - lo / sizeof(float);
+    copy_region(*I, c->box, src, target, dst);
+  }
+}
+}  // namespace
+
+void load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards) {
+  check_compatible(meta, dir, shards);
+  ChunkReader reader(dir, meta);
+  const auto by_tensor = chunks_by_tensor(meta);
+  for (const Shard& s : shards) {
+    std::fill(s.data, s.data + s.n, 0.0f);
+    const auto it = by_tensor.find(s.tensor);
+    if (it == by_tensor.end()) continue;
+    for (const ShardPiece& p : shard_pieces(s)) read_box(reader, it->second, p.box, s.data + (p.local_begin - s.begin));
+  }
+}
+
+std::vector<float> read_tensor(const std::string& dir, const Metadata& meta, const std::string& tensor) {
+  const TensorMeta* t = meta.find(tensor);
+  if (!t) fail("checkpoint {} has no tensor '{}'", dir, tensor);
+  Box whole;
+  whole.offset.assign(t->shape.size(), 0);
+  whole.size = t->shape;
+  std::vector<float> out(static_cast<size_t>(whole.numel()));
+  ChunkReader reader(dir, meta);
+  const auto by_tensor = chunks_by_tensor(meta);
+  const auto it = by_tensor.find(tensor);
+  if (it != by_tensor.end()) read_box(reader, it->second, whole, out.data());
+  return out;
+}
+
+}  // namespace claw::ckpt

@@ -1,0 +1,124 @@
+// Saving and loading distributed checkpoints (format.h, docs/checkpoint-format.md).
+//
+// Save, on every rank at once (Saver::save is collective):
+//   1. rank 0 makes ROOT/iter_N.partial; all ranks lay out their file: the
+//      shards they write (shards.h), cut into chunks, back to back;
+//   2. a background thread copies the chunks into a host buffer (the
+//      snapshot), checksums them, writes rank_R.bin and fsyncs it. The
+//      caller must not change the values before wait_snapshot() returns:
+//      the trainer calls it just before the next optimizer update, so the
+//      copy runs alongside the next step's forward and backward;
+//   3. poll() (collective, once per step) finds out whether every rank's file
+//      is durable; when it is, rank 0 gathers the chunk lists, writes
+//      metadata.json (temporary name, fsync, rename), renames iter_N.partial
+//      to iter_N, fsyncs ROOT, then points latest_checkpointed_iteration.txt
+//      at N and removes checkpoints beyond the last K.
+// A writer killed anywhere before the rename leaves only a .partial
+// directory, which nothing reads. Without --async-save, save() runs all
+// three before returning.
+//
+// Load: every rank reads, for each of its shards, only the chunks that
+// intersect it and only the checksum blocks covering the bytes it needs, so
+// a checkpoint written at one TP x PP x DP x ZeRO layout loads at any other.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "claw/ckpt/format.h"
+#include "claw/ckpt/shards.h"
+#include "claw/comm/group.h"
+
+namespace claw::ckpt {
+
+struct SaveConfig {
+  std::string root;    // --save
+  bool async = false;  // --async-save
+  int keep_last = 0;   // --keep-last-checkpoints (0: keep all)
+};
+
+// What a checkpoint records besides its tensors (Metadata's free-form sections).
+struct SaveInfo {
+  int64_t iteration = 0;
+  nlohmann::json model, args, state;
+};
+
+class Saver {
+ public:
+  Saver(comm::Group& world, SaveConfig cfg);
+  ~Saver();
+  Saver(const Saver&) = delete;
+  Saver& operator=(const Saver&) = delete;
+
+  // Collective. Starts saving the current contents of `shards` (waiting first
+  // for a previous save to finish). Synchronous saves are committed on return.
+  void save(const std::vector<Shard>& shards, SaveInfo info);
+  // Returns once the pending save's snapshot no longer reads the shards.
+  void wait_snapshot();
+  // Collective: commits the pending save if every rank's file is durable.
+  // Returns the iteration committed, if one was.
+  std::optional<int64_t> poll();
+  // Collective: waits for the pending save and commits it.
+  void finish();
+  bool pending() const { return pending_; }
+
+  // Seconds the caller spent blocked in save(), wait_snapshot(), poll() and
+  // finish() over the last save (the figure bench/bench_ckpt reports),
+  // and the background thread's snapshot and write times.
+  struct Timing {
+    double blocked_s = 0, snapshot_s = 0, write_s = 0, commit_s = 0;
+    uint64_t bytes = 0;  // this rank's file
+  };
+  Timing last_timing() const;
+
+ private:
+  enum class Phase { idle, snapshot, writing, durable, failed };
+  struct Piece {
+    const float* src;
+    ChunkMeta chunk;
+  };
+  void run_background(std::vector<Piece> pieces, std::string path);
+  void wait_phase_at_least(Phase p);
+  void commit();
+
+  comm::Group& world_;
+  SaveConfig cfg_;
+  bool pending_ = false;
+  SaveInfo info_;
+  std::vector<ChunkMeta> chunks_;  // this rank's, with checksums once durable
+  std::vector<TensorMeta> tensors_;
+  std::vector<uint8_t> buffer_;    // the snapshot, laid out as the file
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Phase phase_ = Phase::idle;
+  std::string error_;
+  Timing timing_;
+};
+
+// The directory --load reads: the iteration given (>= 0) or the latest
+// complete one. Throws naming ROOT and what it holds when there is none.
+std::string resolve_load_dir(const std::string& root, int64_t iteration = -1);
+
+// Checks that the checkpoint holds every tensor in `shards` at the shape
+// this model has (and, with `all_params`, no model tensor that the model
+// lacks), naming the first mismatch.
+void check_compatible(const Metadata& meta, const std::string& dir, const std::vector<Shard>& shards,
+                      const std::vector<std::string>& all_params = {});
+// Fills `shards` from the checkpoint in `dir`. Elements the checkpoint shape
+// does not cover (vocabulary padding) are zeroed. Throws naming the file and
+// tensor on a short file or a checksum mismatch.
+void load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards);
+
+// One whole tensor from a checkpoint (export, inspect, tests).
+std::vector<float> read_tensor(const std::string& dir, const Metadata& meta, const std::string& tensor);
+
+}  // namespace claw::ckpt

@@ -1,0 +1,81 @@
+#include "claw/ckpt/shards.h"
+
+#include <algorithm>
+
+#include "claw/core/error.h"
+
+namespace claw::ckpt {
+
+std::vector<int64_t> checkpoint_shape(const model::ParamSpec& spec) {
+  std::vector<int64_t> shape;
+  for (int d = 0; d < spec.shape.ndim(); ++d) shape.push_back(spec.shape[d]);
+  if (spec.init_rows >= 0) shape[0] = std::min(shape[0], spec.init_rows);
+  return shape;
+}
+
+std::vector<ShardPiece> shard_pieces(const Shard& s) {
+  const Shape local = s.spec->local_shape();
+  std::vector<int64_t> local_dims;
+  for (int d = 0; d < local.ndim(); ++d) local_dims.push_back(local[d]);
+  const std::vector<int64_t> shape = checkpoint_shape(*s.spec);
+  Box whole;
+  whole.offset.assign(shape.size(), 0);
+  whole.size = shape;
+  Box local_box;
+  local_box.offset.assign(local_dims.size(), 0);
+  local_box.size = local_dims;
+  std::vector<ShardPiece> out;
+  for (Box b : flat_range_boxes(local_dims, s.begin, s.n)) {
+    const int64_t local_begin = index_in(local_box, b.offset);
+    if (s.spec->shard_dim >= 0) b.offset[s.spec->shard_dim] += s.spec->shard_index * local_dims[s.spec->shard_dim];
+    // Only padding rows (the end of dimension 0) fall outside, so what is
+    // left still starts at local_begin.
+    if (auto c = intersect(b, whole)) out.push_back({std::move(*c), local_begin});
+  }
+  return out;
+}
+
+std::string value_tensor(const std::string& param) { return "model." + param; }
+
+std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& stores, const optim::AdamW* optimizer,
+                                  const ShardOptions& opts) {
+  std::vector<Shard> out;
+  // What every data-parallel rank holds goes to the rank with the fewest
+  // bytes so far; the same walk on every rank of the group gives the same deal.
+  std::vector<int64_t> load(opts.dp_size, 0);
+  const auto deal = [&](int64_t n) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[r] += n;
+    return r == opts.dp_rank;
+  };
+  for (const model::ParamStore* store : stores) {
+    const bool sharded = store->options().shard_values;
+    const int64_t lo = store->shard_lo(), hi = store->shard_hi();
+    float* base = sharded ? store->value_shard() - lo : store->values();
+    for (size_t k = 0; k < store->params().size(); ++k) {
+      const model::Param* p = store->params()[k];
+      const int64_t off = static_cast<int64_t>(store->offsets()[k] / sizeof(float));
+      const int64_t numel = p->spec.local_shape().numel();
+      const int64_t b = sharded ? std::max(lo, off) : off, e = sharded ? std::min(hi, off + numel) : off + numel;
+      if (b >= e) continue;
+      const bool mine = sharded || opts.dp_size == 1 || deal(e - b);
+      out.push_back({.tensor = value_tensor(p->spec.name), .spec = &p->spec, .begin = b - off, .n = e - b,
+                     .data = base + b, .write = p->spec.primary && mine});
+    }
+  }
+  if (optimizer && opts.optimizer) {
+    const auto& segs = optimizer->segments();
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const model::Segment& s = segs[i];
+      const bool mine = opts.zero_stage >= 1 || opts.dp_size == 1 || deal(2 * s.n);
+      const bool write = s.param->spec.primary && mine;
+      out.push_back({.tensor = "optim.exp_avg." + s.param->spec.name, .spec = &s.param->spec, .begin = s.begin,
+                     .n = s.n, .data = optimizer->exp_avg(i), .write = write});
+      out.push_back({.tensor = "optim.exp_avg_sq." + s.param->spec.name, .spec = &s.param->spec, .begin = s.begin,
+                     .n = s.n, .data = optimizer->exp_avg_sq(i), .write = write});
+    }
+  }
+  return out;
+}
+
+}  // namespace claw::ckpt

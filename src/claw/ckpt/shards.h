@@ -1,0 +1,58 @@
+// What one rank holds of each checkpoint tensor, and which parts it writes.
+//
+// Tensors: "model.<param>" (values), "optim.exp_avg.<param>" and
+// "optim.exp_avg_sq.<param>" (AdamW's moments), each at the parameter's
+// checkpoint shape: the global shape without vocabulary padding (the padded
+// rows are zero, never trained, and their number depends on the TP size).
+//
+// A rank holds each tensor as runs of its local (TP-sliced) elements: all of
+// them, or the part in its ZeRO shard of the flat buffer. Every element is
+// written by exactly one rank:
+//   - copies on other TP ranks and the last pipeline stage's copy of tied
+//     embeddings are not primary (ParamSpec::primary) and never write;
+//   - what the data-parallel ranks all hold (values below ZeRO-3, moments at
+//     ZeRO-0) is dealt out among them by size, so they write in parallel;
+//   - ZeRO shards are written by their owners.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "claw/ckpt/format.h"
+#include "claw/model/param.h"
+#include "claw/optim/adamw.h"
+
+namespace claw::ckpt {
+
+struct Shard {
+  std::string tensor;
+  const model::ParamSpec* spec = nullptr;
+  int64_t begin = 0, n = 0;  // among the local tensor's elements (row-major over spec->local_shape())
+  float* data = nullptr;     // element `begin`
+  bool write = false;        // this rank writes it
+};
+
+// The global shape a parameter has in a checkpoint (no vocabulary padding).
+std::vector<int64_t> checkpoint_shape(const model::ParamSpec& spec);
+// A shard as boxes of the checkpoint tensor (padding rows dropped). Each box
+// is a contiguous run of the rank's local elements, starting at local_begin.
+struct ShardPiece {
+  Box box;
+  int64_t local_begin = 0;
+};
+std::vector<ShardPiece> shard_pieces(const Shard& s);
+
+std::string value_tensor(const std::string& param);  // "model.<param>"
+
+struct ShardOptions {
+  int zero_stage = 0;
+  int dp_rank = 0, dp_size = 1;
+  bool optimizer = true;  // include AdamW's moments
+};
+
+// This rank's shards of `stores` (its model chunks, in order) and of the
+// optimizer stepping them.
+std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& stores, const optim::AdamW* optimizer,
+                                  const ShardOptions& opts);
+
+}  // namespace claw::ckpt
