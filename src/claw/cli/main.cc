@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "claw/cli/ckpt_command.h"
 #include "claw/cli/info_command.h"
 #include "claw/cli/plan_command.h"
 #include "claw/cli/inspect_dataset_command.h"
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   CLI::App app("claw: train, fine-tune and serve GPT/Llama-style transformers", "claw");
   app.require_subcommand(1);
   claw::cli::add_train_command(app);
+  claw::cli::add_eval_command(app);
+  claw::cli::add_ckpt_command(app);
   claw::cli::add_info_command(app);
   claw::cli::add_plan_command(app);
   claw::cli::add_tokenize_command(app);

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 
+#include <cmath>
+
+#include <fmt/ranges.h>
+
+#include "claw/ckpt/checkpoint.h"
 #include "claw/cli/flags.h"
 #include "claw/cli/model_flags.h"
 #include "claw/comm/world.h"
@@ -271,7 +276,60 @@ struct TrainCommand {
   }
 };
 
+// `claw eval --load DIR`: the checkpoint's model (its recorded flags; the
+// command line overrides the rest) at any layout the launched ranks allow,
+// evaluated on --eval-iters global batches of --data-path (all of it the
+// evaluation set unless --split says otherwise).
+struct EvalCommand {
+  std::string logits_file;
+  std::unique_ptr<FlagBinder<TrainArgs>> binder;
+
+  void run() {
+    TrainArgs args;
+    args.data.split = "1,0,0";
+    binder->apply(args);
+    if (args.ckpt.load.empty()) fail("claw eval: --load DIR (a checkpoint) is required");
+    if (!args.ckpt.save.empty()) fail("claw eval does not save; drop --save");
+    const std::string dir = ckpt::resolve_load_dir(args.ckpt.load, args.ckpt.ckpt_step);
+    const ckpt::Metadata meta = ckpt::Metadata::read(dir);
+    args.model = model_from_flags_json(meta.model, "checkpoint " + dir);
+    binder->apply(args);  // the command line wins over the checkpoint's flags
+    args.ckpt.load = dir;
+    args.ckpt.ckpt_step = -1;
+    args.ckpt.no_load_optim = true;
+    args.ckpt.for_eval = true;
+    args.train.train_iters = std::max<int64_t>(1, args.train.eval_iters);
+    args.train.eval_interval = 0;
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(args.parallel.distributed_timeout_minutes * 60'000));
+    std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout});
+    log::set_rank(world->rank(), world->size());
+    if (args.parallel_mode == "auto") choose_layout(args, *world, *binder);
+    const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
+    args.train.resolve_and_validate(grid.dp);
+    train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world, args.ckpt);
+    const double loss = trainer.evaluate_train_split(args.train.train_iters);
+    if (world->rank() == 0)
+      fmt::print("eval: {} (iteration {}), {}: loss {:.6f}, perplexity {:.4f} over {} sequences of {} tokens\n", dir,
+                 meta.iteration, fmt::join(args.data.data_path.empty() ? std::vector<std::string>{"built-in corpus"}
+                                                                        : args.data.data_path, " "),
+                 loss, std::exp(loss), args.train.train_iters * args.train.global_batch_size, args.train.seq_length);
+    if (!logits_file.empty()) trainer.write_logits(logits_file);
+  }
+};
+
 }  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto cmd = std::make_shared<EvalCommand>();
+  CLI::App* sub = app.add_subcommand("eval", "loss and perplexity of a checkpoint (--load DIR) on a dataset");
+  sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  sub->add_option("--logits-file", cmd->logits_file,
+                  "also write the first micro-batch's tokens and logits as safetensors (TP = PP = 1)");
+  static const TrainArgs defaults;
+  cmd->binder = std::make_unique<FlagBinder<TrainArgs>>(*sub, train_flags(), defaults);
+  sub->callback([cmd] { cmd->run(); });
+}
 
 std::vector<std::string> train_flag_names() {
   std::vector<std::string> out = {"model"};

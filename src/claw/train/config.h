@@ -60,6 +60,7 @@ struct CheckpointConfig {
   bool load_fallback = false;  // --load-fallback: a corrupt checkpoint falls back to the previous complete one
   bool no_load_optim = false;  // --no-load-optim: parameters only; fresh optimizer state and step count
   int64_t exit_interval = 0;   // --exit-interval: stop (saving first) when the step is a multiple of this
+  bool for_eval = false;       // claw eval: load parameters only, no training state
   // Recorded in the checkpoint: the model's flags (what `claw ckpt` and
   // `claw eval` rebuild the model from) and every resolved flag.
   nlohmann::json model_flags, args;

@@ -133,4 +133,11 @@ double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch,
   return total / std::max(1.0, count);
 }
 
+void eval_logits(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed, float* out) {
+  const MicroBatch mb = batch.micro(0);
+  const model::StepCtx ctx = micro_ctx(cpu, batch, 0, false, seed, 0);
+  model.forward(ctx, mb.tokens, mb.targets, 0.0);
+  model.logits(ctx, out);
+}
+
 }  // namespace claw::train

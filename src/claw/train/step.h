@@ -62,4 +62,7 @@ double eval_loss_pipeline(parallel::PipelineExecutor& exec, const CpuCtx& cpu, c
 double eval_loss(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,
                  parallel::DataParallel* dp = nullptr);
 
+// Logits [B*T, Vp] of the batch's first micro-batch (TP = 1).
+void eval_logits(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed, float* out);
+
 }  // namespace claw::train

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/safetensors.h"
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
@@ -292,13 +293,20 @@ void Trainer::load_checkpoint() {
   comm::Group& everyone = pstate_->world();
   // Megatron's behaviour, which restart loops rely on (--save and --load the
   // same directory): nothing saved yet means a fresh start.
-  if (ckpt_cfg_.ckpt_step < 0 && std::filesystem::is_directory(root) && ckpt::complete_iterations(root).empty() &&
+  if (ckpt_cfg_.ckpt_step < 0 && std::filesystem::is_directory(root) &&
+      !std::filesystem::exists(root + "/metadata.json") && ckpt::complete_iterations(root).empty() &&
       !ckpt::read_latest(root)) {
     log::info("ckpt", "--load {}: no checkpoint there yet; starting from iteration 0", root);
     return;
   }
   std::string dir = ckpt::resolve_load_dir(root, ckpt_cfg_.ckpt_step);
-  const bool optimizer = !ckpt_cfg_.no_load_optim;
+  // A checkpoint without optimizer state (an import, or a --no-save-optim
+  // save) loads its parameters; the optimizer starts fresh.
+  bool has_optimizer = false;
+  for (const ckpt::TensorMeta& t : ckpt::Metadata::read(dir).tensors) has_optimizer |= t.name.rfind("optim.", 0) == 0;
+  if (!has_optimizer && !ckpt_cfg_.no_load_optim)
+    log::info("ckpt", "{} holds no optimizer state: loading the parameters, the optimizer starts fresh", dir);
+  const bool optimizer = !ckpt_cfg_.no_load_optim && has_optimizer;
   const std::vector<ckpt::Shard> shards = checkpoint_shards(optimizer);
   std::vector<std::string> all_params;
   {
@@ -332,6 +340,10 @@ void Trainer::load_checkpoint() {
     dir = ckpt::iteration_dir(root, *previous);
   }
   const nlohmann::json& st = meta.state;
+  if (ckpt_cfg_.for_eval) {
+    log::info("ckpt", "loaded {} (iteration {}) for evaluation", dir, meta.iteration);
+    return;
+  }
   start_iteration_ = meta.iteration;
   consumed_train_samples_ = st.value("consumed_train_samples", start_iteration_ * cfg_.global_batch_size);
   consumed_valid_samples_ = st.value("consumed_valid_samples", int64_t{0});
@@ -375,6 +387,23 @@ double Trainer::evaluate_train_split(int64_t iters) {
                        : eval_loss(*model_, cpu_, *batch_, cfg_.seed, dp_.get());
   }
   return total / static_cast<double>(std::max<int64_t>(1, iters));
+}
+
+void Trainer::write_logits(const std::string& path) {
+  if (!model_ || pstate_->tp().size() > 1)
+    fail("--logits-file needs --tensor-model-parallel-size 1 and --pipeline-model-parallel-size 1 (it writes the "
+         "whole vocabulary's logits of one rank)");
+  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length, V = model_cfg_.vocab_size;
+  const int64_t Vp = model_cfg_.padded_vocab_size(1);
+  batch_->load(*train_data_, 0);
+  std::vector<float> logits(static_cast<size_t>(B * T * Vp));
+  eval_logits(*model_, cpu_, *batch_, cfg_.seed, logits.data());
+  if (world_.rank() != 0) return;
+  std::vector<float> real(static_cast<size_t>(B * T * V));
+  for (int64_t r = 0; r < B * T; ++r) std::copy_n(&logits[r * Vp], V, &real[r * V]);
+  const MicroBatch mb = batch_->micro(0);
+  ckpt::write_safetensors(path, {{"tokens", DType::i32, {B, T}, mb.tokens}, {"logits", DType::f32, {B, T, V}, real.data()}});
+  log::info("eval", "wrote the logits of the first micro-batch ({} x {} tokens, vocabulary {}) to {}", B, T, V, path);
 }
 
 double Trainer::evaluate(int64_t first) {

@@ -63,6 +63,9 @@ class Trainer {
   // Mean loss and token count over the first `iters` global batches of the
   // training split, without updates (`claw eval`).
   double evaluate_train_split(int64_t iters);
+  // Writes the tokens and logits (real vocabulary) of the first micro-batch
+  // of the training split as safetensors (TP = PP = 1).
+  void write_logits(const std::string& path);
   // The iteration training starts from (0, or the loaded checkpoint's).
   int64_t start_iteration() const { return start_iteration_; }
 

@@ -1,0 +1,370 @@
+#include "claw/ckpt/hf.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include "claw/ckpt/format.h"
+#include "claw/ckpt/safetensors.h"
+#include "claw/ckpt/shards.h"
+#include "claw/core/error.h"
+#include "claw/model/gpt.h"
+
+namespace claw::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+bool is_gpt2(const model::ModelConfig& c) { return model::HfNames(c).gpt2(); }
+
+std::string shape_string(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+std::vector<float> transpose2d(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> y(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
+  return y;
+}
+
+// Copies the slab [begin, end) along `dim` between a tensor of `full` shape
+// and one of the slab's shape (to_full: slab -> full, else full -> slab).
+void copy_slab(const std::vector<int64_t>& full, int dim, int64_t begin, int64_t end, float* full_data,
+               float* slab_data, bool to_full) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= full[d];
+  for (size_t d = dim + 1; d < full.size(); ++d) inner *= full[d];
+  const int64_t n = (end - begin) * inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    float* f = full_data + (o * full[dim] + begin) * inner;
+    float* s = slab_data + o * n;
+    if (to_full) std::memcpy(f, s, n * sizeof(float));
+    else std::memcpy(s, f, n * sizeof(float));
+  }
+}
+
+float bf16_to_f32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      uint32_t m = mant;
+      do {
+        ++e;
+        m <<= 1;
+      } while ((m & 0x400) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <typename T>
+T get_or(const nlohmann::json& j, const char* key, T fallback, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("{}: field '{}' has the wrong type ({})", path, key, j[key].dump());
+  }
+}
+template <typename T>
+T need(const nlohmann::json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) fail("{}: missing field '{}'", path, key);
+  return get_or<T>(j, key, T{}, path);
+}
+}  // namespace
+
+nlohmann::json hf_config(const model::ModelConfig& c) {
+  c.validate();
+  if (is_gpt2(c)) {
+    if (!c.add_bias_linear)
+      fail("GPT2LMHeadModel has biases in every linear layer; a model with --disable-bias-linear has no Hugging Face "
+           "GPT-2 form");
+    if (c.kv_heads() != c.num_attention_heads || c.head_dim() * c.num_attention_heads != c.hidden_size)
+      fail("GPT2LMHeadModel has neither grouped-query attention nor --kv-channels; this model has no Hugging Face "
+           "GPT-2 form");
+    return {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", c.vocab_size},
+            {"n_positions", c.max_position_embeddings},
+            {"n_embd", c.hidden_size},
+            {"n_layer", c.num_layers},
+            {"n_head", c.num_attention_heads},
+            {"n_inner", c.ffn()},
+            {"activation_function", "gelu_new"},  // claw's GELU is the tanh approximation
+            {"layer_norm_epsilon", c.norm_epsilon},
+            {"initializer_range", c.init_method_std},
+            {"resid_pdrop", c.hidden_dropout},
+            {"embd_pdrop", c.hidden_dropout},
+            {"attn_pdrop", 0.0},
+            {"tie_word_embeddings", c.tied()},
+            {"bos_token_id", 50256},
+            {"eos_token_id", 50256},
+            {"torch_dtype", "float32"}};
+  }
+  if (c.normalization != model::Norm::rmsnorm || c.position_embedding_type != model::Position::rope ||
+      c.mlp != model::Mlp::swiglu)
+    fail("this model mixes GPT-2 and Llama parts (--normalization {}, --position-embedding-type {}, --swiglu {}); "
+         "Hugging Face has GPT2LMHeadModel (LayerNorm, learned positions, GELU) and LlamaForCausalLM (RMSNorm, rope, "
+         "SwiGLU) only",
+         model::to_string(c.normalization), model::to_string(c.position_embedding_type),
+         c.mlp == model::Mlp::swiglu ? "on" : "off");
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.ffn()},
+          {"num_hidden_layers", c.num_layers},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.kv_heads()},
+          {"head_dim", c.head_dim()},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rms_norm_eps", c.norm_epsilon},
+          {"rope_theta", c.rotary_base},
+          {"rope_scaling", nullptr},
+          {"hidden_act", "silu"},
+          {"attention_bias", c.add_bias_linear},
+          {"mlp_bias", c.add_bias_linear},
+          {"attention_dropout", 0.0},
+          {"initializer_range", c.init_method_std},
+          {"tie_word_embeddings", c.tied()},
+          {"torch_dtype", "float32"}};
+}
+
+model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& path) {
+  const std::string type = need<std::string>(j, "model_type", path);
+  model::ModelConfig c;
+  if (type == "gpt2") {
+    c.name = "hf-gpt2";
+    c.num_layers = need<int64_t>(j, "n_layer", path);
+    c.hidden_size = need<int64_t>(j, "n_embd", path);
+    c.num_attention_heads = need<int64_t>(j, "n_head", path);
+    c.ffn_hidden_size = get_or<int64_t>(j, "n_inner", 0, path);
+    c.vocab_size = need<int64_t>(j, "vocab_size", path);
+    c.max_position_embeddings = need<int64_t>(j, "n_positions", path);
+    c.norm_epsilon = get_or<double>(j, "layer_norm_epsilon", 1e-5, path);
+    c.init_method_std = get_or<double>(j, "initializer_range", 0.02, path);
+    c.untie_embeddings_and_output_weights = !get_or<bool>(j, "tie_word_embeddings", true, path);
+    const std::string act = get_or<std::string>(j, "activation_function", "gelu_new", path);
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+      fail("{}: activation_function '{}': claw's GELU is the tanh approximation (gelu_new, gelu_pytorch_tanh)", path,
+           act);
+  } else if (type == "llama") {
+    c.name = "hf-llama";
+    c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
+    c.hidden_size = need<int64_t>(j, "hidden_size", path);
+    c.num_attention_heads = need<int64_t>(j, "num_attention_heads", path);
+    c.num_query_groups = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, path);
+    const int64_t head_dim = get_or<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, path);
+    c.kv_channels = head_dim == c.hidden_size / c.num_attention_heads ? 0 : head_dim;
+    c.ffn_hidden_size = need<int64_t>(j, "intermediate_size", path);
+    c.vocab_size = need<int64_t>(j, "vocab_size", path);
+    c.max_position_embeddings = need<int64_t>(j, "max_position_embeddings", path);
+    c.norm_epsilon = get_or<double>(j, "rms_norm_eps", 1e-6, path);
+    c.rotary_base = get_or<double>(j, "rope_theta", 10000.0, path);
+    c.init_method_std = get_or<double>(j, "initializer_range", 0.02, path);
+    c.untie_embeddings_and_output_weights = !get_or<bool>(j, "tie_word_embeddings", false, path);
+    c.normalization = model::Norm::rmsnorm;
+    c.position_embedding_type = model::Position::rope;
+    c.mlp = model::Mlp::swiglu;
+    c.add_bias_linear = get_or<bool>(j, "attention_bias", false, path);
+    if (get_or<bool>(j, "mlp_bias", c.add_bias_linear, path) != c.add_bias_linear)
+      fail("{}: attention_bias and mlp_bias differ; claw's --disable-bias-linear covers both", path);
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+      fail("{}: rope_scaling {} is not supported (claw implements plain RoPE)", path, j["rope_scaling"].dump());
+    const std::string act = get_or<std::string>(j, "hidden_act", "silu", path);
+    if (act != "silu") fail("{}: hidden_act '{}': claw's SwiGLU uses silu", path, act);
+  } else {
+    fail("{}: model_type '{}' is not supported (gpt2 or llama)", path, type);
+  }
+  c.validate();
+  return c;
+}
+
+std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg) {
+  model::GPT whole(cfg, {.allocate = false});
+  std::vector<model::ParamSpec> out;
+  for (const model::Param* p : whole.params()) out.push_back(p->spec);
+  return out;
+}
+
+HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get) {
+  hf_config(cfg);  // refuses models HF cannot represent
+  const std::vector<model::ParamSpec> specs = model_param_specs(cfg);
+  // HF shapes first: a fused tensor (c_attn) spans its parts' slabs.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  const auto hf_shape = [](const model::ParamSpec& s) {
+    std::vector<int64_t> shape = checkpoint_shape(s);
+    if (s.hf.transpose) std::swap(shape[0], shape[1]);
+    return shape;
+  };
+  for (const model::ParamSpec& s : specs) {
+    if (s.hf.name.empty()) fail("parameter '{}' has no Hugging Face counterpart", s.name);
+    std::vector<int64_t> shape = hf_shape(s);
+    if (s.hf.slice_dim >= 0) {
+      auto& full = shapes[s.hf.name];
+      if (full.empty()) full = shape;
+      full[s.hf.slice_dim] = std::max(full[s.hf.slice_dim], s.hf.end);
+    } else {
+      shapes[s.hf.name] = shape;
+    }
+  }
+  HfStateDict out;
+  for (const auto& [name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    out[name] = {shape, std::vector<float>(static_cast<size_t>(n))};
+  }
+  for (const model::ParamSpec& s : specs) {
+    const std::vector<int64_t> cs = checkpoint_shape(s);
+    std::vector<float> x = get(s.name);
+    int64_t n = 1;
+    for (int64_t d : cs) n *= d;
+    CLAW_CHECK(static_cast<int64_t>(x.size()) == n, "parameter '{}': {} values for {} elements", s.name, x.size(), n);
+    if (s.hf.transpose) x = transpose2d(x, cs[0], cs[1]);
+    HfTensor& t = out[s.hf.name];
+    if (s.hf.slice_dim < 0) t.data = std::move(x);
+    else copy_slab(t.shape, s.hf.slice_dim, s.hf.begin, s.hf.end, t.data.data(), x.data(), true);
+  }
+  return out;
+}
+
+std::vector<float> from_hf(const model::ParamSpec& s, const HfStateDict& hf, const std::string& source) {
+  const auto it = hf.find(s.hf.name);
+  if (it == hf.end()) fail("{}: no tensor '{}' (claw's '{}')", source, s.hf.name, s.name);
+  const HfTensor& t = it->second;
+  std::vector<int64_t> want = checkpoint_shape(s);
+  if (s.hf.transpose) std::swap(want[0], want[1]);
+  std::vector<int64_t> have = t.shape;
+  if (s.hf.slice_dim >= 0) {
+    if (s.hf.slice_dim >= static_cast<int>(have.size()) || have[s.hf.slice_dim] < s.hf.end)
+      fail("{}: tensor '{}' has shape {}; claw's '{}' needs [{}, {}) of dimension {}", source, s.hf.name,
+           shape_string(have), s.name, s.hf.begin, s.hf.end, s.hf.slice_dim);
+    have[s.hf.slice_dim] = s.hf.end - s.hf.begin;
+  }
+  if (have != want)
+    fail("{}: tensor '{}' has shape {}, but this model's '{}' needs {} (does config.json match the weights?)", source,
+         s.hf.name, shape_string(t.shape), s.name, shape_string(want));
+  std::vector<float> x;
+  if (s.hf.slice_dim < 0) {
+    x = t.data;
+  } else {
+    int64_t n = 1;
+    for (int64_t d : have) n *= d;
+    x.resize(static_cast<size_t>(n));
+    copy_slab(t.shape, s.hf.slice_dim, s.hf.begin, s.hf.end, const_cast<float*>(t.data.data()), x.data(), false);
+  }
+  if (s.hf.transpose) x = transpose2d(x, want[0], want[1]);
+  return x;
+}
+
+void write_hf_dir(const std::string& dir, const nlohmann::json& config, const HfStateDict& tensors,
+                  uint64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("--output {}: cannot create the directory: {}", dir, ec.message());
+  // Shards in name order, each up to max_shard_bytes (a tensor larger than
+  // that gets a shard of its own), as transformers' save_pretrained does.
+  std::vector<std::vector<const std::string*>> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t bytes = t.data.size() * sizeof(float);
+    if (in_shard > 0 && max_shard_bytes > 0 && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&name);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};  // transformers requires it
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string file = shards.size() == 1 ? "model.safetensors"
+                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+    std::vector<TensorView> views;
+    for (const std::string* name : shards[k]) {
+      const HfTensor& t = tensors.at(*name);
+      views.push_back({*name, DType::f32, t.shape, t.data.data()});
+      weight_map[*name] = file;
+    }
+    write_safetensors(dir + "/" + file, views, meta);
+  }
+  if (shards.size() > 1)
+    write_file_atomic(dir + "/model.safetensors.index.json",
+                      nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+  write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+}
+
+HfModel read_hf_dir(const std::string& dir) {
+  HfModel m;
+  const std::string cfg_path = dir + "/config.json";
+  std::ifstream f(cfg_path);
+  if (!f) fail("--input {}: no config.json (a Hugging Face model directory holds config.json and *.safetensors)", dir);
+  try {
+    m.config = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", cfg_path, e.what());
+  }
+  std::vector<std::string> files;
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (fs::exists(index)) {
+    std::ifstream fi(index);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(fi);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON: {}", index, e.what());
+    }
+    std::set<std::string> unique;
+    for (const auto& [name, file] : j.at("weight_map").items()) unique.insert(file.get<std::string>());
+    files.assign(unique.begin(), unique.end());
+  } else if (fs::exists(dir + "/model.safetensors")) {
+    files = {"model.safetensors"};
+  } else {
+    fail("--input {}: no model.safetensors or model.safetensors.index.json (PyTorch .bin weights are not read; "
+         "save with safe_serialization=True)",
+         dir);
+  }
+  for (const std::string& file : files) {
+    const SafetensorsFile st(dir + "/" + file);
+    for (const TensorView& t : st.tensors()) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      HfTensor h{t.shape, std::vector<float>(static_cast<size_t>(n))};
+      const auto* u16 = static_cast<const uint16_t*>(t.data);
+      switch (t.dtype) {
+        case DType::f32: std::memcpy(h.data.data(), t.data, n * sizeof(float)); break;
+        case DType::bf16: for (int64_t i = 0; i < n; ++i) h.data[i] = bf16_to_f32(u16[i]); break;
+        case DType::f16: for (int64_t i = 0; i < n; ++i) h.data[i] = f16_to_f32(u16[i]); break;
+        default:
+          if (t.name.find("rotary_emb") != std::string::npos || t.name.find("attn.bias") != std::string::npos) continue;
+          fail("{}/{}: tensor '{}' is {}; claw imports F32, BF16 and F16 weights", dir, file, t.name,
+               safetensors_dtype(t.dtype));
+      }
+      m.tensors[t.name] = std::move(h);
+    }
+  }
+  return m;
+}
+
+}  // namespace claw::ckpt

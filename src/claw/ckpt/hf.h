@@ -1,0 +1,62 @@
+// Hugging Face interchange: claw parameters <-> a transformers model
+// directory (config.json + model.safetensors, or model-0000k-of-0000n
+// shards with model.safetensors.index.json).
+//
+// Each ParamSpec's HfRef (model/hf_names.h) says where the parameter lives
+// in HF's state dict: GPT2LMHeadModel's Conv1D weights are stored [in, out]
+// (transposed from claw's [out, in]) and q/k/v are column blocks of the
+// fused c_attn; LlamaForCausalLM's projections are nn.Linear [out, in] like
+// claw's. claw's RoPE rotates the two halves of each head (HF's
+// rotate_half), so Llama's q/k projections map as they are: the row
+// permutation HF's converter applies to Meta's interleaved checkpoints is
+// already HF's layout. Vocabulary padding exists only in claw: HF tensors
+// have the real vocabulary's rows.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "claw/model/config.h"
+#include "claw/model/param.h"
+
+namespace claw::ckpt {
+
+struct HfTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+using HfStateDict = std::map<std::string, HfTensor>;
+
+// config.json for a model; throws naming the flag when the model has no HF
+// architecture (GPT-2 needs biases; a RoPE model needs RMSNorm and SwiGLU).
+nlohmann::json hf_config(const model::ModelConfig& cfg);
+// The ModelConfig of a GPT2LMHeadModel / LlamaForCausalLM config.json.
+model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& path);
+
+// Every parameter of the whole model (shape-only), in canonical order.
+std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg);
+
+// HF tensors from claw's: `get(param)` returns a parameter's values at its
+// checkpoint shape (ckpt/shards.h: no vocabulary padding).
+HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get);
+// A parameter's values (checkpoint shape) from an HF state dict; throws
+// naming `source` and the HF tensor when it is missing or misshapen.
+std::vector<float> from_hf(const model::ParamSpec& spec, const HfStateDict& hf, const std::string& source);
+
+// Writes config.json and the weights (one file, or shards of at most
+// max_shard_bytes with an index); each file via a temporary name.
+void write_hf_dir(const std::string& dir, const nlohmann::json& config, const HfStateDict& tensors,
+                  uint64_t max_shard_bytes);
+// Reads config.json and every tensor (F32, BF16 or F16, as f32).
+struct HfModel {
+  nlohmann::json config;
+  HfStateDict tensors;
+};
+HfModel read_hf_dir(const std::string& dir);
+
+}  // namespace claw::ckpt

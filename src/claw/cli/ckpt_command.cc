@@ -1,0 +1,196 @@
+#include "claw/cli/ckpt_command.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/hf.h"
+#include "claw/cli/model_flags.h"
+#include "claw/comm/group.h"
+#include "claw/core/error.h"
+#include "claw/model/gpt.h"
+
+namespace claw::cli {
+
+namespace {
+
+std::string mib(double bytes) { return format_bytes(bytes); }
+
+// "5GB", "500MB", "64KiB" or a byte count.
+uint64_t parse_size(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    fail("{} '{}' is not a size (e.g. 5GB, 500MB, 1000000)", flag, text);
+  }
+  const std::string unit = text.substr(used);
+  static const std::map<std::string, double> units = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0},
+      {"GiB", 1073741824.0}};
+  const auto it = units.find(unit);
+  if (it == units.end() || !(v > 0)) fail("{} '{}' is not a size (e.g. 5GB, 500MB, 1000000)", flag, text);
+  return static_cast<uint64_t>(v * it->second);
+}
+
+void check_format(const std::string& format) {
+  if (format != "hf") fail("--format '{}' is not supported (hf: Hugging Face transformers)", format);
+}
+
+struct Inspect {
+  std::string dir;
+  int64_t step = -1;
+  bool tensors = false, verify = false;
+
+  void run() const {
+    const std::string d = ckpt::resolve_load_dir(dir, step);
+    const ckpt::Metadata meta = ckpt::Metadata::read(d);
+    const nlohmann::json& st = meta.state;
+    fmt::print("checkpoint {}: iteration {}, format version {}\n", d, meta.iteration, meta.version);
+    if (st.contains("layout")) {
+      const auto& l = st["layout"];
+      fmt::print("  saved at:   {} rank(s): TP {} x PP {} x DP {}, ZeRO stage {}{}\n", l.value("world_size", 0),
+                 l.value("tp", 1), l.value("pp", 1), l.value("dp", 1), l.value("zero_stage", 0),
+                 l.value("sequence_parallel", false) ? ", sequence parallel" : "");
+    }
+    if (st.contains("consumed_train_samples"))
+      fmt::print("  state:      {} training samples consumed, {} validation; optimizer step {}; seed {}\n",
+                 st.value("consumed_train_samples", int64_t{0}), st.value("consumed_valid_samples", int64_t{0}),
+                 st.value("optimizer_steps", int64_t{0}), st.value("seed", uint64_t{0}));
+    if (!meta.model.empty()) {
+      const model::ModelConfig m = model_from_flags_json(meta.model, "checkpoint " + d);
+      fmt::print("  model:      {}: {} layers, hidden {}, {} heads ({} KV groups), FFN {}, vocabulary {}, {}, {}, {}, "
+                 "{} embeddings\n",
+                 m.name, m.num_layers, m.hidden_size, m.num_attention_heads, m.kv_heads(), m.ffn(), m.vocab_size,
+                 model::to_string(m.normalization), model::to_string(m.position_embedding_type),
+                 model::to_string(m.mlp), m.tied() ? "tied" : "untied");
+    }
+    int64_t params = 0, n_model = 0, n_optim = 0;
+    for (const ckpt::TensorMeta& t : meta.tensors) {
+      int64_t n = 1;
+      for (int64_t s : t.shape) n *= s;
+      if (t.name.rfind("model.", 0) == 0) {
+        params += n;
+        ++n_model;
+      } else {
+        ++n_optim;
+      }
+    }
+    uint64_t bytes = 0;
+    std::string files;
+    for (size_t i = 0; i < meta.files.size(); ++i) {
+      struct stat s {};
+      const std::string path = d + "/" + meta.files[i];
+      const uint64_t size = ::stat(path.c_str(), &s) == 0 ? static_cast<uint64_t>(s.st_size) : 0;
+      bytes += size;
+      if (i < 4) files += fmt::format("{}{} {}", i ? ", " : "", meta.files[i], mib(static_cast<double>(size)));
+    }
+    if (meta.files.size() > 4) files += ", ...";
+    fmt::print("  files:      {} ({}), {} in all\n", meta.files.size(), files, mib(static_cast<double>(bytes)));
+    fmt::print("  tensors:    {} model ({} parameters), {} optimizer state; {} chunks\n", n_model, params, n_optim,
+               meta.chunks.size());
+    if (tensors) {
+      std::map<std::string, int> chunks;
+      for (const ckpt::ChunkMeta& c : meta.chunks) ++chunks[c.tensor];
+      for (const ckpt::TensorMeta& t : meta.tensors)
+        fmt::print("    {:<56} [{}] {} chunk(s)\n", t.name, fmt::join(t.shape, ", "), chunks[t.name]);
+    }
+    if (verify) {
+      uint64_t read = 0;
+      for (const ckpt::TensorMeta& t : meta.tensors) {
+        read += ckpt::read_tensor(d, meta, t.name).size() * sizeof(float);
+      }
+      fmt::print("  verified:   every chunk of {} tensors ({}) matches its checksums\n", meta.tensors.size(),
+                 mib(static_cast<double>(read)));
+    }
+  }
+};
+
+struct Export {
+  std::string load, format = "hf", output, max_shard = "5GB";
+  int64_t step = -1;
+
+  void run() const {
+    check_format(format);
+    if (output.empty()) fail("claw ckpt export: --output DIR is required");
+    const uint64_t max_shard_bytes = parse_size("--max-shard-size", max_shard);
+    const std::string d = ckpt::resolve_load_dir(load, step);
+    const ckpt::Metadata meta = ckpt::Metadata::read(d);
+    const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    const ckpt::HfStateDict hf =
+        ckpt::to_hf(cfg, [&](const std::string& p) { return ckpt::read_tensor(d, meta, ckpt::value_tensor(p)); });
+    const nlohmann::json config = ckpt::hf_config(cfg);
+    ckpt::write_hf_dir(output, config, hf, max_shard_bytes);
+    fmt::print("exported {} (iteration {}) to {}: {} ({} tensors), config.json\n", d, meta.iteration, output,
+               config["architectures"][0].get<std::string>(), hf.size());
+  }
+};
+
+struct Import {
+  std::string format = "hf", input, save;
+
+  void run() const {
+    check_format(format);
+    if (input.empty() || save.empty()) fail("claw ckpt import: --input HF_DIR and --save DIR are required");
+    const ckpt::HfModel hf = ckpt::read_hf_dir(input);
+    const model::ModelConfig cfg = ckpt::model_from_hf_config(hf.config, input + "/config.json");
+    model::GPT gpt(cfg);
+    for (model::Param* p : gpt.params()) {
+      const std::vector<float> x = ckpt::from_hf(p->spec, hf.tensors, input);
+      float* dst = p->data();
+      std::fill(dst, dst + p->spec.local_shape().numel(), 0.0f);  // vocabulary padding stays zero
+      std::copy(x.begin(), x.end(), dst);
+    }
+    comm::SelfGroup self("world");
+    ckpt::Saver saver(self, {.root = save});
+    ckpt::SaveInfo info{.iteration = 0, .model = model_flags_json(cfg)};
+    info.args = {{"imported_from", input}};
+    info.state = {{"consumed_train_samples", 0}, {"consumed_valid_samples", 0}, {"optimizer_steps", 0}};
+    saver.save(ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false}), info);
+    fmt::print("imported {} ({}, {} parameters) into {}\n", input, hf.config.value("model_type", "?"),
+               gpt.store().numel(), ckpt::iteration_dir(save, 0));
+  }
+};
+
+}  // namespace
+
+void add_ckpt_command(CLI::App& app) {
+  CLI::App* ckpt = app.add_subcommand("ckpt", "inspect distributed checkpoints; convert to and from Hugging Face");
+  ckpt->require_subcommand(1);
+
+  auto inspect = std::make_shared<Inspect>();
+  CLI::App* i = ckpt->add_subcommand("inspect", "print what a checkpoint holds");
+  i->add_option("dir", inspect->dir, "checkpoint root (its latest complete checkpoint) or an iter_* directory")
+      ->required();
+  i->add_option("--ckpt-step", inspect->step, "this iteration instead of the latest");
+  i->add_flag("--tensors", inspect->tensors, "list every tensor with its shape and chunk count");
+  i->add_flag("--verify", inspect->verify, "read every chunk and check its checksums");
+  i->callback([inspect] { inspect->run(); });
+
+  auto ex = std::make_shared<Export>();
+  CLI::App* e = ckpt->add_subcommand("export", "write a checkpoint's model as a Hugging Face transformers directory");
+  e->add_option("--load", ex->load, "checkpoint root or iter_* directory")->required();
+  e->add_option("--ckpt-step", ex->step, "this iteration instead of the latest");
+  e->add_option("--format", ex->format, "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM)")
+      ->default_str("hf");
+  e->add_option("--output", ex->output, "directory to write")->required();
+  e->add_option("--max-shard-size", ex->max_shard, "largest safetensors file before sharding with an index")
+      ->default_str("5GB");
+  e->callback([ex] { ex->run(); });
+
+  auto im = std::make_shared<Import>();
+  CLI::App* m = ckpt->add_subcommand("import", "make a claw checkpoint (iteration 0) from a Hugging Face directory");
+  m->add_option("--format", im->format, "hf: a transformers GPT-2 or Llama directory (config.json + safetensors)")
+      ->default_str("hf");
+  m->add_option("--input", im->input, "Hugging Face model directory")->required();
+  m->add_option("--save", im->save, "checkpoint root to write")->required();
+  m->callback([im] { im->run(); });
+}
+
+}  // namespace claw::cli
