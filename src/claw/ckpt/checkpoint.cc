@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -29,10 +31,23 @@ uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 std::string partial_dir(const std::string& root, int64_t iteration) { return iteration_dir(root, iteration) + ".partial"; }
 
-void write_all(int fd, const uint8_t* data, size_t n, const std::string& path) {
+// Fault injection for the tests (docs/checkpoint-format.md): with
+// CLAW_TEST_CRASH_IN_SAVE=N the last rank kills itself with SIGKILL halfway
+// through writing its file of iteration N, as a lost node would.
+bool crash_in_save(int64_t iteration, const comm::Group& world) {
+  const char* e = std::getenv("CLAW_TEST_CRASH_IN_SAVE");
+  return e && std::atoll(e) == iteration && world.rank() == world.size() - 1;
+}
+
+void write_all(int fd, const uint8_t* data, size_t n, const std::string& path, bool crash_halfway = false) {
   size_t done = 0;
   while (done < n) {
-    const size_t piece = std::min<size_t>(n - done, size_t{64} << 20);
+    if (crash_halfway && done >= n / 2) {
+      ::fsync(fd);
+      ::raise(SIGKILL);
+    }
+    size_t piece = std::min<size_t>(n - done, size_t{64} << 20);
+    if (crash_halfway && done < n / 2) piece = std::min(piece, n / 2 - done);
     const ssize_t w = ::pwrite(fd, data + done, piece, static_cast<off_t>(done));
     if (w < 0) {
       if (errno == EINTR) continue;
@@ -151,7 +166,7 @@ void Saver::run_background(std::vector<Piece> pieces, std::string path) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
     try {
-      write_all(fd, buffer_.data(), buffer_.size(), path);
+      write_all(fd, buffer_.data(), buffer_.size(), path, crash_in_save(info_.iteration, world_));
       if (::fsync(fd) != 0) fail("{}: fsync failed: {}", path, std::strerror(errno));
     } catch (...) {
       ::close(fd);

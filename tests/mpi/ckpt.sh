@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Distributed checkpoints through `claw train` (and `claw ckpt`) under mpirun.
+#
+#   ckpt.sh CLAW_BINARY CASE
+#
+# reshard  save at TP 2 x PP 2 x DP 2 (sequence parallel, ZeRO-1, async) after
+#          step 10 of 20, then resume at TP 1 x PP 4 x DP 2, TP 4, PP 2 x DP 2
+#          with ZeRO-3... and on one rank: steps 11-20 equal the run that never
+#          stopped (1e-6 relative; the layouts add in other orders).
+# resume   stop after step 10 and resume at the same layout (one rank; TP 2 x
+#          DP 2 ZeRO-1 async; PP 2 x DP 2 ZeRO-1; DP 2 ZeRO-3): the 20 steps
+#          after the resume, validation included, are bitwise those of the run
+#          that never stopped.
+# faults   a writer killed mid-save (CLAW_TEST_CRASH_IN_SAVE) leaves the
+#          previous checkpoint as latest, and resuming from it is exact; a
+#          truncated and a bit-flipped shard are refused naming the file and
+#          tensor, and --load-fallback takes the previous checkpoint; another
+#          model shape is refused naming the tensor; --keep-last-checkpoints.
+set -uo pipefail
+claw=$1
+case_name=$2
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe --bind-to none)
+common=(--model gpt2-tiny --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1
+        --global-batch-size 8 --eval-interval 5 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 3
+        --hidden-dropout 0.1 --peak-gflops 100 --num-threads 1)
+fail() { echo "FAIL: $*"; exit 1; }
+
+# run NAME NP FLAGS...: claw train on NP ranks (1: no mpirun); log in $tmp/NAME.log.
+run() {
+  local name=$1 np=$2
+  shift 2
+  if [[ $np == 1 ]]; then
+    timeout 300 "$claw" train "${common[@]}" "$@" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1
+  else
+    timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "$@" --metrics-file "$tmp/$name.jsonl" \
+      </dev/null >"$tmp/$name.log" 2>&1
+  fi
+}
+must_run() {
+  run "$@" || { cat "$tmp/$1.log"; fail "$1: claw train ${*:3}"; }
+}
+# must_refuse NAME WANT FLAGS...: one rank, must fail before training saying WANT.
+must_refuse() {
+  local name=$1 want=$2
+  shift 2
+  run "$name" 1 "$@" && { cat "$tmp/$name.log"; fail "$name: claw train $* succeeded"; }
+  grep -qF -- "$want" "$tmp/$name.log" || { cat "$tmp/$name.log"; fail "$name: the error does not say '$want'"; }
+  grep -q "step 1/\|step 11/\|step 16/" "$tmp/$name.log" && fail "$name: training started"
+  echo "ok $name: $(grep -m1 -o "error.*" "$tmp/$name.log" | cut -c1-240)"
+}
+compare() { /usr/bin/python3 "$here/compare_resume.py" "$@" || exit 1; }
+
+case $case_name in
+reshard)
+  must_run ref 1 --train-iters 20
+  must_run save8 8 --train-iters 20 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --sequence-parallel --use-distributed-optimizer --save "$tmp/ck" --save-interval 10 --exit-interval 10 --async-save
+  [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt") == 10 ]] || fail "latest is not 10"
+  "$claw" ckpt inspect "$tmp/ck" --verify || fail "claw ckpt inspect --verify"
+  while read -r np name flags; do
+    [[ -z $np ]] && continue
+    # shellcheck disable=SC2086
+    must_run "$name" "$np" --train-iters 20 --load "$tmp/ck" $flags
+    grep -q "loaded .*iter_0000010" "$tmp/$name.log" || { cat "$tmp/$name.log"; fail "$name: no load line"; }
+    compare "$tmp/ref.jsonl" "$tmp/$name.jsonl" "TP2xPP2xDP2 ZeRO-1 -> $name" 11 10 --rtol 1e-6
+  done <<'RUNS'
+8 tp1_pp4_dp2 --pipeline-model-parallel-size 4 --use-distributed-optimizer
+4 tp4_pp1_dp1 --tensor-model-parallel-size 4
+4 pp2_dp2 --pipeline-model-parallel-size 2
+2 dp2_zero3 --zero-stage 3
+1 single_rank
+RUNS
+  ;;
+resume)
+  while read -r np name async flags; do
+    [[ -z $np ]] && continue
+    save=(--save "$tmp/$name" --save-interval 5)
+    [[ $async == async ]] && save+=(--async-save)
+    # shellcheck disable=SC2086
+    must_run "${name}_ref" "$np" --train-iters 30 $flags
+    # shellcheck disable=SC2086
+    must_run "${name}_a" "$np" --train-iters 30 $flags "${save[@]}" --exit-interval 10
+    compare "$tmp/${name}_ref.jsonl" "$tmp/${name}_a.jsonl" "$name before the stop" 1 10 --bitwise
+    # shellcheck disable=SC2086
+    must_run "${name}_b" "$np" --train-iters 30 $flags --load "$tmp/$name" "${save[@]}"
+    grep -q "loaded .*iter_0000010" "$tmp/${name}_b.log" || { cat "$tmp/${name}_b.log"; fail "$name: no load line"; }
+    compare "$tmp/${name}_ref.jsonl" "$tmp/${name}_b.jsonl" "$name resumed" 11 20 --bitwise
+  done <<'RUNS'
+1 single_rank sync
+4 tp2_dp2_zero1 async --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
+4 pp2_dp2_zero1 sync --pipeline-model-parallel-size 2 --use-distributed-optimizer
+2 dp2_zero3 async --zero-stage 3
+RUNS
+  ;;
+faults)
+  must_run ref 2 --train-iters 20 --use-distributed-optimizer
+  # A rank killed while writing iteration 10: the job dies, 5 stays latest.
+  CLAW_TEST_CRASH_IN_SAVE=10 run crash 2 --train-iters 20 --use-distributed-optimizer --save "$tmp/ck" \
+    --save-interval 5 --async-save && fail "the job survived a killed rank"
+  [[ -d $tmp/ck/iter_0000010.partial && ! -e $tmp/ck/iter_0000010 ]] || { ls -la "$tmp/ck"; fail "crash layout"; }
+  [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt") == 5 ]] || fail "latest is not 5 after the crash"
+  echo "ok killed writer: $(ls "$tmp/ck" | tr '\n' ' ')"
+  must_run resumed 2 --train-iters 20 --use-distributed-optimizer --load "$tmp/ck" --save "$tmp/ck" --save-interval 5
+  grep -q "loaded .*iter_0000005" "$tmp/resumed.log" || { cat "$tmp/resumed.log"; fail "did not load iteration 5"; }
+  [[ ! -e $tmp/ck/iter_0000010.partial ]] || fail "the stale .partial directory of iteration 10 is still there"
+  compare "$tmp/ref.jsonl" "$tmp/resumed.jsonl" "resumed after the killed writer" 6 15 --bitwise
+
+  # Damaged shards of the latest checkpoint (20): refused, or the previous one (15) with --load-fallback.
+  cp -r "$tmp/ck" "$tmp/trunc"
+  f=$tmp/trunc/iter_0000020/rank_00001.bin
+  truncate -s $(($(stat -c %s "$f") / 2)) "$f"
+  must_refuse truncated "rank_00001.bin: truncated: tensor '" --train-iters 25 --load "$tmp/trunc"
+  run fallback 1 --train-iters 16 --load "$tmp/trunc" --load-fallback || { cat "$tmp/fallback.log"; fail "fallback"; }
+  grep -q "loaded .*iter_0000015" "$tmp/fallback.log" || { cat "$tmp/fallback.log"; fail "no fallback to 15"; }
+  echo "ok fallback: $(grep -m1 -o "checkpoint .*unreadable.*" "$tmp/fallback.log")"
+  cp -r "$tmp/ck" "$tmp/flip"
+  f=$tmp/flip/iter_0000020/rank_00000.bin
+  /usr/bin/python3 - "$f" <<'EOF'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(1000)
+    b = f.read(1)
+    f.seek(1000)
+    f.write(bytes([b[0] ^ 0x10]))
+EOF
+  must_refuse bitflip "rank_00000.bin: checksum mismatch in tensor 'model." --train-iters 25 --load "$tmp/flip"
+  "$claw" ckpt inspect "$tmp/flip" --verify >"$tmp/verify.log" 2>&1 && fail "inspect --verify passed a flipped bit"
+  grep -q "checksum mismatch" "$tmp/verify.log" || { cat "$tmp/verify.log"; fail "inspect --verify message"; }
+
+  # Another model shape.
+  must_refuse wider "tensor 'model.embedding.word_embeddings.weight' has shape [50257, 64] there, but [50257, 128]" \
+    --train-iters 25 --load "$tmp/ck" --hidden-size 128
+  must_refuse shallower "holds tensor 'model.layers.2." --train-iters 25 --load "$tmp/ck" --num-layers 2
+  must_refuse deeper "has no tensor 'model.layers.4." --train-iters 25 --load "$tmp/ck" --num-layers 8
+  must_refuse no_step "no complete checkpoint of iteration 7 (complete checkpoints: 5, 10, 15, 20)" \
+    --train-iters 25 --load "$tmp/ck" --ckpt-step 7
+
+  # --keep-last-checkpoints 2 keeps 15 and 20.
+  must_run keep 1 --train-iters 20 --save "$tmp/keep" --save-interval 5 --keep-last-checkpoints 2
+  [[ $(ls "$tmp/keep" | tr '\n' ' ') == "iter_0000015 iter_0000020 latest_checkpointed_iteration.txt " ]] ||
+    { ls "$tmp/keep"; fail "keep-last"; }
+  echo "ok keep-last: $(ls "$tmp/keep" | tr '\n' ' ')"
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
