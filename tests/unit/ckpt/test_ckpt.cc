@@ -1,0 +1,224 @@
+// Distributed checkpoints on one process: the box arithmetic every layout
+// change rests on, a save read back into another layout (ZeRO-3 shards of two
+// data-parallel ranks), corruption named by file and tensor, and the Hugging
+// Face mapping (GPT-2's fused, transposed c_attn; bitwise round trips).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/hf.h"
+#include "claw/core/error.h"
+#include "claw/kernels/cpu/blas.h"
+#include "claw/model/gpt.h"
+
+namespace claw::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Row-major index of a point within the whole tensor.
+int64_t flat(const std::vector<int64_t>& shape, const std::vector<int64_t>& p) {
+  Box whole;
+  whole.offset.assign(shape.size(), 0);
+  whole.size = shape;
+  return index_in(whole, p);
+}
+
+TEST(Ckpt, FlatRangeBoxesAreConsecutiveRunsCoveringTheRange) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{7}, {5, 6}, {3, 4, 5}, {2, 3, 2, 3}}) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    for (int64_t begin = 0; begin < numel; ++begin)
+      for (int64_t n = 1; begin + n <= numel; ++n) {
+        const std::vector<Box> boxes = flat_range_boxes(shape, begin, n);
+        ASSERT_LE(boxes.size(), 2 * shape.size() - 1) << begin << "+" << n;
+        int64_t at = begin;
+        for (const Box& b : boxes) {
+          // A box is a run of consecutive elements: its first and last
+          // elements are numel() - 1 apart in the tensor's order.
+          std::vector<int64_t> last = b.offset;
+          for (size_t d = 0; d < shape.size(); ++d) last[d] += b.size[d] - 1;
+          ASSERT_EQ(flat(shape, b.offset), at);
+          ASSERT_EQ(flat(shape, last) - at + 1, b.numel());
+          at += b.numel();
+        }
+        ASSERT_EQ(at, begin + n);
+      }
+  }
+}
+
+TEST(Ckpt, ShardPiecesDropVocabularyPaddingAndPlaceTensorParallelSlices) {
+  model::ParamSpec spec{.name = "w", .shape = {8, 3}, .init_rows = 6};
+  spec.split(0, 2, 1, "tp");  // global rows 4-7; 6 and 7 are padding
+  EXPECT_EQ(checkpoint_shape(spec), (std::vector<int64_t>{6, 3}));
+  const std::vector<ShardPiece> all = shard_pieces({.tensor = "model.w", .spec = &spec, .begin = 0, .n = 12});
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].box.offset, (std::vector<int64_t>{4, 0}));
+  EXPECT_EQ(all[0].box.size, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(all[0].local_begin, 0);
+  // A ZeRO piece: local elements 5..9 = local row 1 col 2, row 2, row 3 col 0;
+  // globally rows 5 (col 2), 6 and 7, the last two padding.
+  const std::vector<ShardPiece> zero = shard_pieces({.tensor = "model.w", .spec = &spec, .begin = 5, .n = 5});
+  ASSERT_EQ(zero.size(), 1u);
+  EXPECT_EQ(zero[0].box.offset, (std::vector<int64_t>{5, 2}));
+  EXPECT_EQ(zero[0].box.size, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(zero[0].local_begin, 5);
+}
+
+model::ModelConfig tiny(bool llama) {
+  model::ModelConfig c = model::model_preset(llama ? "llama-tiny" : "gpt2-tiny");
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.num_query_groups = llama ? 2 : 0;
+  c.ffn_hidden_size = llama ? 48 : 0;
+  c.num_layers = 2;
+  c.vocab_size = 300;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+class CkptDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("claw_test_ckpt_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir() const { return dir_.string(); }
+  fs::path dir_;
+};
+
+// Saves a one-rank model's values as iteration 3 of dir.
+void save_model(model::GPT& m, const std::string& root) {
+  comm::SelfGroup self("world");
+  Saver saver(self, {.root = root});
+  saver.save(collect_shards({&m.store()}, nullptr, {.optimizer = false}), {.iteration = 3});
+}
+
+TEST_F(CkptDir, LoadsIntoZero3ShardsOfTwoRanks) {
+  const CpuCtx ctx = kernels::make_cpu_ctx(1);
+  model::GPT full(tiny(false));
+  full.init_weights(ctx, 11);
+  save_model(full, dir());
+  const std::string d = resolve_load_dir(dir());
+  EXPECT_EQ(d, iteration_dir(dir(), 3));
+  const Metadata meta = Metadata::read(d);
+  for (int r = 0; r < 2; ++r) {
+    model::GPT part(tiny(false), {.shards = 2, .shard = r, .shard_values = true, .shard_grads = true});
+    load_shards(d, meta, collect_shards({&part.store()}, nullptr, {.zero_stage = 3, .dp_rank = r, .dp_size = 2}));
+    const int64_t lo = part.store().shard_lo(), hi = part.store().shard_hi();
+    // Every parameter element in the shard equals the full model's (the
+    // alignment gaps between parameters are zero in both).
+    for (int64_t i = lo; i < hi; ++i) ASSERT_EQ(part.store().value_shard()[i - lo], full.store().values()[i]) << i;
+  }
+}
+
+TEST_F(CkptDir, CorruptionAndTruncationNameTheFileAndTensor) {
+  const CpuCtx ctx = kernels::make_cpu_ctx(1);
+  model::GPT m(tiny(true));
+  m.init_weights(ctx, 5);
+  save_model(m, dir());
+  const std::string d = iteration_dir(dir(), 3), file = d + "/" + rank_file_name(0);
+  const Metadata meta = Metadata::read(d);
+  const auto shards = collect_shards({&m.store()}, nullptr, {.optimizer = false});
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  try {
+    load_shards(d, meta, shards);
+    FAIL() << "a flipped byte was not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(rank_file_name(0) + ": checksum mismatch in tensor 'model.embedding"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::resize_file(file, 1000);
+  try {
+    load_shards(d, meta, shards);
+    FAIL() << "a truncated file was not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated: tensor '"), std::string::npos) << e.what();
+  }
+  // Another shape is refused before reading, naming the tensor.
+  model::ModelConfig wider = tiny(true);
+  wider.hidden_size = 64;
+  model::GPT w(wider);
+  try {
+    check_compatible(meta, d, collect_shards({&w.store()}, nullptr, {.optimizer = false}));
+    FAIL() << "another shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.embedding.word_embeddings.weight' has shape [300, 32] there, but "
+                                         "[300, 64]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(CkptDir, MetadataErrorsNameTheField) {
+  fs::create_directories(dir());
+  std::ofstream(dir() + "/metadata.json") << R"({"format": "claw-distributed-checkpoint", "version": 1,
+      "iteration": 1, "checksum_block": 1048576, "files": [], "tensors": []})";
+  try {
+    Metadata::read(dir());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no field 'chunks'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Ckpt, HuggingFaceMappingRoundTripsBitwise) {
+  for (bool llama : {false, true}) {
+    const model::ModelConfig cfg = tiny(llama);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> N(0, 1);
+    std::map<std::string, std::vector<float>> ours;
+    for (const model::ParamSpec& s : model_param_specs(cfg)) {
+      int64_t n = 1;
+      for (int64_t d : checkpoint_shape(s)) n *= d;
+      auto& v = ours[s.name];
+      for (int64_t i = 0; i < n; ++i) v.push_back(N(rng));
+    }
+    const HfStateDict hf = to_hf(cfg, [&](const std::string& p) { return ours.at(p); });
+    for (const model::ParamSpec& s : model_param_specs(cfg)) EXPECT_EQ(from_hf(s, hf, "test"), ours.at(s.name)) << s.name;
+    const model::ModelConfig back = model_from_hf_config(hf_config(cfg), "config.json");
+    EXPECT_EQ(back.num_layers, cfg.num_layers);
+    EXPECT_EQ(back.kv_heads(), cfg.kv_heads());
+    EXPECT_EQ(back.ffn(), cfg.ffn());
+    EXPECT_EQ(back.tied(), cfg.tied());
+    EXPECT_EQ(back.normalization, cfg.normalization);
+    EXPECT_EQ(back.norm_epsilon, cfg.norm_epsilon);
+    if (llama) {
+      // nn.Linear: HF's q_proj is claw's, [out, in].
+      EXPECT_EQ(hf.at("model.layers.1.self_attn.k_proj.weight").data, ours.at("layers.1.attention.k_proj.weight"));
+      EXPECT_FALSE(hf.count("lm_head.weight") == 0);  // llama-tiny is untied
+    } else {
+      // Conv1D: c_attn.weight is [C, 3C] = [q | k | v] transposed.
+      const int64_t C = cfg.hidden_size;
+      const HfTensor& c_attn = hf.at("transformer.h.0.attn.c_attn.weight");
+      EXPECT_EQ(c_attn.shape, (std::vector<int64_t>{C, 3 * C}));
+      const std::vector<float>& k = ours.at("layers.0.attention.k_proj.weight");
+      for (int64_t i = 0; i < C; ++i)
+        for (int64_t j = 0; j < C; ++j) ASSERT_EQ(c_attn.data[i * 3 * C + C + j], k[j * C + i]);
+      EXPECT_EQ(hf.count("lm_head.weight"), 0u);  // tied: transformers saves wte only
+    }
+  }
+}
+
+TEST(Ckpt, HuggingFaceRefusesWhatItCannotRepresent) {
+  model::ModelConfig c = tiny(false);
+  c.add_bias_linear = false;
+  EXPECT_THROW(hf_config(c), Error);
+  model::ModelConfig mix = tiny(true);
+  mix.normalization = model::Norm::layernorm;
+  EXPECT_THROW(hf_config(mix), Error);
+  EXPECT_THROW(model_from_hf_config({{"model_type", "bert"}}, "config.json"), Error);
+}
+
+}  // namespace
+}  // namespace claw::ckpt
