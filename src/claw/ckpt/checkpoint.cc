@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <utility>
 
 #include <fmt/ranges.h>
 
@@ -27,6 +28,7 @@ using clock = std::chrono::steady_clock;
 double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
 constexpr uint64_t kAlign = 64;
+constexpr uint64_t kPage = 4096;
 uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 std::string partial_dir(const std::string& root, int64_t iteration) { return iteration_dir(root, iteration) + ".partial"; }
@@ -47,7 +49,7 @@ void write_all(int fd, const uint8_t* data, size_t n, const std::string& path, b
       ::raise(SIGKILL);
     }
     size_t piece = std::min<size_t>(n - done, size_t{64} << 20);
-    if (crash_halfway && done < n / 2) piece = std::min(piece, n / 2 - done);
+    if (crash_halfway && done < n / 2) piece = std::min(piece, (n / 2 - done + 4095) / 4096 * 4096);
     const ssize_t w = ::pwrite(fd, data + done, piece, static_cast<off_t>(done));
     if (w < 0) {
       if (errno == EINTR) continue;
@@ -89,6 +91,11 @@ Saver::~Saver() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::optional<std::pair<int64_t, Saver::Timing>> Saver::take_committed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(committed_, std::nullopt);
+}
+
 Saver::Timing Saver::last_timing() const {
   std::lock_guard<std::mutex> lock(mu_);
   return timing_;
@@ -124,7 +131,13 @@ void Saver::save(const std::vector<Shard>& shards, SaveInfo info) {
       pieces.push_back({s.data + (p.local_begin - s.begin), std::move(c)});
     }
   }
-  buffer_.resize(at);
+  // O_DIRECT writes whole pages: the file ends padded to one.
+  buffer_bytes_ = (at + kPage - 1) / kPage * kPage;
+  if (buffer_bytes_ > buffer_capacity_) {
+    buffer_.reset(static_cast<uint8_t*>(std::aligned_alloc(kPage, std::max(kPage, buffer_bytes_))));
+    if (!buffer_) fail("checkpoint: cannot allocate a {} B snapshot buffer", buffer_bytes_);
+    buffer_capacity_ = buffer_bytes_;
+  }
   info_ = std::move(info);
   chunks_.clear();
   {
@@ -150,7 +163,7 @@ void Saver::run_background(std::vector<Piece> pieces, std::string path) {
     const auto t0 = clock::now();
     std::vector<ChunkMeta> chunks;
     for (Piece& p : pieces) {
-      std::memcpy(buffer_.data() + p.chunk.offset, p.src, p.chunk.length);
+      std::memcpy(buffer_.get() + p.chunk.offset, p.src, p.chunk.length);
       chunks.push_back(std::move(p.chunk));
     }
     {
@@ -160,13 +173,25 @@ void Saver::run_background(std::vector<Piece> pieces, std::string path) {
     }
     cv_.notify_all();
     const auto t1 = clock::now();
+    // Alignment gaps and the tail are zeros, so a file's bytes do not depend on
+    // what the buffer held before.
+    uint64_t end = 0;
+    for (const ChunkMeta& c : chunks) {
+      std::memset(buffer_.get() + end, 0, c.offset - end);
+      end = c.offset + c.length;
+    }
+    std::memset(buffer_.get() + end, 0, buffer_bytes_ - end);
     for (ChunkMeta& c : chunks)
       for (uint64_t b = 0; b < c.length; b += kChecksumBlock)
-        c.checksums.push_back(checksum(buffer_.data() + c.offset + b, std::min(kChecksumBlock, c.length - b)));
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        c.checksums.push_back(checksum(buffer_.get() + c.offset + b, std::min(kChecksumBlock, c.length - b)));
+    // O_DIRECT: the page cache would cost a copy of every byte and, on a
+    // loaded node, write at a fraction of the disk's speed; filesystems
+    // without it (tmpfs) get buffered writes.
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+    if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
     try {
-      write_all(fd, buffer_.data(), buffer_.size(), path, crash_in_save(info_.iteration, world_));
+      write_all(fd, buffer_.get(), buffer_bytes_, path, crash_in_save(info_.iteration, world_));
       if (::fsync(fd) != 0) fail("{}: fsync failed: {}", path, std::strerror(errno));
     } catch (...) {
       ::close(fd);
@@ -297,6 +322,7 @@ void Saver::commit() {
   std::lock_guard<std::mutex> lock(mu_);
   timing_.commit_s = seconds_since(t0);
   phase_ = Phase::idle;
+  committed_ = {info_.iteration, timing_};
 }
 
 std::string resolve_load_dir(const std::string& root, int64_t iteration) {

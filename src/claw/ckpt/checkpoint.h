@@ -23,6 +23,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,8 @@ class Saver {
     uint64_t bytes = 0;  // this rank's file
   };
   Timing last_timing() const;
+  // The iteration and timing of a save committed since the last call, if any.
+  std::optional<std::pair<int64_t, Timing>> take_committed();
 
  private:
   enum class Phase { idle, snapshot, writing, durable, failed };
@@ -95,13 +98,20 @@ class Saver {
   SaveInfo info_;
   std::vector<ChunkMeta> chunks_;  // this rank's, with checksums once durable
   std::vector<TensorMeta> tensors_;
-  std::vector<uint8_t> buffer_;    // the snapshot, laid out as the file
+  // The snapshot, laid out as the file: page-aligned and never zero-filled
+  // (the step must not pay for touching it), kept for the next save.
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> buffer_;
+  uint64_t buffer_capacity_ = 0, buffer_bytes_ = 0;
   std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Phase phase_ = Phase::idle;
   std::string error_;
   Timing timing_;
+  std::optional<std::pair<int64_t, Timing>> committed_;
 };
 
 // The directory --load reads: the iteration given (>= 0) or the latest

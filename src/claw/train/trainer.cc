@@ -440,8 +440,12 @@ TrainResult Trainer::run() {
   auto start = clock::now();
   // An asynchronous save's snapshot reads the values and moments while the
   // next step's forward and backward run; the update waits for it.
-  const auto before_update = [this](const StepResult&) {
-    if (saver_) saver_->wait_snapshot();
+  double ckpt_blocked_s = 0;  // this step's time in the saver
+  const auto before_update = [&](const StepResult&) {
+    if (!saver_) return;
+    const auto t = clock::now();
+    saver_->wait_snapshot();
+    ckpt_blocked_s += seconds_since(t);
   };
   if (start_iteration_ >= cfg_.train_iters)
     log::info("train", "the checkpoint is at iteration {}, --train-iters is {}: nothing to train", start_iteration_,
@@ -509,6 +513,24 @@ TrainResult Trainer::run() {
       result.final_val_loss = val;
       log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));
     }
+    const bool exiting = ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0 && !last;
+    if (saver_) {
+      const auto t = clock::now();
+      saver_->poll();
+      if ((ckpt_cfg_.save_interval > 0 && (step + 1) % ckpt_cfg_.save_interval == 0) || last || exiting)
+        save_checkpoint(step + 1);
+      ckpt_blocked_s += seconds_since(t);
+      // What checkpointing cost this step (bench/bench_ckpt.py), and the
+      // background work of a save committed in it.
+      rec["ckpt_blocked_ms"] = ckpt_blocked_s * 1e3;
+      if (const auto c = saver_->take_committed()) {
+        rec["ckpt_committed"] = c->first;
+        rec["ckpt_bytes"] = c->second.bytes;
+        rec["ckpt_snapshot_s"] = c->second.snapshot_s;
+        rec["ckpt_write_s"] = c->second.write_s;
+      }
+      ckpt_blocked_s = 0;
+    }
     metrics.write(rec);
     if ((step + 1) % cfg_.log_interval == 0 || last || step == 0)
       log::info("train", "{}", format_progress({.step = step + 1, .total_steps = cfg_.train_iters, .loss = loss,
@@ -518,18 +540,17 @@ TrainResult Trainer::run() {
                                                 .elapsed_seconds = seconds_since(start)}));
     result.steps = step + 1;
     result.final_loss = loss;
-    const bool exiting = ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0 && !last;
-    if (saver_) {
-      saver_->poll();
-      if ((ckpt_cfg_.save_interval > 0 && (step + 1) % ckpt_cfg_.save_interval == 0) || last || exiting)
-        save_checkpoint(step + 1);
-    }
     if (exiting) {
       log::info("train", "--exit-interval {}: stopping after step {}", ckpt_cfg_.exit_interval, step + 1);
       break;
     }
   }
-  if (saver_) saver_->finish();
+  if (saver_) {
+    const auto t = clock::now();
+    saver_->finish();
+    if (const auto c = saver_->take_committed())
+      log::info("ckpt", "waited {:.3f} s at exit for the save of iteration {}", seconds_since(t), c->first);
+  }
   result.seconds = seconds_since(start);
   log::info("train", "done: {} steps in {}, final loss {:.4f}{}, peak RSS {}", result.steps,
             format_duration(result.seconds), result.final_loss,
