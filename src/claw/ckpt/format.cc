@@ -93,9 +93,13 @@ const TensorMeta* Metadata::find(const std::string& tensor) const {
   return nullptr;
 }
 
+// Checksums are 16 hex digits: JSON readers that hold numbers as doubles
+// would round a 64-bit integer.
 nlohmann::json chunk_to_json(const ChunkMeta& c) {
-  return {{"tensor", c.tensor},  {"offsets", c.box.offset}, {"sizes", c.box.size},        {"file", c.file},
-          {"byte_offset", c.offset}, {"length", c.length},  {"checksums", c.checksums}};
+  std::vector<std::string> sums;
+  for (uint64_t x : c.checksums) sums.push_back(fmt::format("{:016x}", x));
+  return {{"tensor", c.tensor},      {"offsets", c.box.offset}, {"sizes", c.box.size}, {"file", c.file},
+          {"byte_offset", c.offset}, {"length", c.length},      {"checksums", sums}};
 }
 
 namespace {
@@ -120,7 +124,16 @@ ChunkMeta chunk_from_json(const nlohmann::json& j, const std::string& path) {
   c.file = field<int>(j, "file", path, where);
   c.offset = field<uint64_t>(j, "byte_offset", path, where);
   c.length = field<uint64_t>(j, "length", path, where);
-  c.checksums = field<std::vector<uint64_t>>(j, "checksums", path, where);
+  for (const std::string& h : field<std::vector<std::string>>(j, "checksums", path, where)) {
+    size_t used = 0;
+    uint64_t v = 0;
+    try {
+      v = std::stoull(h, &used, 16);
+    } catch (const std::exception&) {
+    }
+    if (h.size() != 16 || used != 16) fail("{}: {} has a checksum '{}' that is not 16 hex digits", path, where, h);
+    c.checksums.push_back(v);
+  }
   if (c.box.offset.size() != c.box.size.size())
     fail("{}: {} has {} offsets but {} sizes", path, where, c.box.offset.size(), c.box.size.size());
   return c;
