@@ -97,6 +97,17 @@ EOF
 2 dp2_zero3 --zero-stage 3
 1 single_rank
 RUNS
+  # claw eval of the checkpoint: the same loss on one rank and at TP 2 x PP 2.
+  ev=(eval --load "$tmp/ck" --eval-iters 2 --micro-batch-size 2 --global-batch-size 4 --seq-length 32 --num-threads 1)
+  "$claw" "${ev[@]}" >"$tmp/eval1.txt" 2>"$tmp/eval1.log" || { cat "$tmp/eval1.log"; fail "claw eval"; }
+  timeout 300 "${mpirun[@]}" -np 4 "$claw" "${ev[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    </dev/null >"$tmp/eval4.txt" 2>"$tmp/eval4.log" || { cat "$tmp/eval4.log"; fail "mpirun claw eval"; }
+  /usr/bin/python3 - "$tmp/eval1.txt" "$tmp/eval4.txt" <<'EOF' || fail "claw eval differs between layouts"
+import re, sys
+a, b = (float(re.search(r"loss ([\d.]+)", open(p).read()).group(1)) for p in sys.argv[1:])
+assert abs(a - b) <= 1e-6 * a, (a, b)
+print(f"ok claw eval: loss {a:.6f} on one rank, {b:.6f} at TP 2 x PP 2")
+EOF
   ;;
 resume)
   while read -r np name async flags; do
@@ -161,6 +172,15 @@ EOF
   must_refuse deeper "has no tensor 'model.layers.4." --train-iters 25 --load "$tmp/ck" --num-layers 8
   must_refuse no_step "no complete checkpoint of iteration 7 (complete checkpoints: 5, 10, 15, 20)" \
     --train-iters 25 --load "$tmp/ck" --ckpt-step 7
+
+  # Bad commands name the flag.
+  "$claw" eval --data-path x >"$tmp/e.log" 2>&1 && fail "claw eval without --load"
+  grep -q "claw eval: --load DIR" "$tmp/e.log" || { cat "$tmp/e.log"; fail "eval message"; }
+  "$claw" ckpt export --load "$tmp/ck" --format onnx --output "$tmp/x" >"$tmp/e.log" 2>&1 && fail "--format onnx"
+  grep -q "\-\-format 'onnx' is not supported (hf" "$tmp/e.log" || { cat "$tmp/e.log"; fail "format message"; }
+  "$claw" ckpt inspect "$tmp/nowhere" >"$tmp/e.log" 2>&1 && fail "inspect of a missing directory"
+  grep -q "claw ckpt inspect .*nowhere: no such directory" "$tmp/e.log" || { cat "$tmp/e.log"; fail "inspect message"; }
+  echo "ok bad commands: $(cat "$tmp/e.log")"
 
   # --keep-last-checkpoints 2 keeps 15 and 20.
   must_run keep 1 --train-iters 20 --save "$tmp/keep" --save-interval 5 --keep-last-checkpoints 2

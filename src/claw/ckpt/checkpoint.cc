@@ -151,10 +151,7 @@ void Saver::save(const std::vector<Shard>& shards, SaveInfo info) {
   pending_ = true;
   const std::string path = partial + "/" + rank_file_name(world_.rank());
   thread_ = std::thread([this, pieces = std::move(pieces), path]() mutable { run_background(std::move(pieces), path); });
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    timing_.blocked_s += seconds_since(t0);
-  }
+  add_blocked(seconds_since(t0));
   if (!cfg_.async) finish();
 }
 
@@ -210,6 +207,11 @@ void Saver::run_background(std::vector<Piece> pieces, std::string path) {
   cv_.notify_all();
 }
 
+void Saver::add_blocked(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  timing_.blocked_s += s;
+}
+
 void Saver::wait_phase_at_least(Phase p) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return phase_ >= p; });
@@ -219,8 +221,7 @@ void Saver::wait_snapshot() {
   if (!pending_) return;
   const auto t0 = clock::now();
   wait_phase_at_least(Phase::writing);
-  std::lock_guard<std::mutex> lock(mu_);
-  timing_.blocked_s += seconds_since(t0);
+  add_blocked(seconds_since(t0));
 }
 
 std::optional<int64_t> Saver::poll() {
@@ -234,10 +235,7 @@ std::optional<int64_t> Saver::poll() {
   state = world_.all_reduce_value(state, comm::ReduceOp::min);
   const bool ready = state != 0;
   if (ready) commit();  // also reports a failure on any rank
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    timing_.blocked_s += seconds_since(t0);
-  }
+  add_blocked(seconds_since(t0));
   return ready ? std::optional<int64_t>(info_.iteration) : std::nullopt;
 }
 
@@ -245,10 +243,7 @@ void Saver::finish() {
   if (!pending_) return;
   const auto t0 = clock::now();
   wait_phase_at_least(Phase::durable);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    timing_.blocked_s += seconds_since(t0);
-  }
+  add_blocked(seconds_since(t0));
   while (!poll()) {
   }
 }
@@ -325,19 +320,20 @@ void Saver::commit() {
   committed_ = {info_.iteration, timing_};
 }
 
-std::string resolve_load_dir(const std::string& root, int64_t iteration) {
+std::string resolve_load_dir(const std::string& root, int64_t iteration, const std::string& what) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) fail("--load {}: no such directory", root);
+  if (!fs::is_directory(root, ec)) fail("{} {}: no such directory", what, root);
   if (fs::exists(fs::path(root) / "metadata.json", ec)) return root;  // an iteration directory itself
   const std::vector<int64_t> its = complete_iterations(root);
   const auto list = [&] { return its.empty() ? std::string("none") : fmt::format("{}", fmt::join(its, ", ")); };
   if (iteration < 0) {
     const std::optional<int64_t> latest = read_latest(root);
-    if (!latest) fail("--load {}: no {} (complete checkpoints: {})", root, latest_file(root), list());
+    if (!latest) fail("{} {}: no {} (complete checkpoints: {})", what, root, latest_file(root), list());
     iteration = *latest;
   }
   if (std::find(its.begin(), its.end(), iteration) == its.end())
-    fail("--load {}: no complete checkpoint of iteration {} (complete checkpoints: {})", root, iteration, list());
+    fail("{} {}: no complete checkpoint of iteration {} (complete checkpoints: {})", what, root, iteration,
+         list());
   return iteration_dir(root, iteration);
 }
 

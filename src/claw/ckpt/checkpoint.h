@@ -90,6 +90,7 @@ class Saver {
   };
   void run_background(std::vector<Piece> pieces, std::string path);
   void wait_phase_at_least(Phase p);
+  void add_blocked(double seconds);
   void commit();
 
   comm::Group& world_;
@@ -115,8 +116,9 @@ class Saver {
 };
 
 // The directory --load reads: the iteration given (>= 0) or the latest
-// complete one. Throws naming ROOT and what it holds when there is none.
-std::string resolve_load_dir(const std::string& root, int64_t iteration = -1);
+// complete one. Throws naming `what` (the flag or command), ROOT and what it
+// holds when there is none.
+std::string resolve_load_dir(const std::string& root, int64_t iteration = -1, const std::string& what = "--load");
 
 // Checks that the checkpoint holds every tensor in `shards` at the shape
 // this model has (and, with `all_params`, no model tensor that the model

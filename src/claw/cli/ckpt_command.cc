@@ -49,7 +49,7 @@ struct Inspect {
   bool tensors = false, verify = false;
 
   void run() const {
-    const std::string d = ckpt::resolve_load_dir(dir, step);
+    const std::string d = ckpt::resolve_load_dir(dir, step, "claw ckpt inspect");
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
     const nlohmann::json& st = meta.state;
     fmt::print("checkpoint {}: iteration {}, format version {}\n", d, meta.iteration, meta.version);
