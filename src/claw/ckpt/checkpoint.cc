@@ -464,7 +464,7 @@ void read_box(ChunkReader& reader, const std::vector<const ChunkMeta*>& chunks, 
 }
 }  // namespace
 
-void load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards) {
+uint64_t load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards) {
   check_compatible(meta, dir, shards);
   ChunkReader reader(dir, meta);
   const auto by_tensor = chunks_by_tensor(meta);
@@ -474,6 +474,7 @@ void load_shards(const std::string& dir, const Metadata& meta, const std::vector
     if (it == by_tensor.end()) continue;
     for (const ShardPiece& p : shard_pieces(s)) read_box(reader, it->second, p.box, s.data + (p.local_begin - s.begin));
   }
+  return reader.bytes_read();
 }
 
 std::vector<float> read_tensor(const std::string& dir, const Metadata& meta, const std::string& tensor) {

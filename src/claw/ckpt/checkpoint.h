@@ -127,8 +127,8 @@ void check_compatible(const Metadata& meta, const std::string& dir, const std::v
                       const std::vector<std::string>& all_params = {});
 // Fills `shards` from the checkpoint in `dir`. Elements the checkpoint shape
 // does not cover (vocabulary padding) are zeroed. Throws naming the file and
-// tensor on a short file or a checksum mismatch.
-void load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards);
+// tensor on a short file or a checksum mismatch. Returns the bytes read.
+uint64_t load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards);
 
 // One whole tensor from a checkpoint (export, inspect, tests).
 std::vector<float> read_tensor(const std::string& dir, const Metadata& meta, const std::string& tensor);

@@ -314,13 +314,14 @@ void Trainer::load_checkpoint() {
     for (const model::Param* p : const_cast<model::GPT&>(whole).params()) all_params.push_back(p->spec.name);
   }
   ckpt::Metadata meta;
+  uint64_t bytes_read = 0;
   while (true) {
     meta = ckpt::Metadata::read(dir);
     // A model of another shape is refused whatever --load-fallback says.
     ckpt::check_compatible(meta, dir, shards, all_params);
     std::string error;
     try {
-      ckpt::load_shards(dir, meta, shards);
+      bytes_read = ckpt::load_shards(dir, meta, shards);
     } catch (const Error& e) {
       error = e.what();
     }
@@ -356,9 +357,13 @@ void Trainer::load_checkpoint() {
   if (gb != cfg_.global_batch_size)
     log::warn("ckpt", "the checkpoint was trained with --global-batch-size {}; continuing at {} from sample {}", gb,
               cfg_.global_batch_size, consumed_train_samples_);
-  log::info("ckpt", "loaded {} (iteration {}, {} samples consumed{}, saved at {}); resuming at step {}", dir,
-            meta.iteration, consumed_train_samples_, optimizer ? "" : ", optimizer state not loaded",
-            st.value("layout", nlohmann::json::object()).dump(), start_iteration_ + 1);
+  uint64_t total = 0;
+  for (const ckpt::ChunkMeta& c : meta.chunks) total += c.length;
+  log::info("ckpt", "loaded {} (iteration {}, {} samples consumed{}, saved at {}; this rank read {} of {}); "
+            "resuming at step {}",
+            dir, meta.iteration, consumed_train_samples_, optimizer ? "" : ", optimizer state not loaded",
+            st.value("layout", nlohmann::json::object()).dump(), format_bytes(static_cast<double>(bytes_read)),
+            format_bytes(static_cast<double>(total)), start_iteration_ + 1);
 }
 
 void Trainer::save_checkpoint(int64_t iteration) {
