@@ -113,31 +113,10 @@ void Saver::save(const std::vector<Shard>& shards, SaveInfo info) {
     fs::create_directory(partial, ec);
     if (ec) fail("--save {}: cannot create {}: {}", cfg_.root, partial, ec.message());
   }
-  // Lay out this rank's file: its chunks back to back, 64-byte aligned.
+  if (thread_.joinable()) thread_.join();  // prepare()'s page touching
   std::vector<Piece> pieces;
-  tensors_.clear();
-  std::map<std::string, bool> seen;
-  uint64_t at = 0;
-  for (const Shard& s : shards) {
-    if (!seen[s.tensor]) {
-      seen[s.tensor] = true;
-      tensors_.push_back({s.tensor, checkpoint_shape(*s.spec), DType::f32});
-    }
-    if (!s.write) continue;
-    for (const ShardPiece& p : shard_pieces(s)) {
-      ChunkMeta c{.tensor = s.tensor, .box = p.box, .file = world_.rank(), .offset = at,
-                  .length = static_cast<uint64_t>(p.box.numel()) * sizeof(float)};
-      at = align_up(at + c.length);
-      pieces.push_back({s.data + (p.local_begin - s.begin), std::move(c)});
-    }
-  }
-  // O_DIRECT writes whole pages: the file ends padded to one.
-  buffer_bytes_ = (at + kPage - 1) / kPage * kPage;
-  if (buffer_bytes_ > buffer_capacity_) {
-    buffer_.reset(static_cast<uint8_t*>(std::aligned_alloc(kPage, std::max(kPage, buffer_bytes_))));
-    if (!buffer_) fail("checkpoint: cannot allocate a {} B snapshot buffer", buffer_bytes_);
-    buffer_capacity_ = buffer_bytes_;
-  }
+  const uint64_t at = layout(shards, &pieces);
+  ensure_buffer(at);
   info_ = std::move(info);
   chunks_.clear();
   {
@@ -153,6 +132,47 @@ void Saver::save(const std::vector<Shard>& shards, SaveInfo info) {
   thread_ = std::thread([this, pieces = std::move(pieces), path]() mutable { run_background(std::move(pieces), path); });
   add_blocked(seconds_since(t0));
   if (!cfg_.async) finish();
+}
+
+uint64_t Saver::layout(const std::vector<Shard>& shards, std::vector<Piece>* pieces) {
+  // This rank's file: its chunks back to back, 64-byte aligned.
+  tensors_.clear();
+  std::map<std::string, bool> seen;
+  uint64_t at = 0;
+  for (const Shard& s : shards) {
+    if (!seen[s.tensor]) {
+      seen[s.tensor] = true;
+      tensors_.push_back({s.tensor, checkpoint_shape(*s.spec), DType::f32});
+    }
+    if (!s.write) continue;
+    for (const ShardPiece& p : shard_pieces(s)) {
+      ChunkMeta c{.tensor = s.tensor, .box = p.box, .file = world_.rank(), .offset = at,
+                  .length = static_cast<uint64_t>(p.box.numel()) * sizeof(float)};
+      at = align_up(at + c.length);
+      pieces->push_back({s.data + (p.local_begin - s.begin), std::move(c)});
+    }
+  }
+  return at;
+}
+
+void Saver::ensure_buffer(uint64_t file_bytes) {
+  // O_DIRECT writes whole pages: the file ends padded to one.
+  buffer_bytes_ = (file_bytes + kPage - 1) / kPage * kPage;
+  if (buffer_bytes_ <= buffer_capacity_) return;
+  buffer_.reset(static_cast<uint8_t*>(std::aligned_alloc(kPage, std::max(kPage, buffer_bytes_))));
+  if (!buffer_) fail("checkpoint: cannot allocate a {} B snapshot buffer", buffer_bytes_);
+  buffer_capacity_ = buffer_bytes_;
+}
+
+void Saver::prepare(const std::vector<Shard>& shards) {
+  if (pending_ || thread_.joinable()) return;
+  std::vector<Piece> pieces;
+  ensure_buffer(layout(shards, &pieces));
+  // Fault the pages in now, in the background: a first snapshot that also
+  // page-faults 4 KiB at a time can outlast the step it overlaps.
+  thread_ = std::thread([buf = buffer_.get(), n = buffer_bytes_] {
+    for (uint64_t i = 0; i < n; i += kPage) buf[i] = 0;
+  });
 }
 
 void Saver::run_background(std::vector<Piece> pieces, std::string path) {

@@ -62,6 +62,9 @@ class Saver {
   // Collective. Starts saving the current contents of `shards` (waiting first
   // for a previous save to finish). Synchronous saves are committed on return.
   void save(const std::vector<Shard>& shards, SaveInfo info);
+  // Optional, once before the first save: allocates the snapshot buffer for
+  // `shards` and faults its pages in on a background thread.
+  void prepare(const std::vector<Shard>& shards);
   // Returns once the pending save's snapshot no longer reads the shards.
   void wait_snapshot();
   // Collective: commits the pending save if every rank's file is durable.
@@ -88,6 +91,8 @@ class Saver {
     const float* src;
     ChunkMeta chunk;
   };
+  uint64_t layout(const std::vector<Shard>& shards, std::vector<Piece>* pieces);
+  void ensure_buffer(uint64_t file_bytes);
   void run_background(std::vector<Piece> pieces, std::string path);
   void wait_phase_at_least(Phase p);
   void add_blocked(double seconds);

@@ -282,10 +282,12 @@ std::vector<ckpt::Shard> Trainer::checkpoint_shards(bool optimizer) const {
 
 void Trainer::setup_checkpointing() {
   if (!ckpt_cfg_.load.empty()) load_checkpoint();
-  if (!ckpt_cfg_.save.empty())
+  if (!ckpt_cfg_.save.empty()) {
     saver_ = std::make_unique<ckpt::Saver>(pstate_->world(),
                                            ckpt::SaveConfig{.root = ckpt_cfg_.save, .async = ckpt_cfg_.async_save,
                                                             .keep_last = ckpt_cfg_.keep_last});
+    if (ckpt_cfg_.async_save) saver_->prepare(checkpoint_shards(true));
+  }
 }
 
 void Trainer::load_checkpoint() {
