@@ -100,7 +100,7 @@ def main():
     ap.add_argument("--claw", default="build/bin/claw")
     ap.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temporary one)")
     ap.add_argument("--np", type=int, default=1, help="ranks for the claw runs (data parallel, ZeRO-1)")
-    ap.add_argument("--iters", type=int, default=13)
+    ap.add_argument("--iters", type=int, default=14)
     ap.add_argument("--save-interval", type=int, default=4)
     a = ap.parse_args()
     work = tempfile.mkdtemp(dir=a.dir, prefix="claw_bench_ckpt_")
@@ -122,7 +122,8 @@ def main():
             # (the snapshot wait before the update, and the commit's poll).
             blocked = []
             for r in saves:
-                nxt = [x for x in recs if x["step"] == r["step"] + 1]
+                # (not when the next step saves too: the run's last step always does)
+                nxt = [x for x in recs if x["step"] == r["step"] + 1 and x["step"] % si and x["step"] != a.iters]
                 blocked.append(r["ckpt_blocked_ms"] + (nxt[0]["ckpt_blocked_ms"] if nxt else 0))
             committed = [r for r in recs if "ckpt_committed" in r]
             write_s = [r["ckpt_write_s"] for r in committed]
