@@ -11,7 +11,6 @@
 #include "claw/ckpt/safetensors.h"
 #include "claw/ckpt/shards.h"
 #include "claw/core/error.h"
-#include "claw/model/gpt.h"
 
 namespace claw::ckpt {
 
@@ -198,13 +197,6 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
   }
   c.validate();
   return c;
-}
-
-std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg) {
-  model::GPT whole(cfg, {.allocate = false});
-  std::vector<model::ParamSpec> out;
-  for (const model::Param* p : whole.params()) out.push_back(p->spec);
-  return out;
 }
 
 HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get) {

@@ -38,9 +38,6 @@ nlohmann::json hf_config(const model::ModelConfig& cfg);
 // The ModelConfig of a GPT2LMHeadModel / LlamaForCausalLM config.json.
 model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& path);
 
-// Every parameter of the whole model (shape-only), in canonical order.
-std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg);
-
 // HF tensors from claw's: `get(param)` returns a parameter's values at its
 // checkpoint shape (ckpt/shards.h: no vocabulary padding).
 HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "claw/core/error.h"
+#include "claw/model/gpt.h"
 
 namespace claw::ckpt {
 
@@ -36,6 +37,14 @@ std::vector<ShardPiece> shard_pieces(const Shard& s) {
 }
 
 std::string value_tensor(const std::string& param) { return "model." + param; }
+
+std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg) {
+  model::GPT whole(cfg, {.allocate = false});
+  std::vector<model::ParamSpec> out;
+  for (const model::Param* p : whole.params()) out.push_back(p->spec);
+  return out;
+}
+
 
 std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& stores, const optim::AdamW* optimizer,
                                   const ShardOptions& opts) {

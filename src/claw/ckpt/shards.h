@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "claw/ckpt/format.h"
+#include "claw/model/config.h"
 #include "claw/model/param.h"
 #include "claw/optim/adamw.h"
 
@@ -43,6 +44,10 @@ struct ShardPiece {
 std::vector<ShardPiece> shard_pieces(const Shard& s);
 
 std::string value_tensor(const std::string& param);  // "model.<param>"
+
+// Every parameter of the whole model (a shape-only GPT), in canonical order:
+// what a complete checkpoint of `cfg` holds.
+std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg);
 
 struct ShardOptions {
   int zero_stage = 0;

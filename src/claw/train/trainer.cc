@@ -302,23 +302,22 @@ void Trainer::load_checkpoint() {
     return;
   }
   std::string dir = ckpt::resolve_load_dir(root, ckpt_cfg_.ckpt_step);
-  // A checkpoint without optimizer state (an import, or a --no-save-optim
-  // save) loads its parameters; the optimizer starts fresh.
-  bool has_optimizer = false;
-  for (const ckpt::TensorMeta& t : ckpt::Metadata::read(dir).tensors) has_optimizer |= t.name.rfind("optim.", 0) == 0;
-  if (!has_optimizer && !ckpt_cfg_.no_load_optim)
-    log::info("ckpt", "{} holds no optimizer state: loading the parameters, the optimizer starts fresh", dir);
-  const bool optimizer = !ckpt_cfg_.no_load_optim && has_optimizer;
-  const std::vector<ckpt::Shard> shards = checkpoint_shards(optimizer);
   std::vector<std::string> all_params;
-  {
-    const model::GPT whole(model_cfg_, {.allocate = false});
-    for (const model::Param* p : const_cast<model::GPT&>(whole).params()) all_params.push_back(p->spec.name);
-  }
+  for (const model::ParamSpec& s : ckpt::model_param_specs(model_cfg_)) all_params.push_back(s.name);
   ckpt::Metadata meta;
   uint64_t bytes_read = 0;
+  bool optimizer = false;
   while (true) {
     meta = ckpt::Metadata::read(dir);
+    // A checkpoint without optimizer state (an import) loads its parameters;
+    // the optimizer starts fresh.
+    const bool has_optimizer = std::any_of(meta.tensors.begin(), meta.tensors.end(), [](const ckpt::TensorMeta& t) {
+      return t.name.rfind("optim.", 0) == 0;
+    });
+    if (!has_optimizer && !ckpt_cfg_.no_load_optim)
+      log::info("ckpt", "{} holds no optimizer state: loading the parameters, the optimizer starts fresh", dir);
+    optimizer = !ckpt_cfg_.no_load_optim && has_optimizer;
+    const std::vector<ckpt::Shard> shards = checkpoint_shards(optimizer);
     // A model of another shape is refused whatever --load-fallback says.
     ckpt::check_compatible(meta, dir, shards, all_params);
     std::string error;
