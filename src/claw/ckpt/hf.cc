@@ -11,6 +11,7 @@
 #include "claw/ckpt/safetensors.h"
 #include "claw/ckpt/shards.h"
 #include "claw/core/error.h"
+#include "claw/model/hf_names.h"
 
 namespace claw::ckpt {
 
