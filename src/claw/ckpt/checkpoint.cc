@@ -164,8 +164,8 @@ void Saver::ensure_buffer(uint64_t file_bytes) {
   buffer_capacity_ = buffer_bytes_;
 }
 
-void Saver::prepare(const std::vector<Shard>& shards) {
-  if (pending_ || thread_.joinable()) return;
+uint64_t Saver::prepare(const std::vector<Shard>& shards) {
+  if (pending_ || thread_.joinable()) return buffer_capacity_;
   std::vector<Piece> pieces;
   ensure_buffer(layout(shards, &pieces));
   // Fault the pages in now, in the background: a first snapshot that also
@@ -173,6 +173,7 @@ void Saver::prepare(const std::vector<Shard>& shards) {
   thread_ = std::thread([buf = buffer_.get(), n = buffer_bytes_] {
     for (uint64_t i = 0; i < n; i += kPage) buf[i] = 0;
   });
+  return buffer_bytes_;
 }
 
 void Saver::run_background(std::vector<Piece> pieces, std::string path) {

@@ -63,8 +63,8 @@ class Saver {
   // for a previous save to finish). Synchronous saves are committed on return.
   void save(const std::vector<Shard>& shards, SaveInfo info);
   // Optional, once before the first save: allocates the snapshot buffer for
-  // `shards` and faults its pages in on a background thread.
-  void prepare(const std::vector<Shard>& shards);
+  // `shards` and faults its pages in on a background thread. Returns its bytes.
+  uint64_t prepare(const std::vector<Shard>& shards);
   // Returns once the pending save's snapshot no longer reads the shards.
   void wait_snapshot();
   // Collective: commits the pending save if every rank's file is durable.

@@ -286,7 +286,11 @@ void Trainer::setup_checkpointing() {
     saver_ = std::make_unique<ckpt::Saver>(pstate_->world(),
                                            ckpt::SaveConfig{.root = ckpt_cfg_.save, .async = ckpt_cfg_.async_save,
                                                             .keep_last = ckpt_cfg_.keep_last});
-    if (ckpt_cfg_.async_save) saver_->prepare(checkpoint_shards(true));
+    // The snapshot buffer is host memory beyond the planned arenas: as large
+    // as what this rank writes (its share of parameters and moments).
+    if (ckpt_cfg_.async_save)
+      log::info("ckpt", "--async-save: {} snapshot buffer on this rank",
+                format_bytes(static_cast<double>(saver_->prepare(checkpoint_shards(true)))));
   }
 }
 
