@@ -242,7 +242,11 @@ HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector
 }
 
 std::vector<float> from_hf(const model::ParamSpec& s, const HfStateDict& hf, const std::string& source) {
-  const auto it = hf.find(s.hf.name);
+  auto it = hf.find(s.hf.name);
+  // The Hub's original GPT-2 files name GPT2Model's tensors without the
+  // "transformer." prefix that GPT2LMHeadModel.save_pretrained writes.
+  const std::string bare = "transformer.";
+  if (it == hf.end() && s.hf.name.rfind(bare, 0) == 0) it = hf.find(s.hf.name.substr(bare.size()));
   if (it == hf.end()) fail("{}: no tensor '{}' (claw's '{}')", source, s.hf.name, s.name);
   const HfTensor& t = it->second;
   std::vector<int64_t> want = checkpoint_shape(s);

@@ -186,6 +186,12 @@ TEST(Ckpt, HuggingFaceMappingRoundTripsBitwise) {
     }
     const HfStateDict hf = to_hf(cfg, [&](const std::string& p) { return ours.at(p); });
     for (const model::ParamSpec& s : model_param_specs(cfg)) EXPECT_EQ(from_hf(s, hf, "test"), ours.at(s.name)) << s.name;
+    if (!llama) {
+      // The Hub's original gpt2 files drop the "transformer." prefix.
+      HfStateDict hub;
+      for (const auto& [name, t] : hf) hub[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = t;
+      for (const model::ParamSpec& s : model_param_specs(cfg)) EXPECT_EQ(from_hf(s, hub, "hub"), ours.at(s.name));
+    }
     const model::ModelConfig back = model_from_hf_config(hf_config(cfg), "config.json");
     EXPECT_EQ(back.num_layers, cfg.num_layers);
     EXPECT_EQ(back.kv_heads(), cfg.kv_heads());
