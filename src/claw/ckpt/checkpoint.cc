@@ -77,7 +77,6 @@ std::vector<std::string> all_gather_strings(comm::Group& g, const std::string& m
   return out;
 }
 
-std::string shape_string(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 }  // namespace
 
 Saver::Saver(comm::Group& world, SaveConfig cfg) : world_(world), cfg_(std::move(cfg)) {
@@ -387,62 +386,53 @@ void check_compatible(const Metadata& meta, const std::string& dir, const std::v
   }
 }
 
+CheckpointReader::CheckpointReader(std::string dir, const Metadata& meta)
+    : dir_(std::move(dir)), meta_(meta), fds_(meta.files.size(), -1) {
+  for (const ChunkMeta& c : meta.chunks) chunks_[c.tensor].push_back(&c);
+}
+
+CheckpointReader::~CheckpointReader() {
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+const uint8_t* CheckpointReader::read_bytes(const ChunkMeta& c, uint64_t lo, uint64_t hi) {
+  const uint64_t B = meta_.checksum_block;
+  const uint64_t b0 = lo / B, b1 = (hi + B - 1) / B;
+  if (c.checksums.size() != (c.length + B - 1) / B)
+    fail("{}/metadata.json: a chunk of '{}' has {} checksums for {} bytes", dir_, c.tensor, c.checksums.size(),
+         c.length);
+  const uint64_t begin = b0 * B, end = std::min(c.length, b1 * B);
+  buf_.resize(end - begin);
+  const std::string path = dir_ + "/" + meta_.files[c.file];
+  int& fd = fds_[c.file];
+  if (fd < 0) {
+    fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < buf_.size()) {
+    const ssize_t r = ::pread(fd, buf_.data() + done, buf_.size() - done, static_cast<off_t>(c.offset + begin + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      struct stat st {};
+      ::fstat(fd, &st);
+      fail("{}: truncated: tensor '{}' needs bytes [{}, {}) of it, the file has {} bytes", path, c.tensor,
+           c.offset + begin, c.offset + end, st.st_size);
+    }
+    done += static_cast<size_t>(r);
+  }
+  for (uint64_t b = b0; b < b1 && b * B < c.length; ++b) {
+    const uint64_t o = b * B - begin, n = std::min(B, c.length - b * B);
+    if (checksum(buf_.data() + o, n) != c.checksums[b])
+      fail("{}: checksum mismatch in tensor '{}' (bytes [{}, {}) of the file): the checkpoint is corrupt", path,
+           c.tensor, c.offset + b * B, c.offset + b * B + n);
+  }
+  bytes_read_ += buf_.size();
+  return buf_.data() + (lo - begin);
+}
+
 namespace {
-// Reads byte ranges of a checkpoint's files, verifying checksum blocks.
-class ChunkReader {
- public:
-  ChunkReader(const std::string& dir, const Metadata& meta) : dir_(dir), meta_(meta), fds_(meta.files.size(), -1) {}
-  ~ChunkReader() {
-    for (int fd : fds_)
-      if (fd >= 0) ::close(fd);
-  }
-  // Bytes [lo, hi) of chunk c, rounded out to whole checksum blocks and
-  // verified; returns a pointer to byte lo.
-  const uint8_t* read(const ChunkMeta& c, uint64_t lo, uint64_t hi) {
-    const uint64_t B = meta_.checksum_block;
-    const uint64_t b0 = lo / B, b1 = (hi + B - 1) / B;
-    if (c.checksums.size() != (c.length + B - 1) / B)
-      fail("{}/metadata.json: a chunk of '{}' has {} checksums for {} bytes", dir_, c.tensor, c.checksums.size(),
-           c.length);
-    const uint64_t begin = b0 * B, end = std::min(c.length, b1 * B);
-    buf_.resize(end - begin);
-    const std::string path = dir_ + "/" + meta_.files[c.file];
-    int& fd = fds_[c.file];
-    if (fd < 0) {
-      fd = ::open(path.c_str(), O_RDONLY);
-      if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-    }
-    size_t done = 0;
-    while (done < buf_.size()) {
-      const ssize_t r = ::pread(fd, buf_.data() + done, buf_.size() - done, static_cast<off_t>(c.offset + begin + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        struct stat st {};
-        ::fstat(fd, &st);
-        fail("{}: truncated: tensor '{}' needs bytes [{}, {}) of it, the file has {} bytes", path, c.tensor,
-             c.offset + begin, c.offset + end, st.st_size);
-      }
-      done += static_cast<size_t>(r);
-    }
-    for (uint64_t b = b0; b < b1 && b * B < c.length; ++b) {
-      const uint64_t o = b * B - begin, n = std::min(B, c.length - b * B);
-      if (checksum(buf_.data() + o, n) != c.checksums[b])
-        fail("{}: checksum mismatch in tensor '{}' (bytes [{}, {}) of the file): the checkpoint is corrupt", path,
-             c.tensor, c.offset + b * B, c.offset + b * B + n);
-    }
-    bytes_read_ += buf_.size();
-    return buf_.data() + (lo - begin);
-  }
-  uint64_t bytes_read() const { return bytes_read_; }
-
- private:
-  std::string dir_;
-  const Metadata& meta_;
-  std::vector<int> fds_;
-  std::vector<uint8_t> buf_;
-  uint64_t bytes_read_ = 0;
-};
-
 // Copies the elements of `region` (inside both boxes) from `src` (row-major
 // over src_box, element 0 at src_box's offset) to `dst` (row-major over dst_box).
 void copy_region(const Box& region, const Box& src_box, const float* src, const Box& dst_box, float* dst) {
@@ -463,53 +453,46 @@ void copy_region(const Box& region, const Box& src_box, const float* src, const 
     if (d < 0) return;
   }
 }
+}  // namespace
 
-std::map<std::string, std::vector<const ChunkMeta*>> chunks_by_tensor(const Metadata& meta) {
-  std::map<std::string, std::vector<const ChunkMeta*>> out;
-  for (const ChunkMeta& c : meta.chunks) out[c.tensor].push_back(&c);
-  return out;
-}
-
-// Fills box `target` of `tensor` (dst: row-major over target) from the chunks.
-void read_box(ChunkReader& reader, const std::vector<const ChunkMeta*>& chunks, const Box& target, float* dst) {
-  for (const ChunkMeta* c : chunks) {
+void CheckpointReader::read_box(const std::string& tensor, const Box& target, float* dst) {
+  const auto it = chunks_.find(tensor);
+  if (it == chunks_.end()) return;
+  for (const ChunkMeta* c : it->second) {
     const std::optional<Box> I = intersect(target, c->box);
     if (!I) continue;
     std::vector<int64_t> last = I->offset;
     for (int d = 0; d < I->ndim(); ++d) last[d] += I->size[d] - 1;
     const uint64_t lo = static_cast<uint64_t>(index_in(c->box, I->offset)) * sizeof(float);
     const uint64_t hi = static_cast<uint64_t>(index_in(c->box, last) + 1) * sizeof(float);
-    const float* src = reinterpret_cast<const float*>(reader.read(*c, lo, hi)) - lo / sizeof(float);
+    const float* src = reinterpret_cast<const float*>(read_bytes(*c, lo, hi)) - lo / sizeof(float);
     copy_region(*I, c->box, src, target, dst);
   }
 }
-}  // namespace
 
-uint64_t load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards) {
-  check_compatible(meta, dir, shards);
-  ChunkReader reader(dir, meta);
-  const auto by_tensor = chunks_by_tensor(meta);
+void CheckpointReader::load(const std::vector<Shard>& shards) {
   for (const Shard& s : shards) {
     std::fill(s.data, s.data + s.n, 0.0f);
-    const auto it = by_tensor.find(s.tensor);
-    if (it == by_tensor.end()) continue;
-    for (const ShardPiece& p : shard_pieces(s)) read_box(reader, it->second, p.box, s.data + (p.local_begin - s.begin));
+    for (const ShardPiece& p : shard_pieces(s)) read_box(s.tensor, p.box, s.data + (p.local_begin - s.begin));
   }
-  return reader.bytes_read();
 }
 
-std::vector<float> read_tensor(const std::string& dir, const Metadata& meta, const std::string& tensor) {
-  const TensorMeta* t = meta.find(tensor);
-  if (!t) fail("checkpoint {} has no tensor '{}'", dir, tensor);
+std::vector<float> CheckpointReader::tensor(const std::string& name) {
+  const TensorMeta* t = meta_.find(name);
+  if (!t) fail("checkpoint {} has no tensor '{}'", dir_, name);
   Box whole;
   whole.offset.assign(t->shape.size(), 0);
   whole.size = t->shape;
   std::vector<float> out(static_cast<size_t>(whole.numel()));
-  ChunkReader reader(dir, meta);
-  const auto by_tensor = chunks_by_tensor(meta);
-  const auto it = by_tensor.find(tensor);
-  if (it != by_tensor.end()) read_box(reader, it->second, whole, out.data());
+  read_box(name, whole, out.data());
   return out;
+}
+
+uint64_t load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards) {
+  check_compatible(meta, dir, shards);
+  CheckpointReader reader(dir, meta);
+  reader.load(shards);
+  return reader.bytes_read();
 }
 
 }  // namespace claw::ckpt

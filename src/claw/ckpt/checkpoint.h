@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -130,12 +131,40 @@ std::string resolve_load_dir(const std::string& root, int64_t iteration = -1, co
 // lacks), naming the first mismatch.
 void check_compatible(const Metadata& meta, const std::string& dir, const std::vector<Shard>& shards,
                       const std::vector<std::string>& all_params = {});
-// Fills `shards` from the checkpoint in `dir`. Elements the checkpoint shape
-// does not cover (vocabulary padding) are zeroed. Throws naming the file and
-// tensor on a short file or a checksum mismatch. Returns the bytes read.
-uint64_t load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards);
+// Reads a checkpoint's tensors: its chunks indexed by tensor, each file
+// opened once, only the checksum blocks covering the bytes asked for read
+// (and verified). Throws naming the file and tensor on a short file or a
+// checksum mismatch.
+class CheckpointReader {
+ public:
+  CheckpointReader(std::string dir, const Metadata& meta);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
 
-// One whole tensor from a checkpoint (export, inspect, tests).
-std::vector<float> read_tensor(const std::string& dir, const Metadata& meta, const std::string& tensor);
+  // Fills `shards`; elements the checkpoint shape does not cover
+  // (vocabulary padding) are zeroed.
+  void load(const std::vector<Shard>& shards);
+  // One whole tensor (export, inspect, tests).
+  std::vector<float> tensor(const std::string& name);
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  // Fills box `target` of `tensor` (dst: row-major over target) from the chunks.
+  void read_box(const std::string& tensor, const Box& target, float* dst);
+  // Bytes [lo, hi) of chunk c, rounded out to whole checksum blocks and
+  // verified; returns a pointer to byte lo (valid until the next read).
+  const uint8_t* read_bytes(const ChunkMeta& c, uint64_t lo, uint64_t hi);
+
+  std::string dir_;
+  const Metadata& meta_;
+  std::map<std::string, std::vector<const ChunkMeta*>> chunks_;
+  std::vector<int> fds_;
+  std::vector<uint8_t> buf_;
+  uint64_t bytes_read_ = 0;
+};
+
+// check_compatible, then a CheckpointReader's load. Returns the bytes read.
+uint64_t load_shards(const std::string& dir, const Metadata& meta, const std::vector<Shard>& shards);
 
 }  // namespace claw::ckpt

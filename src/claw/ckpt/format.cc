@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/ranges.h>
 #include <xxhash.h>
 
 #include "claw/ckpt/safetensors.h"
@@ -273,5 +274,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 uint64_t checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+std::string shape_string(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 }  // namespace claw::ckpt

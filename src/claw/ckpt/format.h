@@ -97,4 +97,7 @@ void fsync_dir(const std::string& dir);
 
 uint64_t checksum(const void* data, size_t n);
 
+// "[50257, 768]" (error messages).
+std::string shape_string(const std::vector<int64_t>& shape);
+
 }  // namespace claw::ckpt

@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 bool is_gpt2(const model::ModelConfig& c) { return model::HfNames(c).gpt2(); }
 
-std::string shape_string(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 std::vector<float> transpose2d(const std::vector<float>& x, int64_t rows, int64_t cols) {
   std::vector<float> y(x.size());

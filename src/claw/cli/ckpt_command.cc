@@ -102,10 +102,9 @@ struct Inspect {
         fmt::print("    {:<56} [{}] {} chunk(s)\n", t.name, fmt::join(t.shape, ", "), chunks[t.name]);
     }
     if (verify) {
-      uint64_t read = 0;
-      for (const ckpt::TensorMeta& t : meta.tensors) {
-        read += ckpt::read_tensor(d, meta, t.name).size() * sizeof(float);
-      }
+      ckpt::CheckpointReader reader(d, meta);
+      for (const ckpt::TensorMeta& t : meta.tensors) reader.tensor(t.name);
+      const uint64_t read = reader.bytes_read();
       fmt::print("  verified:   every chunk of {} tensors ({}) matches its checksums\n", meta.tensors.size(),
                  mib(static_cast<double>(read)));
     }
@@ -123,8 +122,9 @@ struct Export {
     const std::string d = ckpt::resolve_load_dir(load, step);
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
     const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    ckpt::CheckpointReader reader(d, meta);
     const ckpt::HfStateDict hf =
-        ckpt::to_hf(cfg, [&](const std::string& p) { return ckpt::read_tensor(d, meta, ckpt::value_tensor(p)); });
+        ckpt::to_hf(cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); });
     const nlohmann::json config = ckpt::hf_config(cfg);
     ckpt::write_hf_dir(output, config, hf, max_shard_bytes);
     fmt::print("exported {} (iteration {}) to {}: {} ({} tensors), config.json\n", d, meta.iteration, output,

@@ -235,6 +235,24 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
             l.flags(job));
 }
 
+// Joins the job (mpirun/srun ranks, or one process) with --distributed-
+// timeout-minutes as every wait's deadline, sets up logging, lets
+// --parallel auto pick the layout, and resolves the batch over the
+// data-parallel ranks.
+std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>& given) {
+  if (!(args.parallel.distributed_timeout_minutes > 0))
+    fail("--distributed-timeout-minutes must be positive, got {}", args.parallel.distributed_timeout_minutes);
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(args.parallel.distributed_timeout_minutes * 60'000));
+  std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout});
+  log::set_rank(world->rank(), world->size());
+  log::set_all_ranks(args.parallel.log_all_ranks);
+  if (args.parallel_mode == "auto") choose_layout(args, *world, given);
+  const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
+  args.train.resolve_and_validate(grid.dp);
+  return world;
+}
+
 struct TrainCommand {
   std::string preset;
   std::string config_file;
@@ -257,16 +275,7 @@ struct TrainCommand {
       it->set(args, v);
     }
     binder->apply(args);
-    if (!(args.parallel.distributed_timeout_minutes > 0))
-      fail("--distributed-timeout-minutes must be positive, got {}", args.parallel.distributed_timeout_minutes);
-    const auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(args.parallel.distributed_timeout_minutes * 60'000));
-    std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout});
-    log::set_rank(world->rank(), world->size());
-    log::set_all_ranks(args.parallel.log_all_ranks);
-    if (args.parallel_mode == "auto") choose_layout(args, *world, *binder);
-    const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
-    args.train.resolve_and_validate(grid.dp);
+    std::unique_ptr<comm::World> world = launch(args, *binder);
     log::info("train", "{}", resolved_config(args));
     args.ckpt.model_flags = model_flags_json(args.model);
     for (const F& f : train_flags()) args.ckpt.args[f.name] = f.get(args);
@@ -300,13 +309,7 @@ struct EvalCommand {
     args.ckpt.for_eval = true;
     args.train.train_iters = std::max<int64_t>(1, args.train.eval_iters);
     args.train.eval_interval = 0;
-    const auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(args.parallel.distributed_timeout_minutes * 60'000));
-    std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout});
-    log::set_rank(world->rank(), world->size());
-    if (args.parallel_mode == "auto") choose_layout(args, *world, *binder);
-    const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
-    args.train.resolve_and_validate(grid.dp);
+    std::unique_ptr<comm::World> world = launch(args, *binder);
     train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world, args.ckpt);
     const double loss = trainer.evaluate_train_split(args.train.train_iters);
     if (world->rank() == 0)

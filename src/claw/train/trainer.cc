@@ -389,15 +389,7 @@ void Trainer::save_checkpoint(int64_t iteration) {
   saver_->save(checkpoint_shards(true), std::move(info));
 }
 
-double Trainer::evaluate_train_split(int64_t iters) {
-  double total = 0;
-  for (int64_t i = 0; i < iters; ++i) {
-    batch_->load(*train_data_, i * cfg_.global_batch_size);
-    total += pipeline_ ? eval_loss_pipeline(*pipeline_, cpu_, *batch_, cfg_.seed, pstate_->pp(), chunk_dps_.front().get())
-                       : eval_loss(*model_, cpu_, *batch_, cfg_.seed, dp_.get());
-  }
-  return total / static_cast<double>(std::max<int64_t>(1, iters));
-}
+double Trainer::evaluate_train_split(int64_t iters) { return mean_eval_loss(*train_data_, 0, iters); }
 
 void Trainer::write_logits(const std::string& path) {
   if (!model_ || pstate_->tp().size() > 1)
@@ -416,14 +408,16 @@ void Trainer::write_logits(const std::string& path) {
   log::info("eval", "wrote the logits of the first micro-batch ({} x {} tokens, vocabulary {}) to {}", B, T, V, path);
 }
 
-double Trainer::evaluate(int64_t first) {
+double Trainer::evaluate(int64_t first) { return mean_eval_loss(*valid_data_, first, cfg_.eval_iters); }
+
+double Trainer::mean_eval_loss(const data::SampleSource& source, int64_t first, int64_t iters) {
   double total = 0;
-  for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
-    batch_->load(*valid_data_, first + i * cfg_.global_batch_size);
+  for (int64_t i = 0; i < iters; ++i) {
+    batch_->load(source, first + i * cfg_.global_batch_size);
     total += pipeline_ ? eval_loss_pipeline(*pipeline_, cpu_, *batch_, cfg_.seed, pstate_->pp(), chunk_dps_.front().get())
                        : eval_loss(*model_, cpu_, *batch_, cfg_.seed, dp_.get());
   }
-  return total / static_cast<double>(cfg_.eval_iters);
+  return total / static_cast<double>(std::max<int64_t>(1, iters));
 }
 
 TrainResult Trainer::run() {

@@ -80,6 +80,8 @@ class Trainer {
 
   // Mean validation loss over --eval-iters global batches from position `first`.
   double evaluate(int64_t first);
+  // Mean loss over `iters` global batches of `source` from position `first`.
+  double mean_eval_loss(const data::SampleSource& source, int64_t first, int64_t iters);
 
   model::ModelConfig model_cfg_;
   TrainConfig cfg_;
