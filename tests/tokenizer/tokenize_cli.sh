@@ -110,6 +110,9 @@ case $case_name in
     : >"$tmp/empty.txt"
     run train-tokenizer --input "$tmp/empty.txt" --output-prefix "$tmp/m"
     expect_error "--input .*empty.txt: no text to train on \(empty, or only blank lines\)" ;;
+  train_line_too_long)  # the training input's lines are bounded too
+    run train-tokenizer --input /dev/zero --output-prefix "$tmp/m"
+    expect_error "--input /dev/zero line 1: longer than 67108864 bytes" ;;
   train_missing_output_dir)  # refused before training, not after
     echo "some text" >"$tmp/c.txt"
     run train-tokenizer --input "$tmp/c.txt" --output-prefix "$tmp/no/such/dir/m"

@@ -23,6 +23,38 @@ namespace {
 // SentencePiece's default --max_sentence_length.
 constexpr size_t kMaxSentenceBytes = 4192;
 
+// Longest line read: a line is one text or one JSON document, and a file
+// without newlines (/dev/zero) would otherwise grow one line without bound.
+constexpr size_t kMaxLineBytes = size_t{64} << 20;
+
+[[noreturn]] void line_too_long(const std::string& path, int64_t line_no) {
+  fail("--input {} line {}: longer than {} bytes (one text or JSON document per line)", path, line_no, kMaxLineBytes);
+}
+
+// std::getline with that bound; false at the end of the input.
+bool getline_bounded(std::istream& in, std::string& line, const std::string& path, int64_t line_no) {
+  line.clear();
+  char buf[1 << 16];
+  for (;;) {
+    in.getline(buf, sizeof buf);
+    const auto got = static_cast<size_t>(in.gcount());  // with the '\n' when one was extracted
+    if (in.bad()) return false;
+    if (in.fail() && !in.eof() && got == sizeof buf - 1) {  // the buffer filled before a '\n'
+      line.append(buf, got);
+      if (line.size() > kMaxLineBytes) line_too_long(path, line_no);
+      in.clear();
+      continue;
+    }
+    if (in.eof()) {
+      line.append(buf, got);
+      return !line.empty();
+    }
+    line.append(buf, got - 1);
+    if (line.size() > kMaxLineBytes) line_too_long(path, line_no);
+    return true;
+  }
+}
+
 bool is_jsonl(const std::string& path) { return path.ends_with(".jsonl") || path.ends_with(".json"); }
 
 // Streams the sentences of all input files into the trainer. The trainer's
@@ -93,7 +125,7 @@ class CorpusSentences final : public sentencepiece::SentenceIterator {
         if (!file_) fail("--input {}: cannot open ({})", path_, std::strerror(errno));
         line_no_ = 0;
       }
-      if (!std::getline(file_, line_)) {
+      if (!getline_bounded(file_, line_, path_, line_no_ + 1)) {
         if (file_.bad()) fail("--input {}: read error", path_);
         file_.close();
         continue;
