@@ -122,6 +122,7 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
     fail("--seq-length {} exceeds --max-position-embeddings {} (the longest sequence the model's positions cover); "
          "use --seq-length <= {} or raise --max-position-embeddings",
          cfg_.seq_length, model_cfg_.max_position_embeddings, model_cfg_.max_position_embeddings);
+  // Before any allocation: a plan larger than the node would end in the OOM killer, without a word.
   const plan::Device cpu = plan::Catalog::builtin().device("cpu");
   check_node_memory(plan::stage_memory({.model = model_cfg_, .seq_length = cfg_.seq_length,
                                         .global_batch_size = cfg_.global_batch_size},
