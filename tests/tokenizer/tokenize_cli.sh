@@ -92,6 +92,31 @@ case $case_name in
   bad_threads)
     run tokenize --num-threads 0 <<<"x"
     expect_error "--num-threads 0 must be at least 1" ;;
+  line_too_long)  # a line is bounded: /dev/zero (no newline ever) ends with an error instead of growing
+    run tokenize </dev/zero
+    expect_error "stdin line 1: longer than --max-line-bytes 67108864 \(64.00 MiB\); raise --max-line-bytes"
+    run tokenize --whole-input --input /dev/zero
+    expect_error "--input /dev/zero \(--whole-input\): longer than --max-line-bytes 67108864"
+    run tokenize --decode </dev/zero
+    expect_error "stdin line 1: longer than --max-line-bytes"
+    run tokenize --max-line-bytes 10 < <(printf 'short\n0123456789abcdef\nshort\n')
+    expect_error "stdin line 2: longer than --max-line-bytes 10 " ;;
+  out_of_memory)  # a 300 MB line under a 1 GB address-space limit: a one-line error, not an abort
+    err=$( (ulimit -v 1000000; yes 'hello world ' | tr -d '\n' | head -c 300000000 |
+            OMP_NUM_THREADS=1 "$claw" tokenize --num-threads 1 --max-line-bytes 400000000 >/dev/null) 2>&1)
+    rc=$?
+    expect_error "out of memory in \`claw tokenize\`: an allocation failed; .* available now \(" ;;
+  train_empty_input)  # SentencePiece's own check has no message: claw names the file
+    : >"$tmp/empty.txt"
+    run train-tokenizer --input "$tmp/empty.txt" --output-prefix "$tmp/m"
+    expect_error "--input .*empty.txt: no text to train on \(empty, or only blank lines\)" ;;
+  train_line_too_long)  # the training input's lines are bounded too
+    run train-tokenizer --input /dev/zero --output-prefix "$tmp/m"
+    expect_error "--input /dev/zero line 1: longer than 67108864 bytes" ;;
+  train_missing_output_dir)  # refused before training, not after
+    echo "some text" >"$tmp/c.txt"
+    run train-tokenizer --input "$tmp/c.txt" --output-prefix "$tmp/no/such/dir/m"
+    expect_error "--output-prefix .*/no/such/dir/m: directory .*/no/such/dir does not exist" ;;
   train_missing_input)
     run train-tokenizer --input "$tmp/none.txt" --output-prefix "$tmp/m"
     expect_error "--input .*none.txt: file not found" ;;
@@ -107,10 +132,10 @@ case $case_name in
     printf '{"text": "fine"}\n{"body": "no text"}\n' >"$tmp/c.jsonl"
     run train-tokenizer --input "$tmp/c.jsonl" --output-prefix "$tmp/m"
     expect_error "--input .*c.jsonl line 2: no string field \"text\" \(--json-keys\)" ;;
-  train_vocab_too_large)
+  train_vocab_too_large)  # SentencePiece's reason, in claw's flag names
     printf 'a tiny corpus\nof two lines\n' >"$tmp/c.txt"
     run train-tokenizer --input "$tmp/c.txt" --vocab-size 5000 --output-prefix "$tmp/m"
-    expect_error "SentencePiece training failed: .*[Vv]ocabulary size" ;;
+    expect_error "SentencePiece training failed: Vocabulary size \(--vocab-size\) .*[0-9]+" ;;
   train_and_tokenize)  # a model trained from JSONL loads and encodes with eod = </s>
     for i in $(seq 1 300); do echo "{\"text\": \"document $i says hello to the world, line $((i * 7))\"}"; done >"$tmp/c.jsonl"
     "$claw" train-tokenizer --input "$tmp/c.jsonl" --vocab-size 400 --output-prefix "$tmp/m" 2>/dev/null ||

@@ -104,39 +104,148 @@ nlohmann::json chunk_to_json(const ChunkMeta& c) {
 }
 
 namespace {
-template <typename T>
-T field(const nlohmann::json& j, const char* key, const std::string& path, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    fail("{}: {} has no field '{}' (not a claw checkpoint, or written by another version)", path, where, key);
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: {} field '{}' is malformed: {}", path, where, key, e.what());
+
+// Reading metadata.json: every value is checked for its type and range, and a
+// bad one is named by the file and its JSON path ("state.layout.dp"), so
+// nothing downstream meets a value of the wrong kind.
+std::string describe(const nlohmann::json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::object: return "an object";
+    case nlohmann::json::value_t::array: return "an array";
+    case nlohmann::json::value_t::string: return "a string";
+    case nlohmann::json::value_t::boolean: return v.get<bool>() ? "true" : "false";
+    case nlohmann::json::value_t::null: return "null";
+    default: return v.dump();
+  }
+}
+
+std::string join_path(const std::string& at, const std::string& key) { return at.empty() ? key : at + "." + key; }
+std::string index_path(const std::string& at, size_t i) { return fmt::format("{}[{}]", at, i); }
+
+[[noreturn]] void bad(const std::string& file, const std::string& at, const std::string& expected,
+                      const nlohmann::json& got) {
+  fail("{}: {}: expected {}, got {}", file, at, expected, describe(got));
+}
+
+const nlohmann::json& member(const nlohmann::json& obj, const std::string& file, const std::string& at,
+                             const char* key) {
+  if (!obj.is_object()) bad(file, at, "an object", obj);
+  const auto it = obj.find(key);
+  if (it == obj.end())
+    fail("{}: {}: missing (not a claw checkpoint, or written by another version)", file, join_path(at, key));
+  return *it;
+}
+
+const nlohmann::json* optional_member(const nlohmann::json& obj, const std::string& file, const std::string& at,
+                                      const char* key) {
+  if (!obj.is_object()) bad(file, at, "an object", obj);
+  const auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+int64_t integer(const nlohmann::json& v, const std::string& file, const std::string& at, int64_t lo,
+                int64_t hi = INT64_MAX) {
+  const std::string expected = hi == INT64_MAX ? fmt::format("an integer >= {}", lo)
+                                               : fmt::format("an integer in [{}, {}]", lo, hi);
+  if (!v.is_number_integer()) bad(file, at, expected, v);
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi) : (v.get<int64_t>() < lo ||
+                                                                                 v.get<int64_t>() > hi))
+    bad(file, at, expected, v);
+  return v.get<int64_t>();
+}
+
+uint64_t unsigned_integer(const nlohmann::json& v, const std::string& file, const std::string& at) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+    bad(file, at, "an integer >= 0", v);
+  return v.get<uint64_t>();
+}
+
+std::string string(const nlohmann::json& v, const std::string& file, const std::string& at) {
+  if (!v.is_string()) bad(file, at, "a string", v);
+  return v.get<std::string>();
+}
+
+bool boolean(const nlohmann::json& v, const std::string& file, const std::string& at) {
+  if (!v.is_boolean()) bad(file, at, "true or false", v);
+  return v.get<bool>();
+}
+
+const nlohmann::json& array(const nlohmann::json& v, const std::string& file, const std::string& at) {
+  if (!v.is_array()) bad(file, at, "an array", v);
+  return v;
+}
+
+const nlohmann::json& object(const nlohmann::json& v, const std::string& file, const std::string& at) {
+  if (!v.is_object()) bad(file, at, "an object", v);
+  return v;
+}
+
+// Dimensions, offsets and sizes: at most 2^40 each; a tensor at most 2^56
+// elements (2^59 bytes), so no count or byte offset derived from them overflows.
+constexpr int64_t kMaxExtent = int64_t{1} << 40;
+constexpr int64_t kMaxElements = int64_t{1} << 56;
+
+std::vector<int64_t> extents(const nlohmann::json& v, const std::string& file, const std::string& at) {
+  std::vector<int64_t> out;
+  const nlohmann::json& a = array(v, file, at);
+  if (a.size() > 8) fail("{}: {}: {} dimensions; a checkpoint tensor has at most 8", file, at, a.size());
+  for (size_t i = 0; i < a.size(); ++i) out.push_back(integer(a[i], file, index_path(at, i), 0, kMaxExtent));
+  return out;
+}
+
+// The "state" section: what a resumed run continues from. Each field is
+// optional (an imported checkpoint has fewer); a present one must be valid.
+void check_state(const nlohmann::json& st, const std::string& file) {
+  object(st, file, "state");
+  for (const char* key : {"consumed_train_samples", "consumed_valid_samples", "optimizer_steps"})
+    if (const nlohmann::json* v = optional_member(st, file, "state", key)) integer(*v, file, join_path("state", key), 0);
+  for (const char* key : {"global_batch_size", "seq_length"})
+    if (const nlohmann::json* v = optional_member(st, file, "state", key)) integer(*v, file, join_path("state", key), 1);
+  if (const nlohmann::json* v = optional_member(st, file, "state", "seed")) unsigned_integer(*v, file, "state.seed");
+  if (const nlohmann::json* rng = optional_member(st, file, "state", "rng")) {
+    object(*rng, file, "state.rng");
+    if (const nlohmann::json* v = optional_member(*rng, file, "state.rng", "kind")) string(*v, file, "state.rng.kind");
+    if (const nlohmann::json* v = optional_member(*rng, file, "state.rng", "seed"))
+      unsigned_integer(*v, file, "state.rng.seed");
+  }
+  if (const nlohmann::json* layout = optional_member(st, file, "state", "layout")) {
+    object(*layout, file, "state.layout");
+    for (const char* key : {"world_size", "tp", "pp", "dp"})
+      if (const nlohmann::json* v = optional_member(*layout, file, "state.layout", key))
+        integer(*v, file, join_path("state.layout", key), 1, INT32_MAX);
+    if (const nlohmann::json* v = optional_member(*layout, file, "state.layout", "zero_stage"))
+      integer(*v, file, "state.layout.zero_stage", 0, 3);
+    if (const nlohmann::json* v = optional_member(*layout, file, "state.layout", "sequence_parallel"))
+      boolean(*v, file, "state.layout.sequence_parallel");
   }
 }
 }  // namespace
 
-ChunkMeta chunk_from_json(const nlohmann::json& j, const std::string& path) {
+ChunkMeta chunk_from_json(const nlohmann::json& j, const std::string& path, const std::string& at) {
   ChunkMeta c;
-  c.tensor = field<std::string>(j, "tensor", path, "a chunk");
-  const std::string where = "chunk of '" + c.tensor + "'";
-  c.box.offset = field<std::vector<int64_t>>(j, "offsets", path, where);
-  c.box.size = field<std::vector<int64_t>>(j, "sizes", path, where);
-  c.file = field<int>(j, "file", path, where);
-  c.offset = field<uint64_t>(j, "byte_offset", path, where);
-  c.length = field<uint64_t>(j, "length", path, where);
-  for (const std::string& h : field<std::vector<std::string>>(j, "checksums", path, where)) {
+  c.tensor = string(member(j, path, at, "tensor"), path, join_path(at, "tensor"));
+  c.box.offset = extents(member(j, path, at, "offsets"), path, join_path(at, "offsets"));
+  c.box.size = extents(member(j, path, at, "sizes"), path, join_path(at, "sizes"));
+  c.file = static_cast<int>(integer(member(j, path, at, "file"), path, join_path(at, "file"), 0, INT32_MAX));
+  c.offset = unsigned_integer(member(j, path, at, "byte_offset"), path, join_path(at, "byte_offset"));
+  c.length = unsigned_integer(member(j, path, at, "length"), path, join_path(at, "length"));
+  const std::string sums_at = join_path(at, "checksums");
+  const nlohmann::json& sums = array(member(j, path, at, "checksums"), path, sums_at);
+  for (size_t i = 0; i < sums.size(); ++i) {
+    const std::string h = string(sums[i], path, index_path(sums_at, i));
     size_t used = 0;
     uint64_t v = 0;
     try {
       v = std::stoull(h, &used, 16);
     } catch (const std::exception&) {
     }
-    if (h.size() != 16 || used != 16) fail("{}: {} has a checksum '{}' that is not 16 hex digits", path, where, h);
+    if (h.size() != 16 || used != 16)
+      fail("{}: {}: checksum '{}' of a chunk of '{}' is not 16 hex digits", path, index_path(sums_at, i), h, c.tensor);
     c.checksums.push_back(v);
   }
   if (c.box.offset.size() != c.box.size.size())
-    fail("{}: {} has {} offsets but {} sizes", path, where, c.box.offset.size(), c.box.size.size());
+    fail("{}: {}: a chunk of '{}' has {} offsets but {} sizes", path, at, c.tensor, c.box.offset.size(),
+         c.box.size.size());
   return c;
 }
 
@@ -160,36 +269,74 @@ nlohmann::json Metadata::to_json() const {
 
 Metadata Metadata::from_json(const nlohmann::json& j, const std::string& path) {
   Metadata m;
-  if (field<std::string>(j, "format", path, "the metadata") != "claw-distributed-checkpoint")
-    fail("{}: not a claw distributed checkpoint (field 'format')", path);
-  m.version = field<int>(j, "version", path, "the metadata");
+  object(j, path, "the document");
+  const std::string format = string(member(j, path, "", "format"), path, "format");
+  if (format != "claw-distributed-checkpoint")
+    fail("{}: format: '{}' is not a claw distributed checkpoint", path, format);
+  m.version = static_cast<int>(integer(member(j, path, "", "version"), path, "version", 0, INT32_MAX));
   if (m.version != kFormatVersion)
-    fail("{}: format version {}; this build reads version {}", path, m.version, kFormatVersion);
-  m.iteration = field<int64_t>(j, "iteration", path, "the metadata");
-  m.checksum_block = field<uint64_t>(j, "checksum_block", path, "the metadata");
-  if (m.checksum_block == 0) fail("{}: checksum_block is 0", path);
-  m.files = field<std::vector<std::string>>(j, "files", path, "the metadata");
-  for (const auto& t : field<nlohmann::json>(j, "tensors", path, "the metadata")) {
+    fail("{}: version: format version {}; this build reads version {}", path, m.version, kFormatVersion);
+  m.iteration = integer(member(j, path, "", "iteration"), path, "iteration", 0);
+  m.checksum_block = static_cast<uint64_t>(
+      integer(member(j, path, "", "checksum_block"), path, "checksum_block", 1, kMaxExtent));
+  const nlohmann::json& files = array(member(j, path, "", "files"), path, "files");
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::string f = string(files[i], path, index_path("files", i));
+    // Names of files beside metadata.json: nothing that leaves the directory.
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      fail("{}: {}: '{}' is not a file name in the checkpoint directory", path, index_path("files", i), f);
+    m.files.push_back(std::move(f));
+  }
+  const nlohmann::json& tensors = array(member(j, path, "", "tensors"), path, "tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string at = index_path("tensors", i);
     TensorMeta tm;
-    tm.name = field<std::string>(t, "name", path, "a tensor");
-    tm.shape = field<std::vector<int64_t>>(t, "shape", path, "tensor '" + tm.name + "'");
-    tm.dtype = parse_safetensors_dtype(field<std::string>(t, "dtype", path, "tensor '" + tm.name + "'"),
-                                       path + ": tensor '" + tm.name + "'");
+    tm.name = string(member(tensors[i], path, at, "name"), path, join_path(at, "name"));
+    tm.shape = extents(member(tensors[i], path, at, "shape"), path, join_path(at, "shape"));
+    tm.dtype = parse_safetensors_dtype(string(member(tensors[i], path, at, "dtype"), path, join_path(at, "dtype")),
+                                       path + ": " + join_path(at, "dtype") + " of '" + tm.name + "'");
+    if (m.find(tm.name)) fail("{}: {}: tensor '{}' is listed twice", path, at, tm.name);
+    int64_t numel = 1;
+    for (int64_t d : tm.shape) {
+      if (d > 0 && numel > kMaxElements / d)
+        fail("{}: {}.shape: tensor '{}' of shape {} has more than 2^56 elements", path, at, tm.name,
+             shape_string(tm.shape));
+      numel *= d;
+    }
     m.tensors.push_back(std::move(tm));
   }
-  for (const auto& c : field<nlohmann::json>(j, "chunks", path, "the metadata")) {
-    ChunkMeta cm = chunk_from_json(c, path);
-    if (cm.file < 0 || cm.file >= static_cast<int>(m.files.size()))
-      fail("{}: a chunk of '{}' names file {} of {}", path, cm.tensor, cm.file, m.files.size());
+  const nlohmann::json& chunks = array(member(j, path, "", "chunks"), path, "chunks");
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::string at = index_path("chunks", i);
+    ChunkMeta cm = chunk_from_json(chunks[i], path, at);
+    if (cm.file >= static_cast<int>(m.files.size()))
+      fail("{}: {}.file: a chunk of '{}' names file {} of {}", path, at, cm.tensor, cm.file, m.files.size());
     const TensorMeta* t = m.find(cm.tensor);
-    if (!t) fail("{}: a chunk names tensor '{}', which the tensor list does not have", path, cm.tensor);
-    if (cm.length != static_cast<uint64_t>(cm.box.numel()) * dtype_size(t->dtype))
-      fail("{}: a chunk of '{}' has length {} for {} elements", path, cm.tensor, cm.length, cm.box.numel());
+    if (!t) fail("{}: {}.tensor: '{}' is not in the tensor list", path, at, cm.tensor);
+    if (cm.box.ndim() != static_cast<int>(t->shape.size()))
+      fail("{}: {}: a chunk of '{}' has {} dimensions, the tensor {}", path, at, cm.tensor, cm.box.ndim(),
+           shape_string(t->shape));
+    for (int d = 0; d < cm.box.ndim(); ++d)
+      if (cm.box.offset[d] + cm.box.size[d] > t->shape[d])
+        fail("{}: {}: a chunk of '{}' reaches {} along dimension {}, beyond the tensor's {}", path, at, cm.tensor,
+             cm.box.offset[d] + cm.box.size[d], d, shape_string(t->shape));
+    // Within its tensor, a chunk has no more elements than it: no overflow.
+    const int64_t numel = cm.box.numel();
+    if (cm.length != static_cast<uint64_t>(numel) * dtype_size(t->dtype))
+      fail("{}: {}.length: a chunk of '{}' has length {} for {} elements", path, at, cm.tensor, cm.length, numel);
+    if (cm.checksums.size() != (cm.length + m.checksum_block - 1) / m.checksum_block)
+      fail("{}: {}.checksums: a chunk of '{}' has {} checksums for {} bytes in blocks of {}", path, at, cm.tensor,
+           cm.checksums.size(), cm.length, m.checksum_block);
     m.chunks.push_back(std::move(cm));
   }
-  m.model = j.value("model", nlohmann::json::object());
-  m.args = j.value("args", nlohmann::json::object());
-  m.state = j.value("state", nlohmann::json::object());
+  const auto section = [&](const char* key) {
+    const nlohmann::json* v = optional_member(j, path, "", key);
+    return v && !v->is_null() ? object(*v, path, key) : nlohmann::json::object();  // a writer may leave it null
+  };
+  m.model = section("model");
+  m.args = section("args");
+  m.state = section("state");
+  check_state(m.state, path);
   return m;
 }
 

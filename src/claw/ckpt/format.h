@@ -74,13 +74,17 @@ struct Metadata {
 
   const TensorMeta* find(const std::string& tensor) const;
   nlohmann::json to_json() const;
-  // Throws claw::Error naming `path` and the field when a field is missing or malformed.
+  // Checks every field's type and range (and the "state" section's known
+  // fields: consumed samples, seed, layout, ...); throws claw::Error naming
+  // `path` and the field's JSON path ("state.layout.dp") when one is missing
+  // or malformed, so readers of the sections meet only valid values.
   static Metadata from_json(const nlohmann::json& j, const std::string& path);
   static Metadata read(const std::string& dir);  // dir/metadata.json
 };
 
 nlohmann::json chunk_to_json(const ChunkMeta& c);
-ChunkMeta chunk_from_json(const nlohmann::json& j, const std::string& path);
+// `at`: the chunk's JSON path in `path`, for errors ("chunks[3]").
+ChunkMeta chunk_from_json(const nlohmann::json& j, const std::string& path, const std::string& at = "chunk");
 
 // Names in a checkpoint root.
 std::string iteration_dir(const std::string& root, int64_t iteration);  // root/iter_0000020

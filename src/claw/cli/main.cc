@@ -1,8 +1,11 @@
 // claw: the command-line entry point. Subcommands live in one file each.
 // Errors: claw::Error (bad input) prints one line and exits 1; usage errors
-// (unknown flag, missing value) exit 2. Only main decides how the process ends.
+// (unknown flag, missing value) exit 2; running out of memory is a one-line
+// error too (exit 1), never an abort. Only main decides how the process ends.
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -15,7 +18,9 @@
 #include "claw/cli/train_command.h"
 #include "claw/cli/train_tokenizer_command.h"
 #include "claw/comm/world.h"
+#include "claw/core/arena.h"
 #include "claw/core/error.h"
+#include "claw/core/memory.h"
 #include "claw/core/log.h"
 #include "claw/kernels/cpu/blas.h"
 
@@ -58,6 +63,21 @@ int main(int argc, char** argv) {
   } catch (const claw::Error& e) {
     std::fprintf(stderr, "claw: error%s: %s\n", claw::log::rank_tag().c_str(), e.what());
     claw::comm::abort_job(1);  // a multi-rank job ends on every rank (returns when alone)
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The failed allocation's memory was never taken and what the command
+    // held is released by now, so the message itself can be built.
+    std::string command = "claw";
+    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+    std::string limit;
+    try {
+      const claw::MemoryLimit m = claw::available_memory();
+      if (m.bytes != UINT64_MAX) limit = fmt::format("; {} available now ({})", claw::format_bytes(static_cast<double>(m.bytes)), m.source);
+    } catch (const std::exception&) {
+    }
+    std::fprintf(stderr, "claw: error%s: out of memory in `%s`: an allocation failed%s\n", claw::log::rank_tag().c_str(),
+                 command.c_str(), limit.c_str());
+    claw::comm::abort_job(1);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "claw: internal error%s: %s\n", claw::log::rank_tag().c_str(), e.what());

@@ -22,7 +22,7 @@ namespace {
 
 struct PlanArgs {
   model::ModelConfig model = model::model_preset("gpt2-124m");
-  int64_t seq_length = 0;  // 0: the model's max-position-embeddings
+  int64_t seq_length = 0;  // not given: the model's max-position-embeddings
   int64_t global_batch_size = 0;
   int num_gpus = 0;
   int gpus_per_node = 0;  // 0: the device's
@@ -43,7 +43,7 @@ using F = Flag<PlanArgs>;
 const std::vector<F>& plan_flags() {
   using A = PlanArgs;
   static const std::vector<F> flags = concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }), {
-      int_flag<A>("seq-length", "tokens per sequence (0: the model's max-position-embeddings)",
+      int_flag<A>("seq-length", "tokens per sequence (default: the model's max-position-embeddings)",
                   [](A& a) -> auto& { return a.seq_length; }),
       int_flag<A>("global-batch-size", "sequences per optimizer step", [](A& a) -> auto& { return a.global_batch_size; }),
       int_flag<A>("num-gpus", "devices of the job", [](A& a) -> auto& { return a.num_gpus; }),
@@ -145,6 +145,7 @@ struct PlanCommand {
   void run() {
     PlanArgs a;
     bool shape_only = model_arg.empty();
+    bool seq_given = false;  // by a flag or the TOML config
     if (!model_arg.empty()) {
       const bool is_file = model_arg.ends_with(".toml") || std::filesystem::exists(model_arg);
       if (!is_file) {
@@ -157,6 +158,7 @@ struct PlanCommand {
           if (k == "model") a.model = model::model_preset(v);
         for (const auto& [k, v] : pairs) {
           if (k == "micro-batch-size" || k == "model") continue;  // a training choice, not part of the job
+          if (k == "seq-length") seq_given = true;
           auto it = std::find_if(plan_flags().begin(), plan_flags().end(), [&](const F& f) { return f.name == k; });
           if (it != plan_flags().end()) it->set(a, v);
         }
@@ -165,9 +167,15 @@ struct PlanCommand {
       a.model.name = "custom";
     }
     binder->apply(a);
-    if (shape_only && !binder->given("max-position-embeddings") && a.seq_length > 0)
+    if (top <= 0) fail("--top must be positive (the number of layouts to print), got {}", top);
+    seq_given = seq_given || binder->given("seq-length");
+    if (seq_given && a.seq_length <= 0)
+      fail("--seq-length must be positive (tokens per sequence), got {}; leave it out to plan at the model's "
+           "max-position-embeddings",
+           a.seq_length);
+    if (shape_only && !binder->given("max-position-embeddings") && seq_given)
       a.model.max_position_embeddings = a.seq_length;
-    if (a.seq_length == 0) a.seq_length = a.model.max_position_embeddings;
+    if (!seq_given) a.seq_length = a.model.max_position_embeddings;
     if (a.seq_length > a.model.max_position_embeddings)
       fail("--seq-length {} exceeds --max-position-embeddings {} of the model; raise --max-position-embeddings",
            a.seq_length, a.model.max_position_embeddings);

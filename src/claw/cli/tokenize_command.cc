@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "claw/cli/flags.h"
+#include "claw/core/arena.h"
 #include "claw/core/error.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/pretokenizer_unicode.h"
@@ -30,6 +31,10 @@ struct TokenizeArgs {
   bool whole_input = false;
   bool stats = false;
   int64_t num_threads = 0;
+  // Longest text held at once (a line; with --whole-input, the input): the
+  // reader must stop somewhere, or a stream without newlines (/dev/zero)
+  // grows it until the machine runs out.
+  int64_t max_line_bytes = int64_t{64} << 20;
   TokenizeArgs() { num_threads = kernels::default_num_threads(); }
 };
 
@@ -56,6 +61,8 @@ const std::vector<F>& tokenize_flags() {
                      [](A& a) -> auto& { return a.whole_input; }),
       int_flag<A>("num-threads", "encoding threads (default: the CPUs this process may use)",
                   [](A& a) -> auto& { return a.num_threads; }),
+      int_flag<A>("max-line-bytes", "longest line (with --whole-input: longest input) read, in bytes",
+                  [](A& a) -> auto& { return a.max_line_bytes; }),
       switch_flag<A>("stats", "print bytes, tokens and encoding MB/s to stderr",
                      [](A& a) -> auto& { return a.stats; }),
   };
@@ -126,6 +133,17 @@ void append_ids(std::string& out, const std::vector<int32_t>& ids) {
   out.push_back('\n');
 }
 
+[[noreturn]] void line_too_long(const Input& in, const TokenizeArgs& a, int64_t line) {
+  fail("{} {}: longer than --max-line-bytes {} ({}); raise --max-line-bytes to read it", in.name(),
+       a.whole_input ? std::string("(--whole-input)") : fmt::format("line {}", line), a.max_line_bytes,
+       format_bytes(static_cast<double>(a.max_line_bytes)));
+}
+
+// Fails when the unfinished line at the end of `buf` (from `from`) is already too long.
+void check_partial_line(const std::string& buf, size_t from, const Input& in, const TokenizeArgs& a, int64_t line) {
+  if (static_cast<int64_t>(buf.size() - from) > a.max_line_bytes) line_too_long(in, a, line);
+}
+
 void check_utf8(std::string_view text, const Input& in, int64_t first_line) {
   const size_t bad = data::unicode::first_invalid_utf8(text);
   if (bad == text.size()) return;
@@ -164,8 +182,8 @@ void encode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals
   constexpr size_t kBlock = size_t{4} << 20;  // large enough to keep every thread busy
   std::string buf;
   if (a.whole_input) {
-    while (in.read(buf, kBlock)) {
-    }
+    while (in.read(buf, kBlock)) check_partial_line(buf, 0, in, a, 1);
+    check_partial_line(buf, 0, in, a, 1);
     check_utf8(buf, in, 1);
     encode_and_print(tok, a, {std::move(buf)}, t);
     return;
@@ -176,7 +194,10 @@ void encode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals
     more = in.read(buf, kBlock);
     // Complete lines only, except at the end, where a last line may lack its '\n'.
     size_t end = more ? buf.rfind('\n') : buf.size();
-    if (end == std::string::npos) continue;
+    if (end == std::string::npos) {
+      check_partial_line(buf, 0, in, a, t.lines + 1);
+      continue;
+    }
     if (more) ++end;
     const std::string_view block(buf.data(), end);
     check_utf8(block, in, t.lines + 1);
@@ -184,9 +205,12 @@ void encode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals
     for (size_t b = 0; b < block.size();) {
       size_t e = block.find('\n', b);
       if (e == std::string_view::npos) e = block.size();
+      if (static_cast<int64_t>(e - b) > a.max_line_bytes)
+        line_too_long(in, a, t.lines + static_cast<int64_t>(lines.size()) + 1);
       lines.emplace_back(block.substr(b, e - b));
       b = e + 1;
     }
+    check_partial_line(buf, end, in, a, t.lines + static_cast<int64_t>(lines.size()) + 1);
     encode_and_print(tok, a, lines, t);
     buf.erase(0, end);
   }
@@ -223,8 +247,8 @@ void decode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals
   std::string buf, out;
   std::vector<int32_t> ids;
   if (a.whole_input) {
-    while (in.read(buf, size_t{4} << 20)) {
-    }
+    while (in.read(buf, size_t{4} << 20)) check_partial_line(buf, 0, in, a, 1);
+    check_partial_line(buf, 0, in, a, 1);
     // Parse line by line so that an error names its line.
     int64_t line = 0;
     std::vector<int32_t> all;
@@ -246,12 +270,16 @@ void decode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals
   while (more) {
     more = in.read(buf, size_t{1} << 20);
     size_t end = more ? buf.rfind('\n') : buf.size();
-    if (end == std::string::npos) continue;
+    if (end == std::string::npos) {
+      check_partial_line(buf, 0, in, a, t.lines + 1);
+      continue;
+    }
     if (more) ++end;
     out.clear();
     for (size_t b = 0; b < end;) {
       size_t e = buf.find('\n', b);
       if (e == std::string::npos || e > end) e = end;
+      if (static_cast<int64_t>(e - b) > a.max_line_bytes) line_too_long(in, a, t.lines + 1);
       parse_ids(std::string_view(buf).substr(b, e - b), in, ++t.lines, ids);
       const size_t before = out.size();
       decode_ids(tok, ids, in, t.lines, out);
@@ -272,6 +300,7 @@ struct TokenizeCommand {
     TokenizeArgs a;
     binder->apply(a);
     if (a.num_threads < 1) fail("--num-threads {} must be at least 1", a.num_threads);
+    if (a.max_line_bytes < 1) fail("--max-line-bytes {} must be at least 1", a.max_line_bytes);
     data::TokenizerOptions& o = a.tokenizer;
     if (o.type == "GPT2BPETokenizer" && o.vocab_file.empty() && o.merge_file.empty()) {
       o.vocab_file = data::default_data_dir() + "/gpt2/encoder.json";

@@ -10,9 +10,37 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <exception>
 
 namespace claw {
+
+// An exception must not leave an OpenMP region (the runtime calls
+// std::terminate: a bad_alloc in a worker would abort the process). Work in
+// a region runs through guard(), which keeps the first exception any thread
+// throws and skips the work still to come; rethrow() after the region.
+class RegionErrors {
+ public:
+  template <typename F>
+  void guard(F&& f) noexcept {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+#pragma omp critical(claw_region_errors)
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true, std::memory_order_relaxed);
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+};
 
 struct CpuCtx {
   int num_threads = 1;
@@ -30,13 +58,15 @@ void parallel_for(const CpuCtx& ctx, int64_t n, int64_t grain, F&& fn) {
     fn(int64_t{0}, n);
     return;
   }
+  RegionErrors errors;
 #pragma omp parallel num_threads(nt)
   {
     int t = omp_get_thread_num();
     int64_t chunk = (n + nt - 1) / nt;
     int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
-    if (b < e) fn(b, e);
+    if (b < e) errors.guard([&] { fn(b, e); });
   }
+  errors.rethrow();
 }
 
 // Like parallel_for, but hands out items one at a time dynamically (for
@@ -49,8 +79,10 @@ void parallel_for_dynamic(const CpuCtx& ctx, int64_t n, F&& fn) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  RegionErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-  for (int64_t i = 0; i < n; ++i) fn(i);
+  for (int64_t i = 0; i < n; ++i) errors.guard([&] { fn(i); });
+  errors.rethrow();
 }
 
 }  // namespace claw

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "claw/core/error.h"
+#include "claw/core/parallel.h"
 #include "claw/data/bpe_hash.h"
 #include "claw/data/bpe_piece_cache.h"
 
@@ -134,17 +135,19 @@ std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(std::span<const std
   // Each document is encoded into a thread-local buffer and copied out
   // once: neighbouring out[i] headers share cache lines, and growing them
   // from two threads would bounce those lines on every id.
+  RegionErrors errors;
 #pragma omp parallel num_threads(nt)
   {
-    EncodeState& state = thread_state();
     std::vector<int32_t> ids;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n; ++i) {
-      ids.clear();
-      encode_text(texts[i], special, state, ids);
-      out[i].assign(ids.begin(), ids.end());
-    }
+    for (int64_t i = 0; i < n; ++i)
+      errors.guard([&] {
+        ids.clear();
+        encode_text(texts[i], special, thread_state(), ids);
+        out[i].assign(ids.begin(), ids.end());
+      });
   }
+  errors.rethrow();
   return out;
 }
 

@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <unordered_map>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/core/error.h"
@@ -20,6 +22,38 @@ namespace {
 
 // SentencePiece's default --max_sentence_length.
 constexpr size_t kMaxSentenceBytes = 4192;
+
+// Longest line read: a line is one text or one JSON document, and a file
+// without newlines (/dev/zero) would otherwise grow one line without bound.
+constexpr size_t kMaxLineBytes = size_t{64} << 20;
+
+[[noreturn]] void line_too_long(const std::string& path, int64_t line_no) {
+  fail("--input {} line {}: longer than {} bytes (one text or JSON document per line)", path, line_no, kMaxLineBytes);
+}
+
+// std::getline with that bound; false at the end of the input.
+bool getline_bounded(std::istream& in, std::string& line, const std::string& path, int64_t line_no) {
+  line.clear();
+  char buf[1 << 16];
+  for (;;) {
+    in.getline(buf, sizeof buf);
+    const auto got = static_cast<size_t>(in.gcount());  // with the '\n' when one was extracted
+    if (in.bad()) return false;
+    if (in.fail() && !in.eof() && got == sizeof buf - 1) {  // the buffer filled before a '\n'
+      line.append(buf, got);
+      if (line.size() > kMaxLineBytes) line_too_long(path, line_no);
+      in.clear();
+      continue;
+    }
+    if (in.eof()) {
+      line.append(buf, got);
+      return !line.empty();
+    }
+    line.append(buf, got - 1);
+    if (line.size() > kMaxLineBytes) line_too_long(path, line_no);
+    return true;
+  }
+}
 
 bool is_jsonl(const std::string& path) { return path.ends_with(".jsonl") || path.ends_with(".json"); }
 
@@ -91,7 +125,7 @@ class CorpusSentences final : public sentencepiece::SentenceIterator {
         if (!file_) fail("--input {}: cannot open ({})", path_, std::strerror(errno));
         line_no_ = 0;
       }
-      if (!std::getline(file_, line_)) {
+      if (!getline_bounded(file_, line_, path_, line_no_ + 1)) {
         if (file_.bad()) fail("--input {}: read error", path_);
         file_.close();
         continue;
@@ -134,6 +168,31 @@ class CorpusSentences final : public sentencepiece::SentenceIterator {
   bool done_ = false;
 };
 
+// SentencePiece's status message, as users act on it: without the source
+// location and condition its checks put first ("./src/x.cc(580) [cond]
+// message"; the condition when there is no message), in claw's flag names.
+std::string sentencepiece_reason(const std::string& raw) {
+  std::string message = raw, condition;
+  if (const size_t open = raw.find(") ["); open != std::string::npos && raw.rfind("./", 0) == 0) {
+    const size_t close = raw.rfind("] ");
+    const size_t end = close == std::string::npos || close < open ? raw.size() : close;
+    condition = raw.substr(open + 3, end - open - 3);
+    if (!condition.empty() && condition.back() == ']') condition.pop_back();
+    message = end + 2 <= raw.size() ? raw.substr(end + 2) : "";
+  }
+  if (message.find_first_not_of(' ') == std::string::npos)
+    return condition.empty() ? "no reason given" : fmt::format("its check ({}) failed", condition);
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    for (size_t p = message.find(from); p != std::string::npos; p = message.find(from, p + to.size()))
+      message.replace(p, from.size(), to);
+  };
+  replace(" with --character_coverage option", "");
+  replace("vocab_size", "--vocab-size");
+  replace("character_coverage", "--character-coverage");
+  replace("Vocabulary size", "Vocabulary size (--vocab-size)");
+  return message;
+}
+
 void validate(const SentencePieceTrainOptions& o) {
   if (o.inputs.empty()) fail("--input: give at least one text or JSONL file to train on");
   for (const std::string& p : o.inputs)
@@ -143,6 +202,10 @@ void validate(const SentencePieceTrainOptions& o) {
   if (o.model_type != "bpe" && o.model_type != "unigram")
     fail("--model-type '{}' is not one of: bpe, unigram", o.model_type);
   if (o.output_prefix.empty()) fail("--output-prefix must name the output files' prefix");
+  // Checked before training, which would otherwise run to the end first.
+  const std::string out_dir = std::filesystem::path(o.output_prefix).parent_path().string();
+  if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
+    fail("--output-prefix {}: directory {} does not exist", o.output_prefix, out_dir);
   if (!(o.character_coverage > 0 && o.character_coverage <= 1))
     fail("--character-coverage {} must be in (0, 1]", o.character_coverage);
   if (o.max_sentences < 0) fail("--max-sentences {} must be 0 (all) or positive", o.max_sentences);
@@ -173,11 +236,11 @@ int64_t train_sentencepiece(const SentencePieceTrainOptions& o) {
   const sentencepiece::util::Status status = sentencepiece::SentencePieceTrainer::Train(args, &sentences);
   if (!sentences.error().empty()) throw Error(sentences.error());
   if (!status.ok()) {
-    // The library prefixes its checks with source location and condition
-    // ("./src/x.cc(580) [cond] message"); the message is what users act on.
-    std::string message = status.error_message();
-    if (size_t p = message.rfind("] "); p != std::string::npos) message.erase(0, p + 2);
-    fail("train-tokenizer: SentencePiece training failed: {} (flags: --vocab-size, --character-coverage)", message);
+    // Its check on the sentences fails without a message: say why here.
+    if (sentences.count() == 0)
+      fail("--input {}: no text to train on (empty, or only blank lines{})", fmt::join(o.inputs, " "),
+           std::any_of(o.inputs.begin(), o.inputs.end(), is_jsonl) ? " and empty --json-keys fields" : "");
+    fail("train-tokenizer: SentencePiece training failed: {}", sentencepiece_reason(status.error_message()));
   }
   log::info("data", "trained a {} SentencePiece model of {} pieces on {} sentences: {}.model, {}.vocab",
             o.model_type, o.vocab_size, sentences.count(), o.output_prefix, o.output_prefix);

@@ -26,6 +26,23 @@ void ModelConfig::validate() const {
   positive(vocab_size, "--vocab-size");
   positive(make_vocab_size_divisible_by, "--make-vocab-size-divisible-by");
   positive(max_position_embeddings, "--max-position-embeddings");
+  // Shapes beyond these are typos, refused before anything sizes a vector
+  // from them (a shape-only model, as the planner builds, holds an object per
+  // layer): within them every count derived from the shape (parameters,
+  // bytes per layer or per model) fits in 64 bits.
+  auto at_most = [](int64_t v, int64_t limit, const char* flag, const char* why) {
+    if (v > limit) fail("{} {} is too large: at most {} ({})", flag, v, limit, why);
+  };
+  at_most(num_layers, kMaxLayers, "--num-layers", "the deepest published transformers have about 1000 layers");
+  at_most(hidden_size, kMaxWidth, "--hidden-size", "about 40 times the widest published model");
+  at_most(ffn_hidden_size, 4 * kMaxWidth, "--ffn-hidden-size", "4 x the largest --hidden-size");
+  at_most(num_attention_heads, kMaxWidth, "--num-attention-heads", "the largest --hidden-size");
+  at_most(num_query_groups, kMaxWidth, "--num-query-groups", "the largest --hidden-size");
+  at_most(kv_channels, kMaxWidth, "--kv-channels", "the largest --hidden-size");
+  at_most(vocab_size, kMaxVocab, "--vocab-size", "token ids are 32-bit");
+  at_most(make_vocab_size_divisible_by, kMaxVocab, "--make-vocab-size-divisible-by", "token ids are 32-bit");
+  at_most(max_position_embeddings, kMaxPositions, "--max-position-embeddings",
+          "the longest published contexts are about 10M tokens");
   if (num_query_groups < 0) fail("--num-query-groups must be >= 0 (0 means one group per head), got {}", num_query_groups);
   if (kv_channels < 0) fail("--kv-channels must be >= 0 (0 means hidden/heads), got {}", kv_channels);
   if (ffn_hidden_size < 0) fail("--ffn-hidden-size must be >= 0 (0 means 4 x hidden), got {}", ffn_hidden_size);
@@ -36,6 +53,10 @@ void ModelConfig::validate() const {
   if (num_attention_heads % kv_heads() != 0)
     fail("--num-attention-heads {} is not divisible by --num-query-groups {}; the group count must divide the head count",
          num_attention_heads, kv_heads());
+  if (num_attention_heads * head_dim() > kMaxWidth)
+    fail("--num-attention-heads {} x head dimension {} (--kv-channels or hidden/heads) is too large: at most {} "
+         "(about 40 times the widest published model)",
+         num_attention_heads, head_dim(), kMaxWidth);
   if (position_embedding_type == Position::rope && head_dim() % 2 != 0)
     fail("rotary embeddings need an even head dimension (--kv-channels or hidden/heads), got {}", head_dim());
   if (rotary_base <= 0) fail("--rotary-base must be positive, got {}", rotary_base);

@@ -23,6 +23,13 @@ std::string_view to_string(Norm n);      // "LayerNorm" / "RMSNorm" (Megatron's 
 std::string_view to_string(Position p);  // "learned_absolute" / "rope"
 std::string_view to_string(Mlp m);       // "gelu" / "swiglu"
 
+// Bounds of validate(): far past any published model, and small enough that
+// every count derived from a shape fits in 64 bits.
+inline constexpr int64_t kMaxLayers = 10000;
+inline constexpr int64_t kMaxWidth = int64_t{1} << 20;       // hidden size, heads x head dim
+inline constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1;  // token ids are int32
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
 struct ModelConfig {
   std::string name = "custom";             // preset it came from, for logs
   int64_t num_layers = 4;                  // --num-layers: transformer blocks (L)

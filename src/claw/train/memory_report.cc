@@ -3,7 +3,13 @@
 #include <algorithm>
 #include <map>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
+
+#include "claw/comm/group.h"
+#include "claw/core/error.h"
+#include "claw/core/memory.h"
 
 namespace claw::train {
 
@@ -57,6 +63,38 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
            fmt::format("micro-batch {}x{}: {} + scratch {}", B, T, layers, format_bytes(static_cast<double>(p.scratch))));
   s += row("total", p.total(), "");
   return s;
+}
+
+void check_node_memory(const plan::StageMemory& mine, comm::Group& world) {
+  // Ranks on one host, found by its name (hashed to fit a double exactly).
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const double key = static_cast<double>(std::hash<std::string>{}(host) & ((uint64_t{1} << 52) - 1));
+  std::vector<double> all = {key, mine.total()};
+  if (world.size() > 1) {
+    const std::vector<double> own = all;
+    all.resize(2 * static_cast<size_t>(world.size()));
+    world.all_gather(own.data(), all.data(), 2, DType::f64);
+  }
+  double node = 0;
+  int ranks = 0;
+  for (size_t r = 0; r < all.size(); r += 2)
+    if (all[r] == key) {
+      node += all[r + 1];
+      ++ranks;
+    }
+  // The model matches claw's arenas to the byte and the measured peak RSS
+  // within about 1% (bench/planner_memory.py); 3% leaves room for the rest.
+  const double needed = node * 1.03;
+  const MemoryLimit avail = available_memory();
+  if (needed <= static_cast<double>(avail.bytes)) return;
+  const std::string rank = mine.stage > 0 ? fmt::format("this one, pipeline stage {}", mine.stage) : "this one";
+  fail("the memory plan needs {} on this node ({}; {}: {}; + 3% margin), more than the {} available ({}); fewer "
+       "--num-layers, a smaller --micro-batch-size or --seq-length, more ranks over more nodes "
+       "(--tensor-/--pipeline-model-parallel-size), --recompute-granularity full, or --use-distributed-optimizer / "
+       "--zero-stage 3 would lower it",
+       format_bytes(needed), ranks == 1 ? "1 rank" : fmt::format("{} ranks", ranks), rank, plan::describe(mine),
+       format_bytes(static_cast<double>(avail.bytes)), avail.source);
 }
 
 }  // namespace claw::train

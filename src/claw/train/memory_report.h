@@ -10,6 +10,11 @@
 #include "claw/core/arena.h"
 #include "claw/model/config.h"
 #include "claw/parallel/data_parallel.h"
+#include "claw/plan/memory_model.h"
+
+namespace claw::comm {
+class Group;
+}
 
 namespace claw::train {
 
@@ -27,5 +32,12 @@ struct MemoryPlan {
 MemoryPlan make_memory_plan(const parallel::DataParallelMemory& m, int zero_stage, int dp, const ArenaPlan& acts);
 std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cfg, int64_t num_params, int64_t B,
                                int64_t T, int64_t recomputed_layers);
+
+// Refuses (claw::Error), before anything is allocated, a run whose ranks on
+// this node plan more memory than the node can still give
+// (claw::available_memory, with a margin for the model's error). `mine` is
+// this rank's plan (plan::stage_memory with the CPU device's overhead); the
+// ranks of one host add theirs up over `world` (a collective: every rank calls it).
+void check_node_memory(const plan::StageMemory& mine, comm::Group& world);
 
 }  // namespace claw::train

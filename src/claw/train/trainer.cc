@@ -19,6 +19,7 @@
 #include "claw/kernels/cpu/blas.h"
 #include "claw/model/gpt.h"
 #include "claw/parallel/pipeline_layout.h"
+#include "claw/plan/hardware.h"
 #include "claw/plan/memory_model.h"
 #include "claw/train/memory_report.h"
 #include "claw/train/metrics.h"
@@ -121,6 +122,15 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
     fail("--seq-length {} exceeds --max-position-embeddings {} (the longest sequence the model's positions cover); "
          "use --seq-length <= {} or raise --max-position-embeddings",
          cfg_.seq_length, model_cfg_.max_position_embeddings, model_cfg_.max_position_embeddings);
+  // Before any allocation: a plan larger than the node would end in the OOM killer, without a word.
+  const plan::Device cpu = plan::Catalog::builtin().device("cpu");
+  check_node_memory(plan::stage_memory({.model = model_cfg_, .seq_length = cfg_.seq_length,
+                                        .global_batch_size = cfg_.global_batch_size},
+                                       plan_layout(grid, cfg_, par_cfg_, grid.pp > 1 ? layout.chunks : 1,
+                                                   grid.pp > 1 ? schedule.kind : parallel::ScheduleKind::one_f_one_b,
+                                                   model_cfg_.num_layers),
+                                       grid.pp_rank(world_.rank()), plan::precision("fp32"), &cpu),
+                    *world_.world_group());
 
   // Ranks on one node share its cores.
   cpu_ = kernels::make_cpu_ctx(cfg_.num_threads > 0

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "claw/ckpt/checkpoint.h"
@@ -168,7 +169,59 @@ TEST_F(CkptDir, MetadataErrorsNameTheField) {
     Metadata::read(dir());
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("has no field 'chunks'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("metadata.json: chunks: missing"), std::string::npos) << e.what();
+  }
+}
+
+// Every field is checked for its type and range, named by its JSON path; the
+// state section's known fields too (the trainer's --load reads them).
+TEST(Ckpt, MetadataFieldsAreValidatedByJsonPath) {
+  const nlohmann::json good = nlohmann::json::parse(R"({"format": "claw-distributed-checkpoint", "version": 1,
+      "iteration": 2, "checksum_block": 1048576, "files": ["rank_00000.bin"],
+      "tensors": [{"name": "model.w", "shape": [4, 8], "dtype": "F32"}],
+      "chunks": [{"tensor": "model.w", "offsets": [0, 0], "sizes": [4, 8], "file": 0, "byte_offset": 0,
+                  "length": 128, "checksums": ["0123456789abcdef"]}],
+      "model": null, "args": {},
+      "state": {"consumed_train_samples": 8, "seed": 1234, "rng": {"kind": "philox4x32-10", "seed": 1234},
+                "layout": {"world_size": 1, "tp": 1, "pp": 1, "dp": 1, "zero_stage": 0, "sequence_parallel": false}}})");
+  EXPECT_NO_THROW(Metadata::from_json(good, "m.json"));
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](auto& j) { j["state"]["layout"]["dp"] = nlohmann::json::object(); },
+       "m.json: state.layout.dp: expected an integer in [1, 2147483647], got an object"},
+      {[](auto& j) { j["state"]["layout"]["zero_stage"] = 4; },
+       "m.json: state.layout.zero_stage: expected an integer in [0, 3], got 4"},
+      {[](auto& j) { j["state"]["layout"]["sequence_parallel"] = "no"; },
+       "m.json: state.layout.sequence_parallel: expected true or false, got a string"},
+      {[](auto& j) { j["state"]["consumed_train_samples"] = -1; },
+       "m.json: state.consumed_train_samples: expected an integer >= 0, got -1"},
+      {[](auto& j) { j["state"]["seed"] = 1.5; }, "m.json: state.seed: expected an integer >= 0, got 1.5"},
+      {[](auto& j) { j["state"]["rng"] = "philox"; }, "m.json: state.rng: expected an object, got a string"},
+      {[](auto& j) { j["state"] = nlohmann::json::array(); }, "m.json: state: expected an object, got an array"},
+      {[](auto& j) { j["iteration"] = "2"; }, "m.json: iteration: expected an integer >= 0, got a string"},
+      {[](auto& j) { j["checksum_block"] = 0; }, "m.json: checksum_block: expected an integer in [1, "},
+      {[](auto& j) { j["files"][0] = "../rank_00000.bin"; }, "m.json: files[0]: '../rank_00000.bin' is not a file name"},
+      {[](auto& j) { j["tensors"][0]["shape"][1] = -8; }, "m.json: tensors[0].shape[1]: expected an integer in [0, "},
+      {[](auto& j) { j["tensors"][0]["dtype"] = 32; }, "m.json: tensors[0].dtype: expected a string, got 32"},
+      {[](auto& j) { j["chunks"][0]["sizes"] = 4; }, "m.json: chunks[0].sizes: expected an array, got 4"},
+      {[](auto& j) { j["chunks"][0]["byte_offset"] = -64; },
+       "m.json: chunks[0].byte_offset: expected an integer >= 0, got -64"},
+      {[](auto& j) { j["chunks"][0]["offsets"][1] = 4; }, "m.json: chunks[0]: a chunk of 'model.w' reaches 12 along dimension 1"},
+      {[](auto& j) { j["chunks"][0]["offsets"] = {0}; }, "m.json: chunks[0]: a chunk of 'model.w' has 1 offsets but 2 sizes"},
+      {[](auto& j) { j["chunks"][0]["file"] = 1; }, "m.json: chunks[0].file: a chunk of 'model.w' names file 1 of 1"},
+      {[](auto& j) { j["chunks"][0]["checksums"][0] = "xyz"; }, "m.json: chunks[0].checksums[0]: checksum 'xyz'"},
+      {[](auto& j) { j["chunks"][0]["checksums"].push_back("0123456789abcdef"); },
+       "m.json: chunks[0].checksums: a chunk of 'model.w' has 2 checksums for 128 bytes"},
+      {[](auto& j) { j["chunks"][0].erase("length"); }, "m.json: chunks[0].length: missing"},
+  };
+  for (const auto& [mutate, want] : cases) {
+    nlohmann::json j = good;
+    mutate(j);
+    try {
+      Metadata::from_json(j, "m.json");
+      ADD_FAILURE() << "accepted; wanted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what() << "\nwanted: " << want;
+    }
   }
 }
 
