@@ -1,8 +1,14 @@
 #include "claw/model/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "claw/core/error.h"
+#include "claw/model/kv_cache.h"
 
 #include "claw/kernels/cpu/attention.h"
+#include "claw/kernels/cpu/attention_offset.h"
 #include "claw/kernels/cpu/rope.h"
 
 namespace claw::model {
@@ -49,6 +55,7 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       o_proj(attn_name(l, "o_proj"), cfg.num_attention_heads * cfg.head_dim(), cfg.hidden_size, cfg.add_bias_linear,
              cfg.init_method_std / std::sqrt(2.0 * cfg.num_layers), hf.attention(l, 'o', false),
              hf.attention(l, 'o', true), tp, {.kind = TpSplit::row}),
+      layer_(l),
       tp_(tp),
       C_(cfg.hidden_size),
       H_(tp.dims().heads(cfg)),
@@ -66,9 +73,36 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
     kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
-  kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)),
-                             ctx.seg_start);
+  if (ctx.kv_cache)
+    attend_cached(ctx, s);
+  else
+    kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
+                               1.0 / std::sqrt(double(D_)), ctx.seg_start);
   o_proj.forward(ctx, s.out, y);
+}
+
+// Row b's T new keys and values go to cache positions [length_b, length_b + T),
+// then its queries (at those positions) attend to [0, length_b + T).
+void Attention::attend_cached(const StepCtx& ctx, Saved& s) const {
+  KvCache& cache = *ctx.kv_cache;
+  const int64_t row = G_ * D_, B = ctx.B, T = ctx.T;
+  CLAW_CHECK(B == cache.batch() && row == cache.row(), "KV cache of {} rows x {} elements for a batch of {} x {}",
+             cache.batch(), cache.row(), B, row);
+  float* K = cache.keys(layer_);
+  float* V = cache.values(layer_);
+  std::vector<int32_t> q_pos(B), k_len(B);
+  int64_t Tk = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    q_pos[b] = cache.length(b);
+    k_len[b] = cache.length(b) + static_cast<int32_t>(T);
+    Tk = std::max<int64_t>(Tk, k_len[b]);
+    const int64_t at = (b * cache.capacity() + q_pos[b]) * row;
+    std::copy_n(s.k + b * T * row, T * row, K + at);
+    std::copy_n(s.v + b * T * row, T * row, V + at);
+  }
+  kernels::attention_offset_forward(ctx.cpu, s.out, s.lse, s.q, K, V, B, T, Tk, H_, G_, D_, 1.0 / std::sqrt(double(D_)),
+                                    {.q_pos = q_pos.data(), .k_len = k_len.data(),
+                                     .ld_kv_batch = cache.capacity() * row});
 }
 
 void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows, const float* dy_rows, float* dx,

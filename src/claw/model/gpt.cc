@@ -62,6 +62,22 @@ void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int6
     scratch.layout(L, cfg, N, tp);
 }
 
+void Activations::layout_inference(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp) {
+  const int64_t R = tp.rows(B * T);
+  input = L.take<float>("embedding.out", R * cfg.hidden_size);
+  recompute_region.layout_internal(L, "block", cfg, B, T, tp);
+  float* outs[2] = {L.take<float>("block.out0", R * cfg.hidden_size), L.take<float>("block.out1", R * cfg.hidden_size)};
+  blocks.assign(cfg.num_layers, recompute_region);
+  const float* x = input;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    blocks[l].x = x;
+    blocks[l].out = outs[l % 2];
+    x = blocks[l].out;
+  }
+  final_norm.layout(L, "final_norm", cfg, R);
+  scratch.layout(L, cfg, B * T, tp);
+}
+
 ArenaPlan plan_activations(const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp,
                            PipelineStage stage, int slots) {
   ArenaPlan plan("activations");
@@ -311,6 +327,37 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float*
   if (!tied_here()) h.grads_begin(emb_unit_);
   embedding_.backward(ctx, tokens, acts().scratch.dres, acts().scratch);
   h.grads_end(emb_unit_);
+}
+
+const float* GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, KvCache& cache) {
+  if (!stage_.whole(cfg_)) fail("generation with a KV cache needs the whole model on each rank (no pipeline stages)");
+  if (tp_.sp()) fail("generation with a KV cache runs without --sequence-parallel");
+  CLAW_CHECK(!ctx_in.training, "forward_cached is inference only");
+  const int64_t B = ctx_in.B, T = ctx_in.T;
+  cache.check_room(T);
+  if (B != inf_B_ || T != inf_T_) {
+    inf_plan_ = ArenaPlan("inference");
+    ArenaLayout planning = ArenaLayout::planning(inf_plan_);
+    Activations shape;
+    shape.layout_inference(planning, cfg_, B, T, tp_.dims());
+    inf_arena_ = Arena(inf_plan_);
+    ArenaLayout L = ArenaLayout::binding(inf_plan_, inf_arena_);
+    inf_.layout_inference(L, cfg_, B, T, tp_.dims());
+    inf_B_ = B;
+    inf_T_ = T;
+  }
+  std::vector<int32_t> positions(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) positions[b * T + t] = cache.length(b) + static_cast<int32_t>(t);
+  StepCtx ctx = ctx_in;
+  ctx.positions = positions.data();
+  ctx.seg_start = nullptr;
+  ctx.kv_cache = &cache;
+  embedding_.forward(ctx, tokens, inf_.input, inf_.scratch);
+  for (int k = 0; k < num_blocks(); ++k) blocks_[k]->forward(ctx, inf_.blocks[k], inf_.scratch);
+  final_norm_.forward(ctx, inf_.out(), inf_.final_norm);
+  cache.advance(T);
+  return inf_.final_norm.out;
 }
 
 void GPT::logits(const StepCtx& ctx, float* out) const { output_.logits(ctx, acts().final_norm.out, out); }

@@ -32,6 +32,7 @@
 #include "claw/model/config.h"
 #include "claw/model/embedding.h"
 #include "claw/model/hf_names.h"
+#include "claw/model/kv_cache.h"
 #include "claw/model/norm.h"
 #include "claw/model/output_layer.h"
 #include "claw/model/param.h"
@@ -90,6 +91,9 @@ struct Activations {
   void layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, Recompute recompute, TpDims tp,
               PipelineStage stage = {}, const Activations* shared = nullptr);
   float* out() const { return blocks.empty() ? input : blocks.back().out; }
+  // Inference: nothing is kept for backward. One block region serves every
+  // layer, whose outputs alternate between two buffers.
+  void layout_inference(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp);
 };
 
 // The activation arena layout of one rank for micro-batches of [B, T] (pure).
@@ -170,6 +174,18 @@ class GPT {
   // Logits [B*T, Vp] of the last forward's final hidden states (TP = 1 only).
   void logits(const StepCtx& ctx, float* out) const;
 
+  // Inference with a KV cache (the whole model, no sequence parallelism):
+  // runs the ctx.B x ctx.T new tokens of each cache row through the model,
+  // appending their keys and values to `cache`, and returns their final
+  // hidden states [B*T, C] (after the final norm; valid until the next call).
+  // Positions are the cache's lengths onward. Activations come from an
+  // inference arena that saves nothing for backward, sized on first use of a
+  // [B, T] shape.
+  const float* forward_cached(const StepCtx& ctx, const int32_t* tokens, KvCache& cache);
+  // Logits over the real vocabulary [N, V] of hidden states [N, C] (from
+  // forward_cached) at any tensor-parallel size: a collective over the TP group.
+  void full_logits(const StepCtx& ctx, const float* hidden, float* out) const { output_.full_logits(ctx, hidden, out); }
+
   // The first non-finite tensor, in forward order (parameters of a layer,
   // then what it saved), as "name (kind)"; empty if all are finite.
   std::string first_non_finite(const CpuCtx& ctx) const;
@@ -206,6 +222,11 @@ class GPT {
   // schedules); all share slot 0's scratch.
   std::vector<Activations> slots_{1};
   int slot_ = 0;
+  // forward_cached's activations.
+  int64_t inf_B_ = 0, inf_T_ = 0;
+  ArenaPlan inf_plan_{"inference"};
+  Arena inf_arena_;
+  Activations inf_;
   Activations& acts() { return slots_[slot_]; }
   const Activations& acts() const { return slots_[slot_]; }
 };

@@ -43,12 +43,18 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
     else
       vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, targets + r0,
                                            vocab_, rows);
+    const float* w = ctx.loss_weight ? ctx.loss_weight + r0 : nullptr;
+    if (w)
+      for (int64_t r = 0; r < rows; ++r) s.losses[r0 + r] *= w[r];
     if (dloss_scale == 0) continue;
     const float scale = static_cast<float>(dloss_scale);
     if (tp_.size() == 1)
       kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, rows, vocab_.V, Vl);
     else
       vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, vocab_, rows);
+    if (w)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t v = 0; v < Vl; ++v) logits[r * Vl + v] *= w[r];
     kernels::gemm(false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
     kernels::gemm(true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
   }
@@ -61,6 +67,23 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
 void OutputLayer::logits(const StepCtx& ctx, const float* x, float* out) const {
   CLAW_CHECK(tp_.size() == 1, "full logits are not assembled under tensor parallelism (TP {})", tp_.size());
   kernels::gemm(false, true, ctx.tokens(), vocab_.Vp, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, out, vocab_.Vp);
+}
+
+void OutputLayer::full_logits(const StepCtx& ctx, const float* x, float* out) const {
+  const int64_t N = ctx.tokens(), Vl = vocab_.rows(), V = vocab_.V, P = tp_.size();
+  std::vector<float> local(static_cast<size_t>(N * Vl));
+  kernels::gemm(false, true, N, Vl, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, local.data(), Vl);
+  std::vector<float> all;
+  const float* blocks = local.data();  // [P, N, Vl]: rank r's vocabulary rows [r Vl, (r + 1) Vl)
+  if (P > 1) {
+    all.resize(static_cast<size_t>(P * N * Vl));
+    tp_.group->all_gather(local.data(), all.data(), N * Vl, DType::f32);
+    blocks = all.data();
+  }
+  for (int64_t r = 0; r < P; ++r) {
+    const int64_t v0 = r * Vl, n = std::clamp<int64_t>(V - v0, 0, Vl);
+    for (int64_t i = 0; i < N && n > 0; ++i) std::copy_n(blocks + (r * N + i) * Vl, n, out + i * V + v0);
+  }
 }
 
 void OutputLayer::collect(std::vector<Param*>& out) {

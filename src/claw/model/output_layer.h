@@ -48,7 +48,7 @@ class OutputLayer {
   OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied_word_embeddings, const TensorParallel& tp);
 
   // x: [R, C], the rows held. Returns the sum of per-token losses over
-  // targets >= 0 (of all N tokens, the same on every TP rank). With
+  // targets >= 0, each times ctx.loss_weight's entry when given (of all N tokens, the same on every TP rank). With
   // dloss_scale != 0 also computes the gradient (dloss_scale = d total_loss /
   // d token_loss).
   double forward(const StepCtx& ctx, const float* x, const int32_t* targets, double dloss_scale, Saved& s,
@@ -57,6 +57,11 @@ class OutputLayer {
   // Full logits [N, Vp] (for inspection and tests; not used in training;
   // one tensor-parallel rank only).
   void logits(const StepCtx& ctx, const float* x, float* out) const;
+  // Logits over the real vocabulary [N, V] at any tensor-parallel size: each
+  // rank computes its vocabulary rows and the group all-gathers them. x: the
+  // final norm's output [N, C] (no sequence parallelism). No loss, no
+  // gradient: generation and evaluation.
+  void full_logits(const StepCtx& ctx, const float* x, float* out) const;
 
   void collect(std::vector<Param*>& out);
 

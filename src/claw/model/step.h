@@ -9,6 +9,7 @@
 namespace claw::model {
 
 class DeferredWeightGrads;
+class KvCache;
 
 struct StepCtx {
   CpuCtx cpu;
@@ -28,6 +29,13 @@ struct StepCtx {
   // Non-null: backward computes input gradients only and records each linear
   // layer's weight-gradient GEMM here, to run later (ZB-H1's split backward).
   DeferredWeightGrads* defer_weight_grads = nullptr;
+  // Non-null: inference with a KV cache (GPT::forward_cached). Each of the B
+  // rows brings T new tokens at positions[b * T + t] = cache length + t;
+  // attention appends their keys and values and attends to the whole row.
+  KvCache* kv_cache = nullptr;
+  // [B, T] weight of each token's loss (null: 1 for every target >= 0):
+  // prompt masking, per-token advantages. The loss is sum_t w_t loss_t.
+  const float* loss_weight = nullptr;
   int64_t tokens() const { return B * T; }
 };
 

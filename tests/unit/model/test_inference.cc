@@ -1,0 +1,122 @@
+// The inference API: forward_cached with a KV cache against the training
+// forward over the whole sequence, and per-token loss weights.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "claw/model/config.h"
+#include "claw/model/gpt.h"
+#include "random_batch.h"
+
+namespace claw::model {
+namespace {
+
+const CpuCtx ctx{2};
+
+ModelConfig small(const char* preset) {
+  ModelConfig c = model_preset(preset);
+  c.num_layers = 2;
+  c.vocab_size = 1000;
+  c.hidden_dropout = 0;
+  return c;
+}
+
+double max_rel(const float* a, const float* b, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / std::max(1.0, std::abs(double(b[i]))));
+  return worst;
+}
+
+// Full-sequence logits [T, V] of each of B rows from the training forward.
+std::vector<float> reference_logits(GPT& m, const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  const ModelConfig& c = m.config();
+  m.reserve(B, T);
+  std::vector<int32_t> targets(B * T, 0);
+  const StepCtx sc{.cpu = ctx, .B = B, .T = T};
+  m.forward(sc, tokens.data(), targets.data(), 0.0);
+  const int64_t Vp = c.padded_vocab_size(1), V = c.vocab_size;
+  std::vector<float> padded(B * T * Vp), out(B * T * V);
+  m.logits(sc, padded.data());
+  for (int64_t r = 0; r < B * T; ++r) std::copy_n(&padded[r * Vp], V, &out[r * V]);
+  return out;
+}
+
+// One token at a time, then a prompt prefilled in one chunk and the rest
+// decoded, on two rows of different lengths: every position's logits equal
+// the whole-sequence forward's (1e-5 relative).
+TEST(Inference, IncrementalDecodingEqualsFullForward) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const ModelConfig c = small(preset);
+    GPT m(c);
+    m.init_weights(ctx, 1234);
+    const int64_t T = 24, V = c.vocab_size;
+    const Batch batch = random_batch(2 * T, V, 5);
+    const std::vector<float> ref = reference_logits(m, batch.tokens, 2, T);
+
+    // Row by row, one token per step.
+    KvCache one(c, {}, 2, 32);
+    std::vector<float> logits(2 * V);
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t step[2] = {batch.tokens[t], batch.tokens[T + t]};
+      const float* h = m.forward_cached({.cpu = ctx, .B = 2, .T = 1}, step, one);
+      m.full_logits({.cpu = ctx, .B = 2, .T = 1}, h, logits.data());
+      EXPECT_LT(max_rel(&logits[0], &ref[t * V], V), 1e-5) << preset << " row 0 position " << t;
+      EXPECT_LT(max_rel(&logits[V], &ref[(T + t) * V], V), 1e-5) << preset << " row 1 position " << t;
+    }
+    EXPECT_EQ(one.length(0), T);
+
+    // A prompt of 10 tokens in one chunk, then single tokens.
+    KvCache chunked(c, {}, 1, T);
+    std::vector<float> prompt_logits(10 * V);
+    const float* h = m.forward_cached({.cpu = ctx, .B = 1, .T = 10}, batch.tokens.data(), chunked);
+    m.full_logits({.cpu = ctx, .B = 1, .T = 10}, h, prompt_logits.data());
+    EXPECT_LT(max_rel(prompt_logits.data(), ref.data(), 10 * V), 1e-5) << preset << " prefill";
+    for (int64_t t = 10; t < T; ++t) {
+      h = m.forward_cached({.cpu = ctx, .B = 1, .T = 1}, &batch.tokens[t], chunked);
+      m.full_logits({.cpu = ctx, .B = 1, .T = 1}, h, logits.data());
+      EXPECT_LT(max_rel(logits.data(), &ref[t * V], V), 1e-5) << preset << " decode position " << t;
+    }
+    // A full cache refuses more.
+    EXPECT_THROW(m.forward_cached({.cpu = ctx, .B = 1, .T = 1}, batch.tokens.data(), chunked), Error);
+  }
+}
+
+// loss_weight: 1 everywhere is the plain loss; 0/1 weights are the same as
+// masking those targets (bitwise: loss and gradients); 2 doubles.
+TEST(Inference, PerTokenLossWeight) {
+  const ModelConfig c = small("llama-tiny");
+  const int64_t B = 2, T = 16;
+  const Batch batch = random_batch(B * T, c.vocab_size, 9);
+  auto run = [&](const std::vector<int32_t>& targets, const std::vector<float>* w, std::vector<float>& grads) {
+    GPT m(c);
+    m.init_weights(ctx, 77);
+    m.reserve(B, T);
+    m.store().zero_grads();
+    StepCtx sc{.cpu = ctx, .B = B, .T = T, .training = true};
+    if (w) sc.loss_weight = w->data();
+    const double loss = m.forward(sc, batch.tokens.data(), targets.data(), 1.0 / (B * T));
+    m.backward(sc, batch.tokens.data());
+    grads.assign(m.store().grads(), m.store().grads() + m.store().total());
+    return loss;
+  };
+  std::vector<float> g_plain, g_ones, g_mask, g_zero, g_two;
+  const double plain = run(batch.targets, nullptr, g_plain);
+  const std::vector<float> ones(B * T, 1.0f);
+  EXPECT_EQ(run(batch.targets, &ones, g_ones), plain);
+  EXPECT_EQ(g_ones, g_plain);
+  std::vector<int32_t> masked = batch.targets;
+  std::vector<float> mask(B * T, 1.0f);
+  for (int64_t i = 0; i < B * T; i += 3) masked[i] = -1, mask[i] = 0.0f;
+  const double lm = run(masked, nullptr, g_mask);
+  EXPECT_EQ(run(batch.targets, &mask, g_zero), lm);
+  EXPECT_EQ(g_zero, g_mask);
+  const std::vector<float> twos(B * T, 2.0f);
+  EXPECT_DOUBLE_EQ(run(batch.targets, &twos, g_two), 2 * plain);
+  for (size_t i = 0; i < g_two.size(); i += 97) EXPECT_NEAR(g_two[i], 2 * g_plain[i], 1e-6 * std::abs(g_plain[i]) + 1e-12);
+}
+
+}  // namespace
+}  // namespace claw::model
