@@ -1,5 +1,8 @@
 #include "claw/ckpt/checkpoint.h"
 
+#include "claw/ckpt/safetensors.h"
+#include "claw/core/dtype_convert.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,14 +144,14 @@ uint64_t Saver::layout(const std::vector<Shard>& shards, std::vector<Piece>* pie
   for (const Shard& s : shards) {
     if (!seen[s.tensor]) {
       seen[s.tensor] = true;
-      tensors_.push_back({s.tensor, checkpoint_shape(*s.spec), DType::f32});
+      tensors_.push_back({s.tensor, checkpoint_shape(*s.spec), s.dtype});
     }
     if (!s.write) continue;
     for (const ShardPiece& p : shard_pieces(s)) {
       ChunkMeta c{.tensor = s.tensor, .box = p.box, .file = world_.rank(), .offset = at,
-                  .length = static_cast<uint64_t>(p.box.numel()) * sizeof(float)};
+                  .length = static_cast<uint64_t>(p.box.numel()) * dtype_size(s.dtype)};
       at = align_up(at + c.length);
-      pieces->push_back({s.data + (p.local_begin - s.begin), std::move(c)});
+      pieces->push_back({s.at(p.local_begin - s.begin), std::move(c)});
     }
   }
   return at;
@@ -286,7 +289,8 @@ void Saver::commit() {
   }
   nlohmann::json mine = {{"chunks", nlohmann::json::array()}, {"tensors", nlohmann::json::array()}};
   for (const ChunkMeta& c : chunks_) mine["chunks"].push_back(chunk_to_json(c));
-  for (const TensorMeta& t : tensors_) mine["tensors"].push_back({{"name", t.name}, {"shape", t.shape}});
+  for (const TensorMeta& t : tensors_)
+    mine["tensors"].push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", safetensors_dtype(t.dtype)}});
   const std::vector<std::string> parts = all_gather_strings(world_, mine.dump());
   if (world_.rank() == 0) {
     Metadata meta;
@@ -303,7 +307,8 @@ void Saver::commit() {
         const std::string name = t["name"];
         if (index.count(name)) continue;
         index[name] = meta.tensors.size();
-        meta.tensors.push_back({name, t["shape"].get<std::vector<int64_t>>(), DType::f32});
+        meta.tensors.push_back({name, t["shape"].get<std::vector<int64_t>>(),
+                                parse_safetensors_dtype(t["dtype"].get<std::string>(), "checkpoint tensor " + name)});
       }
       for (const auto& c : j["chunks"]) meta.chunks.push_back(chunk_from_json(c, partial));
     }
@@ -434,46 +439,54 @@ const uint8_t* CheckpointReader::read_bytes(const ChunkMeta& c, uint64_t lo, uin
 
 namespace {
 // Copies the elements of `region` (inside both boxes) from `src` (row-major
-// over src_box, element 0 at src_box's offset) to `dst` (row-major over dst_box).
-void copy_region(const Box& region, const Box& src_box, const float* src, const Box& dst_box, float* dst) {
+// over src_box, element 0 at src_box's offset, of type `from`) to `dst`
+// (row-major over dst_box, of type `to`), converting when the types differ.
+void copy_region(const Box& region, const Box& src_box, const void* src, DType from, const Box& dst_box, void* dst,
+                 DType to) {
   const int nd = region.ndim();
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  const int64_t fs = static_cast<int64_t>(dtype_size(from)), ts = static_cast<int64_t>(dtype_size(to));
   if (nd == 0) {
-    dst[0] = src[0];
+    convert(from, s, to, d, 1);
     return;
   }
   std::vector<int64_t> p = region.offset;
   const int64_t run = region.size[nd - 1];
   while (true) {
-    std::memcpy(dst + index_in(dst_box, p), src + index_in(src_box, p), static_cast<size_t>(run) * sizeof(float));
-    int d = nd - 2;
-    for (; d >= 0; --d) {
-      if (++p[d] < region.offset[d] + region.size[d]) break;
-      p[d] = region.offset[d];
+    convert(from, s + index_in(src_box, p) * fs, to, d + index_in(dst_box, p) * ts, run);
+    int d_ = nd - 2;
+    for (; d_ >= 0; --d_) {
+      if (++p[d_] < region.offset[d_] + region.size[d_]) break;
+      p[d_] = region.offset[d_];
     }
-    if (d < 0) return;
+    if (d_ < 0) return;
   }
 }
 }  // namespace
 
-void CheckpointReader::read_box(const std::string& tensor, const Box& target, float* dst) {
+void CheckpointReader::read_box(const std::string& tensor, const Box& target, void* dst, DType dst_dtype) {
   const auto it = chunks_.find(tensor);
   if (it == chunks_.end()) return;
+  const TensorMeta* t = meta_.find(tensor);
+  CLAW_CHECK(t, "checkpoint chunk of unknown tensor '{}'", tensor);
+  const uint64_t es = dtype_size(t->dtype);
   for (const ChunkMeta* c : it->second) {
     const std::optional<Box> I = intersect(target, c->box);
     if (!I) continue;
     std::vector<int64_t> last = I->offset;
     for (int d = 0; d < I->ndim(); ++d) last[d] += I->size[d] - 1;
-    const uint64_t lo = static_cast<uint64_t>(index_in(c->box, I->offset)) * sizeof(float);
-    const uint64_t hi = static_cast<uint64_t>(index_in(c->box, last) + 1) * sizeof(float);
-    const float* src = reinterpret_cast<const float*>(read_bytes(*c, lo, hi)) - lo / sizeof(float);
-    copy_region(*I, c->box, src, target, dst);
+    const uint64_t lo = static_cast<uint64_t>(index_in(c->box, I->offset)) * es;
+    const uint64_t hi = static_cast<uint64_t>(index_in(c->box, last) + 1) * es;
+    const uint8_t* src = read_bytes(*c, lo, hi) - lo;
+    copy_region(*I, c->box, src, t->dtype, target, dst, dst_dtype);
   }
 }
 
 void CheckpointReader::load(const std::vector<Shard>& shards) {
   for (const Shard& s : shards) {
-    std::fill(s.data, s.data + s.n, 0.0f);
-    for (const ShardPiece& p : shard_pieces(s)) read_box(s.tensor, p.box, s.data + (p.local_begin - s.begin));
+    std::memset(s.data, 0, static_cast<size_t>(s.n) * dtype_size(s.dtype));  // all-zero bits are 0 in every float type
+    for (const ShardPiece& p : shard_pieces(s)) read_box(s.tensor, p.box, s.at(p.local_begin - s.begin), s.dtype);
   }
 }
 
@@ -484,7 +497,7 @@ std::vector<float> CheckpointReader::tensor(const std::string& name) {
   whole.offset.assign(t->shape.size(), 0);
   whole.size = t->shape;
   std::vector<float> out(static_cast<size_t>(whole.numel()));
-  read_box(name, whole, out.data());
+  read_box(name, whole, out.data(), DType::f32);
   return out;
 }
 

@@ -89,7 +89,7 @@ class Saver {
  private:
   enum class Phase { idle, snapshot, writing, durable, failed };
   struct Piece {
-    const float* src;
+    const void* src;
     ChunkMeta chunk;
   };
   uint64_t layout(const std::vector<Shard>& shards, std::vector<Piece>* pieces);
@@ -145,13 +145,14 @@ class CheckpointReader {
   // Fills `shards`; elements the checkpoint shape does not cover
   // (vocabulary padding) are zeroed.
   void load(const std::vector<Shard>& shards);
-  // One whole tensor (export, inspect, tests).
+  // One whole tensor as f32 whatever its stored dtype (export, inspect, tests).
   std::vector<float> tensor(const std::string& name);
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
-  // Fills box `target` of `tensor` (dst: row-major over target) from the chunks.
-  void read_box(const std::string& tensor, const Box& target, float* dst);
+  // Fills box `target` of `tensor` (dst: row-major over target, elements of
+  // dst_dtype) from the chunks, converting from the stored dtype.
+  void read_box(const std::string& tensor, const Box& target, void* dst, DType dst_dtype);
   // Bytes [lo, hi) of chunk c, rounded out to whole checksum blocks and
   // verified; returns a pointer to byte lo (valid until the next read).
   const uint8_t* read_bytes(const ChunkMeta& c, uint64_t lo, uint64_t hi);

@@ -11,6 +11,7 @@
 #include "claw/ckpt/safetensors.h"
 #include "claw/ckpt/shards.h"
 #include "claw/core/error.h"
+#include "claw/core/dtype_convert.h"
 #include "claw/model/hf_names.h"
 
 namespace claw::ckpt {
@@ -42,38 +43,6 @@ void copy_slab(const std::vector<int64_t>& full, int dim, int64_t begin, int64_t
     if (to_full) std::memcpy(f, s, n * sizeof(float));
     else std::memcpy(s, f, n * sizeof(float));
   }
-}
-
-float bf16_to_f32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      uint32_t m = mant;
-      do {
-        ++e;
-        m <<= 1;
-      } while ((m & 0x400) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3ff) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | mant << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 template <typename T>

@@ -29,8 +29,13 @@ struct Shard {
   std::string tensor;
   const model::ParamSpec* spec = nullptr;
   int64_t begin = 0, n = 0;  // among the local tensor's elements (row-major over spec->local_shape())
-  float* data = nullptr;     // element `begin`
+  void* data = nullptr;      // element `begin`, of type `dtype`
   bool write = false;        // this rank writes it
+  // The element type in memory. A save stores chunks in it; a load converts
+  // from the checkpoint's stored type into it (core/dtype_convert.h).
+  DType dtype = DType::f32;
+  // Element i (0-based from `begin`) as a pointer into data.
+  void* at(int64_t i) const { return static_cast<uint8_t*>(data) + i * static_cast<int64_t>(dtype_size(dtype)); }
 };
 
 // The global shape a parameter has in a checkpoint (no vocabulary padding).

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "claw/ckpt/checkpoint.h"
+#include "claw/core/dtype_convert.h"
 #include "claw/ckpt/hf.h"
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/blas.h"
@@ -116,6 +117,66 @@ TEST_F(CkptDir, LoadsIntoZero3ShardsOfTwoRanks) {
     // alignment gaps between parameters are zero in both).
     for (int64_t i = lo; i < hi; ++i) ASSERT_EQ(part.store().value_shard()[i - lo], full.store().values()[i]) << i;
   }
+}
+
+// Chunks record their dtype and load with conversion: a checkpoint saved in
+// bf16 (or fp8 e4m3) loads into an fp32 model with every value widened
+// exactly, and an fp32 checkpoint loads into bf16 memory rounded to nearest
+// even, element for element what core/dtype_convert gives.
+TEST_F(CkptDir, ChunksInOtherDtypesLoadWithExactConversion) {
+  const CpuCtx ctx = kernels::make_cpu_ctx(1);
+  model::GPT m(tiny(true));
+  m.init_weights(ctx, 21);
+  const float* values = m.store().values();
+  const int64_t total = m.store().total();
+  for (DType stored : {DType::bf16, DType::e4m3}) {
+    const std::string root = dir() + "/" + std::string(dtype_name(stored));
+    // The same shards, held in `stored`.
+    std::vector<Shard> shards = collect_shards({&m.store()}, nullptr, {.optimizer = false});
+    std::vector<std::vector<uint8_t>> held;
+    for (Shard& s : shards) {
+      held.emplace_back(static_cast<size_t>(s.n) * dtype_size(stored));
+      convert(DType::f32, s.data, stored, held.back().data(), s.n);
+      s.data = held.back().data();
+      s.dtype = stored;
+    }
+    comm::SelfGroup self("world");
+    Saver(self, {.root = root}).save(shards, {.iteration = 1});
+    const std::string d = iteration_dir(root, 1);
+    const Metadata meta = Metadata::read(d);
+    for (const TensorMeta& t : meta.tensors) EXPECT_EQ(t.dtype, stored) << t.name;
+    model::GPT loaded(tiny(true));
+    load_shards(d, meta, collect_shards({&loaded.store()}, nullptr, {.optimizer = false}));
+    for (int64_t i = 0; i < total; ++i) {
+      float expect = 0;
+      uint16_t b = 0;
+      uint8_t e = 0;
+      if (stored == DType::bf16) {
+        b = f32_to_bf16(values[i]);
+        expect = bf16_to_f32(b);
+      } else {
+        e = f32_to_e4m3(values[i]);
+        expect = e4m3_to_f32(e);
+      }
+      ASSERT_EQ(loaded.store().values()[i], expect) << dtype_name(stored) << " element " << i;
+    }
+  }
+  // fp32 chunks into bf16 memory.
+  save_model(m, dir());
+  const std::string d = iteration_dir(dir(), 3);
+  std::vector<Shard> into = collect_shards({&m.store()}, nullptr, {.optimizer = false});
+  std::vector<std::vector<uint16_t>> bf(into.size());
+  std::vector<std::vector<float>> reference(into.size());
+  for (size_t k = 0; k < into.size(); ++k) {
+    reference[k].assign(static_cast<const float*>(into[k].data), static_cast<const float*>(into[k].data) + into[k].n);
+    bf[k].assign(into[k].n, 0xffff);
+    into[k].data = bf[k].data();
+    into[k].dtype = DType::bf16;
+  }
+  load_shards(d, Metadata::read(d), into);
+  for (size_t k = 0; k < into.size(); ++k)
+    for (int64_t i = 0; i < into[k].n; ++i)
+      ASSERT_EQ(bf[k][i], f32_to_bf16(reference[k][i])) << into[k].tensor << " element " << i;
 }
 
 TEST_F(CkptDir, CorruptionAndTruncationNameTheFileAndTensor) {
