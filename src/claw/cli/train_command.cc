@@ -63,6 +63,8 @@ const std::vector<F>& train_flags() {
                   [](A& a) -> auto& { return a.train.num_threads; }),
       string_flag<A>("metrics-file", "write one JSON object per step to this file",
                      [](A& a) -> auto& { return a.train.metrics_file; }),
+      string_flag<A>("tensorboard-dir", "write the metrics' scalars as TensorBoard events into this directory",
+                     [](A& a) -> auto& { return a.train.tensorboard_dir; }),
       double_flag<A>("peak-gflops", "MFU denominator in GFLOP/s (0: measure SGEMM at start)",
                      [](A& a) -> auto& { return a.train.peak_gflops; }),
       string_flag<A>("recompute-granularity", "full: recompute blocks' activations in backward (default: off)",

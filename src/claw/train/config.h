@@ -26,6 +26,7 @@ struct TrainConfig {
   uint64_t seed = 1234;           // --seed: initialisation, data order, dropout
   int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
   std::string metrics_file;       // --metrics-file: JSONL, one object per step
+  std::string tensorboard_dir;    // --tensorboard-dir: TensorBoard event files of the same scalars
   double peak_gflops = 0;         // --peak-gflops: MFU denominator (0: measure SGEMM at start)
   std::string recompute_granularity;   // --recompute-granularity: "" (off) or full
   std::string recompute_method = "block";  // --recompute-method: block (the first N layers)

@@ -449,7 +449,8 @@ TrainResult Trainer::run() {
             "rank(s)), {:.2f} GFLOP per step",
             cfg_.train_iters, GB, T, accum, B, pstate_->dp().size(), flops_per_step / 1e9);
 
-  MetricsWriter metrics(world_.rank() == 0 ? cfg_.metrics_file : std::string());
+  MetricsWriter metrics(world_.rank() == 0 ? cfg_.metrics_file : std::string(),
+                        world_.rank() == 0 ? cfg_.tensorboard_dir : std::string());
   TrainResult result;
   auto start = clock::now();
   // An asynchronous save's snapshot reads the values and moments while the
