@@ -12,6 +12,7 @@
 #include "claw/ckpt/hf.h"
 #include "claw/cli/model_flags.h"
 #include "claw/comm/group.h"
+#include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/model/gpt.h"
 
@@ -99,7 +100,8 @@ struct Inspect {
       std::map<std::string, int> chunks;
       for (const ckpt::ChunkMeta& c : meta.chunks) ++chunks[c.tensor];
       for (const ckpt::TensorMeta& t : meta.tensors)
-        fmt::print("    {:<56} [{}] {} chunk(s)\n", t.name, fmt::join(t.shape, ", "), chunks[t.name]);
+        fmt::print("    {:<56} [{}] {} {} chunk(s)\n", t.name, fmt::join(t.shape, ", "), dtype_name(t.dtype),
+                   chunks[t.name]);
     }
     if (verify) {
       ckpt::CheckpointReader reader(d, meta);
@@ -158,6 +160,48 @@ struct Import {
   }
 };
 
+// Rewrites a checkpoint's parameters in another dtype (a bf16 release of an
+// fp32 run, say): read as f32 on one process (widening is exact), narrowed
+// with round-to-nearest-even, saved as a one-rank checkpoint at the same
+// iteration with the same state. Optimizer moments are not carried: the
+// result loads as parameters only.
+struct Convert {
+  std::string load, save, dtype;
+  int64_t step = -1;
+
+  void run() const {
+    DType to = DType::f32;
+    bool known = false;
+    for (DType t : {DType::f32, DType::bf16, DType::f16, DType::e4m3, DType::e5m2})
+      if (dtype == dtype_name(t)) to = t, known = true;
+    if (!known) fail("--dtype '{}' is not one of f32, bf16, f16, fp8_e4m3, fp8_e5m2", dtype);
+    const std::string d = ckpt::resolve_load_dir(load, step, "claw ckpt convert");
+    const ckpt::Metadata meta = ckpt::Metadata::read(d);
+    const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    model::GPT gpt(cfg);
+    std::vector<ckpt::Shard> shards = ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false});
+    ckpt::load_shards(d, meta, shards);
+    std::vector<std::vector<uint8_t>> held;
+    for (ckpt::Shard& s : shards) {
+      held.emplace_back(static_cast<size_t>(s.n) * dtype_size(to));
+      convert(DType::f32, s.data, to, held.back().data(), s.n);
+      s.data = held.back().data();
+      s.dtype = to;
+    }
+    comm::SelfGroup self("world");
+    ckpt::Saver saver(self, {.root = save});
+    ckpt::SaveInfo info{.iteration = meta.iteration, .model = meta.model, .args = meta.args, .state = meta.state};
+    if (info.args.is_null()) info.args = nlohmann::json::object();
+    info.args["converted_from"] = d;
+    if (info.state.is_null()) info.state = nlohmann::json::object();
+    info.state["layout"] = {{"world_size", 1}, {"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero_stage", 0},
+                            {"sequence_parallel", false}};
+    saver.save(shards, info);
+    fmt::print("converted {} (iteration {}, {} parameters) to {} in {}; optimizer state not carried\n", d,
+               meta.iteration, gpt.store().numel(), dtype_name(to), ckpt::iteration_dir(save, meta.iteration));
+  }
+};
+
 }  // namespace
 
 void add_ckpt_command(CLI::App& app) {
@@ -191,6 +235,15 @@ void add_ckpt_command(CLI::App& app) {
   m->add_option("--input", im->input, "Hugging Face model directory")->required();
   m->add_option("--save", im->save, "checkpoint root to write")->required();
   m->callback([im] { im->run(); });
+
+  auto cv = std::make_shared<Convert>();
+  CLI::App* c = ckpt->add_subcommand("convert", "rewrite a checkpoint's parameters in another dtype (one rank)");
+  c->add_option("--load", cv->load, "checkpoint root or iter_* directory")->required();
+  c->add_option("--ckpt-step", cv->step, "this iteration instead of the latest");
+  c->add_option("--save", cv->save, "checkpoint root to write")->required();
+  c->add_option("--dtype", cv->dtype, "f32, bf16, f16, fp8_e4m3 or fp8_e5m2 (narrowing rounds to nearest even)")
+      ->required();
+  c->callback([cv] { cv->run(); });
 }
 
 }  // namespace claw::cli
