@@ -2,31 +2,20 @@
 
 #include <unistd.h>
 
-#include <array>
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <isa-l/crc.h>
 
 #include "claw/core/error.h"
 
 namespace claw::train {
 namespace {
-
-// Debian 12 packages no C/C++ CRC-32C library (only python3-crc32c), and the
-// framing checksums a few hundred bytes per step: a byte-wise table suffices.
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 
 // Protocol buffers wire format: field keys and lengths are base-128 varints,
 // doubles (wire type 1) and floats (wire type 5) little-endian.
@@ -54,13 +43,14 @@ void put_bytes(std::string& out, int field, const std::string& bytes) {
 }
 
 // Event.wall_time (field 1), which every event carries.
-std::string event_header() {
+std::string event_header(double wall_time) {
   std::string e;
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   put_key(e, 1, 1);
-  put_le(e, now);
+  put_le(e, wall_time);
   return e;
 }
+
+double now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string hostname() {
   char buf[256] = {};
@@ -71,13 +61,51 @@ std::string hostname() {
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
+  // ISA-L's crc32_iscsi is CRC-32C without the final inversion, taking and
+  // returning the running (inverted) register, and an int length.
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));
   uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) c = kCrc32cTable[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  for (size_t left = n; left > 0;) {
+    const int chunk = static_cast<int>(std::min<size_t>(left, INT_MAX));
+    c = crc32_iscsi(p, chunk, c);
+    p += chunk;
+    left -= static_cast<size_t>(chunk);
+  }
+  return ~c;
 }
 
 uint32_t mask_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+std::string frame_record(const std::string& data) {
+  std::string rec;
+  put_le(rec, static_cast<uint64_t>(data.size()));
+  put_le(rec, mask_crc32c(crc32c(rec.data(), 8)));
+  rec += data;
+  put_le(rec, mask_crc32c(crc32c(data.data(), data.size())));
+  return rec;
+}
+
+std::string version_event(double wall_time) {
+  std::string e = event_header(wall_time);
+  put_bytes(e, 3, "brain.Event:2");  // Event.file_version
+  return e;
+}
+
+std::string scalars_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, double>>& values) {
+  std::string summary;
+  for (const auto& [tag, v] : values) {
+    std::string value;
+    put_bytes(value, 1, tag);  // Summary.Value.tag
+    put_key(value, 2, 5);      // Summary.Value.simple_value
+    put_le(value, static_cast<float>(v));
+    put_bytes(summary, 1, value);  // Summary.value
+  }
+  std::string e = event_header(wall_time);
+  put_key(e, 2, 0);  // Event.step
+  put_varint(e, static_cast<uint64_t>(step));
+  put_bytes(e, 5, summary);  // Event.summary
+  return e;
+}
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code ec;
@@ -88,9 +116,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   path_ = (std::filesystem::path(dir) / fmt::format("events.out.tfevents.{}.{}", secs, hostname())).string();
   f_ = std::fopen(path_.c_str(), "wb");
   if (!f_) fail("--tensorboard-dir {}: cannot open {} for writing: {}", dir, path_, std::strerror(errno));
-  std::string e = event_header();
-  put_bytes(e, 3, "brain.Event:2");  // Event.file_version
-  write_record(e);
+  write_record(version_event(now()));
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
@@ -98,27 +124,11 @@ TensorBoardWriter::~TensorBoardWriter() {
 }
 
 void TensorBoardWriter::add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
-  std::string summary;
-  for (const auto& [tag, v] : values) {
-    std::string value;
-    put_bytes(value, 1, tag);  // Summary.Value.tag
-    put_key(value, 2, 5);      // Summary.Value.simple_value
-    put_le(value, static_cast<float>(v));
-    put_bytes(summary, 1, value);  // Summary.value
-  }
-  std::string e = event_header();
-  put_key(e, 2, 0);  // Event.step
-  put_varint(e, static_cast<uint64_t>(step));
-  put_bytes(e, 5, summary);  // Event.summary
-  write_record(e);
+  write_record(scalars_event(now(), step, values));
 }
 
 void TensorBoardWriter::write_record(const std::string& data) {
-  std::string rec;
-  put_le(rec, static_cast<uint64_t>(data.size()));
-  put_le(rec, mask_crc32c(crc32c(rec.data(), 8)));
-  rec += data;
-  put_le(rec, mask_crc32c(crc32c(data.data(), data.size())));
+  const std::string rec = frame_record(data);
   if (std::fwrite(rec.data(), 1, rec.size(), f_) != rec.size() || std::fflush(f_) != 0)
     fail("--tensorboard-dir: writing {} failed: {}", path_, std::strerror(errno));
 }

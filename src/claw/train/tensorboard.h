@@ -29,11 +29,19 @@
 namespace claw::train {
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum the
-// record framing uses.
+// record framing uses; computed by ISA-L (libisal).
 uint32_t crc32c(const void* data, size_t n);
 // The framing stores masked CRCs, so that a CRC of data that itself holds
 // CRCs does not degenerate.
 uint32_t mask_crc32c(uint32_t crc);
+// One record of the file: `data` with its length and their masked CRCs.
+std::string frame_record(const std::string& data);
+
+// The Event protos the writer frames, `wall_time` in seconds since 1970: the
+// file's first event (file_version "brain.Event:2"), and a step's scalars
+// (one Summary.Value with simple_value per tag, in the order given).
+std::string version_event(double wall_time);
+std::string scalars_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, double>>& values);
 
 class TensorBoardWriter {
  public:
