@@ -123,6 +123,25 @@ TEST_F(PeakCache, RaisingKeepsAnUpperBound) {
   EXPECT_DOUBLE_EQ(calibrated_gemm_peak(key, model, opt, n.fn()).gflops, 120);
 }
 
+TEST_F(PeakCache, RemeasuringOnlyRaises) {
+  FakeMeasure m;
+  m.gflops = {{"2048x2048x2048", 200}};
+  calibrated_gemm_peak(key, model, opt, m.fn());
+  opt.remeasure = true;
+  FakeMeasure lower;  // a loaded machine: every shape slower now
+  lower.gflops = {{"2048x2048x2048", 50}, {"1024x2304x768", 50}, {"1024x768x3072", 50}};
+  Peak p = calibrated_gemm_peak(key, model, opt, lower.fn());
+  EXPECT_EQ(lower.total(), 3);
+  EXPECT_DOUBLE_EQ(p.gflops, 200);
+  FakeMeasure higher;
+  higher.gflops = {{"1024x768x3072", 260}};
+  EXPECT_DOUBLE_EQ(calibrated_gemm_peak(key, model, opt, higher.fn()).gflops, 260);
+  opt.remeasure = false;
+  FakeMeasure none;
+  EXPECT_DOUBLE_EQ(calibrated_gemm_peak(key, model, opt, none.fn()).gflops, 260);
+  EXPECT_EQ(none.total(), 0);
+}
+
 TEST_F(PeakCache, CorruptCacheIsReplaced) {
   fs::create_directories(dir);
   std::ofstream(fs::path(dir) / "gemm_peak.json") << "{ not json";

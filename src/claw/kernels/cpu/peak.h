@@ -36,6 +36,7 @@ struct PeakKey {
 struct PeakCacheOptions {
   std::string dir;         // "" = default_peak_cache_dir()
   double seconds = 1.5;    // measuring budget over all unmeasured shapes
+  bool remeasure = false;  // measure every shape again (a figure only ever rises: the best is kept)
 };
 
 struct Peak {
