@@ -2,8 +2,10 @@
 """Training throughput of claw against PyTorch on the same machine, same run.
 
 For each model config and thread count:
-  * the MFU denominator: fp32 SGEMM 2048^3 GFLOP/s measured by `claw info`
-    with that thread count, just before the runs that use it;
+  * the MFU denominator: the calibrated fp32 GEMM peak that `claw info` and
+    `claw train` read from claw's cache (src/claw/kernels/cpu/peak.h: the
+    best of the model's GEMM shapes and 2048^3, measured once per machine
+    and thread count), the same figure for every implementation;
   * claw: `claw train` on the built-in corpus; median ms/step after warm-up
     steps, tokens/s, MFU, peak RSS; claw-recompute: the same with
     --recompute-granularity full (every block recomputed in backward);
@@ -13,8 +15,13 @@ For each model config and thread count:
       torch-threads  the same with torch.set_num_threads(threads) and
                      OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = threads
       torch-tuned    + OPENBLAS_CORETYPE=SkylakeX (when the CPU has AVX-512),
-                     the OpenMP OpenBLAS (LD_LIBRARY_PATH) and jemalloc (LD_PRELOAD)
+                     the OpenMP OpenBLAS (LD_LIBRARY_PATH) and jemalloc (LD_PRELOAD),
+                     and the fastest intra-op thread count from `threads` down to 1
+                     (timed in turns in one process: on a shared 2-core machine
+                     PyTorch 1.13's many short OpenMP regions can run slower on
+                     2 threads than on 1)
       torch2         a PyTorch 2.x from PyPI, if --torch2-python names its interpreter
+                     (thread counts chosen as for torch-tuned)
 Prints one machine-readable line per figure, then a markdown table.
 
   /usr/bin/python3 bench/bench_train.py --claw build/bin/claw
@@ -45,12 +52,12 @@ def flops_per_token(model, T):
     return 6 * N + 12 * L * H * (C // H) * T
 
 
-def sgemm_peak(claw, threads):
+def gemm_peak(claw, threads):
     out = subprocess.run([claw, "info", "--num-threads", str(threads)], capture_output=True, text=True, check=True)
-    for line in out.stdout.splitlines():
-        if line.startswith("sgemm_2048_gflops:"):
-            return float(line.split(":")[1])
-    raise RuntimeError("claw info printed no sgemm figure")
+    fields = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    if "gemm_peak_gflops" not in fields:
+        raise RuntimeError("claw info printed no gemm_peak_gflops")
+    return float(fields["gemm_peak_gflops"]), fields.get("gemm_peak_provenance", "")
 
 
 def run_claw(claw, model, B, T, threads, steps, warmup, peak, extra=()):
@@ -88,7 +95,8 @@ def run_torch(python, variant, model, B, T, threads, steps, warmup):
     L, C, H, P = MODELS[model]
     cmd = [python, os.path.join(HERE, "torch_gpt.py"), "--layers", str(L), "--hidden", str(C), "--heads", str(H),
            "--batch", str(B), "--seq", str(T), "--steps", str(steps), "--warmup", str(warmup),
-           "--threads", str(0 if variant == "torch-default" else threads)]
+           "--threads", "0" if variant == "torch-default" else
+           str(threads) if variant == "torch-threads" else ",".join(str(n) for n in range(threads, 0, -1))]
     env = torch_env(variant, threads)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -114,8 +122,8 @@ def main():
         tokens = B * T
         fpt = flops_per_token(model, T)
         for threads in map(int, args.threads.split(",")):
-            peak = sgemm_peak(args.claw, threads)
-            print(f"bench=sgemm threads={threads} gflops={peak:.1f}", flush=True)
+            peak, provenance = gemm_peak(args.claw, threads)
+            print(f"bench=peak threads={threads} gflops={peak:.1f} provenance={provenance!r}", flush=True)
             runs = [("claw", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak)),
                     ("claw-recompute", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak,
                                                         ["--recompute-granularity", "full"]))]
@@ -125,7 +133,7 @@ def main():
                 runs.append((v, lambda v=v: run_torch("/usr/bin/python3", v, model, B, T, threads, args.steps,
                                                       args.warmup)))
             if args.torch2_python:
-                runs.append(("torch2", lambda: run_torch(args.torch2_python, "torch-threads", model, B, T, threads,
+                runs.append(("torch2", lambda: run_torch(args.torch2_python, "torch2", model, B, T, threads,
                                                          args.steps, args.warmup)))
             for impl, fn in runs:
                 r = fn()
@@ -136,7 +144,7 @@ def main():
                 rows.append(row)
                 print(f"bench=train impl={impl} model={model} B={B} T={T} threads={threads} "
                       f"ms_per_step={row['ms']:.1f} tokens_per_s={tps:.1f} mfu={mfu:.3f} "
-                      f"peak_rss_mb={row['rss'] / 2**20:.0f} sgemm_gflops={peak:.1f}"
+                      f"peak_rss_mb={row['rss'] / 2**20:.0f} peak_gflops={peak:.1f}"
                       + (f" torch_version={row['version']} torch_threads={row['torch_threads']}"
                          if row["version"] else ""), flush=True)
     # Ratios against the best PyTorch variant of each (model, threads).
@@ -146,7 +154,8 @@ def main():
     for r in rows:
         t = max(map(int, args.threads.split(","))) if r["threads"] == "default" else r["threads"]
         claw = next(x for x in rows if x["impl"] == "claw" and x["model"] == r["model"] and x["threads"] == t)
-        print(f"| {r['model']} | {r['threads']} | {r['impl']}{(' ' + r['version']) if r['version'] else ''} | "
+        used = f" (ran on {r['torch_threads']})" if r["version"] and r["torch_threads"] != r["threads"] else ""
+        print(f"| {r['model']} | {r['threads']}{used} | {r['impl']}{(' ' + r['version']) if r['version'] else ''} | "
               f"{r['ms']:.0f} | {r['tps']:.0f} | {100 * r['mfu']:.1f}% | {r['rss'] / 2**30:.2f} GiB | "
               f"{claw['tps'] / r['tps']:.2f}x | {claw['rss'] / r['rss']:.2f} |")
 

@@ -2,18 +2,26 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "claw/kernels/cpu/blas.h"
+#include "claw/kernels/cpu/peak.h"
 
 namespace claw::cli {
 
 void add_info_command(CLI::App& app) {
   auto threads = std::make_shared<int>(0);
-  CLI::App* sub = app.add_subcommand("info", "show the BLAS kernel in use, threads and measured SGEMM GFLOP/s");
+  auto cache_dir = std::make_shared<std::string>();
+  auto recalibrate = std::make_shared<bool>(false);
+  CLI::App* sub = app.add_subcommand("info", "show the BLAS kernel in use, threads, measured SGEMM GFLOP/s and the "
+                                             "calibrated GEMM peak (the MFU denominator)");
   sub->add_option("--num-threads", *threads, "threads for the SGEMM measurement (0: all available)");
-  sub->callback([threads] {
+  sub->add_option("--peak-cache-dir", *cache_dir, "directory of the calibrated GEMM peak cache (default: ~/.cache/claw)");
+  sub->add_flag("--recalibrate-peak", *recalibrate,
+                 "measure the cached GEMM peak's shapes again (a cache calibrated on a loaded machine only rises)");
+  sub->callback([threads, cache_dir, recalibrate] {
     kernels::BlasInfo b = kernels::blas_info();
     int n = *threads > 0 ? *threads : kernels::default_num_threads();
     kernels::make_cpu_ctx(n);
@@ -21,6 +29,9 @@ void add_info_command(CLI::App& app) {
                b.core, b.best_core.empty() ? "(generic)" : b.best_core,
                b.parallel == 2 ? "openmp" : b.parallel == 1 ? "pthreads" : "sequential", n);
     fmt::print("sgemm_2048_gflops: {:.1f}\n", kernels::measure_sgemm_gflops(2048, 1.0));
+    // The figure `claw train` divides by at this thread count (calibrated now if nothing is cached).
+    const kernels::Peak p = kernels::calibrated_gemm_peak(kernels::PeakKey::current(n), {}, {.dir = *cache_dir, .remeasure = *recalibrate});
+    fmt::print("gemm_peak_gflops: {:.1f}\ngemm_peak_provenance: {}\n", p.gflops, p.provenance);
   });
 }
 

@@ -27,7 +27,8 @@ struct TrainConfig {
   int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
   std::string metrics_file;       // --metrics-file: JSONL, one object per step
   std::string tensorboard_dir;    // --tensorboard-dir: TensorBoard event files of the same scalars
-  double peak_gflops = 0;         // --peak-gflops: MFU denominator (0: measure SGEMM at start)
+  double peak_gflops = 0;         // --peak-gflops: MFU denominator per rank (0: the calibrated GEMM peak)
+  std::string peak_cache_dir;     // --peak-cache-dir: where the calibrated peak is cached ("": ~/.cache/claw)
   std::string recompute_granularity;   // --recompute-granularity: "" (off) or full
   std::string recompute_method = "block";  // --recompute-method: block (the first N layers)
   int64_t recompute_num_layers = 0;    // --recompute-num-layers: N (0: all layers, with full)

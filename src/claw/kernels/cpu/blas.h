@@ -43,9 +43,9 @@ int default_num_threads();
 
 // Measured SGEMM throughput in GFLOP/s on the current BLAS thread team: a
 // square n x n x n fp32 product (row-major, no transposes), repeated for
-// about `seconds` after one warm-up call; the best repetition counts. This is
-// the "peak" that claw's MFU figures divide by: what this machine's BLAS
-// actually reaches on a large GEMM, in the same process.
+// about `seconds` after one warm-up call; the best repetition counts. What
+// this machine's BLAS reaches now; claw's MFU divides by the calibrated,
+// cached peak instead (peak.h), which does not move with the load.
 double measure_sgemm_gflops(int64_t n = 2048, double seconds = 0.5);
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major; op(A) is [M,K],
