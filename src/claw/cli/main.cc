@@ -1,6 +1,7 @@
 // claw: the command-line entry point. Subcommands live in one file each.
-// Errors: claw::Error (bad input) prints one line and exits 1; usage errors
-// (unknown flag, missing value) exit 2. Only main decides how the process ends.
+// Only main decides how the process ends: the exit code says what kind of
+// failure it was (claw::ExitCode, README "Exit codes"), and in a multi-rank
+// job abort_job passes it to MPI_Abort so that mpirun exits with it too.
 #include <cstdio>
 #include <exception>
 
@@ -54,15 +55,19 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "claw: error: %s (see --help)\n", what.c_str());
     }
-    return 2;
+    return static_cast<int>(claw::ExitCode::usage);
   } catch (const claw::Error& e) {
-    std::fprintf(stderr, "claw: error%s: %s\n", claw::log::rank_tag().c_str(), e.what());
-    claw::comm::abort_job(1);  // a multi-rank job ends on every rank (returns when alone)
-    return 1;
+    const claw::ExitCode code = e.exit_code();
+    const char* kind = code == claw::ExitCode::internal ? "internal error"
+                       : code == claw::ExitCode::comm   ? "communication error"
+                                                        : "error";
+    std::fprintf(stderr, "claw: %s%s: %s\n", kind, claw::log::rank_tag().c_str(), e.what());
+    claw::comm::abort_job(static_cast<int>(code));  // a multi-rank job ends on every rank (returns when alone)
+    return static_cast<int>(code);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "claw: internal error%s: %s\n", claw::log::rank_tag().c_str(), e.what());
-    claw::comm::abort_job(3);
-    return 3;
+    claw::comm::abort_job(static_cast<int>(claw::ExitCode::internal));
+    return static_cast<int>(claw::ExitCode::internal);
   }
   return 0;
 }
