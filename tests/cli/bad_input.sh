@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad input must give a one-line error naming the flag or file and what would
 # be valid, before any training step (or, for a non-finite loss, with the step
-# number and the first non-finite tensor).
+# number and the first non-finite tensor), and end with the exit code of its
+# kind (README "Exit codes"): 1 bad input, 2 usage, 5 non-finite loss.
 #   bad_input.sh CLAW_BINARY CASE
 set -uo pipefail
 claw=$1
@@ -14,11 +15,12 @@ run() {  # run ARGS... ; sets out, rc
   out=$("$claw" train "$@" 2>&1)
   rc=$?
 }
-expect_error() {  # expect_error PATTERN: failed, last line is the error, matches PATTERN, no step ran
+want_rc=1
+expect_error() {  # expect_error PATTERN: exit code $want_rc, last line is the error, matches PATTERN, no step ran
   local pattern=$1
   local last
   last=$(printf '%s\n' "$out" | tail -n 1)
-  if [[ $rc -eq 0 ]]; then echo "FAIL: exit code 0"; printf '%s\n' "$out" | tail -5; exit 1; fi
+  if [[ $rc -ne $want_rc ]]; then echo "FAIL: exit code $rc, expected $want_rc"; printf '%s\n' "$out" | tail -5; exit 1; fi
   if [[ $last != "claw: error: "* ]]; then echo "FAIL: last line is not a claw error: $last"; exit 1; fi
   if ! grep -qE -- "$pattern" <<<"$last"; then echo "FAIL: error does not match /$pattern/: $last"; exit 1; fi
   if [[ ${3:-} != allow-steps ]] && grep -q "step 1/" <<<"$out"; then echo "FAIL: training started"; exit 1; fi
@@ -45,6 +47,7 @@ case $case_name in
     expect_error "unknown --model 'gpt5-tiny'; valid presets: gpt2-tiny, gpt2-124m, llama-tiny" ;;
   unknown_flag)
     run "${small[@]}" --num-layer 3
+    want_rc=2
     expect_error "unknown flag --num-layer \(see" ;;
   bad_value)
     run "${small[@]}" --num-layers three
@@ -86,6 +89,7 @@ PY
     # N(0, 1e38) weights: the largest draws exceed fp32's range (3.4e38) and
     # are stored as inf, so the first step's loss is not finite.
     run "${small[@]}" --init-method-std 1e38
+    want_rc=5
     expect_error "step 1: loss is -?(nan|inf).*first non-finite tensor: embedding.word_embeddings.weight \(parameter\)" allow-steps ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -11,11 +11,13 @@
 #          DP 2 ZeRO-1 async; PP 2 x DP 2 ZeRO-1; DP 2 ZeRO-3): the 20 steps
 #          after the resume, validation included, are bitwise those of the run
 #          that never stopped.
-# faults   a writer killed mid-save (CLAW_TEST_CRASH_IN_SAVE) leaves the
-#          previous checkpoint as latest, and resuming from it is exact; a
-#          truncated and a bit-flipped shard are refused naming the file and
-#          tensor, and --load-fallback takes the previous checkpoint; another
-#          model shape is refused naming the tensor; --keep-last-checkpoints.
+# faults   a writer killed mid-save (the hidden flag --test-fault
+#          crash-in-save:ITER: the last rank SIGKILLs itself halfway through
+#          its file of that iteration) leaves the previous checkpoint as
+#          latest, and resuming from it is exact; a truncated and a
+#          bit-flipped shard are refused naming the file and tensor, and
+#          --load-fallback takes the previous checkpoint; another model shape
+#          is refused naming the tensor; --keep-last-checkpoints.
 set -uo pipefail
 claw=$1
 case_name=$2
@@ -133,8 +135,8 @@ RUNS
 faults)
   must_run ref 2 --train-iters 20 --use-distributed-optimizer
   # A rank killed while writing iteration 10: the job dies, 5 stays latest.
-  CLAW_TEST_CRASH_IN_SAVE=10 run crash 2 --train-iters 20 --use-distributed-optimizer --save "$tmp/ck" \
-    --save-interval 5 --async-save && fail "the job survived a killed rank"
+  run crash 2 --train-iters 20 --use-distributed-optimizer --save "$tmp/ck" --save-interval 5 --async-save \
+    --test-fault crash-in-save:10 && fail "the job survived a killed rank"
   [[ -d $tmp/ck/iter_0000010.partial && ! -e $tmp/ck/iter_0000010 ]] || { ls -la "$tmp/ck"; fail "crash layout"; }
   [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt") == 5 ]] || fail "latest is not 5 after the crash"
   echo "ok killed writer: $(ls "$tmp/ck" | tr '\n' ' ')"

@@ -4,13 +4,15 @@
 #
 #   comm_fault.sh MPIEXEC COMM_FAULT CASE
 #     clean    no fault: all operations complete, exit 0 (the program works)
-#     hang     CLAW_TEST_HANG_OPERATION=1:world:5 with a 3 s timeout: ranks 0
-#              and 2 print "did not complete within", flight records listing
-#              all_reduce seq 5 RUNNING or QUEUED; the job aborts non-zero
+#     hang     --test-fault hang:1:world:5 (an injector passed in WorldOptions)
+#              with a 3 s timeout: ranks 0 and 2 print "did not complete
+#              within", flight records listing all_reduce seq 5 RUNNING or
+#              QUEUED; the job aborts with exit code 4 (communication,
+#              retryable; core/error.h)
 #     kill     rank 1 SIGKILLs itself after 3 operations: the job ends within
 #              seconds and the output names rank 1 and signal 9
 #     split    rank 1 reaches World::split 30 s after the others: they time
-#              out after 3 s naming the group, and abort the job
+#              out after 3 s naming the group, and abort the job (exit code 4)
 # Prints how long the job took (and, for kill, from the kill to the end).
 set -uo pipefail
 mpiexec=$1
@@ -18,7 +20,6 @@ prog=$2
 case_=$3
 mpi_timeout=60  # mpirun's own limit: the job must end well before it
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset CLAW_TEST_HANG_OPERATION CLAW_TEST_KILL_RANK CLAW_TEST_KILL_AFTER CLAW_TEST_SPLIT_LATE_RANK
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -30,15 +31,15 @@ fail() {
 }
 
 case $case_ in
-  clean) ;;
-  hang) export CLAW_TEST_HANG_OPERATION=1:world:5 ;;
-  kill) export CLAW_TEST_KILL_RANK=1 CLAW_TEST_KILL_AFTER=3 ;;
-  split) export CLAW_TEST_SPLIT_LATE_RANK=1 ;;
+  clean) flags=() ;;
+  hang) flags=(--test-fault hang:1:world:5) ;;
+  kill) flags=(--kill-rank 1 --kill-after 3) ;;
+  split) flags=(--split-late-rank 1) ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
 
 start=$(date +%s.%N)
-"$mpiexec" -np 3 --oversubscribe --bind-to none --timeout $mpi_timeout "$prog" >"$out" 2>&1
+"$mpiexec" -np 3 --oversubscribe --bind-to none --timeout $mpi_timeout "$prog" "${flags[@]}" >"$out" 2>&1
 rc=$?
 end=$(date +%s.%N)
 elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
@@ -63,11 +64,13 @@ case $case_ in
       grep -Eq "^\[claw rank $r/3\] comm: .*all_reduce +seq +4 .*done in" "$out" ||
         fail "rank $r's flight record does not show seq 4 done"
     done
-    grep -q "test hook CLAW_TEST_HANG_OPERATION" "$out" || fail "the hung rank did not log the test hook"
-    # MPI_Abort(1) makes mpirun exit 1 (its "MPI_ABORT was invoked" notice
+    grep -q "test fault hang:1:world:5: this rank never joins all_reduce #5" "$out" ||
+      fail "the hung rank did not log the injected fault"
+    # MPI_Abort(4) makes mpirun exit 4 (its "MPI_ABORT was invoked" notice
     # is not reliable: with two ranks aborting at once it may fail to print).
-    ((rc == 1)) || fail "exit code $rc, expected abort_job's 1"
-    grep -Eq "^\[claw rank [02]/3\] comm: aborting the job \(3 ranks\)" "$out" || fail "no rank called abort_job"
+    ((rc == 4)) || fail "exit code $rc, expected abort_job's 4 (communication failure)"
+    grep -Eq "^\[claw rank [02]/3\] comm: aborting the job \(3 ranks, exit code 4\)" "$out" ||
+      fail "no rank called abort_job with 4"
     ;;
   kill)
     ((rc == 137)) || fail "exit code $rc, expected 137 (mpirun's code for a rank killed by SIGKILL)"
@@ -87,10 +90,9 @@ case $case_ in
       grep -Eq "^\[rank $r/3\] comm_fault: .*creating group late \(MPI_Comm_split over the world\) did not complete within 3\.0 s" "$out" ||
         fail "rank $r did not report the timeout of the split"
     done
-    # MPI_Abort(1) makes mpirun exit 1 (its "MPI_ABORT was invoked" notice
-    # is not reliable: with two ranks aborting at once it may fail to print).
-    ((rc == 1)) || fail "exit code $rc, expected abort_job's 1"
-    grep -Eq "^\[claw rank [02]/3\] comm: aborting the job \(3 ranks\)" "$out" || fail "no rank called abort_job"
+    ((rc == 4)) || fail "exit code $rc, expected abort_job's 4 (communication failure)"
+    grep -Eq "^\[claw rank [02]/3\] comm: aborting the job \(3 ranks, exit code 4\)" "$out" ||
+      fail "no rank called abort_job with 4"
     ;;
 esac
 echo "PASS ($case_)"

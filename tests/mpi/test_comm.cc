@@ -390,6 +390,8 @@ TEST(Barrier, ShortWaitTimesOutThenCompletes) {
       EXPECT_NE(std::string(e.what()).find("barrier"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("world"), std::string::npos) << e.what();
     }
+    // The caller's shorter wait is not the operation's deadline: not a failure of the operation.
+    EXPECT_EQ(w.exception(), nullptr);
     w.wait();
     EXPECT_TRUE(w.test());
   } else {
@@ -612,6 +614,91 @@ TEST(Groups, SplitPairs) {
   // Several groups created in a row are independent.
   auto again = g_world->split("pairs2", lists);
   EXPECT_EQ(again->all_reduce_value<int64_t>(1), g->size());
+}
+
+// Ranks 0 and 1 together, every other rank alone: the lists of a group
+// such as dp or pp of a two-rank slice.
+std::vector<std::vector<int>> first_pair_lists(int n) {
+  std::vector<std::vector<int>> lists{{0, 1}};
+  for (int i = 2; i < n; ++i) lists.push_back({i});
+  return lists;
+}
+
+// Groups progress independently. Ranks 0 and 1 share a "dp" and a "pp"
+// group. Rank 0 starts an all-reduce on dp, then a send and an all-reduce on
+// pp; rank 1 serves pp first and joins the dp all-reduce only when rank 0
+// says so over pp, after checking that its pp operations completed while
+// the dp one is still pending. With one queue for every group the pp send
+// would wait behind the dp all-reduce, which waits for rank 1, which waits
+// for the send: the bounded waits below would time out and end the job.
+TEST(Groups, PendingCollectiveDoesNotDelayAnotherGroup) {
+  const int n = g_world->size(), r = g_world->rank();
+  if (n == 1) GTEST_SKIP() << "needs two ranks";
+  auto dp = g_world->split("dp", first_pair_lists(n));
+  auto pp = g_world->split("pp", first_pair_lists(n));
+  const OpOptions bounded{.timeout = 20s};
+  int64_t grad = r + 1;
+  if (r == 0) {
+    Work reduce = dp->all_reduce_async(&grad, 1, DType::i64);
+    int64_t activation = 42, loss = 5;
+    Work send = pp->send_async(&activation, 1, DType::i64, 1, 7, bounded);
+    Work loss_sum = pp->all_reduce_async(&loss, 1, DType::i64, ReduceOp::sum, bounded);
+    send.wait();
+    loss_sum.wait();
+    EXPECT_EQ(loss, 5 + 6);
+    // Rank 1 cannot have joined: it waits for the message below.
+    EXPECT_FALSE(reduce.test()) << "the dp all-reduce completed before rank 1 joined it";
+    int64_t go = 1;
+    pp->send(&go, 1, DType::i64, 1, 8, bounded);
+    reduce.wait();
+    EXPECT_EQ(grad, 1 + 2);
+  } else if (r == 1) {
+    int64_t activation = 0, loss = 6, go = 0;
+    pp->recv(&activation, 1, DType::i64, 0, 7, bounded);
+    EXPECT_EQ(activation, 42);
+    pp->all_reduce(&loss, 1, DType::i64, ReduceOp::sum, bounded);
+    EXPECT_EQ(loss, 5 + 6);
+    pp->recv(&go, 1, DType::i64, 0, 8, bounded);
+    dp->all_reduce(&grad, 1, DType::i64);
+    EXPECT_EQ(grad, 1 + 2);
+  }
+  world().barrier();
+}
+
+// A per-operation timeout: a receive that no rank sends to yet fails after
+// its own 200 ms (the world's deadline is 60 s), with a TimeoutError naming
+// the operation and its group and carrying the retryable exit code; the
+// Work reports that failure from then on. Rank 1 then sends the message, so
+// that the receive does not stay posted.
+TEST(Timeouts, PerOperationTimeoutNamesOperationAndGroup) {
+  const int n = g_world->size(), r = g_world->rank();
+  if (n == 1) GTEST_SKIP() << "needs two ranks";
+  // Declared before the group: the receive completes after the timeout, and
+  // the group's destructor waits for it.
+  int64_t late = -1;
+  auto pp = g_world->split("pp", first_pair_lists(n));
+  if (r == 0) {
+    Work w = pp->recv_async(&late, 1, DType::i64, 1, 9, {.timeout = 200ms});
+    try {
+      w.wait();
+      ADD_FAILURE() << "a receive nobody sent to completed";
+    } catch (const TimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("recv #1 on group pp"), std::string::npos) << m;
+      EXPECT_NE(m.find("did not complete within 0.2 s (the 200 ms timeout of this operation)"), std::string::npos)
+          << m;
+      EXPECT_EQ(e.exit_code(), ExitCode::comm);
+    }
+    EXPECT_NE(w.exception(), nullptr);
+    EXPECT_THROW(w.test(), TimeoutError);
+    EXPECT_THROW(w.wait(), TimeoutError);
+  }
+  world().barrier();
+  if (r == 1) {
+    const int64_t v = 11;
+    pp->send(&v, 1, DType::i64, 0, 9);
+  }
+  world().barrier();
 }
 
 // Size-1 groups: from split (every rank alone) and the free-standing

@@ -9,12 +9,18 @@
 #            (relative 2e-5), the metrics written once (rank 0), with the
 #            per-rank step-time spread.
 # bad_layout --tensor-model-parallel-size 3 on 4 ranks is refused before any
-#            work, naming the flag; the job ends at once.
+#            work, naming the flag; the job ends at once with exit code 1
+#            (bad configuration).
+# bad_flag   a mistyped flag under mpirun: exit code 2 (usage), not the
+#            retryable code of a hang.
 # kill_rank  one rank SIGKILLed mid-run: the job ends within seconds and the
 #            launcher's message names the lost rank.
-# hang       one rank never joins a collective (test hook): the others time
-#            out after --distributed-timeout-minutes and print their flight
-#            records; the job ends.
+# hang       one rank never joins a collective (the hidden flag --test-fault
+#            hang:RANK:GROUP:SEQ, an injector passed to the World): the others
+#            time out after --distributed-timeout-minutes and print their
+#            flight records; the job ends with exit code 4 (communication
+#            failure or timeout: retryable), which a supervisor can tell from
+#            a bad flag (2) or configuration (1).
 set -uo pipefail
 claw=$1
 case_name=$2
@@ -47,10 +53,17 @@ bad_layout)
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   cat "$tmp/log" | grep -v "^$" | head -5
-  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "exit $rc"
+  [[ $rc -eq 1 ]] || fail "exit $rc, expected 1 (bad configuration)"
   grep -q -- "--tensor-model-parallel-size 3" "$tmp/log" || fail "the error does not name --tensor-model-parallel-size 3"
   grep -q "step 1/" "$tmp/log" && fail "training started"
-  echo "ok: refused in ${secs}s" ;;
+  echo "ok: refused in ${secs}s, exit $rc" ;;
+bad_flag)
+  timeout 120 "${mpirun[@]}" -np 2 "$claw" train "${common[@]}" --num-layer 3 >"$tmp/log" 2>&1
+  rc=$?
+  cat "$tmp/log" | grep -v "^$" | head -5
+  [[ $rc -eq 2 ]] || fail "exit $rc, expected 2 (usage)"
+  grep -q "unknown flag --num-layer" "$tmp/log" || fail "the error does not name --num-layer"
+  echo "ok: exit $rc" ;;
 kill_rank)
   timeout 120 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" --train-iters 100000 --eval-interval 0 \
     --log-interval 1 >"$tmp/log" 2>&1 &
@@ -72,13 +85,16 @@ kill_rank)
   echo "ok: job ended ${secs}s after SIGKILL of rank $victim_rank (PID $victim), exit $rc" ;;
 hang)
   start=$(date +%s.%N)
-  CLAW_TEST_HANG_OPERATION=1:dp:12 timeout 120 "${mpirun[@]}" -x CLAW_TEST_HANG_OPERATION -np 3 "$claw" train \
+  timeout 120 "${mpirun[@]}" -np 3 "$claw" train --test-fault hang:1:dp:12 \
     "${common[@]}" --global-batch-size 6 --eval-interval 0 --distributed-timeout-minutes 0.1 >"$tmp/log" 2>&1
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   grep -E "did not complete|flight record|seq +12 " "$tmp/log" | head -12
-  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "exit $rc (124: the job hung until the test's timeout)"
+  [[ $rc -ne 124 ]] || fail "exit $rc: the job hung until the test's timeout"
+  [[ $rc -eq 4 ]] || { cat "$tmp/log"; fail "exit $rc, expected 4 (communication failure or timeout)"; }
   grep -q "did not complete within 6.0 s" "$tmp/log" || { cat "$tmp/log"; fail "no timeout error"; }
+  grep -q "test fault hang:1:dp:12: this rank never joins all_reduce #12 on group dp" "$tmp/log" ||
+    fail "the hung rank did not log the injected fault"
   grep -q "flight record" "$tmp/log" || fail "no flight record"
   grep -qE "group dp +all_reduce +seq +12 .*(RUNNING|QUEUED)" "$tmp/log" || fail "the flight record does not show dp seq 12 pending"
   echo "ok: job ended after ${secs}s, exit $rc" ;;

@@ -36,14 +36,8 @@ uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 std::string partial_dir(const std::string& root, int64_t iteration) { return iteration_dir(root, iteration) + ".partial"; }
 
-// Fault injection for the tests (docs/checkpoint-format.md): with
-// CLAW_TEST_CRASH_IN_SAVE=N the last rank kills itself with SIGKILL halfway
-// through writing its file of iteration N, as a lost node would.
-bool crash_in_save(int64_t iteration, const comm::Group& world) {
-  const char* e = std::getenv("CLAW_TEST_CRASH_IN_SAVE");
-  return e && std::atoll(e) == iteration && world.rank() == world.size() - 1;
-}
-
+// `crash_halfway` (an injected fault, core/fault_injector.h): SIGKILL once
+// half the file is written, as a lost node would die.
 void write_all(int fd, const uint8_t* data, size_t n, const std::string& path, bool crash_halfway = false) {
   size_t done = 0;
   while (done < n) {
@@ -211,7 +205,8 @@ void Saver::run_background(std::vector<Piece> pieces, std::string path) {
     if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
     try {
-      write_all(fd, buffer_.get(), buffer_bytes_, path, crash_in_save(info_.iteration, world_));
+      write_all(fd, buffer_.get(), buffer_bytes_, path,
+                cfg_.faults && cfg_.faults->crashes_in_save(info_.iteration, world_.rank(), world_.size()));
       if (::fsync(fd) != 0) fail("{}: fsync failed: {}", path, std::strerror(errno));
     } catch (...) {
       ::close(fd);

@@ -38,6 +38,7 @@
 #include "claw/ckpt/format.h"
 #include "claw/ckpt/shards.h"
 #include "claw/comm/group.h"
+#include "claw/core/fault_injector.h"
 
 namespace claw::ckpt {
 
@@ -45,6 +46,7 @@ struct SaveConfig {
   std::string root;    // --save
   bool async = false;  // --async-save
   int keep_last = 0;   // --keep-last-checkpoints (0: keep all)
+  std::shared_ptr<const FaultInjector> faults;  // tests only: crash-in-save (null: none)
 };
 
 // What a checkpoint records besides its tensors (Metadata's free-form sections).

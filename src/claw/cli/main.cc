@@ -1,7 +1,8 @@
 // claw: the command-line entry point. Subcommands live in one file each.
-// Errors: claw::Error (bad input) prints one line and exits 1; usage errors
-// (unknown flag, missing value) exit 2; running out of memory is a one-line
-// error too (exit 1), never an abort. Only main decides how the process ends.
+// Only main decides how the process ends: the exit code says what kind of
+// failure it was (claw::ExitCode, README "Exit codes"), and in a multi-rank
+// job abort_job passes it to MPI_Abort so that mpirun exits with it too.
+// Running out of memory is a one-line error too (exit 1), never an abort.
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -59,11 +60,15 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "claw: error: %s (see --help)\n", what.c_str());
     }
-    return 2;
+    return static_cast<int>(claw::ExitCode::usage);
   } catch (const claw::Error& e) {
-    std::fprintf(stderr, "claw: error%s: %s\n", claw::log::rank_tag().c_str(), e.what());
-    claw::comm::abort_job(1);  // a multi-rank job ends on every rank (returns when alone)
-    return 1;
+    const claw::ExitCode code = e.exit_code();
+    const char* kind = code == claw::ExitCode::internal ? "internal error"
+                       : code == claw::ExitCode::comm   ? "communication error"
+                                                        : "error";
+    std::fprintf(stderr, "claw: %s%s: %s\n", kind, claw::log::rank_tag().c_str(), e.what());
+    claw::comm::abort_job(static_cast<int>(code));  // a multi-rank job ends on every rank (returns when alone)
+    return static_cast<int>(code);
   } catch (const std::bad_alloc&) {
     // The failed allocation's memory was never taken and what the command
     // held is released by now, so the message itself can be built.
@@ -77,12 +82,12 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "claw: error%s: out of memory in `%s`: an allocation failed%s\n", claw::log::rank_tag().c_str(),
                  command.c_str(), limit.c_str());
-    claw::comm::abort_job(1);
-    return 1;
+    claw::comm::abort_job(static_cast<int>(claw::ExitCode::bad_input));
+    return static_cast<int>(claw::ExitCode::bad_input);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "claw: internal error%s: %s\n", claw::log::rank_tag().c_str(), e.what());
-    claw::comm::abort_job(3);
-    return 3;
+    claw::comm::abort_job(static_cast<int>(claw::ExitCode::internal));
+    return static_cast<int>(claw::ExitCode::internal);
   }
   return 0;
 }

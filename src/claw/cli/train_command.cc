@@ -10,6 +10,7 @@
 #include "claw/cli/flags.h"
 #include "claw/cli/model_flags.h"
 #include "claw/comm/world.h"
+#include "claw/core/fault_injector.h"
 #include "claw/core/log.h"
 #include "claw/model/config.h"
 #include "claw/plan/search.h"
@@ -31,6 +32,7 @@ struct TrainArgs {
   train::ParallelConfig parallel;
   train::CheckpointConfig ckpt;
   std::string parallel_mode = "manual";  // --parallel manual|auto
+  std::shared_ptr<const FaultInjector> faults;  // --test-fault (hidden; the fault tests only)
   TrainArgs() {
     // The default job: a small model that visibly learns the built-in corpus in a few minutes.
     lr.max_lr = 1e-3;
@@ -248,7 +250,7 @@ std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>
     fail("--distributed-timeout-minutes must be positive, got {}", args.parallel.distributed_timeout_minutes);
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(args.parallel.distributed_timeout_minutes * 60'000));
-  std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout});
+  std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout, .faults = args.faults});
   log::set_rank(world->rank(), world->size());
   log::set_all_ranks(args.parallel.log_all_ranks);
   if (args.parallel_mode == "auto") choose_layout(args, *world, given);
@@ -260,6 +262,7 @@ std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>
 struct TrainCommand {
   std::string preset;
   std::string config_file;
+  std::vector<std::string> test_faults;
   std::unique_ptr<FlagBinder<TrainArgs>> binder;
 
   void run() {
@@ -279,6 +282,8 @@ struct TrainCommand {
       it->set(args, v);
     }
     binder->apply(args);
+    if (!test_faults.empty())
+      args.ckpt.faults = args.faults = std::make_shared<FaultInjector>(FaultInjector::parse(test_faults));
     std::unique_ptr<comm::World> world = launch(args, *binder);
     log::info("train", "{}", resolved_config(args));
     args.ckpt.model_flags = model_flags_json(args.model);
@@ -366,6 +371,10 @@ void add_train_command(CLI::App& app) {
                       ")")
       ->default_str("gpt2-tiny");
   sub->add_option("--config", cmd->config_file, "TOML file of flag = value pairs; command-line flags override it");
+  // Hidden (no group): failures on demand for tests/mpi (core/fault_injector.h).
+  sub->add_option("--test-fault", cmd->test_faults, "hang:RANK:GROUP:SEQ or crash-in-save:ITER")
+      ->group("")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   static const TrainArgs defaults;
   cmd->binder = std::make_unique<FlagBinder<TrainArgs>>(*sub, train_flags(), defaults);
   sub->callback([cmd] { cmd->run(); });

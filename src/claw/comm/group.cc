@@ -39,6 +39,7 @@ int64_t Request::bytes() const {
 
 Work Group::checked_submit(Request r) {
   const auto n = static_cast<size_t>(size());
+  CLAW_CHECK(r.timeout.count() >= 0, "{} on {}: negative timeout {} ms", to_string(r.kind), name_, r.timeout.count());
   CLAW_CHECK(r.count >= 0, "{} on {}: negative count {}", to_string(r.kind), name_, r.count);
   if (r.kind == OpKind::reduce_scatter || r.kind == OpKind::all_gather || r.kind == OpKind::all_to_all)
     CLAW_CHECK(r.counts.size() == n, "{} on {}: {} counts for {} ranks", to_string(r.kind), name_, r.counts.size(), n);
@@ -59,53 +60,57 @@ Work Group::checked_submit(Request r) {
   return submit(std::move(r));
 }
 
-Work Group::all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op) {
+Work Group::all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op, const OpOptions& o) {
   return checked_submit({.kind = OpKind::all_reduce, .dtype = dt, .reduce = op, .send = buf, .recv = buf,
-                         .count = count});
+                         .count = count, .timeout = o.timeout});
 }
 
 Work Group::reduce_scatter_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
-                                 ReduceOp op) {
+                                 ReduceOp op, const OpOptions& o) {
   return checked_submit({.kind = OpKind::reduce_scatter, .dtype = dt, .reduce = op, .send = send, .recv = recv,
-                         .counts = {counts.begin(), counts.end()}});
+                         .counts = {counts.begin(), counts.end()}, .timeout = o.timeout});
 }
 
-Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt, ReduceOp op) {
+Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt, ReduceOp op,
+                                 const OpOptions& o) {
   const std::vector<int64_t> counts(size(), count);
-  return reduce_scatter_async(send, recv, counts, dt, op);
+  return reduce_scatter_async(send, recv, counts, dt, op, o);
 }
 
-Work Group::all_gather_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt) {
+Work Group::all_gather_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
+                             const OpOptions& o) {
   return checked_submit({.kind = OpKind::all_gather, .dtype = dt, .send = send, .recv = recv,
-                         .counts = {counts.begin(), counts.end()}});
+                         .counts = {counts.begin(), counts.end()}, .timeout = o.timeout});
 }
 
-Work Group::all_gather_async(const void* send, void* recv, int64_t count, DType dt) {
+Work Group::all_gather_async(const void* send, void* recv, int64_t count, DType dt, const OpOptions& o) {
   const std::vector<int64_t> counts(size(), count);
-  return all_gather_async(send, recv, counts, dt);
+  return all_gather_async(send, recv, counts, dt, o);
 }
 
 Work Group::all_to_all_async(const void* send, std::span<const int64_t> send_counts, void* recv,
-                             std::span<const int64_t> recv_counts, DType dt) {
+                             std::span<const int64_t> recv_counts, DType dt, const OpOptions& o) {
   return checked_submit({.kind = OpKind::all_to_all, .dtype = dt, .send = send, .recv = recv,
                          .counts = {recv_counts.begin(), recv_counts.end()},
-                         .send_counts = {send_counts.begin(), send_counts.end()}});
+                         .send_counts = {send_counts.begin(), send_counts.end()}, .timeout = o.timeout});
 }
 
-Work Group::broadcast_async(void* buf, int64_t count, DType dt, int root) {
+Work Group::broadcast_async(void* buf, int64_t count, DType dt, int root, const OpOptions& o) {
   return checked_submit({.kind = OpKind::broadcast, .dtype = dt, .send = buf, .recv = buf, .count = count,
-                         .peer = root});
+                         .peer = root, .timeout = o.timeout});
 }
 
-Work Group::send_async(const void* buf, int64_t count, DType dt, int peer, int tag) {
-  return checked_submit({.kind = OpKind::send, .dtype = dt, .send = buf, .count = count, .peer = peer, .tag = tag});
+Work Group::send_async(const void* buf, int64_t count, DType dt, int peer, int tag, const OpOptions& o) {
+  return checked_submit(
+      {.kind = OpKind::send, .dtype = dt, .send = buf, .count = count, .peer = peer, .tag = tag, .timeout = o.timeout});
 }
 
-Work Group::recv_async(void* buf, int64_t count, DType dt, int peer, int tag) {
-  return checked_submit({.kind = OpKind::recv, .dtype = dt, .recv = buf, .count = count, .peer = peer, .tag = tag});
+Work Group::recv_async(void* buf, int64_t count, DType dt, int peer, int tag, const OpOptions& o) {
+  return checked_submit(
+      {.kind = OpKind::recv, .dtype = dt, .recv = buf, .count = count, .peer = peer, .tag = tag, .timeout = o.timeout});
 }
 
-Work Group::barrier_async() { return checked_submit({.kind = OpKind::barrier}); }
+Work Group::barrier_async(const OpOptions& o) { return checked_submit({.kind = OpKind::barrier, .timeout = o.timeout}); }
 
 namespace detail {
 

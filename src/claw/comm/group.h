@@ -4,10 +4,15 @@
 // single-process model is the parallel model with every group of size 1.
 //
 // Each operation has an async form returning Work and a blocking form (the
-// async form followed by wait()). Buffers are raw pointers with a DType;
-// counts are elements. Operations on a rank run in the order they were
-// issued (one FIFO per process across all groups), so program order is the
-// matching order, as with blocking MPI.
+// async form followed by wait()), and takes OpOptions last (its timeout).
+// Buffers are raw pointers with a DType; counts are elements.
+//
+// Ordering: the operations of one group run in the order they were issued
+// (program order is the matching order, as with blocking MPI). Groups
+// progress independently: an all-reduce of gradient buckets on dp that
+// waits for a slow peer does not hold back a pipeline send on pp issued
+// after it. So a buffer handed to an operation of one group must not be
+// handed to another group's operation before the first is waited for.
 //
 // In-place forms follow MPI:
 //   reduce_scatter(send == recv): the whole input is in recv; this rank's
@@ -18,6 +23,7 @@
 // of the counts.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -30,6 +36,12 @@
 namespace claw::comm {
 
 enum class ReduceOp : uint8_t { sum, max, min };
+
+// Per-operation options (gloo's and c10d's options struct).
+struct OpOptions {
+  // Deadline of this operation's waits; 0: the world's (--distributed-timeout-minutes).
+  std::chrono::milliseconds timeout{0};
+};
 
 enum class OpKind : uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, send, recv, barrier };
 const char* to_string(OpKind k);
@@ -46,6 +58,7 @@ struct Request {
   std::vector<int64_t> send_counts;   // all_to_all sends
   int peer = 0;                       // send/recv peer or broadcast root (rank in the group)
   int tag = 0;
+  std::chrono::milliseconds timeout{0};  // OpOptions::timeout
   int64_t bytes() const;              // payload of this rank, for the flight record and bandwidth
 };
 
@@ -61,52 +74,59 @@ class Group {
   // Members as ranks of the world, in group-rank order.
   const std::vector<int>& world_ranks() const { return world_ranks_; }
 
-  Work all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum);
+  Work all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum, const OpOptions& o = {});
   Work reduce_scatter_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
-                            ReduceOp op = ReduceOp::sum);
-  Work all_gather_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt);
+                            ReduceOp op = ReduceOp::sum, const OpOptions& o = {});
+  Work all_gather_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
+                        const OpOptions& o = {});
   Work all_to_all_async(const void* send, std::span<const int64_t> send_counts, void* recv,
-                        std::span<const int64_t> recv_counts, DType dt);
-  Work broadcast_async(void* buf, int64_t count, DType dt, int root);
-  Work send_async(const void* buf, int64_t count, DType dt, int peer, int tag = 0);
-  Work recv_async(void* buf, int64_t count, DType dt, int peer, int tag = 0);
-  Work barrier_async();
+                        std::span<const int64_t> recv_counts, DType dt, const OpOptions& o = {});
+  Work broadcast_async(void* buf, int64_t count, DType dt, int root, const OpOptions& o = {});
+  Work send_async(const void* buf, int64_t count, DType dt, int peer, int tag = 0, const OpOptions& o = {});
+  Work recv_async(void* buf, int64_t count, DType dt, int peer, int tag = 0, const OpOptions& o = {});
+  Work barrier_async(const OpOptions& o = {});
 
   // Equal blocks of `count` per rank.
-  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt, ReduceOp op = ReduceOp::sum);
-  Work all_gather_async(const void* send, void* recv, int64_t count, DType dt);
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt, ReduceOp op = ReduceOp::sum,
+                            const OpOptions& o = {});
+  Work all_gather_async(const void* send, void* recv, int64_t count, DType dt, const OpOptions& o = {});
 
-  void all_reduce(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum) {
-    all_reduce_async(buf, count, dt, op).wait();
+  void all_reduce(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum, const OpOptions& o = {}) {
+    all_reduce_async(buf, count, dt, op, o).wait();
   }
   void reduce_scatter(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
-                      ReduceOp op = ReduceOp::sum) {
-    reduce_scatter_async(send, recv, counts, dt, op).wait();
+                      ReduceOp op = ReduceOp::sum, const OpOptions& o = {}) {
+    reduce_scatter_async(send, recv, counts, dt, op, o).wait();
   }
-  void reduce_scatter(const void* send, void* recv, int64_t count, DType dt, ReduceOp op = ReduceOp::sum) {
-    reduce_scatter_async(send, recv, count, dt, op).wait();
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dt, ReduceOp op = ReduceOp::sum,
+                      const OpOptions& o = {}) {
+    reduce_scatter_async(send, recv, count, dt, op, o).wait();
   }
-  void all_gather(const void* send, void* recv, std::span<const int64_t> counts, DType dt) {
-    all_gather_async(send, recv, counts, dt).wait();
+  void all_gather(const void* send, void* recv, std::span<const int64_t> counts, DType dt, const OpOptions& o = {}) {
+    all_gather_async(send, recv, counts, dt, o).wait();
   }
-  void all_gather(const void* send, void* recv, int64_t count, DType dt) {
-    all_gather_async(send, recv, count, dt).wait();
+  void all_gather(const void* send, void* recv, int64_t count, DType dt, const OpOptions& o = {}) {
+    all_gather_async(send, recv, count, dt, o).wait();
   }
   void all_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
-                  std::span<const int64_t> recv_counts, DType dt) {
-    all_to_all_async(send, send_counts, recv, recv_counts, dt).wait();
+                  std::span<const int64_t> recv_counts, DType dt, const OpOptions& o = {}) {
+    all_to_all_async(send, send_counts, recv, recv_counts, dt, o).wait();
   }
-  void broadcast(void* buf, int64_t count, DType dt, int root) { broadcast_async(buf, count, dt, root).wait(); }
-  void send(const void* buf, int64_t count, DType dt, int peer, int tag = 0) {
-    send_async(buf, count, dt, peer, tag).wait();
+  void broadcast(void* buf, int64_t count, DType dt, int root, const OpOptions& o = {}) {
+    broadcast_async(buf, count, dt, root, o).wait();
   }
-  void recv(void* buf, int64_t count, DType dt, int peer, int tag = 0) { recv_async(buf, count, dt, peer, tag).wait(); }
-  void barrier() { barrier_async().wait(); }
+  void send(const void* buf, int64_t count, DType dt, int peer, int tag = 0, const OpOptions& o = {}) {
+    send_async(buf, count, dt, peer, tag, o).wait();
+  }
+  void recv(void* buf, int64_t count, DType dt, int peer, int tag = 0, const OpOptions& o = {}) {
+    recv_async(buf, count, dt, peer, tag, o).wait();
+  }
+  void barrier(const OpOptions& o = {}) { barrier_async(o).wait(); }
 
   // Typed conveniences for the common scalar cases.
   template <typename T>
-  T all_reduce_value(T v, ReduceOp op = ReduceOp::sum) {
-    all_reduce(&v, 1, dtype_of<T>::value, op);
+  T all_reduce_value(T v, ReduceOp op = ReduceOp::sum, const OpOptions& o = {}) {
+    all_reduce(&v, 1, dtype_of<T>::value, op, o);
     return v;
   }
 

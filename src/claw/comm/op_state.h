@@ -15,8 +15,8 @@ namespace claw::comm::detail {
 
 using Clock = std::chrono::steady_clock;
 
-// One submitted operation: what it is (for messages and the flight record)
-// and whether it is done.
+// One submitted operation: what it is (for messages and the flight record),
+// whether it is done, and the failure seen, if any.
 struct OpState {
   OpKind kind = OpKind::barrier;
   std::string group;
@@ -24,13 +24,20 @@ struct OpState {
   int64_t bytes = 0;
   uint64_t record = 0;  // flight-record id
   std::chrono::milliseconds timeout{0};
+  bool world_timeout = true;  // timeout is the world's, not the operation's own (OpOptions)
 
   std::mutex mu;
   std::condition_variable cv;
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false};    // the backend finished with the operation
+  std::atomic<bool> failed{false};  // error is set (guarded by mu; set once)
   std::exception_ptr error;
 
+  // The backend finished; `e` is what went wrong, if anything.
   void complete(std::exception_ptr e = nullptr);
+  // A waiter saw the operation's deadline pass: the operation is failed from
+  // now on, whatever the backend does later (it may still be inside MPI).
+  void expire(std::exception_ptr e);
+  std::exception_ptr exception();
   std::string describe() const;
 };
 

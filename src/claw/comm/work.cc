@@ -16,10 +16,28 @@ void OpState::complete(std::exception_ptr e) {
   if (record) FlightRecorder::instance().set(record, e ? FlightRecorder::State::failed : FlightRecorder::State::done);
   {
     std::lock_guard<std::mutex> lk(mu);
-    error = e;
+    if (e && !error) {
+      error = e;
+      failed.store(true, std::memory_order_release);
+    }
     done.store(true, std::memory_order_release);
   }
   cv.notify_all();
+}
+
+void OpState::expire(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (error) return;
+    error = e;
+    failed.store(true, std::memory_order_release);
+  }
+  cv.notify_all();
+}
+
+std::exception_ptr OpState::exception() {
+  std::lock_guard<std::mutex> lk(mu);
+  return error;
 }
 
 std::string OpState::describe() const {
@@ -30,9 +48,8 @@ std::string OpState::describe() const {
 
 bool Work::test() const {
   if (!state_) return true;
-  if (!state_->done.load(std::memory_order_acquire)) return false;
-  if (state_->error) std::rethrow_exception(state_->error);
-  return true;
+  if (state_->failed.load(std::memory_order_acquire)) std::rethrow_exception(state_->exception());
+  return state_->done.load(std::memory_order_acquire);
 }
 
 void Work::wait() const {
@@ -41,7 +58,11 @@ void Work::wait() const {
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return;
-  if (!state_->done.load(std::memory_order_acquire)) {
+  const auto finished = [&] {
+    return state_->done.load(std::memory_order_acquire) || state_->failed.load(std::memory_order_acquire);
+  };
+  if (!finished()) {
+    const bool own_deadline = timeout >= state_->timeout;
     const auto limit = std::min(timeout, state_->timeout);
     const auto deadline = detail::Clock::now() + limit;
     // Stay on the CPU for a short while (small collectives finish within
@@ -53,19 +74,28 @@ void Work::wait(std::chrono::milliseconds timeout) const {
     // direct MPI call fell from 17-23 us (2000-pause spin) to ~3.5 us with 2
     // ranks, and from ~62 us to ~10 us with 4 (bench/RESULTS.md).
     const auto spin_until = std::min(deadline, detail::Clock::now() + std::chrono::microseconds(50));
-    for (int i = 0; !state_->done.load(std::memory_order_acquire); ++i) {
+    for (int i = 0; !finished(); ++i) {
       sched_yield();
       if ((i & 7) == 7 && detail::Clock::now() >= spin_until) break;
     }
     std::unique_lock<std::mutex> lk(state_->mu);
-    if (!state_->cv.wait_until(lk, deadline, [&] { return state_->done.load(std::memory_order_acquire); }))
-      throw TimeoutError(fmt::format(
-          "{} did not complete within {:.1f} s (--distributed-timeout-minutes): a rank of the group died, hangs, "
-          "or issued a different operation",
-          state_->describe(), std::chrono::duration<double>(limit).count()));
+    if (!state_->cv.wait_until(lk, deadline, finished)) {
+      lk.unlock();
+      const std::string why = state_->world_timeout
+                                  ? std::string("--distributed-timeout-minutes")
+                                  : fmt::format("the {} ms timeout of this operation", state_->timeout.count());
+      TimeoutError e(fmt::format(
+          "{} did not complete within {:.1f} s ({}): a rank of the group died, hangs, or issued a different "
+          "operation",
+          state_->describe(), std::chrono::duration<double>(limit).count(), own_deadline ? why : "this wait"));
+      if (own_deadline) state_->expire(std::make_exception_ptr(e));
+      throw e;
+    }
   }
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->failed.load(std::memory_order_acquire)) std::rethrow_exception(state_->exception());
 }
+
+std::exception_ptr Work::exception() const { return state_ ? state_->exception() : nullptr; }
 
 std::string Work::describe() const { return state_ ? state_->describe() : "completed no-op"; }
 

@@ -4,15 +4,22 @@
 //   ... compute ...
 //   w.wait();            // or w.test() to poll
 //
-// Every wait has a deadline (the world's --distributed-timeout-minutes unless
-// a shorter one is given). When it expires, wait() throws comm::TimeoutError
-// naming the operation, its group and sequence number; main() then prints the
-// flight record and aborts the job, so no rank waits forever. An error raised
-// while running the operation is carried inside and rethrown by wait()/test().
-// A default-constructed Work is complete (what a group of size 1 returns).
+// Every wait has a deadline: the operation's own timeout (OpOptions) or else
+// the world's (--distributed-timeout-minutes), counted from the start of the
+// wait. When it passes, wait() throws comm::TimeoutError naming the
+// operation, its group and sequence number, and the Work is failed from then
+// on: exception() returns that error and test() rethrows it (as c10d's Work
+// reports the exception it saw). main() then prints the flight record and
+// aborts the job with the retryable exit code, so no rank waits forever. An
+// error raised while running the operation (an MPI failure: CommError) is
+// carried the same way. A default-constructed Work is complete (what a group
+// of size 1 returns).
+//
+// Thread-safety: a Work may be waited on or tested from any thread.
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -20,9 +27,11 @@
 
 namespace claw::comm {
 
-class TimeoutError : public Error {
+// A deadline passed: a peer died, hangs or issued a different operation.
+// Exit code ExitCode::comm (retryable).
+class TimeoutError : public CommError {
  public:
-  using Error::Error;
+  using CommError::CommError;
 };
 
 namespace detail {
@@ -36,13 +45,19 @@ class Work {
 
   // Whether this refers to an operation (false for a default-constructed Work).
   bool valid() const { return state_ != nullptr; }
-  // True once the operation completed (rethrows its error, if any).
+  // True once the operation completed; rethrows its failure, if any.
   bool test() const;
-  // Blocks until the operation completes, at most the world's timeout.
+  // Blocks until the operation completes, at most its timeout.
   void wait() const;
-  // Blocks at most `timeout` (never longer than the world's timeout).
+  // Blocks at most `timeout` (never longer than the operation's timeout). A
+  // shorter wait that expires throws TimeoutError but leaves the operation
+  // in flight: a later wait may still succeed.
   void wait(std::chrono::milliseconds timeout) const;
-  // "all_reduce #12 on dp": for messages.
+  // The failure this operation saw (what the backend raised, or the timeout
+  // of a wait that reached the operation's deadline); null while it is
+  // pending and after it succeeded.
+  std::exception_ptr exception() const;
+  // "all_reduce #12 on group dp (4096 bytes)": for messages.
   std::string describe() const;
 
  private:

@@ -5,16 +5,18 @@
 //   std::shared_ptr<Group> dp = world->split("dp", rank_lists);   // every rank calls it
 //
 // Launched by mpirun or srun (detected from the launcher's environment),
-// World initialises MPI with MPI_THREAD_MULTIPLE and runs one communication
-// thread that executes every operation of every group in issue order, so
-// compute continues while buckets are reduced. Launched alone, World is a
+// World initialises MPI with MPI_THREAD_MULTIPLE (the backend is comm/mpi/);
+// each group owns its communicator and a thread that runs the group's
+// operations in issue order, so compute continues while buckets are reduced
+// and groups do not queue behind one another. Launched alone, World is a
 // single rank and never touches MPI.
 //
 // Failure (DESIGN.md principle 8): a wait that passes the deadline throws
 // TimeoutError; when an error leaves a multi-rank job's command, main calls
-// abort_job(), which prints this rank's flight record (the last operations:
-// kind, group, sequence number, bytes, state, times), leaves a short grace
-// period for other ranks to print theirs, and calls MPI_Abort.
+// abort_job(code), which prints this rank's flight record (the last
+// operations: kind, group, sequence number, bytes, state, times), leaves a
+// short grace period for other ranks to print theirs, and calls MPI_Abort
+// with the error's exit code (core/error.h), which mpirun passes on.
 #pragma once
 
 #include <chrono>
@@ -23,12 +25,14 @@
 #include <vector>
 
 #include "claw/comm/group.h"
+#include "claw/core/fault_injector.h"
 
 namespace claw::comm {
 
 struct WorldOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // --distributed-timeout-minutes
   int flight_record_size = 32;                                   // operations kept for the record
+  std::shared_ptr<const FaultInjector> faults;                   // tests only: injected hangs (null: none)
 };
 
 class World {
@@ -60,7 +64,8 @@ class World {
 
 // Ends a multi-rank job after an error on this rank: prints the flight
 // record, waits a grace period so that other ranks can print, and aborts
-// every rank. Returns (doing nothing) in a single-process run.
+// every rank with `exit_code` (an ExitCode). Returns (doing nothing) in a
+// single-process run.
 void abort_job(int exit_code);
 
 // The flight record of this process as text (empty when nothing was recorded).

@@ -7,7 +7,7 @@ namespace claw::detail {
 void check_failed(const char* file, int line, const char* cond, const std::string& msg) {
   std::string text = fmt::format("internal check failed at {}:{}{}: {}{}{}", file, line,
                                  log::rank_tag(), cond, msg.empty() ? "" : ": ", msg);
-  throw Error(text);
+  throw InternalError(text);
 }
 
 }  // namespace claw::detail

@@ -4,7 +4,8 @@
 //   CLAW_CHECK       an internal invariant; reports file:line and the condition.
 //   CLAW_*_CHECK     foreign status codes (MPI, CUDA, ...) turned into Error
 //                    (defined next to the backend that needs them).
-// Library code throws; only main() decides how the process ends.
+// Library code throws; only main() decides how the process ends: each error
+// type carries the exit code a supervisor can act on (README "Exit codes").
 #pragma once
 
 #include <stdexcept>
@@ -14,15 +15,51 @@
 
 namespace claw {
 
+// How a claw process ends, for whoever restarts it: the codes a supervisor
+// (claw launch, a Slurm requeue script) can act on. mpirun exits with the
+// code the first aborting rank passed to MPI_Abort.
+enum class ExitCode : int {
+  ok = 0,
+  bad_input = 1,   // claw::Error: a flag, config or file is wrong; a retry fails the same way
+  usage = 2,       // the command line does not parse (unknown flag, missing value)
+  internal = 3,    // CLAW_CHECK or an unexpected exception: a bug
+  comm = 4,        // a peer died or hung, a timeout, an MPI failure: retryable (resume from the last checkpoint)
+  non_finite = 5,  // the loss or gradient norm is not finite: resume from an earlier checkpoint or change the run
+};
+
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  virtual ExitCode exit_code() const noexcept { return ExitCode::bad_input; }
 };
 
-// Throws claw::Error with a fmt-formatted message.
-template <typename... Args>
+// An internal invariant failed (CLAW_CHECK).
+class InternalError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const noexcept override { return ExitCode::internal; }
+};
+
+// Communication failed: an MPI error, a transfer never matched, a deadline
+// passed (comm::TimeoutError). The input was fine; the job may be retried.
+class CommError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const noexcept override { return ExitCode::comm; }
+};
+
+// Training diverged: a non-finite loss or gradient norm.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const noexcept override { return ExitCode::non_finite; }
+};
+
+// Throws E (claw::Error unless given: fail<NonFiniteError>(...)) with a
+// fmt-formatted message.
+template <typename E = Error, typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
-  throw Error(fmt::format(f, std::forward<Args>(args)...));
+  throw E(fmt::format(f, std::forward<Args>(args)...));
 }
 
 namespace detail {

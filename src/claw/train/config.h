@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "claw/comm/parallel_state.h"
+#include "claw/core/fault_injector.h"
 #include "claw/data/packing.h"
 #include "claw/data/tokenizer_factory.h"
 #include "claw/parallel/data_parallel.h"
@@ -63,6 +65,7 @@ struct CheckpointConfig {
   bool no_load_optim = false;  // --no-load-optim: parameters only; fresh optimizer state and step count
   int64_t exit_interval = 0;   // --exit-interval: stop (saving first) when the step is a multiple of this
   bool for_eval = false;       // claw eval: load parameters only, no training state
+  std::shared_ptr<const FaultInjector> faults;  // tests only (--test-fault crash-in-save:ITER); null: none
   // Recorded in the checkpoint: the model's flags (what `claw ckpt` and
   // `claw eval` rebuild the model from) and every resolved flag.
   nlohmann::json model_flags, args;

@@ -35,7 +35,7 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
     double mb_loss = model.forward(ctx, mb.tokens, mb.targets, 1.0 / static_cast<double>(counted));
     if (!std::isfinite(mb_loss)) {
       std::string where = model.first_non_finite(cpu);
-      fail("step {}: loss is {} (micro-batch {}); first non-finite tensor: {}", step + 1, mb_loss, k,
+      fail<NonFiniteError>("step {}: loss is {} (micro-batch {}); first non-finite tensor: {}", step + 1, mb_loss, k,
            where.empty() ? "none (overflow in the loss sum)" : where);
     }
     model.backward(ctx, mb.tokens);
@@ -50,7 +50,7 @@ StepResult train_step(model::GPT& model, optim::AdamW& optimizer, const CpuCtx& 
   if (comm::Group& tp = *model.tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
   StepResult r{global_sum(loss_sum) / static_cast<double>(counted), std::sqrt(sum_squares)};
   if (!std::isfinite(r.grad_norm))
-    fail("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}", step + 1, r.grad_norm, r.loss,
+    fail<NonFiniteError>("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}", step + 1, r.grad_norm, r.loss,
          model.first_non_finite_grad(cpu));
   if (before_update) before_update(r);
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
@@ -91,7 +91,7 @@ StepResult train_step_pipeline(parallel::PipelineExecutor& exec, const std::vect
   if (comm::Group& tp = *chunks.front()->tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
   StepResult r{global_sum(pp.all_reduce_value(loss_sum)) / static_cast<double>(counted), std::sqrt(sum_squares)};
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
-    fail("step {}: loss {} and gradient norm {} (pipeline stage {}); first non-finite gradient here: {}", step + 1,
+    fail<NonFiniteError>("step {}: loss {} and gradient norm {} (pipeline stage {}); first non-finite gradient here: {}", step + 1,
          r.loss, r.grad_norm, pp.rank(), chunks.front()->first_non_finite_grad(cpu));
   if (before_update) before_update(r);
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));

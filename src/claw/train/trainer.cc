@@ -307,7 +307,7 @@ void Trainer::setup_checkpointing() {
   if (!ckpt_cfg_.save.empty()) {
     saver_ = std::make_unique<ckpt::Saver>(pstate_->world(),
                                            ckpt::SaveConfig{.root = ckpt_cfg_.save, .async = ckpt_cfg_.async_save,
-                                                            .keep_last = ckpt_cfg_.keep_last});
+                                                            .keep_last = ckpt_cfg_.keep_last, .faults = ckpt_cfg_.faults});
     // The snapshot buffer is host memory beyond the planned arenas: as large
     // as what this rank writes (its share of parameters and moments).
     if (ckpt_cfg_.async_save)

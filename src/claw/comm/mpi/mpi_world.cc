@@ -1,0 +1,148 @@
+#include "claw/comm/mpi/mpi_world.h"
+
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "claw/comm/mpi/communicator.h"
+#include "claw/comm/mpi/mpi_group.h"
+#include "claw/comm/op_state.h"
+#include "claw/core/error.h"
+
+namespace claw::comm::mpi {
+
+namespace {
+
+class MpiWorld final : public World {
+ public:
+  explicit MpiWorld(const WorldOptions& opts) : World(opts) {
+    int provided = 0;
+    CLAW_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    if (provided < MPI_THREAD_MULTIPLE)
+      fail("the MPI library provides thread level {} but claw needs MPI_THREAD_MULTIPLE (3)", provided);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    {
+      MPI_Comm c = MPI_COMM_NULL;
+      CLAW_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &c));
+      Communicator local(c);
+      MPI_Comm_rank(local.get(), &local_rank_);
+      MPI_Comm_size(local.get(), &local_size_);
+    }
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    library_ = std::string(version, len);
+    if (auto nl = library_.find_first_of(",\n"); nl != std::string::npos) library_.resize(nl);
+    detail::FlightRecorder::instance().resize(opts.flight_record_size);
+    std::vector<int> all(size_);
+    for (int i = 0; i < size_; ++i) all[i] = i;
+    world_ = std::make_shared<MpiGroup>("world", rank_, all, Communicator(MPI_COMM_WORLD), rank_, opts.timeout,
+                                        opts.faults);
+  }
+
+  ~MpiWorld() override {
+    // During an error the job is about to be aborted (main calls abort_job):
+    // draining or finalizing now could wait for ranks that will never
+    // arrive, so every group's thread is left as it is.
+    if (std::uncaught_exceptions() > 0) {
+      for (const auto& w : groups_)
+        if (auto g = w.lock()) g->abandon();
+      world_->abandon();
+      return;
+    }
+    // Every thread drains at once; communicators are then freed in creation
+    // order, the same on every rank, and the world's last.
+    const auto deadline = detail::Clock::now() + opts_.timeout;
+    std::vector<std::shared_ptr<MpiGroup>> live;
+    for (const auto& w : groups_)
+      if (auto g = w.lock()) live.push_back(std::move(g));
+    for (auto& g : live) g->begin_shutdown(deadline);
+    world_->begin_shutdown(deadline);
+    for (auto& g : live) g->finish_shutdown();
+    world_->finish_shutdown();
+    MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_size() const override { return local_size_; }
+  int local_rank() const override { return local_rank_; }
+  std::string backend() const override { return "mpi (" + library_ + ")"; }
+  std::shared_ptr<Group> world_group() override { return world_; }
+
+  std::shared_ptr<Group> split(const std::string& name, const std::vector<std::vector<int>>& groups) override {
+    int color = -1, key = -1;
+    std::vector<int> members;
+    std::vector<int> seen(size_, 0);
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (size_t i = 0; i < groups[g].size(); ++i) {
+        const int r = groups[g][i];
+        CLAW_CHECK(r >= 0 && r < size_, "group {}: rank {} outside the world of {}", name, r, size_);
+        CLAW_CHECK(++seen[r] == 1, "group {}: rank {} listed twice", name, r);
+        if (r == rank_) {
+          color = static_cast<int>(g);
+          key = static_cast<int>(i);
+          members = groups[g];
+        }
+      }
+    // Every rank must fail the same way: a rank missing from the lists
+    // detected only by that rank would leave the others inside MPI_Comm_split.
+    for (int r = 0; r < size_; ++r)
+      CLAW_CHECK(seen[r] == 1, "group {}: rank {} is in none of the lists (they must partition the {} ranks)", name,
+                 r, size_);
+    // On the world's thread: a split is a collective over MPI_COMM_WORLD and
+    // must take its place among the world group's operations.
+    auto comm = std::make_shared<Communicator>();
+    world_->thread().run_sync([comm, color, key] { *comm = Communicator::split(MPI_COMM_WORLD, color, key); },
+                              opts_.timeout, fmt::format("creating group {} (MPI_Comm_split over the world)", name));
+    auto g = std::make_shared<MpiGroup>(name, key, members, std::move(*comm), rank_, opts_.timeout, opts_.faults);
+    groups_.push_back(g);
+    return g;
+  }
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string library_;
+  std::shared_ptr<MpiGroup> world_;
+  std::vector<std::weak_ptr<MpiGroup>> groups_;  // made by split(), in creation order
+};
+
+}  // namespace
+
+std::unique_ptr<World> make_world(const WorldOptions& opts) { return std::make_unique<MpiWorld>(opts); }
+
+}  // namespace claw::comm::mpi
+
+namespace claw::comm {
+
+void abort_job(int exit_code) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin) return;
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (size <= 1) return;
+  const std::string rec = flight_record();
+  if (!rec.empty()) {
+    std::string tagged;
+    for (size_t b = 0, e; b < rec.size(); b = e + 1) {
+      e = rec.find('\n', b);
+      if (e == std::string::npos) e = rec.size();
+      tagged += fmt::format("[claw rank {}/{}] comm: {}\n", rank, size, rec.substr(b, e - b));
+    }
+    std::fputs(tagged.c_str(), stderr);
+  }
+  std::fprintf(stderr, "[claw rank %d/%d] comm: aborting the job (%d ranks, exit code %d)\n", rank, size, size,
+               exit_code);
+  std::fflush(stderr);
+  // Other ranks that are timing out too get a moment to print their records.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
+}  // namespace claw::comm

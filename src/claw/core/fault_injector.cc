@@ -1,0 +1,70 @@
+#include "claw/core/fault_injector.h"
+
+#include <charconv>
+
+#include "claw/core/error.h"
+
+namespace claw {
+
+namespace {
+
+std::vector<std::string_view> split_colons(std::string_view s) {
+  std::vector<std::string_view> parts;
+  for (size_t b = 0;;) {
+    const size_t e = s.find(':', b);
+    parts.push_back(s.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b));
+    if (e == std::string_view::npos) return parts;
+    b = e + 1;
+  }
+}
+
+template <typename T>
+bool parse_number(std::string_view s, T& out) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+}  // namespace
+
+FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::string_view flag) {
+  FaultInjector f;
+  for (const std::string& spec : specs) {
+    const std::vector<std::string_view> p = split_colons(spec);
+    if (p[0] == "hang") {
+      Hang h{};
+      if (p.size() != 4 || !parse_number(p[1], h.rank) || h.rank < 0 || p[2].empty() || !parse_number(p[3], h.seq) ||
+          h.seq == 0)
+        fail("{} '{}': expected hang:RANK:GROUP:SEQ (a world rank, a group name, an operation number from 1)", flag,
+             spec);
+      h.group = std::string(p[2]);
+      f.hangs_.push_back(std::move(h));
+    } else if (p[0] == "crash-in-save") {
+      int64_t it = 0;
+      if (p.size() != 2 || !parse_number(p[1], it) || it < 0)
+        fail("{} '{}': expected crash-in-save:ITER (a checkpoint iteration)", flag, spec);
+      f.crash_in_save_.push_back(it);
+    } else {
+      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER", flag, spec);
+    }
+  }
+  return f;
+}
+
+bool FaultInjector::hangs(int world_rank, std::string_view group, uint64_t seq) const {
+  for (const Hang& h : hangs_)
+    if (h.rank == world_rank && h.group == group && h.seq == seq) return true;
+  return false;
+}
+
+bool FaultInjector::crashes_in_save(int64_t iteration, int rank, int size) const {
+  if (rank != size - 1) return false;
+  for (int64_t it : crash_in_save_)
+    if (it == iteration) return true;
+  return false;
+}
+
+std::string FaultInjector::describe_hang(int world_rank, std::string_view group, uint64_t seq) {
+  return fmt::format("hang:{}:{}:{}", world_rank, group, seq);
+}
+
+}  // namespace claw

@@ -1,0 +1,49 @@
+// FaultInjector: failures on demand, for the fault tests only.
+//
+// Library code never looks for faults in the environment: a test builds an
+// injector and passes it in through the options of what should fail
+// (comm::WorldOptions::faults, ckpt::SaveConfig::faults); the claw binary
+// builds one at the command-line edge from its hidden --test-fault flag.
+// Specs, one per fault:
+//
+//   hang:RANK:GROUP:SEQ   world rank RANK never starts operation SEQ (from 1)
+//                         of group GROUP ("world", "dp", "pp", ...): its peers
+//                         time out, as with a hung process
+//   crash-in-save:ITER    the job's last rank SIGKILLs itself halfway through
+//                         writing its checkpoint file of iteration ITER, as a
+//                         lost node would
+//
+// Immutable once built, so one injector may be shared by every thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace claw {
+
+class FaultInjector {
+ public:
+  // Throws claw::Error naming `flag` and the valid forms for a bad spec.
+  static FaultInjector parse(const std::vector<std::string>& specs, std::string_view flag = "--test-fault");
+
+  bool empty() const { return hangs_.empty() && crash_in_save_.empty(); }
+  // Whether world rank `world_rank` must hang before operation `seq` of `group`.
+  bool hangs(int world_rank, std::string_view group, uint64_t seq) const;
+  // Whether rank `rank` of a job of `size` ranks dies while writing iteration `iteration`.
+  bool crashes_in_save(int64_t iteration, int rank, int size) const;
+  // The spec behind a fault, for the log line of the rank that acts on it.
+  static std::string describe_hang(int world_rank, std::string_view group, uint64_t seq);
+
+ private:
+  struct Hang {
+    int rank;
+    std::string group;
+    uint64_t seq;
+  };
+  std::vector<Hang> hangs_;
+  std::vector<int64_t> crash_in_save_;
+};
+
+}  // namespace claw
