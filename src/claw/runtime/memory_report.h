@@ -11,7 +11,7 @@
 #include "claw/model/config.h"
 #include "claw/parallel/data_parallel.h"
 
-namespace claw::train {
+namespace claw::runtime {
 
 struct MemoryPlan {
   size_t params = 0, grads = 0, optimizer = 0, activations = 0;
@@ -28,4 +28,4 @@ MemoryPlan make_memory_plan(const parallel::DataParallelMemory& m, int zero_stag
 std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cfg, int64_t num_params, int64_t B,
                                int64_t T, int64_t recomputed_layers);
 
-}  // namespace claw::train
+}  // namespace claw::runtime
