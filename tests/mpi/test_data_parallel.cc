@@ -31,6 +31,7 @@
 #include "claw/model/gpt.h"
 #include "claw/optim/adamw.h"
 #include "claw/parallel/data_parallel.h"
+#include "claw/runtime/model_chunks.h"
 #include "claw/train/batch.h"
 #include "claw/train/step.h"
 #include "mpi_gtest.h"
@@ -75,11 +76,12 @@ Trajectory reference(const model::ModelConfig& cfg, int64_t mbs) {
   m.reserve(mbs, kT);
   optim::AdamW opt(m.store(), adam());
   train::GlobalBatch batch(kGB / mbs, mbs, kT, {});
+  runtime::ModelChunks whole(m, nullptr, batch.micro_batches(), mbs, kT);
   Trajectory r;
   for (int64_t s = 0; s < kSteps; ++s) {
     Data d = batch_for_step(s);
     batch.assign(d.tokens, d.targets);
-    train::StepResult res = train::train_step(m, opt, cpu, batch, s, lr_at(s), 7, s * kGB);
+    train::StepResult res = train::train_step(whole, opt, cpu, batch, s, lr_at(s), 7, s * kGB);
     r.losses.push_back(res.loss);
     r.norms.push_back(res.grad_norm);
   }
@@ -97,10 +99,11 @@ Trajectory data_parallel(const model::ModelConfig& cfg, int64_t mbs, parallel::D
   parallel::DataParallel engine(m, dp, dcfg);
   optim::AdamW opt(engine.segments(), adam());
   train::GlobalBatch batch(kGB / (mbs * dp.size()), mbs, kT, {}, dp.size(), dp.rank());
+  runtime::ModelChunks whole(m, &engine, batch.micro_batches(), mbs, kT);
   Trajectory r;
   for (int64_t s = 0; s < kSteps; ++s) {
     assign_slice(batch, batch_for_step(s));
-    train::StepResult res = train::train_step(m, opt, cpu, batch, s, lr_at(s), 7, s * kGB, {}, &engine);
+    train::StepResult res = train::train_step(whole, opt, cpu, batch, s, lr_at(s), 7, s * kGB);
     r.losses.push_back(res.loss);
     r.norms.push_back(res.grad_norm);
   }

@@ -27,6 +27,7 @@
 #include "claw/model/gpt.h"
 #include "claw/parallel/pipeline_executor.h"
 #include "claw/parallel/pipeline_layout.h"
+#include "claw/runtime/model_chunks.h"
 #include "claw/train/step.h"
 #include "mpi_gtest.h"
 #include "parity_batches.h"
@@ -65,10 +66,11 @@ const Trajectory& reference(const model::ModelConfig& cfg) {
   m.reserve(1, kT);
   optim::AdamW opt(m.store(), parity::adam());
   train::GlobalBatch batch(kGB, 1, kT, {});
+  runtime::ModelChunks whole(m, nullptr, kGB, 1, kT);
   Trajectory r;
   for (int64_t s = 0; s < kSteps; ++s) {
     parity::assign_slice(batch, parity::batch_for_step(s, kGB, kT, kV));
-    const train::StepResult res = train::train_step(m, opt, cpu, batch, s, parity::lr_at(s), 7, s * kGB);
+    const train::StepResult res = train::train_step(whole, opt, cpu, batch, s, parity::lr_at(s), 7, s * kGB);
     r.losses.push_back(res.loss);
     r.norms.push_back(res.grad_norm);
   }
@@ -104,8 +106,9 @@ TEST_P(PipelineEqualsSingleRank, LossesAndFinalParameters) {
                                       .layers_per_virtual_stage = c.layers_per_virtual_stage,
                                       .first_stage_layers = c.uneven ? (p == 2 ? 3 : 1) : -1,
                                       .last_stage_layers = c.uneven && p > 2 ? 1 : -1});
-  const parallel::Schedule schedule = parallel::make_schedule(
-      {.kind = parallel::parse_schedule_kind(c.schedule), .stages = p, .microbatches = kGB, .chunks = layout.chunks});
+  const parallel::ScheduleConfig schedule_config{.kind = parallel::parse_schedule_kind(c.schedule), .stages = p,
+                                                 .microbatches = kGB, .chunks = layout.chunks};
+  const parallel::Schedule schedule = parallel::make_schedule(schedule_config);
 
   const CpuCtx cpu{1};
   std::vector<std::unique_ptr<model::GPT>> owned;
@@ -122,14 +125,13 @@ TEST_P(PipelineEqualsSingleRank, LossesAndFinalParameters) {
     chunks.back()->init_weights(cpu, 7);
     for (const model::Segment& s : chunks.back()->store().full_segments()) segments.push_back(s);
   }
-  parallel::PipelineExecutor exec(chunks, pp, schedule, 1, kT);
+  runtime::ModelChunks stage_chunks(chunks, {}, pp, g_ps->embedding(), schedule_config, 1, kT);
   optim::AdamW opt(segments, parity::adam());
   train::GlobalBatch batch(kGB, 1, kT, {});
   Trajectory got;
   for (int64_t s = 0; s < kSteps; ++s) {
     parity::assign_slice(batch, parity::batch_for_step(s, kGB, kT, kV));
-    const train::StepResult res = train::train_step_pipeline(exec, chunks, opt, cpu, batch, s, parity::lr_at(s), 7,
-                                                             s * kGB, pp, g_ps->embedding());
+    const train::StepResult res = train::train_step(stage_chunks, opt, cpu, batch, s, parity::lr_at(s), 7, s * kGB);
     got.losses.push_back(res.loss);
     got.norms.push_back(res.grad_norm);
   }

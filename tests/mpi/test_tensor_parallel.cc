@@ -37,6 +37,7 @@
 #include "claw/model/tensor_parallel.h"
 #include "claw/optim/adamw.h"
 #include "claw/parallel/data_parallel.h"
+#include "claw/runtime/model_chunks.h"
 #include "claw/train/batch.h"
 #include "claw/train/step.h"
 #include "mpi_gtest.h"
@@ -191,11 +192,11 @@ Trajectory run(const model::ModelConfig& cfg, bool parallel, bool sp) {
     opt = std::make_unique<optim::AdamW>(m->store(), adam());
   }
   train::GlobalBatch batch(kGB / (mbs * dp_size), mbs, kT, {}, dp_size, parallel ? dp.rank() : 0);
+  runtime::ModelChunks whole(*m, engine.get(), batch.micro_batches(), mbs, kT);
   Trajectory r;
   for (int64_t s = 0; s < kSteps; ++s) {
     assign_slice(batch, batch_for_step(s));
-    train::StepResult res =
-        train::train_step(*m, *opt, cpu, batch, s, lr_at(s), 7, s * kGB, {}, engine.get());
+    train::StepResult res = train::train_step(whole, *opt, cpu, batch, s, lr_at(s), 7, s * kGB);
     r.losses.push_back(res.loss);
     r.norms.push_back(res.grad_norm);
   }

@@ -23,6 +23,7 @@
 #include "claw/model/gpt.h"
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
+#include "claw/runtime/model_chunks.h"
 #include "claw/train/step.h"
 
 using namespace claw;
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
     // of the whole batch (forward only, micro-batch by micro-batch).
     std::vector<float> logits(B * T * cfg.padded_vocab_size());
     train::GlobalBatch batch(accum, mb, T, data::PackingOptions{});
+    runtime::ModelChunks whole(m, nullptr, accum, mb, T);
     nlohmann::json result;
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t off = s * B * T;
@@ -137,7 +139,7 @@ int main(int argc, char** argv) {
         views.push_back({"loss", DType::f32, {1}, &loss_value});
         ckpt::write_safetensors(out + "/step0.safetensors", views);
       };
-      train::StepResult r = train::train_step(m, opt, cpu, batch, s, lr, static_cast<uint64_t>(seed),
+      train::StepResult r = train::train_step(whole, opt, cpu, batch, s, lr, static_cast<uint64_t>(seed),
                                               static_cast<uint64_t>(s * B), dump_step0);
       result["losses"].push_back(r.loss);
       result["grad_norms"].push_back(r.grad_norm);

@@ -17,6 +17,7 @@
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
 #include "claw/train/config.h"
+#include "claw/train/evaluator.h"
 #include "claw/train/trainer.h"
 
 namespace claw::cli {
@@ -314,19 +315,17 @@ struct EvalCommand {
     binder->apply(args);  // the command line wins over the checkpoint's flags
     args.ckpt.load = dir;
     args.ckpt.ckpt_step = -1;
-    args.ckpt.no_load_optim = true;
-    args.ckpt.for_eval = true;
     args.train.train_iters = std::max<int64_t>(1, args.train.eval_iters);
     args.train.eval_interval = 0;
     std::unique_ptr<comm::World> world = launch(args, *binder);
-    train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world, args.ckpt);
-    const double loss = trainer.evaluate_train_split(args.train.train_iters);
+    train::Evaluator evaluator(args.model, args.train, args.data, args.parallel, *world, args.ckpt);
+    const double loss = evaluator.evaluate_train_split(args.train.train_iters);
     if (world->rank() == 0)
       fmt::print("eval: {} (iteration {}), {}: loss {:.6f}, perplexity {:.4f} over {} sequences of {} tokens\n", dir,
                  meta.iteration, fmt::join(args.data.data_path.empty() ? std::vector<std::string>{"built-in corpus"}
                                                                         : args.data.data_path, " "),
                  loss, std::exp(loss), args.train.train_iters * args.train.global_batch_size, args.train.seq_length);
-    if (!logits_file.empty()) trainer.write_logits(logits_file);
+    if (!logits_file.empty()) evaluator.write_logits(logits_file);
   }
 };
 

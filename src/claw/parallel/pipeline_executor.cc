@@ -19,9 +19,12 @@ std::vector<int> PipelineExecutor::slots_needed(const Schedule& schedule, int st
 }
 
 PipelineExecutor::PipelineExecutor(std::vector<model::GPT*> chunks, comm::Group& pp, Schedule schedule, int64_t B,
-                                   int64_t T, model::Recompute recompute)
-    : chunks_(std::move(chunks)), pp_(pp), schedule_(std::move(schedule)), stage_(pp.rank()) {
+                                   int64_t T, model::Recompute recompute, std::vector<DataParallel*> engines)
+    : chunks_(std::move(chunks)), engines_(std::move(engines)), pp_(pp), schedule_(std::move(schedule)),
+      stage_(pp.rank()) {
   const ScheduleConfig& c = schedule_.config;
+  CLAW_CHECK(engines_.empty() || engines_.size() == chunks_.size(), "{} data-parallel engines for {} model chunks",
+             engines_.size(), chunks_.size());
   CLAW_CHECK(c.stages == pp.size(), "schedule for {} stages on a pipeline group of {}", c.stages, pp.size());
   CLAW_CHECK(static_cast<int>(chunks_.size()) == c.chunks, "{} model chunks for a schedule of {}", chunks_.size(),
              c.chunks);
@@ -81,8 +84,9 @@ using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 }  // namespace
 
-double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale) {
-  const int p = schedule_.config.stages;
+double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale,
+                             const std::function<void(int, double)>& on_loss) {
+  const int p = schedule_.config.stages, m = schedule_.config.microbatches;
   double loss_sum = 0;
   timing_ = {};
   const auto start = Clock::now();
@@ -119,7 +123,10 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
     const int vstage = virtual_stage(stage_, a.chunk, p);
     const PipelineMicroBatch mb = micro(a.microbatch);
     const int64_t n = g.tp().rows(mb.ctx.tokens()) * g.config().hidden_size;
-    if (is_compute(a.kind)) post_ahead(i);
+    if (is_compute(a.kind)) {
+      post_ahead(i);
+      if (!engines_.empty()) engines_[a.chunk]->begin_micro_batch(a.microbatch + 1 == m);
+    }
     if ((a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad) && posted[i].valid()) {
       posted[i].wait();
       continue;
@@ -138,6 +145,7 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
                         last ? &loss : nullptr);
         timing_.forward_s += seconds(t0, Clock::now());
         ++timing_.forwards;
+        if (last && on_loss) on_loss(a.microbatch, loss);
         loss_sum += loss;
         break;
       }

@@ -31,8 +31,15 @@
 // count. Everything else (norms, embeddings, the output layer) is computed in
 // the input pass.
 //
-// Not yet: data-parallel hooks (the stage's gradients are whole on return;
-// DP x PP is the caller's reduction after the step).
+// Data parallelism: given each chunk's engine, the executor tells it, before
+// every computation on a micro-batch, whether that is the step's last
+// micro-batch (DataParallel::begin_micro_batch), which is when a bucket's
+// gradients become final. With one stage and one chunk the 1F1B list is
+// "forward k, backward k" for each micro-batch, so the engine sees exactly
+// the sequence of a plain gradient-accumulation loop and can overlap its
+// reductions with the backward passes; with several stages (where a
+// micro-batch's backward may be split, ZB-H1) the caller keeps the engines
+// to reductions after the step (no overlap, ZeRO 0 or 1).
 #pragma once
 
 #include <functional>
@@ -42,6 +49,7 @@
 #include "claw/comm/group.h"
 #include "claw/comm/work.h"
 #include "claw/model/gpt.h"
+#include "claw/parallel/data_parallel.h"
 #include "claw/parallel/pipeline_schedule.h"
 
 namespace claw::parallel {
@@ -56,9 +64,10 @@ class PipelineExecutor {
  public:
   // chunks[c]: this stage's model for chunk c (virtual stage c p + stage);
   // pp: the pipeline group (group rank = stage). Reserves each chunk's
-  // activation slots for micro-batches of [B, T].
+  // activation slots for micro-batches of [B, T]. engines: empty, or
+  // engines[c] is chunk c's data-parallel engine.
   PipelineExecutor(std::vector<model::GPT*> chunks, comm::Group& pp, Schedule schedule, int64_t B, int64_t T,
-                   model::Recompute recompute = {});
+                   model::Recompute recompute = {}, std::vector<DataParallel*> engines = {});
 
   // Activation sets chunk c of `stage` needs: the most micro-batches
   // forwarded on it and not yet backwarded at any point of the list.
@@ -66,8 +75,11 @@ class PipelineExecutor {
 
   // Runs this stage's actions for one step; micro(k) describes micro-batch k.
   // Gradients accumulate into the chunks' stores. Returns the sum of token
-  // losses on the last stage, 0 elsewhere.
-  double run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale);
+  // losses on the last stage, 0 elsewhere. on_loss, if set, sees each
+  // micro-batch's loss sum on the last stage right after its forward (the
+  // saved activations are still those of that micro-batch).
+  double run(const std::function<PipelineMicroBatch(int)>& micro, double dloss_scale,
+             const std::function<void(int microbatch, double loss)>& on_loss = {});
   // Forward only (evaluation), `microbatches` of them in order, each through
   // the stage's chunks in turn; returns the loss sum on the last stage.
   double run_forward(const std::function<PipelineMicroBatch(int)>& micro, int microbatches);
@@ -92,6 +104,7 @@ class PipelineExecutor {
   void send(const float* data, int64_t n, int peer, int64_t tag);
   void reap_sends(bool wait_all);
   std::vector<model::GPT*> chunks_;
+  std::vector<DataParallel*> engines_;  // per chunk, or empty
   comm::Group& pp_;
   Schedule schedule_;
   int stage_;

@@ -35,9 +35,25 @@ void TrainConfig::resolve_and_validate(int dp) {
     fail("--recompute-num-layers {} needs --recompute-granularity full", recompute_num_layers);
 }
 
+void CheckpointConfig::validate() const {
+  if (save_interval < 0) fail("--save-interval must be >= 0 (0: save only at the end), got {}", save_interval);
+  if (save_interval > 0 && save.empty()) fail("--save-interval needs --save DIR");
+  if (async_save && save.empty()) fail("--async-save needs --save DIR");
+  if (exit_interval < 0) fail("--exit-interval must be >= 0, got {}", exit_interval);
+  if (ckpt_step >= 0 && load.empty()) fail("--ckpt-step needs --load DIR");
+}
+
 int64_t TrainConfig::recomputed_layers(int64_t num_layers) const {
   if (recompute_granularity.empty()) return 0;
   return recompute_num_layers == 0 ? num_layers : recompute_num_layers;
+}
+
+runtime::RuntimeConfig runtime_config(const model::ModelConfig& model, const TrainConfig& t, const ParallelConfig& p,
+                                      bool training) {
+  return {.model = model, .parallel = p, .micro_batch_size = t.micro_batch_size,
+          .global_batch_size = t.global_batch_size, .seq_length = t.seq_length,
+          .recompute_layers = t.recomputed_layers(model.num_layers), .seed = t.seed, .num_threads = t.num_threads,
+          .training = training};
 }
 
 }  // namespace claw::train

@@ -9,11 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "claw/comm/parallel_state.h"
 #include "claw/core/fault_injector.h"
 #include "claw/data/packing.h"
 #include "claw/data/tokenizer_factory.h"
-#include "claw/parallel/data_parallel.h"
+#include "claw/model/config.h"
+#include "claw/runtime/config.h"
 
 namespace claw::train {
 
@@ -64,27 +64,20 @@ struct CheckpointConfig {
   bool load_fallback = false;  // --load-fallback: a corrupt checkpoint falls back to the previous complete one
   bool no_load_optim = false;  // --no-load-optim: parameters only; fresh optimizer state and step count
   int64_t exit_interval = 0;   // --exit-interval: stop (saving first) when the step is a multiple of this
-  bool for_eval = false;       // claw eval: load parameters only, no training state
   std::shared_ptr<const FaultInjector> faults;  // tests only (--test-fault crash-in-save:ITER); null: none
   // Recorded in the checkpoint: the model's flags (what `claw ckpt` and
   // `claw eval` rebuild the model from) and every resolved flag.
   nlohmann::json model_flags, args;
+  // Throws naming the flag: negative intervals, options without the --save/--load they need.
+  void validate() const;
 };
 
-// The parallel layout and its runtime (Megatron flag names in the comments).
-struct ParallelConfig {
-  comm::ParallelSizes sizes;              // --tensor/--context/--expert/--pipeline-model-parallel-size
-  parallel::DataParallelConfig dp;        // --zero-stage, --ddp-bucket-size, --overlap-*
-  bool sequence_parallel = false;         // --sequence-parallel: norms/dropout/residual on 1/TP of the sequence
-  std::string pipeline_schedule = "1f1b";   // --pipeline-schedule gpipe|1f1b|interleaved|zb-h1
-  int64_t num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage (interleaved)
-  int64_t decoder_first_pipeline_num_layers = -1;     // --decoder-first-pipeline-num-layers (-1: even)
-  int64_t decoder_last_pipeline_num_layers = -1;      // --decoder-last-pipeline-num-layers (-1: even)
-  bool use_distributed_optimizer = false; // --use-distributed-optimizer: ZeRO stage 1 unless --zero-stage says more
-  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes: deadline of every wait
-  bool log_all_ranks = false;             // --log-all-ranks: info lines from every rank, not only rank 0
-  // The ZeRO stage in effect.
-  int zero_stage() const { return use_distributed_optimizer ? std::max(1, dp.zero_stage) : dp.zero_stage; }
-};
+// The parallel layout: the runtime's (runtime/config.h), which validates it.
+using ParallelConfig = runtime::ParallelConfig;
+
+// What the runtime is built from: the model, the layout and the batch's
+// shape (train's batch resolved: TrainConfig::resolve_and_validate).
+runtime::RuntimeConfig runtime_config(const model::ModelConfig& model, const TrainConfig& train,
+                                      const ParallelConfig& parallel, bool training);
 
 }  // namespace claw::train

@@ -1,4 +1,4 @@
-#include "claw/train/memory_report.h"
+#include "claw/runtime/memory_report.h"
 
 #include <algorithm>
 #include <map>
@@ -11,7 +11,7 @@
 #include "claw/core/error.h"
 #include "claw/core/memory.h"
 
-namespace claw::train {
+namespace claw::runtime {
 
 MemoryPlan make_memory_plan(const parallel::DataParallelMemory& m, int zero_stage, int dp, const ArenaPlan& acts) {
   MemoryPlan p;
@@ -46,8 +46,9 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
   s += row("parameters", p.params,
            fmt::format("{:.2f}M fp32 parameters{}", num_params / 1e6, p.zero_stage >= 3 ? ", " + shard : ""));
   s += row("gradients", p.grads, p.zero_stage >= 2 ? "fp32, " + shard : "fp32, same layout");
-  s += row("optimizer", p.optimizer,
-           p.zero_stage >= 1 ? "AdamW exp_avg + exp_avg_sq, " + shard : "AdamW exp_avg + exp_avg_sq");
+  if (p.optimizer)  // none when the model only runs forward (claw eval)
+    s += row("optimizer", p.optimizer,
+             p.zero_stage >= 1 ? "AdamW exp_avg + exp_avg_sq, " + shard : "AdamW exp_avg + exp_avg_sq");
   if (p.gathered) s += row("gathered", p.gathered, "ZeRO-3: units all-gathered just before use");
   if (p.staging) s += row("grad staging", p.staging, "ZeRO-2/3: unit gradients until reduce-scattered");
   std::string layers =
@@ -97,4 +98,4 @@ void check_node_memory(const plan::StageMemory& mine, comm::Group& world) {
        format_bytes(static_cast<double>(avail.bytes)), avail.source);
 }
 
-}  // namespace claw::train
+}  // namespace claw::runtime

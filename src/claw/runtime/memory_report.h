@@ -16,7 +16,7 @@ namespace claw::comm {
 class Group;
 }
 
-namespace claw::train {
+namespace claw::runtime {
 
 struct MemoryPlan {
   size_t params = 0, grads = 0, optimizer = 0, activations = 0;
@@ -40,4 +40,4 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
 // ranks of one host add theirs up over `world` (a collective: every rank calls it).
 void check_node_memory(const plan::StageMemory& mine, comm::Group& world);
 
-}  // namespace claw::train
+}  // namespace claw::runtime

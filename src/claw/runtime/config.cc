@@ -1,0 +1,74 @@
+#include "claw/runtime/config.h"
+
+#include "claw/core/error.h"
+#include "claw/model/tensor_parallel.h"
+
+namespace claw::runtime {
+
+void ParallelConfig::validate(const model::ModelConfig& model, const comm::RankGrid& grid, int64_t seq_length,
+                              int64_t micro_batches, int64_t recompute_layers) const {
+  const auto not_yet = [](const char* flag, int v, const char* what) {
+    if (v > 1)
+      fail("{} {}: {} is not available in this build yet; claw trains data- and tensor-parallel (with ZeRO and "
+           "sequence parallelism) only",
+           flag, v, what);
+  };
+  not_yet("--context-parallel-size", grid.cp, "context parallelism");
+  not_yet("--expert-model-parallel-size", grid.ep, "expert parallelism");
+  model::validate_tensor_parallel(model, grid.tp, sequence_parallel, seq_length);
+  parallel::DataParallelConfig resolved = dp;
+  resolved.zero_stage = zero_stage();
+  resolved.validate(grid.dp);
+  if (grid.pp > 1) {
+    const parallel::PipelineLayout layout = pipeline_layout(model.num_layers, grid.pp);
+    schedule_config(grid.pp, micro_batches, layout.chunks).validate();
+    if (zero_stage() >= 2 || dp.overlap_grad_reduce || dp.overlap_param_gather)
+      fail("with --pipeline-model-parallel-size {} use --zero-stage 0 or 1 (or --use-distributed-optimizer) "
+           "without --overlap-grad-reduce / --overlap-param-gather: gradients are reduced after the pipeline's "
+           "last backward",
+           grid.pp);
+    if (recompute_layers > 0) fail("--recompute-granularity with --pipeline-model-parallel-size > 1 is not available yet");
+  } else if (num_layers_per_virtual_pipeline_stage > 0 || decoder_first_pipeline_num_layers >= 0 ||
+             decoder_last_pipeline_num_layers >= 0) {
+    fail("--num-layers-per-virtual-pipeline-stage and --decoder-first/last-pipeline-num-layers need "
+         "--pipeline-model-parallel-size > 1");
+  }
+}
+
+parallel::PipelineLayout ParallelConfig::pipeline_layout(int64_t num_layers, int stages) const {
+  if (stages == 1) return parallel::make_pipeline_layout({.num_layers = num_layers, .stages = 1});
+  return parallel::make_pipeline_layout({.num_layers = num_layers, .stages = stages,
+                                         .layers_per_virtual_stage = num_layers_per_virtual_pipeline_stage,
+                                         .first_stage_layers = decoder_first_pipeline_num_layers,
+                                         .last_stage_layers = decoder_last_pipeline_num_layers});
+}
+
+parallel::ScheduleConfig ParallelConfig::schedule_config(int stages, int64_t micro_batches, int chunks) const {
+  parallel::ScheduleConfig s{.kind = parallel::ScheduleKind::one_f_one_b, .stages = stages,
+                             .microbatches = static_cast<int>(micro_batches), .chunks = chunks};
+  if (stages == 1) return s;
+  s.kind = parallel::parse_schedule_kind(pipeline_schedule);
+  if (chunks > 1 && s.kind == parallel::ScheduleKind::one_f_one_b)
+    s.kind = parallel::ScheduleKind::interleaved;  // implied by --num-layers-per-virtual-pipeline-stage
+  return s;
+}
+
+void RuntimeConfig::resolve_and_validate(int world_size) {
+  model.validate();
+  const comm::RankGrid grid = comm::RankGrid::make(world_size, parallel.sizes);
+  parallel.dp.zero_stage = parallel.zero_stage();
+  // The batch's own flags are checked where they are parsed (TrainConfig); a
+  // command that got here with a batch that does not split is a bug.
+  CLAW_CHECK(micro_batch_size > 0 && global_batch_size > 0 && global_batch_size % (micro_batch_size * grid.dp) == 0,
+             "global batch {} does not split into micro-batches of {} on {} data-parallel ranks", global_batch_size,
+             micro_batch_size, grid.dp);
+  parallel.validate(model, grid, seq_length, micro_batches(grid.dp), recompute_layers);
+  if (recompute_layers > model.num_layers)
+    fail("--recompute-num-layers {} exceeds --num-layers {}", recompute_layers, model.num_layers);
+  if (seq_length > model.max_position_embeddings)
+    fail("--seq-length {} exceeds --max-position-embeddings {} (the longest sequence the model's positions cover); "
+         "use --seq-length <= {} or raise --max-position-embeddings",
+         seq_length, model.max_position_embeddings, model.max_position_embeddings);
+}
+
+}  // namespace claw::runtime

@@ -1,0 +1,88 @@
+#include "claw/runtime/model_chunks.h"
+
+#include "claw/core/error.h"
+
+namespace claw::runtime {
+
+ModelChunks::ModelChunks(std::vector<model::GPT*> chunks, std::vector<parallel::DataParallel*> dps, comm::Group& pp,
+                         comm::Group& embedding, const parallel::ScheduleConfig& schedule, int64_t B, int64_t T,
+                         model::Recompute recompute)
+    : chunks_(std::move(chunks)), dps_(std::move(dps)), pp_(&pp), embedding_(&embedding) {
+  build(schedule, B, T, recompute);
+}
+
+ModelChunks::ModelChunks(model::GPT& model, parallel::DataParallel* dp, int64_t micro_batches, int64_t B, int64_t T,
+                         model::Recompute recompute)
+    : chunks_{&model},
+      own_pp_(std::make_unique<comm::SelfGroup>("pp")),
+      own_embedding_(std::make_unique<comm::SelfGroup>("embedding")),
+      pp_(own_pp_.get()),
+      embedding_(own_embedding_.get()) {
+  if (dp) dps_.push_back(dp);
+  build({.kind = parallel::ScheduleKind::one_f_one_b, .stages = 1, .microbatches = static_cast<int>(micro_batches),
+         .chunks = 1},
+        B, T, recompute);
+}
+
+ModelChunks::~ModelChunks() = default;
+
+void ModelChunks::build(const parallel::ScheduleConfig& schedule, int64_t B, int64_t T, model::Recompute recompute) {
+  CLAW_CHECK(!chunks_.empty(), "a pipeline stage without model chunks");
+  CLAW_CHECK(dps_.empty() || dps_.size() == chunks_.size(), "{} data-parallel engines for {} model chunks",
+             dps_.size(), chunks_.size());
+  exec_ = std::make_unique<parallel::PipelineExecutor>(chunks_, *pp_, parallel::make_schedule(schedule), B, T,
+                                                       recompute, dps_);
+}
+
+void ModelChunks::begin_step() {
+  if (dps_.empty())
+    for (model::GPT* m : chunks_) m->store().zero_grads();
+  for (parallel::DataParallel* d : dps_) d->begin_step();
+}
+
+void ModelChunks::finish_grad_sync() {
+  // Tied embeddings: the first stage's word embeddings and the last stage's
+  // copy each got part of the gradient (lookup, output layer).
+  if (embedding_->size() > 1)
+    for (model::GPT* m : chunks_)
+      if (model::Param* w = m->store().find("embedding.word_embeddings.weight"); w && m->config().tied())
+        embedding_->all_reduce(w->gdata(), w->spec.local_shape().numel(), DType::f32);
+  for (parallel::DataParallel* d : dps_) d->finish_grad_sync();
+}
+
+void ModelChunks::after_optimizer_step() {
+  for (parallel::DataParallel* d : dps_) d->after_optimizer_step();
+}
+
+double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(v) : v; }
+
+double ModelChunks::pp_sum(double v) const { return pp_->size() > 1 ? pp_->all_reduce_value(v) : v; }
+
+double ModelChunks::reduce_grad_sum_squares(double sum_squares) const {
+  if (dp() && dp()->sharded_optimizer()) sum_squares = dp()->all_reduce_sum(sum_squares);
+  sum_squares = pp_sum(sum_squares);
+  if (comm::Group& tp = *first().tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
+  return sum_squares;
+}
+
+std::string ModelChunks::first_non_finite_grad(const CpuCtx& cpu) const {
+  for (const model::GPT* m : chunks_)
+    if (std::string where = m->first_non_finite_grad(cpu); !where.empty()) return where;
+  return "";
+}
+
+std::vector<model::Segment> ModelChunks::optimizer_segments() const {
+  std::vector<model::Segment> out;
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    for (const model::Segment& s : dps_.empty() ? chunks_[c]->store().full_segments() : dps_[c]->segments())
+      out.push_back(s);
+  return out;
+}
+
+std::vector<const model::ParamStore*> ModelChunks::stores() const {
+  std::vector<const model::ParamStore*> out;
+  for (const model::GPT* m : chunks_) out.push_back(&m->store());
+  return out;
+}
+
+}  // namespace claw::runtime

@@ -1,0 +1,193 @@
+#include "claw/runtime/runtime.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/ranges.h>
+
+#include "claw/ckpt/checkpoint.h"
+#include "claw/core/arena.h"
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/kernels/cpu/blas.h"
+#include "claw/plan/hardware.h"
+#include "claw/runtime/memory_report.h"
+
+namespace claw::runtime {
+
+namespace {
+// The planner's view of this run (src/claw/plan): its memory model is the
+// allocation, which check_memory verifies.
+plan::Layout plan_layout(const comm::RankGrid& grid, const RuntimeConfig& c, int chunks, parallel::ScheduleKind kind) {
+  const ParallelConfig& p = c.parallel;
+  return {.tp = grid.tp, .cp = grid.cp, .pp = grid.pp, .dp = grid.dp, .sequence_parallel = p.sequence_parallel,
+          .virtual_stages = chunks, .schedule = kind, .micro_batch_size = c.micro_batch_size,
+          .zero_stage = p.zero_stage(), .overlap_grad_reduce = p.dp.overlap_grad_reduce,
+          .overlap_param_gather = p.dp.overlap_param_gather, .recompute_num_layers = c.recompute_layers,
+          .first_stage_layers = p.decoder_first_pipeline_num_layers,
+          .last_stage_layers = p.decoder_last_pipeline_num_layers};
+}
+}  // namespace
+
+Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), world_(world) {
+  cfg_.resolve_and_validate(world_.size());
+  const comm::RankGrid grid = comm::RankGrid::make(world_.size(), cfg_.parallel.sizes);
+  const model::ModelConfig& mc = cfg_.model;
+  const ParallelConfig& par = cfg_.parallel;
+
+  // Ranks on one node share its cores.
+  cpu_ = kernels::make_cpu_ctx(cfg_.num_threads > 0 ? cfg_.num_threads
+                                                    : std::max(1, kernels::default_num_threads() / world_.local_size()));
+  pstate_ = comm::ParallelState::create(world_, par.sizes);
+  tp_groups_ = std::make_unique<model::TpGroups>(
+      model::make_tensor_parallel(world_, *pstate_, mc, par.sequence_parallel));
+  comm::Group& dp_group = pstate_->dp();
+  if (world_.size() > 1)
+    log::info("parallel", "{} ranks ({}): {}{}; ZeRO stage {}, {} thread(s) per rank", world_.size(),
+              world_.backend(), pstate_->describe(), par.sequence_parallel ? ", sequence parallel" : "",
+              par.dp.zero_stage, cpu_.num_threads);
+
+  // This rank's pipeline stage: one model chunk per virtual stage it holds.
+  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length;
+  const parallel::PipelineLayout layout = par.pipeline_layout(mc.num_layers, grid.pp);
+  const parallel::ScheduleConfig schedule = par.schedule_config(grid.pp, cfg_.micro_batches(grid.dp), layout.chunks);
+  const model::Recompute recompute{cfg_.recompute_layers};
+  const model::StoreOptions storage = parallel::store_options(par.dp.zero_stage, dp_group.size(), dp_group.rank());
+  const int stage = pstate_->pp().rank();
+  planned_ = plan::stage_memory({.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size},
+                                plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, plan::precision("fp32"));
+  // Before any allocation: a plan larger than the node would end in the OOM
+  // killer, without a word. The device adds the runtime's own overhead.
+  {
+    const plan::Device device = plan::Catalog::builtin().device("cpu");
+    plan::StageMemory node = plan::stage_memory(
+        {.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size},
+        plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, plan::precision("fp32"), &device);
+    if (!cfg_.training) node.optimizer = 0;
+    check_node_memory(node, pstate_->world());
+  }
+  std::vector<model::GPT*> chunks;
+  std::vector<parallel::DataParallel*> dps;
+  std::string ranges;
+  for (int c = 0; c < layout.chunks; ++c) {
+    const parallel::LayerRange r = layout.at(stage, c);
+    chunks_.push_back(std::make_unique<model::GPT>(
+        mc, storage, tp_groups_->tp,
+        model::PipelineStage{.first_layer = r.first, .num_layers = r.count,
+                             .pre_process = stage == 0 && c == 0,
+                             .post_process = stage == grid.pp - 1 && c == layout.chunks - 1}));
+    chunks_.back()->init_weights(cpu_, cfg_.seed);
+    dps_.push_back(std::make_unique<parallel::DataParallel>(*chunks_.back(), dp_group, par.dp));
+    chunks.push_back(chunks_.back().get());
+    dps.push_back(dps_.back().get());
+    ranges += fmt::format("{}[{}, {})", c ? " " : "", r.first, r.first + r.count);
+  }
+  if (grid.pp == 1) {
+    const ArenaPlan acts = model::plan_activations(mc, B, T, recompute, tp_groups_->tp.dims());
+    MemoryPlan plan = make_memory_plan(dps_.front()->memory(), par.dp.zero_stage, dp_group.size(), acts);
+    if (!cfg_.training) plan.optimizer = 0;
+    log::info("memory", "{}", format_memory_plan(plan, mc, chunks_.front()->store().numel(), B, T, recompute.layers));
+  }
+  model_ = std::make_unique<ModelChunks>(chunks, dps, pstate_->pp(), pstate_->embedding(), schedule, B, T, recompute);
+
+  size_t acts = 0, params = 0;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const model::GPT& m = *chunks_[c];
+    acts += m.activation_bytes();
+    params += m.store().value_bytes() + m.store().grad_bytes();
+    const parallel::DataParallelMemory dm = dps_[c]->memory();
+    allocated_.values += dm.values;
+    allocated_.grads += dm.grads;
+    allocated_.gathered += dm.gather_slots;
+    allocated_.staging += dm.staging_slots;
+    allocated_.activations += m.activation_bytes();
+  }
+  if (grid.pp > 1) {
+    const std::vector<int> slots = parallel::PipelineExecutor::slots_needed(model_->executor().schedule(), stage);
+    log::info("pipeline", "{} schedule, {} micro-batches per step; stage {} holds layers {}; activations {} in {} "
+              "slot(s) per chunk, parameters + gradients {}{}",
+              parallel::to_string(schedule.kind), schedule.microbatches, stage, ranges,
+              format_bytes(static_cast<double>(acts)), fmt::join(slots, "/"), format_bytes(static_cast<double>(params)),
+              cfg_.training ? ", optimizer " + format_bytes(static_cast<double>(planned_.arenas.optimizer)) : "");
+  }
+}
+
+Runtime::~Runtime() = default;
+
+void Runtime::check_memory(const optim::AdamW* optimizer) const {
+  plan::ArenaBytes p = planned_.arenas, a = allocated_;
+  if (optimizer)
+    a.optimizer = optimizer->state_bytes();
+  else
+    p.optimizer = 0;  // evaluation: no optimizer state
+  CLAW_CHECK(p.values == a.values && p.grads == a.grads && p.optimizer == a.optimizer && p.gathered == a.gathered &&
+                 p.staging == a.staging && p.activations == a.activations,
+             "the planner's memory model ({} B) differs from the allocation ({} B)", p.total(), a.total());
+  log::info("memory", "arenas {} B on this rank (pipeline stage {}), as the planner's memory model predicts",
+            a.total(), planned_.stage);
+}
+
+std::vector<ckpt::Shard> Runtime::checkpoint_shards(const optim::AdamW* optimizer) const {
+  return ckpt::collect_shards(model_->stores(), optimizer,
+                              {.zero_stage = cfg_.parallel.zero_stage(), .dp_rank = pstate_->dp().rank(),
+                               .dp_size = pstate_->dp().size(), .optimizer = optimizer != nullptr});
+}
+
+LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW* optimizer) {
+  const std::string& root = opts.root;
+  comm::Group& everyone = pstate_->world();
+  LoadedCheckpoint out;
+  if (opts.step < 0 && std::filesystem::is_directory(root) && !std::filesystem::exists(root + "/metadata.json") &&
+      ckpt::complete_iterations(root).empty() && !ckpt::read_latest(root)) {
+    log::info("ckpt", "--load {}: no checkpoint there yet; starting from iteration 0", root);
+    return out;
+  }
+  std::string dir = ckpt::resolve_load_dir(root, opts.step);
+  std::vector<std::string> all_params;
+  for (const model::ParamSpec& s : ckpt::model_param_specs(cfg_.model)) all_params.push_back(s.name);
+  ckpt::Metadata meta;
+  while (true) {
+    meta = ckpt::Metadata::read(dir);
+    // A checkpoint without optimizer state (an import) loads its parameters;
+    // the optimizer starts fresh.
+    const bool has_optimizer = std::any_of(meta.tensors.begin(), meta.tensors.end(), [](const ckpt::TensorMeta& t) {
+      return t.name.rfind("optim.", 0) == 0;
+    });
+    const bool want_optimizer = optimizer && opts.optimizer;
+    if (!has_optimizer && want_optimizer)
+      log::info("ckpt", "{} holds no optimizer state: loading the parameters, the optimizer starts fresh", dir);
+    out.optimizer = want_optimizer && has_optimizer;
+    const std::vector<ckpt::Shard> shards = checkpoint_shards(out.optimizer ? optimizer : nullptr);
+    // A model of another shape is refused whatever --load-fallback says.
+    ckpt::check_compatible(meta, dir, shards, all_params);
+    std::string error;
+    try {
+      out.bytes_read = ckpt::load_shards(dir, meta, shards);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    const bool ok = everyone.all_reduce_value(error.empty() ? 1.0 : 0.0, comm::ReduceOp::min) == 1.0;
+    if (ok) break;
+    std::optional<int64_t> previous;
+    for (int64_t it : ckpt::complete_iterations(root))
+      if (it < meta.iteration) previous = it;
+    if (!opts.fallback || !previous) {
+      if (!error.empty())
+        fail("--load {}: {}{}", root, error,
+             previous ? fmt::format(" (--load-fallback would load iteration {} instead)", *previous) : "");
+      fail("--load {}: another rank could not read checkpoint {} (its log says why)", root, dir);
+    }
+    if (!error.empty()) log::warn("ckpt", "{}", error);
+    log::info("ckpt", "checkpoint {} is unreadable; --load-fallback: loading iteration {} instead", dir, *previous);
+    dir = ckpt::iteration_dir(root, *previous);
+  }
+  out.loaded = true;
+  out.dir = dir;
+  out.iteration = meta.iteration;
+  out.state = meta.state;
+  for (const ckpt::ChunkMeta& c : meta.chunks) out.total_bytes += c.length;
+  return out;
+}
+
+}  // namespace claw::runtime
