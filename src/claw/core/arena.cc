@@ -20,30 +20,58 @@ size_t ArenaPlan::add(std::string name, size_t bytes, size_t align) {
   return offset;
 }
 
-Arena::Arena(const ArenaPlan& plan) : Arena(plan.name(), plan.total()) {}
+namespace {
+class HostMemory final : public MemoryResource {
+ public:
+  void* allocate(size_t bytes) const override {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("{}", std::strerror(errno));
+    // Large arenas hold weights and activations streamed by GEMMs; huge pages cut TLB misses.
+    if (bytes >= (size_t{2} << 20)) madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+  }
+  void deallocate(void* p, size_t bytes) const override { munmap(p, bytes); }
+  const char* name() const override { return "host"; }
+  bool host_accessible() const override { return true; }
+};
+}  // namespace
 
-Arena::Arena(std::string name, size_t bytes) : name_(std::move(name)), size_(bytes) {
-  if (bytes == 0) return;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    fail("cannot allocate arena '{}' of {}: {}", name_, format_bytes(static_cast<double>(bytes)),
-         std::strerror(errno));
-  // Large arenas hold weights and activations streamed by GEMMs; huge pages cut TLB misses.
-  if (bytes >= (size_t{2} << 20)) madvise(p, bytes, MADV_HUGEPAGE);
-  base_ = static_cast<uint8_t*>(p);
+const MemoryResource& host_memory() {
+  static const HostMemory host;
+  return host;
 }
 
-Arena::~Arena() {
-  if (base_) munmap(base_, size_);
+Arena::Arena(const ArenaPlan& plan, const MemoryResource& memory) : Arena(plan.name(), plan.total(), memory) {}
+
+Arena::Arena(std::string name, size_t bytes, const MemoryResource& memory)
+    : name_(std::move(name)), memory_(&memory), size_(bytes) {
+  if (bytes == 0) return;
+  try {
+    base_ = static_cast<uint8_t*>(memory.allocate(bytes));
+  } catch (const Error& e) {
+    fail("cannot allocate arena '{}' of {} in {} memory: {}", name_, format_bytes(static_cast<double>(bytes)),
+         memory.name(), e.what());
+  }
+}
+
+Arena::~Arena() { release(); }
+
+void Arena::release() {
+  if (base_) memory_->deallocate(base_, size_);
+  base_ = nullptr;
 }
 
 Arena::Arena(Arena&& o) noexcept
-    : name_(std::move(o.name_)), base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    : name_(std::move(o.name_)),
+      memory_(o.memory_),
+      base_(std::exchange(o.base_, nullptr)),
+      size_(std::exchange(o.size_, 0)) {}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
-    if (base_) munmap(base_, size_);
+    release();
     name_ = std::move(o.name_);
+    memory_ = o.memory_;
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
   }

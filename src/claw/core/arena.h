@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "claw/core/memory_resource.h"
+
 namespace claw {
 
 class ArenaPlan {
@@ -44,13 +46,14 @@ class ArenaPlan {
   std::vector<Entry> entries_;
 };
 
-// Owns one zero-initialised anonymous mapping (pages are touched lazily, so
-// resident memory grows only with use). Move-only.
+// Owns one zero-initialised allocation from a MemoryResource: by default an
+// anonymous host mapping (pages are touched lazily, so resident memory grows
+// only with use), or device memory. Move-only.
 class Arena {
  public:
   Arena() = default;
-  explicit Arena(const ArenaPlan& plan);
-  Arena(std::string name, size_t bytes);
+  explicit Arena(const ArenaPlan& plan, const MemoryResource& memory = host_memory());
+  Arena(std::string name, size_t bytes, const MemoryResource& memory = host_memory());
   ~Arena();
   Arena(Arena&& o) noexcept;
   Arena& operator=(Arena&& o) noexcept;
@@ -64,9 +67,12 @@ class Arena {
   uint8_t* base() const { return base_; }
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }
+  const MemoryResource& memory() const { return *memory_; }
 
  private:
+  void release();
   std::string name_;
+  const MemoryResource* memory_ = &host_memory();
   uint8_t* base_ = nullptr;
   size_t size_ = 0;
 };

@@ -42,8 +42,14 @@ class RegionErrors {
   std::exception_ptr error_;
 };
 
+struct GpuCtx;  // kernels/cuda/context.h
+
+// What every kernel receives. With `gpu` set (a build with the CUDA backend,
+// `--device cuda`) kernels run on that device and every pointer they are
+// given is device memory; without it they run on the CPU thread team.
 struct CpuCtx {
   int num_threads = 1;
+  const GpuCtx* gpu = nullptr;
 };
 
 // Calls fn(begin, end) on contiguous chunks of [0, n), at most one chunk per

@@ -58,6 +58,9 @@ class RandomStream {
   }
 
   static constexpr float to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+  // The Philox key, for device code that regenerates the same stream.
+  constexpr uint32_t key0() const { return k0_; }
+  constexpr uint32_t key1() const { return k1_; }
 
  private:
   uint32_t k0_, k1_;

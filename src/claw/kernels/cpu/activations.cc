@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/activations.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <cmath>
 
@@ -38,6 +39,7 @@ inline void sigmoid_pair(T z, T& s, T& one_minus_s) {
 // derivative becomes s (1 + 2 x (1 - s) du/dx).
 template <typename T>
 void gelu_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, gelu_forward, y, x, n);
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
     // omp simd: y may alias x exactly; each element is read before it is written.
 #pragma omp simd
@@ -51,6 +53,7 @@ void gelu_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n) {
 
 template <typename T>
 void gelu_backward(const CpuCtx& ctx, T* dx, const T* dy, const T* x, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, gelu_backward, dx, dy, x, n);
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
@@ -67,6 +70,7 @@ void gelu_backward(const CpuCtx& ctx, T* dx, const T* dy, const T* x, int64_t n)
 
 template <typename T>
 void swiglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, swiglu_forward, y, gate, up, n);
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
@@ -78,6 +82,7 @@ void swiglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t
 
 template <typename T>
 void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, swiglu_backward, dgate, dup, dy, gate, up, n);
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {

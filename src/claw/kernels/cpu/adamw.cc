@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/adamw.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <cmath>
 
@@ -8,6 +9,7 @@ namespace claw::kernels {
 
 template <typename T>
 void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const T* grad, int64_t n, const AdamWHyper& h) {
+  CLAW_ROUTE_TO_GPU(ctx, T, adamw_update, param, m, v, grad, n, cuda::AdamWArgs{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, h.step});
   CLAW_CHECK(h.step >= 1, "AdamW step counts from 1, got {}", h.step);
   // Scalars are formed in double and rounded once to T, as PyTorch does with
   // Python-float hyperparameters applied to a tensor of dtype T.

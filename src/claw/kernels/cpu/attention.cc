@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/attention.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <array>
@@ -699,6 +700,7 @@ template <typename T>
 void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
                        int64_t T_, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start,
                        int64_t block) {
+  CLAW_ROUTE_TO_GPU(ctx, T, attention_forward, out, lse, q, k, v, B, T_, H, G, D, scale, seg_start);
   check_dims(B, T_, H, G, D, block);
   check_segments(seg_start, B, T_);
   const Dims dm{B, T_, H, G, D, block, seg_start};
@@ -716,6 +718,7 @@ template <typename T>
 void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                         const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
                         int64_t D, double scale, const int32_t* seg_start, int64_t block) {
+  CLAW_ROUTE_TO_GPU(ctx, T, attention_backward, dq, dk, dv, dout, q, k, v, out, lse, B, T_, H, G, D, scale, seg_start);
   check_dims(B, T_, H, G, D, block);
   check_segments(seg_start, B, T_);
   const Dims dm{B, T_, H, G, D, block, seg_start};

@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/attention_offset.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -88,6 +89,7 @@ template <typename T>
 void attention_offset_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
                               int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, double scale,
                               const AttentionOffsets& off) {
+  CLAW_CPU_ONLY(ctx, attention_offset_forward);
   const Geometry g{B, Tq, Tk, H, G, D, off};
   check(g);
   const int64_t group = H / G;
@@ -122,6 +124,7 @@ template <typename T>
 void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                                const T* v, const T* out, const T* lse, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                                int64_t G, int64_t D, double scale, const AttentionOffsets& off) {
+  CLAW_CPU_ONLY(ctx, attention_offset_backward);
   const Geometry g{B, Tq, Tk, H, G, D, off};
   check(g);
   const int64_t group = H / G;

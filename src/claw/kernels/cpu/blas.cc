@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/blas.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -117,6 +118,14 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
               A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(const CpuCtx& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if constexpr (cuda::cuda_built()) {
+    if (ctx.gpu) return cuda::gemm(*ctx.gpu, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,

@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/cross_entropy.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -78,6 +79,7 @@ double row_logsumexp(const T* x, int64_t V) {
 template <typename T>
 void cross_entropy_forward(const CpuCtx& ctx, T* losses, T* lse, const T* logits, const int32_t* targets,
                            int64_t N, int64_t V, int64_t Vp) {
+  CLAW_ROUTE_TO_GPU(ctx, T, cross_entropy_forward, losses, lse, logits, targets, N, V, Vp);
   check_targets(targets, N, V, Vp);
   parallel_for(ctx, N, 1, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
@@ -92,6 +94,7 @@ void cross_entropy_forward(const CpuCtx& ctx, T* losses, T* lse, const T* logits
 template <typename T>
 void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const T* lse, const int32_t* targets,
                             T dloss_scale, int64_t N, int64_t V, int64_t Vp) {
+  CLAW_ROUTE_TO_GPU(ctx, T, cross_entropy_backward, dlogits, logits, lse, targets, dloss_scale, N, V, Vp);
   check_targets(targets, N, V, Vp);
   parallel_for(ctx, N, 1, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {

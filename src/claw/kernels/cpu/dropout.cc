@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/dropout.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -40,12 +41,14 @@ void apply_mask(const CpuCtx& ctx, T* out, const T* in, int64_t n, double p, con
 template <typename T>
 void dropout_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n, double p, const RandomStream& rng,
                      uint64_t index0) {
+  CLAW_ROUTE_TO_GPU(ctx, T, dropout_forward, y, x, n, p, rng, index0);
   apply_mask(ctx, y, x, n, p, rng, index0);
 }
 
 template <typename T>
 void dropout_backward(const CpuCtx& ctx, T* dx, const T* dy, int64_t n, double p, const RandomStream& rng,
                       uint64_t index0) {
+  CLAW_ROUTE_TO_GPU(ctx, T, dropout_backward, dx, dy, n, p, rng, index0);
   apply_mask(ctx, dx, dy, n, p, rng, index0);
 }
 

@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/embedding.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 
@@ -7,6 +8,7 @@ namespace claw::kernels {
 template <typename T>
 void embedding_forward(const CpuCtx& ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                        int64_t T_, int64_t C, const int32_t* positions) {
+  CLAW_ROUTE_TO_GPU(ctx, T, embedding_forward, out, tokens, wte, wpe, B, T_, C, positions);
   int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1));
   parallel_for(ctx, B * T_, grain, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
@@ -25,6 +27,7 @@ void embedding_forward(const CpuCtx& ctx, T* out, const int32_t* tokens, const T
 template <typename T>
 void embedding_backward(const CpuCtx& ctx, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                         int64_t T_, int64_t C, const int32_t* positions) {
+  CLAW_ROUTE_TO_GPU(ctx, T, embedding_backward, dwte, dwpe, dout, tokens, B, T_, C, positions);
   // Threads own slices of whole 64-byte lines of channels, so two threads
   // never write the same line of dwte/dwpe, and every (row, channel) sum is
   // taken in row order whatever the thread count.

@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/layernorm.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -85,6 +86,7 @@ void backward_rows(T* dx, T* dw_part, T* db_part, const T* dy, const T* x, const
 template <typename T>
 void layernorm_forward(const CpuCtx& ctx, T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
                        int64_t N, int64_t C, double eps) {
+  CLAW_ROUTE_TO_GPU(ctx, T, layernorm_forward, y, mean, rstd, x, weight, bias, N, C, eps);
   parallel_for(ctx, N, row_grain(C), [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
       const T* xr = x + n * C;
@@ -108,6 +110,7 @@ void layernorm_forward(const CpuCtx& ctx, T* y, T* mean, T* rstd, const T* x, co
 template <typename T>
 void layernorm_backward(const CpuCtx& ctx, T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight,
                         const T* mean, const T* rstd, int64_t N, int64_t C, bool accumulate_dx) {
+  CLAW_ROUTE_TO_GPU(ctx, T, layernorm_backward, dx, dweight, dbias, dy, x, weight, mean, rstd, N, C, accumulate_dx);
   if (N <= 0) return;
   // One pass over the rows. dweight/dbias are sums over all N rows: each chunk
   // of rows (one per thread) sums blocks of kRowBlock rows in T, at full SIMD

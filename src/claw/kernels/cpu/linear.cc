@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/linear.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <vector>
@@ -10,6 +11,7 @@ namespace claw::kernels {
 template <typename T>
 void linear_forward(const CpuCtx& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t M,
                     int64_t K, int64_t N) {
+  CLAW_ROUTE_TO_GPU(ctx, T, linear_forward, out, inp, weight, bias, M, K, N);
   T beta = 0;
   if (bias) {
     // Broadcast the bias into out, then let the GEMM accumulate onto it.
@@ -24,12 +26,14 @@ void linear_forward(const CpuCtx& ctx, T* out, const T* inp, const T* weight, co
 template <typename T>
 void linear_backward_input(const CpuCtx& ctx, T* dinp, const T* dout, const T* weight, int64_t M, int64_t K,
                            int64_t N, bool accumulate) {
+  CLAW_ROUTE_TO_GPU(ctx, T, linear_backward_input, dinp, dout, weight, M, K, N, accumulate);
   gemm(false, false, M, K, N, T(1), dout, N, weight, K, accumulate ? T(1) : T(0), dinp, K);
 }
 
 template <typename T>
 void linear_backward_weight(const CpuCtx& ctx, T* dweight, T* dbias, const T* dout, const T* inp, int64_t M,
                             int64_t K, int64_t N) {
+  CLAW_ROUTE_TO_GPU(ctx, T, linear_backward_weight, dweight, dbias, dout, inp, M, K, N);
   gemm(true, false, N, K, M, T(1), dout, N, inp, K, T(1), dweight, K);
   if (dbias) {
     // Column sums: each thread owns a slice of the N columns, so no reduction

@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/reduce.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@ int64_t chunk_begin(int64_t k, int64_t chunks, int64_t n) { return n * k / chunk
 
 template <typename T>
 double sum_squares(const CpuCtx& ctx, const T* x, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, sum_squares, x, n);
   if (n <= 0) return 0.0;
   int64_t chunks = num_chunks(ctx, n);
   std::vector<double> partial(chunks, 0.0);
@@ -44,6 +46,7 @@ double sum_squares(const CpuCtx& ctx, const T* x, int64_t n) {
 
 template <typename T>
 void add(const CpuCtx& ctx, T* out, const T* a, const T* b, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, add, out, a, b, n);
   parallel_for(ctx, n, kGrain, [&](int64_t lo, int64_t hi) {
     // omp simd: out may alias a or b exactly, which a compiler's overlap
     // check would send down the scalar path; same-index aliasing is safe.
@@ -54,6 +57,7 @@ void add(const CpuCtx& ctx, T* out, const T* a, const T* b, int64_t n) {
 
 template <typename T>
 void axpy(const CpuCtx& ctx, T* y, T alpha, const T* x, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, axpy, y, alpha, x, n);
   parallel_for(ctx, n, kGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) y[i] += alpha * x[i];
@@ -62,6 +66,7 @@ void axpy(const CpuCtx& ctx, T* y, T alpha, const T* x, int64_t n) {
 
 template <typename T>
 void scale(const CpuCtx& ctx, T* x, T alpha, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, scale, x, alpha, n);
   parallel_for(ctx, n, kGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) x[i] *= alpha;
@@ -70,6 +75,7 @@ void scale(const CpuCtx& ctx, T* x, T alpha, int64_t n) {
 
 template <typename T>
 int64_t first_non_finite(const CpuCtx& ctx, const T* x, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, first_non_finite, x, n);
   if (n <= 0) return -1;
   // Each chunk screens blocks branch-free (vectorises; an early-exit loop
   // would not) and rescans only the first block that has a hit. The answer is
@@ -102,7 +108,31 @@ int64_t first_non_finite(const CpuCtx& ctx, const T* x, int64_t n) {
   return -1;
 }
 
+template <typename T>
+double sum(const CpuCtx& ctx, const T* x, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, sum, x, n);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += x[i];
+  return total;
+}
+
+template <typename T>
+void mul(const CpuCtx& ctx, T* x, const T* w, int64_t n) {
+  CLAW_ROUTE_TO_GPU(ctx, T, mul, x, w, n);
+  for (int64_t i = 0; i < n; ++i) x[i] *= w[i];
+}
+
+template <typename T>
+void scale_rows(const CpuCtx& ctx, T* x, const T* w, int64_t rows, int64_t cols) {
+  CLAW_ROUTE_TO_GPU(ctx, T, scale_rows, x, w, rows, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= w[r];
+}
+
 #define CLAW_INSTANTIATE(T)                                                    \
+  template double sum<T>(const CpuCtx&, const T*, int64_t);                    \
+  template void mul<T>(const CpuCtx&, T*, const T*, int64_t);                  \
+  template void scale_rows<T>(const CpuCtx&, T*, const T*, int64_t, int64_t);  \
   template double sum_squares<T>(const CpuCtx&, const T*, int64_t);            \
   template void add<T>(const CpuCtx&, T*, const T*, const T*, int64_t);        \
   template void axpy<T>(const CpuCtx&, T*, T, const T*, int64_t);              \

@@ -31,4 +31,14 @@ void scale(const CpuCtx& ctx, T* x, T alpha, int64_t n);
 template <typename T>
 int64_t first_non_finite(const CpuCtx& ctx, const T* x, int64_t n);
 
+// sum_i x_i in double, in index order (one thread: the loss sum of a micro-batch).
+template <typename T>
+double sum(const CpuCtx& ctx, const T* x, int64_t n);
+// x_i *= w_i (per-token loss weights).
+template <typename T>
+void mul(const CpuCtx& ctx, T* x, const T* w, int64_t n);
+// x[r, c] *= w[r] for a [rows, cols] matrix.
+template <typename T>
+void scale_rows(const CpuCtx& ctx, T* x, const T* w, int64_t rows, int64_t cols);
+
 }  // namespace claw::kernels

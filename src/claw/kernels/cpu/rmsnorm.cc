@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/rmsnorm.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -45,6 +46,7 @@ void backward_rows(T* dx, T* dw_part, const T* dy, const T* x, const T* weight, 
 template <typename T>
 void rmsnorm_forward(const CpuCtx& ctx, T* y, T* rstd, const T* x, const T* weight, int64_t N, int64_t C,
                      double eps) {
+  CLAW_ROUTE_TO_GPU(ctx, T, rmsnorm_forward, y, rstd, x, weight, N, C, eps);
   parallel_for(ctx, N, row_grain(C), [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
       const T* xr = x + n * C;
@@ -67,6 +69,7 @@ void rmsnorm_forward(const CpuCtx& ctx, T* y, T* rstd, const T* x, const T* weig
 template <typename T>
 void rmsnorm_backward(const CpuCtx& ctx, T* dx, T* dweight, const T* dy, const T* x, const T* weight,
                       const T* rstd, int64_t N, int64_t C, bool accumulate_dx) {
+  CLAW_ROUTE_TO_GPU(ctx, T, rmsnorm_backward, dx, dweight, dy, x, weight, rstd, N, C, accumulate_dx);
   if (N <= 0) return;
   // One pass over the rows; dweight summed per chunk of rows in blocks of
   // kRowBlock rows in T, the blocks in double, the chunks in chunk order (fixed

@@ -1,4 +1,5 @@
 #include "claw/kernels/cpu/rope.h"
+#include "claw/kernels/cpu/route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -55,12 +56,14 @@ void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
 template <typename T>
 void rope_forward(const CpuCtx& ctx, T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
                   int64_t D, const int32_t* positions) {
+  CLAW_ROUTE_TO_GPU(ctx, T, rope_forward, x, cos, sin, B, T_, nh, D, positions);
   rotate(ctx, x, cos, sin, T(1), B, T_, nh, D, positions);
 }
 
 template <typename T>
 void rope_backward(const CpuCtx& ctx, T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
                    int64_t D, const int32_t* positions) {
+  CLAW_ROUTE_TO_GPU(ctx, T, rope_backward, dx, cos, sin, B, T_, nh, D, positions);
   rotate(ctx, dx, cos, sin, T(-1), B, T_, nh, D, positions);
 }
 

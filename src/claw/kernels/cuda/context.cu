@@ -1,0 +1,239 @@
+// The CUDA backend's device, stream, handles, memory and copies.
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "claw/kernels/cuda/check.cuh"
+#include "claw/kernels/cuda/ops.h"
+
+namespace claw::kernels::cuda {
+
+namespace {
+
+// Device memory for arenas: cudaMalloc (never managed memory), zeroed.
+class DeviceMemory final : public MemoryResource {
+ public:
+  explicit DeviceMemory(int device) : device_(device), name_("cuda:" + std::to_string(device)) {}
+  void* allocate(size_t bytes) const override {
+    CLAW_CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error state of a failed allocation
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      fail_message("cudaMalloc of %zu bytes: %s (%zu bytes free of %zu)", bytes, cudaGetErrorString(e), free_b, total_b);
+    }
+    // cudaMemset runs on the legacy default stream, which claw's non-blocking
+    // stream does not wait for: without the synchronisation a large arena's
+    // zeroing could still be running when the first copy or kernel on the
+    // stream writes into it (seen: weights uploaded into a 5 GB arena came
+    // out partly zero).
+    CLAW_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    CLAW_CUDA_CHECK(cudaDeviceSynchronize());
+    return p;
+  }
+  void deallocate(void* p, size_t) const override { cudaFree(p); }
+  const char* name() const override { return name_.c_str(); }
+  bool host_accessible() const override { return false; }
+
+ private:
+  int device_;
+  std::string name_;
+};
+
+__global__ void fill_kernel(float* x, float value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = value;
+}
+
+// Uniform values in [-1, 1) from an integer hash (benchmark inputs: never zeros).
+__global__ void random_bf16_kernel(uint16_t* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float f = (static_cast<float>(h >> 8) * (1.0f / 8388608.0f)) - 1.0f;
+    x[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
+  }
+}
+__global__ void random_f32_kernel(float* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = (static_cast<float>(h >> 8) * (1.0f / 8388608.0f)) - 1.0f;
+  }
+}
+
+constexpr size_t kWorkspaceBytes = size_t{64} << 20;
+constexpr int64_t kOnes = int64_t{1} << 20;
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+DeviceInfo device_info(int device) {
+  cudaDeviceProp p{};
+  CLAW_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  DeviceInfo d;
+  d.index = device;
+  d.name = p.name;
+  d.cc_major = p.major;
+  d.cc_minor = p.minor;
+  d.multiprocessors = p.multiProcessorCount;
+  d.total_bytes = p.totalGlobalMem;
+  CLAW_CUDA_CHECK(cudaSetDevice(device));
+  size_t free_b = 0, total_b = 0;
+  CLAW_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  d.free_bytes = free_b;
+  cudaDriverGetVersion(&d.driver_version);
+  cudaRuntimeGetVersion(&d.runtime_version);
+  return d;
+}
+
+Device::Device(int index) {
+  const int n = device_count();
+  if (n == 0) fail_message("no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES hides them)");
+  if (index < 0 || index >= n) fail_message("device %d asked for, but this machine has %d CUDA device(s)", index, n);
+  info_ = device_info(index);
+  ctx_.device = index;
+  CLAW_CUDA_CHECK(cudaSetDevice(index));
+  cudaStream_t s = nullptr;
+  CLAW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ctx_.stream = s;
+  cublasHandle_t h = nullptr;
+  CLAW_CUBLAS_CHECK(cublasCreate(&h));
+  CLAW_CUBLAS_CHECK(cublasSetStream(h, s));
+  ctx_.blas = h;
+  cublasLtHandle_t lt = nullptr;
+  CLAW_CUBLAS_CHECK(cublasLtCreate(&lt));
+  ctx_.blas_lt = lt;
+  // The first half is the kernels' scratch (reductions, attention's Delta,
+  // norm partials), the second cuBLAS's: neither can clobber the other.
+  CLAW_CUDA_CHECK(cudaMalloc(&ctx_.workspace, 2 * kWorkspaceBytes));
+  ctx_.workspace_bytes = kWorkspaceBytes;
+  CLAW_CUBLAS_CHECK(cublasSetWorkspace(h, static_cast<char*>(ctx_.workspace) + kWorkspaceBytes, kWorkspaceBytes));
+  CLAW_CUDA_CHECK(cudaMallocHost(&ctx_.host_result, 64 * sizeof(double)));
+  float* ones = nullptr;
+  CLAW_CUDA_CHECK(cudaMalloc(&ones, kOnes * sizeof(float)));
+  fill_kernel<<<grid_for(kOnes, 256), 256, 0, s>>>(ones, 1.0f, kOnes);
+  CLAW_CUDA_LAUNCH_CHECK();
+  ctx_.ones = ones;
+  ctx_.ones_n = kOnes;
+  CLAW_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+Device::~Device() {
+  cudaSetDevice(ctx_.device);
+  if (ctx_.stream) cudaStreamSynchronize(stream_of(ctx_));
+  if (ctx_.ones) cudaFree(const_cast<float*>(ctx_.ones));
+  if (ctx_.host_result) cudaFreeHost(ctx_.host_result);
+  if (ctx_.workspace) cudaFree(ctx_.workspace);
+  if (ctx_.blas_lt) cublasLtDestroy(static_cast<cublasLtHandle_t>(ctx_.blas_lt));
+  if (ctx_.blas) cublasDestroy(blas_of(ctx_));
+  if (ctx_.stream) cudaStreamDestroy(stream_of(ctx_));
+}
+
+void Device::synchronize() const { check_stream(ctx_, "synchronize"); }
+
+const MemoryResource& Device::memory() const {
+  // One resource per device index, alive for the process (arenas may outlive a Device).
+  static std::vector<std::unique_ptr<DeviceMemory>> resources;
+  while (static_cast<int>(resources.size()) <= ctx_.device)
+    resources.push_back(std::make_unique<DeviceMemory>(static_cast<int>(resources.size())));
+  return *resources[ctx_.device];
+}
+
+void copy_to_device(const GpuCtx& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CLAW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
+  CLAW_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+void copy_to_host(const GpuCtx& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CLAW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CLAW_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+void copy_on_device(const GpuCtx& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  CLAW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
+void fill_zero(const GpuCtx& ctx, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  CLAW_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_of(ctx)));
+}
+
+void check_stream(const GpuCtx& ctx, const char* what) {
+  const cudaError_t e = cudaStreamSynchronize(stream_of(ctx));
+  if (e != cudaSuccess) fail_message("%s: %s", what, cudaGetErrorString(e));
+}
+
+namespace {
+template <typename Launch>
+double best_tflops(const GpuCtx& ctx, int64_t n, int reps, Launch&& launch) {
+  cudaStream_t s = stream_of(ctx);
+  for (int i = 0; i < 3; ++i) launch();
+  cudaEvent_t a, b;
+  CLAW_CUDA_CHECK(cudaEventCreate(&a));
+  CLAW_CUDA_CHECK(cudaEventCreate(&b));
+  float best_ms = 1e30f;
+  for (int r = 0; r < reps; ++r) {
+    CLAW_CUDA_CHECK(cudaEventRecord(a, s));
+    launch();
+    CLAW_CUDA_CHECK(cudaEventRecord(b, s));
+    CLAW_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CLAW_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    best_ms = std::min(best_ms, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return 2.0 * double(n) * n * n / (best_ms * 1e-3) / 1e12;
+}
+}  // namespace
+
+double measure_bf16_gemm_tflops(const GpuCtx& ctx, int64_t n, int reps) {
+  uint16_t *A = nullptr, *B = nullptr;
+  float* C = nullptr;
+  CLAW_CUDA_CHECK(cudaMalloc(&A, n * n * sizeof(uint16_t)));
+  CLAW_CUDA_CHECK(cudaMalloc(&B, n * n * sizeof(uint16_t)));
+  CLAW_CUDA_CHECK(cudaMalloc(&C, n * n * sizeof(float)));
+  random_bf16_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(A, n * n, 1u);
+  random_bf16_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(B, n * n, 2u);
+  CLAW_CUDA_LAUNCH_CHECK();
+  const double t = best_tflops(ctx, n, reps, [&] { gemm_bf16(ctx, false, false, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n); });
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+  return t;
+}
+
+double measure_fp32_gemm_tflops(const GpuCtx& ctx, int64_t n, int reps) {
+  float *A = nullptr, *B = nullptr, *C = nullptr;
+  CLAW_CUDA_CHECK(cudaMalloc(&A, n * n * sizeof(float)));
+  CLAW_CUDA_CHECK(cudaMalloc(&B, n * n * sizeof(float)));
+  CLAW_CUDA_CHECK(cudaMalloc(&C, n * n * sizeof(float)));
+  random_f32_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(A, n * n, 1u);
+  random_f32_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(B, n * n, 2u);
+  CLAW_CUDA_LAUNCH_CHECK();
+  const double t = best_tflops(ctx, n, reps, [&] { gemm(ctx, false, false, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n); });
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+  return t;
+}
+
+}  // namespace claw::kernels::cuda
