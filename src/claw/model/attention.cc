@@ -18,6 +18,17 @@ RopeTables::RopeTables(int64_t max_positions, int64_t head_dim, double theta)
   kernels::rope_table(cos.data(), sin.data(), max_positions, head_dim, theta);
 }
 
+void RopeTables::upload(const kernels::cuda::Device& device) {
+  const size_t bytes = cos.size() * sizeof(float);
+  device_ = Arena("rope tables", 2 * bytes, device.memory());
+  float* c = device_.ptr<float>(0);
+  float* s = device_.ptr<float>(bytes);
+  kernels::cuda::copy_to_device(device.ctx(), c, cos.data(), bytes);
+  kernels::cuda::copy_to_device(device.ctx(), s, sin.data(), bytes);
+  device_cos_ = c;
+  device_sin_ = s;
+}
+
 void Attention::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B,
                               int64_t T, TpDims tp) {
   const int64_t N = B * T, HD = tp.heads(cfg) * cfg.head_dim(), GD = tp.kv_groups(cfg) * cfg.head_dim();
@@ -69,7 +80,7 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   k_proj.forward(ctx, x, s.k);
   v_proj.forward(ctx, x, s.v);
   if (rope_) {
-    const float *cos = rope_->cos.data(), *sin = rope_->sin.data();
+    const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
@@ -113,7 +124,7 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
   kernels::attention_backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out, s.lse,
                               ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)), ctx.seg_start);
   if (rope_) {
-    const float *cos = rope_->cos.data(), *sin = rope_->sin.data();
+    const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }

@@ -17,6 +17,9 @@
 // ranks before the weight gradients.
 #pragma once
 
+#include "claw/core/arena.h"
+#include "claw/kernels/cuda/context.h"
+
 #include <string>
 #include <vector>
 
@@ -36,6 +39,15 @@ struct RopeTables {
   RopeTables() = default;
   RopeTables(int64_t max_positions, int64_t head_dim, double theta);
   bool empty() const { return cos.empty(); }
+  // Copies the tables to the device whose memory the model's kernels read.
+  void upload(const kernels::cuda::Device& device);
+  // The tables where kernels read them (the device copy after upload()).
+  const float* cos_data() const { return device_cos_ ? device_cos_ : cos.data(); }
+  const float* sin_data() const { return device_sin_ ? device_sin_ : sin.data(); }
+
+ private:
+  Arena device_;
+  const float *device_cos_ = nullptr, *device_sin_ = nullptr;
 };
 
 class Attention {

@@ -124,7 +124,7 @@ ModelConfig llama(std::string name, int64_t layers, int64_t hidden, int64_t head
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"gpt2-tiny", "gpt2-124m", "llama-tiny", "llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b"};
+  return {"gpt2-tiny", "gpt2-124m", "llama-tiny", "llama3.2-1b", "llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b"};
 }
 
 ModelConfig model_preset(std::string_view name) {
@@ -137,6 +137,11 @@ ModelConfig model_preset(std::string_view name) {
   }
   // llama-tiny uses the GPT-2 vocabulary so it trains on the built-in corpus.
   if (name == "llama-tiny") return llama("llama-tiny", 4, 256, 8, 2, 768, 50257, 10000.0, 1024);
+  if (name == "llama3.2-1b") {  // Llama 3.2 1B: tied embeddings, 1.24B parameters
+    ModelConfig c = llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 500000.0, 8192);
+    c.untie_embeddings_and_output_weights = false;
+    return c;
+  }
   if (name == "llama3-8b") return llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 500000.0, 8192);
   if (name == "llama3-70b") return llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 500000.0, 8192);
   if (name == "llama3-405b") return llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 500000.0, 8192);

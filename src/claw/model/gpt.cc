@@ -130,6 +130,7 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
   // The last stage's copy of tied word embeddings counts once, on the first stage.
   if (cfg_.tied() && stage_.post_process && !stage_.pre_process) embedding_.word.spec.primary = false;
   store_ = std::make_unique<ParamStore>(params(), storage);
+  if (storage.device && !rope_.empty()) rope_.upload(*storage.device);
 
   // Units: parameters collected per layer, in the store's (forward) order.
   std::vector<std::pair<std::string, std::vector<Param*>>> groups;
@@ -237,7 +238,7 @@ void GPT::reserve(int64_t B, int64_t T, Recompute recompute, int slots) {
          T, cfg_.max_position_embeddings, cfg_.max_position_embeddings);
   if (tp_.sp()) check_sequence_split(T, tp_.size());
   act_plan_ = plan_activations(cfg_, B, T, recompute, tp_.dims(), stage_, slots);
-  act_arena_ = Arena(act_plan_);
+  act_arena_ = Arena(act_plan_, store_->memory());
   ArenaLayout L = ArenaLayout::binding(act_plan_, act_arena_);
   slots_.assign(slots, Activations());
   for (int k = 0; k < slots; ++k) {
@@ -331,6 +332,7 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float*
 
 const float* GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, KvCache& cache) {
   if (!stage_.whole(cfg_)) fail("generation with a KV cache needs the whole model on each rank (no pipeline stages)");
+  if (store_->on_device()) fail("generation with a KV cache runs on the CPU backend for now (--device cpu)");
   if (tp_.sp()) fail("generation with a KV cache runs without --sequence-parallel");
   CLAW_CHECK(!ctx_in.training, "forward_cached is inference only");
   const int64_t B = ctx_in.B, T = ctx_in.T;

@@ -5,6 +5,7 @@
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/cross_entropy.h"
+#include "claw/kernels/cpu/reduce.h"
 
 namespace claw::model {
 
@@ -37,39 +38,36 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
     const int64_t rows = std::min(chunk, N - r0);
     const float* xc = x + r0 * C_;
     float* logits = scratch.logits;
-    kernels::gemm(false, true, rows, Vl, C_, 1.0f, xc, C_, W, C_, 0.0f, logits, Vl);
+    kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xc, C_, W, C_, 0.0f, logits, Vl);
     if (tp_.size() == 1)
       kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, targets + r0, rows, vocab_.V, Vl);
     else
       vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, targets + r0,
                                            vocab_, rows);
     const float* w = ctx.loss_weight ? ctx.loss_weight + r0 : nullptr;
-    if (w)
-      for (int64_t r = 0; r < rows; ++r) s.losses[r0 + r] *= w[r];
+    if (w) kernels::mul(ctx.cpu, s.losses + r0, w, rows);
     if (dloss_scale == 0) continue;
     const float scale = static_cast<float>(dloss_scale);
     if (tp_.size() == 1)
       kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, rows, vocab_.V, Vl);
     else
       vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, vocab_, rows);
-    if (w)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t v = 0; v < Vl; ++v) logits[r * Vl + v] *= w[r];
-    kernels::gemm(false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
-    kernels::gemm(true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
+    if (w) kernels::scale_rows(ctx.cpu, logits, w, rows, Vl);
+    kernels::gemm(ctx.cpu, false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
+    kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
   }
   if (dloss_scale != 0) tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
-  double total = 0;
-  for (int64_t i = 0; i < N; ++i) total += s.losses[i];
-  return total;
+  return kernels::sum(ctx.cpu, s.losses, N);
 }
 
 void OutputLayer::logits(const StepCtx& ctx, const float* x, float* out) const {
   CLAW_CHECK(tp_.size() == 1, "full logits are not assembled under tensor parallelism (TP {})", tp_.size());
+  if (ctx.cpu.gpu) fail("writing logits runs on the CPU backend for now (--device cpu)");
   kernels::gemm(false, true, ctx.tokens(), vocab_.Vp, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, out, vocab_.Vp);
 }
 
 void OutputLayer::full_logits(const StepCtx& ctx, const float* x, float* out) const {
+  if (ctx.cpu.gpu) fail("full logits run on the CPU backend for now (--device cpu)");
   const int64_t N = ctx.tokens(), Vl = vocab_.rows(), V = vocab_.V, P = tp_.size();
   std::vector<float> local(static_cast<size_t>(N * Vl));
   kernels::gemm(false, true, N, Vl, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, local.data(), Vl);

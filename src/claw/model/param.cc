@@ -47,8 +47,10 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
   value_bytes_ = l.value_bytes;
   grad_bytes_ = l.grad_bytes;
   if (!opts_.allocate) return;
-  values_ = Arena("parameters", value_bytes_);
-  grads_ = Arena("gradients", grad_bytes_);
+  if (opts_.device && (opts_.shard_values || opts_.shard_grads))
+    fail("--device cuda supports ZeRO stages 0 and 1 for now (sharded gradients and values stay on the CPU backend)");
+  values_ = Arena("parameters", value_bytes_, memory());
+  grads_ = Arena("gradients", grad_bytes_, memory());
   for (size_t i = 0; i < params_.size(); ++i) {
     const size_t off = offsets_[i];
     const Shape local = params_[i]->spec.local_shape();
@@ -71,12 +73,40 @@ int64_t ParamStore::numel() const {
   return n;
 }
 
-void ParamStore::zero_grads() { std::memset(grads_.base(), 0, grads_.size()); }
+const MemoryResource& ParamStore::memory() const {
+  return opts_.device ? opts_.device->memory() : host_memory();
+}
 
-void ParamStore::init(const CpuCtx& ctx, uint64_t seed) {
+void ParamStore::zero_grads() {
+  if (opts_.device)
+    kernels::cuda::fill_zero(opts_.device->ctx(), grads_.base(), grads_.size());
+  else
+    std::memset(grads_.base(), 0, grads_.size());
+}
+
+void ParamStore::values_to_host(float* out) const {
+  if (opts_.device)
+    kernels::cuda::copy_to_host(opts_.device->ctx(), out, values_.base(), value_bytes_);
+  else
+    std::memcpy(out, values_.base(), value_bytes_);
+}
+
+void ParamStore::values_from_host(const float* in) {
+  if (opts_.device)
+    kernels::cuda::copy_to_device(opts_.device->ctx(), values_.base(), in, value_bytes_);
+  else
+    std::memcpy(values_.base(), in, value_bytes_);
+}
+
+void ParamStore::init(const CpuCtx& ctx_in, uint64_t seed) {
+  // On a GPU the values are drawn on the host (the same Philox numbers) and copied over.
+  Arena staging;
+  if (opts_.device) staging = Arena("parameters (host staging)", value_bytes_);
+  CpuCtx ctx = ctx_in;
+  ctx.gpu = nullptr;
   // The flat range this rank holds, and where it starts in memory.
   const int64_t lo = opts_.shard_values ? shard_lo_ : 0, hi = opts_.shard_values ? shard_hi_ : total_;
-  float* base = values_.ptr<float>(0) - lo;
+  float* base = (opts_.device ? staging.ptr<float>(0) : values_.ptr<float>(0)) - lo;
   for (size_t k = 0; k < params_.size(); ++k) {
     const ParamSpec& s = params_[k]->spec;
     const int64_t n = s.local_shape().numel(), off = static_cast<int64_t>(offsets_[k] / sizeof(float));
@@ -104,6 +134,7 @@ void ParamStore::init(const CpuCtx& ctx, uint64_t seed) {
       }
     }
   }
+  if (opts_.device) values_from_host(staging.ptr<float>(0));
 }
 
 std::vector<Segment> ParamStore::full_segments() const {

@@ -21,6 +21,7 @@
 #include "claw/core/dtype.h"
 #include "claw/core/parallel.h"
 #include "claw/core/tensor.h"
+#include "claw/kernels/cuda/context.h"
 
 namespace claw::model {
 
@@ -115,6 +116,9 @@ struct StoreOptions {
   // false: lay out only (offsets, shard range, byte counts) and allocate
   // nothing, leaving every tensor unbound: the planner's shape-only model.
   bool allocate = true;
+  // Non-null: values and gradients live in this GPU's memory (--device
+  // cuda), and so do the model's activations; null: host memory.
+  const kernels::cuda::Device* device = nullptr;
 };
 
 // The flat layout of a store (pure): what ParamStore allocates and the
@@ -157,6 +161,12 @@ class ParamStore {
 
   // Zeroes the gradient buffer this rank holds (full or shard).
   void zero_grads();
+  // The memory the buffers live in (host, or the GPU of options().device).
+  const MemoryResource& memory() const;
+  bool on_device() const { return opts_.device != nullptr; }
+  // Copies of the values this rank holds (value_bytes()) to and from host memory.
+  void values_to_host(float* out) const;
+  void values_from_host(const float* in);
   // Philox init keyed by (seed, hash(name)) at the global element index, so
   // every layout initialises a parameter identically; writes the values this
   // rank holds (all, or its shard).

@@ -35,11 +35,12 @@ int64_t state_floats(const std::vector<Segment>& segs) {
 }
 }  // namespace
 
-AdamW::AdamW(std::vector<Segment> segments, AdamWConfig cfg)
+AdamW::AdamW(std::vector<Segment> segments, AdamWConfig cfg, const MemoryResource& memory)
     : segments_(std::move(segments)),
       cfg_(cfg),
-      m_("adam.exp_avg", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float)),
-      v_("adam.exp_avg_sq", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float)) {
+      m_("adam.exp_avg", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float), memory),
+      v_("adam.exp_avg_sq", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float),
+         memory) {
   cfg_.validate();
   int64_t total = 0;
   state_offsets_ = state_layout(segments_, &total);

@@ -35,7 +35,8 @@ using model::Segment;
 
 class AdamW {
  public:
-  AdamW(std::vector<Segment> segments, AdamWConfig cfg);
+  // The moments live in `memory` (the GPU's, under --device cuda).
+  AdamW(std::vector<Segment> segments, AdamWConfig cfg, const MemoryResource& memory = host_memory());
   AdamW(model::ParamStore& store, AdamWConfig cfg) : AdamW(store.full_segments(), cfg) {}
 
   // Sum of squares of the gradients of this rank's segments, in double;

@@ -1,5 +1,7 @@
 #include "claw/runtime/config.h"
 
+#include "claw/kernels/cuda/context.h"
+
 #include "claw/core/error.h"
 #include "claw/model/tensor_parallel.h"
 
@@ -69,6 +71,28 @@ void RuntimeConfig::resolve_and_validate(int world_size) {
     fail("--seq-length {} exceeds --max-position-embeddings {} (the longest sequence the model's positions cover); "
          "use --seq-length <= {} or raise --max-position-embeddings",
          seq_length, model.max_position_embeddings, model.max_position_embeddings);
+  const int gpu = cuda_device();
+  if (allow_tf32 && gpu < 0) fail("--allow-tf32 applies to --device cuda only (the CPU's GEMMs are IEEE fp32)");
+  if (gpu >= 0) {
+    if (!kernels::cuda::cuda_built())
+      fail("--device {}: this claw was built without the CUDA backend (configure with a CUDA toolkit: "
+           "cmake -DCLAW_CUDA=ON; scripts/cuda-toolkit fetches one from PyPI)", device);
+    if (world_size > 1)
+      fail("--device {} runs one rank for now ({} launched): NCCL groups for several GPUs are not built yet", device,
+           world_size);
+    if (parallel.dp.zero_stage >= 2)
+      fail("--device {} supports --zero-stage 0 and 1 (sharded gradients and values run on the CPU backend)", device);
+  }
+}
+
+int RuntimeConfig::cuda_device() const {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) == 0) {
+    const std::string n = device.substr(5);
+    if (!n.empty() && n.size() < 4 && n.find_first_not_of("0123456789") == std::string::npos) return std::stoi(n);
+  }
+  fail("--device {}: expected cpu, cuda or cuda:N (a GPU index)", device);
 }
 
 }  // namespace claw::runtime

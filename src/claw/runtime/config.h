@@ -56,12 +56,16 @@ struct RuntimeConfig {
   int64_t recompute_layers = 0;   // blocks whose activations are recomputed (--recompute-granularity full)
   uint64_t seed = 1234;           // --seed: initialisation (and the run's dropout streams)
   int num_threads = 0;            // --num-threads (0: this node's threads shared by its ranks)
+  std::string device = "cpu";     // --device cpu | cuda | cuda:N (kernels, arenas and the optimizer on that GPU)
+  bool allow_tf32 = false;        // --allow-tf32: the GPU's fp32 GEMMs round operands to TF32 (PyTorch's allow_tf32)
   // false: the model only runs forward (evaluation); no optimizer state is
   // expected in the memory check.
   bool training = true;
 
   // Micro-batches per step on each of `dp` data-parallel ranks.
   int64_t micro_batches(int dp) const { return global_batch_size / (micro_batch_size * dp); }
+  // The GPU index of --device cuda[:N], or -1 for the CPU.
+  int cuda_device() const;
   // Fills what depends on other fields (the ZeRO stage) and validates the
   // model, the layout on `world_size` ranks and the sequence; every rank
   // validates the same configuration, so all refuse it together.

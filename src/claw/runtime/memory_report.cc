@@ -66,6 +66,14 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
   return s;
 }
 
+void check_device_memory(const plan::StageMemory& mine, const kernels::cuda::DeviceInfo& device) {
+  const double needed = mine.total() * 1.03;
+  if (needed <= static_cast<double>(device.free_bytes)) return;
+  fail("the memory plan needs {} on GPU {} ({}; + 3% margin), more than its {} free; fewer --num-layers, a smaller "
+       "--micro-batch-size or --seq-length, or --recompute-granularity full would lower it",
+       format_bytes(needed), device.index, plan::describe(mine), format_bytes(static_cast<double>(device.free_bytes)));
+}
+
 void check_node_memory(const plan::StageMemory& mine, comm::Group& world) {
   // Ranks on one host, found by its name (hashed to fit a double exactly).
   char host[256] = {};

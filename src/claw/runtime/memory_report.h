@@ -4,6 +4,8 @@
 // gets allocated.
 #pragma once
 
+#include "claw/kernels/cuda/context.h"
+
 #include <cstddef>
 #include <string>
 
@@ -39,5 +41,7 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
 // this rank's plan (plan::stage_memory with the CPU device's overhead); the
 // ranks of one host add theirs up over `world` (a collective: every rank calls it).
 void check_node_memory(const plan::StageMemory& mine, comm::Group& world);
+// The same against a GPU's free memory (--device cuda): the arenas live there.
+void check_device_memory(const plan::StageMemory& mine, const kernels::cuda::DeviceInfo& device);
 
 }  // namespace claw::runtime

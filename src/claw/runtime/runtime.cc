@@ -39,6 +39,16 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   // Ranks on one node share its cores.
   cpu_ = kernels::make_cpu_ctx(cfg_.num_threads > 0 ? cfg_.num_threads
                                                     : std::max(1, kernels::default_num_threads() / world_.local_size()));
+  if (const int gpu = cfg_.cuda_device(); gpu >= 0) {
+    device_ = std::make_unique<kernels::cuda::Device>(gpu);
+    device_->ctx().allow_tf32 = cfg_.allow_tf32;
+    cpu_.gpu = &device_->ctx();
+    const kernels::cuda::DeviceInfo& d = device_->info();
+    log::info("cuda", "device {}: {} (sm_{}{}, {} SMs, {} free of {}), CUDA runtime {}.{}, driver {}.{}", gpu, d.name,
+              d.cc_major, d.cc_minor, d.multiprocessors, format_bytes(static_cast<double>(d.free_bytes)),
+              format_bytes(static_cast<double>(d.total_bytes)), d.runtime_version / 1000,
+              d.runtime_version % 1000 / 10, d.driver_version / 1000, d.driver_version % 1000 / 10);
+  }
   pstate_ = comm::ParallelState::create(world_, par.sizes);
   tp_groups_ = std::make_unique<model::TpGroups>(
       model::make_tensor_parallel(world_, *pstate_, mc, par.sequence_parallel));
@@ -53,7 +63,8 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   const parallel::PipelineLayout layout = par.pipeline_layout(mc.num_layers, grid.pp);
   const parallel::ScheduleConfig schedule = par.schedule_config(grid.pp, cfg_.micro_batches(grid.dp), layout.chunks);
   const model::Recompute recompute{cfg_.recompute_layers};
-  const model::StoreOptions storage = parallel::store_options(par.dp.zero_stage, dp_group.size(), dp_group.rank());
+  model::StoreOptions storage = parallel::store_options(par.dp.zero_stage, dp_group.size(), dp_group.rank());
+  storage.device = device_.get();
   const int stage = pstate_->pp().rank();
   planned_ = plan::stage_memory({.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size},
                                 plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, plan::precision("fp32"));
@@ -65,7 +76,10 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
         {.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size},
         plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, plan::precision("fp32"), &device);
     if (!cfg_.training) node.optimizer = 0;
-    check_node_memory(node, pstate_->world());
+    if (device_)
+      check_device_memory(node, device_->info());
+    else
+      check_node_memory(node, pstate_->world());
   }
   std::vector<model::GPT*> chunks;
   std::vector<parallel::DataParallel*> dps;
@@ -114,6 +128,8 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
 }
 
 Runtime::~Runtime() = default;
+
+const MemoryResource& Runtime::memory() const { return device_ ? device_->memory() : host_memory(); }
 
 void Runtime::check_memory(const optim::AdamW* optimizer) const {
   plan::ArenaBytes p = planned_.arenas, a = allocated_;

@@ -32,6 +32,7 @@
 #include "claw/ckpt/shards.h"
 #include "claw/comm/parallel_state.h"
 #include "claw/comm/world.h"
+#include "claw/kernels/cuda/context.h"
 #include "claw/model/gpt.h"
 #include "claw/model/tensor_parallel.h"
 #include "claw/optim/adamw.h"
@@ -73,6 +74,10 @@ class Runtime {
   comm::World& world() const { return world_; }
   comm::ParallelState& parallel_state() const { return *pstate_; }
   const CpuCtx& cpu() const { return cpu_; }
+  // The GPU the model runs on (--device cuda), or null.
+  const kernels::cuda::Device* device() const { return device_.get(); }
+  // Where arenas of this run's tensors live (the GPU's memory, or the host's).
+  const MemoryResource& memory() const;
   ModelChunks& model() { return *model_; }
   const ModelChunks& model() const { return *model_; }
   // The first chunk's data-parallel engine (communication wait times).
@@ -96,6 +101,7 @@ class Runtime {
   RuntimeConfig cfg_;
   comm::World& world_;
   CpuCtx cpu_;
+  std::unique_ptr<kernels::cuda::Device> device_;  // declared before everything allocated on it
   std::unique_ptr<comm::ParallelState> pstate_;
   std::unique_ptr<model::TpGroups> tp_groups_;
   // This stage's chunks and their engines (declared before model_, which

@@ -24,6 +24,7 @@ void GlobalBatch::load(const data::SampleSource& source, int64_t first) {
       source.get_batch(first + sample_offset(k), B_, tokens_.data() + k * B_ * T_, targets_.data() + k * B_ * T_);
   }
   pack();
+  upload();
 }
 
 void GlobalBatch::assign(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
@@ -31,6 +32,7 @@ void GlobalBatch::assign(const std::vector<int32_t>& tokens, const std::vector<i
   tokens_ = tokens;
   targets_ = targets;
   pack();
+  upload();
 }
 
 void GlobalBatch::pack() {
@@ -40,8 +42,29 @@ void GlobalBatch::pack() {
                       positions_.empty() ? nullptr : positions_.data(), targets_.data());
 }
 
+void GlobalBatch::set_device(const kernels::cuda::Device* device) {
+  device_ = device;
+  device_arrays_ = device ? Arena("batch (device copy)", 4 * tokens_.size() * sizeof(int32_t), device->memory()) : Arena();
+  if (device) upload();
+}
+
+void GlobalBatch::upload() {
+  if (!device_) return;
+  const size_t n = tokens_.size();
+  int32_t* d = device_arrays_.ptr<int32_t>(0);
+  const std::vector<int32_t>* arrays[] = {&tokens_, &targets_, &positions_, &seg_start_};
+  for (int a = 0; a < 4; ++a)
+    if (!arrays[a]->empty()) kernels::cuda::copy_to_device(device_->ctx(), d + a * n, arrays[a]->data(), n * sizeof(int32_t));
+}
+
 MicroBatch GlobalBatch::micro(int64_t k) const {
   const int64_t off = k * B_ * T_;
+  if (device_) {
+    const int32_t* d = device_arrays_.ptr<int32_t>(0);
+    const int64_t n = static_cast<int64_t>(tokens_.size());
+    return {d + off, d + n + off, positions_.empty() ? nullptr : d + 2 * n + off,
+            seg_start_.empty() ? nullptr : d + 3 * n + off};
+  }
   return {tokens_.data() + off, targets_.data() + off, positions_.empty() ? nullptr : positions_.data() + off,
           seg_start_.empty() ? nullptr : seg_start_.data() + off};
 }

@@ -4,6 +4,9 @@
 // targets for --eod-mask-loss).
 #pragma once
 
+#include "claw/core/arena.h"
+#include "claw/kernels/cuda/context.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -35,7 +38,11 @@ class GlobalBatch {
   // Fills from given arrays of micro_batches * B * T tokens and targets (tests, tools).
   void assign(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets);
 
+  // Micro-batch k's arrays: in the device's memory after set_device().
   MicroBatch micro(int64_t k) const;
+  // Keeps a copy of every loaded batch in this GPU's memory (--device cuda),
+  // refreshed by load() and assign(); micro() then points into it.
+  void set_device(const kernels::cuda::Device* device);
   int64_t micro_batches() const { return micro_batches_; }
   int64_t B() const { return B_; }
   int64_t T() const { return T_; }
@@ -44,6 +51,9 @@ class GlobalBatch {
 
  private:
   void pack();
+  void upload();
+  const kernels::cuda::Device* device_ = nullptr;
+  Arena device_arrays_;  // tokens, targets, positions, seg_start: micro_batches x B x T each
   int64_t micro_batches_, B_, T_;
   int dp_size_, dp_rank_;
   data::PackingOptions packing_;

@@ -27,6 +27,8 @@ struct TrainConfig {
   int64_t log_interval = 1;       // --log-interval: steps between progress lines
   uint64_t seed = 1234;           // --seed: initialisation, data order, dropout
   int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
+  std::string device = "cpu";     // --device: cpu, or cuda[:N] (the CUDA backend)
+  bool allow_tf32 = false;        // --allow-tf32: fp32 GEMMs on TF32 tensor cores (CUDA; ~1e-3 relative)
   std::string metrics_file;       // --metrics-file: JSONL, one object per step
   std::string tensorboard_dir;    // --tensorboard-dir: TensorBoard event files of the same scalars
   double peak_gflops = 0;         // --peak-gflops: MFU denominator per rank (0: the calibrated GEMM peak)

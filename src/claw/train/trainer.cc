@@ -59,6 +59,9 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   lr_.validate();
   adam_cfg_.validate();
   ckpt_cfg_.validate();
+  if (cfg_.device != "cpu" && (!ckpt_cfg_.save.empty() || !ckpt_cfg_.load.empty()))
+    fail("--save/--load with --device {}: checkpoints are written from host memory and the CUDA backend does not "
+         "stage them yet; train with --device cpu to save or load", cfg_.device);
 
   // The groups and this rank's model chunks, their engines and executor.
   runtime_ = std::make_unique<runtime::Runtime>(std::move(rt), world_);
@@ -67,7 +70,8 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   train_data_ = std::move(d.train);
   valid_data_ = std::move(d.valid);
   batch_ = std::move(d.batch);
-  optimizer_ = std::make_unique<optim::AdamW>(runtime_->model().optimizer_segments(), adam_cfg_);
+  batch_->set_device(runtime_->device());
+  optimizer_ = std::make_unique<optim::AdamW>(runtime_->model().optimizer_segments(), adam_cfg_, runtime_->memory());
   runtime_->check_memory(optimizer_.get());
   setup_checkpointing();
 }
@@ -151,6 +155,15 @@ TrainResult Trainer::run() {
   double peak = cfg_.peak_gflops * world_.size();
   const kernels::PeakKey peak_key = kernels::PeakKey::current(cpu.num_threads);
   const kernels::PeakCacheOptions peak_cache{.dir = cfg_.peak_cache_dir};
+  if (peak == 0 && runtime_->device()) {
+    // On a GPU: its measured BF16 GEMM rate (cuBLAS, fp32 accumulation), the
+    // denominator MFU is quoted against whatever the training precision.
+    const GpuCtx& g = runtime_->device()->ctx();
+    peak = kernels::cuda::measure_bf16_gemm_tflops(g) * 1e3;
+    log::info("train", "MFU denominator: {:.1f} TFLOP/s, the measured BF16 GEMM peak of {} (8192^3, best of 20; "
+              "fp32 GEMM without TF32 measures {:.1f} TFLOP/s)",
+              peak / 1e3, runtime_->device()->info().name, kernels::cuda::measure_fp32_gemm_tflops(g) * 1.0);
+  }
   if (peak == 0) {
     const kernels::Peak mine = kernels::calibrated_gemm_peak(
         peak_key, model_gemm_shapes(model_cfg_, B * T, ps.tp().size()), peak_cache);
@@ -187,6 +200,7 @@ TrainResult Trainer::run() {
     StepResult r = train_step(runtime_->model(), *optimizer_, cpu, *batch_, step, lr, cfg_.seed, sample0,
                               before_update);
     consumed_train_samples_ += GB;
+    if (runtime_->device()) runtime_->device()->synchronize();  // the update has run: the step's time is whole
     const double loss = r.loss, grad_norm = r.grad_norm;
     double dt = seconds_since(t0);
     // Spread of step times over the ranks (a straggler shows as max >> min);
@@ -200,7 +214,7 @@ TrainResult Trainer::run() {
 
     // A step faster than the peak means the peak was measured low: raise the
     // cached one so MFU stays a fraction of a true upper bound.
-    if (cfg_.peak_gflops == 0 && flops_per_step / dt / 1e9 > peak)
+    if (cfg_.peak_gflops == 0 && !runtime_->device() && flops_per_step / dt / 1e9 > peak)
       peak = world_.size() * kernels::raise_gemm_peak(peak_key, flops_per_step / dt / 1e9 / world_.size(),
                                                       fmt::format("training step {}", step + 1), peak_cache);
 
