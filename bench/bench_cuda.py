@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""claw's CUDA backend against PyTorch on the same GPU, in one run.
+
+Runs on a machine with an NVIDIA GPU and PyTorch 2.x (the peer). For each
+config (model:micro-batch:seq) it times, step by step after a warm-up:
+  - claw train --device cuda (fp32, IEEE GEMMs: the CPU backend's numbers);
+  - the PyTorch GPT-2 of bench/torch_gpt.py on the GPU in fp32 (TF32 off),
+    fp32 with TF32, bf16 autocast, and bf16 autocast under torch.compile;
+and measures the roof in the same run: a bf16 8192^3 matmul through torch and
+claw's own cuBLAS measurement (claw info --device cuda). MFU is the model's
+FLOPs per second over that bf16 peak (6 N + attention, as claw counts).
+
+  python3 bench/bench_cuda.py --claw build-cuda/bin/claw --configs gpt2-124m:8:1024 [--out results.json]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+MODELS = {"gpt2-124m": dict(layers=12, hidden=768, heads=12), "gpt2-350m": dict(layers=24, hidden=1024, heads=16)}
+V, VP, P = 50257, 50304, 1024
+
+
+def flops_per_token(m, T):
+    L, C = m["layers"], m["hidden"]
+    n = 12 * L * C * C + VP * C  # matrices (attention 4C^2 + MLP 8C^2 per layer) + the LM head
+    return 6 * n + 6 * L * C * T  # + attention scores and values (causal half of 12 L C T)
+
+
+def torch_peak_tflops(torch):
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    best = 1e9
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        e.synchronize()
+        best = min(best, s.elapsed_time(e))
+    return 2 * n ** 3 / (best * 1e-3) / 1e12
+
+
+def run_torch(torch, variant, m, B, T, steps, warmup):
+    import torch_gpt
+    import torch.nn.functional as F
+
+    torch.backends.cuda.matmul.allow_tf32 = variant == "fp32-tf32"
+    torch.backends.cudnn.allow_tf32 = variant == "fp32-tf32"
+    torch.manual_seed(0)
+    model = torch_gpt.GPT(m["layers"], m["hidden"], m["heads"], VP, P).cuda()
+    # torch_gpt's forward builds positions on the default device: give it the GPU's.
+    def forward(idx, tgt):
+        x = model.wte(idx) + model.wpe(torch.arange(T, device="cuda"))
+        for blk in model.blocks:
+            x = blk(x)
+        logits = F.linear(model.ln_f(x), model.wte.weight[:V])
+        return F.cross_entropy(logits.view(-1, V).float(), tgt.view(-1))
+    fwd = torch.compile(forward) if variant.endswith("compile") else forward
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    idx = torch.randint(0, V, (B, T), device="cuda", generator=g)
+    tgt = torch.randint(0, V, (B, T), device="cuda", generator=g)
+    bf16 = variant.startswith("bf16")
+    times = []
+    for step in range(warmup + steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = fwd(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        torch.cuda.synchronize()
+        if step >= warmup:
+            times.append(time.perf_counter() - t0)
+    del model, opt
+    torch.cuda.empty_cache()
+    return {"ms_per_step": 1e3 * statistics.median(times), "loss": loss.item()}
+
+
+def run_claw(claw, model, B, T, steps, warmup, data_dir, extra=()):
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "m.jsonl")
+        cmd = [claw, "train", "--device", "cuda", "--model", model, "--micro-batch-size", str(B), "--seq-length", str(T),
+               "--train-iters", str(warmup + steps), "--eval-interval", "0", "--metrics-file", metrics,
+               "--log-interval", "1000"]
+        if data_dir:
+            cmd += ["--data-dir", data_dir]
+        cmd += list(extra)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return {"error": (r.stderr or r.stdout)[-2000:]}
+        recs = [json.loads(l) for l in open(metrics)]
+    return {"ms_per_step": statistics.median(r["step_ms"] for r in recs[warmup:]), "loss": recs[-1]["loss"],
+            "mfu_reported": statistics.median(r["mfu"] for r in recs[warmup:])}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--claw", default=os.path.join(HERE, "..", "build-cuda", "bin", "claw"))
+    ap.add_argument("--configs", default="gpt2-124m:8:1024")
+    ap.add_argument("--variants", default="fp32,fp32-tf32,bf16,bf16-compile")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--data-dir", default="")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    import torch
+
+    peak = torch_peak_tflops(torch)
+    gpu = torch.cuda.get_device_name()
+    print(f"{gpu}, torch {torch.__version__}: bf16 matmul 8192^3 peak {peak:.0f} TFLOP/s", flush=True)
+    rows = []
+    for cfg in args.configs.split(","):
+        name, B, T = cfg.split(":")
+        B, T = int(B), int(T)
+        m = MODELS[name]
+        tokens = B * T
+        flops = flops_per_token(m, T) * tokens
+        res = {"claw fp32": run_claw(args.claw, name, B, T, args.steps, args.warmup, args.data_dir),
+               "claw fp32-tf32": run_claw(args.claw, name, B, T, args.steps, args.warmup, args.data_dir,
+                                          ["--allow-tf32"])}
+        for v in args.variants.split(","):
+            try:
+                res["torch " + v] = run_torch(torch, v, m, B, T, args.steps, args.warmup)
+            except Exception as e:  # torch.compile may be unavailable; say so and go on
+                res["torch " + v] = {"error": repr(e)[:300]}
+        for who, r in res.items():
+            if "error" in r:
+                print(f"{cfg:20s} {who:22s} error: {r['error']}", flush=True)
+                continue
+            tps = tokens / (r["ms_per_step"] / 1e3)
+            mfu = flops / (r["ms_per_step"] / 1e3) / (peak * 1e12)
+            r.update(tokens_per_s=tps, mfu=mfu)
+            print(f"{cfg:20s} {who:22s} {r['ms_per_step']:9.1f} ms/step {tps:10.0f} tok/s  MFU {100 * mfu:5.1f}%  "
+                  f"loss {r['loss']:.4f}", flush=True)
+        rows.append({"config": cfg, "results": res})
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"gpu": gpu, "torch": torch.__version__, "bf16_peak_tflops": peak, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
