@@ -56,7 +56,8 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t v = 0; v < Vl; ++v) logits[r * Vl + v] *= w[r];
     kernels::gemm(false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
-    kernels::gemm(true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
+    if (weight_->grad.defined())  // not frozen
+      kernels::gemm(true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
   }
   if (dloss_scale != 0) tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
   double total = 0;

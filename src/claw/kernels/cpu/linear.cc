@@ -30,7 +30,7 @@ void linear_backward_input(const CpuCtx& ctx, T* dinp, const T* dout, const T* w
 template <typename T>
 void linear_backward_weight(const CpuCtx& ctx, T* dweight, T* dbias, const T* dout, const T* inp, int64_t M,
                             int64_t K, int64_t N) {
-  gemm(true, false, N, K, M, T(1), dout, N, inp, K, T(1), dweight, K);
+  if (dweight) gemm(true, false, N, K, M, T(1), dout, N, inp, K, T(1), dweight, K);
   if (dbias) {
     // Column sums: each thread owns a slice of the N columns, so no reduction
     // between threads is needed and the order of summation is fixed.
