@@ -53,7 +53,7 @@ runtime::RuntimeConfig runtime_config(const model::ModelConfig& model, const Tra
   return {.model = model, .parallel = p, .micro_batch_size = t.micro_batch_size,
           .global_batch_size = t.global_batch_size, .seq_length = t.seq_length,
           .recompute_layers = t.recomputed_layers(model.num_layers), .seed = t.seed, .num_threads = t.num_threads,
-          .training = training};
+          .training = training, .freeze = t.freeze};
 }
 
 }  // namespace claw::train
