@@ -91,5 +91,11 @@ PY
     run "${small[@]}" --init-method-std 1e38
     want_rc=5
     expect_error "step 1: loss is -?(nan|inf).*first non-finite tensor: embedding.word_embeddings.weight \(parameter\)" allow-steps ;;
+  freeze_matches_nothing)
+    run "${small[@]}" --freeze 'layers.*.attention.*,layers.*.mlpx.*'
+    expect_error "--freeze 'layers.\*.mlpx.\*' matches no parameter of this model \(names look like 'layers.0." ;;
+  freeze_everything)
+    run "${small[@]}" --freeze 'embedding.*,layers.*,final_norm.*'
+    expect_error "--freeze '.*' freezes every parameter: nothing would train" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -18,6 +18,11 @@
 #          bit-flipped shard are refused naming the file and tensor, and
 #          --load-fallback takes the previous checkpoint; another model shape
 #          is refused naming the tensor; --keep-last-checkpoints.
+# frozen   --freeze: a run with the attention frozen stops after step 10 and
+#          resumes bitwise (one rank; DP 2 ZeRO-1); its checkpoint holds every
+#          parameter's values and no optimizer state for the frozen ones; a
+#          run freezing the MLPs instead loads it, says that the attention's
+#          optimizer state starts at zero, and leaves the MLPs as saved.
 set -uo pipefail
 claw=$1
 case_name=$2
@@ -189,6 +194,48 @@ EOF
   [[ $(ls "$tmp/keep" | tr '\n' ' ') == "iter_0000015 iter_0000020 latest_checkpointed_iteration.txt " ]] ||
     { ls "$tmp/keep"; fail "keep-last"; }
   echo "ok keep-last: $(ls "$tmp/keep" | tr '\n' ' ')"
+  ;;
+frozen)
+  while read -r np name flags; do
+    [[ -z $np ]] && continue
+    f=(--train-iters 20 --freeze 'layers.*.attention.*')
+    # shellcheck disable=SC2086
+    must_run "fz_${name}_ref" "$np" "${f[@]}" $flags
+    # shellcheck disable=SC2086
+    must_run "fz_${name}_a" "$np" "${f[@]}" $flags --save "$tmp/fz_$name" --save-interval 10 --exit-interval 10
+    compare "$tmp/fz_${name}_ref.jsonl" "$tmp/fz_${name}_a.jsonl" "frozen $name before the stop" 1 10 --bitwise
+    # shellcheck disable=SC2086
+    must_run "fz_${name}_b" "$np" "${f[@]}" $flags --load "$tmp/fz_$name"
+    grep -q "loaded .*iter_0000010" "$tmp/fz_${name}_b.log" || { cat "$tmp/fz_${name}_b.log"; fail "$name: no load"; }
+    compare "$tmp/fz_${name}_ref.jsonl" "$tmp/fz_${name}_b.jsonl" "frozen $name resumed" 11 10 --bitwise
+  done <<'RUNS'
+1 single_rank
+2 dp2_zero1 --use-distributed-optimizer
+RUNS
+  must_run fz_swap 1 --train-iters 20 --freeze 'layers.*.mlp.*' --load "$tmp/fz_single_rank" --save "$tmp/fz_swap"
+  grep -qF "has no optimizer state for 32 parameter(s) that train now (frozen when it was saved?): theirs starts at zero: layers.0.attention.q_proj.weight" \
+    "$tmp/fz_swap.log" || { cat "$tmp/fz_swap.log"; fail "no line about the attention's fresh optimizer state"; }
+  /usr/bin/python3 - "$here/../../docs/checkpoint-format.md" "$tmp/fz_single_rank/iter_0000010" \
+    "$tmp/fz_swap/iter_0000020" <<'EOF' || fail "frozen checkpoints"
+import json, re, sys
+import numpy as np
+doc, saved, swapped = sys.argv[1:]
+exec(re.search(r"```python\n(.*?)\n\nlatest =", open(doc).read(), re.S).group(1))
+names = {t["name"] for t in json.load(open(f"{saved}/metadata.json"))["tensors"]}
+params = sorted(n[len("model."):] for n in names if n.startswith("model."))
+attention = [p for p in params if ".attention." in p]
+mlp = [p for p in params if ".mlp." in p]
+assert len(attention) == 32 and len(mlp) == 16, (len(attention), len(mlp))
+for p in params:  # values of every parameter; moments of the trainable ones only
+    for state in ("exp_avg", "exp_avg_sq"):
+        assert (f"optim.{state}.{p}" in names) == (p not in attention), (state, p)
+for p in mlp:  # frozen after the swap: as saved
+    assert np.array_equal(read_tensor(saved, "model." + p), read_tensor(swapped, "model." + p)), p
+for p in attention:  # trained after the swap
+    assert not np.array_equal(read_tensor(saved, "model." + p), read_tensor(swapped, "model." + p)), p
+print(f"ok frozen checkpoints: {len(attention)} frozen tensors saved without optimizer state; "
+      f"after the swap the {len(mlp)} MLP tensors are bitwise as saved and the attention trained")
+EOF
   ;;
 *)
   fail "unknown case $case_name"

@@ -13,6 +13,11 @@
 // AdamW divides by sqrt(v), so the few elements whose gradient is near zero
 // turn rounding differences into differences of whole updates.
 //
+// Frozen parameters (--freeze): the same with about half of the elements
+// frozen in both runs (embeddings and attention, or embeddings and every
+// other layer), at every ZeRO stage: the frozen values stay bitwise
+// unchanged and the rest equal the single-rank frozen run.
+//
 //   mpirun -np N test_data_parallel     (N = 1, 2, 4; oversubscribed is fine)
 #include <gtest/gtest.h>
 
@@ -62,16 +67,54 @@ Data batch_for_step(int64_t step) { return parity::batch_for_step(step, kGB, kT,
 
 struct Trajectory {
   std::vector<double> losses, norms;
-  std::vector<float> params;
+  std::vector<float> params;  // every parameter's values in store order, without alignment padding
+  bool frozen_unchanged = true;
 };
 
-Trajectory reference(const model::ModelConfig& cfg, int64_t mbs) {
+std::vector<std::string> patterns(const std::string& freeze) {
+  std::vector<std::string> out;
+  for (size_t b = 0; !freeze.empty();) {
+    const size_t e = freeze.find(',', b);
+    out.push_back(freeze.substr(b, e == std::string::npos ? e : e - b));
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return out;
+}
+
+// The parameters' values from the whole flat value layout (the regions'
+// padding depends on the data-parallel size, so compare by parameter).
+std::vector<float> by_parameter(const model::ParamStore& store, const float* flat) {
+  std::vector<float> out;
+  for (size_t k = 0; k < store.params().size(); ++k) {
+    const float* v = flat + store.value_offset(k);
+    out.insert(out.end(), v, v + store.params()[k]->spec.local_shape().numel());
+  }
+  return out;
+}
+
+// Whether the frozen parameters' values equal their initial ones bitwise.
+bool frozen_unchanged(const model::ModelConfig& cfg, const std::string& freeze, const std::vector<float>& params) {
+  model::GPT init(cfg, {.freeze = patterns(freeze)});
+  init.init_weights(CpuCtx{1}, 7);
+  const std::vector<float> start = by_parameter(init.store(), init.store().values());
+  size_t at = 0;
+  for (const model::Param* p : init.store().params()) {
+    const size_t n = static_cast<size_t>(p->spec.local_shape().numel());
+    if (!p->spec.trainable && !std::equal(start.begin() + at, start.begin() + at + n, params.begin() + at))
+      return false;
+    at += n;
+  }
+  return true;
+}
+
+Trajectory reference(const model::ModelConfig& cfg, int64_t mbs, const std::string& freeze) {
   // Cases share references (they differ in the parallel settings only).
-  static std::map<std::tuple<std::string, double, int64_t>, Trajectory> done;
-  const auto key = std::make_tuple(cfg.name, cfg.hidden_dropout, mbs);
+  static std::map<std::tuple<std::string, double, int64_t, std::string>, Trajectory> done;
+  const auto key = std::make_tuple(cfg.name, cfg.hidden_dropout, mbs, freeze);
   if (auto it = done.find(key); it != done.end()) return it->second;
   const CpuCtx cpu{1};
-  model::GPT m(cfg);
+  model::GPT m(cfg, {.freeze = patterns(freeze)});
   m.init_weights(cpu, 7);
   m.reserve(mbs, kT);
   optim::AdamW opt(m.store(), adam());
@@ -85,15 +128,19 @@ Trajectory reference(const model::ModelConfig& cfg, int64_t mbs) {
     r.losses.push_back(res.loss);
     r.norms.push_back(res.grad_norm);
   }
-  r.params.assign(m.store().values(), m.store().values() + m.store().total());
+  r.params = by_parameter(m.store(), m.store().values());
+  r.frozen_unchanged = frozen_unchanged(cfg, freeze, r.params);
   done[key] = r;
   return r;
 }
 
-Trajectory data_parallel(const model::ModelConfig& cfg, int64_t mbs, parallel::DataParallelConfig dcfg) {
+Trajectory data_parallel(const model::ModelConfig& cfg, int64_t mbs, parallel::DataParallelConfig dcfg,
+                         const std::string& freeze) {
   const CpuCtx cpu{1};
   comm::Group& dp = *g_dp;
-  model::GPT m(cfg, parallel::store_options(dcfg.zero_stage, dp.size(), dp.rank()));
+  model::StoreOptions storage = parallel::store_options(dcfg.zero_stage, dp.size(), dp.rank());
+  storage.freeze = patterns(freeze);
+  model::GPT m(cfg, storage);
   m.init_weights(cpu, 7);
   m.reserve(mbs, kT);
   parallel::DataParallel engine(m, dp, dcfg);
@@ -107,8 +154,10 @@ Trajectory data_parallel(const model::ModelConfig& cfg, int64_t mbs, parallel::D
     r.losses.push_back(res.loss);
     r.norms.push_back(res.grad_norm);
   }
-  r.params.resize(m.store().total());
-  engine.gather_values(r.params.data());
+  std::vector<float> flat(m.store().total());
+  engine.gather_values(flat.data());
+  r.params = by_parameter(m.store(), flat.data());
+  r.frozen_unchanged = frozen_unchanged(cfg, freeze, r.params);
   return r;
 }
 
@@ -119,6 +168,7 @@ struct Case {
   int64_t mbs;          // micro-batch size (micro-batches per rank = 8 / (mbs x DP))
   int64_t bucket_size;  // elements (small: several buckets)
   double dropout;
+  const char* freeze = "";  // --freeze patterns, comma-separated
 };
 
 class DataParallelEqualsSingleRank : public ::testing::TestWithParam<Case> {};
@@ -128,10 +178,13 @@ TEST_P(DataParallelEqualsSingleRank, LossesAndFinalParameters) {
   const int dp = g_dp->size();
   if (kGB % (c.mbs * dp) != 0) GTEST_SKIP() << "global batch " << kGB << " does not split into " << dp << " x " << c.mbs;
   const model::ModelConfig cfg = small(c.preset, c.dropout);
-  const Trajectory ref = reference(cfg, c.mbs);
+  const Trajectory ref = reference(cfg, c.mbs, c.freeze);
   const Trajectory got = data_parallel(cfg, c.mbs,
                                 {.zero_stage = c.stage, .bucket_size = c.bucket_size,
-                                 .overlap_grad_reduce = c.overlap, .overlap_param_gather = c.overlap});
+                                 .overlap_grad_reduce = c.overlap, .overlap_param_gather = c.overlap},
+                                c.freeze);
+  EXPECT_TRUE(ref.frozen_unchanged) << "a frozen parameter changed in the single-rank run";
+  EXPECT_TRUE(got.frozen_unchanged) << "a frozen parameter changed in the data-parallel run";
   double worst_loss = 0, worst_param = 0;
   for (int64_t s = 0; s < kSteps; ++s) {
     const double d = std::abs(got.losses[s] - ref.losses[s]) / std::abs(ref.losses[s]);
@@ -150,10 +203,10 @@ TEST_P(DataParallelEqualsSingleRank, LossesAndFinalParameters) {
   EXPECT_LE(worst_param, kParamTol);
   EXPECT_LE(rms, kParamRmsTol);
   if (g_world->rank() == 0)
-    std::printf("dp %d zero %d overlap %d mbs %lld micro-batches/rank %lld: worst relative loss diff %.2e, worst "
-                "parameter diff %.2e (rms %.1e), final loss %.6f\n",
+    std::printf("dp %d zero %d overlap %d mbs %lld micro-batches/rank %lld%s%s: worst relative loss diff %.2e, "
+                "worst parameter diff %.2e (rms %.1e), final loss %.6f\n",
                 dp, c.stage, c.overlap, static_cast<long long>(c.mbs), static_cast<long long>(kGB / (c.mbs * dp)),
-                worst_loss, worst_param, rms, got.losses.back());
+                *c.freeze ? " frozen " : "", c.freeze, worst_loss, worst_param, rms, got.losses.back());
 }
 
 std::vector<Case> cases() {
@@ -164,6 +217,11 @@ std::vector<Case> cases() {
       out.push_back({"gpt2-tiny", stage, overlap, 2, 0, 0.1});        // default buckets, dropout
     }
   for (int stage : {0, 3}) out.push_back({"llama-tiny", stage, true, 1, 500'000, 0.0});  // untied head, GQA, SwiGLU
+  // About half of the elements frozen: tied embeddings and every attention
+  // layer (gpt2-tiny), embeddings and every other layer (llama-tiny).
+  for (int stage = 0; stage <= 3; ++stage)
+    out.push_back({"gpt2-tiny", stage, stage >= 2, 1, 300'000, 0.0, "embedding.*,layers.*.attention.*"});
+  for (int stage : {1, 3}) out.push_back({"llama-tiny", stage, true, 1, 500'000, 0.0, "embedding.*,layers.[02].*"});
   return out;
 }
 

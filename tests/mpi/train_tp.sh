@@ -8,6 +8,11 @@
 #             distributed optimizer, for gpt2-tiny (dropout 0.1) and
 #             llama-tiny (GQA: 2 KV groups, replicated at TP 4): the same
 #             per-step losses, grad norms and validation losses (2e-5 relative).
+# frozen      --freeze at TP 2 + SP, TP 2 x DP 2 ZeRO-1 and PP 2 x DP 2 ZeRO-1
+#             equals the single-rank frozen run (2e-5): gpt2-tiny with the tied
+#             embeddings (vocabulary-parallel, across the pipeline's first and
+#             last stage), the attention and layer 0's input norm frozen;
+#             llama-tiny with layer 0, layer 1's attention and the final norm.
 # bad_layout  layouts the model does not split into are refused before any
 #             work, naming the flags: TP not dividing the heads, the KV groups
 #             or the FFN width; --sequence-parallel without TP; a sequence
@@ -48,6 +53,29 @@ parity)
       /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$model.jsonl" "$tmp/$name.jsonl" "$name" || exit 1
     done
     unset -n arch
+  done ;;
+frozen)
+  gpt_freeze=(--freeze 'embedding.*,layers.*.attention.*,layers.0.input_norm.*')
+  llama_freeze=(--freeze 'layers.0.*,layers.1.attention.*,final_norm.*')
+  for model in gpt llama; do
+    declare -n arch=$model
+    declare -n freeze=${model}_freeze
+    name=${model}_frozen
+    "$claw" train "${common[@]}" "${arch[@]}" "${freeze[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+      { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
+    grep -q "M frozen: no gradients or optimizer state" "$tmp/$name.log" || fail "$name: the memory plan shows no frozen parameters"
+    for run in "2 --tensor-model-parallel-size 2 --sequence-parallel" \
+               "4 --tensor-model-parallel-size 2 --use-distributed-optimizer" \
+               "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
+      read -r np flags <<<"$run"
+      run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/; s/--//g' | tr -cd 'a-z0-9_')"
+      # shellcheck disable=SC2086
+      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${freeze[@]}" $flags \
+        --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
+        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train $flags"; }
+      /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
+    done
+    unset -n arch freeze
   done ;;
 bad_layout)
   refused 4 "--model gpt2-tiny --num-attention-heads 2 --tensor-model-parallel-size 4" \

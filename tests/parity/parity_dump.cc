@@ -1,11 +1,14 @@
 // Dumps what the PyTorch reference (torch_reference.py) needs to check claw's
 // model, and claw's own results to compare against:
 //   init.safetensors   initial parameters (claw canonical names), metadata:
-//                      config (JSON), hyper-parameters, no-decay list
+//                      config (JSON), hyper-parameters, no-decay list,
+//                      frozen list (--freeze: no gradients, no AdamW state)
 //   batch.safetensors  tokens/targets [steps, B, T] (int32)
 //   step0.safetensors  logits [B*T, Vp] of the first batch at the initial
-//                      weights, "grad.<name>" for every parameter, and the loss
+//                      weights, "grad.<name>" for every trainable parameter,
+//                      and the loss
 //   result.json        per-step loss, grad norm and lr over `steps` AdamW steps
+//   final.safetensors  the parameters after those steps
 //
 // Every step's gradients come from `accum` micro-batches (B / accum
 // sequences each) to exercise accumulation; the reference uses whole batches.
@@ -52,6 +55,7 @@ nlohmann::json config_json(const model::ModelConfig& c) {
 std::vector<ckpt::TensorView> param_views(model::GPT& m, bool grads, const std::string& prefix) {
   std::vector<ckpt::TensorView> v;
   for (const model::Param* p : m.store().params()) {
+    if (grads && !p->spec.trainable) continue;  // frozen: no gradient
     std::vector<int64_t> shape;
     for (int i = 0; i < p->spec.shape.ndim(); ++i) shape.push_back(p->spec.shape[i]);
     v.push_back({prefix + p->spec.name, DType::f32, shape, grads ? p->gdata() : p->data()});
@@ -64,8 +68,8 @@ std::vector<ckpt::TensorView> param_views(model::GPT& m, bool grads, const std::
 int main(int argc, char** argv) {
   kernels::ensure_fast_blas(argc, argv);
   CLI::App app("claw parity dump");
-  std::string preset = "gpt2-tiny", out;
-  int64_t B = 4, T = 64, steps = 10, accum = 2, seed = 1234, threads = 2;
+  std::string preset = "gpt2-tiny", out, freeze;
+  int64_t B = 4, T = 64, steps = 10, accum = 2, seed = 1234, threads = 2, vocab = 0;
   app.add_option("--model", preset);
   app.add_option("--out", out)->required();
   app.add_option("--batch", B);
@@ -74,13 +78,23 @@ int main(int argc, char** argv) {
   app.add_option("--accum", accum);
   app.add_option("--seed", seed);
   app.add_option("--threads", threads);
+  app.add_option("--freeze", freeze, "comma-separated glob patterns of parameters that do not train");
+  app.add_option("--vocab-size", vocab, "override the preset's vocabulary (0: keep it)");
   CLI11_PARSE(app, argc, argv);
   try {
     CLAW_CHECK(B % accum == 0, "--batch must be a multiple of --accum");
     std::filesystem::create_directories(out);
     CpuCtx cpu = kernels::make_cpu_ctx(static_cast<int>(threads));
     model::ModelConfig cfg = model::model_preset(preset);
-    model::GPT m(cfg);
+    if (vocab > 0) cfg.vocab_size = vocab;
+    model::StoreOptions storage;
+    for (size_t b = 0; !freeze.empty();) {
+      const size_t e = freeze.find(',', b);
+      storage.freeze.push_back(freeze.substr(b, e == std::string::npos ? e : e - b));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+    model::GPT m(cfg, storage);
     m.init_weights(cpu, static_cast<uint64_t>(seed));
     const int64_t mb = B / accum;
     m.reserve(mb, T);
@@ -104,10 +118,13 @@ int main(int argc, char** argv) {
                            {"batch", B}, {"seq", T}, {"steps", steps}, {"accum", accum},
                            {"adam", {{"beta1", adam.beta1}, {"beta2", adam.beta2}, {"eps", adam.eps},
                                      {"weight_decay", adam.weight_decay}, {"clip_grad", adam.clip_grad}}}};
-    nlohmann::json no_decay = nlohmann::json::array();
-    for (const model::Param* p : m.store().params())
+    nlohmann::json no_decay = nlohmann::json::array(), frozen = nlohmann::json::array();
+    for (const model::Param* p : m.store().params()) {
       if (!p->spec.weight_decay) no_decay.push_back(p->spec.name);
+      if (!p->spec.trainable) frozen.push_back(p->spec.name);
+    }
     meta["no_decay"] = no_decay;
+    meta["frozen"] = frozen;
     ckpt::write_safetensors(out + "/init.safetensors", param_views(m, false, ""), {{"meta", meta.dump()}});
     ckpt::write_safetensors(out + "/batch.safetensors",
                             {{"tokens", DType::i32, {steps, B, T}, tokens.data()},

@@ -38,6 +38,10 @@ std::vector<ShardPiece> shard_pieces(const Shard& s) {
 
 std::string value_tensor(const std::string& param) { return "model." + param; }
 
+std::string optimizer_tensor(const std::string& state, const std::string& param) {
+  return "optim." + state + "." + param;
+}
+
 std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg) {
   model::GPT whole(cfg, {.allocate = false});
   std::vector<model::ParamSpec> out;
@@ -59,11 +63,13 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
   };
   for (const model::ParamStore* store : stores) {
     const bool sharded = store->options().shard_values;
-    const int64_t lo = store->shard_lo(), hi = store->shard_hi();
-    float* base = sharded ? store->value_shard() - lo : store->values();
     for (size_t k = 0; k < store->params().size(); ++k) {
       const model::Param* p = store->params()[k];
-      const int64_t off = static_cast<int64_t>(store->offsets()[k] / sizeof(float));
+      const int r = store->slot(k).region;
+      const model::StoreRegion& g = store->regions()[r];
+      const int64_t lo = g.shard_lo(), hi = g.shard_hi();
+      float* base = sharded ? store->value_shard(r) - lo : store->values(r);
+      const int64_t off = store->slot(k).offset;
       const int64_t numel = p->spec.local_shape().numel();
       const int64_t b = sharded ? std::max(lo, off) : off, e = sharded ? std::min(hi, off + numel) : off + numel;
       if (b >= e) continue;
@@ -74,14 +80,14 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
   }
   if (optimizer && opts.optimizer) {
     const auto& segs = optimizer->segments();
+    const auto& names = optim::AdamW::state_names();
     for (size_t i = 0; i < segs.size(); ++i) {
       const model::Segment& s = segs[i];
-      const bool mine = opts.zero_stage >= 1 || opts.dp_size == 1 || deal(2 * s.n);
+      const bool mine = opts.zero_stage >= 1 || opts.dp_size == 1 || deal(static_cast<int64_t>(names.size()) * s.n);
       const bool write = s.param->spec.primary && mine;
-      out.push_back({.tensor = "optim.exp_avg." + s.param->spec.name, .spec = &s.param->spec, .begin = s.begin,
-                     .n = s.n, .data = optimizer->exp_avg(i), .write = write});
-      out.push_back({.tensor = "optim.exp_avg_sq." + s.param->spec.name, .spec = &s.param->spec, .begin = s.begin,
-                     .n = s.n, .data = optimizer->exp_avg_sq(i), .write = write});
+      for (size_t k = 0; k < names.size(); ++k)
+        out.push_back({.tensor = optimizer_tensor(names[k], s.param->spec.name), .spec = &s.param->spec,
+                       .begin = s.begin, .n = s.n, .data = optimizer->state(k, i), .write = write});
     }
   }
   return out;

@@ -1,9 +1,10 @@
 // What one rank holds of each checkpoint tensor, and which parts it writes.
 //
-// Tensors: "model.<param>" (values), "optim.exp_avg.<param>" and
-// "optim.exp_avg_sq.<param>" (AdamW's moments), each at the parameter's
-// checkpoint shape: the global shape without vocabulary padding (the padded
-// rows are zero, never trained, and their number depends on the TP size).
+// Tensors: "model.<param>" (values) and "optim.<state>.<param>" for each
+// state the optimizer names (AdamW::state_names(): its moments), each at the
+// parameter's checkpoint shape: the global shape without vocabulary padding
+// (the padded rows are zero, never trained, and their number depends on the
+// TP size). Frozen parameters have values and no optimizer state.
 //
 // A rank holds each tensor as runs of its local (TP-sliced) elements: all of
 // them, or the part in its ZeRO shard of the flat buffer. Every element is
@@ -49,6 +50,7 @@ struct ShardPiece {
 std::vector<ShardPiece> shard_pieces(const Shard& s);
 
 std::string value_tensor(const std::string& param);  // "model.<param>"
+std::string optimizer_tensor(const std::string& state, const std::string& param);  // "optim.<state>.<param>"
 
 // Every parameter of the whole model (a shape-only GPT), in canonical order:
 // what a complete checkpoint of `cfg` holds.
@@ -57,7 +59,7 @@ std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg);
 struct ShardOptions {
   int zero_stage = 0;
   int dp_rank = 0, dp_size = 1;
-  bool optimizer = true;  // include AdamW's moments
+  bool optimizer = true;  // include the optimizer's state
 };
 
 // This rank's shards of `stores` (its model chunks, in order) and of the

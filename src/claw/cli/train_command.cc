@@ -82,6 +82,20 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.train.recompute_method; }),
       int_flag<A>("recompute-num-layers", "blocks to recompute with --recompute-granularity full (0: all)",
                   [](A& a) -> auto& { return a.train.recompute_num_layers; }),
+      F{"freeze",
+        "parameters that do not train: glob patterns over their names, comma-separated (e.g. "
+        "'layers.*.attention.*,embedding.*'); they keep their values and get no gradients or optimizer state",
+        false,
+        [](A& a, const std::string& v) {
+          a.train.freeze.clear();
+          for (size_t b = 0; !v.empty();) {  // an empty piece is kept: --freeze refuses it by name
+            const size_t e = v.find(',', b);
+            a.train.freeze.push_back(v.substr(b, e == std::string::npos ? std::string::npos : e - b));
+            if (e == std::string::npos) break;
+            b = e + 1;
+          }
+        },
+        [](const A& a) { return fmt::format("{}", fmt::join(a.train.freeze, ",")); }, "PATTERN[,PATTERN...]"},
       // Optimizer and schedule.
       double_flag<A>("lr", "peak learning rate", [](A& a) -> auto& { return a.lr.max_lr; }),
       double_flag<A>("min-lr", "learning rate at the end of decay", [](A& a) -> auto& { return a.lr.min_lr; }),
@@ -206,7 +220,7 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
   cluster.devices_per_node = world.local_size();
   if (a.train.global_batch_size == 0) a.train.global_batch_size = a.train.micro_batch_size * world.size();
   const plan::Job job{.model = a.model, .seq_length = a.train.seq_length,
-                      .global_batch_size = a.train.global_batch_size};
+                      .global_batch_size = a.train.global_batch_size, .freeze = a.train.freeze};
   plan::Constraints pins;
   pins.claw_trainer = true;
   const auto int_of = [&](const char* flag) { return static_cast<int>(parse_int(flag, given.value(flag))); };

@@ -63,10 +63,11 @@ void Embedding::forward(const StepCtx& ctx, const int32_t* tokens, float* out, S
 
 void Embedding::backward(const StepCtx& ctx, const int32_t* tokens, float* dout, Scratch& scratch) {
   const int64_t N = ctx.tokens(), R = tp_.rows(N), first = tp_.first_row(N);
+  float* dwpe = learned_pos_ ? position.gdata() : nullptr;
+  if (!word.grad.defined() && !dwpe) return;  // frozen: the gradient ends here
   if (ctx.training && dropout_ > 0)
     kernels::dropout_backward(ctx.cpu, dout, dout, R * C_, dropout_, RandomStream(ctx.seed, hash_name(kDropoutPurpose)),
                               (ctx.sample0 * ctx.T + first) * C_);
-  float* dwpe = learned_pos_ ? position.gdata() : nullptr;
   if (tp_.size() == 1) {
     kernels::embedding_backward(ctx.cpu, word.gdata(), dwpe, dout, tokens, ctx.B, ctx.T, C_, ctx.positions);
     return;

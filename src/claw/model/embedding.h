@@ -30,6 +30,7 @@ class Embedding {
   // out [R, C] (the rows held) from tokens [B, T].
   void forward(const StepCtx& ctx, const int32_t* tokens, float* out, Scratch& scratch) const;
   // dout [R, C] is consumed (dropout's backward is applied in place).
+  // Frozen word and position embeddings: nothing to do.
   void backward(const StepCtx& ctx, const int32_t* tokens, float* dout, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);

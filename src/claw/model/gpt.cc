@@ -129,6 +129,7 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
     if (p->spec.shard_dim < 0) p->spec.primary = tp_.rank() == 0;
   // The last stage's copy of tied word embeddings counts once, on the first stage.
   if (cfg_.tied() && stage_.post_process && !stage_.pre_process) embedding_.word.spec.primary = false;
+  for (Param* p : params()) p->spec.trainable = !matches_any(storage.freeze, p->spec.name);
   store_ = std::make_unique<ParamStore>(params(), storage);
   if (storage.device && !rope_.empty()) rope_.upload(*storage.device);
 
@@ -152,18 +153,23 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
     groups.push_back({"output_layer", {}});
     collect_output(groups.back().second);
   }
-  const auto& offsets = store_->offsets();
+  const std::vector<StoreRegion>& regions = store_->regions();
+  std::vector<int64_t> end(regions.size(), 0);  // per region: where the previous unit ended
   size_t k = 0;
-  int64_t end = 0;
   for (auto& [name, ps] : groups) {
-    Unit u{.name = name, .params = ps, .lo = end, .hi = end};
+    Unit u{.name = name, .params = ps};
+    for (size_t r = 0; r < regions.size(); ++r) u.ranges.push_back({end[r], end[r]});
+    std::vector<bool> seen(regions.size(), false);
     for (Param* p : ps) {
       CLAW_CHECK(store_->params()[k] == p, "unit {} is not contiguous in the parameter store", name);
-      u.hi = static_cast<int64_t>(offsets[k] / sizeof(float)) + p->spec.local_shape().numel();
+      const ParamSlot& at = store_->slot(k);
+      auto& [lo, hi] = u.ranges[at.region];
+      if (!seen[at.region]) lo = at.offset;
+      seen[at.region] = true;
+      hi = at.offset + p->spec.local_shape().numel();
       ++k;
     }
-    if (!ps.empty()) u.lo = static_cast<int64_t>(offsets[k - ps.size()] / sizeof(float));
-    end = u.hi;
+    for (size_t r = 0; r < regions.size(); ++r) end[r] = u.ranges[r].second;
     units_.push_back(std::move(u));
   }
 }

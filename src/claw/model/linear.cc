@@ -60,6 +60,7 @@ void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool
 }
 
 void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x) {
+  if (!weight.grad.defined() && !(has_bias_ && bias.grad.defined())) return;  // frozen
   if (ctx.defer_weight_grads) {
     ctx.defer_weight_grads->record(this, dy, x, ctx.tokens());
     return;

@@ -58,6 +58,7 @@ class Linear {
   void backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const;
   // dW += dy^T x, db += colsum(dy). Separate so a schedule may defer it:
   // with ctx.defer_weight_grads set, dy and x are copied there instead.
+  // A frozen weight or bias (unbound gradient) gets nothing.
   void backward_weight(const StepCtx& ctx, const float* dy, const float* x);
   // The weight-gradient GEMM itself, on `rows` rows.
   void apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows);

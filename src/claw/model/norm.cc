@@ -38,22 +38,24 @@ void NormLayer::backward(const StepCtx& ctx, const Saved& s, const float* x, con
   // This rank's rows give part of the weight gradients under SP: gather them
   // apart, sum over the group, then accumulate (the buffers may already hold
   // earlier micro-batches' sums, which must not be reduced again).
-  float* dw = tp_.sp() ? scratch.dnorm_w : weight.gdata();
-  float* db = tp_.sp() ? scratch.dnorm_w + C_ : (layernorm ? bias.gdata() : nullptr);
-  if (tp_.sp()) std::fill(scratch.dnorm_w, scratch.dnorm_w + 2 * C_, 0.0f);
+  // Frozen weight and bias: only dx (null gradients skip the sums, and under
+  // SP their reduction, which every TP rank skips alike).
+  const bool trains = weight.grad.defined() || (layernorm && bias.grad.defined());
+  const bool sp = tp_.sp() && trains;
+  float* dw = sp ? scratch.dnorm_w : weight.gdata();
+  float* db = sp ? scratch.dnorm_w + C_ : (layernorm ? bias.gdata() : nullptr);
+  if (sp) std::fill(scratch.dnorm_w, scratch.dnorm_w + 2 * C_, 0.0f);
   if (layernorm)
     kernels::layernorm_backward(ctx.cpu, dx, dw, db, dy, x, weight.data(), s.mean, s.rstd, rows, C_, accumulate);
   else
     kernels::rmsnorm_backward(ctx.cpu, dx, dw, dy, x, weight.data(), s.rstd, rows, C_, accumulate);
-  if (!tp_.sp()) return;
+  if (!sp) return;
   const int64_t n = layernorm ? 2 * C_ : C_;
   tp_.group->all_reduce(scratch.dnorm_w, n, DType::f32);
-  float* gw = weight.gdata();
-  for (int64_t c = 0; c < C_; ++c) gw[c] += dw[c];
-  if (layernorm) {
-    float* gb = bias.gdata();
+  if (float* gw = weight.gdata())
+    for (int64_t c = 0; c < C_; ++c) gw[c] += dw[c];
+  if (float* gb = layernorm ? bias.gdata() : nullptr)
     for (int64_t c = 0; c < C_; ++c) gb[c] += db[c];
-  }
 }
 
 void NormLayer::collect(std::vector<Param*>& out) {

@@ -54,7 +54,8 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
       vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, vocab_, rows);
     if (w) kernels::scale_rows(ctx.cpu, logits, w, rows, Vl);
     kernels::gemm(ctx.cpu, false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
-    kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
+    if (weight_->grad.defined())  // not frozen
+      kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
   }
   if (dloss_scale != 0) tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
   return kernels::sum(ctx.cpu, s.losses, N);

@@ -1,5 +1,7 @@
 #include "claw/model/param.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -8,28 +10,80 @@
 
 namespace claw::model {
 
-ArenaPlan ParamStore::plan(const std::vector<const ParamSpec*>& specs, const std::string& name) {
-  ArenaPlan plan(name);
-  for (const ParamSpec* s : specs)
-    plan.add(s->name, static_cast<size_t>(s->local_shape().numel()) * dtype_size(s->dtype));
-  return plan;
+namespace {
+int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+}  // namespace
+
+namespace {
+// A name to show in messages: a block's, where the model has blocks.
+std::string example(const std::vector<std::string>& names) {
+  for (const std::string& n : names)
+    if (n.rfind("layers.", 0) == 0) return n;
+  return names.empty() ? std::string() : names.front();
+}
+}  // namespace
+
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const std::string& p : patterns)
+    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  return false;
+}
+
+void check_patterns_match(const std::vector<std::string>& patterns, const std::vector<std::string>& names,
+                          const std::string& flag) {
+  for (const std::string& p : patterns) {
+    if (p.empty()) fail("{}: an empty pattern (give glob patterns over parameter names, comma-separated)", flag);
+    if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return matches_any({p}, n); }))
+      fail("{} '{}' matches no parameter of this model (names look like '{}'; '*' matches any characters)", flag, p,
+           example(names));
+  }
 }
 
 StoreLayout ParamStore::layout(const std::vector<const ParamSpec*>& specs, const StoreOptions& opts) {
   CLAW_CHECK(opts.shards >= 1 && opts.shard >= 0 && opts.shard < opts.shards, "shard {} of {}", opts.shard,
              opts.shards);
   CLAW_CHECK(!opts.shard_values || opts.shard_grads, "sharded values need sharded gradients");
-  const ArenaPlan flat = plan(specs, "parameters");
   StoreLayout l;
-  for (const auto& e : flat.entries()) l.offsets.push_back(e.offset);
-  const int64_t quantum = 16 * static_cast<int64_t>(opts.shards);  // 64-byte aligned shards
-  const int64_t floats = static_cast<int64_t>(flat.total() / sizeof(float));
-  l.total = (floats + quantum - 1) / quantum * quantum;
-  const int64_t S = l.total / opts.shards;
-  l.shard_lo = opts.shard * S;
-  l.shard_hi = l.shard_lo + S;
-  l.value_bytes = static_cast<size_t>(opts.shard_values ? S : l.total) * sizeof(float);
-  l.grad_bytes = static_cast<size_t>(opts.shard_grads ? S : l.total) * sizeof(float);
+  l.slots.resize(specs.size());
+  // Regions in order of first appearance, trainable before frozen, so that a
+  // store without frozen parameters is one region laid out as before.
+  for (bool trainable : {true, false}) {
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const ParamSpec& s = *specs[k];
+      if (s.trainable != trainable) continue;
+      CLAW_CHECK(s.reduction_group == "dp", "{}: reduction group '{}' is not available yet (only \"dp\")", s.name,
+                 s.reduction_group);
+      auto it = std::find_if(l.regions.begin(), l.regions.end(), [&](const StoreRegion& r) {
+        return r.trainable == trainable && r.group == s.reduction_group;
+      });
+      if (it == l.regions.end()) {
+        l.regions.push_back({.group = s.reduction_group, .trainable = trainable, .shards = opts.shards,
+                             .shard = opts.shard});
+        it = l.regions.end() - 1;
+      }
+      l.slots[k] = {.region = static_cast<int>(it - l.regions.begin()), .offset = it->total};
+      it->params.push_back(k);
+      const int64_t n = s.local_shape().numel();
+      it->total += align16(n);
+      if (!trainable) l.frozen_numel += n;
+    }
+  }
+  int64_t held_values = 0, held_grads = 0;
+  for (StoreRegion& r : l.regions) {
+    const int64_t quantum = 16 * static_cast<int64_t>(r.shards);  // 64-byte aligned shards
+    r.total = (r.total + quantum - 1) / quantum * quantum;
+    r.value_base = l.value_total;
+    r.value_held_base = held_values;
+    l.value_total += r.total;
+    held_values += opts.shard_values ? r.shard_size() : r.total;
+    if (!r.trainable) continue;
+    r.grad_base = l.grad_total;
+    r.grad_held_base = held_grads;
+    l.grad_total += r.total;
+    held_grads += opts.shard_grads ? r.shard_size() : r.total;
+  }
+  l.value_bytes = static_cast<size_t>(held_values) * sizeof(float);
+  l.grad_bytes = static_cast<size_t>(held_grads) * sizeof(float);
   return l;
 }
 
@@ -39,32 +93,49 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
     CLAW_CHECK(p->spec.dtype == DType::f32, "parameter {} must be f32 in the CPU trainer", p->spec.name);
     specs.push_back(&p->spec);
   }
-  StoreLayout l = layout(specs, opts_);
-  offsets_ = std::move(l.offsets);
-  total_ = l.total;
-  shard_lo_ = l.shard_lo;
-  shard_hi_ = l.shard_hi;
-  value_bytes_ = l.value_bytes;
-  grad_bytes_ = l.grad_bytes;
+  layout_ = layout(specs, opts_);
   if (!opts_.allocate) return;
   if (opts_.device && (opts_.shard_values || opts_.shard_grads))
     fail("--device cuda supports ZeRO stages 0 and 1 for now (sharded gradients and values stay on the CPU backend)");
-  values_ = Arena("parameters", value_bytes_, memory());
-  grads_ = Arena("gradients", grad_bytes_, memory());
+  values_ = Arena("parameters", layout_.value_bytes, memory());
+  grads_ = Arena("gradients", layout_.grad_bytes, memory());
   for (size_t i = 0; i < params_.size(); ++i) {
-    const size_t off = offsets_[i];
     const Shape local = params_[i]->spec.local_shape();
-    params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values_.base() + off, DType::f32, local);
-    params_[i]->grad = opts_.shard_grads ? Tensor() : Tensor(grads_.base() + off, DType::f32, local);
+    const StoreRegion& r = layout_.regions[layout_.slots[i].region];
+    const int64_t at = layout_.slots[i].offset;
+    params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values(layout_.slots[i].region) + at, DType::f32, local);
+    params_[i]->grad = opts_.shard_grads || !r.trainable ? Tensor()
+                                                         : Tensor(grads(layout_.slots[i].region) + at, DType::f32, local);
   }
 }
 
-float* ParamStore::value_shard() const {
-  return opts_.shard_values ? values_.ptr<float>(0) : values_.ptr<float>(0) + shard_lo_;
+int64_t ParamStore::value_offset(size_t k) const {
+  return regions()[slot(k).region].value_base + slot(k).offset;
 }
 
-float* ParamStore::grad_shard() const {
-  return opts_.shard_grads ? grads_.ptr<float>(0) : grads_.ptr<float>(0) + shard_lo_;
+int64_t ParamStore::grad_offset(size_t k) const {
+  const StoreRegion& r = regions()[slot(k).region];
+  return r.trainable ? r.grad_base + slot(k).offset : -1;
+}
+
+float* ParamStore::values(int r) const {
+  return opts_.shard_values ? nullptr : values_.ptr<float>(0) + regions()[r].value_base;
+}
+
+float* ParamStore::grads(int r) const {
+  const StoreRegion& g = regions()[r];
+  return opts_.shard_grads || !g.trainable ? nullptr : grads_.ptr<float>(0) + g.grad_base;
+}
+
+float* ParamStore::value_shard(int r) const {
+  const StoreRegion& g = regions()[r];
+  return values_.ptr<float>(0) + (opts_.shard_values ? g.value_held_base : g.value_base + g.shard_lo());
+}
+
+float* ParamStore::grad_shard(int r) const {
+  const StoreRegion& g = regions()[r];
+  if (!g.trainable) return nullptr;
+  return grads_.ptr<float>(0) + (opts_.shard_grads ? g.grad_held_base : g.grad_base + g.shard_lo());
 }
 
 int64_t ParamStore::numel() const {
@@ -78,6 +149,7 @@ const MemoryResource& ParamStore::memory() const {
 }
 
 void ParamStore::zero_grads() {
+  if (grads_.size() == 0) return;
   if (opts_.device)
     kernels::cuda::fill_zero(opts_.device->ctx(), grads_.base(), grads_.size());
   else
@@ -86,31 +158,38 @@ void ParamStore::zero_grads() {
 
 void ParamStore::values_to_host(float* out) const {
   if (opts_.device)
-    kernels::cuda::copy_to_host(opts_.device->ctx(), out, values_.base(), value_bytes_);
+    kernels::cuda::copy_to_host(opts_.device->ctx(), out, values_.base(), layout_.value_bytes);
   else
-    std::memcpy(out, values_.base(), value_bytes_);
+    std::memcpy(out, values_.base(), layout_.value_bytes);
 }
 
 void ParamStore::values_from_host(const float* in) {
   if (opts_.device)
-    kernels::cuda::copy_to_device(opts_.device->ctx(), values_.base(), in, value_bytes_);
+    kernels::cuda::copy_to_device(opts_.device->ctx(), values_.base(), in, layout_.value_bytes);
   else
-    std::memcpy(values_.base(), in, value_bytes_);
+    std::memcpy(values_.base(), in, layout_.value_bytes);
 }
 
 void ParamStore::init(const CpuCtx& ctx_in, uint64_t seed) {
-  // On a GPU the values are drawn on the host (the same Philox numbers) and copied over.
+  // On a GPU the values are drawn into host memory (the same Philox numbers)
+  // laid out as the device buffer, then copied over in one piece.
   Arena staging;
-  if (opts_.device) staging = Arena("parameters (host staging)", value_bytes_);
+  if (opts_.device) staging = Arena("parameters (host staging)", layout_.value_bytes);
+  auto host = [&](float* p) {
+    if (!opts_.device) return p;
+    return reinterpret_cast<float*>(staging.base() + (reinterpret_cast<uint8_t*>(p) - values_.base()));
+  };
   CpuCtx ctx = ctx_in;
   ctx.gpu = nullptr;
-  // The flat range this rank holds, and where it starts in memory.
-  const int64_t lo = opts_.shard_values ? shard_lo_ : 0, hi = opts_.shard_values ? shard_hi_ : total_;
-  float* base = (opts_.device ? staging.ptr<float>(0) : values_.ptr<float>(0)) - lo;
   for (size_t k = 0; k < params_.size(); ++k) {
     const ParamSpec& s = params_[k]->spec;
-    const int64_t n = s.local_shape().numel(), off = static_cast<int64_t>(offsets_[k] / sizeof(float));
-    const int64_t b = std::max(lo, off), e = std::min(hi, off + n);  // global flat elements held here
+    const int r = slot(k).region;
+    const StoreRegion& g = regions()[r];
+    // The region's range this rank holds, and where the region starts in memory.
+    const int64_t lo = opts_.shard_values ? g.shard_lo() : 0, hi = opts_.shard_values ? g.shard_hi() : g.total;
+    float* base = opts_.shard_values ? host(value_shard(r)) - lo : host(values(r));
+    const int64_t n = s.local_shape().numel(), off = slot(k).offset;
+    const int64_t b = std::max(lo, off), e = std::min(hi, off + n);  // region elements held here
     if (b >= e) continue;
     float* v = base + off;  // element i of the parameter is v[i], for i in [b - off, e - off)
     // Rows past init_rows (global rows) are zero; Philox is keyed by the
@@ -140,8 +219,13 @@ void ParamStore::init(const CpuCtx& ctx_in, uint64_t seed) {
 std::vector<Segment> ParamStore::full_segments() const {
   CLAW_CHECK(!opts_.shard_values && !opts_.shard_grads, "full segments of a sharded store");
   std::vector<Segment> out;
-  for (const Param* p : params_)
-    out.push_back({.param = p, .value = p->data(), .grad = p->gdata(), .n = p->spec.local_shape().numel()});
+  for (const StoreRegion& r : regions()) {
+    if (!r.trainable) continue;
+    for (size_t k : r.params) {
+      const Param* p = params_[k];
+      out.push_back({.param = p, .value = p->data(), .grad = p->gdata(), .n = p->spec.local_shape().numel()});
+    }
+  }
   return out;
 }
 

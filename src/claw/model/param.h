@@ -2,19 +2,26 @@
 //
 // A ParamSpec says what a parameter *is* independently of how it is stored:
 // canonical name, global shape, dtype, whether weight decay applies, how it
-// is initialised, how this rank holds it, and where it lives in a Hugging
-// Face checkpoint. ZeRO ranges, weight decay, checkpoints, HF import/export
-// and the planner's memory accounting all read it; nothing is addressed by
+// is initialised, how this rank holds it, whether it trains, over which
+// group its gradients are reduced, and where it lives in a Hugging Face
+// checkpoint. ZeRO ranges, weight decay, checkpoints, HF import/export and
+// the planner's memory accounting all read it; nothing is addressed by
 // position (STYLE.md #8).
 //
 // ParamStore lays all parameters of a model out in one flat, 64-byte aligned
-// value buffer, with gradients at the same offsets in a second buffer (the
-// llm.c single buffer, generalised): the optimizer, gradient norm and future
-// bucketed all-reduce work on ranges of these flat buffers.
+// value buffer and the trainable ones in a flat gradient buffer (the llm.c
+// single buffer, generalised): the optimizer, gradient norm and bucketed
+// all-reduce work on ranges of these flat buffers. The buffers are cut into
+// regions (StoreRegion): the trainable parameters of each reduction group,
+// then the frozen ones. Within a trainable region a parameter's value and
+// gradient sit at the same offset, so ZeRO's ranges of one region are the
+// same for values, gradients and optimizer state; frozen parameters have no
+// gradient and never reach the optimizer.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "claw/core/arena.h"
@@ -60,6 +67,16 @@ struct ParamSpec {
   // values (TP rank 0 for replicated parameters, the first rank of a
   // replicated KV group's ranks), true everywhere without TP.
   bool primary = true;
+  // Whether it trains (claw train --freeze). A frozen parameter gets no
+  // gradient buffer and no optimizer state, and layers skip its
+  // weight-gradient work (input gradients still flow through it).
+  bool trainable = true;
+  // The group its gradients are summed over and its ZeRO state is sharded
+  // across: "dp" (the data-parallel ranks). Context parallelism ("dp_cp")
+  // and MoE experts ("expert_dp") will add their groups here.
+  std::string reduction_group = "dp";
+  // MoE: the expert of its layer this parameter belongs to (-1: dense).
+  int expert = -1;
 
   // Makes this rank hold slice `index` of `count` along `dim` over `group`.
   void split(int dim, int count, int index, std::string group) {
@@ -85,7 +102,7 @@ struct ParamSpec {
 struct Param {
   ParamSpec spec;
   Tensor value;  // bound by ParamStore
-  Tensor grad;
+  Tensor grad;   // unbound (null) for a frozen parameter
   float* data() const { return value.data<float>(); }
   float* gdata() const { return grad.data<float>(); }
 };
@@ -101,15 +118,15 @@ struct Segment {
   int64_t begin = 0;  // offset of value[0] among the parameter's local elements (checkpoints)
 };
 
-// How a ParamStore holds its flat buffers. The flat layout (offsets) is the
-// same everywhere; its length is padded to a multiple of 16 x shards so that
-// each of the `shards` ranks of a data-parallel group owns the equal range
-// [shard * S, (shard + 1) * S) (ZeRO's partition; padding instead of
-// refusing odd sizes). With shard_values / shard_grads a rank allocates only
-// its range of that buffer; the parameters' tensors are then unbound until
-// the data-parallel engine binds them to gathered or staging memory.
+// How a ParamStore holds its flat buffers. Each region's flat layout is
+// padded to a multiple of 16 x shards so that each of the `shards` ranks of
+// its group owns the equal range [shard * S, (shard + 1) * S) (ZeRO's
+// partition; padding instead of refusing odd sizes). With shard_values /
+// shard_grads a rank allocates only its range of each region of that buffer;
+// the parameters' tensors are then unbound until the data-parallel engine
+// binds them to gathered or staging memory.
 struct StoreOptions {
-  int shards = 1;
+  int shards = 1;  // ranks of the "dp" reduction group, and this rank's place in it
   int shard = 0;
   bool shard_values = false;  // ZeRO-3
   bool shard_grads = false;   // ZeRO-2 and 3
@@ -119,45 +136,89 @@ struct StoreOptions {
   // Non-null: values and gradients live in this GPU's memory (--device
   // cuda), and so do the model's activations; null: host memory.
   const kernels::cuda::Device* device = nullptr;
+  // Glob patterns (fnmatch) over canonical names of the parameters that do
+  // not train (--freeze); the GPT sets ParamSpec::trainable from them.
+  std::vector<std::string> freeze;
+};
+
+// Whether `name` matches one of the glob patterns.
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name);
+// Throws claw::Error naming the first pattern that matches none of `names`
+// (`flag` names the option in the message).
+void check_patterns_match(const std::vector<std::string>& patterns, const std::vector<std::string>& names,
+                          const std::string& flag);
+
+// A region of the store: the trainable parameters of one reduction group, or
+// the frozen ones. Its own flat layout (parameters in store order, 64-byte
+// aligned, padded to 16 x shards) is split into equal shards over the
+// group's ranks. Coordinates inside a region are floats from its start.
+struct StoreRegion {
+  std::string group = "dp";  // the reduction group whose ranks share it
+  bool trainable = true;
+  int shards = 1, shard = 0;
+  std::vector<size_t> params;  // indices into the store's parameters, in order
+  int64_t total = 0;           // floats, padded
+  // Where it starts: in the whole value layout, and in this rank's value
+  // buffer (its shard's start when values are sharded); likewise for
+  // gradients (-1: frozen, none).
+  int64_t value_base = 0, value_held_base = 0;
+  int64_t grad_base = -1, grad_held_base = -1;
+  int64_t shard_size() const { return total / shards; }
+  int64_t shard_lo() const { return shard * shard_size(); }
+  int64_t shard_hi() const { return shard_lo() + shard_size(); }
+};
+
+// Where a parameter lives: its region and its offset there (floats).
+struct ParamSlot {
+  int region = 0;
+  int64_t offset = 0;
 };
 
 // The flat layout of a store (pure): what ParamStore allocates and the
 // planner counts.
 struct StoreLayout {
-  std::vector<size_t> offsets;  // bytes, per parameter in order
-  int64_t total = 0;            // floats, padded to 16 x shards
-  int64_t shard_lo = 0, shard_hi = 0;
-  size_t value_bytes = 0, grad_bytes = 0;  // what this rank holds of each buffer
+  std::vector<StoreRegion> regions;  // trainable regions first, then frozen ones
+  std::vector<ParamSlot> slots;      // per parameter, in order
+  int64_t value_total = 0, grad_total = 0;  // floats of the whole value / gradient layouts
+  size_t value_bytes = 0, grad_bytes = 0;   // what this rank holds of each buffer
+  int64_t frozen_numel = 0;                 // elements of frozen parameters (no alignment padding)
 };
 
 class ParamStore {
  public:
-  // Plans offsets for `params` (in the given order) and allocates the value
-  // and gradient buffers; binds each Param's tensors to the full buffers.
+  // Plans the regions for `params` (in the given order) and allocates the
+  // value and gradient buffers; binds each Param's tensors to the full
+  // buffers (a frozen parameter's gradient stays unbound).
   explicit ParamStore(std::vector<Param*> params, StoreOptions opts = {});
 
   // The layout as a pure function of the specs (for the memory plan).
-  static ArenaPlan plan(const std::vector<const ParamSpec*>& specs, const std::string& name);
   static StoreLayout layout(const std::vector<const ParamSpec*>& specs, const StoreOptions& opts);
 
   const std::vector<Param*>& params() const { return params_; }
   const StoreOptions& options() const { return opts_; }
-  // Offsets into the flat buffers, parallel to params(), in bytes.
-  const std::vector<size_t>& offsets() const { return offsets_; }
-  // Flat length in floats (padded to the shard count) and this rank's range of it.
-  int64_t total() const { return total_; }
-  int64_t shard_lo() const { return shard_lo_; }
-  int64_t shard_hi() const { return shard_hi_; }
+  const std::vector<StoreRegion>& regions() const { return layout_.regions; }
+  const ParamSlot& slot(size_t k) const { return layout_.slots[k]; }
+  // Parameter k's first element in the whole value / gradient layout (floats; -1: frozen).
+  int64_t value_offset(size_t k) const;
+  int64_t grad_offset(size_t k) const;
+  // Floats of the whole value and gradient layouts.
+  int64_t total() const { return layout_.value_total; }
+  int64_t grad_total() const { return layout_.grad_total; }
   // Full buffers (null when sharded).
   float* values() const { return opts_.shard_values ? nullptr : values_.ptr<float>(0); }
   float* grads() const { return opts_.shard_grads ? nullptr : grads_.ptr<float>(0); }
-  // This rank's range [shard_lo, shard_hi) of each buffer (in the full buffer when not sharded).
-  float* value_shard() const;
-  float* grad_shard() const;
-  size_t bytes() const { return static_cast<size_t>(total_) * sizeof(float); }  // one full buffer
-  size_t value_bytes() const { return value_bytes_; }  // held by this rank (allocated unless planning)
-  size_t grad_bytes() const { return grad_bytes_; }
+  // Region r's element 0 in the full buffers (null when sharded).
+  float* values(int r) const;
+  float* grads(int r) const;
+  // This rank's range [shard_lo, shard_hi) of region r in each buffer (in the
+  // full buffer when not sharded).
+  float* value_shard(int r) const;
+  float* grad_shard(int r) const;
+  size_t bytes() const { return static_cast<size_t>(total()) * sizeof(float); }  // the whole value buffer
+  size_t value_bytes() const { return layout_.value_bytes; }  // held by this rank (allocated unless planning)
+  size_t grad_bytes() const { return layout_.grad_bytes; }
   int64_t numel() const;  // parameters, excluding alignment padding
+  int64_t frozen_numel() const { return layout_.frozen_numel; }
 
   // Zeroes the gradient buffer this rank holds (full or shard).
   void zero_grads();
@@ -172,15 +233,13 @@ class ParamStore {
   // rank holds (all, or its shard).
   void init(const CpuCtx& ctx, uint64_t seed);
   Param* find(const std::string& name) const;
-  // One segment per parameter (full buffers only).
+  // One segment per trainable parameter (full buffers only).
   std::vector<Segment> full_segments() const;
 
  private:
   std::vector<Param*> params_;
-  std::vector<size_t> offsets_;
   StoreOptions opts_;
-  int64_t total_ = 0, shard_lo_ = 0, shard_hi_ = 0;
-  size_t value_bytes_ = 0, grad_bytes_ = 0;
+  StoreLayout layout_;
   Arena values_, grads_;
 };
 

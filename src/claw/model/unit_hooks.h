@@ -7,7 +7,8 @@
 // stage (gpt.h's PipelineStage) has the units of what it holds, numbered
 // from 0 in the same order; its output layer unit holds its copy of the tied
 // word embeddings when the embedding is on another stage. A unit's
-// parameters are contiguous in the ParamStore's flat buffers.
+// parameters are contiguous in each region of the ParamStore (its trainable
+// parameters in a trainable region, its frozen ones in a frozen region).
 //
 // The model calls, for each unit, in a fixed order (GPT::use_order,
 // GPT::grad_order):
@@ -23,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "claw/model/param.h"
@@ -32,7 +34,10 @@ namespace claw::model {
 struct Unit {
   std::string name;
   std::vector<Param*> params;
-  int64_t lo = 0, hi = 0;  // flat range in floats, [lo, hi)
+  // Per store region (ParamStore::regions()): the unit's range [lo, hi) in
+  // that region's coordinates (floats), lo == hi where it has no parameter.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t size(int region) const { return ranges[region].second - ranges[region].first; }
 };
 
 class UnitHooks {

@@ -90,7 +90,7 @@ void vocab_parallel_embedding_forward(const CpuCtx& ctx, comm::Group& tp, T* out
 template <typename T>
 void vocab_parallel_embedding_backward(const CpuCtx& ctx, T* dw_local, const T* dout, const int32_t* tokens,
                                        const VocabShard& shard, int64_t N, int64_t C) {
-  local_scatter_add(ctx, dw_local, dout, tokens, shard, N, C);
+  if (dw_local) local_scatter_add(ctx, dw_local, dout, tokens, shard, N, C);
 }
 
 template <typename T>
@@ -111,7 +111,7 @@ void vocab_parallel_embedding_backward_sp(const CpuCtx& ctx, comm::Group& tp, T*
   // The Group's in-place all-gather: a null send buffer, the piece already in place.
   const T* send = dout_piece == work + tp.rank() * piece ? nullptr : dout_piece;
   tp.all_gather(send, work, piece, dtype_of<T>::value);
-  local_scatter_add(ctx, dw_local, work, tokens, shard, N, C);
+  if (dw_local) local_scatter_add(ctx, dw_local, work, tokens, shard, N, C);
 }
 
 template <typename T>

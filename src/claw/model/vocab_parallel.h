@@ -89,7 +89,8 @@ template <typename T>
 void vocab_parallel_embedding_forward(const CpuCtx& ctx, comm::Group& tp, T* out, const int32_t* tokens,
                                       const T* w_local, const VocabShard& shard, int64_t N, int64_t C);
 
-// dw_local [Vl, C] accumulates; dout [N, C]. Local: no communication.
+// dw_local [Vl, C] accumulates (null: frozen, nothing to do); dout [N, C].
+// Local: no communication.
 // Threads split the channels, so each row's sum is taken in token order
 // (the single-rank kernel's order: its rows are bitwise the same).
 template <typename T>
@@ -105,7 +106,8 @@ void vocab_parallel_embedding_forward_sp(const CpuCtx& ctx, comm::Group& tp, T* 
                                          int64_t C);
 // dout_piece [N/TP, C]: the gradient of this rank's rows; work [N, C] receives
 // the gathered gradient (dout_piece may already sit at work + r N/TP C: MPI's
-// in-place all-gather, no copy). dw_local accumulates. Collective over tp.
+// in-place all-gather, no copy). dw_local accumulates (null: frozen; `work`
+// still receives the whole gradient). Collective over tp.
 template <typename T>
 void vocab_parallel_embedding_backward_sp(const CpuCtx& ctx, comm::Group& tp, T* dw_local, T* work,
                                           const T* dout_piece, const int32_t* tokens, const VocabShard& shard,

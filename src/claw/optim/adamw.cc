@@ -38,12 +38,16 @@ int64_t state_floats(const std::vector<Segment>& segs) {
 AdamW::AdamW(std::vector<Segment> segments, AdamWConfig cfg, const MemoryResource& memory)
     : segments_(std::move(segments)),
       cfg_(cfg),
-      m_("adam.exp_avg", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float), memory),
-      v_("adam.exp_avg_sq", static_cast<size_t>(std::max<int64_t>(1, state_floats(segments_))) * sizeof(float),
-         memory) {
+      m_("adam.exp_avg", static_cast<size_t>(state_floats(segments_)) * sizeof(float), memory),
+      v_("adam.exp_avg_sq", static_cast<size_t>(state_floats(segments_)) * sizeof(float), memory) {
   cfg_.validate();
   int64_t total = 0;
   state_offsets_ = state_layout(segments_, &total);
+}
+
+const std::vector<std::string>& AdamW::state_names() {
+  static const std::vector<std::string> names = {"exp_avg", "exp_avg_sq"};
+  return names;
 }
 
 double AdamW::grad_sum_squares(const CpuCtx& ctx) const {

@@ -10,10 +10,15 @@
 // arithmetic in parallel/data_parallel.h), so the state it holds is its
 // shard's. The global norm is sqrt(sum of sum_squares(grad)) over every
 // rank's segments: the local sum here, one all-reduce by the caller.
+// Frozen parameters are never segments, so they have no state here.
 // Defaults are Megatron's.
+//
+// The optimizer names its state (state_names(): one tensor per name and
+// segment); checkpoints store it as "optim.<state name>.<parameter>".
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "claw/core/arena.h"
@@ -52,6 +57,10 @@ class AdamW {
   // Resuming from a checkpoint: the bias corrections continue from `steps`.
   void set_steps_taken(int64_t steps) { step_ = steps; }
   const std::vector<Segment>& segments() const { return segments_; }
+  // The per-element state it keeps, by name: {"exp_avg", "exp_avg_sq"}.
+  static const std::vector<std::string>& state_names();
+  // State `s` (an index into state_names()) of segment i: segments()[i].n floats.
+  float* state(size_t s, size_t i) const { return (s == 0 ? exp_avg() : exp_avg_sq()) + state_offsets_[i]; }
   // Segment i's moments.
   float* exp_avg(size_t i) const { return exp_avg() + state_offsets_[i]; }
   float* exp_avg_sq(size_t i) const { return exp_avg_sq() + state_offsets_[i]; }

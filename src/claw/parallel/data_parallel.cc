@@ -57,22 +57,38 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
   if (cfg_.bucket_size == 0) cfg_.bucket_size = std::max<int64_t>(40'000'000, 1'000'000 * int64_t{dp.size()});
 
   const int U = static_cast<int>(units_.size());
-  bucket_of_unit_.assign(U, -1);
-  if (cfg_.zero_stage <= 1) {
-    // Buckets of whole units from the output end; the last bucket reaches
-    // the end of the padded buffer so that the all-reduce covers it all.
-    int64_t hi = store_.total(), lo = hi;
-    for (int u = U - 1; u >= 0; --u) {
-      if (units_[u].params.empty()) continue;
-      lo = units_[u].lo;
-      bucket_of_unit_[u] = static_cast<int>(buckets_.size());
-      if (hi - lo >= cfg_.bucket_size || u == 0) {
-        buckets_.push_back({u == 0 ? 0 : lo, hi});
-        hi = lo;
+  const auto& params = store_.params();
+  for (const model::Unit& u : units_) {
+    unit_params_.emplace_back();
+    for (const model::Param* p : u.params)
+      unit_params_.back().push_back(static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin()));
+  }
+  const auto& regions = store_.regions();
+  for (size_t r = 0; r < regions.size(); ++r) {
+    // Only the data-parallel group exists yet (ParamStore::layout refuses others).
+    CLAW_CHECK(regions[r].group == "dp", "no communication group for reduction group '{}'", regions[r].group);
+    RegionSync sync{.group = &dp_, .trainable = regions[r].trainable};
+    sync.bucket_of_unit.assign(U, -1);
+    if (sync.trainable && cfg_.zero_stage <= 1) {
+      // Buckets of whole units from the output end; the last bucket reaches
+      // both ends of the padded region so that the all-reduces cover it all.
+      int first = U;
+      for (int u = U - 1; u >= 0; --u)
+        if (units_[u].size(static_cast<int>(r)) > 0) first = u;
+      int64_t hi = regions[r].total, lo = hi;
+      for (int u = U - 1; u >= first; --u) {
+        if (units_[u].size(static_cast<int>(r)) == 0) continue;
+        lo = units_[u].ranges[r].first;
+        sync.bucket_of_unit[u] = static_cast<int>(sync.buckets.size());
+        if (hi - lo >= cfg_.bucket_size || u == first) {
+          sync.buckets.push_back({u == first ? 0 : lo, hi});
+          hi = lo;
+        }
       }
+      sync.pending_units.assign(sync.buckets.size(), 0);
+      sync.bucket_work.resize(sync.buckets.size());
     }
-    pending_units_.assign(buckets_.size(), 0);
-    bucket_work_.resize(buckets_.size());
+    regions_.push_back(std::move(sync));
   }
   open_slot_.assign(U, -1);
   resident_.resize(U);
@@ -92,53 +108,75 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
 
 DataParallel::~DataParallel() { model_.set_hooks(nullptr); }
 
+int64_t DataParallel::slot_offset(const model::ParamStore& store, const model::Unit& u, int r, bool grads) {
+  int64_t at = 0;
+  for (int q = 0; q < r; ++q)
+    if (!grads || store.regions()[q].trainable) at += u.size(q);
+  return at;
+}
+
+int64_t DataParallel::slot_size(const model::ParamStore& store, const model::Unit& u, bool grads) {
+  return slot_offset(store, u, static_cast<int>(store.regions().size()), grads);
+}
+
 // Replays one micro-batch's use and gradient orders through unbounded
 // allocators with the run's rules (see before_use, grads_begin, retire).
 DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const DataParallelConfig& cfg) {
   const model::ParamStore& store = model.store();
   const std::vector<model::Unit>& units = model.units();
-  auto size = [&](int u) { return units[u].hi - units[u].lo; };
+  const auto& regions = store.regions();
+  const auto values_size = [&](int u) { return slot_size(store, units[u], false); };
+  const auto grads_size = [&](int u) { return slot_size(store, units[u], true); };
   DataParallelMemory m;
   m.values = store.value_bytes();
   m.grads = store.grad_bytes();
   // AdamW's exp_avg + exp_avg_sq over this rank's segments (segments()).
   int64_t state = 0;
-  const int64_t lo = cfg.zero_stage == 0 ? 0 : store.shard_lo(), hi = cfg.zero_stage == 0 ? store.total() : store.shard_hi();
-  for (size_t k = 0; k < store.params().size(); ++k) {
-    const int64_t off = static_cast<int64_t>(store.offsets()[k] / sizeof(float));
-    const int64_t b = std::max(lo, off), e = std::min(hi, off + store.params()[k]->spec.local_shape().numel());
-    if (b < e) state += align16(e - b);
+  for (const model::StoreRegion& g : regions) {
+    if (!g.trainable) continue;
+    const int64_t lo = cfg.zero_stage == 0 ? 0 : g.shard_lo(), hi = cfg.zero_stage == 0 ? g.total : g.shard_hi();
+    for (size_t k : g.params) {
+      const int64_t off = store.slot(k).offset;
+      const int64_t b = std::max(lo, off), e = std::min(hi, off + store.params()[k]->spec.local_shape().numel());
+      if (b < e) state += align16(e - b);
+    }
   }
   m.optimizer = 2 * static_cast<size_t>(state) * sizeof(float);
   const int64_t bucket = cfg.bucket_size > 0 ? cfg.bucket_size
                                              : std::max<int64_t>(40'000'000, 1'000'000 * int64_t{store.options().shards});
-  if (cfg.zero_stage <= 1) {  // the constructor's buckets: whole units from the output end
-    int64_t hi = store.total();
-    for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
-      if (units[u].params.empty()) continue;
-      if (hi - units[u].lo >= bucket || u == 0) {
-        const int64_t lo = u == 0 ? 0 : units[u].lo;
-        m.largest_all_reduce = std::max(m.largest_all_reduce, hi - lo);
-        hi = lo;
+  const int U = static_cast<int>(units.size());
+  for (int r = 0; r < static_cast<int>(regions.size()); ++r) {
+    if (!regions[r].trainable) continue;
+    if (cfg.zero_stage <= 1) {  // the constructor's buckets: whole units from the output end
+      int first = U;
+      for (int u = U - 1; u >= 0; --u)
+        if (units[u].size(r) > 0) first = u;
+      int64_t hi = regions[r].total;
+      for (int u = U - 1; u >= first; --u) {
+        if (units[u].size(r) == 0) continue;
+        if (hi - units[u].ranges[r].first >= bucket || u == first) {
+          const int64_t lo = u == first ? 0 : units[u].ranges[r].first;
+          m.largest_all_reduce = std::max(m.largest_all_reduce, hi - lo);
+          hi = lo;
+        }
       }
+    } else {
+      for (int u = 0; u < U; ++u) m.largest_reduce_scatter = std::max(m.largest_reduce_scatter, std::min(units[u].size(r), bucket));
     }
-  } else {
-    for (int u = 0; u < static_cast<int>(units.size()); ++u)
-      m.largest_reduce_scatter = std::max(m.largest_reduce_scatter, std::min(size(u), bucket));
   }
   if (cfg.zero_stage >= 2) {
     SlotAllocator a;
     std::vector<int64_t> open(units.size(), -1);
     std::deque<int64_t> inflight;
     for (const auto& ev : model.grad_order()) {
-      if (size(ev.unit) == 0) continue;
+      if (grads_size(ev.unit) == 0) continue;
       if (ev.begin) {
         if (open[ev.unit] >= 0) continue;
         while (static_cast<int>(inflight.size()) >= cfg.max_inflight_reductions) {
           a.release(inflight.front());
           inflight.pop_front();
         }
-        open[ev.unit] = a.allocate(size(ev.unit));
+        open[ev.unit] = a.allocate(grads_size(ev.unit));
       } else {
         inflight.push_back(open[ev.unit]);
         open[ev.unit] = -1;
@@ -158,9 +196,9 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
       const std::vector<int> order = model.use_order(training);
       for (size_t i = 0; i < order.size(); ++i) {
         const int u = order[i];
-        if (res[u] < 0) res[u] = a.allocate(size(u));
+        if (res[u] < 0) res[u] = a.allocate(values_size(u));
         if (cfg.overlap_param_gather && i + 1 < order.size() && res[order[i + 1]] < 0)
-          res[order[i + 1]] = a.allocate(size(order[i + 1]));
+          res[order[i + 1]] = a.allocate(values_size(order[i + 1]));
         a.release(res[u]);
         res[u] = -1;
       }
@@ -171,46 +209,56 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
   return m;
 }
 
-
 std::vector<model::Segment> DataParallel::segments() const {
-  if (cfg_.zero_stage == 0) return store_.full_segments();
-  const int64_t lo = store_.shard_lo(), hi = store_.shard_hi();
-  float* values = cfg_.zero_stage >= 3 ? store_.value_shard() - lo : store_.values();
-  float* grads = cfg_.zero_stage >= 2 ? store_.grad_shard() - lo : store_.grads();
   std::vector<model::Segment> out;
   const auto& params = store_.params();
-  for (size_t k = 0; k < params.size(); ++k) {
-    const int64_t off = static_cast<int64_t>(store_.offsets()[k] / sizeof(float));
-    const int64_t b = std::max(lo, off), e = std::min(hi, off + params[k]->spec.local_shape().numel());
-    if (b < e) out.push_back({.param = params[k], .value = values + b, .grad = grads + b, .n = e - b, .begin = b - off});
+  const auto& regions = store_.regions();
+  for (int r = 0; r < static_cast<int>(regions.size()); ++r) {
+    const model::StoreRegion& g = regions[r];
+    if (!g.trainable) continue;
+    const int64_t lo = cfg_.zero_stage == 0 ? 0 : g.shard_lo(), hi = cfg_.zero_stage == 0 ? g.total : g.shard_hi();
+    float* values = cfg_.zero_stage >= 3 ? store_.value_shard(r) - lo : store_.values(r);
+    float* grads = cfg_.zero_stage >= 2 ? store_.grad_shard(r) - lo : store_.grads(r);
+    for (size_t k : g.params) {
+      const int64_t off = store_.slot(k).offset;
+      const int64_t b = std::max(lo, off), e = std::min(hi, off + params[k]->spec.local_shape().numel());
+      if (b < e)
+        out.push_back({.param = params[k], .value = values + b, .grad = grads + b, .n = e - b, .begin = b - off});
+    }
   }
   return out;
 }
 
-std::vector<int64_t> DataParallel::counts_of(int64_t lo, int64_t hi) const {
-  const int64_t S = store_.total() / dp_.size();
-  std::vector<int64_t> c(dp_.size());
-  for (int r = 0; r < dp_.size(); ++r) c[r] = std::max<int64_t>(0, std::min(hi, (r + 1) * S) - std::max(lo, r * S));
+std::vector<int64_t> DataParallel::counts_of(int r, int64_t lo, int64_t hi) const {
+  const model::StoreRegion& g = store_.regions()[r];
+  const int64_t S = g.shard_size();
+  std::vector<int64_t> c(g.shards);
+  for (int q = 0; q < g.shards; ++q) c[q] = std::max<int64_t>(0, std::min(hi, (q + 1) * S) - std::max(lo, q * S));
   return c;
 }
 
-// Points the unit's parameters' value (or gradient) tensors into `base`,
-// which holds the unit's flat range; null unbinds them.
-void DataParallel::bind(int unit, float* base, Tensor model::Param::*which) {
+void DataParallel::bind(int unit, float* base, bool grads) {
   const model::Unit& u = units_[unit];
-  const auto& params = store_.params();
-  for (model::Param* p : u.params) {
-    const size_t k = static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin());
-    const int64_t at = static_cast<int64_t>(store_.offsets()[k] / sizeof(float)) - u.lo;
-    p->*which = base ? Tensor(base + at, DType::f32, p->spec.local_shape()) : Tensor();
+  for (size_t j = 0; j < u.params.size(); ++j) {
+    model::Param* p = u.params[j];
+    const model::ParamSlot& at = store_.slot(unit_params_[unit][j]);
+    Tensor& t = grads ? p->grad : p->value;
+    if (!base || (grads && !store_.regions()[at.region].trainable)) {
+      t = Tensor();
+      continue;
+    }
+    const int64_t pos = slot_offset(store_, u, at.region, grads) + at.offset - u.ranges[at.region].first;
+    t = Tensor(base + pos, DType::f32, p->spec.local_shape());
   }
 }
 
 void DataParallel::begin_step() {
   store_.zero_grads();
-  for (int& n : pending_units_) n = 0;
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (bucket_of_unit_[u] >= 0) ++pending_units_[bucket_of_unit_[u]];
+  for (RegionSync& g : regions_) {
+    for (int& n : g.pending_units) n = 0;
+    for (int b : g.bucket_of_unit)
+      if (b >= 0) ++g.pending_units[b];
+  }
   grad_wait_s_ = gather_wait_s_ = 0;
 }
 
@@ -228,15 +276,18 @@ void DataParallel::begin_pass(bool training) {
 void DataParallel::issue_gather(int unit) {
   const model::Unit& u = units_[unit];
   Gathered& g = resident_[unit];
-  g.slot = gather_alloc_.allocate(u.hi - u.lo);
+  g.slot = gather_alloc_.allocate(slot_size(store_, u, false));
   CLAW_CHECK(g.slot >= 0, "gather slots exhausted for unit {} (plan {} floats)", u.name, gather_capacity_);
-  float* dst = gathered_.ptr<float>(0) + g.slot;
-  // This rank's part of the unit goes in place; the gather fills the rest.
-  const int64_t S = store_.total() / dp_.size(), r = dp_.rank();
-  const int64_t b = std::max(u.lo, r * S), e = std::min(u.hi, (r + 1) * S);
-  if (b < e) std::memcpy(dst + (b - u.lo), store_.value_shard() + (b - r * S), (e - b) * sizeof(float));
-  const std::vector<int64_t> counts = counts_of(u.lo, u.hi);
-  g.work = dp_.all_gather_async(nullptr, dst, counts, DType::f32);
+  for (int r = 0; r < static_cast<int>(regions_.size()); ++r) {
+    if (u.size(r) == 0) continue;
+    const model::StoreRegion& reg = store_.regions()[r];
+    const auto [lo, hi] = u.ranges[r];
+    float* dst = gathered_.ptr<float>(0) + g.slot + slot_offset(store_, u, r, false);
+    // This rank's part of the unit goes in place; the gather fills the rest.
+    const int64_t b = std::max(lo, reg.shard_lo()), e = std::min(hi, reg.shard_hi());
+    if (b < e) std::memcpy(dst + (b - lo), store_.value_shard(r) + (b - reg.shard_lo()), (e - b) * sizeof(float));
+    g.work.push_back(regions_[r].group->all_gather_async(nullptr, dst, counts_of(r, lo, hi), DType::f32));
+  }
 }
 
 void DataParallel::before_use(int unit) {
@@ -245,9 +296,9 @@ void DataParallel::before_use(int unit) {
              "unit {} used out of the planned order", units_[unit].name);
   if (resident_[unit].slot < 0) issue_gather(unit);
   const auto t0 = Clock::now();
-  resident_[unit].work.wait();
+  for (comm::Work& w : resident_[unit].work) w.wait();
   gather_wait_s_ += since(t0);
-  bind(unit, gathered_.ptr<float>(0) + resident_[unit].slot, &model::Param::value);
+  bind(unit, gathered_.ptr<float>(0) + resident_[unit].slot, false);
   ++use_cursor_;
   if (cfg_.overlap_param_gather && use_cursor_ < use_order_.size() && resident_[use_order_[use_cursor_]].slot < 0)
     issue_gather(use_order_[use_cursor_]);
@@ -255,7 +306,7 @@ void DataParallel::before_use(int unit) {
 
 void DataParallel::after_use(int unit) {
   if (cfg_.zero_stage < 3) return;
-  bind(unit, nullptr, &model::Param::value);
+  bind(unit, nullptr, false);
   gather_alloc_.release(resident_[unit].slot);
   resident_[unit] = Gathered{};
 }
@@ -263,39 +314,48 @@ void DataParallel::after_use(int unit) {
 // ---- gradients -----------------------------------------------------------------
 
 void DataParallel::grads_begin(int unit) {
-  if (cfg_.zero_stage < 2 || open_slot_[unit] >= 0 || units_[unit].hi == units_[unit].lo) return;
+  const int64_t n = slot_size(store_, units_[unit], true);
+  if (cfg_.zero_stage < 2 || open_slot_[unit] >= 0 || n == 0) return;
   while (static_cast<int>(inflight_.size()) >= cfg_.max_inflight_reductions) retire_oldest();
-  const int64_t n = units_[unit].hi - units_[unit].lo;
   const int64_t slot = staging_alloc_.allocate(n);
   CLAW_CHECK(slot >= 0, "staging slots exhausted for unit {} (plan {} floats)", units_[unit].name, staging_capacity_);
   float* base = staging_.ptr<float>(0) + slot;
   std::memset(base, 0, n * sizeof(float));
   open_slot_[unit] = slot;
-  bind(unit, base, &model::Param::grad);
+  bind(unit, base, true);
 }
 
 void DataParallel::grads_end(int unit) {
-  if (units_[unit].hi == units_[unit].lo) return;
+  const model::Unit& u = units_[unit];
   if (cfg_.zero_stage <= 1) {
     if (!last_micro_) return;
-    const int b = bucket_of_unit_[unit];
-    if (--pending_units_[b] == 0 && cfg_.overlap_grad_reduce)
-      bucket_work_[b] = dp_.all_reduce_async(store_.grads() + buckets_[b].first,
-                                             buckets_[b].second - buckets_[b].first, DType::f32);
+    for (int r = 0; r < static_cast<int>(regions_.size()); ++r) {
+      RegionSync& g = regions_[r];
+      const int b = g.bucket_of_unit[unit];
+      if (b < 0) continue;
+      if (--g.pending_units[b] == 0 && cfg_.overlap_grad_reduce)
+        g.bucket_work[b] = g.group->all_reduce_async(store_.grads(r) + g.buckets[b].first,
+                                                     g.buckets[b].second - g.buckets[b].first, DType::f32);
+    }
     return;
   }
+  if (slot_size(store_, u, true) == 0) return;
   const int64_t slot = open_slot_[unit];
   float* base = staging_.ptr<float>(0) + slot;
-  const model::Unit& u = units_[unit];
   Staged st{.unit = unit, .slot = slot};
-  for (int64_t lo = u.lo; lo < u.hi; lo += cfg_.bucket_size) {
-    const int64_t hi = std::min(u.hi, lo + cfg_.bucket_size);
-    st.pieces.push_back({lo, hi});
-    st.work.push_back(dp_.reduce_scatter_async(base + (lo - u.lo), base + (lo - u.lo), counts_of(lo, hi), DType::f32));
+  for (int r = 0; r < static_cast<int>(regions_.size()); ++r) {
+    if (!regions_[r].trainable || u.size(r) == 0) continue;
+    const auto [ulo, uhi] = u.ranges[r];
+    const int64_t at0 = slot_offset(store_, u, r, true);
+    for (int64_t lo = ulo; lo < uhi; lo += cfg_.bucket_size) {
+      const int64_t hi = std::min(uhi, lo + cfg_.bucket_size), at = at0 + (lo - ulo);
+      st.pieces.push_back({.region = r, .lo = lo, .hi = hi, .at = at});
+      st.work.push_back(regions_[r].group->reduce_scatter_async(base + at, base + at, counts_of(r, lo, hi), DType::f32));
+    }
   }
   inflight_.push_back(std::move(st));
   open_slot_[unit] = -1;
-  bind(unit, nullptr, &model::Param::grad);
+  bind(unit, nullptr, true);
   if (!cfg_.overlap_grad_reduce) retire_oldest();
 }
 
@@ -304,17 +364,16 @@ void DataParallel::grads_end(int unit) {
 void DataParallel::retire_oldest() {
   Staged s = std::move(inflight_.front());
   inflight_.pop_front();
-  const model::Unit& u = units_[s.unit];
-  const int64_t S = store_.total() / dp_.size(), r = dp_.rank();
   for (size_t k = 0; k < s.pieces.size(); ++k) {
     const auto t0 = Clock::now();
     s.work[k].wait();
     grad_wait_s_ += since(t0);
     // This rank's block of the piece's sum is at the start of the piece.
-    const auto [lo, hi] = s.pieces[k];
-    const int64_t b = std::max(lo, r * S), e = std::min(hi, (r + 1) * S);
-    const float* src = staging_.ptr<float>(0) + s.slot + (lo - u.lo);
-    float* dst = store_.grad_shard() + (b - r * S);
+    const Piece& p = s.pieces[k];
+    const model::StoreRegion& g = store_.regions()[p.region];
+    const int64_t b = std::max(p.lo, g.shard_lo()), e = std::min(p.hi, g.shard_hi());
+    const float* src = staging_.ptr<float>(0) + s.slot + p.at;
+    float* dst = store_.grad_shard(p.region) + (b - g.shard_lo());
     for (int64_t i = 0; i < e - b; ++i) dst[i] += src[i];
   }
   staging_alloc_.release(s.slot);
@@ -323,16 +382,20 @@ void DataParallel::retire_oldest() {
 void DataParallel::finish_grad_sync() {
   const auto t0 = Clock::now();
   if (cfg_.zero_stage <= 1) {
-    for (size_t b = 0; b < buckets_.size(); ++b)
-      if (!cfg_.overlap_grad_reduce || pending_units_[b] != 0) {
-        CLAW_CHECK(cfg_.overlap_grad_reduce == false, "bucket {} still waits for {} units", b, pending_units_[b]);
-        bucket_work_[b] = dp_.all_reduce_async(store_.grads() + buckets_[b].first,
-                                               buckets_[b].second - buckets_[b].first, DType::f32);
-      }
-    for (comm::Work& w : bucket_work_) {
-      w.wait();
-      w = comm::Work();
+    for (int r = 0; r < static_cast<int>(regions_.size()); ++r) {
+      RegionSync& g = regions_[r];
+      for (size_t b = 0; b < g.buckets.size(); ++b)
+        if (!cfg_.overlap_grad_reduce || g.pending_units[b] != 0) {
+          CLAW_CHECK(cfg_.overlap_grad_reduce == false, "bucket {} still waits for {} units", b, g.pending_units[b]);
+          g.bucket_work[b] = g.group->all_reduce_async(store_.grads(r) + g.buckets[b].first,
+                                                       g.buckets[b].second - g.buckets[b].first, DType::f32);
+        }
     }
+    for (RegionSync& g : regions_)
+      for (comm::Work& w : g.bucket_work) {
+        w.wait();
+        w = comm::Work();
+      }
     grad_wait_s_ += since(t0);
   } else {
     while (!inflight_.empty()) retire_oldest();
@@ -340,8 +403,11 @@ void DataParallel::finish_grad_sync() {
 }
 
 void DataParallel::after_optimizer_step() {
-  if (cfg_.zero_stage == 1 || cfg_.zero_stage == 2)
-    dp_.all_gather(nullptr, store_.values(), store_.total() / dp_.size(), DType::f32);
+  if (cfg_.zero_stage != 1 && cfg_.zero_stage != 2) return;
+  // Frozen regions never change: only the trainable ones are gathered.
+  for (int r = 0; r < static_cast<int>(regions_.size()); ++r)
+    if (regions_[r].trainable)
+      regions_[r].group->all_gather(nullptr, store_.values(r), store_.regions()[r].shard_size(), DType::f32);
 }
 
 double DataParallel::all_reduce_sum(double v) { return dp_.all_reduce_value(v); }
@@ -351,7 +417,10 @@ void DataParallel::gather_values(float* out) {
     std::memcpy(out, store_.values(), store_.bytes());
     return;
   }
-  dp_.all_gather(store_.value_shard(), out, store_.total() / dp_.size(), DType::f32);
+  for (int r = 0; r < static_cast<int>(regions_.size()); ++r) {
+    const model::StoreRegion& g = store_.regions()[r];
+    regions_[r].group->all_gather(store_.value_shard(r), out + g.value_base, g.shard_size(), DType::f32);
+  }
 }
 
 }  // namespace claw::parallel

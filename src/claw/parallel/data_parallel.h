@@ -1,7 +1,11 @@
-// Data parallelism with ZeRO stages 0-3 over one data-parallel group.
-//
-// Every rank holds the same flat layout (ParamStore), padded to a multiple of
-// 16 x DP floats; rank r owns the range [r S, (r + 1) S), S = total / DP.
+// Data parallelism with ZeRO stages 0-3, run per region of the parameter
+// store (model/param.h): the trainable parameters of each reduction group
+// ("dp" today; context parallelism's "dp_cp" and MoE's "expert_dp" will
+// bring their own groups), and the frozen parameters, which have no
+// gradients and no optimizer state and matter here only to ZeRO-3's
+// gathers. Each region is its own flat layout padded to a multiple of
+// 16 x its group's size; rank r of the group owns [r S, (r + 1) S),
+// S = total / size, of it.
 //
 //   stage 0  full values, gradients and AdamW state. Gradients are summed
 //            over the group by all-reduce in buckets (--ddp-bucket-size):
@@ -24,12 +28,14 @@
 //            into a slot and freed after use; with --overlap-param-gather
 //            the next unit's gather is issued before the current unit runs.
 //
-// Staging and gather slots come from two planned arenas whose sizes are
-// found by running the model's fixed use and gradient orders through the
-// same first-fit allocator the run uses (plan()), so nothing is allocated
-// during a step. The loss and gradients are sums over every token of the
-// global batch scaled by 1 / (targets in the global batch), so the summed
-// gradient is the single-rank gradient: only the order of additions differs.
+// A unit's staging slot holds its ranges of the trainable regions one after
+// another, its gather slot its ranges of every region. Staging and gather
+// slots come from two planned arenas whose sizes are found by running the
+// model's fixed use and gradient orders through the same first-fit
+// allocator the run uses (plan()), so nothing is allocated during a step.
+// The loss and gradients are sums over every token of the global batch
+// scaled by 1 / (targets in the global batch), so the summed gradient is the
+// single-rank gradient: only the order of additions differs.
 #pragma once
 
 #include <cstdint>
@@ -96,7 +102,8 @@ class DataParallel final : public model::UnitHooks {
   // engine's config: the constructor sizes its buffers with it and the planner
   // calls it on shape-only models (GPT with StoreOptions::allocate false).
   static DataParallelMemory plan_memory(const model::GPT& model, const DataParallelConfig& cfg);
-  // This rank's AdamW segments (the whole model at stage 0).
+  // This rank's AdamW segments: the trainable parameters (whole at stage 0,
+  // the owned ranges above), region by region.
   std::vector<model::Segment> segments() const;
   bool sharded_optimizer() const { return cfg_.zero_stage >= 1; }
 
@@ -109,14 +116,14 @@ class DataParallel final : public model::UnitHooks {
   void after_optimizer_step();
   // Sum over the group of a local value (loss sums, counts, squared norms).
   double all_reduce_sum(double v);
-  // Gathers the full flat values into `out` (total() floats) on every rank (tests, export).
+  // Gathers the whole flat value layout into `out` (the store's total()
+  // floats) on every rank (tests, export).
   void gather_values(float* out);
 
   // Exposed communication: seconds the main thread waited for gradient
   // reductions / parameter gathers in the last step.
   double last_grad_wait_s() const { return grad_wait_s_; }
   double last_gather_wait_s() const { return gather_wait_s_; }
-  const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return buckets_; }
 
   // UnitHooks
   void begin_pass(bool training) override;
@@ -126,20 +133,43 @@ class DataParallel final : public model::UnitHooks {
   void grads_end(int unit) override;
 
  private:
+  // One store region's synchronisation: the group it is reduced over, and
+  // (trainable, stages 0/1) its buckets.
+  struct RegionSync {
+    comm::Group* group = nullptr;
+    bool trainable = true;
+    std::vector<std::pair<int64_t, int64_t>> buckets;  // region ranges
+    std::vector<int> bucket_of_unit;                   // -1: the unit has nothing here
+    std::vector<int> pending_units;                    // per bucket, units still to finish
+    std::vector<comm::Work> bucket_work;
+  };
+  // A piece of a unit's range of one region, reduce-scattered on its own.
+  struct Piece {
+    int region;
+    int64_t lo, hi;  // region range
+    int64_t at;      // where it starts in the staging slot
+  };
   // One unit's staged gradients, reduce-scattered in pieces of at most
   // --ddp-bucket-size elements (which also bounds MPI's temporary buffers).
   struct Staged {
     int unit;
     int64_t slot;
-    std::vector<std::pair<int64_t, int64_t>> pieces;  // flat ranges
+    std::vector<Piece> pieces;
     std::vector<comm::Work> work;
   };
   struct Gathered {
     int64_t slot = -1;
-    comm::Work work;
+    std::vector<comm::Work> work;
   };
-  std::vector<int64_t> counts_of(int64_t lo, int64_t hi) const;  // per rank: owned part of a flat range
-  void bind(int unit, float* base, Tensor model::Param::*which);
+  // Where unit u's range of region r starts in its gather slot (values: every
+  // region) or staging slot (gradients: trainable regions), and the slot's size.
+  static int64_t slot_offset(const model::ParamStore& store, const model::Unit& u, int r, bool grads);
+  static int64_t slot_size(const model::ParamStore& store, const model::Unit& u, bool grads);
+  // Per rank of region r's group: the owned part of the region range [lo, hi).
+  std::vector<int64_t> counts_of(int r, int64_t lo, int64_t hi) const;
+  // Points the unit's parameters' values (or gradients) into its slot at
+  // `base`; null unbinds them. Frozen parameters' gradients stay unbound.
+  void bind(int unit, float* base, bool grads);
   void issue_gather(int unit);
   void retire_oldest();
 
@@ -148,12 +178,9 @@ class DataParallel final : public model::UnitHooks {
   comm::Group& dp_;
   DataParallelConfig cfg_;
   const std::vector<model::Unit>& units_;
+  std::vector<std::vector<size_t>> unit_params_;  // per unit: its parameters' indices in the store
 
-  // Stage 0/1 buckets: flat ranges, the bucket of each unit, units left per bucket.
-  std::vector<std::pair<int64_t, int64_t>> buckets_;
-  std::vector<int> bucket_of_unit_;
-  std::vector<int> pending_units_;
-  std::vector<comm::Work> bucket_work_;
+  std::vector<RegionSync> regions_;  // parallel to the store's regions
   bool last_micro_ = true;
   bool training_ = true;
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "claw/model/config.h"
 #include "claw/parallel/pipeline_layout.h"
@@ -36,6 +37,9 @@ struct Job {
   model::ModelConfig model;
   int64_t seq_length = 2048;        // --seq-length
   int64_t global_batch_size = 1;    // --global-batch-size, sequences
+  // --freeze: glob patterns of parameters that do not train (no gradients,
+  // no optimizer state).
+  std::vector<std::string> freeze;
 };
 
 struct Layout {

@@ -31,6 +31,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   const model::TensorParallel tp{.group = &tp_group, .kv_group = &kv_group, .sequence_parallel = l.sequence_parallel};
   model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp, 0);
   store.allocate = false;
+  store.freeze = job.freeze;
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
                                          .overlap_param_gather = l.overlap_param_gather};
   const int64_t T = job.seq_length / l.cp;
@@ -49,6 +50,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
     out.arenas.gathered += dm.gather_slots;
     out.arenas.staging += dm.staging_slots;
     out.param_elements += shape.store().numel();
+    out.frozen_elements += shape.store().frozen_numel();
     largest_all_reduce = std::max(largest_all_reduce, dm.largest_all_reduce);
     largest_reduce_scatter = std::max(largest_reduce_scatter, dm.largest_reduce_scatter);
     const model::Recompute rc{std::min(l.recompute_num_layers, r.count)};
@@ -94,8 +96,13 @@ StageMemory peak_memory(const Job& job, const Layout& l, const Precision& prec, 
 
 std::string describe(const StageMemory& m) {
   auto g = [](double b) { return b / (1024.0 * 1024.0 * 1024.0); };
-  return fmt::format("params {:.2f} + grads {:.2f} + optimizer {:.2f}{} + activations {:.2f} + runtime {:.2f} GiB",
-                     g(m.params), g(m.grads), g(m.optimizer),
+  return fmt::format("params {:.2f}{} + grads {:.2f} + optimizer {:.2f}{} + activations {:.2f} + runtime {:.2f} GiB",
+                     g(m.params),
+                     m.frozen_elements > 0
+                         ? fmt::format(" ({:.0f}% frozen)", 100.0 * static_cast<double>(m.frozen_elements) /
+                                                                static_cast<double>(m.param_elements))
+                         : "",
+                     g(m.grads), g(m.optimizer),
                      m.zero_buffers > 0 ? fmt::format(" + ZeRO buffers {:.2f}", g(m.zero_buffers)) : "",
                      g(m.activations), g(m.runtime)) +
          (m.comm_buffers > 0 ? fmt::format(" + comm buffers {:.2f} GiB", g(m.comm_buffers)) : "");

@@ -4,7 +4,8 @@
 // comm::ShapeGroup groups), so for claw's own runs the model is the
 // allocation, to the byte (the trainer checks that it is):
 //
-//   parameters, gradients    ParamStore::layout (ZeRO-3 / ZeRO-2 shard them over DP)
+//   parameters, gradients    ParamStore::layout (ZeRO-3 / ZeRO-2 shard them over DP; frozen
+//                            parameters (Job::freeze) have values only)
 //   optimizer state          DataParallel::plan_memory: AdamW's two moments (and the
 //                            master copy under mixed precision) of the rank's segments
 //   ZeRO-2/3 buffers         DataParallel::plan_memory: gradient staging, gathered units
@@ -45,6 +46,7 @@ struct StageMemory {
   int stage = 0;
   ArenaBytes arenas;            // claw's fp32 arenas (what the CPU trainer allocates)
   int64_t param_elements = 0;   // parameters this rank's chunks hold (before ZeRO-3 sharding)
+  int64_t frozen_elements = 0;  // of which frozen: no gradients, no optimizer state
   std::vector<int> slots;       // activation sets per chunk
   // Bytes at the layout's precision.
   double params = 0, grads = 0, optimizer = 0, zero_buffers = 0, activations = 0, comm_buffers = 0, runtime = 0;

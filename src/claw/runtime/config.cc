@@ -1,7 +1,11 @@
 #include "claw/runtime/config.h"
 
 #include "claw/kernels/cuda/context.h"
+#include <algorithm>
 
+#include <fmt/ranges.h>
+
+#include "claw/ckpt/shards.h"
 #include "claw/core/error.h"
 #include "claw/model/tensor_parallel.h"
 
@@ -55,6 +59,18 @@ parallel::ScheduleConfig ParallelConfig::schedule_config(int stages, int64_t mic
   return s;
 }
 
+namespace {
+// --freeze: every pattern names a parameter of the whole model (a pipeline
+// stage may hold none of them), and something is left to train.
+void check_freeze(const model::ModelConfig& cfg, const std::vector<std::string>& freeze) {
+  std::vector<std::string> names;
+  for (const model::ParamSpec& s : ckpt::model_param_specs(cfg)) names.push_back(s.name);
+  model::check_patterns_match(freeze, names, "--freeze");
+  if (std::all_of(names.begin(), names.end(), [&](const std::string& n) { return model::matches_any(freeze, n); }))
+    fail("--freeze '{}' freezes every parameter: nothing would train", fmt::join(freeze, ","));
+}
+}  // namespace
+
 void RuntimeConfig::resolve_and_validate(int world_size) {
   model.validate();
   const comm::RankGrid grid = comm::RankGrid::make(world_size, parallel.sizes);
@@ -71,6 +87,7 @@ void RuntimeConfig::resolve_and_validate(int world_size) {
     fail("--seq-length {} exceeds --max-position-embeddings {} (the longest sequence the model's positions cover); "
          "use --seq-length <= {} or raise --max-position-embeddings",
          seq_length, model.max_position_embeddings, model.max_position_embeddings);
+  if (!freeze.empty()) check_freeze(model, freeze);
   const int gpu = cuda_device();
   if (allow_tf32 && gpu < 0) fail("--allow-tf32 applies to --device cuda only (the CPU's GEMMs are IEEE fp32)");
   if (gpu >= 0) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "claw/comm/parallel_state.h"
 #include "claw/model/config.h"
@@ -61,13 +62,17 @@ struct RuntimeConfig {
   // false: the model only runs forward (evaluation); no optimizer state is
   // expected in the memory check.
   bool training = true;
+  // --freeze: glob patterns over canonical parameter names; the matching
+  // parameters keep their values and get no gradients or optimizer state.
+  std::vector<std::string> freeze;
 
   // Micro-batches per step on each of `dp` data-parallel ranks.
   int64_t micro_batches(int dp) const { return global_batch_size / (micro_batch_size * dp); }
   // The GPU index of --device cuda[:N], or -1 for the CPU.
   int cuda_device() const;
   // Fills what depends on other fields (the ZeRO stage) and validates the
-  // model, the layout on `world_size` ranks and the sequence; every rank
+  // model, the layout on `world_size` ranks, the sequence and --freeze
+  // (every pattern names a parameter, something is left to train); every rank
   // validates the same configuration, so all refuse it together.
   void resolve_and_validate(int world_size);
 };

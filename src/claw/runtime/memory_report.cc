@@ -43,9 +43,13 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
   };
   std::string s = "memory plan (allocated before step 1):\n";
   const std::string shard = fmt::format("1/{} shard (ZeRO-{})", p.dp, p.zero_stage);
+  const std::string frozen =
+      p.frozen_params > 0 ? fmt::format(" ({:.2f}M frozen: no gradients or optimizer state)", p.frozen_params / 1e6)
+                          : "";
   s += row("parameters", p.params,
-           fmt::format("{:.2f}M fp32 parameters{}", num_params / 1e6, p.zero_stage >= 3 ? ", " + shard : ""));
-  s += row("gradients", p.grads, p.zero_stage >= 2 ? "fp32, " + shard : "fp32, same layout");
+           fmt::format("{:.2f}M fp32 parameters{}{}", num_params / 1e6, frozen, p.zero_stage >= 3 ? ", " + shard : ""));
+  const std::string grads_of = p.frozen_params > 0 ? "trainable parameters" : "same layout";
+  s += row("gradients", p.grads, p.zero_stage >= 2 ? "fp32, " + grads_of + ", " + shard : "fp32, " + grads_of);
   if (p.optimizer)  // none when the model only runs forward (claw eval)
     s += row("optimizer", p.optimizer,
              p.zero_stage >= 1 ? "AdamW exp_avg + exp_avg_sq, " + shard : "AdamW exp_avg + exp_avg_sq");

@@ -1,7 +1,8 @@
 // The memory plan printed before step 1: parameters, gradients, optimizer
 // state and activations, each from the same layout functions the allocators
 // use (ParamStore, AdamW, plan_activations), so the printed plan is what
-// gets allocated.
+// gets allocated. Frozen parameters (--freeze) show in the parameters row;
+// they hold no gradients and no optimizer state.
 #pragma once
 
 #include "claw/kernels/cuda/context.h"
@@ -27,6 +28,7 @@ struct MemoryPlan {
   size_t per_layer_activations = 0;  // one (not recomputed) block's saved tensors
   size_t recompute_region = 0;       // shared by recomputed blocks (they keep only their output)
   size_t scratch = 0;                // shared buffers (incl. the logits chunk)
+  int64_t frozen_params = 0;         // elements of frozen parameters (no gradients, no optimizer state)
   size_t total() const { return params + grads + optimizer + gathered + staging + activations; }
 };
 

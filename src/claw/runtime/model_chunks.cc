@@ -42,10 +42,12 @@ void ModelChunks::begin_step() {
 
 void ModelChunks::finish_grad_sync() {
   // Tied embeddings: the first stage's word embeddings and the last stage's
-  // copy each got part of the gradient (lookup, output layer).
+  // copy each got part of the gradient (lookup, output layer); a frozen
+  // embedding has none.
   if (embedding_->size() > 1)
     for (model::GPT* m : chunks_)
-      if (model::Param* w = m->store().find("embedding.word_embeddings.weight"); w && m->config().tied())
+      if (model::Param* w = m->store().find("embedding.word_embeddings.weight");
+          w && m->config().tied() && w->spec.trainable)
         embedding_->all_reduce(w->gdata(), w->spec.local_shape().numel(), DType::f32);
   for (parallel::DataParallel* d : dps_) d->finish_grad_sync();
 }

@@ -65,16 +65,18 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   const model::Recompute recompute{cfg_.recompute_layers};
   model::StoreOptions storage = parallel::store_options(par.dp.zero_stage, dp_group.size(), dp_group.rank());
   storage.device = device_.get();
+  storage.freeze = cfg_.freeze;
   const int stage = pstate_->pp().rank();
-  planned_ = plan::stage_memory({.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size},
-                                plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, plan::precision("fp32"));
+  const plan::Job job{.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size,
+                      .freeze = cfg_.freeze};
+  planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage,
+                                plan::precision("fp32"));
   // Before any allocation: a plan larger than the node would end in the OOM
   // killer, without a word. The device adds the runtime's own overhead.
   {
     const plan::Device device = plan::Catalog::builtin().device("cpu");
-    plan::StageMemory node = plan::stage_memory(
-        {.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size},
-        plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, plan::precision("fp32"), &device);
+    plan::StageMemory node = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage,
+                                                plan::precision("fp32"), &device);
     if (!cfg_.training) node.optimizer = 0;
     if (device_)
       check_device_memory(node, device_->info());
@@ -101,6 +103,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
     const ArenaPlan acts = model::plan_activations(mc, B, T, recompute, tp_groups_->tp.dims());
     MemoryPlan plan = make_memory_plan(dps_.front()->memory(), par.dp.zero_stage, dp_group.size(), acts);
     if (!cfg_.training) plan.optimizer = 0;
+    plan.frozen_params = chunks_.front()->store().frozen_numel();
     log::info("memory", "{}", format_memory_plan(plan, mc, chunks_.front()->store().numel(), B, T, recompute.layers));
   }
   model_ = std::make_unique<ModelChunks>(chunks, dps, pstate_->pp(), pstate_->embedding(), schedule, B, T, recompute);
@@ -174,7 +177,25 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     if (!has_optimizer && want_optimizer)
       log::info("ckpt", "{} holds no optimizer state: loading the parameters, the optimizer starts fresh", dir);
     out.optimizer = want_optimizer && has_optimizer;
-    const std::vector<ckpt::Shard> shards = checkpoint_shards(out.optimizer ? optimizer : nullptr);
+    std::vector<ckpt::Shard> shards = checkpoint_shards(out.optimizer ? optimizer : nullptr);
+    if (out.optimizer) {
+      // Parameters trained now that were frozen when it was saved have no
+      // optimizer state there: theirs starts at zero, as in a fresh run.
+      std::vector<std::string> fresh;
+      for (const std::string& n : all_params)
+        for (const std::string& state : optim::AdamW::state_names())
+          if (!model::matches_any(cfg_.freeze, n) && !meta.find(ckpt::optimizer_tensor(state, n))) {
+            fresh.push_back(n);
+            break;
+          }
+      if (!fresh.empty()) {
+        log::info("ckpt", "{} has no optimizer state for {} parameter(s) that train now (frozen when it was saved?): "
+                  "theirs starts at zero: {}",
+                  dir, fresh.size(), fmt::join(fresh, ", "));
+        std::erase_if(shards,
+                      [&](const ckpt::Shard& s) { return s.tensor.rfind("optim.", 0) == 0 && !meta.find(s.tensor); });
+      }
+    }
     // A model of another shape is refused whatever --load-fallback says.
     ckpt::check_compatible(meta, dir, shards, all_params);
     std::string error;

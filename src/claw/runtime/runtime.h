@@ -91,7 +91,9 @@ class Runtime {
   // chunks' values, and the optimizer's moments if `optimizer` is given.
   std::vector<ckpt::Shard> checkpoint_shards(const optim::AdamW* optimizer) const;
   // Collective: reads a checkpoint (any layout) into the chunks and, if
-  // given and the options and checkpoint allow, the optimizer's moments. The
+  // given and the options and checkpoint allow, the optimizer's moments (a
+  // parameter that trains now but was frozen when it was saved has none
+  // there: its moments stay zero, as in a fresh run, and a line says so). The
   // training state it recorded is the caller's to restore. A root with
   // nothing saved yet is a fresh start (Megatron's behaviour, which restart
   // loops rely on: --save and --load the same directory).

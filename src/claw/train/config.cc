@@ -52,8 +52,8 @@ runtime::RuntimeConfig runtime_config(const model::ModelConfig& model, const Tra
                                       bool training) {
   return {.model = model, .parallel = p, .micro_batch_size = t.micro_batch_size,
           .global_batch_size = t.global_batch_size, .seq_length = t.seq_length,
-          .recompute_layers = t.recomputed_layers(model.num_layers), .seed = t.seed, .num_threads = t.num_threads, .device = t.device, .allow_tf32 = t.allow_tf32,
-          .training = training};
+          .recompute_layers = t.recomputed_layers(model.num_layers), .seed = t.seed, .num_threads = t.num_threads,
+          .device = t.device, .allow_tf32 = t.allow_tf32, .training = training, .freeze = t.freeze};
 }
 
 }  // namespace claw::train

@@ -36,6 +36,9 @@ struct TrainConfig {
   std::string recompute_granularity;   // --recompute-granularity: "" (off) or full
   std::string recompute_method = "block";  // --recompute-method: block (the first N layers)
   int64_t recompute_num_layers = 0;    // --recompute-num-layers: N (0: all layers, with full)
+  // --freeze: glob patterns over canonical parameter names ('layers.*.attention.*');
+  // matching parameters keep their values and get no gradients or optimizer state.
+  std::vector<std::string> freeze;
 
   // Micro-batches per step on each of `dp` data-parallel ranks.
   int64_t grad_accumulation_steps(int dp = 1) const { return global_batch_size / (micro_batch_size * dp); }

@@ -112,10 +112,10 @@ TEST_F(CkptDir, LoadsIntoZero3ShardsOfTwoRanks) {
   for (int r = 0; r < 2; ++r) {
     model::GPT part(tiny(false), {.shards = 2, .shard = r, .shard_values = true, .shard_grads = true});
     load_shards(d, meta, collect_shards({&part.store()}, nullptr, {.zero_stage = 3, .dp_rank = r, .dp_size = 2}));
-    const int64_t lo = part.store().shard_lo(), hi = part.store().shard_hi();
+    const int64_t lo = part.store().regions()[0].shard_lo(), hi = part.store().regions()[0].shard_hi();
     // Every parameter element in the shard equals the full model's (the
     // alignment gaps between parameters are zero in both).
-    for (int64_t i = lo; i < hi; ++i) ASSERT_EQ(part.store().value_shard()[i - lo], full.store().values()[i]) << i;
+    for (int64_t i = lo; i < hi; ++i) ASSERT_EQ(part.store().value_shard(0)[i - lo], full.store().values()[i]) << i;
   }
 }
 

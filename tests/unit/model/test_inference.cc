@@ -99,7 +99,7 @@ TEST(Inference, PerTokenLossWeight) {
     if (w) sc.loss_weight = w->data();
     const double loss = m.forward(sc, batch.tokens.data(), targets.data(), 1.0 / (B * T));
     m.backward(sc, batch.tokens.data());
-    grads.assign(m.store().grads(), m.store().grads() + m.store().total());
+    grads.assign(m.store().grads(), m.store().grads() + m.store().grad_total());
     return loss;
   };
   std::vector<float> g_plain, g_ones, g_mask, g_zero, g_two;

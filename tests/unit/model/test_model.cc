@@ -82,7 +82,53 @@ TEST(Model, ActivationArenaIsThePlan) {
 
 
 std::vector<float> grads_of(GPT& m) {
-  return std::vector<float>(m.store().grads(), m.store().grads() + m.store().bytes() / sizeof(float));
+  return std::vector<float>(m.store().grads(), m.store().grads() + m.store().grad_total());
+}
+
+// Frozen parameters get no gradient, and skipping their weight-gradient work
+// changes nothing else: the input gradients still flow through them, so every
+// trainable parameter's gradient is bitwise the unfrozen model's (the same
+// additions in the same order), for GPT-2 (tied embeddings, biases,
+// LayerNorm) and Llama (RMSNorm, SwiGLU, untied head).
+TEST(Model, FrozenParametersGetNoGradientAndChangeNoOther) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    ModelConfig c = model_preset(preset);
+    c.num_layers = 3;
+    const int64_t B = 2, T = 16;
+    Batch b = random_batch(B * T, c.vocab_size, 3);
+    // Whole layers and parts: a frozen weight with a trainable bias and the
+    // converse (GPT-2's biases), a frozen norm weight beside its trainable bias.
+    const std::vector<std::string> freeze = {"embedding.*",          "layers.0.*",
+                                             "layers.1.attention.*", "layers.2.attention.*.weight",
+                                             "layers.2.input_norm.weight", "layers.2.mlp.*.bias",
+                                             "final_norm.*"};
+    GPT all(c), part(c, {.freeze = freeze});
+    for (GPT* m : {&all, &part}) {
+      m->init_weights(ctx, 5);
+      m->reserve(B, T);
+      m->store().zero_grads();
+      StepCtx s{.cpu = ctx, .B = B, .T = T, .training = true};
+      m->forward(s, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
+      m->backward(s, b.tokens.data());
+    }
+    int frozen = 0;
+    for (size_t k = 0; k < part.store().params().size(); ++k) {
+      const Param* p = part.store().params()[k];
+      const Param* q = all.store().params()[k];
+      ASSERT_EQ(p->spec.name, q->spec.name);
+      EXPECT_EQ(p->spec.trainable, !matches_any(freeze, p->spec.name)) << p->spec.name;
+      if (!p->spec.trainable) {
+        EXPECT_FALSE(p->grad.defined()) << p->spec.name;
+        ++frozen;
+        continue;
+      }
+      const int64_t n = p->spec.local_shape().numel();
+      EXPECT_TRUE(std::equal(p->gdata(), p->gdata() + n, q->gdata())) << preset << ": " << p->spec.name;
+    }
+    EXPECT_GT(frozen, 10) << preset;
+    EXPECT_EQ(part.store().grad_bytes() + part.store().frozen_numel() * sizeof(float), all.store().grad_bytes())
+        << "every frozen tensor here is a multiple of 16 floats";
+  }
 }
 
 // One micro-batch of 4 sequences and two of 2 give the same gradients (up to

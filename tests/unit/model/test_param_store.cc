@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "claw/core/error.h"
 #include "claw/model/param.h"
 
 namespace claw::model {
@@ -62,8 +63,85 @@ TEST(ParamStore, ZeroShardsHoldTheirRangeOfTheFlatBuffer) {
     part.init(ctx, 9);
     EXPECT_EQ(part.total() % (16 * 3), 0);
     EXPECT_FALSE(a2.value.defined());
-    for (int64_t i = part.shard_lo(); i < part.shard_hi(); ++i)
-      ASSERT_EQ(part.value_shard()[i - part.shard_lo()], full.values()[i]) << "shard " << shard << " element " << i;
+    ASSERT_EQ(part.regions().size(), 1u);
+    const StoreRegion& r = part.regions()[0];
+    for (int64_t i = r.shard_lo(); i < r.shard_hi(); ++i)
+      ASSERT_EQ(part.value_shard(0)[i - r.shard_lo()], full.values()[i]) << "shard " << shard << " element " << i;
+  }
+}
+
+// Frozen parameters: values in a region of their own, no gradient buffer,
+// no optimizer segment; the trainable ones keep values and gradients at
+// equal offsets of their region.
+TEST(ParamStore, FrozenParametersHoldValuesOnly) {
+  Param a = make("a", {5, 7}), b = make("b", {6, 4}), c = make("c", {3});
+  b.spec.trainable = false;
+  ParamStore store({&a, &b, &c});
+  store.init(ctx, 9);
+  ASSERT_EQ(store.regions().size(), 2u);
+  EXPECT_TRUE(store.regions()[0].trainable);
+  EXPECT_FALSE(store.regions()[1].trainable);
+  EXPECT_EQ(store.regions()[0].params, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(store.regions()[1].params, (std::vector<size_t>{1}));
+  // a: 35 floats -> 48 with alignment, c: 3 -> 16; b: 24 -> 32.
+  EXPECT_EQ(store.grad_total(), 48 + 16);
+  EXPECT_EQ(store.grad_bytes(), (48 + 16) * sizeof(float));
+  EXPECT_EQ(store.total(), 48 + 16 + 32);
+  EXPECT_EQ(store.frozen_numel(), 24);
+  EXPECT_FALSE(b.grad.defined());
+  EXPECT_EQ(store.grad_offset(1), -1);
+  EXPECT_EQ(c.gdata() - store.grads(), store.grad_offset(2));
+  EXPECT_EQ(c.data() - store.values(), store.value_offset(2));
+  EXPECT_EQ(b.data() - store.values(), 64);
+  const std::vector<Segment> segs = store.full_segments();
+  ASSERT_EQ(segs.size(), 2u);
+  EXPECT_EQ(segs[0].param, &a);
+  EXPECT_EQ(segs[1].param, &c);
+  // Initialisation is keyed by name, not position.
+  Param a1 = make("a", {5, 7}), b1 = make("b", {6, 4}), c1 = make("c", {3});
+  ParamStore all({&a1, &b1, &c1});
+  all.init(ctx, 9);
+  EXPECT_EQ(values(b), values(b1));
+  EXPECT_EQ(values(a), values(a1));
+  EXPECT_EQ(values(c), values(c1));
+}
+
+TEST(ParamStore, ZeroShardsSplitEachRegion) {
+  Param a = make("a", {5, 7}), b = make("b", {6, 4});
+  b.spec.trainable = false;
+  ParamStore full({&a, &b});
+  full.init(ctx, 9);
+  for (int shard = 0; shard < 3; ++shard) {
+    Param a2 = make("a", {5, 7}), b2 = make("b", {6, 4});
+    b2.spec.trainable = false;
+    ParamStore part({&a2, &b2}, {.shards = 3, .shard = shard, .shard_values = true, .shard_grads = true});
+    part.init(ctx, 9);
+    ASSERT_EQ(part.regions().size(), 2u);
+    size_t held = 0;
+    for (int r = 0; r < 2; ++r) {
+      const StoreRegion& g = part.regions()[r];
+      EXPECT_EQ(g.total % (16 * 3), 0);
+      held += g.shard_size();
+      for (int64_t i = g.shard_lo(); i < g.shard_hi(); ++i)
+        ASSERT_EQ(part.value_shard(r)[i - g.shard_lo()], full.values()[g.value_base + i])
+            << "region " << r << " shard " << shard << " element " << i;
+    }
+    EXPECT_EQ(part.value_bytes(), held * sizeof(float));
+    EXPECT_EQ(part.grad_bytes(), part.regions()[0].shard_size() * sizeof(float));
+  }
+}
+
+TEST(ParamStore, FreezePatternsNameWhatTheyMiss) {
+  const std::vector<std::string> names = {"embedding.word_embeddings.weight", "layers.0.mlp.fc.weight"};
+  EXPECT_TRUE(matches_any({"layers.*.mlp.*"}, "layers.12.mlp.fc.bias"));
+  EXPECT_FALSE(matches_any({"layers.*.mlp.*"}, "layers.1.attention.q_proj.weight"));
+  check_patterns_match({"embedding.*", "layers.*.mlp.*"}, names, "--freeze");
+  try {
+    check_patterns_match({"embedding.*", "layers.*.mlpx.*"}, names, "--freeze");
+    FAIL() << "a pattern matching nothing was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--freeze 'layers.*.mlpx.*' matches no parameter"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -63,6 +63,40 @@ TEST(PlanMemory, Gpt2ParametersGradientsAndAdamStateByHand) {
   EXPECT_GT(s3.zero_buffers, 0);
 }
 
+// --freeze: the frozen parameters keep their values but lose their gradients
+// and AdamW moments, exactly their elements' share of both.
+TEST(PlanMemory, FrozenParametersDropTheirGradientsAndOptimizerState) {
+  Job job = job_of("gpt2-124m", 1024, 8);
+  job.freeze = {"embedding.*", "layers.*.attention.*"};
+  // Frozen elements: wte + wpe + 12 x (qkv 768 x 2304 + 2304 + proj 768 x 768 + 768), each a multiple of 16.
+  constexpr int64_t kFrozen = 50304 * 768 + 1024 * 768 + 12 * (768 * 2304 + 2304 + 768 * 768 + 768);
+  int64_t counted = 0;
+  model::GPT shape(job.model, {.allocate = false});
+  for (const model::Param* p : shape.store().params())
+    if (model::matches_any(job.freeze, p->spec.name)) counted += p->spec.local_shape().numel();
+  ASSERT_EQ(counted, kFrozen);
+  const StageMemory all = stage_memory(job_of("gpt2-124m", 1024, 8), Layout{}, 0, precision("fp32"));
+  const StageMemory part = stage_memory(job, Layout{}, 0, precision("fp32"));
+  EXPECT_EQ(part.param_elements, kGpt2Params);
+  EXPECT_EQ(part.frozen_elements, kFrozen);
+  EXPECT_EQ(part.arenas.values, all.arenas.values);
+  EXPECT_EQ(all.arenas.grads - part.arenas.grads, kFrozen * 4);
+  EXPECT_EQ(all.arenas.optimizer - part.arenas.optimizer, kFrozen * 8);
+  EXPECT_EQ(part.arenas.activations, all.arenas.activations);
+  // Under ZeRO the two regions (trainable, frozen) are each padded to 16 x DP
+  // floats and split over DP: gradients and moments 1/8 of the trainable
+  // ones, values 1/8 of both regions under ZeRO-3.
+  const auto padded = [](int64_t n) { return (n + 127) / 128 * 128; };
+  Layout z3;
+  z3.dp = 8;
+  z3.zero_stage = 3;
+  const StageMemory s3 = stage_memory(job, z3, 0, precision("fp32"));
+  EXPECT_EQ(s3.arenas.values, (padded(kGpt2Params - kFrozen) + padded(kFrozen)) / 8 * 4);
+  EXPECT_EQ(s3.arenas.grads, padded(kGpt2Params - kFrozen) / 8 * 4);
+  EXPECT_NEAR(static_cast<double>(s3.arenas.optimizer), (kGpt2Params - kFrozen) / 8.0 * 8, 8.0 * 16 * 150);
+  EXPECT_NE(describe(s3).find("frozen"), std::string::npos) << describe(s3);
+}
+
 TEST(PlanMemory, TensorAndSequenceParallelActivationsFollowKorthikanti) {
   // Per-layer saved activations divide by t with TP + SP (Korthikanti et al. 2022, Table 2), so the
   // stored blocks of a 12-layer model scale by 1/t; the shared scratch does not need to.
@@ -104,21 +138,35 @@ TEST(PlanMemory, PipelineStagesHoldTheSchedulesInFlightMicroBatches) {
 }
 
 TEST(PlanMemory, EqualsTheAllocationOfARealModel) {
-  // The trainer checks this on every run; here in-process on a one-rank model with ZeRO-0 and recompute.
-  const Job job = job_of("llama-tiny", 64, 4);
-  Layout l;
-  l.micro_batch_size = 2;
-  l.recompute_num_layers = 2;
-  const StageMemory planned = stage_memory(job, l, 0, precision("fp32"));
-  model::GPT gpt(job.model);
-  comm::SelfGroup dp("dp");
-  parallel::DataParallel engine(gpt, dp, {});
-  gpt.reserve(2, 64, model::Recompute{2});
-  optim::AdamW adam(engine.segments(), {});
-  EXPECT_EQ(planned.arenas.values, gpt.store().value_bytes());
-  EXPECT_EQ(planned.arenas.grads, gpt.store().grad_bytes());
-  EXPECT_EQ(planned.arenas.optimizer, adam.state_bytes());
-  EXPECT_EQ(planned.arenas.activations, gpt.activation_bytes());
+  // The trainer checks this on every run; here in-process on a one-rank model with recompute, at ZeRO-0
+  // and ZeRO-3, with and without frozen parameters.
+  for (const std::vector<std::string>& freeze :
+       {std::vector<std::string>{}, std::vector<std::string>{"embedding.*", "layers.[02].*", "final_norm.*"}})
+    for (int stage : {0, 3}) {
+      Job job = job_of("llama-tiny", 64, 4);
+      job.freeze = freeze;
+      Layout l;
+      l.micro_batch_size = 2;
+      l.recompute_num_layers = 2;
+      l.zero_stage = stage;
+      const StageMemory planned = stage_memory(job, l, 0, precision("fp32"));
+      model::StoreOptions storage = parallel::store_options(stage, 1, 0);
+      storage.freeze = freeze;
+      model::GPT gpt(job.model, storage);
+      comm::SelfGroup dp("dp");
+      parallel::DataParallel engine(gpt, dp, {.zero_stage = stage});
+      gpt.reserve(2, 64, model::Recompute{2});
+      optim::AdamW adam(engine.segments(), {});
+      SCOPED_TRACE(testing::Message() << "ZeRO-" << stage << ", " << freeze.size() << " freeze patterns");
+      EXPECT_EQ(planned.arenas.values, gpt.store().value_bytes());
+      EXPECT_EQ(planned.arenas.grads, gpt.store().grad_bytes());
+      EXPECT_EQ(planned.arenas.optimizer, adam.state_bytes());
+      EXPECT_EQ(planned.arenas.gathered, engine.memory().gather_slots);
+      EXPECT_EQ(planned.arenas.staging, engine.memory().staging_slots);
+      EXPECT_EQ(planned.arenas.activations, gpt.activation_bytes());
+      EXPECT_EQ(planned.frozen_elements, gpt.store().frozen_numel());
+      if (!freeze.empty()) EXPECT_LT(gpt.store().grad_bytes(), gpt.store().value_bytes() / 2);
+    }
 }
 
 TEST(PlanCost, FlopsAndMfuAreConsistent) {

@@ -1,6 +1,8 @@
 // The runtime on one process: what it builds (one chunk holding the whole
 // model, its engine, the optimizer's segments covering the store), the
-// memory check without an optimizer (evaluation), the configuration refused
+// memory check without an optimizer (evaluation), frozen parameters (no
+// gradients, no optimizer segments, the plan still the allocation), the
+// configuration refused
 // with the flags' one-line errors before anything is built, and checkpoint
 // loading (a fresh root; parameters saved from one runtime read into another).
 #include <gtest/gtest.h>
@@ -64,6 +66,34 @@ TEST(Runtime, BuildsTheWholeModelAsOneStageOfOneChunk) {
   EXPECT_NO_THROW(rt.check_memory(&opt));
 }
 
+TEST(Runtime, FrozenParametersHaveNoGradientsAndNoOptimizerSegments) {
+  const auto world = comm::World::single();
+  RuntimeConfig c = small();
+  c.freeze = {"layers.*.attention.*", "embedding.position_embeddings.*"};
+  Runtime rt(c, *world);
+  Runtime all(small(), *world);
+  const model::ParamStore& s = rt.model().first().store();
+  int64_t frozen = 0;
+  for (const model::Param* p : s.params()) {
+    const bool match = model::matches_any(c.freeze, p->spec.name);
+    EXPECT_EQ(p->spec.trainable, !match) << p->spec.name;
+    EXPECT_EQ(p->grad.defined(), !match) << p->spec.name;
+    if (match) frozen += p->spec.local_shape().numel();
+  }
+  ASSERT_GT(frozen, 0);
+  EXPECT_EQ(s.frozen_numel(), frozen);
+  EXPECT_EQ(s.value_bytes(), all.model().first().store().value_bytes());
+  EXPECT_LT(s.grad_bytes(), all.model().first().store().grad_bytes());
+  int64_t covered = 0;
+  for (const model::Segment& seg : rt.model().optimizer_segments()) {
+    EXPECT_TRUE(seg.param->spec.trainable) << seg.param->spec.name;
+    covered += seg.n;
+  }
+  EXPECT_EQ(covered, s.numel() - frozen);
+  optim::AdamW opt(rt.model().optimizer_segments(), {});
+  EXPECT_NO_THROW(rt.check_memory(&opt));
+}
+
 TEST(Runtime, RefusesLayoutsNamingTheFlags) {
   RuntimeConfig c = small();
   c.recompute_layers = 5;
@@ -80,6 +110,12 @@ TEST(Runtime, RefusesLayoutsNamingTheFlags) {
   c = small();
   c.parallel.sizes.tp = 2;
   EXPECT_NE(error_of(c).find("--tensor-model-parallel-size 2"), std::string::npos);
+  c = small();
+  c.freeze = {"layers.*.attention.*", "layers.*.mlpx.*"};
+  EXPECT_NE(error_of(c).find("--freeze 'layers.*.mlpx.*' matches no parameter of this model"), std::string::npos);
+  c = small();
+  c.freeze = {"*"};
+  EXPECT_EQ(error_of(c), "--freeze '*' freezes every parameter: nothing would train");
 }
 
 class RuntimeCheckpoint : public ::testing::Test {

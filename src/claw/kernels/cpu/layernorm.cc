@@ -141,7 +141,7 @@ void layernorm_backward(const CpuCtx& ctx, T* dx, T* dweight, T* dbias, const T*
         dw += partial[k * 2 * C + c];
         db += partial[k * 2 * C + C + c];
       }
-      dweight[c] += static_cast<T>(dw);
+      if (dweight) dweight[c] += static_cast<T>(dw);
       if (dbias) dbias[c] += static_cast<T>(db);
     }
   });

@@ -7,7 +7,8 @@
 //   dweight_c += sum_n dy_c * xhat_c,  dbias_c += sum_n dy_c
 //
 // Shapes: x, y, dx, dy [N, C] (N = B*T rows); weight, bias [C]; mean, rstd [N] (saved).
-// bias/dbias may be null (no-bias variant).
+// bias/dbias may be null (no-bias variant); dweight/dbias null for a frozen
+// weight/bias (dx only).
 // Gradient contract: dweight/dbias accumulate; dx overwrites, or accumulates
 // when `accumulate_dx` (the norm's input is the residual stream, whose grad
 // already holds the skip-path contribution).

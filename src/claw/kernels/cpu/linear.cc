@@ -34,7 +34,7 @@ template <typename T>
 void linear_backward_weight(const CpuCtx& ctx, T* dweight, T* dbias, const T* dout, const T* inp, int64_t M,
                             int64_t K, int64_t N) {
   CLAW_ROUTE_TO_GPU(ctx, T, linear_backward_weight, dweight, dbias, dout, inp, M, K, N);
-  gemm(true, false, N, K, M, T(1), dout, N, inp, K, T(1), dweight, K);
+  if (dweight) gemm(true, false, N, K, M, T(1), dout, N, inp, K, T(1), dweight, K);
   if (dbias) {
     // Column sums: each thread owns a slice of the N columns, so no reduction
     // between threads is needed and the order of summation is fixed.

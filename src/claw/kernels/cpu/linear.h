@@ -10,7 +10,7 @@
 // overwrites unless `accumulate` (used where several branches feed one input,
 // e.g. q/k/v projections of one normed activation). The weight-gradient half
 // is separate so that schedules may defer it (zero-bubble pipelines, overlap).
-// bias / dbias may be null.
+// bias / dbias may be null; so may dweight (a frozen weight: only dbias).
 #pragma once
 
 #include <cstdint>

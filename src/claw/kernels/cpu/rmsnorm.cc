@@ -95,7 +95,7 @@ void rmsnorm_backward(const CpuCtx& ctx, T* dx, T* dweight, const T* dy, const T
     for (int64_t c = cb; c < ce; ++c) {
       double dw = 0;
       for (int64_t k = 0; k < chunks; ++k) dw += partial[k * C + c];
-      dweight[c] += static_cast<T>(dw);
+      if (dweight) dweight[c] += static_cast<T>(dw);
     }
   });
 }

@@ -6,6 +6,7 @@
 //   dweight_c += sum_n dy_c * x_c * rstd
 //
 // Shapes: x, y, dx, dy [N, C]; weight [C]; rstd [N] (saved).
+// dweight may be null (a frozen weight: dx only).
 // Gradient contract as for LayerNorm (dweight accumulates; dx overwrites
 // unless `accumulate_dx`).
 #pragma once
