@@ -10,7 +10,7 @@ and measures the roof in the same run: a bf16 8192^3 matmul through torch and
 claw's own cuBLAS measurement (claw info --device cuda). MFU is the model's
 FLOPs per second over that bf16 peak (6 N + attention, as claw counts).
 
-  python3 bench/bench_cuda.py --claw build-cuda/bin/claw --configs gpt2-124m:8:1024 [--out results.json]
+  python3 bench/bench_cuda.py --claw build-cuda/bin/claw --configs gpt2-124m:8:1024,llama3.2-1b:2:1024 [--out F]
 """
 import argparse
 import json
@@ -24,13 +24,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-MODELS = {"gpt2-124m": dict(layers=12, hidden=768, heads=12), "gpt2-350m": dict(layers=24, hidden=1024, heads=16)}
-V, VP, P = 50257, 50304, 1024
+MODELS = {
+    "gpt2-124m": dict(layers=12, hidden=768, heads=12, groups=12, ffn=3072, vocab=50257, padded=50304, swiglu=False),
+    # Llama 3.2 1B's shape; the peer is transformers' LlamaForCausalLM (sdpa attention), randomly initialised.
+    "llama3.2-1b": dict(layers=16, hidden=2048, heads=32, groups=8, ffn=8192, vocab=128256, padded=128256, swiglu=True),
+}
+P = 1024
 
 
 def flops_per_token(m, T):
-    L, C = m["layers"], m["hidden"]
-    n = 12 * L * C * C + VP * C  # matrices (attention 4C^2 + MLP 8C^2 per layer) + the LM head
+    L, C, F = m["layers"], m["hidden"], m["ffn"]
+    kv = C // m["heads"] * m["groups"]
+    mlp = (3 if m["swiglu"] else 2) * C * F
+    n = L * (2 * C * C + 2 * C * kv + mlp) + m["padded"] * C  # the layers' matrices + the LM head
     return 6 * n + 6 * L * C * T  # + attention scores and values (causal half of 12 L C T)
 
 
@@ -51,26 +57,40 @@ def torch_peak_tflops(torch):
     return 2 * n ** 3 / (best * 1e-3) / 1e12
 
 
-def run_torch(torch, variant, m, B, T, steps, warmup):
-    import torch_gpt
+def run_torch(torch, variant, name, m, B, T, steps, warmup):
     import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = variant == "fp32-tf32"
     torch.backends.cudnn.allow_tf32 = variant == "fp32-tf32"
     torch.manual_seed(0)
-    model = torch_gpt.GPT(m["layers"], m["hidden"], m["heads"], VP, P).cuda()
-    # torch_gpt's forward builds positions on the default device: give it the GPU's.
-    def forward(idx, tgt):
-        x = model.wte(idx) + model.wpe(torch.arange(T, device="cuda"))
-        for blk in model.blocks:
-            x = blk(x)
-        logits = F.linear(model.ln_f(x), model.wte.weight[:V])
-        return F.cross_entropy(logits.view(-1, V).float(), tgt.view(-1))
+    V = m["vocab"]
+    if name.startswith("llama"):
+        import transformers
+        cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=m["hidden"], intermediate_size=m["ffn"],
+                                       num_hidden_layers=m["layers"], num_attention_heads=m["heads"],
+                                       num_key_value_heads=m["groups"], max_position_embeddings=8192,
+                                       rope_theta=500000.0, tie_word_embeddings=True, attn_implementation="sdpa")
+        model = transformers.LlamaForCausalLM(cfg).cuda()
+
+        def forward(idx, tgt):
+            logits = model(input_ids=idx).logits
+            return F.cross_entropy(logits.view(-1, V).float(), tgt.view(-1))
+    else:
+        import torch_gpt
+        model = torch_gpt.GPT(m["layers"], m["hidden"], m["heads"], m["padded"], P).cuda()
+
+        # torch_gpt's forward builds positions on the default device: give it the GPU's.
+        def forward(idx, tgt):
+            x = model.wte(idx) + model.wpe(torch.arange(T, device="cuda"))
+            for blk in model.blocks:
+                x = blk(x)
+            logits = F.linear(model.ln_f(x), model.wte.weight[:V])
+            return F.cross_entropy(logits.view(-1, V).float(), tgt.view(-1))
     fwd = torch.compile(forward) if variant.endswith("compile") else forward
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     g = torch.Generator(device="cuda").manual_seed(1)
-    idx = torch.randint(0, V, (B, T), device="cuda", generator=g)
-    tgt = torch.randint(0, V, (B, T), device="cuda", generator=g)
+    idx = torch.randint(0, min(V, 50257), (B, T), device="cuda", generator=g)
+    tgt = torch.randint(0, min(V, 50257), (B, T), device="cuda", generator=g)
     bf16 = variant.startswith("bf16")
     times = []
     for step in range(warmup + steps):
@@ -111,7 +131,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--claw", default=os.path.join(HERE, "..", "build-cuda", "bin", "claw"))
     ap.add_argument("--configs", default="gpt2-124m:8:1024")
-    ap.add_argument("--variants", default="fp32,fp32-tf32,bf16,bf16-compile")
+    ap.add_argument("--variants", default="fp32,fp32-tf32,bf16,bf16-compile",
+                    help="PyTorch variants; bf16-compile runs for GPT-2 only (compiling HF Llama takes minutes)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--data-dir", default="")
@@ -133,8 +154,10 @@ def main():
                "claw fp32-tf32": run_claw(args.claw, name, B, T, args.steps, args.warmup, args.data_dir,
                                           ["--allow-tf32"])}
         for v in args.variants.split(","):
+            if v.endswith("compile") and name.startswith("llama"):
+                continue
             try:
-                res["torch " + v] = run_torch(torch, v, m, B, T, args.steps, args.warmup)
+                res["torch " + v] = run_torch(torch, v, name, m, B, T, args.steps, args.warmup)
             except Exception as e:  # torch.compile may be unavailable; say so and go on
                 res["torch " + v] = {"error": repr(e)[:300]}
         for who, r in res.items():
