@@ -97,5 +97,15 @@ PY
   freeze_everything)
     run "${small[@]}" --freeze 'embedding.*,layers.*,final_norm.*'
     expect_error "--freeze '.*' freezes every parameter: nothing would train" ;;
+  device_unknown)
+    run "${small[@]}" --device tpu
+    expect_error "--device tpu: expected cpu, cuda or cuda:N" ;;
+  device_cuda_unavailable)
+    # Without the CUDA backend in this build, or without a GPU on this machine.
+    run "${small[@]}" --device cuda
+    expect_error "built without the CUDA backend|no CUDA device is visible" ;;
+  tf32_without_cuda)
+    run "${small[@]}" --allow-tf32
+    expect_error "--allow-tf32 applies to --device cuda only" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
