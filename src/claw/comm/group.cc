@@ -115,18 +115,21 @@ Work Group::barrier_async(const OpOptions& o) { return checked_submit({.kind = O
 namespace detail {
 
 void run_self(const Request& r) {
-  const size_t es = dtype_size(r.dtype);
+  // memcpy with an empty range still needs valid pointers; an empty
+  // operation may come with null buffers.
+  auto copy = [&] {
+    const size_t bytes = static_cast<size_t>(r.counts[0]) * dtype_size(r.dtype);
+    if (bytes > 0 && r.send != nullptr && r.send != r.recv) std::memcpy(r.recv, r.send, bytes);
+  };
   switch (r.kind) {
     case OpKind::reduce_scatter:
-      if (r.send != r.recv) std::memcpy(r.recv, r.send, r.counts[0] * es);
-      break;
     case OpKind::all_gather:
-      if (r.send != nullptr && r.send != r.recv) std::memcpy(r.recv, r.send, r.counts[0] * es);
+      copy();
       break;
     case OpKind::all_to_all:
       CLAW_CHECK(r.send_counts[0] == r.counts[0], "all_to_all on one rank: sends {} but receives {}",
                  r.send_counts[0], r.counts[0]);
-      if (r.send != r.recv) std::memcpy(r.recv, r.send, r.counts[0] * es);
+      copy();
       break;
     case OpKind::all_reduce: case OpKind::broadcast: case OpKind::barrier: break;
     case OpKind::send: case OpKind::recv: CLAW_CHECK(false, "point-to-point transfer in a group of one rank");
