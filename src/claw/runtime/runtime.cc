@@ -148,9 +148,55 @@ void Runtime::check_memory(const optim::AdamW* optimizer) const {
 }
 
 std::vector<ckpt::Shard> Runtime::checkpoint_shards(const optim::AdamW* optimizer) const {
-  return ckpt::collect_shards(model_->stores(), optimizer,
-                              {.zero_stage = cfg_.parallel.zero_stage(), .dp_rank = pstate_->dp().rank(),
-                               .dp_size = pstate_->dp().size(), .optimizer = optimizer != nullptr});
+  std::vector<ckpt::Shard> shards =
+      ckpt::collect_shards(model_->stores(), optimizer,
+                           {.zero_stage = cfg_.parallel.zero_stage(), .dp_rank = pstate_->dp().rank(),
+                            .dp_size = pstate_->dp().size(), .optimizer = optimizer != nullptr});
+  if (device_) {
+    ensure_mirrors(optimizer);
+    for (ckpt::Shard& s : shards) s.data = host_mirror(s.data);
+  }
+  return shards;
+}
+
+// The device arenas a checkpoint reads: each chunk's values, the moments.
+std::vector<std::pair<const void*, size_t>> Runtime::device_arenas(const optim::AdamW* optimizer) const {
+  std::vector<std::pair<const void*, size_t>> out;
+  for (const auto& c : chunks_) out.emplace_back(c->store().values(), c->store().value_bytes());
+  if (optimizer && optimizer->state_bytes() > 0) {
+    out.emplace_back(optimizer->exp_avg(), optimizer->state_bytes() / 2);
+    out.emplace_back(optimizer->exp_avg_sq(), optimizer->state_bytes() / 2);
+  }
+  return out;
+}
+
+void Runtime::ensure_mirrors(const optim::AdamW* optimizer) const {
+  for (const auto& [base, bytes] : device_arenas(optimizer)) {
+    const auto* b = static_cast<const uint8_t*>(base);
+    const bool have = std::any_of(mirrors_.begin(), mirrors_.end(), [&](const Mirror& m) { return m.device == b; });
+    if (!have && bytes > 0) mirrors_.push_back({b, bytes, Arena("checkpoint mirror (host)", bytes)});
+  }
+}
+
+void* Runtime::host_mirror(const void* device_ptr) const {
+  const auto* p = static_cast<const uint8_t*>(device_ptr);
+  for (const Mirror& m : mirrors_)
+    if (p >= m.device && p < m.device + m.bytes) return m.host.base() + (p - m.device);
+  CLAW_CHECK(false, "checkpoint data at {} is in no device arena this runtime mirrors", device_ptr);
+  return nullptr;
+}
+
+void Runtime::stage_to_host(const optim::AdamW* optimizer) const {
+  if (!device_) return;
+  ensure_mirrors(optimizer);
+  for (const auto& [p, n] : device_arenas(optimizer))
+    if (n > 0) kernels::cuda::copy_to_host(device_->ctx(), host_mirror(p), p, n);
+}
+
+void Runtime::stage_from_host(const optim::AdamW* optimizer) const {
+  if (!device_) return;
+  for (const auto& [p, n] : device_arenas(optimizer))
+    if (n > 0) kernels::cuda::copy_to_device(device_->ctx(), const_cast<void*>(p), host_mirror(p), n);
 }
 
 LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW* optimizer) {
@@ -163,6 +209,9 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     return out;
   }
   std::string dir = ckpt::resolve_load_dir(root, opts.step);
+  // On a GPU the chunks read into host mirrors holding the current values
+  // (so what no chunk covers, such as padding, keeps them), then go over.
+  stage_to_host(optimizer);
   std::vector<std::string> all_params;
   for (const model::ParamSpec& s : ckpt::model_param_specs(cfg_.model)) all_params.push_back(s.name);
   ckpt::Metadata meta;
@@ -219,6 +268,7 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     log::info("ckpt", "checkpoint {} is unreadable; --load-fallback: loading iteration {} instead", dir, *previous);
     dir = ckpt::iteration_dir(root, *previous);
   }
+  stage_from_host(out.optimizer ? optimizer : nullptr);
   out.loaded = true;
   out.dir = dir;
   out.iteration = meta.iteration;

@@ -98,6 +98,12 @@ class Runtime {
   // nothing saved yet is a fresh start (Megatron's behaviour, which restart
   // loops rely on: --save and --load the same directory).
   LoadedCheckpoint load_checkpoint(const LoadOptions& opts, optim::AdamW* optimizer);
+  // With --device cuda a checkpoint goes through host mirrors of the device
+  // arenas it reads (the chunks' values, the optimizer's moments):
+  // checkpoint_shards() points into the mirrors, stage_to_host() refreshes
+  // them before a save (blocking: one copy per arena), and load_checkpoint()
+  // copies what it read back to the device. Nothing to do on the CPU.
+  void stage_to_host(const optim::AdamW* optimizer) const;
 
  private:
   RuntimeConfig cfg_;
@@ -111,6 +117,17 @@ class Runtime {
   std::vector<std::unique_ptr<model::GPT>> chunks_;
   std::vector<std::unique_ptr<parallel::DataParallel>> dps_;
   std::unique_ptr<ModelChunks> model_;
+  // Host mirrors of device arenas, made on first use (checkpoints on a GPU).
+  struct Mirror {
+    const uint8_t* device = nullptr;
+    size_t bytes = 0;
+    Arena host;
+  };
+  mutable std::vector<Mirror> mirrors_;
+  std::vector<std::pair<const void*, size_t>> device_arenas(const optim::AdamW* optimizer) const;
+  void ensure_mirrors(const optim::AdamW* optimizer) const;
+  void* host_mirror(const void* device_ptr) const;
+  void stage_from_host(const optim::AdamW* optimizer) const;
   plan::StageMemory planned_;
   plan::ArenaBytes allocated_;  // optimizer: 0, it is not the runtime's
 };

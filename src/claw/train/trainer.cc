@@ -59,9 +59,6 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   lr_.validate();
   adam_cfg_.validate();
   ckpt_cfg_.validate();
-  if (cfg_.device != "cpu" && (!ckpt_cfg_.save.empty() || !ckpt_cfg_.load.empty()))
-    fail("--save/--load with --device {}: checkpoints are written from host memory and the CUDA backend does not "
-         "stage them yet; train with --device cpu to save or load", cfg_.device);
 
   // The groups and this rank's model chunks, their engines and executor.
   runtime_ = std::make_unique<runtime::Runtime>(std::move(rt), world_);
@@ -133,6 +130,7 @@ void Trainer::save_checkpoint(int64_t iteration) {
                 {"layout",
                  {{"world_size", world_.size()}, {"tp", grid.tp}, {"pp", grid.pp}, {"dp", grid.dp},
                   {"zero_stage", par_cfg_.zero_stage()}, {"sequence_parallel", par_cfg_.sequence_parallel}}}};
+  runtime_->stage_to_host(optimizer_.get());  // a GPU's values and moments into their host mirrors
   saver_->save(runtime_->checkpoint_shards(optimizer_.get()), std::move(info));
 }
 
