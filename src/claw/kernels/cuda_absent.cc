@@ -21,7 +21,6 @@ void Device::synchronize() const { absent(); }
 const MemoryResource& Device::memory() const { absent(); }
 void copy_to_device(const GpuCtx&, void*, const void*, size_t) { absent(); }
 void copy_to_host(const GpuCtx&, void*, const void*, size_t) { absent(); }
-void copy_on_device(const GpuCtx&, void*, const void*, size_t) { absent(); }
 void fill_zero(const GpuCtx&, void*, size_t) { absent(); }
 void check_stream(const GpuCtx&, const char*) { absent(); }
 double measure_bf16_gemm_tflops(const GpuCtx&, int64_t, int) { absent(); }

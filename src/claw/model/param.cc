@@ -156,13 +156,6 @@ void ParamStore::zero_grads() {
     std::memset(grads_.base(), 0, grads_.size());
 }
 
-void ParamStore::values_to_host(float* out) const {
-  if (opts_.device)
-    kernels::cuda::copy_to_host(opts_.device->ctx(), out, values_.base(), layout_.value_bytes);
-  else
-    std::memcpy(out, values_.base(), layout_.value_bytes);
-}
-
 void ParamStore::values_from_host(const float* in) {
   if (opts_.device)
     kernels::cuda::copy_to_device(opts_.device->ctx(), values_.base(), in, layout_.value_bytes);

@@ -225,8 +225,7 @@ class ParamStore {
   // The memory the buffers live in (host, or the GPU of options().device).
   const MemoryResource& memory() const;
   bool on_device() const { return opts_.device != nullptr; }
-  // Copies of the values this rank holds (value_bytes()) to and from host memory.
-  void values_to_host(float* out) const;
+  // Overwrites the values this rank holds (value_bytes()) from host memory.
   void values_from_host(const float* in);
   // Philox init keyed by (seed, hash(name)) at the global element index, so
   // every layout initialises a parameter identically; writes the values this

@@ -518,9 +518,7 @@ void attention_backward(const GpuCtx& ctx, float* dq, float* dk, float* dv, cons
              delta_bytes);
   float* delta = static_cast<float*>(ctx.workspace);
   const int64_t rows = B * T * H;
-  unsigned grid = grid_for(rows * 32, 256);
-  if (grid > 65536u * 8u) grid = 65536u * 8u;
-  attention_delta_kernel<<<grid, 256, 0, stream_of(ctx)>>>(delta, dout, out, rows, static_cast<int>(T),
+  attention_delta_kernel<<<grid_for(rows * 32, 256), 256, 0, stream_of(ctx)>>>(delta, dout, out, rows, static_cast<int>(T),
                                                            static_cast<int>(H), static_cast<int>(D));
   CLAW_CUDA_LAUNCH_CHECK();
   const Dims dm{static_cast<int>(T), static_cast<int>(H), static_cast<int>(G), static_cast<int>(D),

@@ -1,6 +1,4 @@
 // The CUDA backend's device, stream, handles, memory and copies.
-#include <cublasLt.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -22,7 +20,7 @@ class DeviceMemory final : public MemoryResource {
       cudaGetLastError();  // clear the sticky-free error state of a failed allocation
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
-      fail_message("cudaMalloc of %zu bytes: %s (%zu bytes free of %zu)", bytes, cudaGetErrorString(e), free_b, total_b);
+      fail("cudaMalloc of {} bytes: {} ({} bytes free of {})", bytes, cudaGetErrorString(e), free_b, total_b);
     }
     // cudaMemset runs on the legacy default stream, which claw's non-blocking
     // stream does not wait for: without the synchronisation a large arena's
@@ -47,25 +45,22 @@ __global__ void fill_kernel(float* x, float value, int64_t n) {
     x[i] = value;
 }
 
-// Uniform values in [-1, 1) from an integer hash (benchmark inputs: never zeros).
-__global__ void random_bf16_kernel(uint16_t* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float f = (static_cast<float>(h >> 8) * (1.0f / 8388608.0f)) - 1.0f;
-    x[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
-  }
+// Uniform values in [-1, 1) from an integer hash (benchmark inputs: never
+// zeros); bf16 elements take the value's top 16 bits.
+__device__ inline float hashed_uniform(int64_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return static_cast<float>(h >> 8) * (1.0f / 8388608.0f) - 1.0f;
 }
-__global__ void random_f32_kernel(float* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = (static_cast<float>(h >> 8) * (1.0f / 8388608.0f)) - 1.0f;
-  }
+__device__ inline void store(float* x, int64_t i, float v) { x[i] = v; }
+__device__ inline void store(uint16_t* x, int64_t i, float v) { x[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16); }
+
+template <typename T>
+__global__ void random_kernel(T* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    store(x, i, hashed_uniform(i, seed));
 }
 
 constexpr size_t kWorkspaceBytes = size_t{64} << 20;
@@ -103,8 +98,8 @@ DeviceInfo device_info(int device) {
 
 Device::Device(int index) {
   const int n = device_count();
-  if (n == 0) fail_message("no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES hides them)");
-  if (index < 0 || index >= n) fail_message("device %d asked for, but this machine has %d CUDA device(s)", index, n);
+  if (n == 0) fail("CUDA backend: no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES hides them)");
+  if (index < 0 || index >= n) fail("CUDA backend: device {} asked for, but this machine has {} CUDA device(s)", index, n);
   info_ = device_info(index);
   ctx_.device = index;
   CLAW_CUDA_CHECK(cudaSetDevice(index));
@@ -115,9 +110,6 @@ Device::Device(int index) {
   CLAW_CUBLAS_CHECK(cublasCreate(&h));
   CLAW_CUBLAS_CHECK(cublasSetStream(h, s));
   ctx_.blas = h;
-  cublasLtHandle_t lt = nullptr;
-  CLAW_CUBLAS_CHECK(cublasLtCreate(&lt));
-  ctx_.blas_lt = lt;
   // The first half is the kernels' scratch (reductions, attention's Delta,
   // norm partials), the second cuBLAS's: neither can clobber the other.
   CLAW_CUDA_CHECK(cudaMalloc(&ctx_.workspace, 2 * kWorkspaceBytes));
@@ -139,7 +131,6 @@ Device::~Device() {
   if (ctx_.ones) cudaFree(const_cast<float*>(ctx_.ones));
   if (ctx_.host_result) cudaFreeHost(ctx_.host_result);
   if (ctx_.workspace) cudaFree(ctx_.workspace);
-  if (ctx_.blas_lt) cublasLtDestroy(static_cast<cublasLtHandle_t>(ctx_.blas_lt));
   if (ctx_.blas) cublasDestroy(blas_of(ctx_));
   if (ctx_.stream) cudaStreamDestroy(stream_of(ctx_));
 }
@@ -166,11 +157,6 @@ void copy_to_host(const GpuCtx& ctx, void* dst, const void* src, size_t bytes) {
   CLAW_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
 }
 
-void copy_on_device(const GpuCtx& ctx, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0 || dst == src) return;
-  CLAW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
-}
-
 void fill_zero(const GpuCtx& ctx, void* dst, size_t bytes) {
   if (bytes == 0) return;
   CLAW_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_of(ctx)));
@@ -178,7 +164,7 @@ void fill_zero(const GpuCtx& ctx, void* dst, size_t bytes) {
 
 void check_stream(const GpuCtx& ctx, const char* what) {
   const cudaError_t e = cudaStreamSynchronize(stream_of(ctx));
-  if (e != cudaSuccess) fail_message("%s: %s", what, cudaGetErrorString(e));
+  if (e != cudaSuccess) fail("CUDA backend: {}: {}", what, cudaGetErrorString(e));
 }
 
 namespace {
@@ -203,37 +189,36 @@ double best_tflops(const GpuCtx& ctx, int64_t n, int reps, Launch&& launch) {
   cudaEventDestroy(b);
   return 2.0 * double(n) * n * n / (best_ms * 1e-3) / 1e12;
 }
-}  // namespace
 
-double measure_bf16_gemm_tflops(const GpuCtx& ctx, int64_t n, int reps) {
-  uint16_t *A = nullptr, *B = nullptr;
+// n x n x n products on random operands of type T (fp32 C), best of `reps`.
+template <typename T, typename Gemm>
+double measure_gemm(const GpuCtx& ctx, int64_t n, int reps, Gemm&& gemm) {
+  T *A = nullptr, *B = nullptr;
   float* C = nullptr;
-  CLAW_CUDA_CHECK(cudaMalloc(&A, n * n * sizeof(uint16_t)));
-  CLAW_CUDA_CHECK(cudaMalloc(&B, n * n * sizeof(uint16_t)));
+  CLAW_CUDA_CHECK(cudaMalloc(&A, n * n * sizeof(T)));
+  CLAW_CUDA_CHECK(cudaMalloc(&B, n * n * sizeof(T)));
   CLAW_CUDA_CHECK(cudaMalloc(&C, n * n * sizeof(float)));
-  random_bf16_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(A, n * n, 1u);
-  random_bf16_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(B, n * n, 2u);
+  random_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(A, n * n, 1u);
+  random_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(B, n * n, 2u);
   CLAW_CUDA_LAUNCH_CHECK();
-  const double t = best_tflops(ctx, n, reps, [&] { gemm_bf16(ctx, false, false, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n); });
+  const double t = best_tflops(ctx, n, reps, [&] { gemm(A, B, C); });
   cudaFree(A);
   cudaFree(B);
   cudaFree(C);
   return t;
 }
+}  // namespace
+
+double measure_bf16_gemm_tflops(const GpuCtx& ctx, int64_t n, int reps) {
+  return measure_gemm<uint16_t>(ctx, n, reps, [&](const uint16_t* A, const uint16_t* B, float* C) {
+    gemm_bf16(ctx, false, false, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+  });
+}
 
 double measure_fp32_gemm_tflops(const GpuCtx& ctx, int64_t n, int reps) {
-  float *A = nullptr, *B = nullptr, *C = nullptr;
-  CLAW_CUDA_CHECK(cudaMalloc(&A, n * n * sizeof(float)));
-  CLAW_CUDA_CHECK(cudaMalloc(&B, n * n * sizeof(float)));
-  CLAW_CUDA_CHECK(cudaMalloc(&C, n * n * sizeof(float)));
-  random_f32_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(A, n * n, 1u);
-  random_f32_kernel<<<grid_for(n * n, 256), 256, 0, stream_of(ctx)>>>(B, n * n, 2u);
-  CLAW_CUDA_LAUNCH_CHECK();
-  const double t = best_tflops(ctx, n, reps, [&] { gemm(ctx, false, false, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n); });
-  cudaFree(A);
-  cudaFree(B);
-  cudaFree(C);
-  return t;
+  return measure_gemm<float>(ctx, n, reps, [&](const float* A, const float* B, float* C) {
+    gemm(ctx, false, false, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+  });
 }
 
 }  // namespace claw::kernels::cuda

@@ -22,8 +22,7 @@ struct GpuCtx {
   int device = 0;
   void* stream = nullptr;   // cudaStream_t: every kernel and cuBLAS call runs on it, in order
   void* blas = nullptr;     // cublasHandle_t bound to the stream
-  void* blas_lt = nullptr;  // cublasLtHandle_t
-  void* workspace = nullptr;  // device bytes for cuBLASLt and reductions
+  void* workspace = nullptr;  // device bytes for the kernels' reductions (cuBLAS has its own)
   size_t workspace_bytes = 0;
   double* host_result = nullptr;  // pinned host doubles for scalar results (reductions)
   const float* ones = nullptr;    // device [ones_n] of 1.0f (bias gradients as a GEMV)
@@ -83,7 +82,6 @@ class Device {
 // returns once the bytes have arrived).
 void copy_to_device(const GpuCtx& ctx, void* dst, const void* src, size_t bytes);
 void copy_to_host(const GpuCtx& ctx, void* dst, const void* src, size_t bytes);
-void copy_on_device(const GpuCtx& ctx, void* dst, const void* src, size_t bytes);  // asynchronous
 void fill_zero(const GpuCtx& ctx, void* dst, size_t bytes);                         // asynchronous
 // Throws claw::Error naming `what` if the stream saw a failure.
 void check_stream(const GpuCtx& ctx, const char* what);

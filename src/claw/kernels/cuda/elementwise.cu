@@ -48,10 +48,6 @@ constexpr int kReduceBlocks = 1024;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
-unsigned grid_capped(int64_t n) {
-  const unsigned g = grid_for(n, kThreads);
-  return g > 65536u * 8u ? 65536u * 8u : g;
-}
 
 // ---- reductions ----------------------------------------------------------------
 
@@ -248,7 +244,7 @@ void apply_mask(const GpuCtx& ctx, float* out, const float* in, int64_t n, doubl
   }
   const uint32_t threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
   const float scale = static_cast<float>(1.0 / (1.0 - p));
-  dropout_kernel<<<grid_capped(n), kThreads, 0, stream_of(ctx)>>>(out, in, n, threshold, scale, rng.key0(),
+  dropout_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(out, in, n, threshold, scale, rng.key0(),
                                                                    rng.key1(), index0);
   CLAW_CUDA_LAUNCH_CHECK();
 }
@@ -284,7 +280,7 @@ int64_t first_non_finite(const GpuCtx& ctx, const float* x, int64_t n) {
   cudaStream_t s = stream_of(ctx);
   auto* first = static_cast<unsigned long long*>(ctx.workspace);
   CLAW_CUDA_CHECK(cudaMemsetAsync(first, 0xff, sizeof *first, s));
-  first_non_finite_kernel<<<grid_capped(n), kThreads, 0, s>>>(first, x, n);
+  first_non_finite_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(first, x, n);
   CLAW_CUDA_LAUNCH_CHECK();
   CLAW_CUDA_CHECK(cudaMemcpyAsync(ctx.host_result, first, sizeof *first, cudaMemcpyDeviceToHost, s));
   CLAW_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -297,7 +293,7 @@ int64_t first_non_finite(const GpuCtx& ctx, const float* x, int64_t n) {
 #define CLAW_LAUNCH(kernel, n, ...)                                                           \
   do {                                                                                        \
     if ((n) <= 0) return;                                                                     \
-    kernel<<<grid_capped(n), kThreads, 0, stream_of(ctx)>>>(__VA_ARGS__);                    \
+    kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(__VA_ARGS__);                    \
     CLAW_CUDA_LAUNCH_CHECK();                                                                 \
   } while (0)
 

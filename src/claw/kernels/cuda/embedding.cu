@@ -19,10 +19,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_capped(int64_t n) {
-  const unsigned g = grid_for(n, kThreads);
-  return g > 65536u * 8u ? 65536u * 8u : g;
-}
 
 __device__ inline int64_t position_of(const int32_t* positions, int64_t n, int64_t T) {
   return positions ? static_cast<int64_t>(positions[n]) : n % T;
@@ -56,7 +52,7 @@ void embedding_forward(const GpuCtx& ctx, float* out, const int32_t* tokens, con
                        int64_t B, int64_t T, int64_t C, const int32_t* positions) {
   const int64_t total = B * T * C;
   if (total <= 0) return;
-  embedding_forward_kernel<<<grid_capped(total), kThreads, 0, stream_of(ctx)>>>(out, tokens, wte, wpe, B * T, T, C,
+  embedding_forward_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_of(ctx)>>>(out, tokens, wte, wpe, B * T, T, C,
                                                                                positions);
   CLAW_CUDA_LAUNCH_CHECK();
 }
@@ -65,7 +61,7 @@ void embedding_backward(const GpuCtx& ctx, float* dwte, float* dwpe, const float
                         int64_t B, int64_t T, int64_t C, const int32_t* positions) {
   const int64_t total = B * T * C;
   if (total <= 0 || (!dwte && !dwpe)) return;
-  embedding_backward_kernel<<<grid_capped(total), kThreads, 0, stream_of(ctx)>>>(dwte, dwpe, dout, tokens, B * T, T,
+  embedding_backward_kernel<<<grid_for(total, kThreads), kThreads, 0, stream_of(ctx)>>>(dwte, dwpe, dout, tokens, B * T, T,
                                                                                 C, positions);
   CLAW_CUDA_LAUNCH_CHECK();
 }

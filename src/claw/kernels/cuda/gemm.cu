@@ -20,8 +20,7 @@ void gemm_ex(const GpuCtx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N
              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
              cudaDataType_t in_type, cublasComputeType_t compute) {
   if (M == 0 || N == 0) return;
-  CLAW_CUDA_EXPECT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "GEMM of %ld x %ld x %ld exceeds cuBLAS's int sizes",
-                   static_cast<long>(M), static_cast<long>(N), static_cast<long>(K));
+  CLAW_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "GEMM of {} x {} x {} exceeds cuBLAS's int sizes", M, N, K);
   CLAW_CUBLAS_CHECK(cublasGemmEx(blas_of(ctx), op(trans_b), op(trans_a), static_cast<int>(N), static_cast<int>(M),
                                  static_cast<int>(K), &alpha, B, in_type, static_cast<int>(ldb), A, in_type,
                                  static_cast<int>(lda), &beta, C, CUDA_R_32F, static_cast<int>(ldc), compute,
@@ -66,8 +65,7 @@ void linear_backward_weight(const GpuCtx& ctx, float* dweight, float* dbias, con
                             int64_t M, int64_t K, int64_t N) {
   if (dweight) gemm(ctx, true, false, N, K, M, 1.0f, dout, N, inp, K, 1.0f, dweight, K);
   if (!dbias || M == 0) return;
-  CLAW_CUDA_EXPECT(M <= ctx.ones_n, "bias gradient over %ld rows exceeds the context's %ld ones", static_cast<long>(M),
-                   static_cast<long>(ctx.ones_n));
+  CLAW_CHECK(M <= ctx.ones_n, "bias gradient over {} rows exceeds the context's {} ones", M, ctx.ones_n);
   // dbias[N] += dout^T 1: dout is column-major [N, M] with leading dimension N.
   const float one = 1.0f;
   CLAW_CUBLAS_CHECK(cublasSgemv(blas_of(ctx), CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M), &one, dout,

@@ -38,9 +38,7 @@ void rotate(const GpuCtx& ctx, float* x, const float* cos, const float* sin, flo
   CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
   const int64_t rows = B * T * nh, half = D / 2;
   if (rows * half <= 0) return;
-  unsigned grid = grid_for(rows * half, kThreads);
-  if (grid > 65536u * 8u) grid = 65536u * 8u;
-  rope_kernel<<<grid, kThreads, 0, stream_of(ctx)>>>(x, cos, sin, sign, rows, T, nh, half, positions);
+  rope_kernel<<<grid_for(rows * half, kThreads), kThreads, 0, stream_of(ctx)>>>(x, cos, sin, sign, rows, T, nh, half, positions);
   CLAW_CUDA_LAUNCH_CHECK();
 }
 
