@@ -1,6 +1,6 @@
-// Element types. Kernels in this issue are fp32 (and fp64 for the
-// finite-difference tests); the low-precision types are named here so that
-// ParamSpec, checkpoints and the planner can speak of them from the start.
+// Element types. fp32 is the default everywhere and fp64 serves the
+// finite-difference tests; bf16 and f16 are storage types of the kernels
+// (core/storage.h), fp8 a checkpoint and conversion format so far.
 #pragma once
 
 #include <cstddef>
@@ -44,5 +44,17 @@ template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<uint16_t> { static constexpr DType value = DType::u16; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+
+// 16-bit floating-point storage types: raw bits, no arithmetic. Kernels
+// widen them to their accumulation type on load and round on store
+// (core/storage.h).
+struct bfloat16 {
+  uint16_t bits = 0;
+};
+struct float16 {
+  uint16_t bits = 0;
+};
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
+template <> struct dtype_of<float16> { static constexpr DType value = DType::f16; };
 
 }  // namespace claw

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "claw/core/error.h"
+#include "claw/core/storage.h"
 
 namespace claw {
 namespace {
@@ -84,20 +85,8 @@ bool is_float_dtype(DType t) {
   }
 }
 
-float bf16_to_f32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t f32_to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // stays a (quiet) NaN
-  bits += 0x7fff + ((bits >> 16) & 1);  // ties to even; a carry into the exponent rounds up a binade (or to inf)
-  return static_cast<uint16_t>(bits >> 16);
-}
+float bf16_to_f32(uint16_t h) { return bf16_bits_to_f32(h); }
+uint16_t f32_to_bf16(float x) { return f32_to_bf16_bits(x); }
 
 float f16_to_f32(uint16_t h) { return decode(kF16, h); }
 uint16_t f32_to_f16(float x) { return static_cast<uint16_t>(encode(kF16, x)); }

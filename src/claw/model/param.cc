@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/philox.h"
 
@@ -82,8 +83,10 @@ StoreLayout ParamStore::layout(const std::vector<const ParamSpec*>& specs, const
     l.grad_total += r.total;
     held_grads += opts.shard_grads ? r.shard_size() : r.total;
   }
-  l.value_bytes = static_cast<size_t>(held_values) * sizeof(float);
-  l.grad_bytes = static_cast<size_t>(held_grads) * sizeof(float);
+  l.value_bytes = static_cast<size_t>(held_values) * dtype_size(opts.dtypes.master);
+  l.grad_bytes = static_cast<size_t>(held_grads) * dtype_size(opts.dtypes.grad);
+  if (opts.dtypes.separate_compute())
+    l.compute_bytes = static_cast<size_t>(held_values) * dtype_size(opts.dtypes.compute);
   return l;
 }
 
@@ -93,12 +96,17 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
     CLAW_CHECK(p->spec.dtype == DType::f32, "parameter {} must be f32 in the CPU trainer", p->spec.name);
     specs.push_back(&p->spec);
   }
+  opts_.dtypes.validate();
   layout_ = layout(specs, opts_);
   if (!opts_.allocate) return;
+  if (opts_.dtypes.separate_compute() && (opts_.shard_values || opts_.device))
+    fail("a {} compute copy of the parameters needs unsharded values on the CPU (ZeRO stages 0-2, --device cpu)",
+         dtype_name(opts_.dtypes.compute));
   if (opts_.device && (opts_.shard_values || opts_.shard_grads))
     fail("--device cuda supports ZeRO stages 0 and 1 for now (sharded gradients and values stay on the CPU backend)");
   values_ = Arena("parameters", layout_.value_bytes, memory());
   grads_ = Arena("gradients", layout_.grad_bytes, memory());
+  if (layout_.compute_bytes > 0) compute_ = Arena("parameters (compute copy)", layout_.compute_bytes, memory());
   for (size_t i = 0; i < params_.size(); ++i) {
     const Shape local = params_[i]->spec.local_shape();
     const StoreRegion& r = layout_.regions[layout_.slots[i].region];
@@ -106,7 +114,40 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
     params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values(layout_.slots[i].region) + at, DType::f32, local);
     params_[i]->grad = opts_.shard_grads || !r.trainable ? Tensor()
                                                          : Tensor(grads(layout_.slots[i].region) + at, DType::f32, local);
+    params_[i]->compute = params_[i]->value;
+    if (layout_.compute_bytes > 0) {
+      const size_t elem = dtype_size(opts_.dtypes.compute);
+      uint8_t* base = compute_.base() + static_cast<size_t>(r.value_base + at) * elem;
+      params_[i]->compute = Tensor(base, opts_.dtypes.compute, local);
+    }
   }
+}
+
+std::string_view role_name(ParamRole r) {
+  switch (r) {
+    case ParamRole::master: return "master";
+    case ParamRole::compute: return "compute";
+    case ParamRole::grad: return "gradient";
+  }
+  return "?";
+}
+
+void StoreDtypes::validate() const {
+  if (master != DType::f32) fail("the master weights must be f32 (got {}): the optimizer updates fp32", dtype_name(master));
+  if (grad != DType::f32)
+    fail("the gradients must be f32 (got {}): the data-parallel reduction and the optimizer read fp32 gradients",
+         dtype_name(grad));
+  if (compute != DType::f32 && compute != DType::bf16 && compute != DType::f16)
+    fail("the compute copy of the parameters must be f32, bf16 or f16 (got {})", dtype_name(compute));
+}
+
+void ParamStore::refresh_compute(const CpuCtx& ctx) {
+  if (layout_.compute_bytes == 0) return;
+  const int64_t n = static_cast<int64_t>(layout_.value_bytes / dtype_size(opts_.dtypes.master));
+  const size_t from = dtype_size(opts_.dtypes.master), to = dtype_size(opts_.dtypes.compute);
+  parallel_for(ctx, n, 1 << 15, [&](int64_t b, int64_t e) {
+    convert(opts_.dtypes.master, values_.base() + b * from, opts_.dtypes.compute, compute_.base() + b * to, e - b);
+  });
 }
 
 int64_t ParamStore::value_offset(size_t k) const {
@@ -207,6 +248,7 @@ void ParamStore::init(const CpuCtx& ctx_in, uint64_t seed) {
     }
   }
   if (opts_.device) values_from_host(staging.ptr<float>(0));
+  refresh_compute(ctx);
 }
 
 std::vector<Segment> ParamStore::full_segments() const {

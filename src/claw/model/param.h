@@ -10,7 +10,12 @@
 //
 // ParamStore lays all parameters of a model out in one flat, 64-byte aligned
 // value buffer and the trainable ones in a flat gradient buffer (the llm.c
-// single buffer, generalised): the optimizer, gradient norm and bucketed
+// single buffer, generalised). The buffers play the three roles of
+// mixed-precision training, each with its dtype (StoreDtypes): the master
+// weights the optimizer updates (the value buffer), the compute copy the
+// layers read (the value buffer itself when its dtype is the master's, else a
+// buffer of its own laid out like the values and refreshed from them), and
+// the gradients; the optimizer, gradient norm and bucketed
 // all-reduce work on ranges of these flat buffers. The buffers are cut into
 // regions (StoreRegion): the trainable parameters of each reduction group,
 // then the frozen ones. Within a trainable region a parameter's value and
@@ -21,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -101,8 +107,9 @@ struct ParamSpec {
 
 struct Param {
   ParamSpec spec;
-  Tensor value;  // bound by ParamStore
-  Tensor grad;   // unbound (null) for a frozen parameter
+  Tensor value;    // the master weights, bound by ParamStore
+  Tensor compute;  // what the layers read: `value` itself, or its copy in the compute dtype
+  Tensor grad;     // unbound (null) for a frozen parameter
   float* data() const { return value.data<float>(); }
   float* gdata() const { return grad.data<float>(); }
 };
@@ -116,6 +123,23 @@ struct Segment {
   const float* grad;
   int64_t n;
   int64_t begin = 0;  // offset of value[0] among the parameter's local elements (checkpoints)
+};
+
+// The dtype of each role of a ParamStore. fp32 everywhere is the default
+// and the only combination the layers run today; a bf16 or f16 compute copy
+// is the BF16/FP16 training's (the kernels take 16-bit storage already).
+// Masters and gradients are f32: the optimizer and the data-parallel
+// reduction work on fp32.
+enum class ParamRole { master, compute, grad };
+std::string_view role_name(ParamRole r);
+struct StoreDtypes {
+  DType master = DType::f32;
+  DType compute = DType::f32;
+  DType grad = DType::f32;
+  DType of(ParamRole r) const { return r == ParamRole::master ? master : r == ParamRole::compute ? compute : grad; }
+  bool separate_compute() const { return compute != master; }
+  // Throws claw::Error naming the role and the dtypes it may have.
+  void validate() const;
 };
 
 // How a ParamStore holds its flat buffers. Each region's flat layout is
@@ -139,6 +163,7 @@ struct StoreOptions {
   // Glob patterns (fnmatch) over canonical names of the parameters that do
   // not train (--freeze); the GPT sets ParamSpec::trainable from them.
   std::vector<std::string> freeze;
+  StoreDtypes dtypes;
 };
 
 // Whether `name` matches one of the glob patterns.
@@ -181,6 +206,7 @@ struct StoreLayout {
   std::vector<ParamSlot> slots;      // per parameter, in order
   int64_t value_total = 0, grad_total = 0;  // floats of the whole value / gradient layouts
   size_t value_bytes = 0, grad_bytes = 0;   // what this rank holds of each buffer
+  size_t compute_bytes = 0;                 // the compute copy (0: the values serve)
   int64_t frozen_numel = 0;                 // elements of frozen parameters (no alignment padding)
 };
 
@@ -217,6 +243,13 @@ class ParamStore {
   size_t bytes() const { return static_cast<size_t>(total()) * sizeof(float); }  // the whole value buffer
   size_t value_bytes() const { return layout_.value_bytes; }  // held by this rank (allocated unless planning)
   size_t grad_bytes() const { return layout_.grad_bytes; }
+  size_t compute_bytes() const { return layout_.compute_bytes; }
+  const StoreDtypes& dtypes() const { return opts_.dtypes; }
+  // Rewrites the compute copy from the master values this rank holds
+  // (rounding to nearest even); a no-op when the values are the compute
+  // copy. Called after initialisation, a checkpoint load and each optimizer
+  // step.
+  void refresh_compute(const CpuCtx& ctx);
   int64_t numel() const;  // parameters, excluding alignment padding
   int64_t frozen_numel() const { return layout_.frozen_numel; }
 
@@ -239,7 +272,7 @@ class ParamStore {
   std::vector<Param*> params_;
   StoreOptions opts_;
   StoreLayout layout_;
-  Arena values_, grads_;
+  Arena values_, grads_, compute_;
 };
 
 }  // namespace claw::model

@@ -52,8 +52,9 @@ void ModelChunks::finish_grad_sync() {
   for (parallel::DataParallel* d : dps_) d->finish_grad_sync();
 }
 
-void ModelChunks::after_optimizer_step() {
+void ModelChunks::after_optimizer_step(const CpuCtx& cpu) {
   for (parallel::DataParallel* d : dps_) d->after_optimizer_step();
+  for (model::GPT* c : chunks_) c->store().refresh_compute(cpu);
 }
 
 double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(v) : v; }

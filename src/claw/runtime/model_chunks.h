@@ -62,8 +62,9 @@ class ModelChunks {
   // After the last backward: sums the tied word embeddings' two copies over
   // the first and last stage, then completes the engines' gradient reductions.
   void finish_grad_sync();
-  // After the optimizer: the engines gather updated values (ZeRO 1/2).
-  void after_optimizer_step();
+  // After the optimizer: the engines gather updated values (ZeRO 1/2), and
+  // each chunk's compute copy of its parameters is refreshed from them.
+  void after_optimizer_step(const CpuCtx& cpu);
   // Sums over the data-parallel group (this rank's value without an engine).
   double dp_sum(double v) const;
   // Sums over the pipeline stages (this stage's value with one stage).

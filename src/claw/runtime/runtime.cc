@@ -112,7 +112,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const model::GPT& m = *chunks_[c];
     acts += m.activation_bytes();
-    params += m.store().value_bytes() + m.store().grad_bytes();
+    params += m.store().value_bytes() + m.store().grad_bytes() + m.store().compute_bytes();
     const parallel::DataParallelMemory dm = dps_[c]->memory();
     allocated_.values += dm.values;
     allocated_.grads += dm.grads;
@@ -269,6 +269,7 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     dir = ckpt::iteration_dir(root, *previous);
   }
   stage_from_host(out.optimizer ? optimizer : nullptr);
+  for (const auto& c : chunks_) c->store().refresh_compute(cpu_);
   out.loaded = true;
   out.dir = dir;
   out.iteration = meta.iteration;

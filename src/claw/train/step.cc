@@ -54,7 +54,7 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
          model.pp().size() > 1 ? fmt::format(" (on pipeline stage {})", model.pp().rank()) : "");
   if (before_update) before_update(r);
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
-  model.after_optimizer_step();
+  model.after_optimizer_step(cpu);
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "claw/core/error.h"
+#include "claw/core/storage.h"
 #include "claw/model/param.h"
 
 namespace claw::model {
@@ -143,6 +144,78 @@ TEST(ParamStore, FreezePatternsNameWhatTheyMiss) {
     EXPECT_NE(std::string(e.what()).find("--freeze 'layers.*.mlpx.*' matches no parameter"), std::string::npos)
         << e.what();
   }
+}
+
+// The three roles of a store and their dtypes: fp32 everywhere by default,
+// where the layers read the masters themselves; a bf16 compute copy is a
+// buffer of its own, laid out like the values, holding each master value
+// rounded to nearest even after init and after every refresh.
+TEST(ParamStore, RolesDefaultToFp32AndShareTheValues) {
+  Param a = make("a", {5, 7}), b = make("b", {3});
+  ParamStore store({&a, &b});
+  EXPECT_EQ(store.dtypes().of(ParamRole::master), DType::f32);
+  EXPECT_EQ(store.dtypes().of(ParamRole::compute), DType::f32);
+  EXPECT_EQ(store.dtypes().of(ParamRole::grad), DType::f32);
+  EXPECT_EQ(store.compute_bytes(), 0u);
+  EXPECT_EQ(a.compute.raw(), a.value.raw());
+  EXPECT_EQ(a.compute.dtype(), DType::f32);
+}
+
+TEST(ParamStore, ComputeCopyHoldsTheMastersRounded) {
+  for (DType compute : {DType::bf16, DType::f16}) {
+    Param a = make("a", {5, 7}), b = make("b", {3}), frozen = make("c", {4, 2});
+    b.spec.init = Init::ones;
+    frozen.spec.trainable = false;
+    StoreOptions opts;
+    opts.dtypes.compute = compute;
+    ParamStore store({&a, &b, &frozen}, opts);
+    // Laid out like the values, at two bytes an element; the memory plan counts it.
+    EXPECT_EQ(store.compute_bytes(), store.value_bytes() / 2);
+    EXPECT_EQ(ParamStore::layout({&a.spec, &b.spec, &frozen.spec}, opts).compute_bytes, store.compute_bytes());
+    store.init(ctx, 3);
+    auto check = [&](const char* when) {
+      for (const Param* p : {&a, &b, &frozen}) {
+        ASSERT_EQ(p->compute.dtype(), compute);
+        ASSERT_EQ(p->compute.shape(), p->value.shape());
+        const auto* bits = static_cast<const uint16_t*>(p->compute.raw());
+        for (int64_t i = 0; i < p->value.numel(); ++i) {
+          const float v = p->data()[i];
+          const uint16_t want = compute == DType::bf16 ? narrow<bfloat16>(v).bits : narrow<float16>(v).bits;
+          ASSERT_EQ(bits[i], want) << when << ": " << p->spec.name << "[" << i << "]";
+        }
+      }
+    };
+    check("after init");
+    for (int64_t i = 0; i < a.value.numel(); ++i) a.data()[i] += 1e-3f * static_cast<float>(i);
+    store.refresh_compute(ctx);
+    check("after refresh");
+  }
+}
+
+TEST(ParamStore, RoleDtypesAreValidated) {
+  Param a = make("a", {4});
+  auto build = [&](StoreDtypes d) {
+    StoreOptions opts;
+    opts.dtypes = d;
+    ParamStore store({&a}, opts);
+  };
+  EXPECT_THROW(build({.master = DType::bf16}), Error);
+  EXPECT_THROW(build({.grad = DType::bf16}), Error);
+  EXPECT_THROW(build({.compute = DType::e4m3}), Error);
+  try {
+    build({.compute = DType::i32});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("compute copy of the parameters must be f32, bf16 or f16 (got i32)"),
+              std::string::npos)
+        << e.what();
+  }
+  // ZeRO-3 shards the masters; its compute copies would be gathered, not kept.
+  StoreOptions sharded;
+  sharded.shards = 2;
+  sharded.shard_values = sharded.shard_grads = true;
+  sharded.dtypes.compute = DType::bf16;
+  EXPECT_THROW(ParamStore({&a}, sharded), Error);
 }
 
 }  // namespace

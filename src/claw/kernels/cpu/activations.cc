@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "claw/core/storage.h"
 #include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
@@ -40,13 +41,14 @@ inline void sigmoid_pair(T z, T& s, T& one_minus_s) {
 template <typename T>
 void gelu_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, gelu_forward, y, x, n);
+  using A = acc_t<T>;
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
     // omp simd: y may alias x exactly; each element is read before it is written.
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
-      T xv = x[i];
-      T u = kSqrt2OverPi<T> * (xv + kGeluCoeff<T> * xv * xv * xv);
-      y[i] = xv * fast_sigmoid(T(2) * u);
+      A xv = widen(x[i]);
+      A u = kSqrt2OverPi<A> * (xv + kGeluCoeff<A> * xv * xv * xv);
+      y[i] = narrow<T>(xv * fast_sigmoid(A(2) * u));
     }
   });
 }
@@ -54,16 +56,17 @@ void gelu_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n) {
 template <typename T>
 void gelu_backward(const CpuCtx& ctx, T* dx, const T* dy, const T* x, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, gelu_backward, dx, dy, x, n);
+  using A = acc_t<T>;
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
-      T xv = x[i], d = dy[i];
-      T x2 = xv * xv;
-      T u = kSqrt2OverPi<T> * (xv + kGeluCoeff<T> * x2 * xv);
-      T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCoeff<T> * x2);
-      T s, one_minus_s;
-      sigmoid_pair(T(2) * u, s, one_minus_s);
-      dx[i] = d * s * (T(1) + T(2) * xv * one_minus_s * du);
+      A xv = widen(x[i]), d = widen(dy[i]);
+      A x2 = xv * xv;
+      A u = kSqrt2OverPi<A> * (xv + kGeluCoeff<A> * x2 * xv);
+      A du = kSqrt2OverPi<A> * (A(1) + A(3) * kGeluCoeff<A> * x2);
+      A s, one_minus_s;
+      sigmoid_pair(A(2) * u, s, one_minus_s);
+      dx[i] = narrow<T>(d * s * (A(1) + A(2) * xv * one_minus_s * du));
     }
   });
 }
@@ -71,11 +74,12 @@ void gelu_backward(const CpuCtx& ctx, T* dx, const T* dy, const T* x, int64_t n)
 template <typename T>
 void swiglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, swiglu_forward, y, gate, up, n);
+  using A = acc_t<T>;
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
-      T g = gate[i];
-      y[i] = g * fast_sigmoid(g) * up[i];
+      A g = widen(gate[i]);
+      y[i] = narrow<T>(g * fast_sigmoid(g) * widen(up[i]));
     }
   });
 }
@@ -83,14 +87,15 @@ void swiglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t
 template <typename T>
 void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, swiglu_backward, dgate, dup, dy, gate, up, n);
+  using A = acc_t<T>;
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
-      T g = gate[i], u = up[i], d = dy[i];
-      T s, one_minus_s;
+      A g = widen(gate[i]), u = widen(up[i]), d = widen(dy[i]);
+      A s, one_minus_s;
       sigmoid_pair(g, s, one_minus_s);
-      dgate[i] = d * u * s * (T(1) + g * one_minus_s);
-      dup[i] = d * g * s;
+      dgate[i] = narrow<T>(d * u * s * (A(1) + g * one_minus_s));
+      dup[i] = narrow<T>(d * g * s);
     }
   });
 }
@@ -102,6 +107,8 @@ void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* 
   template void swiglu_backward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
+CLAW_INSTANTIATE(bfloat16)
+CLAW_INSTANTIATE(float16)
 #undef CLAW_INSTANTIATE
 
 }  // namespace claw::kernels

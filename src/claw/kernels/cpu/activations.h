@@ -11,7 +11,8 @@
 // Shapes: all [n] element-wise. Gradient contract: activation grads
 // overwrite. In place is allowed element-wise: y may alias x; dx may alias dy
 // or x; dgate may alias gate and dup may alias up (each element is read
-// before it is written).
+// before it is written). T is the storage type; the arithmetic is in
+// acc_t<T> (core/storage.h), each output rounded to T once.
 #pragma once
 
 #include <cstdint>

@@ -3,13 +3,21 @@
 
 #include <cmath>
 
+#include <type_traits>
+
 #include "claw/core/error.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
-template <typename T>
-void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const T* grad, int64_t n, const AdamWHyper& h) {
-  CLAW_ROUTE_TO_GPU(ctx, T, adamw_update, param, m, v, grad, n, cuda::AdamWArgs{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, h.step});
+template <typename T, typename G>
+void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const G* grad, int64_t n, const AdamWHyper& h) {
+  if constexpr (std::is_same_v<G, T>) {
+    CLAW_ROUTE_TO_GPU(ctx, T, adamw_update, param, m, v, grad, n,
+                      cuda::AdamWArgs{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, h.step});
+  } else {
+    CLAW_CPU_ONLY(ctx, adamw_update);
+  }
   CLAW_CHECK(h.step >= 1, "AdamW step counts from 1, got {}", h.step);
   // Scalars are formed in double and rounded once to T, as PyTorch does with
   // Python-float hyperparameters applied to a tensor of dtype T.
@@ -27,7 +35,7 @@ void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const T* grad, int64_
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
       // One statement per PyTorch tensor op, each rounded to T in the same order.
-      T g = grad[i] * grad_scale;
+      T g = static_cast<T>(widen(grad[i])) * grad_scale;
       T p = param[i] * decay;                                       // param.mul_(1 - lr * wd)
       T mi = m[i] * beta1 + one_minus_beta1 * g;                    // exp_avg.mul_(b1).add_(g, alpha=1-b1)
       T vi = v[i] * beta2 + one_minus_beta2 * g * g;                // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
@@ -39,8 +47,13 @@ void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const T* grad, int64_
   });
 }
 
-template void adamw_update<float>(const CpuCtx&, float*, float*, float*, const float*, int64_t, const AdamWHyper&);
-template void adamw_update<double>(const CpuCtx&, double*, double*, double*, const double*, int64_t,
-                                   const AdamWHyper&);
+template void adamw_update<float, float>(const CpuCtx&, float*, float*, float*, const float*, int64_t,
+                                        const AdamWHyper&);
+template void adamw_update<double, double>(const CpuCtx&, double*, double*, double*, const double*, int64_t,
+                                           const AdamWHyper&);
+template void adamw_update<float, bfloat16>(const CpuCtx&, float*, float*, float*, const bfloat16*, int64_t,
+                                            const AdamWHyper&);
+template void adamw_update<float, float16>(const CpuCtx&, float*, float*, float*, const float16*, int64_t,
+                                           const AdamWHyper&);
 
 }  // namespace claw::kernels

@@ -17,7 +17,9 @@
 //
 // Shapes: param, grad, m, v [n] (one flat range; a caller passes each
 // parameter, or each ZeRO shard, with its own weight_decay from ParamSpec).
-// step counts from 1.
+// step counts from 1. T is the type of param, m and v (the fp32 master
+// weights and moments, or fp64 in tests); G the storage type of the
+// gradients (T, or bf16/f16 gradients widened exactly on load).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,7 @@ struct AdamWHyper {
   int64_t step = 1;
 };
 
-template <typename T>
-void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const T* grad, int64_t n, const AdamWHyper& h);
+template <typename T, typename G = T>
+void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const G* grad, int64_t n, const AdamWHyper& h);
 
 }  // namespace claw::kernels

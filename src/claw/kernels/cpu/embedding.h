@@ -14,11 +14,14 @@
 // position gradient, when the word embeddings are vocabulary-parallel). Threads split the C
 // channels, so the scatter-adds (repeated tokens, repeated positions) have no
 // races and each sum is taken in (b, t) order whatever the thread count.
+// T is the storage type of wte, wpe, out and dout; dwte, dwpe are acc_t<T>
+// (core/storage.h).
 #pragma once
 
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
@@ -27,7 +30,7 @@ void embedding_forward(const CpuCtx& ctx, T* out, const int32_t* tokens, const T
                        int64_t T_, int64_t C, const int32_t* positions = nullptr);
 
 template <typename T>
-void embedding_backward(const CpuCtx& ctx, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                        int64_t T_, int64_t C, const int32_t* positions = nullptr);
+void embedding_backward(const CpuCtx& ctx, acc_t<T>* dwte, acc_t<T>* dwpe, const T* dout, const int32_t* tokens,
+                        int64_t B, int64_t T_, int64_t C, const int32_t* positions = nullptr);
 
 }  // namespace claw::kernels

@@ -8,7 +8,8 @@
 //
 // Shapes: x, y, dx, dy [N, C] (N = B*T rows); weight, bias [C]; mean, rstd [N] (saved).
 // bias/dbias may be null (no-bias variant); dweight/dbias null for a frozen
-// weight/bias (dx only).
+// weight/bias (dx only). T is the storage type of x, y, dx, dy, weight and
+// bias; mean, rstd, dweight and dbias are in acc_t<T> (core/storage.h).
 // Gradient contract: dweight/dbias accumulate; dx overwrites, or accumulates
 // when `accumulate_dx` (the norm's input is the residual stream, whose grad
 // already holds the skip-path contribution).
@@ -17,15 +18,17 @@
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
 template <typename T>
-void layernorm_forward(const CpuCtx& ctx, T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
-                       int64_t N, int64_t C, double eps);
+void layernorm_forward(const CpuCtx& ctx, T* y, acc_t<T>* mean, acc_t<T>* rstd, const T* x, const T* weight,
+                       const T* bias, int64_t N, int64_t C, double eps);
 
 template <typename T>
-void layernorm_backward(const CpuCtx& ctx, T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight,
-                        const T* mean, const T* rstd, int64_t N, int64_t C, bool accumulate_dx);
+void layernorm_backward(const CpuCtx& ctx, T* dx, acc_t<T>* dweight, acc_t<T>* dbias, const T* dy, const T* x,
+                        const T* weight, const acc_t<T>* mean, const acc_t<T>* rstd, int64_t N, int64_t C,
+                        bool accumulate_dx);
 
 }  // namespace claw::kernels

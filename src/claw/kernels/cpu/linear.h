@@ -11,11 +11,15 @@
 // e.g. q/k/v projections of one normed activation). The weight-gradient half
 // is separate so that schedules may defer it (zero-bubble pipelines, overlap).
 // bias / dbias may be null; so may dweight (a frozen weight: only dbias).
+// T is the storage type of activations and weights; the products accumulate
+// in fp32 (or fp64 for double) and the parameter gradients dweight, dbias are
+// acc_t<T> (core/storage.h).
 #pragma once
 
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
@@ -28,7 +32,7 @@ void linear_backward_input(const CpuCtx& ctx, T* dinp, const T* dout, const T* w
                            int64_t N, bool accumulate);
 
 template <typename T>
-void linear_backward_weight(const CpuCtx& ctx, T* dweight, T* dbias, const T* dout, const T* inp, int64_t M,
-                            int64_t K, int64_t N);
+void linear_backward_weight(const CpuCtx& ctx, acc_t<T>* dweight, acc_t<T>* dbias, const T* dout, const T* inp,
+                            int64_t M, int64_t K, int64_t N);
 
 }  // namespace claw::kernels

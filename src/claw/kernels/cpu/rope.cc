@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "claw/core/error.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 namespace {
@@ -12,8 +13,9 @@ namespace {
 // Rotates each (b, t, h) row of D in place by the angles of its position.
 // sign = +1 applies the rotation, -1 its inverse (the transpose).
 template <typename T>
-void rotate(const CpuCtx& ctx, T* x, const T* cos, const T* sin, T sign, int64_t B, int64_t T_, int64_t nh,
-            int64_t D, const int32_t* positions) {
+void rotate(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, acc_t<T> sign, int64_t B,
+            int64_t T_, int64_t nh, int64_t D, const int32_t* positions) {
+  using A = acc_t<T>;
   CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
   const int64_t half = D / 2;
   const int64_t rows = B * T_ * nh;
@@ -21,15 +23,15 @@ void rotate(const CpuCtx& ctx, T* x, const T* cos, const T* sin, T sign, int64_t
     for (int64_t row = b; row < e; ++row) {
       const int64_t bt = row / nh;
       const int64_t p = positions ? positions[bt] : bt % T_;
-      const T* c = cos + p * half;
-      const T* s = sin + p * half;
+      const A* c = cos + p * half;
+      const A* s = sin + p * half;
       T* lo = x + row * D;
       T* hi = lo + half;
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
-        T x0 = lo[i], x1 = hi[i], si = sign * s[i];
-        lo[i] = x0 * c[i] - x1 * si;
-        hi[i] = x1 * c[i] + x0 * si;
+        A x0 = widen(lo[i]), x1 = widen(hi[i]), si = sign * s[i];
+        lo[i] = narrow<T>(x0 * c[i] - x1 * si);
+        hi[i] = narrow<T>(x1 * c[i] + x0 * si);
       }
     }
   });
@@ -54,27 +56,31 @@ void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
 }
 
 template <typename T>
-void rope_forward(const CpuCtx& ctx, T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+void rope_forward(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
                   int64_t D, const int32_t* positions) {
   CLAW_ROUTE_TO_GPU(ctx, T, rope_forward, x, cos, sin, B, T_, nh, D, positions);
-  rotate(ctx, x, cos, sin, T(1), B, T_, nh, D, positions);
+  rotate(ctx, x, cos, sin, acc_t<T>(1), B, T_, nh, D, positions);
 }
 
 template <typename T>
-void rope_backward(const CpuCtx& ctx, T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+void rope_backward(const CpuCtx& ctx, T* dx, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
                    int64_t D, const int32_t* positions) {
   CLAW_ROUTE_TO_GPU(ctx, T, rope_backward, dx, cos, sin, B, T_, nh, D, positions);
-  rotate(ctx, dx, cos, sin, T(-1), B, T_, nh, D, positions);
+  rotate(ctx, dx, cos, sin, acc_t<T>(-1), B, T_, nh, D, positions);
 }
 
+template void rope_table<float>(float*, float*, int64_t, int64_t, double);
+template void rope_table<double>(double*, double*, int64_t, int64_t, double);
+
 #define CLAW_INSTANTIATE(T)                                                                                  \
-  template void rope_table<T>(T*, T*, int64_t, int64_t, double);                                             \
-  template void rope_forward<T>(const CpuCtx&, T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,   \
-                                const int32_t*);                                                             \
-  template void rope_backward<T>(const CpuCtx&, T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
-                                 const int32_t*);
+  template void rope_forward<T>(const CpuCtx&, T*, const acc_t<T>*, const acc_t<T>*, int64_t, int64_t,       \
+                                int64_t, int64_t, const int32_t*);                                           \
+  template void rope_backward<T>(const CpuCtx&, T*, const acc_t<T>*, const acc_t<T>*, int64_t, int64_t,      \
+                                 int64_t, int64_t, const int32_t*);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
+CLAW_INSTANTIATE(bfloat16)
+CLAW_INSTANTIATE(float16)
 #undef CLAW_INSTANTIATE
 
 }  // namespace claw::kernels

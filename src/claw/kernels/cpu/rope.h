@@ -12,12 +12,15 @@
 // null. Packed sequences restart positions at each document (Megatron's
 // --reset-position-ids), so a document gets the rotation it would get alone.
 // Tables cos/sin are [P, D/2], computed once (rope_table); positions are
-// trusted to lie in [0, P) (the batch builder produces them).
+// trusted to lie in [0, P) (the batch builder produces them). x is of the
+// storage type T; the tables and the rotation are in acc_t<T> (fp32 for bf16
+// and f16, core/storage.h).
 #pragma once
 
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
@@ -25,15 +28,16 @@ namespace claw::kernels {
 // as Hugging Face does (inv_freq = 1 / theta^(arange(0, D, 2) / D)), the
 // angle and its cos/sin in double, then rounded. (HF also forms the angle in
 // fp32, which is off by up to half an ulp of p: 2.4e-4 rad at p = 4096.)
+// T: float or double.
 template <typename T>
 void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta);
 
 template <typename T>
-void rope_forward(const CpuCtx& ctx, T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+void rope_forward(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
                   int64_t D, const int32_t* positions = nullptr);
 
 template <typename T>
-void rope_backward(const CpuCtx& ctx, T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh,
+void rope_backward(const CpuCtx& ctx, T* dx, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
                    int64_t D, const int32_t* positions = nullptr);
 
 }  // namespace claw::kernels
