@@ -19,6 +19,8 @@
 #include "claw/core/storage.h"
 #include "claw/kernels/cpu/activations.h"
 #include "claw/kernels/cpu/adamw.h"
+#include "claw/kernels/cpu/attention.h"
+#include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/embedding.h"
 #include "claw/kernels/cpu/layernorm.h"
 #include "claw/kernels/cpu/linear.h"
@@ -204,6 +206,54 @@ TYPED_TEST(StorageKernels, EmbeddingAndRope) {
   rope_backward(ctx, qs.data(), cos.data(), sin.data(), B, S, nh, D, positions.data());
   rope_backward(ctx, qf.data(), cos.data(), sin.data(), B, S, nh, D, positions.data());
   expect_rounded(qs, qf, "rope backward");
+}
+
+TYPED_TEST(StorageKernels, AttentionAndCrossEntropy) {
+  using T = TypeParam;
+  // GQA (H = 4 query heads over G = 2 key/value heads), two documents in the
+  // second sequence, blocks smaller than the sequence.
+  constexpr int64_t B = 2, S = 37, H = 4, G = 2, D = 16, block = 16;
+  const std::vector<int32_t> seg = [] {
+    std::vector<int32_t> v(B * S);
+    for (int64_t t = 0; t < S; ++t) v[t] = 0, v[S + t] = t < 20 ? 0 : 20;
+    return v;
+  }();
+  auto q = values<T>(B * S * H * D, 21), k = values<T>(B * S * G * D, 22), v = values<T>(B * S * G * D, 23);
+  auto dout = values<T>(B * S * H * D, 24);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<T> out(B * S * H * D), dq(q.s.size()), dk(k.s.size()), dv(v.s.size());
+  std::vector<float> outf(out.size()), lse(B * H * S), lsef(lse.size()), dqf(dq.size()), dkf(dk.size()),
+      dvf(dv.size());
+  attention_forward(ctx, out.data(), lse.data(), q.s.data(), k.s.data(), v.s.data(), B, S, H, G, D, scale,
+                    seg.data(), block);
+  attention_forward(ctx, outf.data(), lsef.data(), q.f.data(), k.f.data(), v.f.data(), B, S, H, G, D, scale,
+                    seg.data(), block);
+  expect_rounded(out, outf, "attention");
+  EXPECT_EQ(lse, lsef);
+  // The backward reads the saved (rounded) output, as training does.
+  std::vector<float> out_widened(out.size());
+  for (size_t i = 0; i < out.size(); ++i) out_widened[i] = widen(out[i]);
+  attention_backward(ctx, dq.data(), dk.data(), dv.data(), dout.s.data(), q.s.data(), k.s.data(), v.s.data(),
+                     out.data(), lse.data(), B, S, H, G, D, scale, seg.data(), block);
+  attention_backward(ctx, dqf.data(), dkf.data(), dvf.data(), dout.f.data(), q.f.data(), k.f.data(), v.f.data(),
+                     out_widened.data(), lsef.data(), B, S, H, G, D, scale, seg.data(), block);
+  expect_rounded(dq, dqf, "attention dq");
+  expect_rounded(dk, dkf, "attention dk");
+  expect_rounded(dv, dvf, "attention dv");
+
+  constexpr int64_t N = 9, V = 50, Vp = 64;
+  auto logits = values<T>(N * Vp, 25, -4, 4);
+  const std::vector<int32_t> targets = {3, 49, -1, 0, 7, 7, 12, 48, 1};
+  std::vector<float> losses(N), lse_ce(N), lossesf(N), lse_cef(N);
+  cross_entropy_forward(ctx, losses.data(), lse_ce.data(), logits.s.data(), targets.data(), N, V, Vp);
+  cross_entropy_forward(ctx, lossesf.data(), lse_cef.data(), logits.f.data(), targets.data(), N, V, Vp);
+  EXPECT_EQ(losses, lossesf);
+  EXPECT_EQ(lse_ce, lse_cef);
+  std::vector<T> dlogits = logits.s;  // in place, as the output layer runs it
+  std::vector<float> dlogitsf = logits.f;
+  cross_entropy_backward(ctx, dlogits.data(), dlogits.data(), lse_ce.data(), targets.data(), 0.125f, N, V, Vp);
+  cross_entropy_backward(ctx, dlogitsf.data(), dlogitsf.data(), lse_cef.data(), targets.data(), 0.125f, N, V, Vp);
+  expect_rounded(dlogits, dlogitsf, "cross-entropy dlogits");
 }
 
 TYPED_TEST(StorageKernels, AdamWReads16BitGradients) {

@@ -1,5 +1,6 @@
 #include "claw/kernels/cpu/attention.h"
 #include "claw/kernels/cpu/route.h"
+#include "claw/kernels/cpu/staging.h"
 
 #include <algorithm>
 #include <array>
@@ -696,10 +697,11 @@ std::vector<int64_t> chunk_bounds(const Dims& dm, int64_t n) {
 
 }  // namespace
 
+// The fp32/fp64 kernels; the entry points below also take 16-bit storage.
 template <typename T>
-void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
-                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start,
-                       int64_t block) {
+void attention_forward_impl(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
+                            int64_t T_, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start,
+                            int64_t block) {
   CLAW_ROUTE_TO_GPU(ctx, T, attention_forward, out, lse, q, k, v, B, T_, H, G, D, scale, seg_start);
   check_dims(B, T_, H, G, D, block);
   check_segments(seg_start, B, T_);
@@ -715,9 +717,9 @@ void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k
 }
 
 template <typename T>
-void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                        const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
-                        int64_t D, double scale, const int32_t* seg_start, int64_t block) {
+void attention_backward_impl(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                             const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
+                             int64_t D, double scale, const int32_t* seg_start, int64_t block) {
   CLAW_ROUTE_TO_GPU(ctx, T, attention_backward, dq, dk, dv, dout, q, k, v, out, lse, B, T_, H, G, D, scale, seg_start);
   check_dims(B, T_, H, G, D, block);
   check_segments(seg_start, B, T_);
@@ -767,14 +769,54 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
   });
 }
 
+
+template <typename T>
+void attention_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, int64_t B,
+                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start,
+                       int64_t block) {
+  if constexpr (is_half_storage_v<T>) {
+    CLAW_CPU_ONLY(ctx, attention_forward);
+    const int64_t nq = B * T_ * H * D, nkv = B * T_ * G * D;
+    const std::vector<float> qf = widened(ctx, q, nq), kf = widened(ctx, k, nkv), vf = widened(ctx, v, nkv);
+    std::vector<float> o(static_cast<size_t>(nq));
+    attention_forward_impl<float>(ctx, o.data(), lse, qf.data(), kf.data(), vf.data(), B, T_, H, G, D, scale,
+                                  seg_start, block);
+    narrow_into(ctx, o, out);
+  } else {
+    attention_forward_impl(ctx, out, lse, q, k, v, B, T_, H, G, D, scale, seg_start, block);
+  }
+}
+
+template <typename T>
+void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                        const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t T_, int64_t H,
+                        int64_t G, int64_t D, double scale, const int32_t* seg_start, int64_t block) {
+  if constexpr (is_half_storage_v<T>) {
+    CLAW_CPU_ONLY(ctx, attention_backward);
+    const int64_t nq = B * T_ * H * D, nkv = B * T_ * G * D;
+    const std::vector<float> qf = widened(ctx, q, nq), kf = widened(ctx, k, nkv), vf = widened(ctx, v, nkv);
+    const std::vector<float> of = widened(ctx, out, nq), dof = widened(ctx, dout, nq);
+    std::vector<float> dqf(static_cast<size_t>(nq)), dkf(static_cast<size_t>(nkv)), dvf(static_cast<size_t>(nkv));
+    attention_backward_impl<float>(ctx, dqf.data(), dkf.data(), dvf.data(), dof.data(), qf.data(), kf.data(),
+                                   vf.data(), of.data(), lse, B, T_, H, G, D, scale, seg_start, block);
+    narrow_into(ctx, dqf, dq);
+    narrow_into(ctx, dkf, dk);
+    narrow_into(ctx, dvf, dv);
+  } else {
+    attention_backward_impl(ctx, dq, dk, dv, dout, q, k, v, out, lse, B, T_, H, G, D, scale, seg_start, block);
+  }
+}
+
 #define CLAW_INSTANTIATE(T)                                                                                 \
-  template void attention_forward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                     int64_t, int64_t, int64_t, double, const int32_t*, int64_t);          \
+  template void attention_forward<T>(const CpuCtx&, T*, acc_t<T>*, const T*, const T*, const T*, int64_t,   \
+                                     int64_t, int64_t, int64_t, int64_t, double, const int32_t*, int64_t);  \
   template void attention_backward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, const T*,   \
-                                      const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,     \
-                                      double, const int32_t*, int64_t);
+                                      const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t,       \
+                                      int64_t, double, const int32_t*, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
+CLAW_INSTANTIATE(bfloat16)
+CLAW_INSTANTIATE(float16)
 #undef CLAW_INSTANTIATE
 
 }  // namespace claw::kernels

@@ -55,24 +55,28 @@
 // afterwards: deterministic for a given thread count, equal to the unsplit
 // result up to rounding.
 // Per-thread scratch: O(block * block + block * D), allocated once per call.
+// T: float, double, or 16-bit storage (bfloat16, float16: the operands are
+// widened to fp32 for the fp32 kernel, the outputs rounded once; lse is
+// acc_t<T>, fp32).
 #pragma once
 
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
 inline constexpr int64_t kAttentionBlock = 128;
 
 template <typename T>
-void attention_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
+void attention_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, int64_t B,
                        int64_t T_, int64_t H, int64_t G, int64_t D, double scale,
                        const int32_t* seg_start = nullptr, int64_t block = kAttentionBlock);
 
 template <typename T>
 void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                        const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
+                        const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
                         int64_t D, double scale, const int32_t* seg_start = nullptr,
                         int64_t block = kAttentionBlock);
 

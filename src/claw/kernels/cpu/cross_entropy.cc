@@ -1,5 +1,6 @@
 #include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/route.h"
+#include "claw/kernels/cpu/staging.h"
 
 #include <algorithm>
 #include <cmath>
@@ -76,9 +77,10 @@ double row_logsumexp(const T* x, int64_t V) {
 
 }  // namespace
 
+// The fp32/fp64 kernels; the entry points below also take 16-bit logits.
 template <typename T>
-void cross_entropy_forward(const CpuCtx& ctx, T* losses, T* lse, const T* logits, const int32_t* targets,
-                           int64_t N, int64_t V, int64_t Vp) {
+void cross_entropy_forward_impl(const CpuCtx& ctx, T* losses, T* lse, const T* logits, const int32_t* targets,
+                                int64_t N, int64_t V, int64_t Vp) {
   CLAW_ROUTE_TO_GPU(ctx, T, cross_entropy_forward, losses, lse, logits, targets, N, V, Vp);
   check_targets(targets, N, V, Vp);
   parallel_for(ctx, N, 1, [&](int64_t b, int64_t e) {
@@ -92,8 +94,8 @@ void cross_entropy_forward(const CpuCtx& ctx, T* losses, T* lse, const T* logits
 }
 
 template <typename T>
-void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const T* lse, const int32_t* targets,
-                            T dloss_scale, int64_t N, int64_t V, int64_t Vp) {
+void cross_entropy_backward_impl(const CpuCtx& ctx, T* dlogits, const T* logits, const T* lse,
+                                 const int32_t* targets, T dloss_scale, int64_t N, int64_t V, int64_t Vp) {
   CLAW_ROUTE_TO_GPU(ctx, T, cross_entropy_backward, dlogits, logits, lse, targets, dloss_scale, N, V, Vp);
   check_targets(targets, N, V, Vp);
   parallel_for(ctx, N, 1, [&](int64_t b, int64_t e) {
@@ -120,13 +122,43 @@ void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, cons
   });
 }
 
+// 16-bit logits are staged through fp32 (kernels/cpu/staging.h): losses and
+// lse are fp32, the gradient is rounded to T once (in place is still fine:
+// the logits are read into the staging buffer first).
+template <typename T>
+void cross_entropy_forward(const CpuCtx& ctx, acc_t<T>* losses, acc_t<T>* lse, const T* logits,
+                           const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
+  if constexpr (is_half_storage_v<T>) {
+    CLAW_CPU_ONLY(ctx, cross_entropy_forward);
+    const std::vector<float> x = widened(ctx, logits, N * Vp);
+    cross_entropy_forward_impl<float>(ctx, losses, lse, x.data(), targets, N, V, Vp);
+  } else {
+    cross_entropy_forward_impl(ctx, losses, lse, logits, targets, N, V, Vp);
+  }
+}
+
+template <typename T>
+void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const acc_t<T>* lse,
+                            const int32_t* targets, acc_t<T> dloss_scale, int64_t N, int64_t V, int64_t Vp) {
+  if constexpr (is_half_storage_v<T>) {
+    CLAW_CPU_ONLY(ctx, cross_entropy_backward);
+    std::vector<float> x = widened(ctx, logits, N * Vp);
+    cross_entropy_backward_impl<float>(ctx, x.data(), x.data(), lse, targets, dloss_scale, N, V, Vp);
+    narrow_into(ctx, x, dlogits);
+  } else {
+    cross_entropy_backward_impl(ctx, dlogits, logits, lse, targets, dloss_scale, N, V, Vp);
+  }
+}
+
 #define CLAW_INSTANTIATE(T)                                                                                     \
-  template void cross_entropy_forward<T>(const CpuCtx&, T*, T*, const T*, const int32_t*, int64_t, int64_t,     \
-                                         int64_t);                                                              \
-  template void cross_entropy_backward<T>(const CpuCtx&, T*, const T*, const T*, const int32_t*, T, int64_t,    \
-                                          int64_t, int64_t);
+  template void cross_entropy_forward<T>(const CpuCtx&, acc_t<T>*, acc_t<T>*, const T*, const int32_t*,         \
+                                         int64_t, int64_t, int64_t);                                            \
+  template void cross_entropy_backward<T>(const CpuCtx&, T*, const T*, const acc_t<T>*, const int32_t*,         \
+                                          acc_t<T>, int64_t, int64_t, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
+CLAW_INSTANTIATE(bfloat16)
+CLAW_INSTANTIATE(float16)
 #undef CLAW_INSTANTIATE
 
 }  // namespace claw::kernels

@@ -16,21 +16,23 @@
 // (1 / number of tokens in the global batch for a mean loss).
 // dlogits may alias logits. targets[n] >= V is an error (CLAW_CHECK).
 // Each row is read once for the log-sum-exp (online max/sum over L1-sized
-// blocks) and once more for the gradient.
+// blocks) and once more for the gradient. T: float, double, or 16-bit
+// logits (bfloat16, float16) with fp32 losses and lse (acc_t<T>).
 #pragma once
 
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
 template <typename T>
-void cross_entropy_forward(const CpuCtx& ctx, T* losses, T* lse, const T* logits, const int32_t* targets,
-                           int64_t N, int64_t V, int64_t Vp);
+void cross_entropy_forward(const CpuCtx& ctx, acc_t<T>* losses, acc_t<T>* lse, const T* logits,
+                           const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
 
 template <typename T>
-void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const T* lse, const int32_t* targets,
-                            T dloss_scale, int64_t N, int64_t V, int64_t Vp);
+void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const acc_t<T>* lse,
+                            const int32_t* targets, acc_t<T> dloss_scale, int64_t N, int64_t V, int64_t Vp);
 
 }  // namespace claw::kernels

@@ -1,5 +1,6 @@
 #include "claw/kernels/cpu/linear.h"
 #include "claw/kernels/cpu/route.h"
+#include "claw/kernels/cpu/staging.h"
 
 #include <algorithm>
 #include <vector>
@@ -8,27 +9,6 @@
 #include "claw/kernels/cpu/blas.h"
 
 namespace claw::kernels {
-namespace {
-
-// 16-bit storage: BLAS has no bf16/f16 GEMM here, so the operands are
-// widened (exactly) to fp32 and the fp32 GEMM accumulates, which is what a
-// bf16 tensor-core GEMM computes up to the order of its sums; outputs are
-// rounded to T once.
-template <typename T>
-std::vector<float> widened(const CpuCtx& ctx, const T* x, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(x ? n : 0));
-  if (x)
-    parallel_for(ctx, n, 1 << 15, [&](int64_t b, int64_t e) { widen_n(x + b, out.data() + b, e - b); });
-  return out;
-}
-template <typename T>
-void narrow_into(const CpuCtx& ctx, const std::vector<float>& x, T* out) {
-  parallel_for(ctx, static_cast<int64_t>(x.size()), 1 << 15,
-               [&](int64_t b, int64_t e) { narrow_n(x.data() + b, out + b, e - b); });
-}
-float* data_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
-
-}  // namespace
 
 template <typename T>
 void linear_forward(const CpuCtx& ctx, T* out, const T* inp, const T* weight, const T* bias, int64_t M,
