@@ -261,18 +261,27 @@ double GPT::forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* ta
   CLAW_CHECK(stage_.pre_process && stage_.post_process,
              "forward() runs the whole model; a pipeline stage runs forward_stage()");
   double loss = 0;
-  forward_stage(ctx, tokens, nullptr, targets, dloss_scale, &loss);
+  forward_stage(ctx, tokens, Tensor(), targets, dloss_scale, &loss);
   return loss;
 }
 
-void GPT::backward(const StepCtx& ctx, const int32_t* tokens) { backward_stage(ctx, tokens, nullptr); }
+void GPT::backward(const StepCtx& ctx, const int32_t* tokens) { backward_stage(ctx, tokens, Tensor()); }
 
-void GPT::forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* input, const int32_t* targets,
+namespace {
+// A boundary tensor handed to a stage is [R, C] of the model's activation dtype.
+void check_boundary(const Tensor& t, const Tensor& want, const char* what) {
+  CLAW_CHECK(t.dtype() == want.dtype() && t.shape() == want.shape(), "{}: {} {} where the stage takes {} {}", what,
+             dtype_name(t.dtype()), t.shape().str(), dtype_name(want.dtype()), want.shape().str());
+}
+}  // namespace
+
+void GPT::forward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor& input, const int32_t* targets,
                         double dloss_scale, double* loss_sum) {
   CLAW_CHECK(ctx.B == B_ && ctx.T == T_, "forward on [{}, {}] but activations are reserved for [{}, {}]", ctx.B,
              ctx.T, B_, T_);
-  CLAW_CHECK(stage_.pre_process == (input == nullptr),
+  CLAW_CHECK(stage_.pre_process == !input.defined(),
              "forward_stage: the first stage takes tokens, a later one the previous stage's output");
+  if (input.defined()) check_boundary(input, stage_input(ctx), "forward_stage input");
   UnitHooks none;
   UnitHooks& h = hooks_ ? *hooks_ : none;
   const bool grads = dloss_scale != 0;
@@ -281,8 +290,8 @@ void GPT::forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* 
     h.before_use(emb_unit_);
     embedding_.forward(ctx, tokens, acts().input, acts().scratch);
     h.after_use(emb_unit_);
-  } else if (input != acts().input) {
-    std::copy_n(input, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts().input);
+  } else if (input.raw() != acts().input) {
+    std::copy_n(input.data<float>(), input.numel(), acts().input);
   }
   for (int k = 0; k < num_blocks(); ++k) {
     h.before_use(block_unit0_ + k);
@@ -301,9 +310,10 @@ void GPT::forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* 
   if (loss_sum) *loss_sum = loss;
 }
 
-void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float* output_grad) {
-  CLAW_CHECK(stage_.post_process == (output_grad == nullptr),
+void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor& output_grad) {
+  CLAW_CHECK(stage_.post_process == !output_grad.defined(),
              "backward_stage: the last stage starts from its loss, an earlier one from the next stage's input gradient");
+  if (output_grad.defined()) check_boundary(output_grad, stage_output(ctx), "backward_stage output gradient");
   UnitHooks none;
   UnitHooks& h = hooks_ ? *hooks_ : none;
   if (stage_.post_process) {
@@ -314,7 +324,7 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float*
     h.grads_end(norm_unit_);
     h.after_use(norm_unit_);
   } else {
-    std::copy_n(output_grad, tp_.rows(ctx.tokens()) * cfg_.hidden_size, acts().scratch.dres);
+    std::copy_n(output_grad.data<float>(), output_grad.numel(), acts().scratch.dres);
   }
   for (int k = num_blocks(); k-- > 0;) {
     const int u = block_unit0_ + k;
@@ -336,7 +346,7 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const float*
   h.grads_end(emb_unit_);
 }
 
-const float* GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, KvCache& cache) {
+Tensor GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, KvCache& cache) {
   if (!stage_.whole(cfg_)) fail("generation with a KV cache needs the whole model on each rank (no pipeline stages)");
   if (store_->on_device()) fail("generation with a KV cache runs on the CPU backend for now (--device cpu)");
   if (tp_.sp()) fail("generation with a KV cache runs without --sequence-parallel");
@@ -365,7 +375,14 @@ const float* GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, K
   for (int k = 0; k < num_blocks(); ++k) blocks_[k]->forward(ctx, inf_.blocks[k], inf_.scratch);
   final_norm_.forward(ctx, inf_.out(), inf_.final_norm);
   cache.advance(T);
-  return inf_.final_norm.out;
+  return Tensor(inf_.final_norm.out, activation_dtype(), {B * T, cfg_.hidden_size});
+}
+
+void GPT::full_logits(const StepCtx& ctx, const Tensor& hidden, float* out) const {
+  CLAW_CHECK(hidden.dtype() == activation_dtype() && hidden.shape() == Shape({ctx.tokens(), cfg_.hidden_size}),
+             "full_logits of {} {}: expected {} [{}, {}]", dtype_name(hidden.dtype()), hidden.shape().str(),
+             dtype_name(activation_dtype()), ctx.tokens(), cfg_.hidden_size);
+  output_.full_logits(ctx, hidden.data<float>(), out);
 }
 
 void GPT::logits(const StepCtx& ctx, float* out) const { output_.logits(ctx, acts().final_norm.out, out); }

@@ -153,24 +153,31 @@ class GPT {
   // Accumulates parameter gradients for the last forward (which must have had dloss_scale != 0).
   void backward(const StepCtx& ctx, const int32_t* tokens);
 
-  // One pipeline stage's forward. input: [R, C], the previous stage's
-  // stage_output() (null on the first stage). targets and loss_sum (the sum
-  // of token losses) are used on the last stage only. dloss_scale != 0: a
+  // What crosses the model's boundary (stage inputs and outputs, their
+  // gradients, hidden states) is a Tensor [R, C] of this dtype, R =
+  // tp().rows(ctx.tokens()) (the sequence-parallel piece under SP). Pipeline
+  // transfers and generation read shape and dtype from it.
+  DType activation_dtype() const { return DType::f32; }
+
+  // One pipeline stage's forward. input: the previous stage's stage_output()
+  // (undefined on the first stage). targets and loss_sum (the sum of token
+  // losses) are used on the last stage only. dloss_scale != 0: a
   // backward_stage follows (on the last stage: d total_loss / d token_loss).
-  void forward_stage(const StepCtx& ctx, const int32_t* tokens, const float* input, const int32_t* targets,
+  void forward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor& input, const int32_t* targets,
                      double dloss_scale, double* loss_sum);
-  // [R, C] the last block's output after forward_stage: the next stage's input.
-  float* stage_output() { return acts().out(); }
-  // The current slot's input buffer [R, C] (forward_stage copies its input here
+  // The last block's output after forward_stage: the next stage's input.
+  Tensor stage_output(const StepCtx& ctx) { return boundary(ctx, acts().out()); }
+  // The current slot's input buffer (forward_stage copies its input here
   // unless it already is here: a receive can land in it directly).
-  float* stage_input() { return acts().input; }
-  // One pipeline stage's backward. output_grad: [R, C], the gradient w.r.t.
-  // stage_output() from the next stage's stage_input_grad() (null on the last stage).
-  void backward_stage(const StepCtx& ctx, const int32_t* tokens, const float* output_grad);
-  // [R, C] the gradient w.r.t. the stage's input after backward_stage, to
-  // send to the previous stage (not on the first stage, whose embedding
-  // consumes it). Valid until the next forward_stage or backward_stage.
-  const float* stage_input_grad() const { return acts().scratch.dres; }
+  Tensor stage_input(const StepCtx& ctx) { return boundary(ctx, acts().input); }
+  // One pipeline stage's backward. output_grad: the gradient w.r.t.
+  // stage_output() from the next stage's stage_input_grad() (undefined on the
+  // last stage).
+  void backward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor& output_grad);
+  // The gradient w.r.t. the stage's input after backward_stage, to send to
+  // the previous stage (not on the first stage, whose embedding consumes
+  // it). Valid until the next forward_stage or backward_stage.
+  Tensor stage_input_grad(const StepCtx& ctx) const { return boundary(ctx, acts().scratch.dres); }
   // Logits [B*T, Vp] of the last forward's final hidden states (TP = 1 only).
   void logits(const StepCtx& ctx, float* out) const;
 
@@ -181,10 +188,11 @@ class GPT {
   // Positions are the cache's lengths onward. Activations come from an
   // inference arena that saves nothing for backward, sized on first use of a
   // [B, T] shape.
-  const float* forward_cached(const StepCtx& ctx, const int32_t* tokens, KvCache& cache);
-  // Logits over the real vocabulary [N, V] of hidden states [N, C] (from
-  // forward_cached) at any tensor-parallel size: a collective over the TP group.
-  void full_logits(const StepCtx& ctx, const float* hidden, float* out) const { output_.full_logits(ctx, hidden, out); }
+  Tensor forward_cached(const StepCtx& ctx, const int32_t* tokens, KvCache& cache);
+  // Logits over the real vocabulary [N, V] (fp32) of hidden states [N, C]
+  // (from forward_cached) at any tensor-parallel size: a collective over the
+  // TP group.
+  void full_logits(const StepCtx& ctx, const Tensor& hidden, float* out) const;
 
   // The first non-finite tensor, in forward order (parameters of a layer,
   // then what it saved), as "name (kind)"; empty if all are finite.
@@ -228,6 +236,10 @@ class GPT {
   Arena inf_arena_;
   Activations inf_;
   Activations& acts() { return slots_[slot_]; }
+  // A boundary buffer as the Tensor [rows(ctx.tokens()), C] it holds.
+  Tensor boundary(const StepCtx& ctx, const float* p) const {
+    return Tensor(const_cast<float*>(p), activation_dtype(), {tp_.rows(ctx.tokens()), cfg_.hidden_size});
+  }
   const Activations& acts() const { return slots_[slot_]; }
 };
 

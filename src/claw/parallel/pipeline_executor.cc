@@ -54,16 +54,25 @@ int PipelineExecutor::acquire(int chunk, int mb) {
   return slot;
 }
 
-void PipelineExecutor::send(const float* data, int64_t n, int peer, int64_t tag) {
+void PipelineExecutor::send(const Tensor& t, int peer, int64_t tag) {
   reap_sends(false);
   Outgoing o;
   if (!spare_.empty()) {
     o.data = std::move(spare_.back());
     spare_.pop_back();
   }
-  o.data.assign(data, data + n);
-  o.work = pp_.send_async(o.data.data(), n, DType::f32, peer, static_cast<int>(tag));
+  const auto* bytes = static_cast<const uint8_t*>(t.raw());
+  o.data.assign(bytes, bytes + t.nbytes());
+  o.work = pp_.send_async(o.data.data(), t.numel(), t.dtype(), peer, static_cast<int>(tag));
   outgoing_.push_back(std::move(o));
+}
+
+void PipelineExecutor::recv(const Tensor& t, int peer, int64_t tag) {
+  pp_.recv(t.raw(), t.numel(), t.dtype(), peer, static_cast<int>(tag));
+}
+
+comm::Work PipelineExecutor::recv_async(const Tensor& t, int peer, int64_t tag) {
+  return pp_.recv_async(t.raw(), t.numel(), t.dtype(), peer, static_cast<int>(tag));
 }
 
 void PipelineExecutor::reap_sends(bool wait_all) {
@@ -101,19 +110,17 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
       const Action& r = list[j];
       if (r.kind != ActionKind::recv_activation && r.kind != ActionKind::recv_grad) continue;
       model::GPT& g = *chunks_[r.chunk];
-      const int64_t n = g.tp().rows(micro(r.microbatch).ctx.tokens()) * g.config().hidden_size;
+      const model::StepCtx& rctx = micro(r.microbatch).ctx;
       const int vstage = virtual_stage(stage_, r.chunk, p);
       if (r.kind == ActionKind::recv_activation) {
         if (slot_of_[r.chunk][r.microbatch] < 0 && free_[r.chunk].empty()) continue;
         g.use_slot(acquire(r.chunk, r.microbatch));
-        posted[j] = pp_.recv_async(g.stage_input(), n, DType::f32, r.peer,
-                                   static_cast<int>(tag(r.microbatch, vstage, false)));
+        posted[j] = recv_async(g.stage_input(rctx), r.peer, tag(r.microbatch, vstage, false));
       } else {
         const Action& now = list[i];
         if (now.kind == ActionKind::forward && now.chunk == r.chunk && now.microbatch == r.microbatch) continue;
         g.use_slot(slot_of_[r.chunk][r.microbatch]);
-        posted[j] = pp_.recv_async(g.stage_output(), n, DType::f32, r.peer,
-                                   static_cast<int>(tag(r.microbatch, vstage, true)));
+        posted[j] = recv_async(g.stage_output(rctx), r.peer, tag(r.microbatch, vstage, true));
       }
     }
   };
@@ -122,7 +129,6 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
     model::GPT& g = *chunks_[a.chunk];
     const int vstage = virtual_stage(stage_, a.chunk, p);
     const PipelineMicroBatch mb = micro(a.microbatch);
-    const int64_t n = g.tp().rows(mb.ctx.tokens()) * g.config().hidden_size;
     if (is_compute(a.kind)) {
       post_ahead(i);
       if (!engines_.empty()) engines_[a.chunk]->begin_micro_batch(a.microbatch + 1 == m);
@@ -134,14 +140,14 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
     switch (a.kind) {
       case ActionKind::recv_activation:
         g.use_slot(acquire(a.chunk, a.microbatch));
-        pp_.recv(g.stage_input(), n, DType::f32, a.peer, static_cast<int>(tag(a.microbatch, vstage, false)));
+        recv(g.stage_input(mb.ctx), a.peer, tag(a.microbatch, vstage, false));
         break;
       case ActionKind::forward: {
         g.use_slot(acquire(a.chunk, a.microbatch));
         const bool first = g.stage().pre_process, last = g.stage().post_process;
         double loss = 0;
         const auto t0 = Clock::now();
-        g.forward_stage(mb.ctx, mb.tokens, first ? nullptr : g.stage_input(), mb.targets, dloss_scale,
+        g.forward_stage(mb.ctx, mb.tokens, first ? Tensor() : g.stage_input(mb.ctx), mb.targets, dloss_scale,
                         last ? &loss : nullptr);
         timing_.forward_s += seconds(t0, Clock::now());
         ++timing_.forwards;
@@ -151,11 +157,11 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
       }
       case ActionKind::send_activation:
         g.use_slot(slot_of_[a.chunk][a.microbatch]);
-        send(g.stage_output(), n, a.peer, tag(a.microbatch, vstage + 1, false));
+        send(g.stage_output(mb.ctx), a.peer, tag(a.microbatch, vstage + 1, false));
         break;
       case ActionKind::recv_grad:
         g.use_slot(slot_of_[a.chunk][a.microbatch]);
-        pp_.recv(g.stage_output(), n, DType::f32, a.peer, static_cast<int>(tag(a.microbatch, vstage, true)));
+        recv(g.stage_output(mb.ctx), a.peer, tag(a.microbatch, vstage, true));
         break;
       case ActionKind::backward:
       case ActionKind::backward_input: {
@@ -175,7 +181,7 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
           ctx.defer_weight_grads = deferred_[d].get();
         }
         const auto t0 = Clock::now();
-        g.backward_stage(ctx, mb.tokens, g.stage().post_process ? nullptr : g.stage_output());
+        g.backward_stage(ctx, mb.tokens, g.stage().post_process ? Tensor() : g.stage_output(mb.ctx));
         timing_.backward_s += seconds(t0, Clock::now());
         ++timing_.backwards;
         free_[a.chunk].push_back(slot);
@@ -194,7 +200,7 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
         break;
       }
       case ActionKind::send_grad:  // right after its backward: the shared scratch still holds the gradient
-        send(g.stage_input_grad(), n, a.peer, tag(a.microbatch, vstage - 1, true));
+        send(g.stage_input_grad(mb.ctx), a.peer, tag(a.microbatch, vstage - 1, true));
         break;
     }
     const bool backward = a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
@@ -217,16 +223,13 @@ double PipelineExecutor::run_forward(const std::function<PipelineMicroBatch(int)
     for (int ch = 0; ch < v; ++ch) {
       model::GPT& g = *chunks_[ch];
       const int vstage = virtual_stage(stage_, ch, p);
-      const int64_t n = g.tp().rows(mb.ctx.tokens()) * g.config().hidden_size;
       g.use_slot(0);
-      if (vstage > 0)
-        pp_.recv(g.stage_input(), n, DType::f32, stage_of_virtual(vstage - 1, p),
-                 static_cast<int>(tag(k, vstage, false)));
+      if (vstage > 0) recv(g.stage_input(mb.ctx), stage_of_virtual(vstage - 1, p), tag(k, vstage, false));
       double loss = 0;
-      g.forward_stage(mb.ctx, mb.tokens, vstage == 0 ? nullptr : g.stage_input(), mb.targets, 0.0,
+      g.forward_stage(mb.ctx, mb.tokens, vstage == 0 ? Tensor() : g.stage_input(mb.ctx), mb.targets, 0.0,
                       vstage == V - 1 ? &loss : nullptr);
       loss_sum += loss;
-      if (vstage + 1 < V) send(g.stage_output(), n, stage_of_virtual(vstage + 1, p), tag(k, vstage + 1, false));
+      if (vstage + 1 < V) send(g.stage_output(mb.ctx), stage_of_virtual(vstage + 1, p), tag(k, vstage + 1, false));
     }
   }
   reap_sends(true);

@@ -101,7 +101,11 @@ class PipelineExecutor {
  private:
   int acquire(int chunk, int mb);
   int64_t tag(int mb, int vstage, bool grad) const;
-  void send(const float* data, int64_t n, int peer, int64_t tag);
+  // Point-to-point transfers of a stage boundary tensor (its dtype and
+  // element count): a send copies it into a buffer of its own first.
+  void send(const Tensor& t, int peer, int64_t tag);
+  void recv(const Tensor& t, int peer, int64_t tag);
+  comm::Work recv_async(const Tensor& t, int peer, int64_t tag);
   void reap_sends(bool wait_all);
   std::vector<model::GPT*> chunks_;
   std::vector<DataParallel*> engines_;  // per chunk, or empty
@@ -112,10 +116,10 @@ class PipelineExecutor {
   std::vector<std::vector<int>> free_;          // [chunk] free slots
   struct Outgoing {
     comm::Work work;
-    std::vector<float> data;
+    std::vector<uint8_t> data;
   };
   std::vector<Outgoing> outgoing_;           // sends in flight
-  std::vector<std::vector<float>> spare_;    // buffers of completed sends, for reuse
+  std::vector<std::vector<uint8_t>> spare_;  // buffers of completed sends, for reuse
   std::vector<int> slots_;                   // [chunk] activation sets
   StepTiming timing_;
   std::vector<std::unique_ptr<model::DeferredWeightGrads>> deferred_;  // pool of weight-gradient lists

@@ -61,7 +61,7 @@ TEST(Inference, IncrementalDecodingEqualsFullForward) {
     std::vector<float> logits(2 * V);
     for (int64_t t = 0; t < T; ++t) {
       const int32_t step[2] = {batch.tokens[t], batch.tokens[T + t]};
-      const float* h = m.forward_cached({.cpu = ctx, .B = 2, .T = 1}, step, one);
+      Tensor h = m.forward_cached({.cpu = ctx, .B = 2, .T = 1}, step, one);
       m.full_logits({.cpu = ctx, .B = 2, .T = 1}, h, logits.data());
       EXPECT_LT(max_rel(&logits[0], &ref[t * V], V), 1e-5) << preset << " row 0 position " << t;
       EXPECT_LT(max_rel(&logits[V], &ref[(T + t) * V], V), 1e-5) << preset << " row 1 position " << t;
@@ -71,7 +71,7 @@ TEST(Inference, IncrementalDecodingEqualsFullForward) {
     // A prompt of 10 tokens in one chunk, then single tokens.
     KvCache chunked(c, {}, 1, T);
     std::vector<float> prompt_logits(10 * V);
-    const float* h = m.forward_cached({.cpu = ctx, .B = 1, .T = 10}, batch.tokens.data(), chunked);
+    Tensor h = m.forward_cached({.cpu = ctx, .B = 1, .T = 10}, batch.tokens.data(), chunked);
     m.full_logits({.cpu = ctx, .B = 1, .T = 10}, h, prompt_logits.data());
     EXPECT_LT(max_rel(prompt_logits.data(), ref.data(), 10 * V), 1e-5) << preset << " prefill";
     for (int64_t t = 10; t < T; ++t) {

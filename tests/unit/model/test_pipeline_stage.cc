@@ -84,15 +84,17 @@ void check_stages_match_whole(const std::string& preset, const std::vector<int64
     s->store().zero_grads();
   }
   double stage_loss = 0;
-  const float* input = nullptr;
+  Tensor input;  // undefined: the first stage starts from tokens
   for (auto& s : stages) {
     s->forward_stage(step(), b.tokens.data(), input, b.targets.data(), scale, &stage_loss);
-    input = s->stage_output();
+    input = s->stage_output(step());
+    EXPECT_EQ(input.dtype(), DType::f32);
+    EXPECT_EQ(input.shape(), Shape({B * T, c.hidden_size}));
   }
-  const float* output_grad = nullptr;
+  Tensor output_grad;
   for (size_t i = stages.size(); i-- > 0;) {
     stages[i]->backward_stage(step(), b.tokens.data(), output_grad);
-    output_grad = stages[i]->stage_input_grad();
+    output_grad = stages[i]->stage_input_grad(step());
   }
   EXPECT_NEAR(stage_loss, loss, 1e-6 * std::abs(loss));
 
