@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# Every ctest test carries exactly one tier label (unit, mpi, oracle, slow;
-# cuda for the GPU tests of a build with the CUDA backend):
+# Every ctest test carries exactly one tier label (unit, mpi, oracle, slow,
+# sanitize; cuda for the GPU tests of a build with the CUDA backend):
 # none would leave it out of every tier, two would run it twice in CI's tiers.
 # Usage: all_labelled.sh CTEST BUILD_DIR
 set -euo pipefail
 ctest=$1 dir=$2
 count() { "$ctest" --test-dir "$dir" -N "$@" | sed -n 's/^Total Tests: //p'; }
 total=$(count)
-unlabelled=$("$ctest" --test-dir "$dir" -N -LE '^(unit|mpi|oracle|slow|cuda)$' | sed -n 's/^ *Test *#[0-9]*: //p')
+unlabelled=$("$ctest" --test-dir "$dir" -N -LE '^(unit|mpi|oracle|slow|sanitize|cuda)$' | sed -n 's/^ *Test *#[0-9]*: //p')
 if [[ -n $unlabelled ]]; then
-  echo "tests without a tier label (add LABELS unit|mpi|oracle|slow where they are registered):"
+  echo "tests without a tier label (add LABELS unit|mpi|oracle|slow|sanitize where they are registered):"
   echo "$unlabelled"
   exit 1
 fi
 sum=0
-for tier in unit mpi oracle slow cuda; do
+for tier in unit mpi oracle slow sanitize cuda; do
   n=$(count -L "^${tier}\$")
   echo "$tier: $n"
   sum=$((sum + n))
