@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -20,10 +21,13 @@
 #include "claw/kernels/cpu/activations.h"
 #include "claw/kernels/cpu/adamw.h"
 #include "claw/kernels/cpu/attention.h"
+#include "claw/kernels/cpu/attention_offset.h"
 #include "claw/kernels/cpu/cross_entropy.h"
+#include "claw/kernels/cpu/dropout.h"
 #include "claw/kernels/cpu/embedding.h"
 #include "claw/kernels/cpu/layernorm.h"
 #include "claw/kernels/cpu/linear.h"
+#include "claw/kernels/cpu/reduce.h"
 #include "claw/kernels/cpu/rmsnorm.h"
 #include "claw/kernels/cpu/rope.h"
 #include "fd.h"
@@ -254,6 +258,80 @@ TYPED_TEST(StorageKernels, AttentionAndCrossEntropy) {
   cross_entropy_backward(ctx, dlogits.data(), dlogits.data(), lse_ce.data(), targets.data(), 0.125f, N, V, Vp);
   cross_entropy_backward(ctx, dlogitsf.data(), dlogitsf.data(), lse_cef.data(), targets.data(), 0.125f, N, V, Vp);
   expect_rounded(dlogits, dlogitsf, "cross-entropy dlogits");
+}
+
+TYPED_TEST(StorageKernels, ReductionsAndDropout) {
+  using T = TypeParam;
+  constexpr int64_t n = 40009, rows = 13, cols = 17;
+  auto a = values<T>(n, 26, -3, 3), b = values<T>(n, 27), w = values<T>(rows, 28);
+  EXPECT_EQ(sum_squares(ctx, a.s.data(), n), sum_squares(ctx, a.f.data(), n));
+  EXPECT_EQ(sum(ctx, a.s.data(), n), sum(ctx, a.f.data(), n));
+  std::vector<T> y(n);
+  std::vector<float> yf(n);
+  add(ctx, y.data(), a.s.data(), b.s.data(), n);
+  add(ctx, yf.data(), a.f.data(), b.f.data(), n);
+  expect_rounded(y, yf, "add");
+  std::vector<float> y_widened(n);
+  for (int64_t i = 0; i < n; ++i) y_widened[i] = widen(y[i]);
+  std::vector<float> ref = y_widened;
+  axpy(ctx, y.data(), 0.3f, b.s.data(), n);
+  axpy(ctx, ref.data(), 0.3f, b.f.data(), n);
+  expect_rounded(y, ref, "axpy");
+  for (int64_t i = 0; i < n; ++i) y_widened[i] = widen(y[i]);
+  scale(ctx, y.data(), -1.7f, n);
+  scale(ctx, y_widened.data(), -1.7f, n);
+  expect_rounded(y, y_widened, "scale");
+  std::vector<T> m(a.s.begin(), a.s.begin() + rows * cols);
+  std::vector<float> mf(a.f.begin(), a.f.begin() + rows * cols);
+  scale_rows(ctx, m.data(), w.f.data(), rows, cols);
+  scale_rows(ctx, mf.data(), w.f.data(), rows, cols);
+  expect_rounded(m, mf, "scale_rows");
+  std::vector<T> bad = a.s;
+  EXPECT_EQ(first_non_finite(ctx, bad.data(), n), -1);
+  bad[31337] = narrow<T>(std::numeric_limits<float>::infinity());
+  bad[39999] = narrow<T>(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(first_non_finite(ctx, bad.data(), n), 31337);
+
+  const RandomStream rng(5, 6);
+  dropout_forward(ctx, y.data(), a.s.data(), n, 0.25, rng, 1000);
+  dropout_forward(ctx, yf.data(), a.f.data(), n, 0.25, rng, 1000);
+  expect_rounded(y, yf, "dropout");
+  dropout_backward(ctx, y.data(), b.s.data(), n, 0.25, rng, 1000);
+  dropout_backward(ctx, yf.data(), b.f.data(), n, 0.25, rng, 1000);
+  expect_rounded(y, yf, "dropout backward");
+}
+
+TYPED_TEST(StorageKernels, AttentionWithOffsetsOverACache) {
+  using T = TypeParam;
+  // Two rows of a cache with room for 24 positions, 9 and 6 of them filled;
+  // 3 new queries per row at the cache's lengths.
+  constexpr int64_t B = 2, Tq = 3, Tk = 9, cap = 24, H = 4, G = 2, D = 8;
+  const std::vector<int32_t> q_pos = {6, 3}, k_len = {9, 6};
+  const AttentionOffsets off{.q_pos = q_pos.data(), .k_len = k_len.data(), .ld_kv_batch = cap * G * D};
+  auto q = values<T>(B * Tq * H * D, 29), k = values<T>(B * cap * G * D, 30), v = values<T>(B * cap * G * D, 31);
+  auto dout = values<T>(B * Tq * H * D, 32);
+  const double sc = 0.35;
+  std::vector<T> out(q.s.size());
+  std::vector<float> outf(out.size()), lse(B * H * Tq), lsef(lse.size());
+  attention_offset_forward(ctx, out.data(), lse.data(), q.s.data(), k.s.data(), v.s.data(), B, Tq, Tk, H, G, D, sc,
+                           off);
+  attention_offset_forward(ctx, outf.data(), lsef.data(), q.f.data(), k.f.data(), v.f.data(), B, Tq, Tk, H, G, D,
+                           sc, off);
+  expect_rounded(out, outf, "attention_offset");
+  EXPECT_EQ(lse, lsef);
+  std::vector<float> out_widened(out.size());
+  for (size_t i = 0; i < out.size(); ++i) out_widened[i] = widen(out[i]);
+  // Gradient buffers start as a marker: positions past Tk of each row must keep it.
+  const T marker = narrow<T>(42.0f);
+  std::vector<T> dq(q.s.size()), dk(k.s.size(), marker), dv(v.s.size(), marker);
+  std::vector<float> dqf(dq.size()), dkf(dk.size(), 42.0f), dvf(dv.size(), 42.0f);
+  attention_offset_backward(ctx, dq.data(), dk.data(), dv.data(), dout.s.data(), q.s.data(), k.s.data(), v.s.data(),
+                            out.data(), lse.data(), B, Tq, Tk, H, G, D, sc, off);
+  attention_offset_backward(ctx, dqf.data(), dkf.data(), dvf.data(), dout.f.data(), q.f.data(), k.f.data(),
+                            v.f.data(), out_widened.data(), lsef.data(), B, Tq, Tk, H, G, D, sc, off);
+  expect_rounded(dq, dqf, "attention_offset dq");
+  expect_rounded(dk, dkf, "attention_offset dk");
+  expect_rounded(dv, dvf, "attention_offset dv");
 }
 
 TYPED_TEST(StorageKernels, AdamWReads16BitGradients) {

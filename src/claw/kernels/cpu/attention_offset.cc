@@ -1,5 +1,6 @@
 #include "claw/kernels/cpu/attention_offset.h"
 #include "claw/kernels/cpu/route.h"
+#include "claw/kernels/cpu/staging.h"
 
 #include <algorithm>
 #include <cmath>
@@ -85,10 +86,11 @@ std::pair<int64_t, int64_t> key_span(const Geometry& g, int64_t b, int64_t i0, i
 
 }  // namespace
 
+// The fp32/fp64 kernels; the entry points below also take 16-bit storage.
 template <typename T>
-void attention_offset_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
-                              int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, double scale,
-                              const AttentionOffsets& off) {
+void attention_offset_forward_impl(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v,
+                                   int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
+                                   double scale, const AttentionOffsets& off) {
   CLAW_CPU_ONLY(ctx, attention_offset_forward);
   const Geometry g{B, Tq, Tk, H, G, D, off};
   check(g);
@@ -121,9 +123,9 @@ void attention_offset_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, con
 }
 
 template <typename T>
-void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                               const T* v, const T* out, const T* lse, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
-                               int64_t G, int64_t D, double scale, const AttentionOffsets& off) {
+void attention_offset_backward_impl(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                                    const T* v, const T* out, const T* lse, int64_t B, int64_t Tq, int64_t Tk,
+                                    int64_t H, int64_t G, int64_t D, double scale, const AttentionOffsets& off) {
   CLAW_CPU_ONLY(ctx, attention_offset_backward);
   const Geometry g{B, Tq, Tk, H, G, D, off};
   check(g);
@@ -168,14 +170,73 @@ void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* 
   });
 }
 
-#define CLAW_INSTANTIATE(T)                                                                                        \
-  template void attention_offset_forward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                            int64_t, int64_t, int64_t, int64_t, double, const AttentionOffsets&);  \
-  template void attention_offset_backward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, const T*,    \
-                                             const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,      \
-                                             int64_t, double, const AttentionOffsets&);
+// 16-bit storage is staged through the fp32 kernel (kernels/cpu/staging.h).
+// Keys and values are read, and their gradients written, only where the
+// kernel does: rows [0, Tk) of each batch row, so a cache's unfilled
+// positions are never touched.
+namespace {
+int64_t kv_extent(int64_t B, int64_t Tk, int64_t G, int64_t D, const AttentionOffsets& off) {
+  const int64_t row = Tk * G * D, ld = off.ld_kv_batch ? off.ld_kv_batch : row;
+  return B > 0 ? (B - 1) * ld + row : 0;
+}
+template <typename T>
+void narrow_kv_rows(const CpuCtx& ctx, const std::vector<float>& x, T* out, int64_t B, int64_t Tk, int64_t G,
+                    int64_t D, const AttentionOffsets& off) {
+  const int64_t row = Tk * G * D, ld = off.ld_kv_batch ? off.ld_kv_batch : row;
+  parallel_for(ctx, B, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) narrow_n(x.data() + b * ld, out + b * ld, row);
+  });
+}
+}  // namespace
+
+template <typename T>
+void attention_offset_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v,
+                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, double scale,
+                              const AttentionOffsets& off) {
+  if constexpr (is_half_storage_v<T>) {
+    CLAW_CPU_ONLY(ctx, attention_offset_forward);
+    const int64_t nq = B * Tq * H * D, nkv = kv_extent(B, Tk, G, D, off);
+    const std::vector<float> qf = widened(ctx, q, nq), kf = widened(ctx, k, nkv), vf = widened(ctx, v, nkv);
+    std::vector<float> o(static_cast<size_t>(nq));
+    attention_offset_forward_impl<float>(ctx, o.data(), lse, qf.data(), kf.data(), vf.data(), B, Tq, Tk, H, G, D,
+                                         scale, off);
+    narrow_into(ctx, o, out);
+  } else {
+    attention_offset_forward_impl(ctx, out, lse, q, k, v, B, Tq, Tk, H, G, D, scale, off);
+  }
+}
+
+template <typename T>
+void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                               const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t Tq, int64_t Tk,
+                               int64_t H, int64_t G, int64_t D, double scale, const AttentionOffsets& off) {
+  if constexpr (is_half_storage_v<T>) {
+    CLAW_CPU_ONLY(ctx, attention_offset_backward);
+    const int64_t nq = B * Tq * H * D, nkv = kv_extent(B, Tk, G, D, off);
+    const std::vector<float> qf = widened(ctx, q, nq), kf = widened(ctx, k, nkv), vf = widened(ctx, v, nkv);
+    const std::vector<float> of = widened(ctx, out, nq), dof = widened(ctx, dout, nq);
+    std::vector<float> dqf(static_cast<size_t>(nq)), dkf(static_cast<size_t>(nkv)), dvf(static_cast<size_t>(nkv));
+    attention_offset_backward_impl<float>(ctx, dqf.data(), dkf.data(), dvf.data(), dof.data(), qf.data(), kf.data(),
+                                          vf.data(), of.data(), lse, B, Tq, Tk, H, G, D, scale, off);
+    narrow_into(ctx, dqf, dq);
+    narrow_kv_rows(ctx, dkf, dk, B, Tk, G, D, off);
+    narrow_kv_rows(ctx, dvf, dv, B, Tk, G, D, off);
+  } else {
+    attention_offset_backward_impl(ctx, dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, scale, off);
+  }
+}
+
+#define CLAW_INSTANTIATE(T)                                                                                      \
+  template void attention_offset_forward<T>(const CpuCtx&, T*, acc_t<T>*, const T*, const T*, const T*, int64_t, \
+                                            int64_t, int64_t, int64_t, int64_t, int64_t, double,                 \
+                                            const AttentionOffsets&);                                            \
+  template void attention_offset_backward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, const T*,  \
+                                             const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t,      \
+                                             int64_t, int64_t, double, const AttentionOffsets&);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
+CLAW_INSTANTIATE(bfloat16)
+CLAW_INSTANTIATE(float16)
 #undef CLAW_INSTANTIATE
 
 }  // namespace claw::kernels

@@ -27,7 +27,8 @@
 // k, v, dk, dv [B, >= Tk, G, D] with ld_kv_batch >= Tk * G * D. H query heads
 // share G key/value heads (query head h reads kv head h / (H / G)).
 // Gradient contract: dq is overwritten; dk, dv rows [0, Tk) of every batch
-// row are overwritten.
+// row are overwritten. T: float, double, or 16-bit storage (staged through
+// the fp32 kernel; lse is acc_t<T>, fp32).
 //
 // The scores of a block of 64 queries against the keys any of them sees are
 // materialised ([64, keys] per thread) and multiplied with BLAS: decoding
@@ -41,6 +42,7 @@
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
@@ -53,13 +55,13 @@ struct AttentionOffsets {
 };
 
 template <typename T>
-void attention_offset_forward(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
-                              int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, double scale,
+void attention_offset_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v,
+                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, double scale,
                               const AttentionOffsets& off);
 
 template <typename T>
 void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-                               const T* v, const T* out, const T* lse, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
-                               int64_t G, int64_t D, double scale, const AttentionOffsets& off);
+                               const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t Tq, int64_t Tk,
+                               int64_t H, int64_t G, int64_t D, double scale, const AttentionOffsets& off);
 
 }  // namespace claw::kernels

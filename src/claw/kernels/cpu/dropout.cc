@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "claw/core/error.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 namespace {
@@ -21,7 +22,7 @@ void apply_mask(const CpuCtx& ctx, T* out, const T* in, int64_t n, double p, con
     return;
   }
   const uint32_t threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
-  const T scale = static_cast<T>(1.0 / (1.0 - p));
+  const acc_t<T> scale = static_cast<acc_t<T>>(1.0 / (1.0 - p));
   parallel_for(ctx, n, 1 << 12, [&](int64_t b, int64_t e) {
     // A local copy of the stream keeps its key in registers; GCC then
     // vectorises Philox across elements. ivdep rather than omp simd: out may
@@ -30,8 +31,8 @@ void apply_mask(const CpuCtx& ctx, T* out, const T* in, int64_t n, double p, con
 #pragma GCC ivdep
     for (int64_t i = b; i < e; ++i) {
       uint32_t k = stream.block(index0 + static_cast<uint64_t>(i))[0] >> 8;
-      T v = in[i] * scale;
-      out[i] = k >= threshold ? v : T(0);
+      acc_t<T> v = widen(in[i]) * scale;
+      out[i] = narrow<T>(k >= threshold ? v : acc_t<T>(0));
     }
   });
 }
@@ -57,6 +58,8 @@ void dropout_backward(const CpuCtx& ctx, T* dx, const T* dy, int64_t n, double p
   template void dropout_backward<T>(const CpuCtx&, T*, const T*, int64_t, double, const RandomStream&, uint64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
+CLAW_INSTANTIATE(bfloat16)
+CLAW_INSTANTIATE(float16)
 #undef CLAW_INSTANTIATE
 
 }  // namespace claw::kernels

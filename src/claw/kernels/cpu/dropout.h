@@ -9,6 +9,7 @@
 //   dx_i = keep_i ? dy_i / (1 - p) : 0
 //
 // Shapes: [n]. y may alias x; dx may alias dy. p in [0, 1); p == 0 copies.
+// T is the storage type; the scaling is in acc_t<T> (core/storage.h).
 #pragma once
 
 #include <cstdint>

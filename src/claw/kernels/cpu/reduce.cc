@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "claw/core/storage.h"
 #include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
@@ -34,7 +35,7 @@ double sum_squares(const CpuCtx& ctx, const T* x, int64_t n) {
     for (int64_t k = kb; k < ke; ++k) {
       const T* xk = x + chunk_begin(k, chunks, n);
       partial[k] = lane_sum(chunk_begin(k + 1, chunks, n) - chunk_begin(k, chunks, n), [&](int64_t i) {
-        double v = static_cast<double>(xk[i]);
+        double v = static_cast<double>(widen(xk[i]));
         return v * v;
       });
     }
@@ -51,25 +52,25 @@ void add(const CpuCtx& ctx, T* out, const T* a, const T* b, int64_t n) {
     // omp simd: out may alias a or b exactly, which a compiler's overlap
     // check would send down the scalar path; same-index aliasing is safe.
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+    for (int64_t i = lo; i < hi; ++i) out[i] = narrow<T>(widen(a[i]) + widen(b[i]));
   });
 }
 
 template <typename T>
-void axpy(const CpuCtx& ctx, T* y, T alpha, const T* x, int64_t n) {
+void axpy(const CpuCtx& ctx, T* y, acc_t<T> alpha, const T* x, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, axpy, y, alpha, x, n);
   parallel_for(ctx, n, kGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) y[i] += alpha * x[i];
+    for (int64_t i = lo; i < hi; ++i) y[i] = narrow<T>(widen(y[i]) + alpha * widen(x[i]));
   });
 }
 
 template <typename T>
-void scale(const CpuCtx& ctx, T* x, T alpha, int64_t n) {
+void scale(const CpuCtx& ctx, T* x, acc_t<T> alpha, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, scale, x, alpha, n);
   parallel_for(ctx, n, kGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) x[i] *= alpha;
+    for (int64_t i = lo; i < hi; ++i) x[i] = narrow<T>(widen(x[i]) * alpha);
   });
 }
 
@@ -91,12 +92,12 @@ int64_t first_non_finite(const CpuCtx& ctx, const T* x, int64_t n) {
         const int64_t nb = std::min(kBlock, e - b);
         // x - x is 0 for finite x and NaN for NaN and +-Inf (never folded
         // without -ffast-math), so the block sum is 0 exactly when all are finite.
-        T poison = 0;
+        acc_t<T> poison = 0;
 #pragma omp simd reduction(+ : poison)
-        for (int64_t i = 0; i < nb; ++i) poison += xb[i] - xb[i];
+        for (int64_t i = 0; i < nb; ++i) poison += widen(xb[i]) - widen(xb[i]);
         if (poison == 0) continue;
         for (int64_t i = 0; i < nb; ++i)
-          if (!std::isfinite(xb[i])) {
+          if (!std::isfinite(widen(xb[i]))) {
             first[k] = b + i;
             break;
           }
@@ -112,34 +113,36 @@ template <typename T>
 double sum(const CpuCtx& ctx, const T* x, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, sum, x, n);
   double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += x[i];
+  for (int64_t i = 0; i < n; ++i) total += widen(x[i]);
   return total;
 }
 
 template <typename T>
-void mul(const CpuCtx& ctx, T* x, const T* w, int64_t n) {
+void mul(const CpuCtx& ctx, T* x, const acc_t<T>* w, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, mul, x, w, n);
-  for (int64_t i = 0; i < n; ++i) x[i] *= w[i];
+  for (int64_t i = 0; i < n; ++i) x[i] = narrow<T>(widen(x[i]) * w[i]);
 }
 
 template <typename T>
-void scale_rows(const CpuCtx& ctx, T* x, const T* w, int64_t rows, int64_t cols) {
+void scale_rows(const CpuCtx& ctx, T* x, const acc_t<T>* w, int64_t rows, int64_t cols) {
   CLAW_ROUTE_TO_GPU(ctx, T, scale_rows, x, w, rows, cols);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= w[r];
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = narrow<T>(widen(x[r * cols + c]) * w[r]);
 }
 
 #define CLAW_INSTANTIATE(T)                                                    \
   template double sum<T>(const CpuCtx&, const T*, int64_t);                    \
-  template void mul<T>(const CpuCtx&, T*, const T*, int64_t);                  \
-  template void scale_rows<T>(const CpuCtx&, T*, const T*, int64_t, int64_t);  \
+  template void mul<T>(const CpuCtx&, T*, const acc_t<T>*, int64_t);           \
+  template void scale_rows<T>(const CpuCtx&, T*, const acc_t<T>*, int64_t, int64_t); \
   template double sum_squares<T>(const CpuCtx&, const T*, int64_t);            \
   template void add<T>(const CpuCtx&, T*, const T*, const T*, int64_t);        \
-  template void axpy<T>(const CpuCtx&, T*, T, const T*, int64_t);              \
-  template void scale<T>(const CpuCtx&, T*, T, int64_t);                       \
+  template void axpy<T>(const CpuCtx&, T*, acc_t<T>, const T*, int64_t);       \
+  template void scale<T>(const CpuCtx&, T*, acc_t<T>, int64_t);                \
   template int64_t first_non_finite<T>(const CpuCtx&, const T*, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
+CLAW_INSTANTIATE(bfloat16)
+CLAW_INSTANTIATE(float16)
 #undef CLAW_INSTANTIATE
 
 }  // namespace claw::kernels

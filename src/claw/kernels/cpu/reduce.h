@@ -8,11 +8,14 @@
 //   axpy:   y_i  += alpha * x_i
 //   scale:  x_i  *= alpha
 //   first_non_finite: index of the first NaN/Inf in x, or -1
+// T is the storage type; scalars, weights and arithmetic are acc_t<T>
+// (core/storage.h), each stored element rounded once.
 #pragma once
 
 #include <cstdint>
 
 #include "claw/core/parallel.h"
+#include "claw/core/storage.h"
 
 namespace claw::kernels {
 
@@ -23,10 +26,10 @@ template <typename T>
 void add(const CpuCtx& ctx, T* out, const T* a, const T* b, int64_t n);
 
 template <typename T>
-void axpy(const CpuCtx& ctx, T* y, T alpha, const T* x, int64_t n);
+void axpy(const CpuCtx& ctx, T* y, acc_t<T> alpha, const T* x, int64_t n);
 
 template <typename T>
-void scale(const CpuCtx& ctx, T* x, T alpha, int64_t n);
+void scale(const CpuCtx& ctx, T* x, acc_t<T> alpha, int64_t n);
 
 template <typename T>
 int64_t first_non_finite(const CpuCtx& ctx, const T* x, int64_t n);
@@ -36,9 +39,9 @@ template <typename T>
 double sum(const CpuCtx& ctx, const T* x, int64_t n);
 // x_i *= w_i (per-token loss weights).
 template <typename T>
-void mul(const CpuCtx& ctx, T* x, const T* w, int64_t n);
+void mul(const CpuCtx& ctx, T* x, const acc_t<T>* w, int64_t n);
 // x[r, c] *= w[r] for a [rows, cols] matrix.
 template <typename T>
-void scale_rows(const CpuCtx& ctx, T* x, const T* w, int64_t rows, int64_t cols);
+void scale_rows(const CpuCtx& ctx, T* x, const acc_t<T>* w, int64_t rows, int64_t cols);
 
 }  // namespace claw::kernels
