@@ -123,15 +123,6 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
   }
 }
 
-std::string_view role_name(ParamRole r) {
-  switch (r) {
-    case ParamRole::master: return "master";
-    case ParamRole::compute: return "compute";
-    case ParamRole::grad: return "gradient";
-  }
-  return "?";
-}
-
 void StoreDtypes::validate() const {
   if (master != DType::f32) fail("the master weights must be f32 (got {}): the optimizer updates fp32", dtype_name(master));
   if (grad != DType::f32)

@@ -26,7 +26,6 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -131,7 +130,6 @@ struct Segment {
 // Masters and gradients are f32: the optimizer and the data-parallel
 // reduction work on fp32.
 enum class ParamRole { master, compute, grad };
-std::string_view role_name(ParamRole r);
 struct StoreDtypes {
   DType master = DType::f32;
   DType compute = DType::f32;

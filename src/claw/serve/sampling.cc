@@ -46,54 +46,60 @@ SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& 
     out.logprob = log_softmax_at(logits, V, out.token);
     return out;
   }
-  // Candidates by (logit desc, id asc); only the first top_k need ordering.
-  std::vector<int32_t> ids(static_cast<size_t>(V));
-  std::iota(ids.begin(), ids.end(), 0);
   // A NaN logit ranks below every number (a strict weak order even then).
   const auto key = [&](int32_t i) {
     return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
   };
-  const auto before = [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); };
+  // Candidates in id order, or by (logit desc, id asc) where top-k or top-p
+  // needs a ranking: a full sort of a 128K vocabulary costs more than the
+  // decoding step's GEMV, so plain sampling does without.
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  std::iota(ids.begin(), ids.end(), 0);
   const int64_t k = p.top_k > 0 ? std::min<int64_t>(p.top_k, V) : V;
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
-  ids.resize(static_cast<size_t>(k));
-  // Softmax of logits / temperature over the top k, in that order.
-  std::vector<double> prob(ids.size());
-  const double top = static_cast<double>(key(ids[0])) / p.temperature;
-  if (!std::isfinite(top)) fail("cannot sample: the largest logit is {}", logits[ids[0]]);
+  const bool ranked = k < V || p.top_p < 1.0;
+  if (ranked) {
+    const auto before = [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); };
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+    ids.resize(static_cast<size_t>(k));
+  }
+  // Weights exp(logit / temperature - max): the most likely candidate has 1.
+  float best = key(ids[0]);
+  for (int32_t i : ids) best = std::max(best, key(i));
+  const double top = static_cast<double>(best) / p.temperature;
+  if (!std::isfinite(top)) fail("cannot sample: the largest logit is {}", best);
+  std::vector<double> w(ids.size());
   double total = 0;
-  for (size_t i = 0; i < ids.size(); ++i)
-    total += prob[i] = std::exp(static_cast<double>(key(ids[i])) / p.temperature - top);
-  for (double& q : prob) q /= total;
-  // Top-p: the shortest prefix whose mass reaches top_p (at least one token).
-  size_t keep = ids.size();
+  for (size_t i = 0; i < ids.size(); ++i) total += w[i] = std::exp(static_cast<double>(key(ids[i])) / p.temperature - top);
+  // Top-p: the shortest ranked prefix whose probability reaches top_p (at least one token).
   if (p.top_p < 1.0) {
     double cum = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      cum += prob[i];
-      if (cum >= p.top_p) {
-        keep = i + 1;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if ((cum += w[i]) >= p.top_p * total) {
+        ids.resize(i + 1);
+        w.resize(i + 1);
         break;
       }
-    }
   }
   // Min-p: tokens at least min_p times as likely as the most likely one
-  // (relative to the renormalised distribution, so the ratio is unchanged).
-  if (p.min_p > 0.0)
-    while (keep > 1 && prob[keep - 1] < p.min_p * prob[0]) --keep;
-  double mass = 0;
-  for (size_t i = 0; i < keep; ++i) mass += prob[i];
+  // (a ratio of probabilities, the same before and after renormalising).
+  if (p.min_p > 0.0) {
+    size_t kept = 0;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (w[i] >= p.min_p) ids[kept] = ids[i], w[kept++] = w[i];
+    ids.resize(kept);
+    w.resize(kept);
+  }
   // Inverse CDF in candidate order.
+  double mass = 0;
+  for (double x : w) mass += x;
   const double u = uniform(p.seed, step) * mass;
   double cum = 0;
-  size_t pick = keep - 1;
-  for (size_t i = 0; i < keep; ++i) {
-    cum += prob[i];
-    if (u < cum) {
+  size_t pick = ids.size() - 1;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (u < (cum += w[i])) {
       pick = i;
       break;
     }
-  }
   out.token = ids[pick];
   out.logprob = log_softmax_at(logits, V, out.token);
   return out;

@@ -55,6 +55,14 @@ Values<T> values(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   return v;
 }
 
+// x widened to fp32, element by element.
+template <typename T>
+std::vector<float> widened(const std::vector<T>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = widen(x[i]);
+  return out;
+}
+
 // got[i] is ref[i] rounded to T, bit for bit.
 template <typename T>
 void expect_rounded(const std::vector<T>& got, const std::vector<float>& ref, const char* what) {
@@ -235,8 +243,7 @@ TYPED_TEST(StorageKernels, AttentionAndCrossEntropy) {
   expect_rounded(out, outf, "attention");
   EXPECT_EQ(lse, lsef);
   // The backward reads the saved (rounded) output, as training does.
-  std::vector<float> out_widened(out.size());
-  for (size_t i = 0; i < out.size(); ++i) out_widened[i] = widen(out[i]);
+  const std::vector<float> out_widened = widened(out);
   attention_backward(ctx, dq.data(), dk.data(), dv.data(), dout.s.data(), q.s.data(), k.s.data(), v.s.data(),
                      out.data(), lse.data(), B, S, H, G, D, scale, seg.data(), block);
   attention_backward(ctx, dqf.data(), dkf.data(), dvf.data(), dout.f.data(), q.f.data(), k.f.data(), v.f.data(),
@@ -271,13 +278,11 @@ TYPED_TEST(StorageKernels, ReductionsAndDropout) {
   add(ctx, y.data(), a.s.data(), b.s.data(), n);
   add(ctx, yf.data(), a.f.data(), b.f.data(), n);
   expect_rounded(y, yf, "add");
-  std::vector<float> y_widened(n);
-  for (int64_t i = 0; i < n; ++i) y_widened[i] = widen(y[i]);
-  std::vector<float> ref = y_widened;
+  std::vector<float> ref = widened(y);
   axpy(ctx, y.data(), 0.3f, b.s.data(), n);
   axpy(ctx, ref.data(), 0.3f, b.f.data(), n);
   expect_rounded(y, ref, "axpy");
-  for (int64_t i = 0; i < n; ++i) y_widened[i] = widen(y[i]);
+  std::vector<float> y_widened = widened(y);
   scale(ctx, y.data(), -1.7f, n);
   scale(ctx, y_widened.data(), -1.7f, n);
   expect_rounded(y, y_widened, "scale");
@@ -319,8 +324,7 @@ TYPED_TEST(StorageKernels, AttentionWithOffsetsOverACache) {
                            sc, off);
   expect_rounded(out, outf, "attention_offset");
   EXPECT_EQ(lse, lsef);
-  std::vector<float> out_widened(out.size());
-  for (size_t i = 0; i < out.size(); ++i) out_widened[i] = widen(out[i]);
+  const std::vector<float> out_widened = widened(out);
   // Gradient buffers start as a marker: positions past Tk of each row must keep it.
   const T marker = narrow<T>(42.0f);
   std::vector<T> dq(q.s.size()), dk(k.s.size(), marker), dv(v.s.size(), marker);

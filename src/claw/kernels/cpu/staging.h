@@ -29,6 +29,5 @@ void narrow_into(const CpuCtx& ctx, const std::vector<float>& x, T* out) {
 }
 
 inline float* data_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
-inline const float* data_or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
 }  // namespace claw::kernels
