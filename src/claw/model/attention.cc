@@ -85,35 +85,11 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
     kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
   if (ctx.kv_cache)
-    attend_cached(ctx, s);
+    ctx.kv_cache->attend(ctx.cpu, layer_, s.q, s.k, s.v, s.out, s.lse, ctx.B, ctx.T, H_, G_, D_);
   else
     kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
                                1.0 / std::sqrt(double(D_)), ctx.seg_start);
   o_proj.forward(ctx, s.out, y);
-}
-
-// Row b's T new keys and values go to cache positions [length_b, length_b + T),
-// then its queries (at those positions) attend to [0, length_b + T).
-void Attention::attend_cached(const StepCtx& ctx, Saved& s) const {
-  KvCache& cache = *ctx.kv_cache;
-  const int64_t row = G_ * D_, B = ctx.B, T = ctx.T;
-  CLAW_CHECK(B == cache.batch() && row == cache.row(), "KV cache of {} rows x {} elements for a batch of {} x {}",
-             cache.batch(), cache.row(), B, row);
-  float* K = cache.keys(layer_);
-  float* V = cache.values(layer_);
-  std::vector<int32_t> q_pos(B), k_len(B);
-  int64_t Tk = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    q_pos[b] = cache.length(b);
-    k_len[b] = cache.length(b) + static_cast<int32_t>(T);
-    Tk = std::max<int64_t>(Tk, k_len[b]);
-    const int64_t at = (b * cache.capacity() + q_pos[b]) * row;
-    std::copy_n(s.k + b * T * row, T * row, K + at);
-    std::copy_n(s.v + b * T * row, T * row, V + at);
-  }
-  kernels::attention_offset_forward(ctx.cpu, s.out, s.lse, s.q, K, V, B, T, Tk, H_, G_, D_, 1.0 / std::sqrt(double(D_)),
-                                    {.q_pos = q_pos.data(), .k_len = k_len.data(),
-                                     .ld_kv_batch = cache.capacity() * row});
 }
 
 void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows, const float* dy_rows, float* dx,

@@ -65,8 +65,8 @@ class Attention {
 
   // x: normed input [R, C] (the rows held); y: room for [N, C], of which the
   // first R rows receive the output projection. With ctx.kv_cache set the
-  // new keys and values are appended to the cache and the queries attend to
-  // every cached position of their row (inference: s.lse is not needed).
+  // cache stores the new keys and values and attends (model/kv_cache.h;
+  // inference: s.lse is not needed).
   void forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const;
   // dy [R, C] -> dx (room for [N, C]; the first R rows are overwritten with
   // the input gradient). Uses scratch dq/dk/dv/datt/gathered.
@@ -77,7 +77,6 @@ class Attention {
   Linear q_proj, k_proj, v_proj, o_proj;
 
  private:
-  void attend_cached(const StepCtx& ctx, Saved& s) const;
   int layer_;
   const TensorParallel& tp_;
   int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups

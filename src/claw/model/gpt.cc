@@ -346,35 +346,38 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor
   h.grads_end(emb_unit_);
 }
 
-Tensor GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, KvCache& cache) {
+Tensor GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, AttentionCache& cache) {
   if (!stage_.whole(cfg_)) fail("generation with a KV cache needs the whole model on each rank (no pipeline stages)");
   if (store_->on_device()) fail("generation with a KV cache runs on the CPU backend for now (--device cpu)");
   if (tp_.sp()) fail("generation with a KV cache runs without --sequence-parallel");
   CLAW_CHECK(!ctx_in.training, "forward_cached is inference only");
   const int64_t B = ctx_in.B, T = ctx_in.T;
-  cache.check_room(T);
-  if (B != inf_B_ || T != inf_T_) {
+  cache.check_room(B, T);
+  if (B * T > inf_tokens_) {  // the arena's buffers are sized by the token count only: grow, never shrink
     inf_plan_ = ArenaPlan("inference");
     ArenaLayout planning = ArenaLayout::planning(inf_plan_);
     Activations shape;
-    shape.layout_inference(planning, cfg_, B, T, tp_.dims());
+    shape.layout_inference(planning, cfg_, 1, B * T, tp_.dims());
     inf_arena_ = Arena(inf_plan_);
     ArenaLayout L = ArenaLayout::binding(inf_plan_, inf_arena_);
-    inf_.layout_inference(L, cfg_, B, T, tp_.dims());
-    inf_B_ = B;
-    inf_T_ = T;
+    inf_.layout_inference(L, cfg_, 1, B * T, tp_.dims());
+    inf_tokens_ = B * T;
   }
   std::vector<int32_t> positions(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) positions[b * T + t] = cache.length(b) + static_cast<int32_t>(t);
+  cache.positions(B, T, positions.data());
+  for (int32_t p : positions)
+    if (p >= cfg_.max_position_embeddings)
+      fail("position {} is past the model's context of {} tokens (--max-position-embeddings)", p,
+           cfg_.max_position_embeddings);
   StepCtx ctx = ctx_in;
   ctx.positions = positions.data();
   ctx.seg_start = nullptr;
   ctx.kv_cache = &cache;
+  ctx.batch_invariant = true;
   embedding_.forward(ctx, tokens, inf_.input, inf_.scratch);
   for (int k = 0; k < num_blocks(); ++k) blocks_[k]->forward(ctx, inf_.blocks[k], inf_.scratch);
   final_norm_.forward(ctx, inf_.out(), inf_.final_norm);
-  cache.advance(T);
+  cache.advance(B, T);
   return Tensor(inf_.final_norm.out, activation_dtype(), {B * T, cfg_.hidden_size});
 }
 

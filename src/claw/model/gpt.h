@@ -186,9 +186,10 @@ class GPT {
   // appending their keys and values to `cache`, and returns their final
   // hidden states [B*T, C] (after the final norm; valid until the next call).
   // Positions are the cache's lengths onward. Activations come from an
-  // inference arena that saves nothing for backward, sized on first use of a
-  // [B, T] shape.
-  Tensor forward_cached(const StepCtx& ctx, const int32_t* tokens, KvCache& cache);
+  // inference arena that saves nothing for backward, grown to the largest
+  // B x T seen. With ctx.B = 1 the T tokens may belong to many sequences:
+  // the cache knows which (the serving engine's flattened steps).
+  Tensor forward_cached(const StepCtx& ctx, const int32_t* tokens, AttentionCache& cache);
   // Logits over the real vocabulary [N, V] (fp32) of hidden states [N, C]
   // (from forward_cached) at any tensor-parallel size: a collective over the
   // TP group.
@@ -231,7 +232,7 @@ class GPT {
   std::vector<Activations> slots_{1};
   int slot_ = 0;
   // forward_cached's activations.
-  int64_t inf_B_ = 0, inf_T_ = 0;
+  int64_t inf_tokens_ = 0;  // tokens the inference arena holds
   ArenaPlan inf_plan_{"inference"};
   Arena inf_arena_;
   Activations inf_;

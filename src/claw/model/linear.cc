@@ -4,6 +4,7 @@
 
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/linear.h"
+#include "claw/kernels/cpu/rowwise_linear.h"
 
 namespace claw::model {
 
@@ -35,11 +36,17 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool bias, doub
 
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   const float* b = has_bias_ ? bias.data() : nullptr;
+  auto product = [&](const float* with_bias) {
+    if (ctx.batch_invariant && !ctx.cpu.gpu)
+      kernels::rowwise_linear_forward(ctx.cpu, y, x, weight.data(), with_bias, ctx.tokens(), in_, out_);
+    else
+      kernels::linear_forward(ctx.cpu, y, x, weight.data(), with_bias, ctx.tokens(), in_, out_);
+  };
   if (kind_ != TpSplit::row) {
-    kernels::linear_forward(ctx.cpu, y, x, weight.data(), b, ctx.tokens(), in_, out_);
+    product(b);
     return;
   }
-  kernels::linear_forward<float>(ctx.cpu, y, x, weight.data(), nullptr, ctx.tokens(), in_, out_);
+  product(nullptr);
   tp_.reduce_rows(y, ctx.B, ctx.T, out_);
   if (!b) return;
   const int64_t rows = tp_.rows(ctx.tokens()), C = out_;

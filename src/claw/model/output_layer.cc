@@ -6,6 +6,7 @@
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/reduce.h"
+#include "claw/kernels/cpu/rowwise_linear.h"
 
 namespace claw::model {
 
@@ -71,7 +72,10 @@ void OutputLayer::full_logits(const StepCtx& ctx, const float* x, float* out) co
   if (ctx.cpu.gpu) fail("full logits run on the CPU backend for now (--device cpu)");
   const int64_t N = ctx.tokens(), Vl = vocab_.rows(), V = vocab_.V, P = tp_.size();
   std::vector<float> local(static_cast<size_t>(N * Vl));
-  kernels::gemm(false, true, N, Vl, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, local.data(), Vl);
+  if (ctx.batch_invariant)
+    kernels::rowwise_linear_forward(ctx.cpu, local.data(), x, weight_->data(), nullptr, N, C_, Vl);
+  else
+    kernels::gemm(false, true, N, Vl, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, local.data(), Vl);
   std::vector<float> all;
   const float* blocks = local.data();  // [P, N, Vl]: rank r's vocabulary rows [r Vl, (r + 1) Vl)
   if (P > 1) {

@@ -9,7 +9,7 @@
 namespace claw::model {
 
 class DeferredWeightGrads;
-class KvCache;
+class AttentionCache;
 
 struct StepCtx {
   CpuCtx cpu;
@@ -29,10 +29,14 @@ struct StepCtx {
   // Non-null: backward computes input gradients only and records each linear
   // layer's weight-gradient GEMM here, to run later (ZB-H1's split backward).
   DeferredWeightGrads* defer_weight_grads = nullptr;
-  // Non-null: inference with a KV cache (GPT::forward_cached). Each of the B
-  // rows brings T new tokens at positions[b * T + t] = cache length + t;
-  // attention appends their keys and values and attends to the whole row.
-  KvCache* kv_cache = nullptr;
+  // Non-null: inference with a KV cache (GPT::forward_cached). The B x T new
+  // tokens sit at the positions the cache gives; attention hands the cache
+  // their keys and values and it attends (model/kv_cache.h).
+  AttentionCache* kv_cache = nullptr;
+  // Inference: kernels whose result for a token does not depend on the other
+  // tokens of the call (kernels/cpu/rowwise_linear.h), so a request's output
+  // is the same alone and in any batch.
+  bool batch_invariant = false;
   // [B, T] weight of each token's loss (null: 1 for every target >= 0):
   // prompt masking, per-token advantages. The loss is sum_t w_t loss_t.
   const float* loss_weight = nullptr;

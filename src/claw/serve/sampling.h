@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace claw::serve {
 
@@ -36,6 +37,15 @@ struct SampledToken {
   int32_t token = -1;
   double logprob = 0.0;
 };
+
+struct TokenLogprob {
+  int32_t token = -1;
+  double logprob = 0.0;
+};
+
+// The k most likely tokens of a row of logits and their log-probabilities,
+// best first (ties: lower id first); the OpenAI API's top_logprobs.
+std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int64_t k);
 
 // Samples from logits[0, V) for step `step` of a request with parameters p.
 SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& p, uint64_t step);

@@ -1,0 +1,99 @@
+#include "claw/kernels/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "claw/core/error.h"
+#include "claw/kernels/cpu/vec_math.h"
+
+namespace claw::kernels {
+namespace {
+
+typedef float V16 __attribute__((vector_size(64)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V4 __attribute__((vector_size(16)));
+
+inline V16 load(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline float fold(V16 a) {
+  V8 h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+         __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+  V4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+// q . k over D, in 16 lanes then the tail.
+inline float dot(const float* q, const float* k, int64_t D) {
+  V16 acc = {};
+  const int64_t D16 = D / 16 * 16;
+  for (int64_t d = 0; d < D16; d += 16) acc += load(q + d) * load(k + d);
+  float s = fold(acc);
+  for (int64_t d = D16; d < D; ++d) s += q[d] * k[d];
+  return s;
+}
+
+constexpr int64_t kMaxBlock = 256, kMaxHeadDim = 512;
+
+struct Item {
+  int32_t seq;
+  int32_t token;  // within the sequence's new tokens
+};
+
+}  // namespace
+
+void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const float* keys, const float* values,
+                             int64_t block_size, const PagedSeq* seqs, int64_t num_seqs, int64_t H, int64_t G,
+                             int64_t D, double scale) {
+  CLAW_CHECK(block_size >= 1 && block_size <= kMaxBlock && D <= kMaxHeadDim && H % G == 0,
+             "paged attention: block size {} (1..{}), head dim {} (<= {}), {} heads over {} KV heads", block_size,
+             kMaxBlock, D, kMaxHeadDim, H, G);
+  std::vector<Item> items;
+  for (int64_t s = 0; s < num_seqs; ++s)
+    for (int64_t t = 0; t < seqs[s].num_tokens; ++t) items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(t)});
+  const int64_t per_group = H / G, row = G * D, ld_block = block_size * row;
+  const float fscale = static_cast<float>(scale);
+  // Longer contexts first would balance better; items are few and similar.
+  parallel_for_dynamic(ctx, static_cast<int64_t>(items.size()) * H, [&](int64_t task) {
+    const Item it = items[task / H];
+    const int64_t h = task % H, g = h / per_group;
+    const PagedSeq& s = seqs[it.seq];
+    const int64_t r = s.first_row + it.token, pos = s.context + it.token;
+    const float* qh = q + (r * H + h) * D;
+    float* oh = out + (r * H + h) * D;
+    float acc[kMaxHeadDim] = {};
+    float scores[kMaxBlock];
+    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+    for (int64_t j0 = 0; j0 <= pos; j0 += block_size) {
+      const int64_t n = std::min(block_size, pos + 1 - j0);
+      const int64_t base = static_cast<int64_t>(s.blocks[j0 / block_size]) * ld_block + g * D;
+      float mb = m;
+      for (int64_t j = 0; j < n; ++j) {
+        scores[j] = fscale * dot(qh, keys + base + j * row, D);
+        mb = std::max(mb, scores[j]);
+      }
+      if (mb > m) {  // rescale what came before to the new maximum
+        const float c = fast_exp(m - mb);
+        l *= c;
+        for (int64_t d = 0; d < D; ++d) acc[d] *= c;
+        m = mb;
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const float p = fast_exp(scores[j] - m);
+        l += p;
+        const float* vj = values + base + j * row;
+        for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
+      }
+    }
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < D; ++d) oh[d] = acc[d] * inv;
+  });
+}
+
+}  // namespace claw::kernels

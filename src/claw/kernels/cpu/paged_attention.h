@@ -1,0 +1,41 @@
+// Causal attention of new tokens against a paged KV cache: the serving
+// engine's step, where sequences of different lengths each bring some new
+// tokens (a prefill chunk, or one decoded token) and their keys and values
+// live in fixed-size blocks scattered over a pool.
+//
+// Cache layout (one layer): block b holds positions [i * bs, (i + 1) * bs)
+// of the sequence whose block table has b at index i, as
+// keys[b][slot][G][D] and values[b][slot][G][D] (bs = block_size slots).
+// The step's queries are q [N, H, D] (RoPE applied), grouped by sequence:
+// sequence s owns rows [first_row, first_row + num_tokens), the first at
+// position `context` (what it had cached before the step), whose keys must
+// already be in the cache. Query at position p attends to keys [0, p]; H
+// query heads share G key/value heads (head h reads kv head h / (H / G)).
+//
+//   out_i = sum_j softmax_j(scale q_i . k_j) v_j
+//
+// Every query is computed on its own, visiting its keys block by block in
+// position order with an online softmax (running max and sum, rescaled per
+// block), each score a dot product summed in one fixed order: a query's
+// output is bitwise the same whichever sequences share the step, however its
+// prompt was split into prefill chunks, and on any thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "claw/core/parallel.h"
+
+namespace claw::kernels {
+
+struct PagedSeq {
+  int64_t first_row = 0;          // the sequence's first query row in q/out
+  int64_t num_tokens = 0;         // its new tokens in this step
+  int64_t context = 0;            // position of its first new token
+  const int32_t* blocks = nullptr;  // block table: block of positions [i bs, (i + 1) bs) at [i]
+};
+
+void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const float* keys, const float* values,
+                             int64_t block_size, const PagedSeq* seqs, int64_t num_seqs, int64_t H, int64_t G,
+                             int64_t D, double scale);
+
+}  // namespace claw::kernels

@@ -1,0 +1,264 @@
+#include "claw/serve/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+
+namespace claw::serve {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    default: return "";
+  }
+}
+
+struct Engine::Seq {
+  int64_t id = 0;
+  GenerationRequest req;
+  std::vector<int32_t> tokens;  // prompt, then what was generated
+  int64_t prompt_len = 0;
+  int64_t generated = 0;
+  std::vector<int32_t> blocks;    // block table
+  std::vector<BlockHash> hashes;  // of the leading full blocks that are registered
+  int64_t computed = 0;           // leading tokens whose keys and values are cached
+  bool admitted_once = false;
+};
+
+Engine::Engine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg)
+    : model_(model),
+      cpu_(cpu),
+      cfg_(cfg),
+      vocab_(model.config().vocab_size),
+      pool_(cfg.num_blocks, cfg.block_size, cfg.prefix_caching),
+      cache_(model.config(), model.tp().dims(), cfg.num_blocks, cfg.block_size) {
+  const int64_t context = model.config().max_position_embeddings;
+  if (cfg_.max_model_len <= 0) cfg_.max_model_len = context;
+  if (cfg_.max_model_len > context)
+    fail("--max-model-len {} exceeds the model's context of {} tokens", cfg_.max_model_len, context);
+  // One sequence must always be able to finish alone (preemption frees the rest).
+  if (cfg_.max_model_len > cfg_.num_blocks * cfg_.block_size) {
+    log::info("serve", "the KV cache holds {} tokens ({} blocks of {}); --max-model-len lowered from {}",
+             cfg_.num_blocks * cfg_.block_size, cfg_.num_blocks, cfg_.block_size, cfg_.max_model_len);
+    cfg_.max_model_len = cfg_.num_blocks * cfg_.block_size;
+  }
+  if (cfg_.max_num_batched_tokens < 1) fail("--max-num-batched-tokens must be at least 1");
+  if (cfg_.max_num_seqs < 1) fail("--max-num-seqs must be at least 1");
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::add(GenerationRequest r) {
+  r.sampling.validate();
+  if (r.prompt.empty()) fail("prompt: empty (at least one token)");
+  if (r.max_tokens < 1) fail("max_tokens must be at least 1, got {}", r.max_tokens);
+  if (r.top_logprobs < 0 || r.top_logprobs > 20) fail("top_logprobs must be between 0 and 20, got {}", r.top_logprobs);
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
+  if (n + 1 > cfg_.max_model_len)
+    fail("prompt: {} tokens leave no room to generate within the context of {} tokens", n, cfg_.max_model_len);
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= vocab_) fail("prompt: token id {} is outside the vocabulary [0, {})", t, vocab_);
+  auto s = std::make_unique<Seq>();
+  s->id = next_id_++;
+  s->tokens = r.prompt;
+  s->prompt_len = n;
+  s->req = std::move(r);
+  waiting_.push_back(s.get());
+  const int64_t id = s->id;
+  seqs_.emplace(id, std::move(s));
+  return id;
+}
+
+void Engine::release(Seq& s) {
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
+  s.blocks.clear();
+  s.hashes.clear();
+  s.computed = 0;
+}
+
+void Engine::finish(Seq& s) {
+  release(s);
+  std::erase(running_, &s);
+  std::erase(waiting_, &s);
+  seqs_.erase(s.id);
+}
+
+void Engine::cancel(int64_t id) {
+  const auto it = seqs_.find(id);
+  if (it != seqs_.end()) finish(*it->second);
+}
+
+void Engine::preempt(Seq& s) {
+  release(s);
+  std::erase(running_, &s);
+  waiting_.push_front(&s);
+  ++stats_.preemptions;
+}
+
+// Takes the cached blocks that start the sequence's tokens, leaving at least
+// its last token to compute (its logits are what the step needs).
+void Engine::match_prefix(Seq& s) {
+  const int64_t bs = cfg_.block_size, full = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
+  BlockHash parent;
+  int64_t found = 0;
+  for (int64_t i = 0; i < full; ++i) {
+    const int32_t* tok = s.tokens.data() + i * bs;
+    const BlockHash h = BlockPool::hash(parent, tok, bs);
+    const int32_t b = pool_.lookup(h, parent, tok);
+    if (b < 0) break;
+    pool_.retain(b);
+    s.blocks.push_back(b);
+    s.hashes.push_back(h);
+    parent = h;
+    ++found;
+  }
+  if (pool_.prefix_caching()) pool_.count_lookup(full, found);
+  s.computed = found * bs;
+  stats_.cached_tokens += found * bs;
+}
+
+bool Engine::ensure_blocks(Seq& s, int64_t positions) {
+  const int64_t need = (positions + cfg_.block_size - 1) / cfg_.block_size;
+  while (static_cast<int64_t>(s.blocks.size()) < need) {
+    const int32_t b = pool_.allocate();
+    if (b < 0) return false;
+    s.blocks.push_back(b);
+  }
+  return true;
+}
+
+void Engine::register_full_blocks(Seq& s) {
+  const int64_t bs = cfg_.block_size, full = s.computed / bs;
+  for (int64_t i = static_cast<int64_t>(s.hashes.size()); i < full; ++i) {
+    const BlockHash parent = i > 0 ? s.hashes[i - 1] : BlockHash{};
+    const int32_t* tok = s.tokens.data() + i * bs;
+    const BlockHash h = BlockPool::hash(parent, tok, bs);
+    pool_.register_full(s.blocks[i], h, parent, tok);
+    s.hashes.push_back(h);
+  }
+}
+
+bool Engine::step() {
+  if (idle()) return false;
+  struct Work {
+    Seq* seq;
+    int64_t n;
+  };
+  std::vector<Work> work;
+  int64_t budget = cfg_.max_num_batched_tokens;
+  bool preempted = false;
+  // Running sequences, oldest first; the newest give way when blocks run out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Seq& s = *running_[i];
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
+    bool fits = ensure_blocks(s, s.computed + n);
+    while (!fits && running_.back() != &s) {
+      preempt(*running_.back());
+      preempted = true;
+      fits = ensure_blocks(s, s.computed + n);
+    }
+    if (!fits) {
+      preempt(s);
+      preempted = true;
+      break;
+    }
+    work.push_back({&s, n});
+    budget -= n;
+    ++i;
+  }
+  // Waiting requests in arrival order (a preempted one is at the front).
+  while (!preempted && budget > 0 && !waiting_.empty() &&
+         static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
+    Seq& s = *waiting_.front();
+    match_prefix(s);
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
+    if (!ensure_blocks(s, s.computed + n)) {
+      stats_.cached_tokens -= s.computed;
+      release(s);
+      break;
+    }
+    if (!s.admitted_once) stats_.prompt_tokens += s.prompt_len;
+    s.admitted_once = true;
+    waiting_.pop_front();
+    running_.push_back(&s);
+    work.push_back({&s, n});
+    budget -= n;
+  }
+  if (work.empty()) {
+    // Nothing fits: only possible when a waiting prompt needs more blocks
+    // than are free while nothing runs, which add() rules out.
+    CLAW_CHECK(!running_.empty() || waiting_.empty(), "the KV cache cannot hold the next request");
+    return !idle();
+  }
+
+  // One forward over every scheduled token.
+  std::vector<int32_t> tokens;
+  std::vector<StepSeq> plan;
+  for (const Work& w : work) {
+    Seq& s = *w.seq;
+    tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + w.n);
+    plan.push_back({.blocks = s.blocks.data(), .num_blocks = static_cast<int64_t>(s.blocks.size()),
+                    .context = s.computed, .num_tokens = w.n});
+  }
+  const int64_t N = static_cast<int64_t>(tokens.size()), C = model_.config().hidden_size;
+  cache_.set_step(std::move(plan));
+  model::StepCtx ctx{.cpu = cpu_, .B = 1, .T = N};
+  const Tensor hidden = model_.forward_cached(ctx, tokens.data(), cache_);
+  ++stats_.steps;
+  stats_.computed_tokens += N;
+
+  // Sequences whose every token is now cached get their next token.
+  std::vector<Seq*> ready;
+  rows_.clear();
+  int64_t row = 0;
+  for (const Work& w : work) {
+    Seq& s = *w.seq;
+    row += w.n;
+    s.computed += w.n;
+    register_full_blocks(s);
+    if (s.computed == static_cast<int64_t>(s.tokens.size())) {
+      ready.push_back(&s);
+      const float* h = hidden.data<float>() + (row - 1) * C;
+      rows_.insert(rows_.end(), h, h + C);
+    }
+  }
+  if (ready.empty()) return true;
+  const int64_t R = static_cast<int64_t>(ready.size());
+  logits_.resize(static_cast<size_t>(R * vocab_));
+  model::StepCtx lctx{.cpu = cpu_, .B = R, .T = 1};
+  lctx.batch_invariant = true;
+  model_.full_logits(lctx, Tensor(rows_.data(), DType::f32, {R, C}), logits_.data());
+  for (int64_t i = 0; i < R; ++i) {
+    Seq& s = *ready[i];
+    const float* l = logits_.data() + i * vocab_;
+    const SampledToken t = sample_token(l, vocab_, s.req.sampling, static_cast<uint64_t>(s.generated));
+    TokenOutput out{.token = t.token, .logprob = t.logprob, .index = s.generated};
+    if (s.req.top_logprobs > 0) out.top = top_logprobs(l, vocab_, s.req.top_logprobs);
+    s.tokens.push_back(t.token);
+    ++s.generated;
+    ++stats_.generated_tokens;
+    const bool stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), t.token) != s.req.stop_tokens.end();
+    if (stop)
+      out.finish = FinishReason::stop;
+    else if (s.generated >= s.req.max_tokens || static_cast<int64_t>(s.tokens.size()) >= cfg_.max_model_len)
+      out.finish = FinishReason::length;
+    const bool keep = !s.req.on_token || s.req.on_token(out);
+    if (out.finish != FinishReason::none || !keep) finish(s);
+  }
+  return true;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.running = static_cast<int64_t>(running_.size());
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.blocks_used = pool_.num_used();
+  s.blocks_free = pool_.num_free();
+  return s;
+}
+
+}  // namespace claw::serve

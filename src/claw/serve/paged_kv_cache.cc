@@ -1,0 +1,63 @@
+#include "claw/serve/paged_kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "claw/core/error.h"
+
+namespace claw::serve {
+
+PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size)
+    : layers_(cfg.num_layers),
+      num_blocks_(num_blocks),
+      block_size_(block_size),
+      row_(tp.kv_groups(cfg) * cfg.head_dim()),
+      layer_elems_(num_blocks * block_size * row_),
+      storage_(static_cast<size_t>(2 * layers_ * layer_elems_)) {}
+
+int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size) {
+  return 2 * cfg.num_layers * block_size * tp.kv_groups(cfg) * cfg.head_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+void PagedKvCache::set_step(std::vector<StepSeq> seqs) {
+  step_ = std::move(seqs);
+  paged_.clear();
+  step_tokens_ = 0;
+  for (const StepSeq& s : step_) {
+    CLAW_CHECK(s.num_tokens >= 1 && s.context >= 0, "a step sequence of {} tokens after {}", s.num_tokens, s.context);
+    if (s.num_blocks * block_size_ < s.context + s.num_tokens)
+      fail("internal: a block table of {} blocks for {} positions", s.num_blocks, s.context + s.num_tokens);
+    paged_.push_back({.first_row = step_tokens_, .num_tokens = s.num_tokens, .context = s.context, .blocks = s.blocks});
+    step_tokens_ += s.num_tokens;
+  }
+}
+
+void PagedKvCache::check_room(int64_t B, int64_t T) const {
+  if (B != 1 || T != step_tokens_)
+    fail("internal: a paged-cache step of {} tokens run as a batch of {} x {}", step_tokens_, B, T);
+}
+
+void PagedKvCache::positions(int64_t, int64_t, int32_t* out) const {
+  for (const StepSeq& s : step_)
+    for (int64_t t = 0; t < s.num_tokens; ++t) *out++ = static_cast<int32_t>(s.context + t);
+}
+
+void PagedKvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, const float* k, const float* v,
+                          float* out, float*, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+  CLAW_CHECK(B * T == step_tokens_ && G * D == row_, "paged cache step of {} tokens x {} elements, given {} x {}",
+             step_tokens_, row_, B * T, G * D);
+  float* K = keys(layer);
+  float* V = values(layer);
+  int64_t r = 0;
+  for (const StepSeq& s : step_)
+    for (int64_t t = 0; t < s.num_tokens; ++t, ++r) {
+      const int64_t pos = s.context + t;
+      const int64_t at = (static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ + pos % block_size_) * row_;
+      std::copy_n(k + r * row_, row_, K + at);
+      std::copy_n(v + r * row_, row_, V + at);
+    }
+  kernels::paged_attention_forward(cpu, out, q, K, V, block_size_, paged_.data(), static_cast<int64_t>(paged_.size()),
+                                   H, G, D, 1.0 / std::sqrt(double(D)));
+}
+
+}  // namespace claw::serve

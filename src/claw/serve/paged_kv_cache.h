@@ -1,0 +1,67 @@
+// The serving engine's KV cache: every layer's keys and values in blocks of
+// block_size positions (kernels/cpu/paged_attention.h gives the layout),
+// addressed through each sequence's block table. Which blocks are free,
+// held or cached for their prefix is the BlockPool's business; this class
+// owns the storage and runs the model's attention over it.
+//
+// A step of the engine is one GPT::forward_cached over the N tokens of all
+// scheduled sequences flattened into one row (ctx.B = 1, ctx.T = N).
+// Before it the engine says which sequences the rows belong to:
+//
+//   cache.set_step({{.blocks = table.data(), .context = 37, .num_tokens = 1}, ...});
+//   model.forward_cached(ctx, tokens, cache);
+//
+// Sequence i's tokens sit at positions context_i, ..., context_i +
+// num_tokens_i - 1, and its block table must already cover them. attend()
+// writes each layer's new keys and values into their slots, then every query
+// attends to its sequence's positions up to its own.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "claw/kernels/cpu/paged_attention.h"
+#include "claw/model/config.h"
+#include "claw/model/kv_cache.h"
+#include "claw/model/tensor_parallel.h"
+
+namespace claw::serve {
+
+struct StepSeq {
+  const int32_t* blocks = nullptr;  // block table
+  int64_t num_blocks = 0;           // its length
+  int64_t context = 0;              // positions already cached
+  int64_t num_tokens = 0;           // new tokens in this step
+};
+
+class PagedKvCache final : public model::AttentionCache {
+ public:
+  PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size);
+
+  // Bytes of one block (all layers, keys and values) on this rank.
+  static int64_t block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size);
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  size_t bytes() const { return storage_.size() * sizeof(float); }
+
+  void set_step(std::vector<StepSeq> seqs);
+
+  int64_t row() const override { return row_; }
+  void check_room(int64_t B, int64_t T) const override;
+  void positions(int64_t B, int64_t T, int32_t* out) const override;
+  void attend(const CpuCtx& cpu, int64_t layer, const float* q, const float* k, const float* v, float* out,
+              float* lse, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) override;
+  void advance(int64_t, int64_t) override {}  // the engine tracks what each sequence has cached
+
+ private:
+  float* keys(int64_t layer) { return storage_.data() + 2 * layer * layer_elems_; }
+  float* values(int64_t layer) { return keys(layer) + layer_elems_; }
+
+  int64_t layers_, num_blocks_, block_size_, row_, layer_elems_;
+  std::vector<float> storage_;  // [L][keys | values][blocks][block_size][row]
+  std::vector<StepSeq> step_;
+  std::vector<kernels::PagedSeq> paged_;
+  int64_t step_tokens_ = 0;
+};
+
+}  // namespace claw::serve

@@ -1,0 +1,274 @@
+// The generation engine: the paged cache against the training forward, and
+// a request's tokens and log-probabilities bitwise the same alone, among
+// other requests, with chunked prefill, after preemption and from the prefix
+// cache; blocks all returned at the end, and on cancellation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "claw/model/config.h"
+#include "claw/model/gpt.h"
+#include "claw/serve/engine.h"
+#include "claw/serve/paged_kv_cache.h"
+
+namespace claw::serve {
+namespace {
+
+const CpuCtx ctx{2};
+
+model::ModelConfig small(const char* preset) {
+  model::ModelConfig c = model::model_preset(preset);
+  c.num_layers = 2;
+  c.vocab_size = 1000;
+  c.hidden_dropout = 0;
+  c.max_position_embeddings = 256;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % V);
+  return t;
+}
+
+double max_rel(const float* a, const float* b, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / std::max(1.0, std::abs(double(b[i]))));
+  return worst;
+}
+
+// Logits [T, V] of a whole sequence from the training forward.
+std::vector<float> reference_logits(model::GPT& m, const std::vector<int32_t>& tokens) {
+  const model::ModelConfig& c = m.config();
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  m.reserve(1, T);
+  std::vector<int32_t> targets(T, 0);
+  const model::StepCtx sc{.cpu = ctx, .B = 1, .T = T};
+  m.forward(sc, tokens.data(), targets.data(), 0.0);
+  const int64_t Vp = c.padded_vocab_size(1), V = c.vocab_size;
+  std::vector<float> padded(T * Vp), out(T * V);
+  m.logits(sc, padded.data());
+  for (int64_t r = 0; r < T; ++r) std::copy_n(&padded[r * Vp], V, &out[r * V]);
+  return out;
+}
+
+// Two sequences prefilled in chunks of different sizes through scattered
+// blocks of 16, then decoded together: every position's logits equal the
+// whole-sequence forward's (1e-5 relative).
+TEST(PagedKvCache, LogitsEqualTheFullForward) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const model::ModelConfig c = small(preset);
+    model::GPT m(c);
+    m.init_weights(ctx, 1234);
+    const int64_t V = c.vocab_size, bs = 16;
+    const std::vector<int32_t> a = random_tokens(70, V, 1), b = random_tokens(41, V, 2);
+    const std::vector<float> ra = reference_logits(m, a), rb = reference_logits(m, b);
+    PagedKvCache cache(c, {}, 16, bs);
+    // Blocks handed out out of order, interleaved between the two.
+    const std::vector<int32_t> ta = {9, 2, 14, 5, 0}, tb = {3, 11, 7};
+    int64_t ca = 0, cb = 0;
+    std::vector<float> logits;
+    auto run = [&](int64_t na, int64_t nb) {
+      std::vector<StepSeq> plan;
+      std::vector<int32_t> tokens;
+      if (na) {
+        plan.push_back({ta.data(), 5, ca, na});
+        tokens.insert(tokens.end(), a.begin() + ca, a.begin() + ca + na);
+      }
+      if (nb) {
+        plan.push_back({tb.data(), 3, cb, nb});
+        tokens.insert(tokens.end(), b.begin() + cb, b.begin() + cb + nb);
+      }
+      const int64_t N = na + nb;
+      cache.set_step(plan);
+      const Tensor h = m.forward_cached({.cpu = ctx, .B = 1, .T = N}, tokens.data(), cache);
+      logits.resize(N * V);
+      model::StepCtx lc{.cpu = ctx, .B = N, .T = 1};
+      lc.batch_invariant = true;
+      m.full_logits(lc, h, logits.data());
+      for (int64_t i = 0; i < na; ++i)
+        ASSERT_LT(max_rel(&logits[i * V], &ra[(ca + i) * V], V), 1e-5) << preset << " a at " << ca + i;
+      for (int64_t i = 0; i < nb; ++i)
+        ASSERT_LT(max_rel(&logits[(na + i) * V], &rb[(cb + i) * V], V), 1e-5) << preset << " b at " << cb + i;
+      ca += na;
+      cb += nb;
+    };
+    run(23, 0);  // a's first chunk alone (crosses a block boundary)
+    run(30, 17); // both mid-prefill
+    run(17, 24); // a completes its prompt, b finishes prefill
+    while (ca < 70) run(1, 0);  // a decodes the rest alone
+  }
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<double> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;
+  FinishReason finish = FinishReason::none;
+  bool operator==(const Result& o) const {
+    if (tokens != o.tokens || finish != o.finish || top.size() != o.top.size()) return false;
+    // Bitwise, not approximately.
+    if (std::memcmp(logprobs.data(), o.logprobs.data(), logprobs.size() * sizeof(double)) != 0) return false;
+    for (size_t i = 0; i < top.size(); ++i)
+      for (size_t j = 0; j < top[i].size(); ++j)
+        if (top[i][j].token != o.top[i][j].token ||
+            std::memcmp(&top[i][j].logprob, &o.top[i][j].logprob, sizeof(double)) != 0)
+          return false;
+    return true;
+  }
+};
+
+GenerationRequest request(std::vector<int32_t> prompt, SamplingParams p, int64_t max_tokens, Result* out) {
+  GenerationRequest r{.prompt = std::move(prompt), .sampling = p, .max_tokens = max_tokens, .top_logprobs = 3};
+  r.on_token = [out](const TokenOutput& t) {
+    out->tokens.push_back(t.token);
+    out->logprobs.push_back(t.logprob);
+    out->top.push_back(t.top);
+    out->finish = t.finish;
+    return true;
+  };
+  return r;
+}
+
+void drain(Engine& e) {
+  for (int guard = 0; e.step(); ++guard) ASSERT_LT(guard, 100000) << "the engine does not finish";
+}
+
+// The probe request: a seeded sample and a greedy one.
+const SamplingParams kSampled{.temperature = 0.9, .top_p = 0.95, .seed = 42};
+
+TEST(Engine, RequestIsBitwiseTheSameAloneAndUnderLoad) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const model::ModelConfig c = small(preset);
+    model::GPT m(c);
+    m.init_weights(ctx, 99);
+    const std::vector<int32_t> probe = random_tokens(37, c.vocab_size, 7);
+    for (const SamplingParams& p : {SamplingParams{}, kSampled}) {
+      Result alone;
+      {
+        Engine e(m, ctx, {.num_blocks = 64});
+        e.add(request(probe, p, 24, &alone));
+        drain(e);
+        EXPECT_EQ(e.stats().blocks_used, 0);
+      }
+      ASSERT_EQ(alone.tokens.size(), 24u);
+      EXPECT_EQ(alone.finish, FinishReason::length);
+
+      // Among 15 others of various lengths and parameters, arriving before
+      // and after it, with a small step budget (chunked prefill) and, in the
+      // second case, too few blocks for everyone (preemption).
+      for (int64_t blocks : {200, 14}) {
+        Engine e(m, ctx, {.num_blocks = blocks, .max_num_batched_tokens = 29});
+        std::vector<Result> others(15);
+        Result loaded;
+        for (int i = 0; i < 15; ++i) {
+          if (i == 6) e.add(request(probe, p, 24, &loaded));
+          e.add(request(random_tokens(5 + 9 * i, c.vocab_size, 100 + i),
+                        {.temperature = 0.5 + 0.1 * (i % 5), .top_k = i % 3 ? 0 : 20, .seed = uint64_t(i)},
+                        8 + 3 * i, &others[i]));
+          if (i % 4 == 0) e.step();
+        }
+        drain(e);
+        EXPECT_TRUE(loaded == alone) << preset << " with " << blocks << " blocks";
+        for (int i = 0; i < 15; ++i) EXPECT_EQ(others[i].tokens.size(), size_t(8 + 3 * i));
+        EXPECT_EQ(e.stats().blocks_used, 0);
+        EXPECT_EQ(e.stats().running + e.stats().waiting, 0);
+        if (blocks == 14) EXPECT_GT(e.stats().preemptions, 0) << "the small pool was meant to preempt";
+      }
+    }
+  }
+}
+
+// A second request with the same 40-token prefix takes its first two blocks
+// from the cache and gives the tokens it gives with prefix caching off.
+TEST(Engine, PrefixCacheHitsGiveTheSameTokens) {
+  const model::ModelConfig c = small("llama-tiny");
+  model::GPT m(c);
+  m.init_weights(ctx, 5);
+  std::vector<int32_t> prefix = random_tokens(40, c.vocab_size, 3);
+  std::vector<int32_t> second = prefix;
+  second.push_back(17);
+  second.push_back(4);
+  auto run = [&](bool caching, Result& first, Result& again) {
+    Engine e(m, ctx, {.num_blocks = 32, .prefix_caching = caching});
+    e.add(request(prefix, kSampled, 10, &first));
+    drain(e);
+    e.add(request(second, kSampled, 10, &again));
+    drain(e);
+    EXPECT_EQ(e.stats().blocks_used, 0);
+    return e.stats().cached_tokens;
+  };
+  Result a, b, a_off, b_off;
+  EXPECT_EQ(run(true, a, b), 32);  // two full blocks of 16
+  EXPECT_EQ(run(false, a_off, b_off), 0);
+  EXPECT_TRUE(a == a_off);
+  EXPECT_TRUE(b == b_off);
+}
+
+TEST(Engine, CancellationFreesBlocksAndStopsCallbacks) {
+  const model::ModelConfig c = small("gpt2-tiny");
+  model::GPT m(c);
+  m.init_weights(ctx, 5);
+  Engine e(m, ctx, {.num_blocks = 32});
+  int calls = 0;
+  GenerationRequest r{.prompt = random_tokens(50, c.vocab_size, 1), .max_tokens = 100};
+  r.on_token = [&](const TokenOutput&) { return ++calls < 3; };  // the client goes away after 3 tokens
+  e.add(std::move(r));
+  Result other;
+  const int64_t id = e.add(request(random_tokens(20, c.vocab_size, 2), {}, 100, &other));
+  e.step();
+  e.step();
+  EXPECT_GT(e.stats().blocks_used, 0);
+  e.cancel(id);
+  drain(e);
+  EXPECT_EQ(calls, 3);
+  EXPECT_LT(other.tokens.size(), 100u);
+  EXPECT_EQ(e.stats().blocks_used, 0);
+  EXPECT_TRUE(e.idle());
+}
+
+TEST(Engine, StopTokensAndBadRequests) {
+  const model::ModelConfig c = small("gpt2-tiny");
+  model::GPT m(c);
+  m.init_weights(ctx, 5);
+  Engine e(m, ctx, {.num_blocks = 8});
+  Result greedy;
+  e.add(request(random_tokens(10, c.vocab_size, 1), {}, 12, &greedy));
+  drain(e);
+  ASSERT_GE(greedy.tokens.size(), 3u);
+  // Stopping at the greedy run's third token: it ends there with "stop".
+  Result stopped;
+  GenerationRequest r = request(random_tokens(10, c.vocab_size, 1), {}, 12, &stopped);
+  r.stop_tokens = {greedy.tokens[2]};
+  e.add(std::move(r));
+  drain(e);
+  const size_t first = std::find(greedy.tokens.begin(), greedy.tokens.end(), greedy.tokens[2]) - greedy.tokens.begin();
+  EXPECT_EQ(stopped.tokens.size(), first + 1);
+  EXPECT_EQ(stopped.finish, FinishReason::stop);
+
+  auto rejects = [&](GenerationRequest bad, const char* field) {
+    try {
+      e.add(std::move(bad));
+      ADD_FAILURE() << "accepted a request with a bad " << field;
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(field), std::string::npos) << err.what();
+    }
+  };
+  rejects({.prompt = {}}, "prompt");
+  rejects({.prompt = random_tokens(8 * 16, c.vocab_size, 1)}, "prompt");  // the whole cache: no room to generate
+  rejects({.prompt = {1, 2, 5000}}, "prompt");
+  rejects({.prompt = {1}, .max_tokens = 0}, "max_tokens");
+  rejects({.prompt = {1}, .sampling = {.temperature = 3}}, "temperature");
+  rejects({.prompt = {1}, .top_logprobs = 21}, "top_logprobs");
+  EXPECT_TRUE(e.idle());
+}
+
+}  // namespace
+}  // namespace claw::serve
