@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 
 #include <toml++/toml.h>
 
@@ -88,6 +89,23 @@ std::vector<std::pair<std::string, std::string>> read_toml_pairs(const std::stri
   };
   visit(root, visit);
   return out;
+}
+
+uint64_t parse_size(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    fail("{} '{}' is not a size (e.g. 5GB, 500MB, 1000000)", flag, text);
+  }
+  const std::string unit = text.substr(used);
+  static const std::map<std::string, double> units = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0},
+      {"GiB", 1073741824.0}};
+  const auto it = units.find(unit);
+  if (it == units.end() || !(v > 0)) fail("{} '{}' is not a size (e.g. 5GB, 500MB, 1000000)", flag, text);
+  return static_cast<uint64_t>(v * it->second);
 }
 
 }  // namespace claw::cli

@@ -31,6 +31,8 @@ int64_t parse_int(const std::string& flag, const std::string& text);
 double parse_double(const std::string& flag, const std::string& text);
 bool parse_bool(const std::string& flag, const std::string& text);
 std::string format_double(double v);
+// A byte count: 5GB, 500MB, 512MiB, 1000000.
+uint64_t parse_size(const std::string& flag, const std::string& text);
 
 // Flag<Args> factories over a field accessor `Field& (*)(Args&)`.
 template <typename Args, typename Get>

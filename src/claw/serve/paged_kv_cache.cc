@@ -13,7 +13,7 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
       block_size_(block_size),
       row_(tp.kv_groups(cfg) * cfg.head_dim()),
       layer_elems_(num_blocks * block_size * row_),
-      storage_(static_cast<size_t>(2 * layers_ * layer_elems_)) {}
+      storage_(new float[static_cast<size_t>(2 * layers_ * layer_elems_)]) {}
 
 int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size) {
   return 2 * cfg.num_layers * block_size * tp.kv_groups(cfg) * cfg.head_dim() * static_cast<int64_t>(sizeof(float));

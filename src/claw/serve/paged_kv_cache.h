@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "claw/kernels/cpu/paged_attention.h"
@@ -42,7 +43,7 @@ class PagedKvCache final : public model::AttentionCache {
   static int64_t block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size);
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
-  size_t bytes() const { return storage_.size() * sizeof(float); }
+  size_t bytes() const { return static_cast<size_t>(2 * layers_ * layer_elems_) * sizeof(float); }
 
   void set_step(std::vector<StepSeq> seqs);
 
@@ -54,11 +55,13 @@ class PagedKvCache final : public model::AttentionCache {
   void advance(int64_t, int64_t) override {}  // the engine tracks what each sequence has cached
 
  private:
-  float* keys(int64_t layer) { return storage_.data() + 2 * layer * layer_elems_; }
+  float* keys(int64_t layer) { return storage_.get() + 2 * layer * layer_elems_; }
   float* values(int64_t layer) { return keys(layer) + layer_elems_; }
 
   int64_t layers_, num_blocks_, block_size_, row_, layer_elems_;
-  std::vector<float> storage_;  // [L][keys | values][blocks][block_size][row]
+  // [L][keys | values][blocks][block_size][row], not initialised: a slot is
+  // written before it is read, and pages never used are never touched.
+  std::unique_ptr<float[]> storage_;
   std::vector<StepSeq> step_;
   std::vector<kernels::PagedSeq> paged_;
   int64_t step_tokens_ = 0;

@@ -112,14 +112,16 @@ std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int64_t k
   for (int64_t i = 0; i < V; ++i) m = std::max(m, static_cast<double>(logits[i]));
   double z = 0;
   for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - m);
-  const double lse = m + std::log(z);
+  const double log_z = std::log(z);
   std::vector<int32_t> ids(static_cast<size_t>(V));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
   std::vector<TokenLogprob> out(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) out[i] = {ids[i], static_cast<double>(logits[ids[i]]) - lse};
+  // The same expression as sample_token's log-probability, so the chosen
+  // token's two figures agree to the bit.
+  for (int64_t i = 0; i < k; ++i) out[i] = {ids[i], static_cast<double>(logits[ids[i]]) - m - log_z};
   return out;
 }
 

@@ -164,8 +164,9 @@ TEST(Engine, RequestIsBitwiseTheSameAloneAndUnderLoad) {
       // Among 15 others of various lengths and parameters, arriving before
       // and after it, with a small step budget (chunked prefill) and, in the
       // second case, too few blocks for everyone (preemption).
-      for (int64_t blocks : {200, 14}) {
-        Engine e(m, ctx, {.num_blocks = blocks, .max_num_batched_tokens = 29});
+      // A third time with blocks of 8 tokens: paging does not change results.
+      for (auto [blocks, block_size] : {std::pair<int64_t, int64_t>{200, 16}, {14, 16}, {60, 8}}) {
+        Engine e(m, ctx, {.block_size = block_size, .num_blocks = blocks, .max_num_batched_tokens = 29});
         std::vector<Result> others(15);
         Result loaded;
         for (int i = 0; i < 15; ++i) {
@@ -176,7 +177,7 @@ TEST(Engine, RequestIsBitwiseTheSameAloneAndUnderLoad) {
           if (i % 4 == 0) e.step();
         }
         drain(e);
-        EXPECT_TRUE(loaded == alone) << preset << " with " << blocks << " blocks";
+        EXPECT_TRUE(loaded == alone) << preset << " with " << blocks << " blocks of " << block_size;
         for (int i = 0; i < 15; ++i) EXPECT_EQ(others[i].tokens.size(), size_t(8 + 3 * i));
         EXPECT_EQ(e.stats().blocks_used, 0);
         EXPECT_EQ(e.stats().running + e.stats().waiting, 0);

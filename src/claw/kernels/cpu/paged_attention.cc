@@ -39,7 +39,7 @@ inline float dot(const float* q, const float* k, int64_t D) {
   return s;
 }
 
-constexpr int64_t kMaxBlock = 256, kMaxHeadDim = 512;
+constexpr int64_t kMaxHeadDim = 512, kTile = 16;
 
 struct Item {
   int32_t seq;
@@ -51,13 +51,13 @@ struct Item {
 void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const float* keys, const float* values,
                              int64_t block_size, const PagedSeq* seqs, int64_t num_seqs, int64_t H, int64_t G,
                              int64_t D, double scale) {
-  CLAW_CHECK(block_size >= 1 && block_size <= kMaxBlock && D <= kMaxHeadDim && H % G == 0,
-             "paged attention: block size {} (1..{}), head dim {} (<= {}), {} heads over {} KV heads", block_size,
-             kMaxBlock, D, kMaxHeadDim, H, G);
+  CLAW_CHECK(block_size >= 1 && D <= kMaxHeadDim && H % G == 0,
+             "paged attention: block size {}, head dim {} (<= {}), {} heads over {} KV heads", block_size, D,
+             kMaxHeadDim, H, G);
   std::vector<Item> items;
   for (int64_t s = 0; s < num_seqs; ++s)
     for (int64_t t = 0; t < seqs[s].num_tokens; ++t) items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(t)});
-  const int64_t per_group = H / G, row = G * D, ld_block = block_size * row;
+  const int64_t per_group = H / G, row = G * D;
   const float fscale = static_cast<float>(scale);
   // Longer contexts first would balance better; items are few and similar.
   parallel_for_dynamic(ctx, static_cast<int64_t>(items.size()) * H, [&](int64_t task) {
@@ -68,14 +68,18 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
     const float* qh = q + (r * H + h) * D;
     float* oh = out + (r * H + h) * D;
     float acc[kMaxHeadDim] = {};
-    float scores[kMaxBlock];
+    float scores[kTile];
     float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    for (int64_t j0 = 0; j0 <= pos; j0 += block_size) {
-      const int64_t n = std::min(block_size, pos + 1 - j0);
-      const int64_t base = static_cast<int64_t>(s.blocks[j0 / block_size]) * ld_block + g * D;
+    // Keys in tiles of kTile positions whatever the block size, so the
+    // online softmax rescales at the same places for any paging.
+    const float* kv[kTile];
+    for (int64_t j0 = 0; j0 <= pos; j0 += kTile) {
+      const int64_t n = std::min(kTile, pos + 1 - j0);
       float mb = m;
       for (int64_t j = 0; j < n; ++j) {
-        scores[j] = fscale * dot(qh, keys + base + j * row, D);
+        const int64_t p = j0 + j;
+        kv[j] = keys + (static_cast<int64_t>(s.blocks[p / block_size]) * block_size + p % block_size) * row + g * D;
+        scores[j] = fscale * dot(qh, kv[j], D);
         mb = std::max(mb, scores[j]);
       }
       if (mb > m) {  // rescale what came before to the new maximum
@@ -87,7 +91,7 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
       for (int64_t j = 0; j < n; ++j) {
         const float p = fast_exp(scores[j] - m);
         l += p;
-        const float* vj = values + base + j * row;
+        const float* vj = kv[j] + (values - keys);
         for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
       }
     }

@@ -14,11 +14,12 @@
 //
 //   out_i = sum_j softmax_j(scale q_i . k_j) v_j
 //
-// Every query is computed on its own, visiting its keys block by block in
-// position order with an online softmax (running max and sum, rescaled per
-// block), each score a dot product summed in one fixed order: a query's
+// Every query is computed on its own, visiting its keys in position order in
+// tiles of 16 with an online softmax (running max and sum, rescaled per
+// tile), each score a dot product summed in one fixed order: a query's
 // output is bitwise the same whichever sequences share the step, however its
-// prompt was split into prefill chunks, and on any thread count.
+// prompt was split into prefill chunks, whatever the block size, and on any
+// thread count.
 #pragma once
 
 #include <cstdint>

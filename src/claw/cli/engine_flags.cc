@@ -1,0 +1,63 @@
+#include "claw/cli/engine_flags.h"
+
+#include <algorithm>
+
+#include "claw/cli/flags.h"
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/core/memory.h"
+#include "claw/kernels/cpu/blas.h"
+#include "claw/serve/paged_kv_cache.h"
+
+namespace claw::cli {
+
+void EngineFlags::add_to(CLI::App& app) {
+  app.add_option("--model,-m", model.path, "a claw checkpoint (root or iter_* directory) or a Hugging Face directory");
+  app.add_option("--ckpt-step", model.step, "this iteration of a claw checkpoint instead of the latest");
+  app.add_option("--tokenizer-type", model.tokenizer.type,
+                 "GPT2BPETokenizer, TikTokenizer or SentencePieceTokenizer (default: the model's)");
+  app.add_option("--vocab-file", model.tokenizer.vocab_file, "GPT-2 encoder.json / vocab.json");
+  app.add_option("--merge-file", model.tokenizer.merge_file, "GPT-2 vocab.bpe / merges.txt");
+  app.add_option("--tokenizer-model", model.tokenizer.model_file, "tiktoken rank file or SentencePiece .model");
+  app.add_option("--block-size", engine.block_size, "tokens per KV-cache block")->capture_default_str();
+  app.add_option("--kv-cache-memory", kv_cache_memory,
+                 "memory for the KV cache, e.g. 2GiB (default: a quarter of the available memory)");
+  app.add_option("--num-kv-blocks", engine.num_blocks, "KV-cache blocks (overrides --kv-cache-memory)");
+  app.add_option("--max-num-batched-tokens", engine.max_num_batched_tokens, "tokens per engine step (chunked prefill)")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", engine.max_num_seqs, "sequences running at once")->capture_default_str();
+  app.add_option("--max-model-len", engine.max_model_len, "longest prompt + output in tokens (default: the model's)");
+  app.add_flag("--no-prefix-caching", no_prefix_caching, "do not reuse the KV blocks of shared prompt prefixes");
+  app.add_option("--num-threads", num_threads, "CPU threads (default: the CPUs this process may use)");
+}
+
+CpuCtx EngineFlags::cpu() const { return CpuCtx{num_threads > 0 ? num_threads : kernels::default_num_threads()}; }
+
+serve::EngineConfig EngineFlags::resolve(const InferenceModel& m) const {
+  serve::EngineConfig e = engine;
+  e.prefix_caching = !no_prefix_caching;
+  if (e.block_size < 1 || e.block_size > serve::BlockPool::kMaxBlockSize)
+    fail("--block-size {} is outside [1, {}] (16 is the usual)", e.block_size, serve::BlockPool::kMaxBlockSize);
+  const int64_t context = e.max_model_len > 0 ? e.max_model_len : m.cfg.max_position_embeddings;
+  const int64_t block_bytes = serve::PagedKvCache::block_bytes(m.cfg, {}, e.block_size);
+  if (e.num_blocks <= 0) {
+    uint64_t budget = 0;
+    if (!kv_cache_memory.empty()) {
+      budget = parse_size("--kv-cache-memory", kv_cache_memory);
+    } else {
+      const MemoryLimit avail = available_memory();
+      budget = avail.bytes == UINT64_MAX ? uint64_t{4} << 30 : avail.bytes / 4;
+    }
+    const int64_t fit = static_cast<int64_t>(budget / static_cast<uint64_t>(block_bytes));
+    const int64_t useful = e.max_num_seqs * ((context + e.block_size - 1) / e.block_size);
+    e.num_blocks = std::min(fit, useful);
+    if (e.num_blocks < 1)
+      fail("--kv-cache-memory {} holds no KV block of {} bytes", kv_cache_memory.empty() ? "(default)" : kv_cache_memory,
+           block_bytes);
+  }
+  log::info("serve", "KV cache: {} blocks of {} tokens ({:.1f} MiB)", e.num_blocks, e.block_size,
+            static_cast<double>(e.num_blocks * block_bytes) / 1048576.0);
+  return e;
+}
+
+}  // namespace claw::cli

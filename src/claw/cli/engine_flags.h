@@ -1,0 +1,28 @@
+// Flags shared by the commands that run the generation engine (generate,
+// chat, serve): the model to load and the engine's sizes, with vLLM's names.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "claw/cli/inference_model.h"
+#include "claw/serve/engine.h"
+
+namespace claw::cli {
+
+struct EngineFlags {
+  InferenceModelOptions model;
+  serve::EngineConfig engine;
+  std::string kv_cache_memory;  // --kv-cache-memory: a size; empty: a quarter of the available memory
+  bool no_prefix_caching = false;
+  int num_threads = 0;          // 0: the CPUs this process may use
+
+  void add_to(CLI::App& app);
+  // The engine's configuration for a loaded model: the KV blocks the memory
+  // budget holds, but no more than max_num_seqs full-length sequences need.
+  serve::EngineConfig resolve(const InferenceModel& m) const;
+  CpuCtx cpu() const;
+};
+
+}  // namespace claw::cli

@@ -1,0 +1,119 @@
+#include "claw/cli/inference_model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/format.h"
+#include "claw/ckpt/hf.h"
+#include "claw/ckpt/shards.h"
+#include "claw/cli/model_flags.h"
+#include "claw/core/error.h"
+#include "claw/data/builtin_corpus.h"
+
+namespace claw::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_claw_checkpoint(const fs::path& p) {
+  if (fs::exists(p / "metadata.json") || fs::exists(p / "latest_checkpointed_iteration.txt")) return true;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(p, ec))
+    if (e.is_directory() && e.path().filename().string().starts_with("iter_")) return true;
+  return false;
+}
+
+std::string arg(const nlohmann::json& args, const char* name) {
+  return args.is_object() && args.contains(name) && args[name].is_string() ? args[name].get<std::string>() : "";
+}
+
+std::string dir_name(const fs::path& p) {
+  fs::path q = fs::weakly_canonical(p);
+  if (q.filename().string().starts_with("iter_")) q = q.parent_path();
+  return q.filename().string();
+}
+
+void load_claw(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerOptions& tok) {
+  const std::string d = ckpt::resolve_load_dir(o.path, o.step, "--model");
+  const ckpt::Metadata meta = ckpt::Metadata::read(d);
+  m.cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+  m.cfg.hidden_dropout = 0;
+  m.gpt = std::make_unique<model::GPT>(m.cfg);
+  const std::vector<ckpt::Shard> shards = ckpt::collect_shards({&m.gpt->store()}, nullptr, {.optimizer = false});
+  ckpt::load_shards(d, meta, shards);
+  m.source = fmt::format("claw checkpoint {} (iteration {})", d, meta.iteration);
+  if (tok.type.empty() && !arg(meta.args, "tokenizer-type").empty()) {
+    tok.type = arg(meta.args, "tokenizer-type");
+    tok.vocab_file = arg(meta.args, "vocab-file");
+    tok.merge_file = arg(meta.args, "merge-file");
+    tok.model_file = arg(meta.args, "tokenizer-model");
+    tok.tiktoken_pattern = arg(meta.args, "tiktoken-pattern");
+  }
+}
+
+void load_hf(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerOptions& tok) {
+  const ckpt::HfModel hf = ckpt::read_hf_dir(o.path);
+  m.cfg = ckpt::model_from_hf_config(hf.config, o.path + "/config.json");
+  m.cfg.hidden_dropout = 0;
+  m.hf_type = hf.config.value("model_type", "");
+  m.gpt = std::make_unique<model::GPT>(m.cfg);
+  for (model::Param* p : m.gpt->params()) {
+    const std::vector<float> x = ckpt::from_hf(p->spec, hf.tensors, o.path);
+    float* dst = p->data();
+    std::fill(dst, dst + p->spec.local_shape().numel(), 0.0f);  // vocabulary padding stays zero
+    std::copy(x.begin(), x.end(), dst);
+  }
+  m.source = fmt::format("Hugging Face {} ({})", o.path, m.hf_type.empty() ? "?" : m.hf_type);
+  for (const char* key : {"eos_token_id"}) {
+    const nlohmann::json& e = hf.config.contains(key) ? hf.config[key] : nlohmann::json();
+    if (e.is_number_integer()) m.eos.push_back(e.get<int32_t>());
+    if (e.is_array())
+      for (const auto& x : e)
+        if (x.is_number_integer()) m.eos.push_back(x.get<int32_t>());
+  }
+  const fs::path dir(o.path);
+  if (tok.type.empty() && fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
+    tok.type = "GPT2BPETokenizer";
+    tok.vocab_file = (dir / "vocab.json").string();
+    tok.merge_file = (dir / "merges.txt").string();
+  }
+}
+
+}  // namespace
+
+InferenceModel load_inference_model(const InferenceModelOptions& o) {
+  if (o.path.empty()) fail("--model is required: a claw checkpoint directory or a Hugging Face model directory");
+  const fs::path p(o.path);
+  if (!fs::exists(p)) fail("--model {}: no such file or directory", o.path);
+  InferenceModel m;
+  m.name = dir_name(p);
+  data::TokenizerOptions tok = o.tokenizer;
+  if (fs::is_directory(p) && fs::exists(p / "config.json"))
+    load_hf(o, m, tok);
+  else if (fs::is_directory(p) && is_claw_checkpoint(p))
+    load_claw(o, m, tok);
+  else
+    fail("--model {}: neither a claw checkpoint (metadata.json, iter_* directories) nor a Hugging Face directory "
+         "(config.json + safetensors)",
+         o.path);
+  m.gpt->store().refresh_compute(CpuCtx{1});
+  // Without a recorded tokenizer, GPT-2's vocabulary gets the built-in GPT-2 BPE.
+  if (tok.type.empty() && m.cfg.vocab_size == 50257) tok.type = "GPT2BPETokenizer";
+  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
+    tok.vocab_file = data::default_data_dir() + "/gpt2/encoder.json";
+    tok.merge_file = data::default_data_dir() + "/gpt2/vocab.bpe";
+  }
+  if (!tok.type.empty()) {
+    m.tokenizer = data::make_tokenizer(tok);
+    if (m.tokenizer->vocab_size() > m.cfg.vocab_size)
+      fail("the tokenizer ({}, {} tokens) does not fit the model's vocabulary of {}", m.tokenizer->name(),
+           m.tokenizer->vocab_size(), m.cfg.vocab_size);
+    if (m.eos.empty()) m.eos.push_back(m.tokenizer->eod());
+  }
+  return m;
+}
+
+}  // namespace claw::cli

@@ -1,0 +1,46 @@
+// The model and tokenizer that `claw generate`, `claw chat` and `claw serve`
+// run, from whatever the user points --model at:
+//
+//   a claw checkpoint   a root with iter_* directories (the latest, or
+//                       --ckpt-step) or an iter_* directory, saved at any
+//                       layout and in any dtype: read into one whole model;
+//   a Hugging Face dir  config.json + model.safetensors (or shards with an
+//                       index): GPT2LMHeadModel or LlamaForCausalLM.
+//
+// The tokenizer: --tokenizer-type and its files when given; else what the
+// checkpoint was trained with (its recorded flags); else, for a Hugging Face
+// directory with vocab.json + merges.txt, that GPT-2 BPE; else the built-in
+// GPT-2 BPE (<data dir>/gpt2) when the vocabulary is GPT-2's. Models without
+// a tokenizer still take and give token ids (--prompt-tokens, the API's
+// token-id prompts).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "claw/data/tokenizer.h"
+#include "claw/data/tokenizer_factory.h"
+#include "claw/model/gpt.h"
+
+namespace claw::cli {
+
+struct InferenceModelOptions {
+  std::string path;       // --model
+  int64_t step = -1;      // --ckpt-step
+  data::TokenizerOptions tokenizer{.type = ""};  // --tokenizer-type ... (type empty: infer)
+};
+
+struct InferenceModel {
+  std::string name;      // what /v1/models lists: the directory's name
+  std::string source;    // "claw checkpoint DIR (iteration N)" / "Hugging Face DIR (llama)"
+  std::string hf_type;   // config.json's model_type ("gpt2", "llama"), empty for claw checkpoints
+  model::ModelConfig cfg;
+  std::unique_ptr<model::GPT> gpt;
+  std::unique_ptr<data::Tokenizer> tokenizer;  // null: token ids only
+  std::vector<int32_t> eos;                    // ids that end generation
+};
+
+InferenceModel load_inference_model(const InferenceModelOptions& o);
+
+}  // namespace claw::cli
