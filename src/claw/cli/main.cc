@@ -12,6 +12,7 @@
 
 #include "claw/cli/ckpt_command.h"
 #include "claw/cli/generate_command.h"
+#include "claw/cli/serve_command.h"
 #include "claw/cli/info_command.h"
 #include "claw/cli/plan_command.h"
 #include "claw/cli/inspect_dataset_command.h"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   claw::cli::add_eval_command(app);
   claw::cli::add_ckpt_command(app);
   claw::cli::add_generate_command(app);
+  claw::cli::add_serve_command(app);
   claw::cli::add_info_command(app);
   claw::cli::add_plan_command(app);
   claw::cli::add_tokenize_command(app);

@@ -52,7 +52,7 @@ Engine::Engine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg)
 
 Engine::~Engine() = default;
 
-int64_t Engine::add(GenerationRequest r) {
+void Engine::validate(const GenerationRequest& r) const {
   r.sampling.validate();
   if (r.prompt.empty()) fail("prompt: empty (at least one token)");
   if (r.max_tokens < 1) fail("max_tokens must be at least 1, got {}", r.max_tokens);
@@ -62,6 +62,11 @@ int64_t Engine::add(GenerationRequest r) {
     fail("prompt: {} tokens leave no room to generate within the context of {} tokens", n, cfg_.max_model_len);
   for (int32_t t : r.prompt)
     if (t < 0 || t >= vocab_) fail("prompt: token id {} is outside the vocabulary [0, {})", t, vocab_);
+}
+
+int64_t Engine::add(GenerationRequest r) {
+  validate(r);
+  const int64_t n = static_cast<int64_t>(r.prompt.size());
   auto s = std::make_unique<Seq>();
   s->id = next_id_++;
   s->tokens = r.prompt;

@@ -104,6 +104,8 @@ class Engine {
   // field when it cannot be served (empty or too long a prompt, bad
   // sampling parameters, max_tokens < 1).
   int64_t add(GenerationRequest r);
+  // add()'s checks alone (any thread: reads only the configuration).
+  void validate(const GenerationRequest& r) const;
   // Drops a request (waiting or running) and frees its blocks; its callback
   // is not called again. Unknown or finished ids are ignored.
   void cancel(int64_t id);

@@ -181,7 +181,9 @@ TEST(Engine, RequestIsBitwiseTheSameAloneAndUnderLoad) {
         for (int i = 0; i < 15; ++i) EXPECT_EQ(others[i].tokens.size(), size_t(8 + 3 * i));
         EXPECT_EQ(e.stats().blocks_used, 0);
         EXPECT_EQ(e.stats().running + e.stats().waiting, 0);
-        if (blocks == 14) EXPECT_GT(e.stats().preemptions, 0) << "the small pool was meant to preempt";
+        if (blocks == 14) {
+          EXPECT_GT(e.stats().preemptions, 0) << "the small pool was meant to preempt";
+        }
       }
     }
   }

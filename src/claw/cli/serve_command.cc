@@ -1,0 +1,89 @@
+#include "claw/cli/serve_command.h"
+
+#include <csignal>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "claw/cli/engine_flags.h"
+#include "claw/cli/flags.h"
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/serve/async_engine.h"
+#include "claw/serve/http_server.h"
+
+namespace claw::cli {
+namespace {
+
+struct ServeArgs {
+  EngineFlags engine;
+  serve::ServerConfig server;
+  std::string max_body_size = "8MiB";
+  std::string chat_template;     // empty: from the model
+  std::string served_model_name; // empty: the model directory's name
+};
+
+// Llama 3's vocabulary uses its own chat tokens; tiktoken-style vocabularies
+// of other sizes and SentencePiece models speak ChatML; GPT-2 has no chat
+// tokens and gets the plain template.
+std::string default_template(const InferenceModel& m) {
+  if (m.cfg.vocab_size >= 128000 && m.cfg.vocab_size <= 128512) return "llama3";
+  if (m.cfg.vocab_size == 50257) return "plain";
+  return "chatml";
+}
+
+void run(ServeArgs& a) {
+  a.server.max_body_bytes = static_cast<int64_t>(parse_size("--max-body-size", a.max_body_size));
+  if (a.server.max_concurrent_requests < 1) fail("--max-concurrent-requests must be at least 1");
+  if (!a.chat_template.empty()) serve::chat_template(a.chat_template);  // refuse a bad name before loading
+  // SIGTERM and SIGINT are taken by sigwait below; blocked before any thread
+  // starts so that every thread inherits the mask.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  serve::HttpServer http(a.server);
+  http.start();
+  log::info("serve", "listening on http://{}:{} (/health is 503 until the model is loaded)", a.server.host, http.port());
+  InferenceModel m = load_inference_model(a.engine.model);
+  if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
+  const serve::EngineConfig ecfg = a.engine.resolve(m);
+  serve::AsyncEngine engine(*m.gpt, a.engine.cpu(), ecfg);
+  const std::string tmpl = a.chat_template.empty() ? default_template(m) : a.chat_template;
+  http.set_model({.name = a.served_model_name.empty() ? m.name : a.served_model_name,
+                  .engine = &engine,
+                  .tokenizer = m.tokenizer.get(),
+                  .eos = m.eos,
+                  .chat = serve::chat_template(tmpl),
+                  .max_model_len = engine.config().max_model_len});
+  log::info("serve", "serving {} as '{}' (chat template {}, context {} tokens) on http://{}:{}", m.source,
+            a.served_model_name.empty() ? m.name : a.served_model_name, tmpl, engine.config().max_model_len,
+            a.server.host, http.port());
+  int sig = 0;
+  sigwait(&stop, &sig);
+  log::info("serve", "{}: draining requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  http.drain_and_stop();
+  engine.shutdown();
+  log::info("serve", "stopped");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
+  a->engine.add_to(*sub);
+  sub->add_option("--host", a->server.host, "address to listen on")->capture_default_str();
+  sub->add_option("--port", a->server.port, "port to listen on (0: any free port)")->capture_default_str();
+  sub->add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' (all but /health)");
+  sub->add_option("--max-body-size", a->max_body_size, "largest request body")->capture_default_str();
+  sub->add_option("--max-concurrent-requests", a->server.max_concurrent_requests,
+                  "requests answered at once; more get 429")->capture_default_str();
+  sub->add_option("--chat-template", a->chat_template, "llama3, chatml or plain (default: from the model)");
+  sub->add_option("--served-model-name", a->served_model_name, "the model name clients use (default: the directory's)");
+  sub->callback([a] { run(*a); });
+}
+
+}  // namespace claw::cli

@@ -1,0 +1,78 @@
+// The engine on a thread of its own, for servers: request threads submit
+// and read their tokens from a stream; the engine thread steps whenever
+// there is work.
+//
+//   AsyncEngine ae(model, cpu, cfg);
+//   auto stream = ae.submit(request);        // any thread
+//   while (auto t = stream->next()) ...      // blocks until the next token or the end
+//   ae.cancel(*stream);                      // the client went away
+//   ae.shutdown();                           // finishes what runs, then stops the thread
+//
+// Requests are added and cancelled between steps (under one lock), so the
+// engine itself stays single-threaded.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "claw/serve/engine.h"
+
+namespace claw::serve {
+
+// One request's tokens as they come.
+class TokenStream {
+ public:
+  // The next token, or nothing once the request has ended (finished,
+  // cancelled, or the engine failed: error() then says why).
+  std::optional<TokenOutput> next();
+  const std::string& error() const { return error_; }
+  int64_t id() const { return id_; }
+
+ private:
+  friend class AsyncEngine;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TokenOutput> queue_;
+  bool done_ = false;
+  bool cancelled_ = false;
+  std::string error_;
+  int64_t id_ = -1;
+};
+
+class AsyncEngine {
+ public:
+  AsyncEngine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg);
+  ~AsyncEngine();
+
+  // Validates and queues the request (throws claw::Error naming the field,
+  // before anything is queued). Its on_token is replaced by the stream.
+  std::shared_ptr<TokenStream> submit(GenerationRequest r);
+  void cancel(TokenStream& s);
+  // No new requests; returns once every running and waiting one is done.
+  void shutdown();
+  EngineStats stats() const;
+  const EngineConfig& config() const { return engine_.config(); }
+
+ private:
+  void loop();
+
+  Engine engine_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<GenerationRequest, std::shared_ptr<TokenStream>>> incoming_;
+  std::vector<int64_t> cancels_;
+  bool stopping_ = false;
+  std::string failed_;  // why the engine stopped, if a step threw
+  std::vector<std::weak_ptr<TokenStream>> live_;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace claw::serve

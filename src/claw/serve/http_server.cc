@@ -1,0 +1,631 @@
+#include "claw/serve/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/serve/text_stream.h"
+
+namespace claw::serve {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// An error the client caused (or may retry), as OpenAI words it.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  // the offending field, if any
+  std::string type = "invalid_request_error";
+  std::string code;
+};
+
+std::string error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}}.dump();
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError{400, message, param}; }
+
+// Typed field access that names the field when the type is wrong.
+template <typename T>
+T field(const json& body, const char* name, T fallback) {
+  if (!body.contains(name) || body[name].is_null()) return fallback;
+  const json& v = body[name];
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) bad(name, fmt::format("'{}' must be a boolean", name));
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) bad(name, fmt::format("'{}' must be an integer", name));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) bad(name, fmt::format("'{}' must be a number", name));
+  } else {
+    if (!v.is_string()) bad(name, fmt::format("'{}' must be a string", name));
+  }
+  return v.get<T>();
+}
+
+// Histogram buckets (seconds) for the latency metrics.
+const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+struct Histogram {
+  std::vector<uint64_t> counts = std::vector<uint64_t>(kBuckets.size(), 0);
+  uint64_t count = 0;
+  double sum = 0;
+  void add(double v) {
+    for (size_t i = 0; i < kBuckets.size(); ++i)
+      if (v <= kBuckets[i]) ++counts[i];
+    ++count;
+    sum += v;
+  }
+  void print(std::string& out, const std::string& name, const std::string& help) const {
+    out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    for (size_t i = 0; i < kBuckets.size(); ++i) out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kBuckets[i], counts[i]);
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count, name, sum, name, count);
+  }
+};
+
+// One parsed request: the prompts (each run n times) and how to run them.
+struct Job {
+  bool chat = false;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;  // for echo
+  int64_t n = 1;
+  GenerationRequest base;
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false, echo = false;
+  int64_t logprobs = -1;  // completions: top alternatives (-1: none); chat: top_logprobs with logprobs true
+  bool seeded = false;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServerConfig cfg;
+  httplib::Server http;
+  std::thread thread;
+  std::mutex mu;
+  std::unique_ptr<ServedModel> model;  // null while loading
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_flight{0};
+  // Metrics.
+  std::mutex metrics_mu;
+  uint64_t requests_ok = 0, requests_error = 0, prompt_tokens = 0, generation_tokens = 0;
+  Histogram ttft, tpot;
+  std::atomic<uint64_t> next_id{0};
+
+  ServedModel* served() {
+    std::lock_guard lock(mu);
+    return model.get();
+  }
+
+  void count(bool ok) {
+    std::lock_guard lock(metrics_mu);
+    (ok ? requests_ok : requests_error)++;
+  }
+
+  void reply_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(error_body(e), "application/json");
+  }
+
+  std::vector<int32_t> encode(const ServedModel& m, const std::string& text, bool special) const {
+    return m.tokenizer->encode(text, special ? data::SpecialTokens::recognise : data::SpecialTokens::as_text);
+  }
+
+  std::string token_text(const ServedModel& m, int32_t id) const {
+    const int32_t one[1] = {id};
+    return valid_utf8(m.tokenizer->decode(one));
+  }
+
+  Job parse(const ServedModel& m, const json& body, bool chat) {
+    if (!body.is_object()) bad("", "the request body must be a JSON object");
+    Job job;
+    job.chat = chat;
+    const std::string model_name = field<std::string>(body, "model", m.name);
+    if (model_name != m.name)
+      throw ApiError{404, fmt::format("The model '{}' does not exist; this server serves '{}'", model_name, m.name),
+                     "model", "invalid_request_error", "model_not_found"};
+    if (chat) {
+      if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+        bad("messages", "'messages' must be a non-empty array of {role, content} objects");
+      std::vector<ChatMessage> msgs;
+      for (size_t i = 0; i < body["messages"].size(); ++i) {
+        const json& x = body["messages"][i];
+        const std::string at = fmt::format("messages[{}]", i);
+        if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
+          bad(at + ".role", fmt::format("'{}' needs a string 'role'", at));
+        ChatMessage cm{x["role"].get<std::string>(), ""};
+        if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer")
+          bad(at + ".role", fmt::format("'{}.role' must be system, developer, user or assistant, got '{}'", at, cm.role));
+        const json& c = x.contains("content") ? x["content"] : json();
+        if (c.is_string()) {
+          cm.content = c.get<std::string>();
+        } else if (c.is_array()) {
+          for (const json& part : c) {
+            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+              bad(at + ".content", fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": ...}}", at));
+            cm.content += part["text"].get<std::string>();
+          }
+        } else if (!c.is_null()) {
+          bad(at + ".content", fmt::format("'{}.content' must be a string or an array of text parts", at));
+        }
+        msgs.push_back(std::move(cm));
+      }
+      const std::string text = m.chat.render(msgs);
+      job.prompts.push_back(encode(m, text, true));
+      job.prompt_texts.push_back(text);
+      for (const std::string& s : m.chat.stop()) job.stop.push_back(s);
+    } else {
+      if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
+      const json& p = body["prompt"];
+      auto ids_of = [&](const json& a, const std::string& at) {
+        std::vector<int32_t> ids;
+        for (const json& t : a) {
+          if (!t.is_number_integer()) bad("prompt", fmt::format("'{}' must hold token ids (integers)", at));
+          ids.push_back(static_cast<int32_t>(std::clamp<int64_t>(t.get<int64_t>(), -1, INT32_MAX)));
+        }
+        return ids;
+      };
+      if (p.is_string()) {
+        job.prompts.push_back(encode(m, p.get<std::string>(), false));
+        job.prompt_texts.push_back(p.get<std::string>());
+      } else if (p.is_array() && !p.empty() && p[0].is_string()) {
+        for (const json& s : p) {
+          if (!s.is_string()) bad("prompt", "'prompt' mixes strings and other values");
+          job.prompts.push_back(encode(m, s.get<std::string>(), false));
+          job.prompt_texts.push_back(s.get<std::string>());
+        }
+      } else if (p.is_array() && !p.empty() && p[0].is_array()) {
+        for (const json& a : p) {
+          if (!a.is_array()) bad("prompt", "'prompt' mixes token lists and other values");
+          job.prompts.push_back(ids_of(a, "prompt[i]"));
+        }
+      } else if (p.is_array() && !p.empty()) {
+        job.prompts.push_back(ids_of(p, "prompt"));
+      } else {
+        bad("prompt", "'prompt' must be a string, an array of strings, token ids, or arrays of token ids");
+      }
+      for (size_t i = job.prompt_texts.size(); i < job.prompts.size(); ++i) {
+        for (int32_t t : job.prompts[i])
+          if (t < 0 || t >= m.tokenizer->vocab_size())
+            bad("prompt", fmt::format("token id {} is outside the vocabulary [0, {})", t, m.tokenizer->vocab_size()));
+        job.prompt_texts.push_back(valid_utf8(m.tokenizer->decode(job.prompts[i])));
+      }
+      job.echo = field<bool>(body, "echo", false);
+    }
+    for (const auto& p : job.prompts)
+      if (p.empty()) bad(chat ? "messages" : "prompt", "the prompt is empty");
+    GenerationRequest& r = job.base;
+    r.max_tokens = field<int64_t>(body, "max_completion_tokens", field<int64_t>(body, "max_tokens", chat ? 0 : 16));
+    if (r.max_tokens == 0 && chat) r.max_tokens = m.max_model_len;  // chat's default: up to the context
+    if (r.max_tokens < 1) bad("max_tokens", fmt::format("'max_tokens' must be at least 1, got {}", r.max_tokens));
+    r.sampling.temperature = field<double>(body, "temperature", 1.0);
+    r.sampling.top_p = field<double>(body, "top_p", 1.0);
+    r.sampling.top_k = field<int64_t>(body, "top_k", 0);
+    r.sampling.min_p = field<double>(body, "min_p", 0.0);
+    job.seeded = body.contains("seed") && !body["seed"].is_null();
+    r.sampling.seed = static_cast<uint64_t>(field<int64_t>(body, "seed", 0));
+    try {
+      r.sampling.validate();
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      bad(msg.substr(0, msg.find(' ')), msg);
+    }
+    job.n = field<int64_t>(body, "n", 1);
+    if (job.n < 1 || job.n > 16) bad("n", fmt::format("'n' must be between 1 and 16, got {}", job.n));
+    if (body.contains("stop") && !body["stop"].is_null()) {
+      const json& s = body["stop"];
+      if (s.is_string()) {
+        job.stop.push_back(s.get<std::string>());
+      } else if (s.is_array() && s.size() <= 4) {
+        for (const json& x : s) {
+          if (!x.is_string()) bad("stop", "'stop' must be a string or an array of up to 4 strings");
+          job.stop.push_back(x.get<std::string>());
+        }
+      } else {
+        bad("stop", "'stop' must be a string or an array of up to 4 strings");
+      }
+    }
+    if (!field<bool>(body, "ignore_eos", false)) r.stop_tokens = m.eos;
+    job.stream = field<bool>(body, "stream", false);
+    if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+      if (!body["stream_options"].is_object()) bad("stream_options", "'stream_options' must be an object");
+      if (!job.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+      job.include_usage = field<bool>(body["stream_options"], "include_usage", false);
+    }
+    if (chat) {
+      const bool lp = field<bool>(body, "logprobs", false);
+      const int64_t top = field<int64_t>(body, "top_logprobs", 0);
+      if (top < 0 || top > 20) bad("top_logprobs", fmt::format("'top_logprobs' must be between 0 and 20, got {}", top));
+      if (top > 0 && !lp) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      job.logprobs = lp ? top : -1;
+    } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+      job.logprobs = field<int64_t>(body, "logprobs", 0);
+      if (job.logprobs < 0 || job.logprobs > 20)
+        bad("logprobs", fmt::format("'logprobs' must be between 0 and 20, got {}", job.logprobs));
+    }
+    r.top_logprobs = std::max<int64_t>(job.logprobs, 0);
+    return job;
+  }
+
+  // One choice: its stream, its text, what the client has been sent.
+  struct Choice {
+    std::shared_ptr<TokenStream> stream;
+    std::unique_ptr<TextStream> text;
+    int64_t prompt_index = 0;
+    int64_t tokens = 0;
+    std::string finish;
+    json logprobs;  // accumulated (non-streaming)
+    Clock::time_point last;
+  };
+
+  json logprob_entry(const ServedModel& m, const Job& job, const TokenOutput& t, json& completions_lp,
+                     int64_t offset) const {
+    if (job.chat) {
+      json top = json::array();
+      for (const TokenLogprob& x : t.top) {
+        const std::string s = token_text(m, x.token);
+        top.push_back({{"token", s}, {"logprob", x.logprob}, {"bytes", std::vector<uint8_t>(s.begin(), s.end())}});
+      }
+      const std::string s = token_text(m, t.token);
+      return {{"token", s}, {"logprob", t.logprob}, {"bytes", std::vector<uint8_t>(s.begin(), s.end())}, {"top_logprobs", top}};
+    }
+    const std::string s = token_text(m, t.token);
+    completions_lp["tokens"].push_back(s);
+    completions_lp["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& x : t.top) top[token_text(m, x.token)] = x.logprob;
+    completions_lp["top_logprobs"].push_back(top);
+    completions_lp["text_offset"].push_back(offset);
+    return {};
+  }
+
+  std::vector<Choice> launch(ServedModel& m, const Job& job) {
+    std::vector<Choice> choices;
+    uint64_t seed = job.seeded ? job.base.sampling.seed : std::random_device{}();
+    for (size_t p = 0; p < job.prompts.size(); ++p)
+      for (int64_t i = 0; i < job.n; ++i) {
+        GenerationRequest r = job.base;
+        r.prompt = job.prompts[p];
+        r.sampling.seed = seed + choices.size();
+        Choice c;
+        c.prompt_index = static_cast<int64_t>(p);
+        c.text = std::make_unique<TextStream>(*m.tokenizer, job.stop);
+        c.last = Clock::now();
+        try {
+          c.stream = m.engine->submit(std::move(r));
+        } catch (const Error& e) {
+          for (Choice& done : choices) m.engine->cancel(*done.stream);
+          const std::string msg = e.what();
+          if (msg.find("shutting down") != std::string::npos) throw ApiError{503, msg, "", "server_error"};
+          throw ApiError{400, msg, msg.starts_with("prompt") ? "prompt" : ""};
+        }
+        choices.push_back(std::move(c));
+      }
+    return choices;
+  }
+
+  void record(const Clock::time_point t0, Choice& c) {
+    const Clock::time_point now = Clock::now();
+    std::lock_guard lock(metrics_mu);
+    if (c.tokens == 0)
+      ttft.add(std::chrono::duration<double>(now - t0).count());
+    else
+      tpot.add(std::chrono::duration<double>(now - c.last).count());
+    c.last = now;
+    ++generation_tokens;
+  }
+
+  std::string chunk_json(const ServedModel& m, const Job& job, const std::string& id, int64_t created, int64_t index,
+                         const std::string& text, const json& lp, const std::string& finish, bool first) const {
+    json choice = {{"index", index}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
+    if (job.chat) {
+      json delta = json::object();
+      if (first) delta["role"] = "assistant";
+      if (!text.empty() || first) delta["content"] = text;
+      choice["delta"] = delta;
+      choice["logprobs"] = lp.is_null() ? json(nullptr) : json{{"content", json::array({lp})}};
+    } else {
+      choice["text"] = text;
+      choice["logprobs"] = lp;
+    }
+    json out = {{"id", id}, {"object", job.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                {"model", m.name}, {"choices", json::array({choice})}};
+    return "data: " + out.dump() + "\n\n";
+  }
+
+  void handle(const httplib::Request& req, httplib::Response& res, bool chat) {
+    ServedModel* m = served();
+    if (!m) return reply_error(res, {503, "the model is still loading", "", "server_error"});
+    if (draining) return reply_error(res, {503, "the server is shutting down", "", "server_error"});
+    // Holds one of the --max-concurrent-requests places until the response
+    // is done (a stream's provider keeps it alive).
+    struct Slot {
+      explicit Slot(std::atomic<int64_t>& count) : n(count) {}
+      Slot(const Slot&) = delete;
+      Slot& operator=(const Slot&) = delete;
+      ~Slot() { --n; }
+      std::atomic<int64_t>& n;
+    };
+    if (++in_flight > cfg.max_concurrent_requests) {
+      --in_flight;
+      count(false);
+      return reply_error(res, {429, fmt::format("more than {} concurrent requests (--max-concurrent-requests)",
+                                                cfg.max_concurrent_requests), "", "rate_limit_exceeded"});
+    }
+    auto slot = std::make_shared<Slot>(in_flight);
+    Job job;
+    std::vector<Choice> choices;
+    const Clock::time_point t0 = Clock::now();
+    try {
+      json body;
+      try {
+        body = json::parse(req.body);
+      } catch (const json::exception& e) {
+        bad("", fmt::format("the body is not valid JSON: {}", e.what()));
+      }
+      job = parse(*m, body, chat);
+      choices = launch(*m, job);
+    } catch (const ApiError& e) {
+      count(false);
+      return reply_error(res, e);
+    } catch (const std::exception& e) {
+      count(false);
+      return reply_error(res, {500, e.what(), "", "server_error"});
+    }
+    {
+      std::lock_guard lock(metrics_mu);
+      for (const Choice& c : choices) prompt_tokens += job.prompts[c.prompt_index].size();
+    }
+    const std::string id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", (++next_id) * 0x9E3779B97F4A7C15ull);
+    const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count();
+    int64_t prompt_total = 0;
+    for (const Choice& c : choices) prompt_total += static_cast<int64_t>(job.prompts[c.prompt_index].size());
+
+    if (!job.stream) {
+      json out_choices = json::array();
+      int64_t completion = 0;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        Choice& c = choices[i];
+        json lp = job.chat ? json(json::array()) : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                                                        {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+        const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : "";
+        while (auto t = c.stream->next()) {
+          record(t0, c);
+          ++c.tokens;
+          const int64_t offset = static_cast<int64_t>(prefix.size() + c.text->text().size());
+          c.text->push(t->token);
+          if (job.logprobs >= 0) {
+            json e = logprob_entry(*m, job, *t, lp, offset);
+            if (job.chat) lp.push_back(e);
+          }
+          if (t->finish != FinishReason::none) c.finish = finish_reason_name(t->finish);
+          if (c.text->stopped()) {
+            c.finish = "stop";
+            m->engine->cancel(*c.stream);
+            break;
+          }
+        }
+        if (!c.stream->error().empty()) {
+          count(false);
+          return reply_error(res, {500, c.stream->error(), "", "server_error"});
+        }
+        const std::string text = valid_utf8(prefix + c.text->text() + c.text->finish());
+        completion += c.tokens;
+        json choice = {{"index", i}, {"finish_reason", c.finish.empty() ? "stop" : c.finish}};
+        if (job.chat) {
+          choice["message"] = {{"role", "assistant"}, {"content", text}};
+          choice["logprobs"] = job.logprobs >= 0 ? json{{"content", lp}} : json(nullptr);
+        } else {
+          choice["text"] = text;
+          choice["logprobs"] = job.logprobs >= 0 ? lp : json(nullptr);
+        }
+        out_choices.push_back(choice);
+      }
+      json out = {{"id", id}, {"object", job.chat ? "chat.completion" : "text_completion"}, {"created", created},
+                  {"model", m->name}, {"choices", out_choices},
+                  {"usage", {{"prompt_tokens", prompt_total}, {"completion_tokens", completion},
+                             {"total_tokens", prompt_total + completion}}}};
+      count(true);
+      res.set_content(out.dump(), "application/json");
+      return;
+    }
+
+    // Server-sent events, one choice after another (each chunk names its index).
+    auto state = std::make_shared<std::vector<Choice>>(std::move(choices));
+    auto shared_job = std::make_shared<Job>(std::move(job));
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, m, state, shared_job, id, created, t0, prompt_total, slot](size_t, httplib::DataSink& sink) {
+          const Job& job = *shared_job;
+          int64_t completion = 0;
+          for (size_t i = 0; i < state->size(); ++i) {
+            Choice& c = (*state)[i];
+            auto send = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
+            if (job.echo && !send(chunk_json(*m, job, id, created, i, job.prompt_texts[c.prompt_index], nullptr, "", false)))
+              return false;
+            if (job.chat && !send(chunk_json(*m, job, id, created, i, "", nullptr, "", true))) return false;
+            const bool first = false;
+            while (auto t = c.stream->next()) {
+              record(t0, c);
+              ++c.tokens;
+              json completions_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                                     {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+              const int64_t offset = static_cast<int64_t>(c.text->text().size());
+              json lp = nullptr;
+              if (job.logprobs >= 0) {
+                json e = logprob_entry(*m, job, *t, completions_lp, offset);
+                lp = job.chat ? e : completions_lp;
+              }
+              const std::string piece = valid_utf8(c.text->push(t->token));
+              std::string finish = t->finish != FinishReason::none ? finish_reason_name(t->finish) : "";
+              if (c.text->stopped()) {
+                finish = "stop";
+                m->engine->cancel(*c.stream);
+              }
+              std::string tail = finish.empty() ? "" : valid_utf8(c.text->finish());
+              if (!send(chunk_json(*m, job, id, created, i, piece + tail, lp, finish, first))) {
+                m->engine->cancel(*c.stream);  // the client went away
+                for (size_t k = i + 1; k < state->size(); ++k) m->engine->cancel(*(*state)[k].stream);
+                return false;
+              }
+              if (!finish.empty()) break;
+            }
+            completion += c.tokens;
+          }
+          if (job.include_usage) {
+            json usage = {{"id", id}, {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
+                          {"created", created}, {"model", m->name}, {"choices", json::array()},
+                          {"usage", {{"prompt_tokens", prompt_total}, {"completion_tokens", completion},
+                                     {"total_tokens", prompt_total + completion}}}};
+            const std::string s = "data: " + usage.dump() + "\n\n";
+            if (!sink.write(s.data(), s.size())) return false;
+          }
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+          sink.done();
+          count(true);
+          return true;
+        },
+        [this, m, state](bool success) {
+          if (!success)
+            for (Choice& c : *state) m->engine->cancel(*c.stream);
+        });
+  }
+
+  std::string metrics_text() {
+    std::string out;
+    const ServedModel* m = served();
+    EngineStats s;
+    if (m) s = m->engine->stats();
+    std::lock_guard lock(metrics_mu);
+    auto counter = [&](const char* name, const char* help, double v) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
+    };
+    auto gauge = [&](const char* name, const char* help, double v) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+    };
+    out += fmt::format("# HELP claw:requests_total Requests answered, by outcome\n# TYPE claw:requests_total counter\n"
+                       "claw:requests_total{{outcome=\"success\"}} {}\nclaw:requests_total{{outcome=\"error\"}} {}\n",
+                       requests_ok, requests_error);
+    counter("claw:prompt_tokens_total", "Prompt tokens of admitted requests", static_cast<double>(prompt_tokens));
+    counter("claw:generation_tokens_total", "Tokens generated", static_cast<double>(generation_tokens));
+    counter("claw:prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache",
+            static_cast<double>(s.cached_tokens));
+    counter("claw:num_preemptions_total", "Sequences preempted for lack of KV blocks", static_cast<double>(s.preemptions));
+    gauge("claw:num_requests_running", "Sequences in the running batch", static_cast<double>(s.running));
+    gauge("claw:num_requests_waiting", "Sequences waiting to be scheduled", static_cast<double>(s.waiting));
+    gauge("claw:kv_blocks_used", "KV-cache blocks held by sequences", static_cast<double>(s.blocks_used));
+    gauge("claw:kv_blocks_free", "KV-cache blocks free (empty or cached)", static_cast<double>(s.blocks_free));
+    gauge("claw:http_requests_in_flight", "HTTP generation requests being answered", static_cast<double>(in_flight.load()));
+    ttft.print(out, "claw:time_to_first_token_seconds", "Time from request to its first token");
+    tpot.print(out, "claw:time_per_output_token_seconds", "Time between consecutive tokens of a request");
+    return out;
+  }
+};
+
+HttpServer::HttpServer(ServerConfig cfg) : impl_(std::make_unique<Impl>()) { impl_->cfg = std::move(cfg); }
+
+HttpServer::~HttpServer() {
+  impl_->http.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void HttpServer::set_model(ServedModel m) {
+  std::lock_guard lock(impl_->mu);
+  impl_->model = std::make_unique<ServedModel>(std::move(m));
+}
+
+void HttpServer::start() {
+  Impl& s = *impl_;
+  httplib::Server& h = s.http;
+  const int threads = static_cast<int>(std::min<int64_t>(s.cfg.max_concurrent_requests + 8, 1024));
+  h.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  h.set_payload_max_length(static_cast<size_t>(s.cfg.max_body_bytes));
+  h.set_read_timeout(60, 0);
+  h.set_write_timeout(60, 0);
+  h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (s.cfg.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + s.cfg.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    s.reply_error(res, {401, "Incorrect API key provided (Authorization: Bearer <--api-key>)", "",
+                        "invalid_request_error", "invalid_api_key"});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  h.set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404)
+      s.reply_error(res, {404, fmt::format("no route {} {}", req.method, req.path), "", "invalid_request_error"});
+    else if (res.status == 413)
+      s.reply_error(res, {413, fmt::format("the body is larger than {} bytes (--max-body-size)", s.cfg.max_body_bytes),
+                          "", "invalid_request_error"});
+    else
+      s.reply_error(res, {res.status, fmt::format("HTTP {}", res.status), "", "invalid_request_error"});
+  });
+  h.set_exception_handler([&s](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    s.reply_error(res, {500, what, "", "server_error"});
+  });
+  h.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+    if (!s.served()) {
+      res.status = 503;
+      res.set_content("{\"status\":\"loading\"}", "application/json");
+    } else if (s.draining) {
+      res.status = 503;
+      res.set_content("{\"status\":\"draining\"}", "application/json");
+    } else {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    }
+  });
+  h.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+    const ServedModel* m = s.served();
+    if (!m) return s.reply_error(res, {503, "the model is still loading", "", "server_error"});
+    json out = {{"object", "list"},
+                {"data", json::array({{{"id", m->name}, {"object", "model"}, {"created", 0}, {"owned_by", "claw"},
+                                       {"max_model_len", m->max_model_len}}})}};
+    res.set_content(out.dump(), "application/json");
+  });
+  h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(s.metrics_text(), "text/plain; version=0.0.4");
+  });
+  h.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) { s.handle(req, res, false); });
+  h.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) { s.handle(req, res, true); });
+  if (s.cfg.port == 0) {
+    port_ = h.bind_to_any_port(s.cfg.host);
+    if (port_ < 0) fail("--host {}: cannot listen on any port", s.cfg.host);
+  } else {
+    if (!h.bind_to_port(s.cfg.host, s.cfg.port))
+      fail("--host {} --port {}: cannot listen (in use, or not an address of this machine)", s.cfg.host, s.cfg.port);
+    port_ = s.cfg.port;
+  }
+  s.thread = std::thread([&h] { h.listen_after_bind(); });
+}
+
+void HttpServer::drain_and_stop() {
+  Impl& s = *impl_;
+  s.draining = true;
+  while (s.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  s.http.stop();
+  if (s.thread.joinable()) s.thread.join();
+}
+
+}  // namespace claw::serve

@@ -1,0 +1,70 @@
+// The OpenAI-compatible HTTP server (cpp-httplib), in front of an AsyncEngine.
+//
+//   POST /v1/completions        prompt: text, [text], [ids] or [[ids]]
+//   POST /v1/chat/completions   messages through the chat template
+//        fields: model, max_tokens (max_completion_tokens), temperature, top_p,
+//        top_k, min_p, n, stop, seed, stream, stream_options.include_usage,
+//        logprobs / top_logprobs, echo (completions), ignore_eos
+//   GET  /v1/models             the served model
+//   GET  /health                503 while the model loads, then 200
+//   GET  /metrics               Prometheus text: requests, tokens, queue,
+//                               KV blocks, latency histograms
+//
+// Errors are OpenAI's JSON, {"error": {"message", "type", "param", "code"}},
+// with 400 for an invalid request (naming the field), 401 for a missing or
+// wrong API key (every endpoint but /health), 404 for an unknown model or
+// path, 413 for a body over the limit, 503 while loading or draining.
+// Streaming responses are server-sent events; a client that disconnects
+// mid-stream has its request cancelled and its KV blocks freed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "claw/data/tokenizer.h"
+#include "claw/serve/async_engine.h"
+#include "claw/serve/chat_template.h"
+
+namespace claw::serve {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";  // --host
+  int port = 8000;                 // --port (0: any free port; see HttpServer::port())
+  std::string api_key;             // --api-key
+  int64_t max_body_bytes = 8 << 20;        // --max-body-size
+  int64_t max_concurrent_requests = 256;   // --max-concurrent-requests: beyond it, 429
+};
+
+// What the endpoints serve, once loaded.
+struct ServedModel {
+  std::string name;  // the `model` field clients send
+  AsyncEngine* engine = nullptr;
+  const data::Tokenizer* tokenizer = nullptr;
+  std::vector<int32_t> eos;
+  ChatTemplate chat;
+  int64_t max_model_len = 0;
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerConfig cfg);
+  ~HttpServer();
+  // Binds the port (throws naming --host/--port when it cannot) and serves
+  // on a background thread; /health answers 503 until set_model().
+  void start();
+  int port() const { return port_; }
+  void set_model(ServedModel m);
+  // Stops accepting requests (new ones get 503), waits for those in flight
+  // to finish, then stops listening.
+  void drain_and_stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace claw::serve
