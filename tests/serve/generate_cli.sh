@@ -3,7 +3,8 @@
 #   streams text; --output-format json has the tokens and log-probabilities;
 #   the same tokens and log-probabilities (bitwise, as printed) with chunked
 #   prefill (--max-num-batched-tokens 3), a tiny cache and no prefix caching;
-#   seeded sampling reproducible; --stop ends before the stop text; bad
+#   seeded sampling reproducible; --stop ends before the stop text; claw
+#   chat answers each piped line; bad
 #   input is one clear line naming the flag or field, exit status 1.
 #
 #   generate_cli.sh CLAW_BINARY
@@ -55,6 +56,13 @@ full, stopped, stop = json.loads(sys.argv[1])["text"], json.loads(sys.argv[2]), 
 assert stopped["finish_reason"] == "stop", stopped
 assert stopped["text"] == full[:full.index(stop)], (stopped["text"], full, stop)
 PY
+
+# claw chat over a pipe: one reply line per message, /reset, end of input ends.
+printf 'Hello there\n/reset\nAnd again\n' | "$claw" chat --model "$tmp/ck" --num-threads 2 --max-tokens 6 \
+  >"$tmp/chat" 2>"$tmp/chat.log" || { cat "$tmp/chat.log"; fail "claw chat"; }
+[[ $(wc -l <"$tmp/chat") -eq 2 ]] || { cat "$tmp/chat"; fail "claw chat: expected two reply lines"; }
+"$claw" chat --model "$tmp/ck" --chat-template nope </dev/null 2>"$tmp/err" && fail "chat accepted --chat-template nope"
+grep -q -- "--chat-template 'nope' is not one of" "$tmp/err" || { cat "$tmp/err"; fail "chat template error"; }
 
 # Bad input: exit status 1 and a line naming what is wrong.
 expect_error() {

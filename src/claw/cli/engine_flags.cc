@@ -31,6 +31,15 @@ void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--num-threads", num_threads, "CPU threads (default: the CPUs this process may use)");
 }
 
+void add_sampling_flags(CLI::App& app, serve::SamplingParams& p) {
+  app.add_option("--temperature", p.temperature, "0: greedy; up to 2")->capture_default_str();
+  app.add_option("--top-k", p.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--top-p", p.top_p, "nucleus sampling: the most likely tokens up to this probability")
+      ->capture_default_str();
+  app.add_option("--min-p", p.min_p, "drop tokens less likely than min-p times the most likely")->capture_default_str();
+  app.add_option("--seed", p.seed, "seed of the sampling draws")->capture_default_str();
+}
+
 CpuCtx EngineFlags::cpu() const { return CpuCtx{num_threads > 0 ? num_threads : kernels::default_num_threads()}; }
 
 serve::EngineConfig EngineFlags::resolve(const InferenceModel& m) const {

@@ -25,4 +25,7 @@ struct EngineFlags {
   CpuCtx cpu() const;
 };
 
+// --temperature, --top-k, --top-p, --min-p, --seed.
+void add_sampling_flags(CLI::App& app, serve::SamplingParams& p);
+
 }  // namespace claw::cli

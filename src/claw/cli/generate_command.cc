@@ -143,13 +143,7 @@ void add_generate_command(CLI::App& app) {
   sub->add_option("--prompt-file,-f", a->prompt_file, "read the prompt from this file (- for stdin)");
   sub->add_option("--prompt-tokens", a->prompt_tokens, "the prompt as token ids, comma-separated");
   sub->add_option("--max-tokens,-n", a->max_tokens, "tokens to generate at most")->capture_default_str();
-  sub->add_option("--temperature", a->sampling.temperature, "0: greedy; up to 2")->capture_default_str();
-  sub->add_option("--top-k", a->sampling.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
-  sub->add_option("--top-p", a->sampling.top_p, "nucleus sampling: the most likely tokens up to this probability")
-      ->capture_default_str();
-  sub->add_option("--min-p", a->sampling.min_p, "drop tokens less likely than min-p times the most likely")
-      ->capture_default_str();
-  sub->add_option("--seed", a->sampling.seed, "seed of the sampling draws")->capture_default_str();
+  add_sampling_flags(*sub, a->sampling);
   sub->add_option("--stop", a->stop, "stop before this text (repeatable)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating after the end-of-text token");
   sub->add_flag("--echo", a->echo, "print the prompt before the continuation");

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "claw/cli/chat_command.h"
 #include "claw/cli/ckpt_command.h"
 #include "claw/cli/generate_command.h"
 #include "claw/cli/serve_command.h"
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   claw::cli::add_eval_command(app);
   claw::cli::add_ckpt_command(app);
   claw::cli::add_generate_command(app);
+  claw::cli::add_chat_command(app);
   claw::cli::add_serve_command(app);
   claw::cli::add_info_command(app);
   claw::cli::add_plan_command(app);
