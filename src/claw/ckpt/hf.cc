@@ -1,5 +1,6 @@
 #include "claw/ckpt/hf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -330,6 +331,15 @@ HfModel read_hf_dir(const std::string& dir) {
     }
   }
   return m;
+}
+
+void load_hf_params(const std::vector<model::Param*>& params, const HfStateDict& hf, const std::string& source) {
+  for (model::Param* p : params) {
+    const std::vector<float> x = from_hf(p->spec, hf, source);
+    float* dst = p->data();
+    std::fill(dst, dst + p->spec.local_shape().numel(), 0.0f);  // vocabulary padding stays zero
+    std::copy(x.begin(), x.end(), dst);
+  }
 }
 
 }  // namespace claw::ckpt

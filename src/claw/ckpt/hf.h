@@ -45,6 +45,10 @@ HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector
 // naming `source` and the HF tensor when it is missing or misshapen.
 std::vector<float> from_hf(const model::ParamSpec& spec, const HfStateDict& hf, const std::string& source);
 
+// Every parameter's values from an HF state dict (from_hf), written into the
+// parameters in place; claw's vocabulary padding rows are zeroed.
+void load_hf_params(const std::vector<model::Param*>& params, const HfStateDict& hf, const std::string& source);
+
 // Writes config.json and the weights (one file, or shards of at most
 // max_shard_bytes with an index); each file via a temporary name.
 void write_hf_dir(const std::string& dir, const nlohmann::json& config, const HfStateDict& tensors,

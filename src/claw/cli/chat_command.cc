@@ -36,10 +36,8 @@ void write(const std::string& s) {
 void run(const ChatArgs& a) {
   InferenceModel m = load_inference_model(a.engine.model);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
-  const std::string name = !a.chat_template.empty()                                     ? a.chat_template
-                           : m.cfg.vocab_size >= 128000 && m.cfg.vocab_size <= 128512 ? "llama3"
-                           : m.cfg.vocab_size == 50257                                ? "plain"
-                                                                                      : "chatml";
+  const std::string name =
+      a.chat_template.empty() ? serve::default_chat_template(m.cfg.vocab_size) : a.chat_template;
   const serve::ChatTemplate tmpl = serve::chat_template(name);
   serve::Engine engine(*m.gpt, a.engine.cpu(), a.engine.resolve(m));
   const bool tty = isatty(STDIN_FILENO);

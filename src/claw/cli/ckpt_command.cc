@@ -126,12 +126,7 @@ struct Import {
     const ckpt::HfModel hf = ckpt::read_hf_dir(input);
     const model::ModelConfig cfg = ckpt::model_from_hf_config(hf.config, input + "/config.json");
     model::GPT gpt(cfg);
-    for (model::Param* p : gpt.params()) {
-      const std::vector<float> x = ckpt::from_hf(p->spec, hf.tensors, input);
-      float* dst = p->data();
-      std::fill(dst, dst + p->spec.local_shape().numel(), 0.0f);  // vocabulary padding stays zero
-      std::copy(x.begin(), x.end(), dst);
-    }
+    ckpt::load_hf_params(gpt.params(), hf.tensors, input);
     comm::SelfGroup self("world");
     ckpt::Saver saver(self, {.root = save});
     ckpt::SaveInfo info{.iteration = 0, .model = model_flags_json(cfg)};

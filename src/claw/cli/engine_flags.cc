@@ -45,8 +45,7 @@ CpuCtx EngineFlags::cpu() const { return CpuCtx{num_threads > 0 ? num_threads : 
 serve::EngineConfig EngineFlags::resolve(const InferenceModel& m) const {
   serve::EngineConfig e = engine;
   e.prefix_caching = !no_prefix_caching;
-  if (e.block_size < 1 || e.block_size > serve::BlockPool::kMaxBlockSize)
-    fail("--block-size {} is outside [1, {}] (16 is the usual)", e.block_size, serve::BlockPool::kMaxBlockSize);
+  serve::BlockPool::check_block_size(e.block_size);  // before sizing blocks by it
   const int64_t context = e.max_model_len > 0 ? e.max_model_len : m.cfg.max_position_embeddings;
   const int64_t block_bytes = serve::PagedKvCache::block_bytes(m.cfg, {}, e.block_size);
   if (e.num_blocks <= 0) {

@@ -60,12 +60,7 @@ void load_hf(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerO
   m.cfg.hidden_dropout = 0;
   m.hf_type = hf.config.value("model_type", "");
   m.gpt = std::make_unique<model::GPT>(m.cfg);
-  for (model::Param* p : m.gpt->params()) {
-    const std::vector<float> x = ckpt::from_hf(p->spec, hf.tensors, o.path);
-    float* dst = p->data();
-    std::fill(dst, dst + p->spec.local_shape().numel(), 0.0f);  // vocabulary padding stays zero
-    std::copy(x.begin(), x.end(), dst);
-  }
+  ckpt::load_hf_params(m.gpt->params(), hf.tensors, o.path);
   m.source = fmt::format("Hugging Face {} ({})", o.path, m.hf_type.empty() ? "?" : m.hf_type);
   for (const char* key : {"eos_token_id"}) {
     const nlohmann::json& e = hf.config.contains(key) ? hf.config[key] : nlohmann::json();

@@ -23,15 +23,6 @@ struct ServeArgs {
   std::string served_model_name; // empty: the model directory's name
 };
 
-// Llama 3's vocabulary uses its own chat tokens; tiktoken-style vocabularies
-// of other sizes and SentencePiece models speak ChatML; GPT-2 has no chat
-// tokens and gets the plain template.
-std::string default_template(const InferenceModel& m) {
-  if (m.cfg.vocab_size >= 128000 && m.cfg.vocab_size <= 128512) return "llama3";
-  if (m.cfg.vocab_size == 50257) return "plain";
-  return "chatml";
-}
-
 void run(ServeArgs& a) {
   a.server.max_body_bytes = static_cast<int64_t>(parse_size("--max-body-size", a.max_body_size));
   if (a.server.max_concurrent_requests < 1) fail("--max-concurrent-requests must be at least 1");
@@ -51,7 +42,7 @@ void run(ServeArgs& a) {
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
   const serve::EngineConfig ecfg = a.engine.resolve(m);
   serve::AsyncEngine engine(*m.gpt, a.engine.cpu(), ecfg);
-  const std::string tmpl = a.chat_template.empty() ? default_template(m) : a.chat_template;
+  const std::string tmpl = a.chat_template.empty() ? serve::default_chat_template(m.cfg.vocab_size) : a.chat_template;
   http.set_model({.name = a.served_model_name.empty() ? m.name : a.served_model_name,
                   .engine = &engine,
                   .tokenizer = m.tokenizer.get(),

@@ -17,9 +17,13 @@ BlockPool::BlockPool(int64_t num_blocks, int64_t block_size, bool prefix_caching
       on_list_(ref_.size(), false),
       cached_(ref_.size()) {
   if (num_blocks < 1) fail("a KV cache needs at least one block (--num-kv-blocks, --kv-cache-memory)");
+  check_block_size(block_size);
+  for (int32_t b = 0; b < num_blocks; ++b) push_tail(b);
+}
+
+void BlockPool::check_block_size(int64_t block_size) {
   if (block_size < 1 || block_size > kMaxBlockSize)
     fail("--block-size {} is outside [1, {}] (16 is the usual)", block_size, kMaxBlockSize);
-  for (int32_t b = 0; b < num_blocks; ++b) push_tail(b);
 }
 
 void BlockPool::unlink(int32_t b) {

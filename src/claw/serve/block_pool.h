@@ -36,6 +36,8 @@ class BlockPool {
  public:
   static constexpr int64_t kMaxBlockSize = 256;
   BlockPool(int64_t num_blocks, int64_t block_size, bool prefix_caching);
+  // Throws naming --block-size unless 1 <= block_size <= kMaxBlockSize.
+  static void check_block_size(int64_t block_size);
 
   int64_t num_blocks() const { return static_cast<int64_t>(ref_.size()); }
   int64_t block_size() const { return block_size_; }

@@ -9,6 +9,12 @@ namespace claw::serve {
 
 std::vector<std::string> chat_template_names() { return {"llama3", "chatml", "plain"}; }
 
+std::string default_chat_template(int64_t vocab_size) {
+  if (vocab_size >= 128000 && vocab_size <= 128512) return "llama3";
+  if (vocab_size == 50257) return "plain";
+  return "chatml";
+}
+
 ChatTemplate chat_template(const std::string& name) {
   for (const std::string& n : chat_template_names())
     if (n == name) return {name};

@@ -11,6 +11,7 @@
 // them (SpecialTokens::recognise).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,9 @@ struct ChatTemplate {
 // "llama3", "chatml" or "plain"; throws naming --chat-template otherwise.
 ChatTemplate chat_template(const std::string& name);
 std::vector<std::string> chat_template_names();
+// The template a model speaks, guessed from its vocabulary: Llama 3's
+// (128256, padded up to 128512) uses its own chat tokens; GPT-2's has none
+// and gets "plain"; anything else ChatML.
+std::string default_chat_template(int64_t vocab_size);
 
 }  // namespace claw::serve

@@ -385,15 +385,15 @@ struct HttpServer::Impl {
       count(false);
       return reply_error(res, {500, e.what(), "", "server_error"});
     }
-    {
-      std::lock_guard lock(metrics_mu);
-      for (const Choice& c : choices) prompt_tokens += job.prompts[c.prompt_index].size();
-    }
     const std::string id = fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", (++next_id) * 0x9E3779B97F4A7C15ull);
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
     int64_t prompt_total = 0;
     for (const Choice& c : choices) prompt_total += static_cast<int64_t>(job.prompts[c.prompt_index].size());
+    {
+      std::lock_guard lock(metrics_mu);
+      prompt_tokens += static_cast<uint64_t>(prompt_total);
+    }
 
     if (!job.stream) {
       json out_choices = json::array();
@@ -459,7 +459,6 @@ struct HttpServer::Impl {
             if (job.echo && !send(chunk_json(*m, job, id, created, i, job.prompt_texts[c.prompt_index], nullptr, "", false)))
               return false;
             if (job.chat && !send(chunk_json(*m, job, id, created, i, "", nullptr, "", true))) return false;
-            const bool first = false;
             while (auto t = c.stream->next()) {
               record(t0, c);
               ++c.tokens;
@@ -478,7 +477,7 @@ struct HttpServer::Impl {
                 m->engine->cancel(*c.stream);
               }
               std::string tail = finish.empty() ? "" : valid_utf8(c.text->finish());
-              if (!send(chunk_json(*m, job, id, created, i, piece + tail, lp, finish, first))) {
+              if (!send(chunk_json(*m, job, id, created, i, piece + tail, lp, finish, false))) {
                 m->engine->cancel(*c.stream);  // the client went away
                 for (size_t k = i + 1; k < state->size(); ++k) m->engine->cancel(*(*state)[k].stream);
                 return false;

@@ -20,12 +20,23 @@ double uniform(uint64_t seed, uint64_t step) {
   return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
 }
 
+// log sum_i exp(logits[i]) as max + log(sum exp(logit - max)); a token's
+// log-probability is logits[t] - max - log_z, the same expression wherever it
+// is computed, so sample_token's and top_logprobs' figures agree to the bit.
+struct LogNormaliser {
+  double max = 0, log_z = 0;
+  LogNormaliser(const float* logits, int64_t V) {
+    max = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < V; ++i) max = std::max(max, static_cast<double>(logits[i]));
+    double z = 0;
+    for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - max);
+    log_z = std::log(z);
+  }
+  double logprob(float logit) const { return static_cast<double>(logit) - max - log_z; }
+};
+
 double log_softmax_at(const float* logits, int64_t V, int32_t token) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < V; ++i) m = std::max(m, static_cast<double>(logits[i]));
-  double s = 0;
-  for (int64_t i = 0; i < V; ++i) s += std::exp(static_cast<double>(logits[i]) - m);
-  return static_cast<double>(logits[token]) - m - std::log(s);
+  return LogNormaliser(logits, V).logprob(logits[token]);
 }
 
 }  // namespace
@@ -108,20 +119,14 @@ SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& 
 std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int64_t k) {
   k = std::min(k, V);
   if (k <= 0) return {};
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < V; ++i) m = std::max(m, static_cast<double>(logits[i]));
-  double z = 0;
-  for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - m);
-  const double log_z = std::log(z);
+  const LogNormaliser norm(logits, V);
   std::vector<int32_t> ids(static_cast<size_t>(V));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
   std::vector<TokenLogprob> out(static_cast<size_t>(k));
-  // The same expression as sample_token's log-probability, so the chosen
-  // token's two figures agree to the bit.
-  for (int64_t i = 0; i < k; ++i) out[i] = {ids[i], static_cast<double>(logits[ids[i]]) - m - log_z};
+  for (int64_t i = 0; i < k; ++i) out[i] = {ids[i], norm.logprob(logits[ids[i]])};
   return out;
 }
 

@@ -8,10 +8,13 @@
 
 #include "claw/model/config.h"
 #include "claw/model/gpt.h"
+#include "inference_reference.h"
 #include "random_batch.h"
 
 namespace claw::model {
 namespace {
+
+using testing::max_rel;
 
 const CpuCtx ctx{2};
 
@@ -21,27 +24,6 @@ ModelConfig small(const char* preset) {
   c.vocab_size = 1000;
   c.hidden_dropout = 0;
   return c;
-}
-
-double max_rel(const float* a, const float* b, int64_t n) {
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i)
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / std::max(1.0, std::abs(double(b[i]))));
-  return worst;
-}
-
-// Full-sequence logits [T, V] of each of B rows from the training forward.
-std::vector<float> reference_logits(GPT& m, const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
-  const ModelConfig& c = m.config();
-  m.reserve(B, T);
-  std::vector<int32_t> targets(B * T, 0);
-  const StepCtx sc{.cpu = ctx, .B = B, .T = T};
-  m.forward(sc, tokens.data(), targets.data(), 0.0);
-  const int64_t Vp = c.padded_vocab_size(1), V = c.vocab_size;
-  std::vector<float> padded(B * T * Vp), out(B * T * V);
-  m.logits(sc, padded.data());
-  for (int64_t r = 0; r < B * T; ++r) std::copy_n(&padded[r * Vp], V, &out[r * V]);
-  return out;
 }
 
 // One token at a time, then a prompt prefilled in one chunk and the rest
@@ -54,7 +36,7 @@ TEST(Inference, IncrementalDecodingEqualsFullForward) {
     m.init_weights(ctx, 1234);
     const int64_t T = 24, V = c.vocab_size;
     const Batch batch = random_batch(2 * T, V, 5);
-    const std::vector<float> ref = reference_logits(m, batch.tokens, 2, T);
+    const std::vector<float> ref = testing::reference_logits(ctx, m, batch.tokens, 2, T);
 
     // Row by row, one token per step.
     KvCache one(c, {}, 2, 32);

@@ -15,9 +15,12 @@
 #include "claw/model/gpt.h"
 #include "claw/serve/engine.h"
 #include "claw/serve/paged_kv_cache.h"
+#include "model/inference_reference.h"
 
 namespace claw::serve {
 namespace {
+
+using testing::max_rel;
 
 const CpuCtx ctx{2};
 
@@ -37,28 +40,6 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint32_t seed) {
   return t;
 }
 
-double max_rel(const float* a, const float* b, int64_t n) {
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i)
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / std::max(1.0, std::abs(double(b[i]))));
-  return worst;
-}
-
-// Logits [T, V] of a whole sequence from the training forward.
-std::vector<float> reference_logits(model::GPT& m, const std::vector<int32_t>& tokens) {
-  const model::ModelConfig& c = m.config();
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  m.reserve(1, T);
-  std::vector<int32_t> targets(T, 0);
-  const model::StepCtx sc{.cpu = ctx, .B = 1, .T = T};
-  m.forward(sc, tokens.data(), targets.data(), 0.0);
-  const int64_t Vp = c.padded_vocab_size(1), V = c.vocab_size;
-  std::vector<float> padded(T * Vp), out(T * V);
-  m.logits(sc, padded.data());
-  for (int64_t r = 0; r < T; ++r) std::copy_n(&padded[r * Vp], V, &out[r * V]);
-  return out;
-}
-
 // Two sequences prefilled in chunks of different sizes through scattered
 // blocks of 16, then decoded together: every position's logits equal the
 // whole-sequence forward's (1e-5 relative).
@@ -69,7 +50,8 @@ TEST(PagedKvCache, LogitsEqualTheFullForward) {
     m.init_weights(ctx, 1234);
     const int64_t V = c.vocab_size, bs = 16;
     const std::vector<int32_t> a = random_tokens(70, V, 1), b = random_tokens(41, V, 2);
-    const std::vector<float> ra = reference_logits(m, a), rb = reference_logits(m, b);
+    const std::vector<float> ra = testing::reference_logits(ctx, m, a, 1, 70),
+                             rb = testing::reference_logits(ctx, m, b, 1, 41);
     PagedKvCache cache(c, {}, 16, bs);
     // Blocks handed out out of order, interleaved between the two.
     const std::vector<int32_t> ta = {9, 2, 14, 5, 0}, tb = {3, 11, 7};

@@ -2,42 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "claw/core/error.h"
+#include "claw/kernels/cpu/fixed_order_dot.h"
 #include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
 namespace {
-
-typedef float V16 __attribute__((vector_size(64)));
-typedef float V8 __attribute__((vector_size(32)));
-typedef float V4 __attribute__((vector_size(16)));
-
-inline V16 load(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline float fold(V16 a) {
-  V8 h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
-         __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-  V4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-  return (q[0] + q[2]) + (q[1] + q[3]);
-}
-
-// q . k over D, in 16 lanes then the tail.
-inline float dot(const float* q, const float* k, int64_t D) {
-  V16 acc = {};
-  const int64_t D16 = D / 16 * 16;
-  for (int64_t d = 0; d < D16; d += 16) acc += load(q + d) * load(k + d);
-  float s = fold(acc);
-  for (int64_t d = D16; d < D; ++d) s += q[d] * k[d];
-  return s;
-}
 
 constexpr int64_t kMaxHeadDim = 512, kTile = 16;
 
@@ -79,7 +52,7 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
       for (int64_t j = 0; j < n; ++j) {
         const int64_t p = j0 + j;
         kv[j] = keys + (static_cast<int64_t>(s.blocks[p / block_size]) * block_size + p % block_size) * row + g * D;
-        scores[j] = fscale * dot(qh, kv[j], D);
+        scores[j] = fscale * fixed_order::dot(qh, kv[j], D);
         mb = std::max(mb, scores[j]);
       }
       if (mb > m) {  // rescale what came before to the new maximum

@@ -1,30 +1,15 @@
 #include "claw/kernels/cpu/rowwise_linear.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "claw/kernels/cpu/fixed_order_dot.h"
 
 namespace claw::kernels {
 namespace {
 
-// 16 fp32 lanes: one zmm register on AVX-512 (two ymm on AVX2, same sums).
-typedef float V16 __attribute__((vector_size(64)));
-typedef float V8 __attribute__((vector_size(32)));
-typedef float V4 __attribute__((vector_size(16)));
-
-inline V16 load(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// The fixed fold of 16 lanes: halves, then quarters, ... (the same for every
-// element, so the sum does not depend on the tile the element falls in).
-inline float fold(V16 a) {
-  V8 h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
-         __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-  V4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-  return (q[0] + q[2]) + (q[1] + q[3]);
-}
+using fixed_order::fold;
+using fixed_order::load;
+using fixed_order::V16;
 
 // out[i][j] = dot(x_i, w_j) + bias_j for MR rows of x and NR rows of w.
 template <int MR, int NR>
@@ -40,7 +25,7 @@ void tile(float* out, int64_t ldo, const float* x, const float* w, const float* 
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      float s = fold(acc[i][j]);
+      float s = fold(acc[i][j]);  // then the tail, as fixed_order::dot does
       for (int64_t k = K16; k < K; ++k) s += x[i * K + k] * w[j * K + k];
       out[i * ldo + j] = bias ? s + bias[j] : s;
     }

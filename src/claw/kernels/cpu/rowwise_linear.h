@@ -4,9 +4,8 @@
 //
 // Each output element is one dot product of an input row with a weight row,
 // accumulated in the same order whatever M is, wherever the row sits in the
-// batch and however many threads run: 16 fp32 lanes over k = l (mod 16) in
-// ascending k, a fixed pairwise fold of the lanes, then the k >= K - K % 16
-// tail in order, then the bias. A request's logits are therefore bitwise the
+// batch and however many threads run: fixed_order_dot.h's order (16 lanes,
+// a fixed fold, the tail), then the bias. A request's logits are therefore bitwise the
 // same alone and among other requests (BLAS picks kernels and blockings by
 // the matrix shape, and its small-matrix and GEMV paths sum in other orders),
 // and a token's projection is the same in a prefill chunk as in a decode
