@@ -1,0 +1,326 @@
+#include "claw/kernels/cpu/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "claw/core/dtype_convert.h"
+#include "claw/core/error.h"
+#include "claw/kernels/cpu/fixed_order_dot.h"
+#include "claw/kernels/cpu/quant_panel.h"
+#include "claw/kernels/cpu/rowwise_linear.h"
+
+namespace claw::kernels {
+
+std::string_view weight_type_name(WeightType t) {
+  switch (t) {
+    case WeightType::f32: return "f32";
+    case WeightType::bf16: return "bf16";
+    case WeightType::q8_0: return "q8_0";
+    case WeightType::q4_0: return "q4_0";
+  }
+  return "?";
+}
+
+std::optional<WeightType> parse_weight_type(std::string_view s) {
+  std::string l(s);
+  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (WeightType t : {WeightType::f32, WeightType::bf16, WeightType::q8_0, WeightType::q4_0})
+    if (l == weight_type_name(t)) return t;
+  return std::nullopt;
+}
+
+bool weight_type_fits(WeightType t, int64_t K) {
+  return t == WeightType::f32 || t == WeightType::bf16 || K % kQuantBlock == 0;
+}
+
+size_t weight_row_bytes(WeightType t, int64_t K) {
+  switch (t) {
+    case WeightType::f32: return static_cast<size_t>(K) * 4;
+    case WeightType::bf16: return static_cast<size_t>(K) * 2;
+    case WeightType::q8_0: return static_cast<size_t>(K / kQuantBlock) * sizeof(BlockQ8_0);
+    case WeightType::q4_0: return static_cast<size_t>(K / kQuantBlock) * sizeof(BlockQ4_0);
+  }
+  return 0;
+}
+
+namespace {
+
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b, x += kQuantBlock) {
+    float amax = 0;
+    for (int k = 0; k < kQuantBlock; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    y[b].d = f32_to_f16(d);
+    for (int k = 0; k < kQuantBlock; ++k) y[b].qs[k] = static_cast<int8_t>(std::round(x[k] * id));
+  }
+}
+
+void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b, x += kQuantBlock) {
+    float amax = 0, m = 0;  // m: the element of largest magnitude, with its sign
+    for (int k = 0; k < kQuantBlock; ++k)
+      if (std::fabs(x[k]) > amax) amax = std::fabs(x[k]), m = x[k];
+    const float d = m / -8, id = d != 0 ? 1 / d : 0;
+    y[b].d = f32_to_f16(d);
+    for (int k = 0; k < 16; ++k) {
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[k] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[k + 16] * id + 8.5f)));
+      y[b].qs[k] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// Block b of a quantized row as 32 int8 and its scale (the portable path).
+void load_block(WeightType t, const uint8_t* row, int64_t b, int8_t q[32], float* d) {
+  if (t == WeightType::q8_0) {
+    const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    *d = f16_to_f32(blk.d);
+    std::memcpy(q, blk.qs, 32);
+  } else {
+    const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    *d = f16_to_f32(blk.d);
+    for (int k = 0; k < 16; ++k) {
+      q[k] = static_cast<int8_t>((blk.qs[k] & 0x0f) - 8);
+      q[k + 16] = static_cast<int8_t>((blk.qs[k] >> 4) - 8);
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_rows(WeightType t, const float* in, void* out, int64_t rows, int64_t K) {
+  CLAW_CHECK(weight_type_fits(t, K), "{} rows need a multiple of {} elements, not {}", weight_type_name(t),
+             kQuantBlock, K);
+  const int64_t n = rows * K;
+  switch (t) {
+    case WeightType::f32: std::memcpy(out, in, static_cast<size_t>(n) * 4); return;
+    case WeightType::bf16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(out)[i] = f32_to_bf16(in[i]);
+      return;
+    case WeightType::q8_0: quantize_q8_0(in, static_cast<BlockQ8_0*>(out), n / kQuantBlock); return;
+    case WeightType::q4_0: quantize_q4_0(in, static_cast<BlockQ4_0*>(out), n / kQuantBlock); return;
+  }
+}
+
+void dequantize_rows(WeightType t, const void* in, float* out, int64_t rows, int64_t K) {
+  const int64_t n = rows * K;
+  switch (t) {
+    case WeightType::f32: std::memcpy(out, in, static_cast<size_t>(n) * 4); return;
+    case WeightType::bf16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(static_cast<const uint16_t*>(in)[i]);
+      return;
+    case WeightType::q8_0:
+    case WeightType::q4_0: {
+      const int64_t nb = n / kQuantBlock;
+      const uint8_t* p = static_cast<const uint8_t*>(in);
+      for (int64_t b = 0; b < nb; ++b) {
+        int8_t q[32];
+        float d;
+        load_block(t, p, b, q, &d);
+        for (int k = 0; k < 32; ++k) out[b * 32 + k] = q[k] * d;
+      }
+      return;
+    }
+  }
+}
+
+WeightMatrix WeightMatrix::quantize(const CpuCtx& ctx, WeightType t, const float* w, int64_t rows, int64_t cols) {
+  CLAW_CHECK(weight_type_fits(t, cols), "{} weights need rows of a multiple of {} elements, not {}",
+             weight_type_name(t), kQuantBlock, cols);
+  WeightMatrix m;
+  m.type_ = t;
+  m.rows_ = rows;
+  m.cols_ = cols;
+  m.data_.resize(weight_row_bytes(t, cols) * static_cast<size_t>(rows));
+  const size_t rb = m.row_bytes();
+  parallel_for(ctx, rows, 16, [&](int64_t r0, int64_t r1) {
+    quantize_rows(t, w + r0 * cols, m.data_.data() + static_cast<size_t>(r0) * rb, r1 - r0, cols);
+  });
+  return m;
+}
+
+WeightMatrix WeightMatrix::from_bytes(WeightType t, int64_t rows, int64_t cols, std::vector<uint8_t> bytes) {
+  CLAW_CHECK(weight_type_fits(t, cols), "{} weights need rows of a multiple of {} elements, not {}",
+             weight_type_name(t), kQuantBlock, cols);
+  CLAW_CHECK(bytes.size() == weight_row_bytes(t, cols) * static_cast<size_t>(rows),
+             "{} [{}, {}] takes {} bytes, not {}", weight_type_name(t), rows, cols,
+             weight_row_bytes(t, cols) * static_cast<size_t>(rows), bytes.size());
+  WeightMatrix m;
+  m.type_ = t;
+  m.rows_ = rows;
+  m.cols_ = cols;
+  m.data_ = std::move(bytes);
+  return m;
+}
+
+namespace quant_detail {
+
+void panel_generic(const PanelArgs& a, int64_t n0, int64_t n1) {
+  const int64_t nb = a.K / kQuantBlock;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + static_cast<size_t>(n) * a.row_bytes;
+    for (int64_t m = 0; m < a.M; ++m) {
+      float acc[8] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        int8_t q[32];
+        float dw;
+        load_block(a.type, row, b, q, &dw);
+        const int8_t* x = a.xq + m * a.K + b * kQuantBlock;
+        const float s = a.xd[m * nb + b] * dw;
+        for (int l = 0; l < 8; ++l) {
+          int32_t p = 0;
+          for (int k = 4 * l; k < 4 * l + 4; ++k) p += int32_t{x[k]} * q[k];
+          acc[l] = std::fma(static_cast<float>(p), s, acc[l]);
+        }
+      }
+      const float s = sum_lanes(acc);
+      a.out[m * a.N + n] = a.bias ? s + a.bias[n] : s;
+    }
+  }
+}
+
+}  // namespace quant_detail
+
+namespace {
+
+using quant_detail::PanelFn;
+
+struct Isa {
+  const char* name;
+  PanelFn fn;
+};
+
+Isa pick_isa() {
+  std::vector<Isa> have;  // fastest first
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw"))
+    have.push_back({"avx512_vnni", quant_detail::panel_avx512_vnni});
+  if (avx2) have.push_back({"avx2", quant_detail::panel_avx2});
+#endif
+  have.push_back({"generic", quant_detail::panel_generic});
+  const char* want = std::getenv("CLAW_QUANT_ISA");
+  if (!want || !*want) return have.front();
+  std::string names;
+  for (const Isa& i : have) {
+    if (want == std::string_view(i.name)) return i;
+    names += names.empty() ? i.name : std::string(", ") + i.name;
+  }
+  fail("CLAW_QUANT_ISA={}: this CPU runs {}", want, names);
+}
+
+const Isa& isa() {
+  static const Isa chosen = pick_isa();
+  return chosen;
+}
+
+// Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d).
+void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t K, int8_t* xq, float* xd) {
+  const int64_t nb = K / kQuantBlock;
+  parallel_for(ctx, M * nb, 256, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* in = x + b * kQuantBlock;
+      float amax = 0;
+      for (int k = 0; k < kQuantBlock; ++k) amax = std::max(amax, std::fabs(in[k]));
+      const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+      xd[b] = d;
+      for (int k = 0; k < kQuantBlock; ++k) xq[b * kQuantBlock + k] = static_cast<int8_t>(std::round(in[k] * id));
+    }
+  });
+}
+
+using fixed_order::fold;
+using fixed_order::V16;
+typedef uint16_t U16x16 __attribute__((vector_size(32)));
+typedef uint32_t U32x16 __attribute__((vector_size(64)));
+
+inline V16 load_bf16(const uint16_t* p) {
+  U16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  const U32x16 u = __builtin_convertvector(h, U32x16) << 16;
+  V16 v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+// bf16 weights: rowwise_linear's tile with the weights widened on load.
+template <int MR, int NR>
+void bf16_tile(float* out, int64_t ldo, const float* x, const uint16_t* w, const float* bias, int64_t K) {
+  V16 acc[MR][NR] = {};
+  const int64_t K16 = K / 16 * 16;
+  for (int64_t k = 0; k < K16; k += 16) {
+    V16 xv[MR], wv[NR];
+    for (int i = 0; i < MR; ++i) xv[i] = fixed_order::load(x + i * K + k);
+    for (int j = 0; j < NR; ++j) wv[j] = load_bf16(w + j * K + k);
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] += xv[i] * wv[j];
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float s = fold(acc[i][j]);
+      for (int64_t k = K16; k < K; ++k) s += x[i * K + k] * bf16_to_f32(w[j * K + k]);
+      out[i * ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
+template <int MR>
+void bf16_row_tiles(float* out, int64_t N, const float* x, const uint16_t* w, const float* bias, int64_t K,
+                    int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) bf16_tile<MR, 4>(out + n, N, x, w + n * K, bias ? bias + n : nullptr, K);
+  for (; n < n1; ++n) bf16_tile<MR, 1>(out + n, N, x, w + n * K, bias ? bias + n : nullptr, K);
+}
+
+// Splits the N weight rows into panels of ~256 KiB (kept in L2 while every
+// input row passes over them), smaller when there are fewer panels than threads.
+template <typename F>
+void over_panels(const CpuCtx& ctx, int64_t N, size_t row_bytes, F&& fn) {
+  constexpr int64_t kNr = 4;
+  const int64_t panel =
+      std::max<int64_t>(kNr, static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)) / kNr * kNr);
+  const int64_t share = (N + ctx.num_threads - 1) / std::max(ctx.num_threads, 1);
+  const int64_t per = std::clamp<int64_t>((share + kNr - 1) / kNr * kNr, kNr, panel);
+  parallel_for_dynamic(ctx, (N + per - 1) / per, [&](int64_t c) { fn(c * per, std::min(N, (c + 1) * per)); });
+}
+
+}  // namespace
+
+std::string quant_kernel_isa() { return isa().name; }
+
+void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, const WeightMatrix& W, const float* bias,
+                           int64_t M) {
+  const int64_t N = W.rows(), K = W.cols();
+  if (M <= 0 || N <= 0) return;
+  switch (W.type()) {
+    case WeightType::f32:
+      rowwise_linear_forward(ctx, out, inp, reinterpret_cast<const float*>(W.data()), bias, M, K, N);
+      return;
+    case WeightType::bf16: {
+      const uint16_t* w = reinterpret_cast<const uint16_t*>(W.data());
+      over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) {
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4) bf16_row_tiles<4>(out + m * N, N, inp + m * K, w, bias, K, n0, n1);
+        for (; m < M; ++m) bf16_row_tiles<1>(out + m * N, N, inp + m * K, w, bias, K, n0, n1);
+      });
+      return;
+    }
+    case WeightType::q8_0:
+    case WeightType::q4_0: {
+      thread_local std::vector<int8_t> xq;
+      thread_local std::vector<float> xd;
+      xq.resize(static_cast<size_t>(M * K));
+      xd.resize(static_cast<size_t>(M * (K / kQuantBlock)));
+      quantize_activations(ctx, inp, M, K, xq.data(), xd.data());
+      const quant_detail::PanelArgs a{out, N, xq.data(), xd.data(), M, K, W.data(), W.row_bytes(), W.type(), bias};
+      const PanelFn fn = isa().fn;
+      over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+      return;
+    }
+  }
+}
+
+}  // namespace claw::kernels

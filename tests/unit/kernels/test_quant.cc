@@ -1,0 +1,187 @@
+// Low-precision weights: the GGUF block layouts and their rounding, the
+// linear layer over them against an fp64 product of the same quantized
+// operands, batch invariance, and the AVX-512 VNNI, AVX2 and portable
+// kernels bitwise equal.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "claw/core/dtype_convert.h"
+#include "claw/kernels/cpu/quant.h"
+#include "claw/kernels/cpu/quant_panel.h"
+
+namespace claw::kernels {
+namespace {
+
+std::vector<float> randn(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+constexpr WeightType kAll[] = {WeightType::f32, WeightType::bf16, WeightType::q8_0, WeightType::q4_0};
+
+TEST(Quant, Names) {
+  for (WeightType t : kAll) EXPECT_EQ(parse_weight_type(weight_type_name(t)), t);
+  EXPECT_EQ(parse_weight_type("Q4_0"), WeightType::q4_0);
+  EXPECT_FALSE(parse_weight_type("q4_k"));
+  EXPECT_FALSE(weight_type_fits(WeightType::q8_0, 48));
+  EXPECT_TRUE(weight_type_fits(WeightType::bf16, 48));
+  EXPECT_EQ(weight_row_bytes(WeightType::q4_0, 64), 36u);
+  EXPECT_EQ(weight_row_bytes(WeightType::q8_0, 64), 68u);
+}
+
+TEST(Quant, Q8_0BlockLayout) {
+  std::vector<float> x(32);
+  for (int k = 0; k < 32; ++k) x[k] = (k - 16) * 0.5f;  // max |x| = 8 at k = 0
+  BlockQ8_0 b;
+  quantize_rows(WeightType::q8_0, x.data(), &b, 1, 32);
+  EXPECT_EQ(f16_to_f32(b.d), f16_to_f32(f32_to_f16(8.0f / 127)));
+  EXPECT_EQ(b.qs[0], -127);
+  EXPECT_EQ(b.qs[16], 0);
+  EXPECT_EQ(b.qs[24], static_cast<int8_t>(std::round(4.0f * 127 / 8)));
+}
+
+TEST(Quant, Q4_0BlockLayout) {
+  // Values that are exactly d (q - 8) with d = 0.25: the element of largest
+  // magnitude is -2 (q = 0); element k is in the low nibble of byte k, k + 16
+  // in the high nibble.
+  std::vector<float> x(32);
+  for (int k = 0; k < 32; ++k) x[k] = 0.25f * ((k * 5) % 16 - 8);
+  x[3] = -2.0f;
+  BlockQ4_0 b;
+  quantize_rows(WeightType::q4_0, x.data(), &b, 1, 32);
+  EXPECT_EQ(f16_to_f32(b.d), 0.25f);
+  for (int k = 0; k < 16; ++k) {
+    EXPECT_EQ(b.qs[k] & 15, static_cast<int>(x[k] / 0.25f) + 8) << k;
+    EXPECT_EQ(b.qs[k] >> 4, static_cast<int>(x[k + 16] / 0.25f) + 8) << k;
+  }
+  std::vector<float> back(32);
+  dequantize_rows(WeightType::q4_0, &b, back.data(), 1, 32);
+  EXPECT_EQ(back, x);
+}
+
+TEST(Quant, RoundTripError) {
+  const int64_t rows = 8, K = 256;
+  auto w = randn(rows * K, 1);
+  for (WeightType t : kAll) {
+    std::vector<uint8_t> q(weight_row_bytes(t, K) * rows);
+    std::vector<float> back(rows * K);
+    quantize_rows(t, w.data(), q.data(), rows, K);
+    dequantize_rows(t, q.data(), back.data(), rows, K);
+    for (int64_t b = 0; b < rows * K / 32; ++b) {
+      float amax = 0;
+      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(w[b * 32 + k]));
+      // Half a step of each grid (plus the f16 rounding of the scale); q4_0's
+      // grid d (q - 8) reaches 8|d| on one side only, so a whole step there.
+      const float tol = t == WeightType::f32    ? 0
+                        : t == WeightType::bf16 ? amax / 256
+                        : t == WeightType::q8_0 ? amax / 127 * 0.502f + amax * 1e-3f
+                                                : amax / 8 * 1.002f + amax * 1e-3f;
+      for (int k = 0; k < 32; ++k)
+        ASSERT_LE(std::fabs(back[b * 32 + k] - w[b * 32 + k]), tol) << weight_type_name(t) << " block " << b;
+    }
+  }
+}
+
+// What the layer computes, in fp64: the weights dequantized, and for the
+// integer types the inputs quantized to blocks of 32 int8 (d = max|x| / 127).
+std::vector<double> reference(WeightType t, const std::vector<float>& x, const WeightMatrix& W,
+                              const std::vector<float>& b, int64_t M) {
+  const int64_t N = W.rows(), K = W.cols();
+  std::vector<float> w(N * K);
+  W.dequantize(w.data());
+  std::vector<double> xr(x.begin(), x.end());
+  if (t == WeightType::q8_0 || t == WeightType::q4_0)
+    for (int64_t blk = 0; blk < M * K / 32; ++blk) {
+      float amax = 0;
+      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
+      const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+      for (int k = 0; k < 32; ++k) xr[blk * 32 + k] = double(d) * std::round(x[blk * 32 + k] * id);
+    }
+  std::vector<double> out(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = b[n];
+      for (int64_t k = 0; k < K; ++k) s += xr[m * K + k] * w[n * K + k];
+      out[m * N + n] = s;
+    }
+  return out;
+}
+
+TEST(Quant, LinearMatchesFp64OfTheQuantizedOperands) {
+  for (auto [M, K, N] : {std::tuple{1, 768, 37}, {5, 64, 9}, {13, 128, 130}, {4, 32, 4}}) {
+    auto x = randn(M * K, 2), w = randn(N * K, 3), b = randn(N, 4);
+    for (WeightType t : kAll) {
+      const WeightMatrix W = WeightMatrix::quantize({2}, t, w.data(), N, K);
+      std::vector<float> out(M * N);
+      weight_linear_forward({2}, out.data(), x.data(), W, b.data(), M);
+      const auto ref = reference(t, x, W, b, M);
+      for (int64_t i = 0; i < M * N; ++i)
+        ASSERT_NEAR(out[i], ref[i], 2e-5 * K) << weight_type_name(t) << " " << M << "x" << K << "x" << N << " @" << i;
+    }
+  }
+}
+
+TEST(Quant, RowsDoNotDependOnTheBatchOrThreads) {
+  const int64_t K = 160, N = 203, M = 17;
+  auto x = randn(M * K, 5), w = randn(N * K, 6);
+  for (WeightType t : kAll) {
+    const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
+    std::vector<float> all(M * N);
+    weight_linear_forward({2}, all.data(), x.data(), W, nullptr, M);
+    for (int threads : {1, 3})
+      for (int64_t m0 = 0; m0 < M; m0 += 4)
+        for (int64_t rows = 1; m0 + rows <= M; rows += 3) {
+          std::vector<float> part(rows * N);
+          weight_linear_forward({threads}, part.data(), x.data() + m0 * K, W, nullptr, rows);
+          ASSERT_EQ(std::memcmp(part.data(), all.data() + m0 * N, part.size() * sizeof(float)), 0)
+              << weight_type_name(t) << " rows [" << m0 << ", " << m0 + rows << ") on " << threads << " threads";
+        }
+  }
+}
+
+TEST(Quant, InstructionSetsAgreeBitwise) {
+  using namespace quant_detail;
+  const int64_t M = 7, K = 256, N = 19;
+  auto x = randn(M * K, 7), w = randn(N * K, 8), b = randn(N, 9);
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> xd(M * K / 32);
+  for (int64_t blk = 0; blk < M * K / 32; ++blk) {
+    float amax = 0;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
+    xd[blk] = amax / 127;
+    for (int k = 0; k < 32; ++k) xq[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] / xd[blk]));
+  }
+  std::vector<std::pair<const char*, PanelFn>> isas;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isas.push_back({"avx2", panel_avx2});
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+    isas.push_back({"avx512_vnni", panel_avx512_vnni});
+#endif
+  for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
+    const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
+    const PanelArgs proto{nullptr, N, xq.data(), xd.data(), M, K, W.data(), W.row_bytes(), t, b.data()};
+    std::vector<float> want(M * N);
+    PanelArgs a = proto;
+    a.out = want.data();
+    panel_generic(a, 0, N);
+    for (auto [name, fn] : isas) {
+      std::vector<float> got(M * N, -1);
+      a.out = got.data();
+      fn(a, 0, 5);  // panels of any split
+      fn(a, 5, N);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << name << " " << weight_type_name(t);
+    }
+  }
+  std::printf("quantized kernels checked against the portable one: %zu; in use: %s\n", isas.size(),
+              quant_kernel_isa().c_str());
+}
+
+}  // namespace
+}  // namespace claw::kernels
