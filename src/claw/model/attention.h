@@ -73,6 +73,7 @@ class Attention {
   void backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
+  void linears(std::vector<Linear*>& out) { out.insert(out.end(), {&q_proj, &k_proj, &v_proj, &o_proj}); }
 
   Linear q_proj, k_proj, v_proj, o_proj;
 

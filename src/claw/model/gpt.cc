@@ -1,5 +1,8 @@
 #include "claw/model/gpt.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "claw/core/error.h"
@@ -344,6 +347,63 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor
   if (!tied_here()) h.grads_begin(emb_unit_);
   embedding_.backward(ctx, tokens, acts().scratch.dres, acts().scratch);
   h.grads_end(emb_unit_);
+}
+
+namespace {
+
+// Gives the whole pages inside [p, p + bytes) back to the OS (anonymous
+// memory: they read as zeros if touched again).
+void release_pages(void* p, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+}  // namespace
+
+GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::WeightType t,
+                                                 const std::map<std::string, kernels::WeightMatrix>* given,
+                                                 bool release_fp32) {
+  if (!stage_.whole(cfg_)) fail("inference weights need the whole model on each rank (no pipeline stages)");
+  if (store_->on_device()) fail("low-precision inference weights run on the CPU backend for now (--device cpu)");
+  CLAW_CHECK(store_->dtypes().compute == DType::f32, "inference weights are made from fp32 parameters");
+  InferenceWeights r;
+  // One matrix: its parameter, where its inference copy goes, and whether
+  // the fp32 values may be released after conversion.
+  auto convert = [&](const Param& p, kernels::WeightMatrix& dst, bool releasable) {
+    const int64_t rows = p.spec.local_shape()[0], cols = p.spec.local_shape()[1];
+    dst = {};
+    if (t == kernels::WeightType::f32 || !kernels::weight_type_fits(t, cols)) {
+      ++r.kept_f32;
+      r.bytes += static_cast<size_t>(rows * cols) * 4;
+      return;
+    }
+    auto it = given ? given->find(p.spec.name) : decltype(given->end()){};
+    if (given && it != given->end() && it->second.type() == t) {
+      CLAW_CHECK(it->second.rows() == rows && it->second.cols() == cols, "{}: given as [{}, {}], the model holds [{}, {}]",
+                 p.spec.name, it->second.rows(), it->second.cols(), rows, cols);
+      dst = it->second;
+    } else {
+      dst = kernels::WeightMatrix::quantize(ctx, t, p.data(), rows, cols);
+    }
+    ++r.converted;
+    r.bytes += dst.bytes();
+    if (release_fp32 && releasable) {
+      Param& mp = const_cast<Param&>(p);
+      release_pages(mp.data(), static_cast<size_t>(rows * cols) * sizeof(float));
+      mp.value = Tensor();
+      mp.compute = Tensor();
+    }
+  };
+  for (auto& block : blocks_) {
+    std::vector<Linear*> linears;
+    block->attention.linears(linears);
+    block->mlp.linears(linears);
+    for (Linear* l : linears) convert(l->weight, l->inference_weight, true);
+  }
+  convert(output_.weight(), output_.inference_weight, !cfg_.tied());
+  return r;
 }
 
 Tensor GPT::forward_cached(const StepCtx& ctx_in, const int32_t* tokens, AttentionCache& cache) {

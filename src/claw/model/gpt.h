@@ -22,6 +22,7 @@
 // forward()/backward() are the one-stage case.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -194,6 +195,24 @@ class GPT {
   // (from forward_cached) at any tensor-parallel size: a collective over the
   // TP group.
   void full_logits(const StepCtx& ctx, const Tensor& hidden, float* out) const;
+
+  // Generation weights: every linear layer's weight and the output layer's
+  // in type t, read by the batch-invariant steps of forward_cached and
+  // full_logits (f32: the parameters themselves, nothing is copied). Each is
+  // converted from this rank's fp32 values, or taken from `given` (canonical
+  // parameter name -> this rank's matrix) when that holds it in type t
+  // already (a GGUF file's blocks, unchanged). A layer whose input width is
+  // not a multiple of t's blocks of 32 stays fp32. release_fp32 hands the
+  // pages of the replaced fp32 weights back to the OS and unbinds them: an
+  // inference-only model, which must not train or save afterwards (the tied
+  // word embeddings stay: the embedding reads them).
+  struct InferenceWeights {
+    int64_t converted = 0, kept_f32 = 0;  // matrices
+    size_t bytes = 0;                     // of every matrix a token reads (converted or fp32)
+  };
+  InferenceWeights set_inference_weights(const CpuCtx& ctx, kernels::WeightType t,
+                                         const std::map<std::string, kernels::WeightMatrix>* given = nullptr,
+                                         bool release_fp32 = false);
 
   // The first non-finite tensor, in forward order (parameters of a layer,
   // then what it saved), as "name (kind)"; empty if all are finite.

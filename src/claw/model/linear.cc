@@ -4,6 +4,7 @@
 
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/linear.h"
+#include "claw/kernels/cpu/quant.h"
 #include "claw/kernels/cpu/rowwise_linear.h"
 
 namespace claw::model {
@@ -37,7 +38,9 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool bias, doub
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   const float* b = has_bias_ ? bias.data() : nullptr;
   auto product = [&](const float* with_bias) {
-    if (ctx.batch_invariant && !ctx.cpu.gpu)
+    if (ctx.batch_invariant && !ctx.cpu.gpu && !inference_weight.empty())
+      kernels::weight_linear_forward(ctx.cpu, y, x, inference_weight, with_bias, ctx.tokens());
+    else if (ctx.batch_invariant && !ctx.cpu.gpu)
       kernels::rowwise_linear_forward(ctx.cpu, y, x, weight.data(), with_bias, ctx.tokens(), in_, out_);
     else
       kernels::linear_forward(ctx.cpu, y, x, weight.data(), with_bias, ctx.tokens(), in_, out_);

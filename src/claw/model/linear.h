@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "claw/kernels/cpu/quant.h"
 #include "claw/model/param.h"
 #include "claw/model/step.h"
 #include "claw/model/tensor_parallel.h"
@@ -69,6 +70,10 @@ class Linear {
 
   Param weight;
   Param bias;  // value undefined when the layer has no bias
+  // The weight generation reads (batch-invariant steps, ctx.batch_invariant)
+  // when set: this rank's [out, in] in a low-precision type
+  // (GPT::set_inference_weights). Empty: the fp32 weight.
+  kernels::WeightMatrix inference_weight;
 
  private:
   const TensorParallel& tp_;

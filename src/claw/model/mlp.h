@@ -42,6 +42,11 @@ class MLP {
   void backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
+  void linears(std::vector<Linear*>& out) {
+    out.push_back(&fc);
+    if (up) out.push_back(&*up);
+    out.push_back(&proj);
+  }
 
   Linear fc;                 // GELU: c_fc; SwiGLU: gate_proj
   std::optional<Linear> up;  // SwiGLU only

@@ -72,7 +72,9 @@ void OutputLayer::full_logits(const StepCtx& ctx, const float* x, float* out) co
   if (ctx.cpu.gpu) fail("full logits run on the CPU backend for now (--device cpu)");
   const int64_t N = ctx.tokens(), Vl = vocab_.rows(), V = vocab_.V, P = tp_.size();
   std::vector<float> local(static_cast<size_t>(N * Vl));
-  if (ctx.batch_invariant)
+  if (ctx.batch_invariant && !inference_weight.empty())
+    kernels::weight_linear_forward(ctx.cpu, local.data(), x, inference_weight, nullptr, N);
+  else if (ctx.batch_invariant)
     kernels::rowwise_linear_forward(ctx.cpu, local.data(), x, weight_->data(), nullptr, N, C_, Vl);
   else
     kernels::gemm(false, true, N, Vl, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, local.data(), Vl);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "claw/core/arena.h"
+#include "claw/kernels/cpu/quant.h"
 #include "claw/model/config.h"
 #include "claw/model/hf_names.h"
 #include "claw/model/param.h"
@@ -64,8 +65,14 @@ class OutputLayer {
   void full_logits(const StepCtx& ctx, const float* x, float* out) const;
 
   void collect(std::vector<Param*>& out);
+  // The [Vp/TP, C] matrix the logits are computed with: own_weight, or the
+  // tied word embeddings.
+  const Param& weight() const { return *weight_; }
 
   Param own_weight;
+  // What full_logits reads in batch-invariant steps when set (a
+  // low-precision copy of weight(); GPT::set_inference_weights).
+  kernels::WeightMatrix inference_weight;
 
  private:
   Param* weight_;

@@ -171,6 +171,58 @@ TEST(Engine, RequestIsBitwiseTheSameAloneAndUnderLoad) {
   }
 }
 
+// Low-precision weights: logits near the fp32 model's (the bounds are
+// those of the rounding: bf16's 8 bits, q8_0's 127 steps, q4_0's 8), and a
+// request still bitwise the same alone and among others.
+TEST(Engine, QuantizedWeightsAreCloseAndBatchInvariant) {
+  using kernels::WeightType;
+  const model::ModelConfig c = small("llama-tiny");
+  const std::vector<int32_t> probe = random_tokens(37, c.vocab_size, 7);
+  model::GPT ref(c);
+  ref.init_weights(ctx, 5);
+  const std::vector<float> want = testing::reference_logits(ctx, ref, probe, 1, 37);
+  for (auto [t, tol] : {std::pair{WeightType::bf16, 0.01}, {WeightType::q8_0, 0.04}, {WeightType::q4_0, 0.3}}) {
+    model::GPT m(c);
+    m.init_weights(ctx, 5);
+    const auto w = m.set_inference_weights(ctx, t, nullptr, /*release_fp32=*/true);
+    EXPECT_EQ(w.converted, 2 * 7 + 1) << "seven matrices a layer and the output layer";
+    EXPECT_EQ(w.kept_f32, 0);
+    model::KvCache cache(c, {}, 1, 64);
+    const Tensor h = m.forward_cached({.cpu = ctx, .B = 1, .T = 37}, probe.data(), cache);
+    std::vector<float> got(37 * c.vocab_size);
+    model::StepCtx lc{.cpu = ctx, .B = 37, .T = 1};
+    lc.batch_invariant = true;
+    m.full_logits(lc, h, got.data());
+    // Relative to the logits' spread (random weights give small logits).
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err = std::max(err, std::abs(double(got[i]) - want[i]));
+      scale = std::max(scale, std::abs(double(want[i])));
+    }
+    std::printf("%s weights: max |logit - fp32 logit| / max |fp32 logit| = %.4f\n",
+                std::string(kernels::weight_type_name(t)).c_str(), err / scale);
+    EXPECT_LT(err / scale, tol) << kernels::weight_type_name(t);
+    EXPECT_GT(err, 0) << kernels::weight_type_name(t) << " should differ from fp32";
+
+    Result alone, loaded;
+    {
+      Engine e(m, ctx, {.num_blocks = 64});
+      e.add(request(probe, kSampled, 16, &alone));
+      drain(e);
+    }
+    Engine e(m, ctx, {.num_blocks = 40, .max_num_batched_tokens = 29});
+    std::vector<Result> others(9);
+    for (int i = 0; i < 9; ++i) {
+      if (i == 4) e.add(request(probe, kSampled, 16, &loaded));
+      e.add(request(random_tokens(5 + 11 * i, c.vocab_size, 200 + i), {.temperature = 0.7, .seed = uint64_t(i)},
+                    10 + i, &others[i]));
+      if (i % 3 == 0) e.step();
+    }
+    drain(e);
+    EXPECT_TRUE(loaded == alone) << kernels::weight_type_name(t);
+  }
+}
+
 // A second request with the same 40-token prefix takes its first two blocks
 // from the cache and gives the tokens it gives with prefix caching off.
 TEST(Engine, PrefixCacheHitsGiveTheSameTokens) {
