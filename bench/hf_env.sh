@@ -7,7 +7,8 @@
 #
 # The venv sees Debian's system packages (--system-site-packages): torch 1.13
 # (python3-torch) and numpy 1.24 come from there, and pip adds only the pure
-# Hugging Face side (~35 MB of wheels, ~10 s). transformers 4.49.0 is the newest
+# Hugging Face side (~35 MB of wheels, ~10 s), and the `gguf` reader
+# (llama.cpp's Python package: transformers' GGUF loading uses it). transformers 4.49.0 is the newest
 # release that works with torch 1.13: 4.50's modeling_utils imports
 # torch.distributed.tensor (torch 2.x's DTensor), so no model loads. numpy<2
 # keeps pip from replacing the numpy Debian's torch was built against.
@@ -18,9 +19,10 @@ set -euo pipefail
 VENV=${1:-build/hf-venv}
 BASE_PY=${HF_ENV_BASE_PYTHON:-/usr/bin/python3}
 TRANSFORMERS=4.49.0
-PKGS=("transformers==$TRANSFORMERS" "tokenizers>=0.21,<0.22" "safetensors>=0.4.3" "huggingface_hub>=0.26,<1.0" "numpy<2")
+PKGS=("transformers==$TRANSFORMERS" "tokenizers>=0.21,<0.22" "safetensors>=0.4.3" "huggingface_hub>=0.26,<1.0" "numpy<2"
+      "gguf>=0.10,<0.18")
 
-if ! "$VENV/bin/python" -c "import torch, safetensors, transformers as t; assert t.__version__ == '$TRANSFORMERS'" \
+if ! "$VENV/bin/python" -c "import torch, safetensors, gguf, transformers as t; assert t.__version__ == '$TRANSFORMERS'" \
     2>/dev/null; then
   "$BASE_PY" -c 'import torch, numpy' ||
     { echo "hf_env.sh: $BASE_PY lacks torch/numpy (apt-get install python3-torch python3-numpy python3-venv)" >&2; exit 1; }

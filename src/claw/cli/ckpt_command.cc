@@ -9,7 +9,11 @@
 #include <fmt/format.h>
 
 #include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/gguf_model.h"
 #include "claw/ckpt/hf.h"
+#include "claw/data/builtin_corpus.h"
+#include "claw/data/file_io.h"
+#include "claw/kernels/cpu/quant.h"
 #include "claw/cli/model_flags.h"
 #include "claw/comm/group.h"
 #include "claw/core/dtype_convert.h"
@@ -23,8 +27,45 @@ namespace {
 std::string mib(double bytes) { return format_bytes(bytes); }
 
 // "5GB", "500MB", "64KiB" or a byte count.
-void check_format(const std::string& format) {
-  if (format != "hf") fail("--format '{}' is not supported (hf: Hugging Face transformers)", format);
+void check_format(const std::string& format, bool gguf_too) {
+  if (format != "hf" && !(gguf_too && format == "gguf"))
+    fail("--format '{}' is not supported (hf: Hugging Face transformers{})", format,
+         gguf_too ? "; gguf: one llama.cpp file" : "");
+}
+
+// The GPT-2 BPE a checkpoint was trained with (its recorded flags, else the
+// built-in files when the vocabulary is GPT-2's), as GGUF stores it; empty
+// for other tokenizers.
+ckpt::GgufTokenizer gguf_tokenizer(const ckpt::Metadata& meta, const model::ModelConfig& cfg) {
+  auto arg = [&](const char* k) {
+    return meta.args.is_object() && meta.args.contains(k) && meta.args[k].is_string() ? meta.args[k].get<std::string>()
+                                                                                      : std::string();
+  };
+  std::string type = arg("tokenizer-type"), vocab = arg("vocab-file"), merges = arg("merge-file");
+  if (type.empty() && cfg.vocab_size == 50257) type = "GPT2BPETokenizer";
+  if (type != "GPT2BPETokenizer") return {};
+  if (vocab.empty()) vocab = data::default_data_dir() + "/gpt2/encoder.json";
+  if (merges.empty()) merges = data::default_data_dir() + "/gpt2/vocab.bpe";
+  ckpt::GgufTokenizer t;
+  const nlohmann::json enc = nlohmann::json::parse(data::read_file(vocab, "GPT-2 encoder file"));
+  t.tokens.resize(enc.size());
+  for (const auto& [tok, id] : enc.items()) {
+    const int64_t i = id.get<int64_t>();
+    if (i < 0 || i >= static_cast<int64_t>(t.tokens.size())) fail("{}: token id {} out of range", vocab, i);
+    t.tokens[i] = tok;
+    if (tok == "<|endoftext|>") t.eos = static_cast<int32_t>(i);
+  }
+  const std::string text = data::read_file(merges, "GPT-2 merges file");
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(at, nl - at);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty() && !(at == 0 && line.starts_with("#version"))) t.merges.push_back(line);
+    at = nl + 1;
+  }
+  return t;
 }
 
 struct Inspect {
@@ -97,17 +138,33 @@ struct Inspect {
 };
 
 struct Export {
-  std::string load, format = "hf", output, max_shard = "5GB";
+  std::string load, format = "hf", output, max_shard = "5GB", type = "f32";
   int64_t step = -1;
 
   void run() const {
-    check_format(format);
+    check_format(format, true);
     if (output.empty()) fail("claw ckpt export: --output DIR is required");
     const uint64_t max_shard_bytes = parse_size("--max-shard-size", max_shard);
+    const std::optional<kernels::WeightType> wt = kernels::parse_weight_type(type);
+    if (!wt) fail("--type '{}': valid types are {}", type, kernels::kWeightTypeChoices);
     const std::string d = ckpt::resolve_load_dir(load, step);
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
     const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
     ckpt::CheckpointReader reader(d, meta);
+    if (format == "gguf") {
+      ckpt::GgufExportOptions o{.type = *wt, .name = std::filesystem::path(d).parent_path().filename().string(),
+                                .tokenizer = gguf_tokenizer(meta, cfg)};
+      const ckpt::GgufWriteReport r = ckpt::write_gguf_model(
+          output, cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); }, o);
+      fmt::print("exported {} (iteration {}) to {}: GGUF {}, {} tensors, {} matrices in {}{}, {} of tensor data, "
+                 "tokenizer {}\n",
+                 d, meta.iteration, output, ckpt::hf_config(cfg)["model_type"].get<std::string>(), r.tensors,
+                 r.converted + (*wt == kernels::WeightType::f32 ? r.kept_f32 : 0), type,
+                 *wt != kernels::WeightType::f32 && r.kept_f32 ? fmt::format(" ({} kept f32)", r.kept_f32) : "",
+                 mib(static_cast<double>(r.bytes)), o.tokenizer.empty() ? "none (no_vocab)" : "GPT-2 BPE");
+      return;
+    }
+    if (type != "f32") fail("--type {} is for --format gguf; Hugging Face exports are fp32", type);
     const ckpt::HfStateDict hf =
         ckpt::to_hf(cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); });
     const nlohmann::json config = ckpt::hf_config(cfg);
@@ -121,7 +178,7 @@ struct Import {
   std::string format = "hf", input, save;
 
   void run() const {
-    check_format(format);
+    check_format(format, false);
     if (input.empty() || save.empty()) fail("claw ckpt import: --input HF_DIR and --save DIR are required");
     const ckpt::HfModel hf = ckpt::read_hf_dir(input);
     const model::ModelConfig cfg = ckpt::model_from_hf_config(hf.config, input + "/config.json");
@@ -196,12 +253,15 @@ void add_ckpt_command(CLI::App& app) {
   i->callback([inspect] { inspect->run(); });
 
   auto ex = std::make_shared<Export>();
-  CLI::App* e = ckpt->add_subcommand("export", "write a checkpoint's model as a Hugging Face transformers directory");
+  CLI::App* e = ckpt->add_subcommand(
+      "export", "write a checkpoint's model as a Hugging Face transformers directory or a GGUF file (llama.cpp)");
   e->add_option("--load", ex->load, "checkpoint root or iter_* directory")->required();
   e->add_option("--ckpt-step", ex->step, "this iteration instead of the latest");
-  e->add_option("--format", ex->format, "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM)")
+  e->add_option("--format", ex->format,
+                "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM); gguf: one llama.cpp file")
       ->default_str("hf");
-  e->add_option("--output", ex->output, "directory to write")->required();
+  e->add_option("--type", ex->type, "gguf: the matrices' type, f32, bf16, q8_0 or q4_0")->default_str("f32");
+  e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
   e->add_option("--max-shard-size", ex->max_shard, "largest safetensors file before sharding with an index")
       ->default_str("5GB");
   e->callback([ex] { ex->run(); });

@@ -67,8 +67,8 @@ void run(const GenerateArgs& a) {
   if (a.output_format != "text" && a.output_format != "json")
     fail("--output-format '{}' is not one of text, json", a.output_format);
   InferenceModel m = load_inference_model(a.engine.model);
-  log::info("generate", "loaded {}: {} layers, hidden {}, vocabulary {}", m.source, m.cfg.num_layers,
-            m.cfg.hidden_size, m.cfg.vocab_size);
+  log::info("generate", "loaded {}: {} layers, hidden {}, vocabulary {}; {}", m.source, m.cfg.num_layers,
+            m.cfg.hidden_size, m.cfg.vocab_size, m.weights_summary());
   std::vector<int32_t> prompt;
   std::string prompt_text;
   if (!a.prompt_tokens.empty()) {

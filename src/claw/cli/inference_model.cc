@@ -11,7 +11,10 @@
 #include "claw/ckpt/shards.h"
 #include "claw/cli/model_flags.h"
 #include "claw/core/error.h"
+#include "claw/ckpt/gguf_model.h"
 #include "claw/data/builtin_corpus.h"
+#include "claw/data/gpt2_bpe.h"
+#include "claw/kernels/cpu/blas.h"
 
 namespace claw::cli {
 namespace {
@@ -77,32 +80,77 @@ void load_hf(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerO
   }
 }
 
+// Returns the GGUF file's linear weights as they are stored.
+std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptions& o, InferenceModel& m,
+                                                       data::TokenizerOptions& tok, kernels::WeightType* file_type,
+                                                       std::unique_ptr<data::Tokenizer>* gguf_tokenizer) {
+  ckpt::GgufModel g = ckpt::read_gguf_model(o.path);
+  m.cfg = g.cfg;
+  m.hf_type = g.arch;
+  m.gpt = std::make_unique<model::GPT>(m.cfg);
+  ckpt::load_hf_params(m.gpt->params(), g.tensors, o.path);
+  g.tensors.clear();
+  *file_type = g.weight_type;
+  m.source = fmt::format("GGUF {} ({}, {})", o.path, g.arch, kernels::weight_type_name(g.weight_type));
+  if (tok.type.empty() && !g.tokenizer.empty()) {
+    *gguf_tokenizer = std::make_unique<data::Gpt2Bpe>(
+        data::Gpt2Bpe::from_tokens(g.tokenizer.tokens, g.tokenizer.merges, o.path + " tokenizer.ggml"));
+    if (g.tokenizer.eos >= 0) m.eos.push_back(g.tokenizer.eos);
+  }
+  return ckpt::gguf_matrices_for(g, m.gpt->params());
+}
+
 }  // namespace
 
+std::string InferenceModel::weights_summary() const {
+  return fmt::format("weights {} ({} matrices{}), {:.1f} MiB read a token", kernels::weight_type_name(weight_type),
+                     weights.converted + weights.kept_f32,
+                     weights.kept_f32 && weights.converted ? fmt::format("; {} kept f32", weights.kept_f32) : "",
+                     weights.bytes / 1048576.0);
+}
+
 InferenceModel load_inference_model(const InferenceModelOptions& o) {
-  if (o.path.empty()) fail("--model is required: a claw checkpoint directory or a Hugging Face model directory");
+  if (o.path.empty())
+    fail("--model is required: a claw checkpoint directory, a Hugging Face model directory or a GGUF file");
+  std::optional<kernels::WeightType> want;
+  if (o.dtype != "auto") {
+    want = kernels::parse_weight_type(o.dtype);
+    if (!want) fail("--dtype '{}': valid are auto, {}", o.dtype, kernels::kWeightTypeChoices);
+  }
   const fs::path p(o.path);
   if (!fs::exists(p)) fail("--model {}: no such file or directory", o.path);
   InferenceModel m;
   m.name = dir_name(p);
   data::TokenizerOptions tok = o.tokenizer;
-  if (fs::is_directory(p) && fs::exists(p / "config.json"))
+  kernels::WeightType file_type = kernels::WeightType::f32;
+  std::map<std::string, kernels::WeightMatrix> stored;
+  std::unique_ptr<data::Tokenizer> gguf_tok;
+  if (fs::is_regular_file(p))
+    stored = load_gguf(o, m, tok, &file_type, &gguf_tok);
+  else if (fs::is_directory(p) && fs::exists(p / "config.json"))
     load_hf(o, m, tok);
   else if (fs::is_directory(p) && is_claw_checkpoint(p))
     load_claw(o, m, tok);
   else
-    fail("--model {}: neither a claw checkpoint (metadata.json, iter_* directories) nor a Hugging Face directory "
-         "(config.json + safetensors)",
+    fail("--model {}: neither a claw checkpoint (metadata.json, iter_* directories), a Hugging Face directory "
+         "(config.json + safetensors) nor a GGUF file",
          o.path);
   m.gpt->store().refresh_compute(CpuCtx{1});
+  m.weight_type = want ? *want : file_type;
+  m.weights = m.gpt->set_inference_weights(CpuCtx{kernels::default_num_threads()}, m.weight_type, &stored,
+                                           /*release_fp32=*/true);
+  stored.clear();
+  if (gguf_tok) m.tokenizer = std::move(gguf_tok);
   // Without a recorded tokenizer, GPT-2's vocabulary gets the built-in GPT-2 BPE.
-  if (tok.type.empty() && m.cfg.vocab_size == 50257) tok.type = "GPT2BPETokenizer";
+  if (tok.type.empty() && !m.tokenizer && m.cfg.vocab_size == 50257) tok.type = "GPT2BPETokenizer";
   if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
     tok.vocab_file = data::default_data_dir() + "/gpt2/encoder.json";
     tok.merge_file = data::default_data_dir() + "/gpt2/vocab.bpe";
   }
-  if (!tok.type.empty()) {
+  if (!m.tokenizer && !tok.type.empty()) {
     m.tokenizer = data::make_tokenizer(tok);
+  }
+  if (m.tokenizer) {
     if (m.tokenizer->vocab_size() > m.cfg.vocab_size)
       fail("the tokenizer ({}, {} tokens) does not fit the model's vocabulary of {}", m.tokenizer->name(),
            m.tokenizer->vocab_size(), m.cfg.vocab_size);

@@ -5,7 +5,13 @@
 //                       --ckpt-step) or an iter_* directory, saved at any
 //                       layout and in any dtype: read into one whole model;
 //   a Hugging Face dir  config.json + model.safetensors (or shards with an
-//                       index): GPT2LMHeadModel or LlamaForCausalLM.
+//                       index): GPT2LMHeadModel or LlamaForCausalLM;
+//   a GGUF file         llama.cpp's gpt2 or llama architecture, tensors in
+//                       f32, f16, bf16, q8_0 or q4_0 (ckpt/gguf_model.h).
+//
+// The linear layers then run in --dtype: f32, bf16, q8_0 or q4_0; "auto" is
+// the GGUF file's type (its blocks used as they are), else f32. The fp32
+// copies of converted matrices are released.
 //
 // The tokenizer: --tokenizer-type and its files when given; else what the
 // checkpoint was trained with (its recorded flags); else, for a Hugging Face
@@ -21,6 +27,7 @@
 
 #include "claw/data/tokenizer.h"
 #include "claw/data/tokenizer_factory.h"
+#include "claw/kernels/cpu/quant.h"
 #include "claw/model/gpt.h"
 
 namespace claw::cli {
@@ -28,6 +35,7 @@ namespace claw::cli {
 struct InferenceModelOptions {
   std::string path;       // --model
   int64_t step = -1;      // --ckpt-step
+  std::string dtype = "auto";  // --dtype
   data::TokenizerOptions tokenizer{.type = ""};  // --tokenizer-type ... (type empty: infer)
 };
 
@@ -39,6 +47,10 @@ struct InferenceModel {
   std::unique_ptr<model::GPT> gpt;
   std::unique_ptr<data::Tokenizer> tokenizer;  // null: token ids only
   std::vector<int32_t> eos;                    // ids that end generation
+  kernels::WeightType weight_type = kernels::WeightType::f32;  // of the linear layers
+  model::GPT::InferenceWeights weights;
+  // "weights q8_0 (29 matrices; 3 kept f32), 130.2 MiB a token reads"
+  std::string weights_summary() const;
 };
 
 InferenceModel load_inference_model(const InferenceModelOptions& o);

@@ -49,9 +49,9 @@ void run(ServeArgs& a) {
                   .eos = m.eos,
                   .chat = serve::chat_template(tmpl),
                   .max_model_len = engine.config().max_model_len});
-  log::info("serve", "serving {} as '{}' (chat template {}, context {} tokens) on http://{}:{}", m.source,
-            a.served_model_name.empty() ? m.name : a.served_model_name, tmpl, engine.config().max_model_len,
-            a.server.host, http.port());
+  log::info("serve", "serving {} as '{}' ({}; chat template {}, context {} tokens) on http://{}:{}", m.source,
+            a.served_model_name.empty() ? m.name : a.served_model_name, m.weights_summary(), tmpl,
+            engine.config().max_model_len, a.server.host, http.port());
   int sig = 0;
   sigwait(&stop, &sig);
   log::info("serve", "{}: draining requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT");

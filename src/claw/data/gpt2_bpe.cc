@@ -52,20 +52,15 @@ std::string missing_hint(const std::string& path) {
   return fmt::format("GPT-2 tokenizer file {} not found; run scripts/fetch-data to download it", path);
 }
 
-BpeVocabulary read_gpt2_files(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-  if (!path_exists(encoder_json_path)) throw Error(missing_hint(encoder_json_path));
-  if (!path_exists(vocab_bpe_path)) throw Error(missing_hint(vocab_bpe_path));
+// The vocabulary from encoder.json's object and vocab.bpe's text; the two
+// names say where they came from in errors.
+BpeVocabulary gpt2_vocabulary(const nlohmann::json& encoder, const std::string& text,
+                              const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
   BpeVocabulary v;
   v.name = "gpt2-bpe";
   v.pretokenizer = Pretokenizer::gpt2;
 
   // encoder.json: token (byte alphabet) -> id, ids dense from 0.
-  nlohmann::json encoder;
-  try {
-    encoder = nlohmann::json::parse(read_file(encoder_json_path, "GPT-2 encoder file"));
-  } catch (const nlohmann::json::exception& e) {
-    fail("GPT-2 encoder file {}: invalid JSON ({})", encoder_json_path, e.what());
-  }
   if (!encoder.is_object() || encoder.empty())
     fail("GPT-2 encoder file {}: expected a non-empty JSON object of token -> id", encoder_json_path);
   const size_t vocab = encoder.size();
@@ -105,7 +100,6 @@ BpeVocabulary read_gpt2_files(const std::string& encoder_json_path, const std::s
 
   // vocab.bpe: one merge per line, rank = order. See the header for why the
   // halves must already exist and products must be new.
-  std::string text = read_file(vocab_bpe_path, "GPT-2 merges file");
   std::vector<int64_t> produced_at(vocab, 0);
   std::string left, right;
   int32_t rank = 0;
@@ -136,7 +130,31 @@ BpeVocabulary read_gpt2_files(const std::string& encoder_json_path, const std::s
   return v;
 }
 
+BpeVocabulary read_gpt2_files(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+  if (!path_exists(encoder_json_path)) throw Error(missing_hint(encoder_json_path));
+  if (!path_exists(vocab_bpe_path)) throw Error(missing_hint(vocab_bpe_path));
+  nlohmann::json encoder;
+  try {
+    encoder = nlohmann::json::parse(read_file(encoder_json_path, "GPT-2 encoder file"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("GPT-2 encoder file {}: invalid JSON ({})", encoder_json_path, e.what());
+  }
+  return gpt2_vocabulary(encoder, read_file(vocab_bpe_path, "GPT-2 merges file"), encoder_json_path, vocab_bpe_path);
+}
+
 }  // namespace
+
+Gpt2Bpe::Gpt2Bpe(BpeVocabulary v) : BpeTokenizer(std::move(v)) {}
+
+Gpt2Bpe Gpt2Bpe::from_tokens(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                             const std::string& source) {
+  nlohmann::json encoder = nlohmann::json::object();
+  for (size_t i = 0; i < tokens.size(); ++i) encoder[tokens[i]] = i;
+  if (encoder.size() != tokens.size()) fail("{}: the token list repeats a token", source);
+  std::string text;
+  for (const std::string& m : merges) text += m + "\n";
+  return Gpt2Bpe(gpt2_vocabulary(encoder, text, source + " tokens", source + " merges"));
+}
 
 Gpt2Bpe Gpt2Bpe::load(const std::string& dir) { return Gpt2Bpe(dir + "/encoder.json", dir + "/vocab.bpe"); }
 

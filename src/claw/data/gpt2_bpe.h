@@ -34,6 +34,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "claw/data/bpe_tokenizer.h"
 
@@ -47,6 +48,14 @@ class Gpt2Bpe final : public BpeTokenizer {
   // claw::Error that names the path and says to run scripts/fetch-data.
   static Gpt2Bpe load(const std::string& dir);
   Gpt2Bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
+  // The same from encoder.json's tokens in id order and vocab.bpe's merge
+  // lines ("a b"), e.g. a GGUF file's tokenizer.ggml.tokens and .merges;
+  // `source` names them in errors.
+  static Gpt2Bpe from_tokens(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                             const std::string& source);
+
+ private:
+  explicit Gpt2Bpe(BpeVocabulary v);
 };
 
 }  // namespace claw::data

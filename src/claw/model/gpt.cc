@@ -396,6 +396,14 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
       mp.compute = Tensor();
     }
   };
+  if (t != kernels::WeightType::f32) {
+    Param& w = embedding_.word;
+    const int64_t rows = w.spec.local_shape()[0], cols = w.spec.local_shape()[1];
+    if (kernels::weight_type_fits(t, cols)) {
+      const kernels::WeightMatrix q = kernels::WeightMatrix::quantize(ctx, t, w.data(), rows, cols);
+      q.dequantize(w.data());
+    }
+  }
   for (auto& block : blocks_) {
     std::vector<Linear*> linears;
     block->attention.linears(linears);

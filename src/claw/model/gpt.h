@@ -202,7 +202,10 @@ class GPT {
   // converted from this rank's fp32 values, or taken from `given` (canonical
   // parameter name -> this rank's matrix) when that holds it in type t
   // already (a GGUF file's blocks, unchanged). A layer whose input width is
-  // not a multiple of t's blocks of 32 stays fp32. release_fp32 hands the
+  // not a multiple of t's blocks of 32 stays fp32. The word embeddings are
+  // rounded to t's values in place (as llama.cpp holds token_embd in the
+  // model's type; a GGUF file's dequantized table is then left as it is).
+  // release_fp32 hands the
   // pages of the replaced fp32 weights back to the OS and unbinds them: an
   // inference-only model, which must not train or save afterwards (the tied
   // word embeddings stay: the embedding reads them).

@@ -1,0 +1,196 @@
+// GGUF: the container round-trips its metadata and tensors; a damaged file
+// is an error naming the file and what is wrong; claw models round-trip
+// through it (the values at f32, the stored blocks at q8_0/q4_0; llama's
+// q/k row order undone). Other readers' view is tests/serve/gguf_oracle.sh.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "claw/ckpt/gguf.h"
+#include "claw/ckpt/gguf_model.h"
+#include "claw/ckpt/shards.h"
+#include "claw/model/gpt.h"
+#include "claw/core/error.h"
+
+namespace claw::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tmp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("claw_test_gguf_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+TEST(Gguf, ContainerRoundTrips) {
+  const std::string path = tmp_path("container.gguf");
+  gguf::Writer w;
+  w.add_string("general.architecture", "llama");
+  w.add_u32("llama.block_count", 3);
+  w.add_f32("llama.rope.freq_base", 500000.0f);
+  w.add_bool("flag", true);
+  w.add_strings("tokenizer.ggml.tokens", {"a", "b", "c d"});
+  w.add_i32s("tokenizer.ggml.token_type", {1, 3, -1});
+  std::vector<float> a(3 * 64), b(5);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.01f * static_cast<float>(i) - 1;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i);
+  std::vector<uint8_t> q(kernels::weight_row_bytes(kernels::WeightType::q4_0, 64) * 3);
+  kernels::quantize_rows(kernels::WeightType::q4_0, a.data(), q.data(), 3, 64);
+  w.add_tensor("m", {3, 64}, gguf::GgmlType::q4_0, q);
+  w.add_tensor("v", {5}, gguf::GgmlType::f32, f32_bytes(b));
+  w.write(path);
+
+  const gguf::Reader r(path);
+  EXPECT_EQ(r.version(), 3u);
+  EXPECT_EQ(r.metadata()["general.architecture"], "llama");
+  EXPECT_EQ(r.metadata()["llama.block_count"], 3);
+  EXPECT_EQ(r.metadata()["llama.rope.freq_base"], 500000.0);
+  EXPECT_EQ(r.metadata()["flag"], true);
+  EXPECT_EQ(r.metadata()["tokenizer.ggml.tokens"], nlohmann::json({"a", "b", "c d"}));
+  EXPECT_EQ(r.metadata()["tokenizer.ggml.token_type"], nlohmann::json({1, 3, -1}));
+  ASSERT_EQ(r.tensors().size(), 2u);
+  const gguf::TensorInfo* m = r.find("m");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->ne, (std::vector<int64_t>{64, 3}));  // innermost first
+  EXPECT_EQ(m->shape(), (std::vector<int64_t>{3, 64}));
+  EXPECT_EQ(r.read(*m), q);
+  std::vector<float> back(a.size());
+  kernels::dequantize_rows(kernels::WeightType::q4_0, q.data(), back.data(), 3, 64);
+  EXPECT_EQ(r.read_f32(*m), back);
+  EXPECT_EQ(r.read_f32(*r.find("v")), b);
+  EXPECT_EQ(r.find("v")->offset % 32, 0u);
+
+  // Damage: every prefix of the file is an error naming it, never a crash
+  // or a read past the end; so are a wrong magic and an unknown type.
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string bad = tmp_path("bad.gguf");
+  auto expect_error = [&](const std::string& content, const std::string& want) {
+    std::ofstream(bad, std::ios::binary | std::ios::trunc) << content;
+    try {
+      gguf::Reader x(bad);
+      ADD_FAILURE() << "no error for " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  for (size_t n : {size_t{0}, size_t{10}, size_t{30}, size_t{100}, bytes.size() / 2, bytes.size() - 20})
+    expect_error(bytes.substr(0, n), n < 24 ? "not a GGUF file" : "");
+  std::string wrong = bytes;
+  wrong[0] = 'X';
+  expect_error(wrong, "not a GGUF file");
+  fs::remove(bad);
+  fs::remove(path);
+}
+
+model::ModelConfig tiny(bool llama) {
+  model::ModelConfig c = model::model_preset(llama ? "llama-tiny" : "gpt2-tiny");
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.num_query_groups = llama ? 2 : 0;
+  c.ffn_hidden_size = llama ? 96 : 0;
+  c.num_layers = 2;
+  c.vocab_size = 300;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+TEST(Gguf, ModelsRoundTrip) {
+  for (bool llama : {false, true}) {
+    const model::ModelConfig cfg = tiny(llama);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> N(0, 1);
+    std::map<std::string, std::vector<float>> ours;
+    for (const model::ParamSpec& s : model_param_specs(cfg)) {
+      int64_t n = 1;
+      for (int64_t d : checkpoint_shape(s)) n *= d;
+      auto& v = ours[s.name];
+      for (int64_t i = 0; i < n; ++i) v.push_back(N(rng));
+    }
+    auto get = [&](const std::string& p) { return ours.at(p); };
+    const std::string path = tmp_path(llama ? "llama.gguf" : "gpt2.gguf");
+    write_gguf_model(path, cfg, get, {.type = kernels::WeightType::f32, .name = "t"});
+    const GgufModel g = read_gguf_model(path);
+    EXPECT_EQ(g.arch, llama ? "llama" : "gpt2");
+    EXPECT_EQ(g.cfg.num_layers, cfg.num_layers);
+    EXPECT_EQ(g.cfg.kv_heads(), cfg.kv_heads());
+    EXPECT_EQ(g.cfg.vocab_size, cfg.vocab_size);
+    EXPECT_EQ(g.cfg.tied(), cfg.tied());
+    EXPECT_TRUE(g.matrices.empty());
+    for (const model::ParamSpec& s : model_param_specs(cfg))
+      EXPECT_EQ(from_hf(s, g.tensors, path), ours.at(s.name)) << s.name;
+
+    // q8_0: the file's blocks are what quantizing our values gives, rows in
+    // claw's order; the fp32 tensors are their dequantized values.
+    write_gguf_model(path, cfg, get, {.type = kernels::WeightType::q8_0});
+    const GgufModel q = read_gguf_model(path);
+    EXPECT_EQ(q.weight_type, kernels::WeightType::q8_0);
+    model::GPT m(q.cfg, {.allocate = false});
+    const auto mats = gguf_matrices_for(q, m.params());
+    EXPECT_EQ(mats.size(), llama ? 2u * 7 + (cfg.tied() ? 0 : 1) : 2u * 6 + 0);
+    for (const auto& [name, mat] : mats) {
+      // The checkpoint shape has no vocabulary padding; the matrix's
+      // padding rows are zero.
+      const std::vector<float>& v = ours.at(name);
+      const int64_t rows = static_cast<int64_t>(v.size()) / mat.cols();
+      const kernels::WeightMatrix want =
+          kernels::WeightMatrix::quantize({1}, kernels::WeightType::q8_0, v.data(), rows, mat.cols());
+      ASSERT_LE(want.bytes(), mat.bytes()) << name;
+      EXPECT_EQ(std::memcmp(mat.data(), want.data(), want.bytes()), 0) << name;
+      EXPECT_EQ(std::count(mat.data() + want.bytes(), mat.data() + mat.bytes(), 0), mat.bytes() - want.bytes());
+    }
+    fs::remove(path);
+  }
+}
+
+TEST(Gguf, UnsupportedFilesAreClearErrors) {
+  const std::string path = tmp_path("arch.gguf");
+  gguf::Writer w;
+  w.add_string("general.architecture", "falcon");
+  w.write(path);
+  EXPECT_THROW(
+      {
+        try {
+          read_gguf_model(path);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("architecture 'falcon' is not supported"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+  gguf::Writer k;
+  k.add_string("general.architecture", "llama");
+  k.add_tensor("token_embd.weight", {4, 256}, gguf::GgmlType::q8_0, std::vector<uint8_t>(4 * 8 * 34));
+  std::vector<uint8_t> bytes;
+  k.write(path);
+  // A Q4_K tensor (type 12) is named with the types claw reads.
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), {});
+  const size_t at = all.find("token_embd.weight") + 17 + 4 + 16;  // name, n_dims, ne[2]
+  uint32_t q4k = 12;
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(reinterpret_cast<const char*>(&q4k), 4);
+  f.close();
+  try {
+    gguf::Reader r(path);
+    ADD_FAILURE() << "Q4_K accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_K; claw reads F32, F16, BF16, Q8_0 and Q4_0"), std::string::npos)
+        << e.what();
+  }
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace claw::ckpt
