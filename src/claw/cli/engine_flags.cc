@@ -11,7 +11,7 @@
 
 namespace claw::cli {
 
-void EngineFlags::add_to(CLI::App& app) {
+void add_model_flags(CLI::App& app, InferenceModelOptions& model) {
   app.add_option("--model,-m", model.path, "a claw checkpoint (root or iter_* directory), a Hugging Face directory or a GGUF file");
   app.add_option("--dtype", model.dtype,
                  "weights of the linear layers: auto (a GGUF file's type, else f32), f32, bf16, q8_0 or q4_0")
@@ -22,6 +22,10 @@ void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--vocab-file", model.tokenizer.vocab_file, "GPT-2 encoder.json / vocab.json");
   app.add_option("--merge-file", model.tokenizer.merge_file, "GPT-2 vocab.bpe / merges.txt");
   app.add_option("--tokenizer-model", model.tokenizer.model_file, "tiktoken rank file or SentencePiece .model");
+}
+
+void EngineFlags::add_to(CLI::App& app) {
+  add_model_flags(app, model);
   app.add_option("--block-size", engine.block_size, "tokens per KV-cache block")->capture_default_str();
   app.add_option("--kv-cache-memory", kv_cache_memory,
                  "memory for the KV cache, e.g. 2GiB (default: a quarter of the available memory)");

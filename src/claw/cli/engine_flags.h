@@ -25,6 +25,9 @@ struct EngineFlags {
   CpuCtx cpu() const;
 };
 
+// --model, --dtype, --ckpt-step and the tokenizer flags.
+void add_model_flags(CLI::App& app, InferenceModelOptions& model);
+
 // --temperature, --top-k, --top-p, --min-p, --seed.
 void add_sampling_flags(CLI::App& app, serve::SamplingParams& p);
 

@@ -13,6 +13,7 @@
 #include "claw/cli/chat_command.h"
 #include "claw/cli/ckpt_command.h"
 #include "claw/cli/generate_command.h"
+#include "claw/cli/perplexity_command.h"
 #include "claw/cli/serve_command.h"
 #include "claw/cli/info_command.h"
 #include "claw/cli/plan_command.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   claw::cli::add_ckpt_command(app);
   claw::cli::add_generate_command(app);
   claw::cli::add_chat_command(app);
+  claw::cli::add_perplexity_command(app);
   claw::cli::add_serve_command(app);
   claw::cli::add_info_command(app);
   claw::cli::add_plan_command(app);

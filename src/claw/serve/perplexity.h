@@ -1,0 +1,32 @@
+// Perplexity of a model on a token stream, through the generation path
+// (forward_cached and the batch-invariant logits, so in whatever weight
+// type the model was given: GPT::set_inference_weights), the way
+// llama.cpp's perplexity tool measures quantized models: the stream is cut
+// into windows of ctx tokens, each run from an empty cache, and every token
+// of a window but the first is scored by the log-probability the model gave
+// it after the tokens before it in the window.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "claw/core/parallel.h"
+#include "claw/model/gpt.h"
+
+namespace claw::serve {
+
+struct PerplexityResult {
+  double nll_sum = 0;   // sum of -log p over scored tokens
+  int64_t tokens = 0;   // scored
+  int64_t windows = 0;
+  double perplexity() const;  // exp(nll_sum / tokens)
+};
+
+// At most max_windows windows (0: all that fit). on_window(done, result so
+// far) after each, for progress.
+PerplexityResult perplexity(model::GPT& m, const CpuCtx& cpu, std::span<const int32_t> tokens, int64_t ctx,
+                            int64_t max_windows = 0,
+                            const std::function<void(int64_t, const PerplexityResult&)>& on_window = {});
+
+}  // namespace claw::serve
