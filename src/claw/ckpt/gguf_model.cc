@@ -274,7 +274,7 @@ GgufModel read_gguf_model(const std::string& path) {
       bytes = permute_rows(bytes.data(), rows, cols * sizeof(float), [&](int64_t row) { return inverse[row]; });
       std::memcpy(h.data.data(), bytes.data(), bytes.size());
       if (e.linear && t->type != uint32_t(gguf::GgmlType::f32) && t->type != uint32_t(gguf::GgmlType::f16)) {
-        const std::vector<uint8_t> raw = r.read(*t);
+        const std::vector<uint8_t> raw = r.read(*t);  // GGUF layout
         const size_t rb = raw.size() / rows;
         const WeightType wt = t->type == uint32_t(gguf::GgmlType::bf16) ? WeightType::bf16
                               : t->type == uint32_t(gguf::GgmlType::q8_0) ? WeightType::q8_0
@@ -336,10 +336,11 @@ std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(const GgufModel& 
     const int64_t local = s.local_shape()[0], begin = s.shard_dim == 0 ? s.shard_index * local : 0;
     if (m.cols() != s.shape[1]) continue;
     const size_t rb = m.row_bytes();
+    const std::vector<uint8_t> stored = m.gguf_bytes();
     std::vector<uint8_t> bytes(static_cast<size_t>(local) * rb, 0);
     for (int64_t r = 0; r < local; ++r) {
       const int64_t global = begin + r;
-      if (global < mapped) std::memcpy(bytes.data() + r * rb, m.row(first + global), rb);
+      if (global < mapped) std::memcpy(bytes.data() + r * rb, stored.data() + (first + global) * rb, rb);
     }
     out[s.name] = kernels::WeightMatrix::from_bytes(m.type(), local, m.cols(), std::move(bytes));
   }

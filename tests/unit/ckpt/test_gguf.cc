@@ -145,9 +145,10 @@ TEST(Gguf, ModelsRoundTrip) {
       const int64_t rows = static_cast<int64_t>(v.size()) / mat.cols();
       const kernels::WeightMatrix want =
           kernels::WeightMatrix::quantize({1}, kernels::WeightType::q8_0, v.data(), rows, mat.cols());
-      ASSERT_LE(want.bytes(), mat.bytes()) << name;
-      EXPECT_EQ(std::memcmp(mat.data(), want.data(), want.bytes()), 0) << name;
-      EXPECT_EQ(std::count(mat.data() + want.bytes(), mat.data() + mat.bytes(), 0), mat.bytes() - want.bytes());
+      const std::vector<uint8_t> got = mat.gguf_bytes(), expect = want.gguf_bytes();
+      ASSERT_LE(expect.size(), got.size()) << name;
+      EXPECT_EQ(std::memcmp(got.data(), expect.data(), expect.size()), 0) << name;
+      EXPECT_EQ(std::count(got.begin() + expect.size(), got.end(), 0), got.size() - expect.size()) << name;
     }
     fs::remove(path);
   }

@@ -66,6 +66,23 @@ TEST(Quant, Q4_0BlockLayout) {
   EXPECT_EQ(back, x);
 }
 
+TEST(Quant, MatricesSpeakGgufBytes) {
+  const int64_t rows = 3, K = 64;
+  auto w = randn(rows * K, 11);
+  for (WeightType t : kAll) {
+    std::vector<uint8_t> g(weight_row_bytes(t, K) * rows);
+    quantize_rows(t, w.data(), g.data(), rows, K);
+    const WeightMatrix a = WeightMatrix::quantize({1}, t, w.data(), rows, K);
+    const WeightMatrix b = WeightMatrix::from_bytes(t, rows, K, g);
+    EXPECT_EQ(a.gguf_bytes(), g) << weight_type_name(t);
+    EXPECT_EQ(b.gguf_bytes(), g) << weight_type_name(t);
+    std::vector<float> x(rows * K), y(rows * K);
+    dequantize_rows(t, g.data(), x.data(), rows, K);
+    b.dequantize(y.data());
+    EXPECT_EQ(x, y) << weight_type_name(t);
+  }
+}
+
 TEST(Quant, RoundTripError) {
   const int64_t rows = 8, K = 256;
   auto w = randn(rows * K, 1);
@@ -166,7 +183,11 @@ TEST(Quant, InstructionSetsAgreeBitwise) {
 #endif
   for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
     const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
-    const PanelArgs proto{nullptr, N, xq.data(), xd.data(), M, K, W.data(), W.row_bytes(), t, b.data()};
+    // The lane sums times -offset (quant.h: 128 for q8_0, 8 for q4_0).
+    std::vector<int32_t> xc(M * K / 32 * 8);
+    for (size_t l = 0; l < xc.size(); ++l)
+      xc[l] = -(t == WeightType::q8_0 ? 128 : 8) * (xq[4 * l] + xq[4 * l + 1] + xq[4 * l + 2] + xq[4 * l + 3]);
+    const PanelArgs proto{nullptr, N, xq.data(), xd.data(), xc.data(), M, K, W.data(), W.row_bytes(), t, b.data()};
     std::vector<float> want(M * N);
     PanelArgs a = proto;
     a.out = want.data();

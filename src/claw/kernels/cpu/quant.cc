@@ -138,7 +138,28 @@ WeightMatrix WeightMatrix::quantize(const CpuCtx& ctx, WeightType t, const float
   parallel_for(ctx, rows, 16, [&](int64_t r0, int64_t r1) {
     quantize_rows(t, w + r0 * cols, m.data_.data() + static_cast<size_t>(r0) * rb, r1 - r0, cols);
   });
+  m.flip_q8_bias();
   return m;
+}
+
+void WeightMatrix::flip_q8_bias() {
+  if (type_ != WeightType::q8_0) return;
+  BlockQ8_0* b = reinterpret_cast<BlockQ8_0*>(data_.data());
+  const size_t n = data_.size() / sizeof(BlockQ8_0);
+  for (size_t i = 0; i < n; ++i)
+    for (int8_t& q : b[i].qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
+}
+
+std::vector<uint8_t> WeightMatrix::gguf_bytes() const {
+  WeightMatrix copy = *this;
+  copy.flip_q8_bias();
+  return std::move(copy.data_);
+}
+
+void WeightMatrix::dequantize(float* out) const {
+  if (type_ != WeightType::q8_0) return dequantize_rows(type_, data_.data(), out, rows_, cols_);
+  const std::vector<uint8_t> g = gguf_bytes();
+  dequantize_rows(type_, g.data(), out, rows_, cols_);
 }
 
 WeightMatrix WeightMatrix::from_bytes(WeightType t, int64_t rows, int64_t cols, std::vector<uint8_t> bytes) {
@@ -152,6 +173,7 @@ WeightMatrix WeightMatrix::from_bytes(WeightType t, int64_t rows, int64_t cols, 
   m.rows_ = rows;
   m.cols_ = cols;
   m.data_ = std::move(bytes);
+  m.flip_q8_bias();
   return m;
 }
 
@@ -167,6 +189,8 @@ void panel_generic(const PanelArgs& a, int64_t n0, int64_t n1) {
         int8_t q[32];
         float dw;
         load_block(a.type, row, b, q, &dw);
+        if (a.type == WeightType::q8_0)  // the kernel layout's bias
+          for (int8_t& v : q) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80);
         const int8_t* x = a.xq + m * a.K + b * kQuantBlock;
         const float s = a.xd[m * nb + b] * dw;
         for (int l = 0; l < 8; ++l) {
@@ -218,8 +242,11 @@ const Isa& isa() {
   return chosen;
 }
 
-// Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d).
-void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t K, int8_t* xq, float* xd) {
+// Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d),
+// and per block the 8 lane sums of q times -bias (the weights' unsigned
+// offset: 128 for q8_0's kernel layout, 8 for q4_0's nibbles).
+void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t K, int32_t bias, int8_t* xq,
+                          float* xd, int32_t* xc) {
   const int64_t nb = K / kQuantBlock;
   parallel_for(ctx, M * nb, 256, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -229,6 +256,10 @@ void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t 
       const float d = amax / 127, id = d != 0 ? 1 / d : 0;
       xd[b] = d;
       for (int k = 0; k < kQuantBlock; ++k) xq[b * kQuantBlock + k] = static_cast<int8_t>(std::round(in[k] * id));
+      for (int l = 0; l < 8; ++l) {
+        const int8_t* q = xq + b * kQuantBlock + 4 * l;
+        xc[b * 8 + l] = -bias * (q[0] + q[1] + q[2] + q[3]);
+      }
     }
   });
 }
@@ -312,10 +343,13 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
     case WeightType::q4_0: {
       thread_local std::vector<int8_t> xq;
       thread_local std::vector<float> xd;
+      thread_local std::vector<int32_t> xc;
       xq.resize(static_cast<size_t>(M * K));
       xd.resize(static_cast<size_t>(M * (K / kQuantBlock)));
-      quantize_activations(ctx, inp, M, K, xq.data(), xd.data());
-      const quant_detail::PanelArgs a{out, N, xq.data(), xd.data(), M, K, W.data(), W.row_bytes(), W.type(), bias};
+      xc.resize(static_cast<size_t>(M * (K / kQuantBlock) * 8));
+      quantize_activations(ctx, inp, M, K, W.type() == WeightType::q8_0 ? 128 : 8, xq.data(), xd.data(), xc.data());
+      const quant_detail::PanelArgs a{out,  N, xq.data(), xd.data(), xc.data(), M, K, W.data(), W.row_bytes(),
+                                      W.type(), bias};
       const PanelFn fn = isa().fn;
       over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
       return;

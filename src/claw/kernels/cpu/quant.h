@@ -21,6 +21,13 @@
 //               the two scales, by one fused multiply-add per lane, block
 //               after block; the 8 lanes are then added pairwise
 //               ((0+4)+(2+6)) + ((1+5)+(3+7)), and the bias last.
+// In a WeightMatrix, q8_0 quants are held biased by 128 (the byte q + 128):
+// VNNI multiplies an unsigned byte by a signed one, so the weights go in
+// unsigned as they are and the input as it is, and the accumulator starts
+// at -128 sum(x) per lane (q4_0's nibbles q are unsigned already: -8
+// sum(x)); these lane sums of the input are computed once per input block.
+// from_bytes() and bytes() speak GGUF's layout.
+//
 // The integer sums are exact and the float operations the same on every
 // path, so the AVX-512 VNNI, AVX2 and portable kernels give bitwise equal
 // results; the fastest the CPU has is chosen at run time (CLAW_QUANT_ISA=
@@ -72,8 +79,11 @@ class WeightMatrix {
   WeightMatrix() = default;
   // Throws claw::Error when cols does not fit the type.
   static WeightMatrix quantize(const CpuCtx& ctx, WeightType t, const float* w, int64_t rows, int64_t cols);
-  // Takes rows already in type t (weight_row_bytes(t, cols) * rows bytes).
+  // Takes rows already in type t, in GGUF's layout (weight_row_bytes(t,
+  // cols) * rows bytes).
   static WeightMatrix from_bytes(WeightType t, int64_t rows, int64_t cols, std::vector<uint8_t> bytes);
+  // The rows in GGUF's layout.
+  std::vector<uint8_t> gguf_bytes() const;
 
   bool empty() const { return rows_ == 0; }
   WeightType type() const { return type_; }
@@ -81,11 +91,14 @@ class WeightMatrix {
   int64_t cols() const { return cols_; }
   size_t row_bytes() const { return weight_row_bytes(type_, cols_); }
   size_t bytes() const { return data_.size(); }
+  // The kernel layout (q8_0 biased, see above).
   const uint8_t* data() const { return data_.data(); }
   const uint8_t* row(int64_t i) const { return data_.data() + static_cast<size_t>(i) * row_bytes(); }
-  void dequantize(float* out) const { dequantize_rows(type_, data_.data(), out, rows_, cols_); }
+  void dequantize(float* out) const;
 
  private:
+  // GGUF layout <-> kernel layout (flips the q8_0 quants' top bit; its own inverse).
+  void flip_q8_bias();
   WeightType type_ = WeightType::f32;
   int64_t rows_ = 0, cols_ = 0;
   std::vector<uint8_t> data_;

@@ -16,8 +16,9 @@ struct PanelArgs {
   int64_t N;
   const int8_t* xq;    // [M, K]
   const float* xd;     // [M, K / 32]
+  const int32_t* xc;   // [M, K / 32, 8]: -offset x the lane sums of xq (quant.h)
   int64_t M, K;
-  const uint8_t* w;    // N rows of row_bytes
+  const uint8_t* w;    // N rows of row_bytes, the kernel layout
   size_t row_bytes;
   WeightType type;     // q8_0 or q4_0
   const float* bias;   // [N] or null
