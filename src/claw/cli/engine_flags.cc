@@ -27,6 +27,9 @@ void add_model_flags(CLI::App& app, InferenceModelOptions& model) {
 void EngineFlags::add_to(CLI::App& app) {
   add_model_flags(app, model);
   app.add_option("--block-size", engine.block_size, "tokens per KV-cache block")->capture_default_str();
+  app.add_option("--kv-cache-dtype", kv_cache_dtype,
+                 "keys and values held as auto (f32), f32, bf16 or int8 (a scale per token and KV head)")
+      ->capture_default_str();
   app.add_option("--kv-cache-memory", kv_cache_memory,
                  "memory for the KV cache, e.g. 2GiB (default: a quarter of the available memory)");
   app.add_option("--num-kv-blocks", engine.num_blocks, "KV-cache blocks (overrides --kv-cache-memory)");
@@ -54,7 +57,12 @@ serve::EngineConfig EngineFlags::resolve(const InferenceModel& m) const {
   e.prefix_caching = !no_prefix_caching;
   serve::BlockPool::check_block_size(e.block_size);  // before sizing blocks by it
   const int64_t context = e.max_model_len > 0 ? e.max_model_len : m.cfg.max_position_embeddings;
-  const int64_t block_bytes = serve::PagedKvCache::block_bytes(m.cfg, {}, e.block_size);
+  if (kv_cache_dtype != "auto") {
+    const auto t = kernels::parse_kv_dtype(kv_cache_dtype);
+    if (!t) fail("--kv-cache-dtype '{}': valid are auto (f32), f32, bf16, int8", kv_cache_dtype);
+    e.kv_cache_dtype = *t;
+  }
+  const int64_t block_bytes = serve::PagedKvCache::block_bytes(m.cfg, {}, e.block_size, e.kv_cache_dtype);
   if (e.num_blocks <= 0) {
     uint64_t budget = 0;
     if (!kv_cache_memory.empty()) {
@@ -70,8 +78,8 @@ serve::EngineConfig EngineFlags::resolve(const InferenceModel& m) const {
       fail("--kv-cache-memory {} holds no KV block of {} bytes", kv_cache_memory.empty() ? "(default)" : kv_cache_memory,
            block_bytes);
   }
-  log::info("serve", "KV cache: {} blocks of {} tokens ({:.1f} MiB)", e.num_blocks, e.block_size,
-            static_cast<double>(e.num_blocks * block_bytes) / 1048576.0);
+  log::info("serve", "KV cache: {} blocks of {} tokens in {} ({:.1f} MiB)", e.num_blocks, e.block_size,
+            kernels::kv_dtype_name(e.kv_cache_dtype), static_cast<double>(e.num_blocks * block_bytes) / 1048576.0);
   return e;
 }
 

@@ -16,6 +16,7 @@ struct EngineFlags {
   serve::EngineConfig engine;
   std::string kv_cache_memory;  // --kv-cache-memory: a size; empty: a quarter of the available memory
   bool no_prefix_caching = false;
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
   int num_threads = 0;          // 0: the CPUs this process may use
 
   void add_to(CLI::App& app);

@@ -35,7 +35,7 @@ Engine::Engine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg)
       cfg_(cfg),
       vocab_(model.config().vocab_size),
       pool_(cfg.num_blocks, cfg.block_size, cfg.prefix_caching),
-      cache_(model.config(), model.tp().dims(), cfg.num_blocks, cfg.block_size) {
+      cache_(model.config(), model.tp().dims(), cfg.num_blocks, cfg.block_size, cfg.kv_cache_dtype) {
   const int64_t context = model.config().max_position_embeddings;
   if (cfg_.max_model_len <= 0) cfg_.max_model_len = context;
   if (cfg_.max_model_len > context)

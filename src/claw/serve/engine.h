@@ -57,6 +57,7 @@ struct EngineConfig {
   int64_t max_num_seqs = 256;            // --max-num-seqs: sequences running at once
   int64_t max_model_len = 0;             // --max-model-len: prompt + output (0: the model's context)
   bool prefix_caching = true;            // --no-prefix-caching turns it off
+  kernels::KvDtype kv_cache_dtype = kernels::KvDtype::f32;  // --kv-cache-dtype
 };
 
 enum class FinishReason { none, stop, length, cancelled };

@@ -7,16 +7,33 @@
 
 namespace claw::serve {
 
-PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size)
+PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size,
+                           kernels::KvDtype dtype)
     : layers_(cfg.num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
       row_(tp.kv_groups(cfg) * cfg.head_dim()),
+      head_dim_(cfg.head_dim()),
       layer_elems_(num_blocks * block_size * row_),
-      storage_(new float[static_cast<size_t>(2 * layers_ * layer_elems_)]) {}
+      bytes_per_block_(block_bytes(cfg, tp, block_size, dtype)),
+      dtype_(dtype),
+      storage_(new uint8_t[static_cast<size_t>(2 * layers_ * layer_elems_) * kernels::kv_dtype_size(dtype)]) {
+  if (dtype == kernels::KvDtype::int8)
+    scales_.reset(new float[static_cast<size_t>(2 * layers_ * num_blocks * block_size * tp.kv_groups(cfg))]);
+}
 
-int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size) {
-  return 2 * cfg.num_layers * block_size * tp.kv_groups(cfg) * cfg.head_dim() * static_cast<int64_t>(sizeof(float));
+int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size,
+                                  kernels::KvDtype dtype) {
+  const int64_t rows = 2 * cfg.num_layers * block_size * tp.kv_groups(cfg);
+  return rows * cfg.head_dim() * static_cast<int64_t>(kernels::kv_dtype_size(dtype)) +
+         (dtype == kernels::KvDtype::int8 ? rows * static_cast<int64_t>(sizeof(float)) : 0);
+}
+
+kernels::KvView PagedKvCache::view(int64_t layer, int which) const {
+  const int64_t k = 2 * layer + which;
+  return {.dtype = dtype_,
+          .data = storage_.get() + static_cast<size_t>(k * layer_elems_) * kernels::kv_dtype_size(dtype_),
+          .scales = scales_ ? scales_.get() + k * (layer_elems_ / head_dim_) : nullptr};
 }
 
 void PagedKvCache::set_step(std::vector<StepSeq> seqs) {
@@ -46,15 +63,16 @@ void PagedKvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, cons
                           float* out, float*, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
   CLAW_CHECK(B * T == step_tokens_ && G * D == row_, "paged cache step of {} tokens x {} elements, given {} x {}",
              step_tokens_, row_, B * T, G * D);
-  float* K = keys(layer);
-  float* V = values(layer);
+  const kernels::KvView K = view(layer, 0), V = view(layer, 1);
   int64_t r = 0;
   for (const StepSeq& s : step_)
     for (int64_t t = 0; t < s.num_tokens; ++t, ++r) {
       const int64_t pos = s.context + t;
-      const int64_t at = (static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ + pos % block_size_) * row_;
-      std::copy_n(k + r * row_, row_, K + at);
-      std::copy_n(v + r * row_, row_, V + at);
+      const int64_t slot = static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ + pos % block_size_;
+      for (int64_t g = 0; g < G; ++g) {
+        kernels::kv_store_row(K, slot * G + g, k + r * row_ + g * D, D);
+        kernels::kv_store_row(V, slot * G + g, v + r * row_ + g * D, D);
+      }
     }
   kernels::paged_attention_forward(cpu, out, q, K, V, block_size_, paged_.data(), static_cast<int64_t>(paged_.size()),
                                    H, G, D, 1.0 / std::sqrt(double(D)));

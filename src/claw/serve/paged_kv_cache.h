@@ -37,13 +37,17 @@ struct StepSeq {
 
 class PagedKvCache final : public model::AttentionCache {
  public:
-  PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size);
+  // dtype: how keys and values are held (kernels/cpu/paged_attention.h).
+  PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size,
+               kernels::KvDtype dtype = kernels::KvDtype::f32);
 
-  // Bytes of one block (all layers, keys and values) on this rank.
-  static int64_t block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size);
+  // Bytes of one block (all layers, keys and values, int8's scales) on this rank.
+  static int64_t block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size,
+                             kernels::KvDtype dtype = kernels::KvDtype::f32);
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
-  size_t bytes() const { return static_cast<size_t>(2 * layers_ * layer_elems_) * sizeof(float); }
+  kernels::KvDtype dtype() const { return dtype_; }
+  size_t bytes() const { return static_cast<size_t>(num_blocks_ * bytes_per_block_); }
 
   void set_step(std::vector<StepSeq> seqs);
 
@@ -55,13 +59,16 @@ class PagedKvCache final : public model::AttentionCache {
   void advance(int64_t, int64_t) override {}  // the engine tracks what each sequence has cached
 
  private:
-  float* keys(int64_t layer) { return storage_.get() + 2 * layer * layer_elems_; }
-  float* values(int64_t layer) { return keys(layer) + layer_elems_; }
+  // Layer l's keys (which 0) or values (1).
+  kernels::KvView view(int64_t layer, int which) const;
 
-  int64_t layers_, num_blocks_, block_size_, row_, layer_elems_;
-  // [L][keys | values][blocks][block_size][row], not initialised: a slot is
-  // written before it is read, and pages never used are never touched.
-  std::unique_ptr<float[]> storage_;
+  int64_t layers_, num_blocks_, block_size_, row_, head_dim_, layer_elems_, bytes_per_block_;
+  kernels::KvDtype dtype_;
+  // [L][keys | values][blocks][block_size][row] of dtype_, and for int8
+  // [L][keys | values][blocks][block_size][G] scales; not initialised: a slot
+  // is written before it is read, and pages never used are never touched.
+  std::unique_ptr<uint8_t[]> storage_;
+  std::unique_ptr<float[]> scales_;
   std::vector<StepSeq> step_;
   std::vector<kernels::PagedSeq> paged_;
   int64_t step_tokens_ = 0;

@@ -223,6 +223,63 @@ TEST(Engine, QuantizedWeightsAreCloseAndBatchInvariant) {
   }
 }
 
+// Keys and values held in bf16 or int8: logits near the fp32 cache's, and a
+// request still bitwise the same alone and among others.
+TEST(Engine, KvCacheDtypesAreCloseAndBatchInvariant) {
+  const model::ModelConfig c = small("llama-tiny");
+  model::GPT m(c);
+  m.init_weights(ctx, 8);
+  const std::vector<int32_t> probe = random_tokens(45, c.vocab_size, 9);
+  const int64_t V = c.vocab_size;
+  auto step_logits = [&](kernels::KvDtype t) {
+    PagedKvCache cache(c, {}, 8, 16, t);
+    const std::vector<int32_t> table = {5, 1, 7};
+    std::vector<float> all;
+    int64_t done = 0;
+    for (int64_t n : {20, 25}) {  // two prefill chunks
+      cache.set_step({{table.data(), 3, done, n}});
+      const Tensor h = m.forward_cached({.cpu = ctx, .B = 1, .T = n}, probe.data() + done, cache);
+      std::vector<float> l(n * V);
+      model::StepCtx lc{.cpu = ctx, .B = n, .T = 1};
+      lc.batch_invariant = true;
+      m.full_logits(lc, h, l.data());
+      all.insert(all.end(), l.begin(), l.end());
+      done += n;
+    }
+    return all;
+  };
+  const std::vector<float> f32 = step_logits(kernels::KvDtype::f32);
+  for (auto [t, tol] : {std::pair{kernels::KvDtype::bf16, 0.02}, {kernels::KvDtype::int8, 0.05}}) {
+    const std::vector<float> got = step_logits(t);
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err = std::max(err, std::abs(double(got[i]) - f32[i]));
+      scale = std::max(scale, std::abs(double(f32[i])));
+    }
+    std::printf("%s KV cache: max |logit - fp32 cache's| / max |logit| = %.4f\n",
+                std::string(kernels::kv_dtype_name(t)).c_str(), err / scale);
+    EXPECT_LT(err / scale, tol) << kernels::kv_dtype_name(t);
+    EXPECT_GT(err, 0) << kernels::kv_dtype_name(t);
+
+    Result alone, loaded;
+    {
+      Engine e(m, ctx, {.num_blocks = 64, .kv_cache_dtype = t});
+      e.add(request(probe, kSampled, 16, &alone));
+      drain(e);
+    }
+    Engine e(m, ctx, {.num_blocks = 40, .max_num_batched_tokens = 29, .kv_cache_dtype = t});
+    std::vector<Result> others(7);
+    for (int i = 0; i < 7; ++i) {
+      if (i == 3) e.add(request(probe, kSampled, 16, &loaded));
+      e.add(request(random_tokens(9 + 13 * i, c.vocab_size, 300 + i), {.temperature = 0.8, .seed = uint64_t(i)},
+                    12, &others[i]));
+      if (i % 2 == 0) e.step();
+    }
+    drain(e);
+    EXPECT_TRUE(loaded == alone) << kernels::kv_dtype_name(t);
+  }
+}
+
 // A second request with the same 40-token prefix takes its first two blocks
 // from the cache and gives the tokens it gives with prefix caching off.
 TEST(Engine, PrefixCacheHitsGiveTheSameTokens) {

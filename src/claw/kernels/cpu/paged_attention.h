@@ -20,13 +20,36 @@
 // output is bitwise the same whichever sequences share the step, however its
 // prompt was split into prefill chunks, whatever the block size, and on any
 // thread count.
+//
+// The cache may hold keys and values in fp32, bf16, or int8 with one fp32
+// scale per (slot, KV head) row of D (scale = max|x| / 127, the row rounded
+// to nearest): kv_store_row() writes a row, the kernel widens each row it
+// reads to fp32. Rows are quantized on their own, so this too is the same
+// whatever the batch.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "claw/core/parallel.h"
 
 namespace claw::kernels {
+
+enum class KvDtype : uint8_t { f32, bf16, int8 };
+std::string_view kv_dtype_name(KvDtype t);
+std::optional<KvDtype> parse_kv_dtype(std::string_view s);  // "f32", "bf16", "int8"
+size_t kv_dtype_size(KvDtype t);                            // bytes an element
+
+// One layer's keys or values: `data` as [blocks][block_size][G][D] of the
+// dtype; `scales` [blocks][block_size][G] for int8 (else null).
+struct KvView {
+  KvDtype dtype = KvDtype::f32;
+  void* data = nullptr;
+  float* scales = nullptr;
+};
+// Writes row `slot * G + g` (D elements of src) into the view.
+void kv_store_row(const KvView& v, int64_t row, const float* src, int64_t D);
 
 struct PagedSeq {
   int64_t first_row = 0;          // the sequence's first query row in q/out
@@ -35,8 +58,8 @@ struct PagedSeq {
   const int32_t* blocks = nullptr;  // block table: block of positions [i bs, (i + 1) bs) at [i]
 };
 
-void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const float* keys, const float* values,
-                             int64_t block_size, const PagedSeq* seqs, int64_t num_seqs, int64_t H, int64_t G,
-                             int64_t D, double scale);
+void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const KvView& keys,
+                             const KvView& values, int64_t block_size, const PagedSeq* seqs, int64_t num_seqs,
+                             int64_t H, int64_t G, int64_t D, double scale);
 
 }  // namespace claw::kernels
