@@ -203,6 +203,12 @@ GgufModel read_gguf_model(const std::string& path) {
     if (!md.contains(k) || !md[k].is_number()) fail("{}: metadata {} is missing or not a number", path, k);
     return md[k];
   };
+  // GGUF keeps epsilons and RoPE bases as f32: the shortest decimal that
+  // reads back as that f32 is the value the writer meant (1e-5, not
+  // 9.99999974738e-06), as the other formats hold it.
+  auto real = [&](const std::string& k) -> nlohmann::json {
+    return std::stod(fmt::format("{}", num(k).get<float>()));
+  };
   GgufModel g;
   g.arch = str("general.architecture");
   if (g.arch != "gpt2" && g.arch != "llama")
@@ -228,7 +234,7 @@ GgufModel read_gguf_model(const std::string& path) {
               {"n_inner", num(key("feed_forward_length"))},
               {"vocab_size", vocab},
               {"n_positions", num(key("context_length"))},
-              {"layer_norm_epsilon", num(key("attention.layer_norm_epsilon"))},
+              {"layer_norm_epsilon", real(key("attention.layer_norm_epsilon"))},
               {"tie_word_embeddings", tied}};
   } else {
     if (r.find("rope_freqs.weight"))
@@ -247,8 +253,8 @@ GgufModel read_gguf_model(const std::string& path) {
               {"intermediate_size", num(key("feed_forward_length"))},
               {"vocab_size", vocab},
               {"max_position_embeddings", num(key("context_length"))},
-              {"rms_norm_eps", num(key("attention.layer_norm_rms_epsilon"))},
-              {"rope_theta", md.contains(key("rope.freq_base")) ? num(key("rope.freq_base")) : nlohmann::json(10000.0)},
+              {"rms_norm_eps", real(key("attention.layer_norm_rms_epsilon"))},
+              {"rope_theta", md.contains(key("rope.freq_base")) ? real(key("rope.freq_base")) : nlohmann::json(10000.0)},
               {"tie_word_embeddings", !has_output},
               {"attention_bias", r.find("blk.0.attn_q.bias") != nullptr}};
   }

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "claw/core/error.h"
-#include "claw/model/kv_cache.h"
+#include "claw/serve/paged_kv_cache.h"
 
 namespace claw::serve {
 
@@ -25,9 +25,16 @@ PerplexityResult perplexity(model::GPT& m, const CpuCtx& cpu, std::span<const in
     if (t < 0 || t >= V) fail("token id {} is outside the model's vocabulary of {}", t, V);
   PerplexityResult r;
   std::vector<float> logits(static_cast<size_t>(ctx * V));
+  constexpr int64_t kBlock = 16;
+  const int64_t blocks = (ctx + kBlock - 1) / kBlock;
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
   for (int64_t w = 0; w < windows; ++w) {
     const int32_t* win = tokens.data() + w * ctx;
-    model::KvCache cache(c, {}, 1, ctx);
+    // The serving engine's paged cache and fixed-order attention, so the
+    // figures are reproducible bitwise (BLAS's blockings depend on alignment).
+    PagedKvCache cache(c, {}, blocks, kBlock);
+    cache.set_step({{table.data(), blocks, 0, ctx}});
     model::StepCtx sc{.cpu = cpu, .B = 1, .T = ctx};
     sc.batch_invariant = true;
     const Tensor h = m.forward_cached(sc, win, cache);

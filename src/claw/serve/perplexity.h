@@ -2,7 +2,8 @@
 // (forward_cached and the batch-invariant logits, so in whatever weight
 // type the model was given: GPT::set_inference_weights), the way
 // llama.cpp's perplexity tool measures quantized models: the stream is cut
-// into windows of ctx tokens, each run from an empty cache, and every token
+// into windows of ctx tokens, each run from an empty cache (the engine's
+// paged one), and every token
 // of a window but the first is scored by the log-probability the model gave
 // it after the tokens before it in the window.
 #pragma once

@@ -126,6 +126,8 @@ TEST(Gguf, ModelsRoundTrip) {
     EXPECT_EQ(g.cfg.kv_heads(), cfg.kv_heads());
     EXPECT_EQ(g.cfg.vocab_size, cfg.vocab_size);
     EXPECT_EQ(g.cfg.tied(), cfg.tied());
+    EXPECT_EQ(g.cfg.norm_epsilon, cfg.norm_epsilon) << "f32 in the file, the decimal the writer meant on reading";
+    EXPECT_EQ(g.cfg.rotary_base, cfg.rotary_base);
     EXPECT_TRUE(g.matrices.empty());
     for (const model::ParamSpec& s : model_param_specs(cfg))
       EXPECT_EQ(from_hf(s, g.tensors, path), ours.at(s.name)) << s.name;
