@@ -335,10 +335,31 @@ HfModel read_hf_dir(const std::string& dir) {
 
 void load_hf_params(const std::vector<model::Param*>& params, const HfStateDict& hf, const std::string& source) {
   for (model::Param* p : params) {
-    const std::vector<float> x = from_hf(p->spec, hf, source);
+    const model::ParamSpec& s = p->spec;
+    const std::vector<float> x = from_hf(s, hf, source);  // the whole tensor, checkpoint shape
     float* dst = p->data();
-    std::fill(dst, dst + p->spec.local_shape().numel(), 0.0f);  // vocabulary padding stays zero
-    std::copy(x.begin(), x.end(), dst);
+    const int64_t n = s.local_shape().numel();
+    std::fill(dst, dst + n, 0.0f);  // vocabulary padding stays zero
+    if (s.shard_dim < 0) {
+      std::copy(x.begin(), x.end(), dst);
+      continue;
+    }
+    // This rank's slice (tensor parallelism): local element i is global
+    // element s.global_index(i); rows past the checkpoint shape's are padding.
+    const std::vector<int64_t> ck = checkpoint_shape(s);
+    const Shape& g = s.shape;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t gi = s.global_index(i), at = 0, stride = 1;
+      bool inside = true;
+      for (int d = g.ndim() - 1; d >= 0; --d) {
+        const int64_t idx = gi % g[d];
+        gi /= g[d];
+        inside = inside && idx < ck[d];
+        at += idx * stride;
+        stride *= ck[d];
+      }
+      if (inside) dst[i] = x[at];
+    }
   }
 }
 

@@ -11,6 +11,30 @@
 
 namespace claw::cli {
 
+EngineJob start_engine_job(InferenceModelOptions& model) {
+  EngineJob job;
+  job.world = comm::World::create({});
+  log::set_rank(job.world->rank(), job.world->size());
+  if (job.world->size() > 1) {
+    job.parallel = comm::ParallelState::create(*job.world, {.tp = job.world->size()});
+    model.world = job.world.get();
+    model.parallel = job.parallel.get();
+    log::info("serve", "tensor parallelism over {} ranks ({}); rank 0 takes the requests", job.world->size(),
+              job.world->backend());
+  }
+  return job;
+}
+
+serve::EngineConfig EngineJob::agree(serve::EngineConfig e) const {
+  if (size() == 1) return e;
+  int64_t v[3] = {e.num_blocks, e.max_model_len, e.max_num_batched_tokens};
+  world->world_group()->broadcast(v, 3, DType::i64, 0);
+  e.num_blocks = v[0];
+  e.max_model_len = v[1];
+  e.max_num_batched_tokens = v[2];
+  return e;
+}
+
 void add_model_flags(CLI::App& app, InferenceModelOptions& model) {
   app.add_option("--model,-m", model.path, "a claw checkpoint (root or iter_* directory), a Hugging Face directory or a GGUF file");
   app.add_option("--dtype", model.dtype,

@@ -2,6 +2,7 @@
 // chat, serve): the model to load and the engine's sizes, with vLLM's names.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +26,22 @@ struct EngineFlags {
   serve::EngineConfig resolve(const InferenceModel& m) const;
   CpuCtx cpu() const;
 };
+
+// Tensor parallelism for the engine commands: under a launcher (mpirun,
+// srun) every rank of the job holds 1/N of the model, N the world size
+// (Megatron's column/row split); rank 0 takes the requests and schedules,
+// the others run its steps (serve::Engine::follow). One process: no MPI.
+struct EngineJob {
+  std::unique_ptr<comm::World> world;
+  std::unique_ptr<comm::ParallelState> parallel;  // null with one rank
+  bool leader() const { return world->rank() == 0; }
+  int size() const { return world->size(); }
+  // The leader's engine sizes on every rank (resolve() reads this rank's
+  // free memory); a broadcast, collective.
+  serve::EngineConfig agree(serve::EngineConfig e) const;
+};
+// Starts the job and points `model` at its groups.
+EngineJob start_engine_job(InferenceModelOptions& model);
 
 // --model, --dtype, --ckpt-step and the tokenizer flags.
 void add_model_flags(CLI::App& app, InferenceModelOptions& model);

@@ -66,9 +66,14 @@ void run(const GenerateArgs& a) {
   if (given != 1) fail("give exactly one of --prompt TEXT, --prompt-file FILE (- for stdin), --prompt-tokens IDS");
   if (a.output_format != "text" && a.output_format != "json")
     fail("--output-format '{}' is not one of text, json", a.output_format);
-  InferenceModel m = load_inference_model(a.engine.model);
+  InferenceModelOptions mo = a.engine.model;
+  const EngineJob job = start_engine_job(mo);
+  InferenceModel m = load_inference_model(mo);
   log::info("generate", "loaded {}: {} layers, hidden {}, vocabulary {}; {}", m.source, m.cfg.num_layers,
             m.cfg.hidden_size, m.cfg.vocab_size, m.weights_summary());
+  const CpuCtx cpu = a.engine.cpu();
+  serve::Engine engine(*m.gpt, cpu, job.agree(a.engine.resolve(m)));
+  if (!job.leader()) return engine.follow();
   std::vector<int32_t> prompt;
   std::string prompt_text;
   if (!a.prompt_tokens.empty()) {
@@ -79,8 +84,6 @@ void run(const GenerateArgs& a) {
     prompt = m.tokenizer->encode(prompt_text);
   }
   if (!a.stop.empty() && !m.tokenizer) fail("--stop needs a tokenizer ({} has none)", m.source);
-  const CpuCtx cpu = a.engine.cpu();
-  serve::Engine engine(*m.gpt, cpu, a.engine.resolve(m));
 
   std::unique_ptr<serve::TextStream> text;
   if (m.tokenizer) text = std::make_unique<serve::TextStream>(*m.tokenizer, a.stop);

@@ -21,6 +21,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The model for m.cfg, split over the job's TP group when there is one.
+std::unique_ptr<model::GPT> make_model(const InferenceModelOptions& o, InferenceModel& m) {
+  if (o.parallel && o.parallel->grid().tp > 1) {
+    m.tp_groups = model::make_tensor_parallel(*o.world, *o.parallel, m.cfg, /*sequence_parallel=*/false);
+    return std::make_unique<model::GPT>(m.cfg, model::StoreOptions{}, m.tp_groups.tp);
+  }
+  return std::make_unique<model::GPT>(m.cfg);
+}
+
 bool is_claw_checkpoint(const fs::path& p) {
   if (fs::exists(p / "metadata.json") || fs::exists(p / "latest_checkpointed_iteration.txt")) return true;
   std::error_code ec;
@@ -44,7 +53,7 @@ void load_claw(const InferenceModelOptions& o, InferenceModel& m, data::Tokenize
   const ckpt::Metadata meta = ckpt::Metadata::read(d);
   m.cfg = model_from_flags_json(meta.model, "checkpoint " + d);
   m.cfg.hidden_dropout = 0;
-  m.gpt = std::make_unique<model::GPT>(m.cfg);
+  m.gpt = make_model(o, m);
   const std::vector<ckpt::Shard> shards = ckpt::collect_shards({&m.gpt->store()}, nullptr, {.optimizer = false});
   ckpt::load_shards(d, meta, shards);
   m.source = fmt::format("claw checkpoint {} (iteration {})", d, meta.iteration);
@@ -62,7 +71,7 @@ void load_hf(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerO
   m.cfg = ckpt::model_from_hf_config(hf.config, o.path + "/config.json");
   m.cfg.hidden_dropout = 0;
   m.hf_type = hf.config.value("model_type", "");
-  m.gpt = std::make_unique<model::GPT>(m.cfg);
+  m.gpt = make_model(o, m);
   ckpt::load_hf_params(m.gpt->params(), hf.tensors, o.path);
   m.source = fmt::format("Hugging Face {} ({})", o.path, m.hf_type.empty() ? "?" : m.hf_type);
   for (const char* key : {"eos_token_id"}) {
@@ -87,7 +96,7 @@ std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptio
   ckpt::GgufModel g = ckpt::read_gguf_model(o.path);
   m.cfg = g.cfg;
   m.hf_type = g.arch;
-  m.gpt = std::make_unique<model::GPT>(m.cfg);
+  m.gpt = make_model(o, m);
   ckpt::load_hf_params(m.gpt->params(), g.tensors, o.path);
   g.tensors.clear();
   *file_type = g.weight_type;

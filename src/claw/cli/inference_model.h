@@ -28,7 +28,10 @@
 #include "claw/data/tokenizer.h"
 #include "claw/data/tokenizer_factory.h"
 #include "claw/kernels/cpu/quant.h"
+#include "claw/comm/parallel_state.h"
+#include "claw/comm/world.h"
 #include "claw/model/gpt.h"
+#include "claw/model/tensor_parallel.h"
 
 namespace claw::cli {
 
@@ -37,6 +40,10 @@ struct InferenceModelOptions {
   int64_t step = -1;      // --ckpt-step
   std::string dtype = "auto";  // --dtype
   data::TokenizerOptions tokenizer{.type = ""};  // --tokenizer-type ... (type empty: infer)
+  // Tensor parallelism (claw serve/generate under mpirun): the job's world
+  // and rank grid, whose TP size splits the model; null: one rank.
+  comm::World* world = nullptr;
+  comm::ParallelState* parallel = nullptr;
 };
 
 struct InferenceModel {
@@ -44,6 +51,7 @@ struct InferenceModel {
   std::string source;    // "claw checkpoint DIR (iteration N)" / "Hugging Face DIR (llama)"
   std::string hf_type;   // config.json's model_type ("gpt2", "llama"), empty for claw checkpoints
   model::ModelConfig cfg;
+  model::TpGroups tp_groups;  // this rank's TP groups (kept alive for gpt)
   std::unique_ptr<model::GPT> gpt;
   std::unique_ptr<data::Tokenizer> tokenizer;  // null: token ids only
   std::vector<int32_t> eos;                    // ids that end generation

@@ -50,7 +50,13 @@ Engine::Engine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg)
   if (cfg_.max_num_seqs < 1) fail("--max-num-seqs must be at least 1");
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  try {
+    stop_followers();
+  } catch (const std::exception& e) {
+    log::error("serve", "could not stop the tensor-parallel ranks: {}", e.what());
+  }
+}
 
 void Engine::validate(const GenerationRequest& r) const {
   r.sampling.validate();
@@ -148,6 +154,8 @@ void Engine::register_full_blocks(Seq& s) {
 }
 
 bool Engine::step() {
+  CLAW_CHECK(model_.tp().rank() == 0, "Engine::step on tensor-parallel rank {}: ranks > 0 follow()",
+             model_.tp().rank());
   if (idle()) return false;
   struct Work {
     Seq* seq;
@@ -200,43 +208,29 @@ bool Engine::step() {
     return !idle();
   }
 
-  // One forward over every scheduled token.
+  // One forward over every scheduled token; sequences whose every token is
+  // then cached get their next token (the logits of their last row).
   std::vector<int32_t> tokens;
   std::vector<StepSeq> plan;
+  std::vector<int64_t> ready_rows;
+  std::vector<Seq*> ready;
   for (const Work& w : work) {
     Seq& s = *w.seq;
     tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + w.n);
     plan.push_back({.blocks = s.blocks.data(), .num_blocks = static_cast<int64_t>(s.blocks.size()),
                     .context = s.computed, .num_tokens = w.n});
-  }
-  const int64_t N = static_cast<int64_t>(tokens.size()), C = model_.config().hidden_size;
-  cache_.set_step(std::move(plan));
-  model::StepCtx ctx{.cpu = cpu_, .B = 1, .T = N};
-  const Tensor hidden = model_.forward_cached(ctx, tokens.data(), cache_);
-  ++stats_.steps;
-  stats_.computed_tokens += N;
-
-  // Sequences whose every token is now cached get their next token.
-  std::vector<Seq*> ready;
-  rows_.clear();
-  int64_t row = 0;
-  for (const Work& w : work) {
-    Seq& s = *w.seq;
-    row += w.n;
-    s.computed += w.n;
-    register_full_blocks(s);
-    if (s.computed == static_cast<int64_t>(s.tokens.size())) {
+    if (s.computed + w.n == static_cast<int64_t>(s.tokens.size())) {
       ready.push_back(&s);
-      const float* h = hidden.data<float>() + (row - 1) * C;
-      rows_.insert(rows_.end(), h, h + C);
+      ready_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
     }
   }
-  if (ready.empty()) return true;
+  if (tp_leader()) send_step(tokens, plan, ready_rows);
+  run_step(tokens, std::move(plan), ready_rows);
+  for (const Work& w : work) {
+    w.seq->computed += w.n;
+    register_full_blocks(*w.seq);
+  }
   const int64_t R = static_cast<int64_t>(ready.size());
-  logits_.resize(static_cast<size_t>(R * vocab_));
-  model::StepCtx lctx{.cpu = cpu_, .B = R, .T = 1};
-  lctx.batch_invariant = true;
-  model_.full_logits(lctx, Tensor(rows_.data(), DType::f32, {R, C}), logits_.data());
   for (int64_t i = 0; i < R; ++i) {
     Seq& s = *ready[i];
     const float* l = logits_.data() + i * vocab_;
@@ -255,6 +249,73 @@ bool Engine::step() {
     if (out.finish != FinishReason::none || !keep) finish(s);
   }
   return true;
+}
+
+void Engine::run_step(const std::vector<int32_t>& tokens, std::vector<StepSeq> plan,
+                      const std::vector<int64_t>& ready_rows) {
+  const int64_t N = static_cast<int64_t>(tokens.size()), C = model_.config().hidden_size;
+  cache_.set_step(std::move(plan));
+  model::StepCtx ctx{.cpu = cpu_, .B = 1, .T = N};
+  const Tensor hidden = model_.forward_cached(ctx, tokens.data(), cache_);
+  ++stats_.steps;
+  stats_.computed_tokens += N;
+  const int64_t R = static_cast<int64_t>(ready_rows.size());
+  if (R == 0) return;
+  rows_.resize(static_cast<size_t>(R * C));
+  for (int64_t i = 0; i < R; ++i) std::copy_n(hidden.data<float>() + ready_rows[i] * C, C, rows_.data() + i * C);
+  logits_.resize(static_cast<size_t>(R * vocab_));
+  model::StepCtx lctx{.cpu = cpu_, .B = R, .T = 1};
+  lctx.batch_invariant = true;
+  model_.full_logits(lctx, Tensor(rows_.data(), DType::f32, {R, C}), logits_.data());
+}
+
+// A step's message from the TP leader: a header {N, sequences, ready rows,
+// block ids} (N < 0: stop), then the tokens, each sequence's context,
+// new-token count and block count, the block ids, the ready rows.
+void Engine::send_step(const std::vector<int32_t>& tokens, const std::vector<StepSeq>& plan,
+                       const std::vector<int64_t>& ready_rows) {
+  int64_t ids = 0;
+  for (const StepSeq& s : plan) ids += s.num_blocks;
+  int64_t header[4] = {static_cast<int64_t>(tokens.size()), static_cast<int64_t>(plan.size()),
+                       static_cast<int64_t>(ready_rows.size()), ids};
+  comm::Group& g = *model_.tp().group;
+  g.broadcast(header, 4, DType::i64, 0);
+  std::vector<int64_t> msg(tokens.begin(), tokens.end());
+  for (const StepSeq& s : plan) msg.insert(msg.end(), {s.context, s.num_tokens, s.num_blocks});
+  for (const StepSeq& s : plan) msg.insert(msg.end(), s.blocks, s.blocks + s.num_blocks);
+  msg.insert(msg.end(), ready_rows.begin(), ready_rows.end());
+  g.broadcast(msg.data(), static_cast<int64_t>(msg.size()), DType::i64, 0);
+}
+
+void Engine::stop_followers() {
+  if (!tp_leader() || followers_stopped_) return;
+  followers_stopped_ = true;
+  int64_t header[4] = {-1, 0, 0, 0};
+  model_.tp().group->broadcast(header, 4, DType::i64, 0);
+}
+
+void Engine::follow() {
+  CLAW_CHECK(model_.tp().size() > 1 && model_.tp().rank() > 0, "follow() is for tensor-parallel ranks > 0");
+  comm::Group& g = *model_.tp().group;
+  for (;;) {
+    int64_t header[4];
+    g.broadcast(header, 4, DType::i64, 0);
+    const int64_t N = header[0], S = header[1], R = header[2], ids = header[3];
+    if (N < 0) return;
+    std::vector<int64_t> msg(static_cast<size_t>(N + 3 * S + ids + R));
+    g.broadcast(msg.data(), static_cast<int64_t>(msg.size()), DType::i64, 0);
+    std::vector<int32_t> tokens(msg.begin(), msg.begin() + N);
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(S));
+    std::vector<StepSeq> plan(static_cast<size_t>(S));
+    const int64_t* p = msg.data() + N;
+    const int64_t* id = p + 3 * S;
+    for (int64_t s = 0; s < S; ++s) {
+      tables[s].assign(id, id + p[3 * s + 2]);
+      id += p[3 * s + 2];
+      plan[s] = {.blocks = tables[s].data(), .num_blocks = p[3 * s + 2], .context = p[3 * s], .num_tokens = p[3 * s + 1]};
+    }
+    run_step(tokens, std::move(plan), std::vector<int64_t>(id, id + R));
+  }
 }
 
 EngineStats Engine::stats() const {

@@ -95,10 +95,18 @@ struct EngineStats {
 
 class Engine {
  public:
-  // The model: the whole model on this rank (tensor parallelism allowed:
-  // every rank of the group must make the same calls in the same order).
+  // The model: the whole model on this rank, or its slice of a tensor-
+  // parallel group. With tensor parallelism every rank of the group builds
+  // an Engine with the same configuration; the group's rank 0 (the leader)
+  // takes requests and schedules as with one rank, and sends each step's
+  // plan (tokens, block tables) to the others, which run the same forward
+  // in follow(). Destroying the leader's engine (or stop_followers()) ends
+  // follow() on the others.
   Engine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg);
   ~Engine();
+  // Tensor-parallel ranks > 0: runs the leader's steps until it stops.
+  void follow();
+  void stop_followers();
 
   const EngineConfig& config() const { return cfg_; }
   // Queues a request and returns its id. Throws claw::Error naming the
@@ -124,6 +132,13 @@ class Engine {
   void release(Seq& s);
   void finish(Seq& s);
   void register_full_blocks(Seq& s);
+  bool tp_leader() const { return model_.tp().size() > 1 && model_.tp().rank() == 0; }
+  // The model's part of a step (every TP rank): the forward over `tokens`
+  // and the logits of the ready rows into logits_.
+  void run_step(const std::vector<int32_t>& tokens, std::vector<StepSeq> plan, const std::vector<int64_t>& ready_rows);
+  void send_step(const std::vector<int32_t>& tokens, const std::vector<StepSeq>& plan,
+                 const std::vector<int64_t>& ready_rows);
+  bool followers_stopped_ = false;
 
   model::GPT& model_;
   CpuCtx cpu_;
