@@ -30,11 +30,15 @@ struct ApiError {
   std::string code;
 };
 
+// Client bytes echoed in messages (a body that is not UTF-8) become U+FFFD
+// instead of making the dump throw.
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::string error_body(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
-  return json{{"error", err}}.dump();
+  return dump_json(json{{"error", err}});
 }
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError{400, message, param}; }
@@ -343,7 +347,7 @@ struct HttpServer::Impl {
     }
     json out = {{"id", id}, {"object", job.chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
                 {"model", m.name}, {"choices", json::array({choice})}};
-    return "data: " + out.dump() + "\n\n";
+    return "data: " + dump_json(out) + "\n\n";
   }
 
   void handle(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -440,7 +444,7 @@ struct HttpServer::Impl {
                   {"usage", {{"prompt_tokens", prompt_total}, {"completion_tokens", completion},
                              {"total_tokens", prompt_total + completion}}}};
       count(true);
-      res.set_content(out.dump(), "application/json");
+      res.set_content(dump_json(out), "application/json");
       return;
     }
 
@@ -491,7 +495,7 @@ struct HttpServer::Impl {
                           {"created", created}, {"model", m->name}, {"choices", json::array()},
                           {"usage", {{"prompt_tokens", prompt_total}, {"completion_tokens", completion},
                                      {"total_tokens", prompt_total + completion}}}};
-            const std::string s = "data: " + usage.dump() + "\n\n";
+            const std::string s = "data: " + dump_json(usage) + "\n\n";
             if (!sink.write(s.data(), s.size())) return false;
           }
           const std::string done = "data: [DONE]\n\n";
@@ -601,7 +605,7 @@ void HttpServer::start() {
     json out = {{"object", "list"},
                 {"data", json::array({{{"id", m->name}, {"object", "model"}, {"created", 0}, {"owned_by", "claw"},
                                        {"max_model_len", m->max_model_len}}})}};
-    res.set_content(out.dump(), "application/json");
+    res.set_content(dump_json(out), "application/json");
   });
   h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.metrics_text(), "text/plain; version=0.0.4");
