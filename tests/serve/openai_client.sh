@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `claw serve` against the official `openai` Python SDK (PyPI, in a venv
-# under /tmp): completions, chat, streaming with usage, n > 1, stop,
+# under /tmp), then the official `openai` npm package (Node.js): completions, chat, streaming with usage, n > 1, stop,
 # logprobs, echo, seeded reproducibility under 16 concurrent requests,
 # OpenAI's error JSON (bad field, unknown model, long prompt, wrong key,
 # oversized body), /metrics; then SIGTERM drains and exits 0.
@@ -31,6 +31,16 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 "$venv/bin/python" "$here/openai_client.py" "http://127.0.0.1:$port" sekret tiny || { tail -20 "$tmp/serve.log"; exit 1; }
+# The npm package too (Node.js), installed under /tmp; the .mjs finds it
+# through a symlinked node_modules next to a copy of the script.
+npm_dir=/tmp/claw-npm-openai
+if ! [[ -f $npm_dir/node_modules/openai/package.json ]]; then
+  mkdir -p "$npm_dir"
+  [[ -f $npm_dir/package.json ]] || echo '{"name": "claw-openai-client-test", "private": true}' >"$npm_dir/package.json"
+  (cd "$npm_dir" && npm install --silent --no-audit --no-fund "openai@4")
+fi
+cp "$here/openai_client.mjs" "$npm_dir/"
+node "$npm_dir/openai_client.mjs" "http://127.0.0.1:$port" sekret tiny || { tail -20 "$tmp/serve.log"; exit 1; }
 kill -TERM $pid
 wait $pid
 status=$?
