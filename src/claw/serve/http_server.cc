@@ -13,6 +13,7 @@
 
 #include "claw/core/error.h"
 #include "claw/core/log.h"
+#include "claw/serve/chat_page.h"
 #include "claw/serve/text_stream.h"
 
 namespace claw::serve {
@@ -562,7 +563,8 @@ void HttpServer::start() {
   h.set_read_timeout(60, 0);
   h.set_write_timeout(60, 0);
   h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (s.cfg.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (s.cfg.api_key.empty() || req.path == "/health" || req.path == "/")
+      return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + s.cfg.api_key) return httplib::Server::HandlerResponse::Unhandled;
     s.reply_error(res, {401, "Incorrect API key provided (Authorization: Bearer <--api-key>)", "",
                         "invalid_request_error", "invalid_api_key"});
@@ -587,6 +589,9 @@ void HttpServer::start() {
     } catch (...) {
     }
     s.reply_error(res, {500, what, "", "server_error"});
+  });
+  h.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(kChatPage), "text/html; charset=utf-8");
   });
   h.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
     if (!s.served()) {
