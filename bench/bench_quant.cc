@@ -9,9 +9,11 @@
 // [2048, 8192]).
 //
 //   build/bin/bench_quant [threads]
+//   build/bin/bench_quant --copy-only [threads]   the copy bandwidth alone (bench/bench_serve.py)
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_util.h"
@@ -24,6 +26,8 @@ using namespace claw::kernels;
 using claw::bench::best_seconds;
 
 int main(int argc, char** argv) {
+  const bool copy_only = argc > 1 && std::string(argv[1]) == "--copy-only";
+  if (copy_only) --argc, ++argv;
   const int threads = argc > 1 ? std::atoi(argv[1]) : default_num_threads();
   const CpuCtx ctx{threads};
   // Copy bandwidth: 2 x 512 MiB.
@@ -38,6 +42,7 @@ int main(int argc, char** argv) {
   src = {};
   dst = {};
   std::printf("machine: threads=%d copy_GB_per_s=%.1f quant_isa=%s\n", threads, copy_gbps, quant_kernel_isa().c_str());
+  if (copy_only) return 0;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0, 0.02f);
   for (auto [N, K] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 8192}}) {
