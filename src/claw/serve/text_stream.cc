@@ -1,6 +1,8 @@
 #include "claw/serve/text_stream.h"
 
 #include <algorithm>
+#include <span>
+#include <string_view>
 
 namespace claw::serve {
 namespace {
@@ -8,7 +10,7 @@ namespace {
 // Length of the longest valid UTF-8 prefix that does not end inside a
 // character whose remaining bytes may still come (a truncated sequence at the
 // very end). Invalid bytes elsewhere do not stop it: they are final.
-size_t complete_prefix(const std::string& s, size_t from) {
+size_t complete_prefix(std::string_view s, size_t from) {
   size_t i = from;
   while (i < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
@@ -34,9 +36,22 @@ TextStream::TextStream(const data::Tokenizer& tokenizer, std::vector<std::string
 std::string TextStream::push(int32_t token) {
   if (stopped_) return {};
   ids_.push_back(token);
-  // Decoding the whole sequence, not the token alone: a tokenizer may decode
-  // a token differently after others (SentencePiece's leading space).
-  all_ = tok_.decode(ids_);
+  // The new token's text: what decoding it after the previous tokens adds to
+  // decoding those alone (a tokenizer may decode a token differently after
+  // others: SentencePiece's leading space), over a window that starts one
+  // token back, so each push costs the same however long the text is.
+  const std::span<const int32_t> all_ids(ids_);
+  const std::string before = tok_.decode(all_ids.subspan(prefix_, read_ - prefix_));
+  const std::string after = tok_.decode(all_ids.subspan(prefix_));
+  if (after.size() >= before.size() && after.compare(0, before.size(), before) == 0) {
+    all_ += after.substr(before.size());
+    prefix_ = read_;
+    read_ = ids_.size();
+  } else {
+    all_ = tok_.decode(ids_);  // the window's start decodes differently: the whole text again
+    prefix_ = ids_.size() - 1;
+    read_ = ids_.size();
+  }
   size_t end = all_.size();
   // A stop string anywhere in the text not yet emitted (it may start in the
   // held-back tail and end in the new token).
@@ -58,7 +73,7 @@ std::string TextStream::push(int32_t token) {
           break;
         }
     end = all_.size() - hold;
-    end = std::min(end, complete_prefix(all_.substr(0, end), emitted_.size()));
+    end = std::min(end, complete_prefix(std::string_view(all_).substr(0, end), emitted_.size()));
   }
   if (end <= emitted_.size()) return {};
   std::string piece = all_.substr(emitted_.size(), end - emitted_.size());

@@ -36,6 +36,7 @@ class TextStream {
   const data::Tokenizer& tok_;
   std::vector<std::string> stop_;
   std::vector<int32_t> ids_;
+  size_t prefix_ = 0, read_ = 0;  // the decoding window: ids_[prefix_, read_) decoded already as context
   std::string all_;       // decoded bytes of every token
   std::string emitted_;   // the prefix of all_ handed out
   bool stopped_ = false;
