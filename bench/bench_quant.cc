@@ -9,6 +9,7 @@
 // [2048, 8192]).
 //
 //   build/bin/bench_quant [threads]
+//   build/bin/bench_quant THREADS N K   one shape
 //   build/bin/bench_quant --copy-only [threads]   the copy bandwidth alone (bench/bench_serve.py)
 #include <cstdio>
 #include <cstdlib>
@@ -45,7 +46,9 @@ int main(int argc, char** argv) {
   if (copy_only) return 0;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0, 0.02f);
-  for (auto [N, K] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 8192}}) {
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{8192, 2048}, {2048, 8192}};
+  if (argc > 3) shapes = {{std::atol(argv[2]), std::atol(argv[3])}};  // bench_quant THREADS N K
+  for (auto [N, K] : shapes) {
     std::vector<float> w(N * K), x(128 * K), y(128 * N);
     for (float& v : w) v = nd(rng);
     for (float& v : x) v = nd(rng) * 50;
