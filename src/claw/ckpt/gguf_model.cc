@@ -79,6 +79,12 @@ int64_t hf_row_of(int64_t r, int64_t heads, int64_t rows) {
   return h * D + (j % 2) * (D / 2) + j / 2;
 }
 
+// The inverse: HF's row r is the GGUF layout's row gguf_row_of(r).
+int64_t gguf_row_of(int64_t r, int64_t heads, int64_t rows) {
+  const int64_t D = rows / heads, h = r / D, j = r % D;
+  return h * D + 2 * (j % (D / 2)) + j / (D / 2);
+}
+
 // Rows of `row_bytes` each, reordered: out row r = in row from(r).
 template <typename F>
 std::vector<uint8_t> permute_rows(const uint8_t* in, int64_t rows, size_t row_bytes, F from) {
@@ -263,48 +269,57 @@ GgufModel read_gguf_model(const std::string& path) {
 
   std::map<WeightType, int> counts;
   std::vector<std::string> known;
+  std::map<std::string, Entry> by_hf;  // the tensors present, for reading them later
   for (const Entry& e : name_table(g.arch, g.cfg)) {
     known.push_back(e.gguf);
     const gguf::TensorInfo* t = r.find(e.gguf);
     if (!t) continue;
     if (e.hf == "lm_head.weight" && g.cfg.tied()) continue;  // GPT-2's copy of the embeddings
-    HfTensor h{t->shape(), r.read_f32(*t)};
-    const int64_t rows = h.shape[0], cols = h.shape.size() == 2 ? h.shape[1] : 1;
-    if (e.permute_heads > 0) {
-      if (rows % (2 * e.permute_heads) != 0)
-        fail("{}: {} has {} rows, not whole heads of even size for {} heads", path, e.gguf, rows, e.permute_heads);
-      std::vector<uint8_t> bytes(h.data.size() * sizeof(float));
-      std::memcpy(bytes.data(), h.data.data(), bytes.size());
-      std::vector<int64_t> inverse(rows);
-      for (int64_t row = 0; row < rows; ++row) inverse[hf_row_of(row, e.permute_heads, rows)] = row;
-      bytes = permute_rows(bytes.data(), rows, cols * sizeof(float), [&](int64_t row) { return inverse[row]; });
-      std::memcpy(h.data.data(), bytes.data(), bytes.size());
-      if (e.linear && t->type != uint32_t(gguf::GgmlType::f32) && t->type != uint32_t(gguf::GgmlType::f16)) {
-        const std::vector<uint8_t> raw = r.read(*t);  // GGUF layout
-        const size_t rb = raw.size() / rows;
-        const WeightType wt = t->type == uint32_t(gguf::GgmlType::bf16) ? WeightType::bf16
-                              : t->type == uint32_t(gguf::GgmlType::q8_0) ? WeightType::q8_0
-                                                                          : WeightType::q4_0;
-        g.matrices[e.hf] = kernels::WeightMatrix::from_bytes(
-            wt, rows, cols, permute_rows(raw.data(), rows, rb, [&](int64_t row) { return inverse[row]; }));
-      }
-    } else if (e.linear && h.shape.size() == 2 && t->type != uint32_t(gguf::GgmlType::f32) &&
-               t->type != uint32_t(gguf::GgmlType::f16)) {
+    by_hf[e.hf] = e;
+    const std::vector<int64_t> shape = t->shape();
+    const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+    if (e.permute_heads > 0 && rows % (2 * e.permute_heads) != 0)
+      fail("{}: {} has {} rows, not whole heads of even size for {} heads", path, e.gguf, rows, e.permute_heads);
+    if (!e.linear || shape.size() != 2) continue;
+    const bool low = t->type == uint32_t(gguf::GgmlType::bf16) || t->type == uint32_t(gguf::GgmlType::q8_0) ||
+                     t->type == uint32_t(gguf::GgmlType::q4_0);
+    if (low) {
       const WeightType wt = t->type == uint32_t(gguf::GgmlType::bf16) ? WeightType::bf16
                             : t->type == uint32_t(gguf::GgmlType::q8_0) ? WeightType::q8_0
                                                                         : WeightType::q4_0;
-      g.matrices[e.hf] = kernels::WeightMatrix::from_bytes(wt, rows, cols, r.read(*t));
+      std::vector<uint8_t> raw = r.read(*t);  // GGUF layout, rows [out, in]
+      if (e.permute_heads > 0) {
+        const size_t rb = raw.size() / rows;
+        raw = permute_rows(raw.data(), rows, rb, [&](int64_t row) { return gguf_row_of(row, e.permute_heads, rows); });
+      }
+      g.matrices[e.hf] = kernels::WeightMatrix::from_bytes(wt, rows, cols, std::move(raw));
     }
-    if (e.linear && h.shape.size() == 2) {
-      const WeightType wt = g.matrices.count(e.hf) ? g.matrices[e.hf].type() : WeightType::f32;
-      ++counts[wt];
+    ++counts[low ? g.matrices[e.hf].type() : WeightType::f32];
+  }
+  // The fp32 tensors are read when asked for, one at a time (a model's
+  // worth of them at once would double the peak memory of loading).
+  auto reader = std::make_shared<gguf::Reader>(r);
+  g.read_tensor = [reader, by_hf, path](const std::string& name) {
+    auto it = by_hf.find(name);
+    if (it == by_hf.end()) fail("{}: no tensor for {} (its GGUF name would be in the table of its architecture)", path, name);
+    const Entry& e = it->second;
+    const gguf::TensorInfo& t = *reader->find(e.gguf);
+    HfTensor h{t.shape(), reader->read_f32(t)};
+    const int64_t rows = h.shape[0], cols = h.shape.size() == 2 ? h.shape[1] : 1;
+    if (e.permute_heads > 0) {
+      std::vector<uint8_t> bytes(h.data.size() * sizeof(float));
+      std::memcpy(bytes.data(), h.data.data(), bytes.size());
+      bytes = permute_rows(bytes.data(), rows, cols * sizeof(float),
+                           [&](int64_t row) { return gguf_row_of(row, e.permute_heads, rows); });
+      std::memcpy(h.data.data(), bytes.data(), bytes.size());
     }
     if (e.transpose) {
       h.data = transposed(h.data, rows, cols);
       std::swap(h.shape[0], h.shape[1]);
     }
-    g.tensors[e.hf] = std::move(h);
-  }
+    return h;
+  };
+  for (const auto& [name, e] : by_hf) g.names.push_back(name);
   for (const gguf::TensorInfo& t : r.tensors())
     if (std::find(known.begin(), known.end(), t.name) == known.end())
       fail("{}: tensor {} is not part of a {} model claw knows ({} layers)", path, t.name, g.arch, g.cfg.num_layers);
@@ -323,6 +338,24 @@ GgufModel read_gguf_model(const std::string& path) {
       g.tokenizer.eos = md["tokenizer.ggml.eos_token_id"].get<int32_t>();
   }
   return g;
+}
+
+HfStateDict GgufModel::all_tensors() const {
+  HfStateDict d;
+  for (const std::string& n : names) d[n] = read_tensor(n);
+  return d;
+}
+
+void load_gguf_params(const GgufModel& g, const std::vector<model::Param*>& params, const std::string& source) {
+  HfStateDict one;  // the tensor the last parameter read (GPT-2's q, k and v share c_attn)
+  for (model::Param* p : params) {
+    const std::string& name = p->spec.hf.name;
+    if (!one.count(name)) {
+      one.clear();
+      one[name] = g.read_tensor(name);
+    }
+    load_hf_params({p}, one, source);
+  }
 }
 
 std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(const GgufModel& g,

@@ -61,7 +61,11 @@ struct GgufModel {
   std::string arch;  // "gpt2" or "llama"
   std::string name;  // general.name
   model::ModelConfig cfg;
-  HfStateDict tensors;  // every tensor as fp32, under its HF name and layout (load_hf_params)
+  // A tensor as fp32 under its HF name and layout (load_hf_params), read
+  // from the file when called; `names` lists them.
+  std::function<HfTensor(const std::string&)> read_tensor;
+  std::vector<std::string> names;
+  HfStateDict all_tensors() const;  // every one at once (tests)
   // The matrices stored in bf16, q8_0 or q4_0, as they are: [out, in] rows
   // in claw's order, by HF name.
   std::map<std::string, kernels::WeightMatrix> matrices;
@@ -69,6 +73,10 @@ struct GgufModel {
   GgufTokenizer tokenizer;  // empty: none in the file, or not GPT-2 BPE
 };
 GgufModel read_gguf_model(const std::string& path);
+
+// Every parameter's values from the file (load_hf_params, reading one
+// tensor at a time).
+void load_gguf_params(const GgufModel& g, const std::vector<model::Param*>& params, const std::string& source);
 
 // The linear-layer weights that are stored in a low-precision type in the
 // file, as this rank's matrices (GPT::set_inference_weights' `given`),

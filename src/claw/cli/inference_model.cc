@@ -97,8 +97,7 @@ std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptio
   m.cfg = g.cfg;
   m.hf_type = g.arch;
   m.gpt = make_model(o, m);
-  ckpt::load_hf_params(m.gpt->params(), g.tensors, o.path);
-  g.tensors.clear();
+  ckpt::load_gguf_params(g, m.gpt->params(), o.path);
   *file_type = g.weight_type;
   m.source = fmt::format("GGUF {} ({}, {})", o.path, g.arch, kernels::weight_type_name(g.weight_type));
   if (tok.type.empty() && !g.tokenizer.empty()) {

@@ -129,8 +129,9 @@ TEST(Gguf, ModelsRoundTrip) {
     EXPECT_EQ(g.cfg.norm_epsilon, cfg.norm_epsilon) << "f32 in the file, the decimal the writer meant on reading";
     EXPECT_EQ(g.cfg.rotary_base, cfg.rotary_base);
     EXPECT_TRUE(g.matrices.empty());
+    const HfStateDict tensors = g.all_tensors();
     for (const model::ParamSpec& s : model_param_specs(cfg))
-      EXPECT_EQ(from_hf(s, g.tensors, path), ours.at(s.name)) << s.name;
+      EXPECT_EQ(from_hf(s, tensors, path), ours.at(s.name)) << s.name;
 
     // q8_0: the file's blocks are what quantizing our values gives, rows in
     // claw's order; the fp32 tensors are their dequantized values.
