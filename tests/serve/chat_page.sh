@@ -8,6 +8,7 @@
 set -euo pipefail
 claw=$1
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/wait_for_server.sh"
 tmp=$(mktemp -d)
 shot=${2:-$tmp/chat_page.png}
 pid=
@@ -19,12 +20,6 @@ command -v chromedriver >/dev/null || { echo "FAIL: chromedriver missing (script
 "$claw" serve --model "$tmp/ck" --served-model-name gpt2-tiny-sotu --port 0 --api-key sekret --num-threads 2 \
   --max-model-len 512 >"$tmp/serve.log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.log")
-  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$tmp/serve.log"; exit 1; }
-  sleep 0.2
-done
+wait_for_server $pid "$tmp/serve.log"
 curl -sf "http://127.0.0.1:$port/" | grep -q "<title>claw chat</title>" || { echo "FAIL: GET / is not the chat page"; exit 1; }
 /usr/bin/python3 "$here/chat_page.py" "http://127.0.0.1:$port" "$shot" sekret || { tail -20 "$tmp/serve.log"; exit 1; }

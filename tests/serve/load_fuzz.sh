@@ -12,6 +12,7 @@ set -euo pipefail
 claw=$1
 mode=$2
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/wait_for_server.sh"
 tmp=$(mktemp -d)
 pid=
 trap '[[ -n $pid ]] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -21,13 +22,7 @@ trap '[[ -n $pid ]] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 "$claw" serve --model "$tmp/ck" --port 0 --num-threads 2 --max-model-len 256 --num-kv-blocks 96 \
   --max-concurrent-requests 256 --max-body-size 64KiB >"$tmp/serve.log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 300); do
-  port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.log")
-  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$tmp/serve.log"; exit 1; }
-  sleep 0.1
-done
+wait_for_server $pid "$tmp/serve.log"
 case $mode in
   load) /usr/bin/python3 "$here/load_fuzz.py" load "$port" 3000 64 || { tail -20 "$tmp/serve.log"; exit 1; } ;;
   fuzz) /usr/bin/python3 "$here/load_fuzz.py" fuzz "$port" 20 7 || { tail -20 "$tmp/serve.log"; exit 1; } ;;

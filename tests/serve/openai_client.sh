@@ -9,6 +9,7 @@
 set -euo pipefail
 claw=$1
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/wait_for_server.sh"
 tmp=$(mktemp -d)
 pid=
 trap '[[ -n $pid ]] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -23,13 +24,7 @@ fi
 "$claw" serve --model "$tmp/ck" --served-model-name tiny --port 0 --api-key sekret --num-threads 2 \
   --max-model-len 512 >"$tmp/serve.log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/serve.log")
-  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$tmp/serve.log"; exit 1; }
-  sleep 0.2
-done
+wait_for_server $pid "$tmp/serve.log"
 "$venv/bin/python" "$here/openai_client.py" "http://127.0.0.1:$port" sekret tiny || { tail -20 "$tmp/serve.log"; exit 1; }
 # The npm package too (Node.js), installed under /tmp; the .mjs finds it
 # through a symlinked node_modules next to a copy of the script.

@@ -6,6 +6,7 @@
 
 #include "claw/core/error.h"
 #include "claw/serve/paged_kv_cache.h"
+#include "claw/serve/sampling.h"
 
 namespace claw::serve {
 
@@ -43,13 +44,7 @@ PerplexityResult perplexity(model::GPT& m, const CpuCtx& cpu, std::span<const in
     m.full_logits(lc, h, logits.data());
     std::vector<double> nll(static_cast<size_t>(ctx - 1));
     parallel_for(cpu, ctx - 1, 8, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* row = logits.data() + i * V;
-        const float mx = *std::max_element(row, row + V);
-        double s = 0;
-        for (int64_t v = 0; v < V; ++v) s += std::exp(double(row[v]) - mx);
-        nll[i] = std::log(s) + mx - row[win[i + 1]];
-      }
+      for (int64_t i = i0; i < i1; ++i) nll[i] = -log_softmax_at(logits.data() + i * V, V, win[i + 1]);
     });
     for (double x : nll) r.nll_sum += x;
     r.tokens += ctx - 1;

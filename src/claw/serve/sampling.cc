@@ -35,11 +35,11 @@ struct LogNormaliser {
   double logprob(float logit) const { return static_cast<double>(logit) - max - log_z; }
 };
 
+}  // namespace
+
 double log_softmax_at(const float* logits, int64_t V, int32_t token) {
   return LogNormaliser(logits, V).logprob(logits[token]);
 }
-
-}  // namespace
 
 void SamplingParams::validate() const {
   if (!(temperature >= 0.0 && temperature <= 2.0))

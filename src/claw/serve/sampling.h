@@ -43,6 +43,9 @@ struct TokenLogprob {
   double logprob = 0.0;
 };
 
+// log softmax(logits)[token] in double (what sample_token reports).
+double log_softmax_at(const float* logits, int64_t V, int32_t token);
+
 // The k most likely tokens of a row of logits and their log-probabilities,
 // best first (ties: lower id first); the OpenAI API's top_logprobs.
 std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int64_t k);

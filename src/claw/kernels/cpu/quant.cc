@@ -7,9 +7,9 @@
 
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
-#include "claw/kernels/cpu/fixed_order_dot.h"
 #include "claw/kernels/cpu/quant_panel.h"
 #include "claw/kernels/cpu/rowwise_linear.h"
+#include "claw/kernels/cpu/rowwise_tile.h"
 
 namespace claw::kernels {
 
@@ -264,60 +264,6 @@ void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t 
   });
 }
 
-using fixed_order::fold;
-using fixed_order::V16;
-typedef uint16_t U16x16 __attribute__((vector_size(32)));
-typedef uint32_t U32x16 __attribute__((vector_size(64)));
-
-inline V16 load_bf16(const uint16_t* p) {
-  U16x16 h;
-  std::memcpy(&h, p, sizeof h);
-  const U32x16 u = __builtin_convertvector(h, U32x16) << 16;
-  V16 v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-}
-
-// bf16 weights: rowwise_linear's tile with the weights widened on load.
-template <int MR, int NR>
-void bf16_tile(float* out, int64_t ldo, const float* x, const uint16_t* w, const float* bias, int64_t K) {
-  V16 acc[MR][NR] = {};
-  const int64_t K16 = K / 16 * 16;
-  for (int64_t k = 0; k < K16; k += 16) {
-    V16 xv[MR], wv[NR];
-    for (int i = 0; i < MR; ++i) xv[i] = fixed_order::load(x + i * K + k);
-    for (int j = 0; j < NR; ++j) wv[j] = load_bf16(w + j * K + k);
-    for (int i = 0; i < MR; ++i)
-      for (int j = 0; j < NR; ++j) acc[i][j] += xv[i] * wv[j];
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) {
-      float s = fold(acc[i][j]);
-      for (int64_t k = K16; k < K; ++k) s += x[i * K + k] * bf16_to_f32(w[j * K + k]);
-      out[i * ldo + j] = bias ? s + bias[j] : s;
-    }
-}
-
-template <int MR>
-void bf16_row_tiles(float* out, int64_t N, const float* x, const uint16_t* w, const float* bias, int64_t K,
-                    int64_t n0, int64_t n1) {
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) bf16_tile<MR, 4>(out + n, N, x, w + n * K, bias ? bias + n : nullptr, K);
-  for (; n < n1; ++n) bf16_tile<MR, 1>(out + n, N, x, w + n * K, bias ? bias + n : nullptr, K);
-}
-
-// Splits the N weight rows into panels of ~256 KiB (kept in L2 while every
-// input row passes over them), smaller when there are fewer panels than threads.
-template <typename F>
-void over_panels(const CpuCtx& ctx, int64_t N, size_t row_bytes, F&& fn) {
-  constexpr int64_t kNr = 4;
-  const int64_t panel =
-      std::max<int64_t>(kNr, static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)) / kNr * kNr);
-  const int64_t share = (N + ctx.num_threads - 1) / std::max(ctx.num_threads, 1);
-  const int64_t per = std::clamp<int64_t>((share + kNr - 1) / kNr * kNr, kNr, panel);
-  parallel_for_dynamic(ctx, (N + per - 1) / per, [&](int64_t c) { fn(c * per, std::min(N, (c + 1) * per)); });
-}
-
 }  // namespace
 
 std::string quant_kernel_isa() { return isa().name; }
@@ -332,10 +278,8 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
       return;
     case WeightType::bf16: {
       const uint16_t* w = reinterpret_cast<const uint16_t*>(W.data());
-      over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) {
-        int64_t m = 0;
-        for (; m + 4 <= M; m += 4) bf16_row_tiles<4>(out + m * N, N, inp + m * K, w, bias, K, n0, n1);
-        for (; m < M; ++m) bf16_row_tiles<1>(out + m * N, N, inp + m * K, w, bias, K, n0, n1);
+      rowwise::over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) {
+        rowwise::panel<rowwise::Bf16Rows>(out, N, inp, w, bias, M, K, n0, n1);
       });
       return;
     }
@@ -351,7 +295,7 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
       const quant_detail::PanelArgs a{out,  N, xq.data(), xd.data(), xc.data(), M, K, W.data(), W.row_bytes(),
                                       W.type(), bias};
       const PanelFn fn = isa().fn;
-      over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+      rowwise::over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
       return;
     }
   }
