@@ -21,5 +21,8 @@ command -v chromedriver >/dev/null || { echo "FAIL: chromedriver missing (script
   --max-model-len 512 >"$tmp/serve.log" 2>&1 &
 pid=$!
 wait_for_server $pid "$tmp/serve.log"
-curl -sf "http://127.0.0.1:$port/" | grep -q "<title>claw chat</title>" || { echo "FAIL: GET / is not the chat page"; exit 1; }
+# Into a file first: `curl | grep -q` under pipefail fails whenever grep
+# closes the pipe before curl has written everything.
+curl -sf "http://127.0.0.1:$port/" -o "$tmp/page.html" || { echo "FAIL: GET / failed"; exit 1; }
+grep -q "<title>claw chat</title>" "$tmp/page.html" || { echo "FAIL: GET / is not the chat page"; exit 1; }
 /usr/bin/python3 "$here/chat_page.py" "http://127.0.0.1:$port" "$shot" sekret || { tail -20 "$tmp/serve.log"; exit 1; }
