@@ -165,7 +165,7 @@ TEST(Quant, RowsDoNotDependOnTheBatchOrThreads) {
 
 TEST(Quant, InstructionSetsAgreeBitwise) {
   using namespace quant_detail;
-  const int64_t M = 7, K = 256, N = 19;
+  const int64_t M = 7, K = 256, N = 43;  // 5 full groups of rows and one of 3
   auto x = randn(M * K, 7), w = randn(N * K, 8), b = randn(N, 9);
   std::vector<int8_t> xq(M * K);
   std::vector<float> xd(M * K / 32);
@@ -183,20 +183,34 @@ TEST(Quant, InstructionSetsAgreeBitwise) {
 #endif
   for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
     const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
-    // The lane sums times -offset (quant.h: 128 for q8_0, 8 for q4_0).
-    std::vector<int32_t> xc(M * K / 32 * 8);
-    for (size_t l = 0; l < xc.size(); ++l)
-      xc[l] = -(t == WeightType::q8_0 ? 128 : 8) * (xq[4 * l] + xq[4 * l + 1] + xq[4 * l + 2] + xq[4 * l + 3]);
-    const PanelArgs proto{nullptr, N, xq.data(), xd.data(), xc.data(), M, K, W.data(), W.row_bytes(), t, b.data()};
+    // The block sums times -offset (quant.h: 128 for q8_0, 8 for q4_0).
+    std::vector<int32_t> xc(M * K / 32);
+    for (size_t blk = 0; blk < xc.size(); ++blk) {
+      int32_t s = 0;
+      for (int k = 0; k < 32; ++k) s += xq[blk * 32 + k];
+      xc[blk] = -(t == WeightType::q8_0 ? 128 : 8) * s;
+    }
+    const PanelArgs proto{nullptr,
+                          N,
+                          xq.data(),
+                          xd.data(),
+                          xc.data(),
+                          M,
+                          K,
+                          W.data(),
+                          reinterpret_cast<const uint16_t*>(W.data() + W.scales_offset()),
+                          t,
+                          b.data()};
+    const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
     std::vector<float> want(M * N);
     PanelArgs a = proto;
     a.out = want.data();
-    panel_generic(a, 0, N);
+    panel_generic(a, 0, groups);
     for (auto [name, fn] : isas) {
       std::vector<float> got(M * N, -1);
       a.out = got.data();
-      fn(a, 0, 5);  // panels of any split
-      fn(a, 5, N);
+      fn(a, 0, 1);  // panels of any split
+      fn(a, 1, groups);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << name << " " << weight_type_name(t);
     }
   }

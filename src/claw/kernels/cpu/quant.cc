@@ -126,40 +126,66 @@ void dequantize_rows(WeightType t, const void* in, float* out, int64_t rows, int
   }
 }
 
-WeightMatrix WeightMatrix::quantize(const CpuCtx& ctx, WeightType t, const float* w, int64_t rows, int64_t cols) {
+using quant_detail::group_block_bytes;
+using quant_detail::kGroupRows;
+
+void WeightMatrix::allocate(WeightType t, int64_t rows, int64_t cols) {
   CLAW_CHECK(weight_type_fits(t, cols), "{} weights need rows of a multiple of {} elements, not {}",
              weight_type_name(t), kQuantBlock, cols);
+  type_ = t;
+  rows_ = rows;
+  cols_ = cols;
+  if (t == WeightType::f32 || t == WeightType::bf16) {
+    data_.resize(weight_row_bytes(t, cols) * static_cast<size_t>(rows));
+    return;
+  }
+  const size_t blocks = static_cast<size_t>((rows + kGroupRows - 1) / kGroupRows * (cols / kQuantBlock));
+  data_.assign(blocks * (group_block_bytes(t) + kGroupRows * sizeof(uint16_t)), 0);
+}
+
+size_t WeightMatrix::scales_offset() const {
+  const size_t blocks = static_cast<size_t>((rows_ + kGroupRows - 1) / kGroupRows * (cols_ / kQuantBlock));
+  return blocks * group_block_bytes(type_);
+}
+
+void WeightMatrix::pack(const uint8_t* gguf, int64_t r0, int64_t r1) {
+  const size_t rb = row_bytes();
+  if (type_ == WeightType::f32 || type_ == WeightType::bf16) {
+    std::memcpy(data_.data() + r0 * rb, gguf + r0 * rb, (r1 - r0) * rb);
+    return;
+  }
+  const int64_t nb = cols_ / kQuantBlock;
+  const size_t gb = group_block_bytes(type_);
+  uint16_t* scales = reinterpret_cast<uint16_t*>(data_.data() + scales_offset());
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t g = r / kGroupRows, lane = r % kGroupRows;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* q = data_.data() + static_cast<size_t>(g * nb + b) * gb + 4 * lane;
+      if (type_ == WeightType::q8_0) {
+        const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(gguf + r * rb)[b];
+        scales[(g * nb + b) * kGroupRows + lane] = blk.d;
+        for (int k = 0; k < 32; ++k) q[32 * (k / 4) + k % 4] = static_cast<uint8_t>(blk.qs[k]) ^ 0x80;
+      } else {
+        const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(gguf + r * rb)[b];
+        scales[(g * nb + b) * kGroupRows + lane] = blk.d;
+        for (int k = 0; k < 16; ++k) q[32 * (k / 4) + k % 4] = blk.qs[k];
+      }
+    }
+  }
+}
+
+WeightMatrix WeightMatrix::quantize(const CpuCtx& ctx, WeightType t, const float* w, int64_t rows, int64_t cols) {
   WeightMatrix m;
-  m.type_ = t;
-  m.rows_ = rows;
-  m.cols_ = cols;
-  m.data_.resize(weight_row_bytes(t, cols) * static_cast<size_t>(rows));
+  m.allocate(t, rows, cols);
   const size_t rb = m.row_bytes();
-  parallel_for(ctx, rows, 16, [&](int64_t r0, int64_t r1) {
-    quantize_rows(t, w + r0 * cols, m.data_.data() + static_cast<size_t>(r0) * rb, r1 - r0, cols);
+  // Whole groups to each thread: pack() writes a group's bytes from its rows.
+  parallel_for(ctx, (rows + kGroupRows - 1) / kGroupRows, 2, [&](int64_t g0, int64_t g1) {
+    const int64_t r0 = g0 * kGroupRows, r1 = std::min(rows, g1 * kGroupRows);
+    std::vector<uint8_t> gguf(static_cast<size_t>(r1 - r0) * rb);
+    quantize_rows(t, w + r0 * cols, gguf.data(), r1 - r0, cols);
+    m.pack(gguf.data() - r0 * rb, r0, r1);
   });
-  m.flip_q8_bias();
   return m;
-}
-
-void WeightMatrix::flip_q8_bias() {
-  if (type_ != WeightType::q8_0) return;
-  BlockQ8_0* b = reinterpret_cast<BlockQ8_0*>(data_.data());
-  const size_t n = data_.size() / sizeof(BlockQ8_0);
-  for (size_t i = 0; i < n; ++i)
-    for (int8_t& q : b[i].qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
-}
-
-std::vector<uint8_t> WeightMatrix::gguf_bytes() const {
-  WeightMatrix copy = *this;
-  copy.flip_q8_bias();
-  return std::move(copy.data_);
-}
-
-void WeightMatrix::dequantize(float* out) const {
-  if (type_ != WeightType::q8_0) return dequantize_rows(type_, data_.data(), out, rows_, cols_);
-  const std::vector<uint8_t> g = gguf_bytes();
-  dequantize_rows(type_, g.data(), out, rows_, cols_);
 }
 
 WeightMatrix WeightMatrix::from_bytes(WeightType t, int64_t rows, int64_t cols, std::vector<uint8_t> bytes) {
@@ -169,38 +195,68 @@ WeightMatrix WeightMatrix::from_bytes(WeightType t, int64_t rows, int64_t cols, 
              "{} [{}, {}] takes {} bytes, not {}", weight_type_name(t), rows, cols,
              weight_row_bytes(t, cols) * static_cast<size_t>(rows), bytes.size());
   WeightMatrix m;
-  m.type_ = t;
-  m.rows_ = rows;
-  m.cols_ = cols;
-  m.data_ = std::move(bytes);
-  m.flip_q8_bias();
+  m.allocate(t, rows, cols);
+  m.pack(bytes.data(), 0, rows);
   return m;
+}
+
+std::vector<uint8_t> WeightMatrix::gguf_bytes() const {
+  const size_t rb = row_bytes();
+  std::vector<uint8_t> out(rb * static_cast<size_t>(rows_));
+  if (type_ == WeightType::f32 || type_ == WeightType::bf16) {
+    std::memcpy(out.data(), data_.data(), out.size());
+    return out;
+  }
+  const int64_t nb = cols_ / kQuantBlock;
+  const size_t gb = group_block_bytes(type_);
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(data_.data() + scales_offset());
+  for (int64_t r = 0; r < rows_; ++r) {
+    const int64_t g = r / kGroupRows, lane = r % kGroupRows;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* q = data_.data() + static_cast<size_t>(g * nb + b) * gb + 4 * lane;
+      const uint16_t d = scales[(g * nb + b) * kGroupRows + lane];
+      if (type_ == WeightType::q8_0) {
+        BlockQ8_0& blk = reinterpret_cast<BlockQ8_0*>(out.data() + r * rb)[b];
+        blk.d = d;
+        for (int k = 0; k < 32; ++k) blk.qs[k] = static_cast<int8_t>(q[32 * (k / 4) + k % 4] ^ 0x80);
+      } else {
+        BlockQ4_0& blk = reinterpret_cast<BlockQ4_0*>(out.data() + r * rb)[b];
+        blk.d = d;
+        for (int k = 0; k < 16; ++k) blk.qs[k] = q[32 * (k / 4) + k % 4];
+      }
+    }
+  }
+  return out;
+}
+
+void WeightMatrix::dequantize(float* out) const {
+  const std::vector<uint8_t> g = gguf_bytes();
+  dequantize_rows(type_, g.data(), out, rows_, cols_);
 }
 
 namespace quant_detail {
 
-void panel_generic(const PanelArgs& a, int64_t n0, int64_t n1) {
+void panel_generic(const PanelArgs& a, int64_t g0, int64_t g1) {
   const int64_t nb = a.K / kQuantBlock;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = a.w + static_cast<size_t>(n) * a.row_bytes;
+  const size_t gb = group_block_bytes(a.type);
+  for (int64_t n = g0 * kGroupRows; n < std::min(a.N, g1 * kGroupRows); ++n) {
+    const int64_t g = n / kGroupRows, lane = n % kGroupRows;
     for (int64_t m = 0; m < a.M; ++m) {
-      float acc[8] = {};
+      float acc = 0;
       for (int64_t b = 0; b < nb; ++b) {
-        int8_t q[32];
-        float dw;
-        load_block(a.type, row, b, q, &dw);
-        if (a.type == WeightType::q8_0)  // the kernel layout's bias
-          for (int8_t& v : q) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80);
+        const uint8_t* q = a.wq + static_cast<size_t>(g * nb + b) * gb + 4 * lane;
         const int8_t* x = a.xq + m * a.K + b * kQuantBlock;
-        const float s = a.xd[m * nb + b] * dw;
-        for (int l = 0; l < 8; ++l) {
-          int32_t p = 0;
-          for (int k = 4 * l; k < 4 * l + 4; ++k) p += int32_t{x[k]} * q[k];
-          acc[l] = std::fma(static_cast<float>(p), s, acc[l]);
+        int32_t p = 0;
+        for (int k = 0; k < 32; ++k) {
+          const int w = a.type == WeightType::q8_0 ? q[32 * (k / 4) + k % 4] - 128
+                        : k < 16                    ? (q[32 * (k / 4) + k % 4] & 15) - 8
+                                                    : (q[32 * ((k - 16) / 4) + k % 4] >> 4) - 8;
+          p += int32_t{x[k]} * w;
         }
+        const float dw = f16_to_f32(a.ws[(g * nb + b) * kGroupRows + lane]);
+        acc = std::fma(static_cast<float>(p), dw * a.xd[m * nb + b], acc);
       }
-      const float s = sum_lanes(acc);
-      a.out[m * a.N + n] = a.bias ? s + a.bias[n] : s;
+      a.out[m * a.N + n] = a.bias ? acc + a.bias[n] : acc;
     }
   }
 }
@@ -243,8 +299,8 @@ const Isa& isa() {
 }
 
 // Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d),
-// and per block the 8 lane sums of q times -bias (the weights' unsigned
-// offset: 128 for q8_0's kernel layout, 8 for q4_0's nibbles).
+// and per block the sum of q times -bias (the weights' unsigned offset: 128
+// for q8_0's kernel layout, 8 for q4_0's nibbles).
 void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t K, int32_t bias, int8_t* xq,
                           float* xd, int32_t* xc) {
   const int64_t nb = K / kQuantBlock;
@@ -256,10 +312,9 @@ void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t 
       const float d = amax / 127, id = d != 0 ? 1 / d : 0;
       xd[b] = d;
       for (int k = 0; k < kQuantBlock; ++k) xq[b * kQuantBlock + k] = static_cast<int8_t>(std::round(in[k] * id));
-      for (int l = 0; l < 8; ++l) {
-        const int8_t* q = xq + b * kQuantBlock + 4 * l;
-        xc[b * 8 + l] = -bias * (q[0] + q[1] + q[2] + q[3]);
-      }
+      int32_t sum = 0;
+      for (int k = 0; k < kQuantBlock; ++k) sum += xq[b * kQuantBlock + k];
+      xc[b] = -bias * sum;
     }
   });
 }
@@ -290,12 +345,23 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
       thread_local std::vector<int32_t> xc;
       xq.resize(static_cast<size_t>(M * K));
       xd.resize(static_cast<size_t>(M * (K / kQuantBlock)));
-      xc.resize(static_cast<size_t>(M * (K / kQuantBlock) * 8));
+      xc.resize(static_cast<size_t>(M * (K / kQuantBlock)));
       quantize_activations(ctx, inp, M, K, W.type() == WeightType::q8_0 ? 128 : 8, xq.data(), xd.data(), xc.data());
-      const quant_detail::PanelArgs a{out,  N, xq.data(), xd.data(), xc.data(), M, K, W.data(), W.row_bytes(),
-                                      W.type(), bias};
+      const quant_detail::PanelArgs a{out,
+                                      N,
+                                      xq.data(),
+                                      xd.data(),
+                                      xc.data(),
+                                      M,
+                                      K,
+                                      W.data(),
+                                      reinterpret_cast<const uint16_t*>(W.data() + W.scales_offset()),
+                                      W.type(),
+                                      bias};
       const PanelFn fn = isa().fn;
-      rowwise::over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+      const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
+      rowwise::over_panels(ctx, groups, W.row_bytes() * kGroupRows,
+                           [&](int64_t g0, int64_t g1) { fn(a, g0, g1); });
       return;
     }
   }

@@ -15,18 +15,25 @@
 // The linear layer y = x W^T + b:
 //   f32, bf16   fixed_order_dot.h's order on fp32 (bf16 widened on load);
 //   q8_0, q4_0  each input row is quantized to blocks of 32 int8 with an fp32
-//               scale (d = max|x| / 127), and each pair of blocks gives 8
-//               exact integer lane sums (lane l: elements 4l..4l+3), which
-//               are converted to fp32 and accumulated, with the product of
-//               the two scales, by one fused multiply-add per lane, block
-//               after block; the 8 lanes are then added pairwise
-//               ((0+4)+(2+6)) + ((1+5)+(3+7)), and the bias last.
-// In a WeightMatrix, q8_0 quants are held biased by 128 (the byte q + 128):
-// VNNI multiplies an unsigned byte by a signed one, so the weights go in
-// unsigned as they are and the input as it is, and the accumulator starts
-// at -128 sum(x) per lane (q4_0's nibbles q are unsigned already: -8
-// sum(x)); these lane sums of the input are computed once per input block.
-// from_bytes() and bytes() speak GGUF's layout.
+//               scale dx (d = max|x| / 127); per block b each output takes
+//               the exact integer dot product p_b of the block's quants, and
+//               accumulates acc = fma(float(p_b), dw_b * dx_b, acc), block
+//               after block from 0; the bias is added last.
+//
+// The kernel layout (a WeightMatrix's own; from_bytes() and gguf_bytes()
+// speak GGUF's): rows in groups of 8 (the last padded with zero rows), each
+// group's blocks in order, each block as 8 rows x 32 quants interleaved four
+// bytes at a time, so that one 32-byte load holds four consecutive elements
+// of each of the 8 rows and a dot-product instruction over it leaves in
+// lane r the partial sum of row r:
+//   q8_0  byte 32 g + 4 r + e = q[r][4 g + e] + 128            256 bytes
+//   q4_0  byte 32 t + 4 r + e = q[r][4 t + e] | q[r][16 + 4 t + e] << 4
+//         (the unsigned nibbles, as GGUF stores them)            128 bytes
+// and, in an array of their own after all the quants, the group's 8 f16
+// scales per block. q8_0 quants are biased by 128: VNNI multiplies an
+// unsigned byte by a signed one, so the weights go in unsigned as they are
+// and the input as it is, and the integer accumulator starts at
+// -128 sum(x block) (q4_0's nibbles are unsigned already: -8 sum).
 //
 // The integer sums are exact and the float operations the same on every
 // path, so the AVX-512 VNNI, AVX2 and portable kernels give bitwise equal
@@ -36,6 +43,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,7 +82,27 @@ size_t weight_row_bytes(WeightType t, int64_t K);
 void quantize_rows(WeightType t, const float* in, void* out, int64_t rows, int64_t K);
 void dequantize_rows(WeightType t, const void* in, float* out, int64_t rows, int64_t K);
 
-// A [rows, cols] matrix in one WeightType, rows contiguous.
+// Byte storage on 64-byte (cache line) boundaries, for the kernels' loads.
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const CacheLineAllocator<U>&) const { return false; }
+};
+
+// A [rows, cols] matrix in one WeightType: f32 and bf16 rows contiguous,
+// q8_0 and q4_0 in the kernel layout (above).
 class WeightMatrix {
  public:
   WeightMatrix() = default;
@@ -89,19 +118,23 @@ class WeightMatrix {
   WeightType type() const { return type_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
+  // Bytes of one row in GGUF's layout.
   size_t row_bytes() const { return weight_row_bytes(type_, cols_); }
+  // Bytes held (the kernel layout, with its padding rows).
   size_t bytes() const { return data_.size(); }
-  // The kernel layout (q8_0 biased, see above).
+  // The kernel layout: f32/bf16 rows; quants, then scales (offset
+  // scales_offset()).
   const uint8_t* data() const { return data_.data(); }
-  const uint8_t* row(int64_t i) const { return data_.data() + static_cast<size_t>(i) * row_bytes(); }
+  size_t scales_offset() const;
   void dequantize(float* out) const;
 
  private:
-  // GGUF layout <-> kernel layout (flips the q8_0 quants' top bit; its own inverse).
-  void flip_q8_bias();
+  // GGUF rows -> this matrix's kernel layout, rows [r0, r1) (whole groups but the last).
+  void pack(const uint8_t* gguf, int64_t r0, int64_t r1);
+  void allocate(WeightType t, int64_t rows, int64_t cols);
   WeightType type_ = WeightType::f32;
   int64_t rows_ = 0, cols_ = 0;
-  std::vector<uint8_t> data_;
+  std::vector<uint8_t, CacheLineAllocator<uint8_t>> data_;
 };
 
 // out[M, N] = inp[M, K] @ W^T + bias (N = W.rows(), K = W.cols()), batch-invariant.
