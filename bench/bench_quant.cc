@@ -2,7 +2,10 @@
 // roofs, measured in the same run:
 //   decode (M = 1): weight bytes read per second, as a fraction of the copy
 //                   bandwidth of a buffer larger than the caches (the
-//                   memory roofline a decoding step is bound by);
+//                   memory roofline a decoding step is bound by); the
+//                   product runs over copies of the matrix that together
+//                   exceed the caches (256 MiB at least), as a model's
+//                   layers do in a decoding step;
 //   prefill (M = 128): GFLOP/s, against BLAS SGEMM on the same fp32 shape
 //                   (the peer) and the fp32 batch-invariant kernel.
 // Shapes are a ~1B Llama's MLP (C 2048, F 8192: up [8192, 2048], down
@@ -11,6 +14,7 @@
 //   build/bin/bench_quant [threads]
 //   build/bin/bench_quant THREADS N K   one shape
 //   build/bin/bench_quant --copy-only [threads]   the copy bandwidth alone (bench/bench_serve.py)
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -59,7 +63,11 @@ int main(int argc, char** argv) {
     std::printf("shape=[%ld,%ld] sgemm_M128_GFLOP_per_s=%.1f\n", long(N), long(K), flops / sgemm_s / 1e9);
     for (WeightType t : {WeightType::f32, WeightType::bf16, WeightType::q8_0, WeightType::q4_0}) {
       const WeightMatrix W = WeightMatrix::quantize(ctx, t, w.data(), N, K);
-      const double dec = best_seconds([&] { weight_linear_forward(ctx, y.data(), x.data(), W, nullptr, 1); });
+      const size_t copies = std::max<size_t>(2, (size_t{256} << 20) / W.bytes() + 1);
+      const std::vector<WeightMatrix> layers(copies, W);
+      const double dec = best_seconds([&] {
+                           for (const WeightMatrix& L : layers) weight_linear_forward(ctx, y.data(), x.data(), L, nullptr, 1);
+                         }) / static_cast<double>(copies);
       const double pre = best_seconds([&] { weight_linear_forward(ctx, y.data(), x.data(), W, nullptr, 128); });
       const double gbps = W.bytes() / dec / 1e9;
       std::printf("shape=[%ld,%ld] type=%s decode_us=%.0f weight_GB_per_s=%.1f pct_roofline=%.0f "
