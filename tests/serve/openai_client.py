@@ -1,9 +1,13 @@
 """`claw serve` driven by the official `openai` Python SDK (tests/serve/openai_client.sh).
 
-    openai_client.py BASE_URL API_KEY MODEL
+    openai_client.py BASE_URL API_KEY MODEL [CLAW_BINARY CHECKPOINT]
+
+With the binary and the served checkpoint, `claw generate` gives the token
+ids of a greedy continuation, sent back as a prompt to be scored (echo).
 """
 import concurrent.futures as cf
 import json
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -11,6 +15,7 @@ import urllib.request
 import openai
 
 base, key, model = sys.argv[1:4]
+claw_bin, checkpoint = (sys.argv[4:6] + [None, None])[:2]
 client = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
 prompt = "Fellow citizens of the Senate and of the House of Representatives,"
 
@@ -44,6 +49,38 @@ check("".join(L.tokens) == lp.choices[0].text and L.text_offset[0] == 0, "logpro
 # echo
 e = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0, echo=True)
 check(e.choices[0].text.startswith(prompt) and len(e.choices[0].text) > len(prompt), "echo prepends the prompt")
+
+# echo with logprobs scores the prompt: the first token null, then each prompt
+# token given those before it.
+ids = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, echo=True, logprobs=0)
+P = ids.choices[0].logprobs
+n_prompt = ids.usage.prompt_tokens
+check(len(P.tokens) == n_prompt + 1 and P.token_logprobs[0] is None and P.top_logprobs[0] is None and
+      all(x is not None and x <= 0 for x in P.token_logprobs[1:]), "echo + logprobs scores every prompt token")
+check("".join(P.tokens[:n_prompt]) == prompt and P.text_offset[:2] == [0, len(P.tokens[0])],
+      "prompt logprob tokens spell the prompt")
+if claw_bin:
+    # The greedy continuation's token ids (the same engine, from the CLI),
+    # sent back after the prompt's: scored exactly as it was generated (lp
+    # above), streamed or not.
+    g = json.loads(subprocess.run([claw_bin, "generate", "-m", checkpoint, "-p", prompt, "-n", "6", "--num-threads",
+                                   "1", "--output-format", "json"], check=True, capture_output=True, text=True).stdout)
+    check(g["text"] == lp.choices[0].text and len(g["prompt_tokens"]) == n_prompt, "claw generate agrees with the server")
+    for stream in (False, True):
+        args = dict(model=model, prompt=g["prompt_tokens"] + g["tokens"], max_tokens=1, temperature=0, echo=True,
+                    logprobs=3)
+        if stream:
+            got = [ch for ch in client.completions.create(stream=True, **args) if ch.choices]
+            G = got[0].choices[0].logprobs
+            check(got[0].choices[0].text == prompt + lp.choices[0].text,
+                  "the streamed echo comes first, with the prompt's logprobs")
+        else:
+            G = client.completions.create(**args).choices[0].logprobs
+        tail = G.token_logprobs[n_prompt:n_prompt + 6]
+        check(G.tokens[n_prompt:n_prompt + 6] == L.tokens and tail == L.token_logprobs and
+              G.top_logprobs[n_prompt:n_prompt + 6] == L.top_logprobs,
+              f"the continuation scored as a prompt equals its generation (stream={stream}): {tail} vs "
+              f"{L.token_logprobs}")
 
 # n > 1 with a seed: distinct samples, reproducible as a whole.
 s1 = client.completions.create(model=model, prompt=prompt, max_tokens=10, temperature=1.0, n=3, seed=11)

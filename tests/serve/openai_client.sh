@@ -25,7 +25,7 @@ fi
   --max-model-len 512 >"$tmp/serve.log" 2>&1 &
 pid=$!
 wait_for_server $pid "$tmp/serve.log"
-"$venv/bin/python" "$here/openai_client.py" "http://127.0.0.1:$port" sekret tiny || { tail -20 "$tmp/serve.log"; exit 1; }
+"$venv/bin/python" "$here/openai_client.py" "http://127.0.0.1:$port" sekret tiny "$claw" "$tmp/ck" || { tail -20 "$tmp/serve.log"; exit 1; }
 # The npm package too (Node.js), installed under /tmp; the .mjs finds it
 # through a symlinked node_modules next to a copy of the script.
 npm_dir=/tmp/claw-npm-openai

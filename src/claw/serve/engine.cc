@@ -26,6 +26,7 @@ struct Engine::Seq {
   std::vector<int32_t> blocks;    // block table
   std::vector<BlockHash> hashes;  // of the leading full blocks that are registered
   int64_t computed = 0;           // leading tokens whose keys and values are cached
+  int64_t prompt_scored = 1;      // prompt_logprobs: the next prompt position to score
   bool admitted_once = false;
 };
 
@@ -63,6 +64,8 @@ void Engine::validate(const GenerationRequest& r) const {
   if (r.prompt.empty()) fail("prompt: empty (at least one token)");
   if (r.max_tokens < 1) fail("max_tokens must be at least 1, got {}", r.max_tokens);
   if (r.top_logprobs < 0 || r.top_logprobs > 20) fail("top_logprobs must be between 0 and 20, got {}", r.top_logprobs);
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > 20)
+    fail("prompt_logprobs must be between 0 and 20 (or -1: none), got {}", r.prompt_logprobs);
   const int64_t n = static_cast<int64_t>(r.prompt.size());
   if (n + 1 > cfg_.max_model_len)
     fail("prompt: {} tokens leave no room to generate within the context of {} tokens", n, cfg_.max_model_len);
@@ -111,9 +114,12 @@ void Engine::preempt(Seq& s) {
 }
 
 // Takes the cached blocks that start the sequence's tokens, leaving at least
-// its last token to compute (its logits are what the step needs).
+// its last token to compute (its logits are what the step needs), and every
+// prompt position whose logits still have a prompt token to score.
 void Engine::match_prefix(Seq& s) {
-  const int64_t bs = cfg_.block_size, full = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
+  const int64_t bs = cfg_.block_size;
+  int64_t full = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
+  if (s.req.prompt_logprobs >= 0 && s.prompt_scored < s.prompt_len) full = std::min(full, (s.prompt_scored - 1) / bs);
   BlockHash parent;
   int64_t found = 0;
   for (int64_t i = 0; i < full; ++i) {
@@ -214,8 +220,17 @@ bool Engine::step() {
   std::vector<StepSeq> plan;
   std::vector<int64_t> ready_rows;
   std::vector<Seq*> ready;
+  struct PromptRow {
+    Seq* seq;
+    int64_t row, position;  // the row's logits score the prompt token at position
+  };
+  std::vector<PromptRow> prompt_rows;
   for (const Work& w : work) {
     Seq& s = *w.seq;
+    const int64_t first_row = static_cast<int64_t>(tokens.size());
+    if (s.req.prompt_logprobs >= 0)
+      for (int64_t j = std::max(s.computed, s.prompt_scored - 1); j < std::min(s.computed + w.n, s.prompt_len - 1); ++j)
+        prompt_rows.push_back({&s, first_row + j - s.computed, j + 1});
     tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + w.n);
     plan.push_back({.blocks = s.blocks.data(), .num_blocks = static_cast<int64_t>(s.blocks.size()),
                     .context = s.computed, .num_tokens = w.n});
@@ -224,15 +239,31 @@ bool Engine::step() {
       ready_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
     }
   }
+  const int64_t R = static_cast<int64_t>(ready.size());
+  for (const PromptRow& p : prompt_rows) ready_rows.push_back(p.row);  // logits rows R, R + 1, ...
   if (tp_leader()) send_step(tokens, plan, ready_rows);
   run_step(tokens, std::move(plan), ready_rows);
   for (const Work& w : work) {
     w.seq->computed += w.n;
     register_full_blocks(*w.seq);
   }
-  const int64_t R = static_cast<int64_t>(ready.size());
+  // Prompt scores first (a request sees them before its first token); a
+  // request whose callback refuses one is dropped after this step's loop.
+  std::vector<Seq*> dropped;
+  for (size_t k = 0; k < prompt_rows.size(); ++k) {
+    Seq& s = *prompt_rows[k].seq;
+    if (std::find(dropped.begin(), dropped.end(), &s) != dropped.end()) continue;
+    const float* l = logits_.data() + (R + static_cast<int64_t>(k)) * vocab_;
+    const int64_t pos = prompt_rows[k].position;
+    TokenOutput out{.token = s.tokens[pos], .logprob = log_softmax_at(l, vocab_, s.tokens[pos]), .index = pos,
+                    .prompt = true};
+    if (s.req.prompt_logprobs > 0) out.top = top_logprobs(l, vocab_, s.req.prompt_logprobs);
+    s.prompt_scored = pos + 1;
+    if (s.req.on_token && !s.req.on_token(out)) dropped.push_back(&s);
+  }
   for (int64_t i = 0; i < R; ++i) {
     Seq& s = *ready[i];
+    if (std::find(dropped.begin(), dropped.end(), &s) != dropped.end()) continue;
     const float* l = logits_.data() + i * vocab_;
     const SampledToken t = sample_token(l, vocab_, s.req.sampling, static_cast<uint64_t>(s.generated));
     TokenOutput out{.token = t.token, .logprob = t.logprob, .index = s.generated};
@@ -248,6 +279,7 @@ bool Engine::step() {
     const bool keep = !s.req.on_token || s.req.on_token(out);
     if (out.finish != FinishReason::none || !keep) finish(s);
   }
+  for (Seq* s : dropped) finish(*s);
   return true;
 }
 

@@ -23,7 +23,9 @@
 //    cache: add() refuses only a prompt that could never fit.
 // 3. The forward: the step's tokens flattened into one row (B = 1, T = N),
 //    attention over each sequence's blocks, hidden states of the last token
-//    of each sequence that is now fully cached, their logits, a token each.
+//    of each sequence that is now fully cached, their logits, a token each
+//    (and, for a request that scores its prompt, the logits of its prompt
+//    rows in the step).
 //
 // Reproducibility. Every kernel on this path computes a token's result
 // without reference to the other tokens of the step (rowwise_linear.h,
@@ -70,6 +72,9 @@ struct TokenOutput {
   std::vector<TokenLogprob> top;   // the top_logprobs most likely tokens, best first
   int64_t index = 0;               // 0 for the first generated token
   FinishReason finish = FinishReason::none;  // set on the last token
+  // A prompt token's score (GenerationRequest::prompt_logprobs), not a
+  // generated token: index is its position in the prompt (1 and up).
+  bool prompt = false;
 };
 
 struct GenerationRequest {
@@ -78,6 +83,12 @@ struct GenerationRequest {
   int64_t max_tokens = 16;
   std::vector<int32_t> stop_tokens;  // generation ends after one of these (end of text)
   int64_t top_logprobs = 0;          // 0..20
+  // -1, or 0..20: also score the prompt (the echo of OpenAI's completions):
+  // the log-probability of each prompt token after the first given those
+  // before it, with this many top alternatives, handed to on_token (prompt
+  // set, in order) before the first generated token. Prompt blocks are then
+  // taken from the prefix cache only where already scored.
+  int64_t prompt_logprobs = -1;
   // Called on the stepping thread for each token; returning false cancels
   // the request (a client that went away): its blocks are freed at once.
   std::function<bool(const TokenOutput&)> on_token;

@@ -262,6 +262,8 @@ struct HttpServer::Impl {
         bad("logprobs", fmt::format("'logprobs' must be between 0 and 20, got {}", job.logprobs));
     }
     r.top_logprobs = std::max<int64_t>(job.logprobs, 0);
+    // echo with logprobs scores the prompt too (its first token: null).
+    if (job.echo && job.logprobs >= 0) r.prompt_logprobs = job.logprobs;
     return job;
   }
 
@@ -295,6 +297,17 @@ struct HttpServer::Impl {
     completions_lp["top_logprobs"].push_back(top);
     completions_lp["text_offset"].push_back(offset);
     return {};
+  }
+
+  // echo + logprobs: the prompt's first token, which has no log-probability,
+  // opens the completions logprobs; returns the text offset of the next.
+  int64_t open_prompt_logprobs(const ServedModel& m, const std::vector<int32_t>& prompt, json& completions_lp) const {
+    const std::string s = token_text(m, prompt[0]);
+    completions_lp["tokens"].push_back(s);
+    completions_lp["token_logprobs"].push_back(nullptr);
+    completions_lp["top_logprobs"].push_back(nullptr);
+    completions_lp["text_offset"].push_back(0);
+    return static_cast<int64_t>(s.size());
   }
 
   std::vector<Choice> launch(ServedModel& m, const Job& job) {
@@ -408,7 +421,14 @@ struct HttpServer::Impl {
         json lp = job.chat ? json(json::array()) : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
                                                         {"top_logprobs", json::array()}, {"text_offset", json::array()}};
         const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : "";
+        const bool score_prompt = job.echo && job.logprobs >= 0;
+        int64_t prompt_offset = score_prompt ? open_prompt_logprobs(*m, job.prompts[c.prompt_index], lp) : 0;
         while (auto t = c.stream->next()) {
+          if (t->prompt) {
+            logprob_entry(*m, job, *t, lp, prompt_offset);
+            prompt_offset += static_cast<int64_t>(token_text(*m, t->token).size());
+            continue;
+          }
           record(t0, c);
           ++c.tokens;
           const int64_t offset = static_cast<int64_t>(prefix.size() + c.text->text().size());
@@ -461,15 +481,36 @@ struct HttpServer::Impl {
           for (size_t i = 0; i < state->size(); ++i) {
             Choice& c = (*state)[i];
             auto send = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
-            if (job.echo && !send(chunk_json(*m, job, id, created, i, job.prompt_texts[c.prompt_index], nullptr, "", false)))
-              return false;
+            // The echo goes first; with logprobs, once the prompt is scored.
+            const bool score_prompt = job.echo && job.logprobs >= 0;
+            json prompt_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                              {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+            int64_t prompt_offset = score_prompt ? open_prompt_logprobs(*m, job.prompts[c.prompt_index], prompt_lp) : 0;
+            bool echoed = !job.echo;
+            auto echo = [&] {
+              echoed = true;
+              return send(chunk_json(*m, job, id, created, i, job.prompt_texts[c.prompt_index],
+                                     score_prompt ? prompt_lp : json(nullptr), "", false));
+            };
+            if (job.echo && !score_prompt && !echo()) return false;
             if (job.chat && !send(chunk_json(*m, job, id, created, i, "", nullptr, "", true))) return false;
             while (auto t = c.stream->next()) {
+              if (t->prompt) {
+                logprob_entry(*m, job, *t, prompt_lp, prompt_offset);
+                prompt_offset += static_cast<int64_t>(token_text(*m, t->token).size());
+                continue;
+              }
+              if (!echoed && !echo()) {
+                m->engine->cancel(*c.stream);
+                for (size_t k = i + 1; k < state->size(); ++k) m->engine->cancel(*(*state)[k].stream);
+                return false;
+              }
               record(t0, c);
               ++c.tokens;
               json completions_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
                                      {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-              const int64_t offset = static_cast<int64_t>(c.text->text().size());
+              const int64_t offset = static_cast<int64_t>(
+                  (job.echo ? job.prompt_texts[c.prompt_index].size() : 0) + c.text->text().size());
               json lp = nullptr;
               if (job.logprobs >= 0) {
                 json e = logprob_entry(*m, job, *t, completions_lp, offset);

@@ -306,6 +306,69 @@ TEST(Engine, PrefixCacheHitsGiveTheSameTokens) {
   EXPECT_TRUE(b == b_off);
 }
 
+// Scoring the prompt (echo with logprobs): a greedy continuation, given back
+// as a prompt, is scored bitwise as it was generated (prefill rows against
+// decode rows, in chunks, beside another request); the prompt's other
+// positions match the full forward's log-softmax; the cached prefix is not
+// taken where it would skip rows to score.
+TEST(Engine, PromptLogprobsScoreThePromptAsGenerationDid) {
+  const model::ModelConfig c = small("llama-tiny");
+  model::GPT m(c);
+  m.init_weights(ctx, 9);
+  const int64_t V = c.vocab_size;
+  const std::vector<int32_t> prompt = random_tokens(20, V, 4);
+  Engine e(m, ctx, {.num_blocks = 32, .max_num_batched_tokens = 7});
+  Result gen;
+  e.add(request(prompt, {}, 12, &gen));
+  drain(e);
+  ASSERT_EQ(gen.tokens.size(), 12u);
+
+  std::vector<int32_t> again = prompt;
+  again.insert(again.end(), gen.tokens.begin(), gen.tokens.end());
+  const int64_t cached_before = e.stats().cached_tokens;
+  Result scored, other, generated;
+  GenerationRequest r = request(again, {}, 1, &generated);
+  r.prompt_logprobs = 3;
+  r.on_token = [&](const TokenOutput& t) {
+    Result& into = t.prompt ? scored : generated;
+    if (t.prompt) EXPECT_EQ(t.index, static_cast<int64_t>(scored.tokens.size()) + 1);
+    if (t.prompt) EXPECT_TRUE(generated.tokens.empty()) << "prompt scores come before the first token";
+    into.tokens.push_back(t.token);
+    into.logprobs.push_back(t.logprob);
+    into.top.push_back(t.top);
+    return true;
+  };
+  e.add(request(random_tokens(30, V, 5), kSampled, 8, &other));
+  e.add(std::move(r));
+  drain(e);
+  EXPECT_EQ(e.stats().cached_tokens, cached_before) << "a cached block would have skipped rows to score";
+  ASSERT_EQ(scored.tokens.size(), again.size() - 1);
+  ASSERT_EQ(generated.tokens.size(), 1u);
+  for (size_t k = 0; k < gen.tokens.size(); ++k) {
+    const size_t at = prompt.size() - 1 + k;  // scored[at] is position prompt.size() + k
+    EXPECT_EQ(scored.tokens[at], gen.tokens[k]);
+    EXPECT_EQ(std::memcmp(&scored.logprobs[at], &gen.logprobs[k], sizeof(double)), 0) << "token " << k;
+    ASSERT_EQ(scored.top[at].size(), gen.top[k].size());
+    for (size_t j = 0; j < gen.top[k].size(); ++j) {
+      EXPECT_EQ(scored.top[at][j].token, gen.top[k][j].token);
+      EXPECT_EQ(std::memcmp(&scored.top[at][j].logprob, &gen.top[k][j].logprob, sizeof(double)), 0);
+    }
+  }
+  const std::vector<float> ref =
+      testing::reference_logits(ctx, m, again, 1, static_cast<int64_t>(again.size()));
+  for (size_t pos = 1; pos < again.size(); ++pos) {
+    const float* l = &ref[(pos - 1) * V];
+    double mx = l[0], z = 0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max<double>(mx, l[v]);
+    for (int64_t v = 0; v < V; ++v) z += std::exp(l[v] - mx);
+    EXPECT_NEAR(scored.logprobs[pos - 1], l[again[pos]] - mx - std::log(z), 1e-4) << "position " << pos;
+  }
+  EXPECT_EQ(e.stats().blocks_used, 0);
+  GenerationRequest bad = request(prompt, {}, 1, &other);
+  bad.prompt_logprobs = 21;
+  EXPECT_THROW(e.add(std::move(bad)), Error);
+}
+
 TEST(Engine, CancellationFreesBlocksAndStopsCallbacks) {
   const model::ModelConfig c = small("gpt2-tiny");
   model::GPT m(c);
