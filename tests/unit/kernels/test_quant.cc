@@ -165,55 +165,61 @@ TEST(Quant, RowsDoNotDependOnTheBatchOrThreads) {
 
 TEST(Quant, InstructionSetsAgreeBitwise) {
   using namespace quant_detail;
-  const int64_t M = 7, K = 256, N = 43;  // 5 full groups of rows and one of 3
-  auto x = randn(M * K, 7), w = randn(N * K, 8), b = randn(N, 9);
-  std::vector<int8_t> xq(M * K);
-  std::vector<float> xd(M * K / 32);
-  for (int64_t blk = 0; blk < M * K / 32; ++blk) {
-    float amax = 0;
-    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
-    xd[blk] = amax / 127;
-    for (int k = 0; k < 32; ++k) xq[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] / xd[blk]));
-  }
+  const int64_t K = 256, N = 75;  // tiles of 32 rows: 2 full and one of 11 (a group of 3)
   std::vector<std::pair<const char*, PanelFn>> isas;
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isas.push_back({"avx2", panel_avx2});
   if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
     isas.push_back({"avx512_vnni", panel_avx512_vnni});
 #endif
-  for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
-    const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
-    // The block sums times -offset (quant.h: 128 for q8_0, 8 for q4_0).
-    std::vector<int32_t> xc(M * K / 32);
-    for (size_t blk = 0; blk < xc.size(); ++blk) {
-      int32_t s = 0;
-      for (int k = 0; k < 32; ++k) s += xq[blk * 32 + k];
-      xc[blk] = -(t == WeightType::q8_0 ? 128 : 8) * s;
+  size_t checked = 0;
+  for (const int64_t M : {1, 2, 3, 7}) {  // every register tile of input rows
+    auto x = randn(M * K, 7), w = randn(N * K, 8), b = randn(N, 9);
+    std::vector<int8_t> xq(M * K);
+    std::vector<float> xd(M * K / 32);
+    for (int64_t blk = 0; blk < M * K / 32; ++blk) {
+      float amax = 0;
+      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
+      xd[blk] = amax / 127;
+      for (int k = 0; k < 32; ++k) xq[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] / xd[blk]));
     }
-    const PanelArgs proto{nullptr,
-                          N,
-                          xq.data(),
-                          xd.data(),
-                          xc.data(),
-                          M,
-                          K,
-                          W.data(),
-                          reinterpret_cast<const uint16_t*>(W.data() + W.scales_offset()),
-                          t,
-                          b.data()};
-    const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
-    std::vector<float> want(M * N);
-    PanelArgs a = proto;
-    a.out = want.data();
-    panel_generic(a, 0, groups);
-    for (auto [name, fn] : isas) {
-      std::vector<float> got(M * N, -1);
-      a.out = got.data();
-      fn(a, 0, 1);  // panels of any split
-      fn(a, 1, groups);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << name << " " << weight_type_name(t);
+    for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
+      const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
+      // The block sums times -offset (quant.h: 128 for q8_0, 8 for q4_0).
+      std::vector<int32_t> xc(M * K / 32);
+      for (size_t blk = 0; blk < xc.size(); ++blk) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; ++k) s += xq[blk * 32 + k];
+        xc[blk] = -(t == WeightType::q8_0 ? 128 : 8) * s;
+      }
+      const PanelArgs proto{nullptr,
+                            N,
+                            xq.data(),
+                            xd.data(),
+                            xc.data(),
+                            M,
+                            K,
+                            W.data(),
+                            reinterpret_cast<const uint16_t*>(W.data() + W.scales_offset()),
+                            t,
+                            b.data()};
+      const int64_t tiles = (N + kTileRows - 1) / kTileRows;
+      std::vector<float> want(M * N);
+      PanelArgs a = proto;
+      a.out = want.data();
+      panel_generic(a, 0, tiles);
+      for (auto [name, fn] : isas) {
+        std::vector<float> got(M * N, -1);
+        a.out = got.data();
+        fn(a, 0, 1);  // panels of any split
+        fn(a, 1, tiles);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << name << " " << weight_type_name(t) << " M=" << M;
+        ++checked;
+      }
     }
   }
+  EXPECT_EQ(checked, 4 * 2 * isas.size());
   std::printf("quantized kernels checked against the portable one: %zu; in use: %s\n", isas.size(),
               quant_kernel_isa().c_str());
 }

@@ -128,6 +128,8 @@ void dequantize_rows(WeightType t, const void* in, float* out, int64_t rows, int
 
 using quant_detail::group_block_bytes;
 using quant_detail::kGroupRows;
+using quant_detail::kTileGroups;
+using quant_detail::kTileRows;
 
 void WeightMatrix::allocate(WeightType t, int64_t rows, int64_t cols) {
   CLAW_CHECK(weight_type_fits(t, cols), "{} weights need rows of a multiple of {} elements, not {}",
@@ -139,12 +141,14 @@ void WeightMatrix::allocate(WeightType t, int64_t rows, int64_t cols) {
     data_.resize(weight_row_bytes(t, cols) * static_cast<size_t>(rows));
     return;
   }
-  const size_t blocks = static_cast<size_t>((rows + kGroupRows - 1) / kGroupRows * (cols / kQuantBlock));
+  const size_t blocks =
+      static_cast<size_t>((rows + kTileRows - 1) / kTileRows * kTileGroups * (cols / kQuantBlock));
   data_.assign(blocks * (group_block_bytes(t) + kGroupRows * sizeof(uint16_t)), 0);
 }
 
 size_t WeightMatrix::scales_offset() const {
-  const size_t blocks = static_cast<size_t>((rows_ + kGroupRows - 1) / kGroupRows * (cols_ / kQuantBlock));
+  const size_t blocks =
+      static_cast<size_t>((rows_ + kTileRows - 1) / kTileRows * kTileGroups * (cols_ / kQuantBlock));
   return blocks * group_block_bytes(type_);
 }
 
@@ -160,14 +164,14 @@ void WeightMatrix::pack(const uint8_t* gguf, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t g = r / kGroupRows, lane = r % kGroupRows;
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* q = data_.data() + static_cast<size_t>(g * nb + b) * gb + 4 * lane;
+      uint8_t* q = data_.data() + static_cast<size_t>(quant_detail::group_block_index(g, b, nb)) * gb + 4 * lane;
       if (type_ == WeightType::q8_0) {
         const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(gguf + r * rb)[b];
-        scales[(g * nb + b) * kGroupRows + lane] = blk.d;
+        scales[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane] = blk.d;
         for (int k = 0; k < 32; ++k) q[32 * (k / 4) + k % 4] = static_cast<uint8_t>(blk.qs[k]) ^ 0x80;
       } else {
         const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(gguf + r * rb)[b];
-        scales[(g * nb + b) * kGroupRows + lane] = blk.d;
+        scales[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane] = blk.d;
         for (int k = 0; k < 16; ++k) q[32 * (k / 4) + k % 4] = blk.qs[k];
       }
     }
@@ -178,9 +182,9 @@ WeightMatrix WeightMatrix::quantize(const CpuCtx& ctx, WeightType t, const float
   WeightMatrix m;
   m.allocate(t, rows, cols);
   const size_t rb = m.row_bytes();
-  // Whole groups to each thread: pack() writes a group's bytes from its rows.
-  parallel_for(ctx, (rows + kGroupRows - 1) / kGroupRows, 2, [&](int64_t g0, int64_t g1) {
-    const int64_t r0 = g0 * kGroupRows, r1 = std::min(rows, g1 * kGroupRows);
+  // Whole tiles of rows to each thread: pack() writes a tile's bytes from its rows.
+  parallel_for(ctx, (rows + kTileRows - 1) / kTileRows, 1, [&](int64_t t0, int64_t t1) {
+    const int64_t r0 = t0 * kTileRows, r1 = std::min(rows, t1 * kTileRows);
     std::vector<uint8_t> gguf(static_cast<size_t>(r1 - r0) * rb);
     quantize_rows(t, w + r0 * cols, gguf.data(), r1 - r0, cols);
     m.pack(gguf.data() - r0 * rb, r0, r1);
@@ -213,8 +217,8 @@ std::vector<uint8_t> WeightMatrix::gguf_bytes() const {
   for (int64_t r = 0; r < rows_; ++r) {
     const int64_t g = r / kGroupRows, lane = r % kGroupRows;
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* q = data_.data() + static_cast<size_t>(g * nb + b) * gb + 4 * lane;
-      const uint16_t d = scales[(g * nb + b) * kGroupRows + lane];
+      const uint8_t* q = data_.data() + static_cast<size_t>(quant_detail::group_block_index(g, b, nb)) * gb + 4 * lane;
+      const uint16_t d = scales[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane];
       if (type_ == WeightType::q8_0) {
         BlockQ8_0& blk = reinterpret_cast<BlockQ8_0*>(out.data() + r * rb)[b];
         blk.d = d;
@@ -236,15 +240,15 @@ void WeightMatrix::dequantize(float* out) const {
 
 namespace quant_detail {
 
-void panel_generic(const PanelArgs& a, int64_t g0, int64_t g1) {
+void panel_generic(const PanelArgs& a, int64_t t0, int64_t t1) {
   const int64_t nb = a.K / kQuantBlock;
   const size_t gb = group_block_bytes(a.type);
-  for (int64_t n = g0 * kGroupRows; n < std::min(a.N, g1 * kGroupRows); ++n) {
+  for (int64_t n = t0 * kTileRows; n < std::min(a.N, t1 * kTileRows); ++n) {
     const int64_t g = n / kGroupRows, lane = n % kGroupRows;
     for (int64_t m = 0; m < a.M; ++m) {
       float acc = 0;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* q = a.wq + static_cast<size_t>(g * nb + b) * gb + 4 * lane;
+        const uint8_t* q = a.wq + static_cast<size_t>(quant_detail::group_block_index(g, b, nb)) * gb + 4 * lane;
         const int8_t* x = a.xq + m * a.K + b * kQuantBlock;
         int32_t p = 0;
         for (int k = 0; k < 32; ++k) {
@@ -253,7 +257,7 @@ void panel_generic(const PanelArgs& a, int64_t g0, int64_t g1) {
                                                     : (q[32 * ((k - 16) / 4) + k % 4] >> 4) - 8;
           p += int32_t{x[k]} * w;
         }
-        const float dw = f16_to_f32(a.ws[(g * nb + b) * kGroupRows + lane]);
+        const float dw = f16_to_f32(a.ws[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane]);
         acc = std::fma(static_cast<float>(p), dw * a.xd[m * nb + b], acc);
       }
       a.out[m * a.N + n] = a.bias ? acc + a.bias[n] : acc;
@@ -359,9 +363,16 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
                                       W.type(),
                                       bias};
       const PanelFn fn = isa().fn;
-      const int64_t groups = (N + kGroupRows - 1) / kGroupRows;
-      rowwise::over_panels(ctx, groups, W.row_bytes() * kGroupRows,
-                           [&](int64_t g0, int64_t g1) { fn(a, g0, g1); });
+      // Panels of whole tiles, about 256 KiB of weights (L2-resident while
+      // the input rows pass over them), shared out dynamically; a few rows
+      // (decoding) read the weights once: an equal share to each thread,
+      // one sequential stream each.
+      const int64_t tiles = (N + kTileRows - 1) / kTileRows;
+      const int64_t panel = std::max<int64_t>(1, (256 << 10) / static_cast<int64_t>(W.row_bytes() * kTileRows));
+      const int64_t share = (tiles + ctx.num_threads - 1) / std::max(ctx.num_threads, 1);
+      const int64_t per = M <= 4 ? share : std::clamp<int64_t>(share, 1, panel);
+      parallel_for_dynamic(ctx, (tiles + per - 1) / per,
+                           [&](int64_t c) { fn(a, c * per, std::min(tiles, (c + 1) * per)); });
       return;
     }
   }

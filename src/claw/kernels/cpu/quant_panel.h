@@ -19,6 +19,18 @@ constexpr int64_t kGroupRows = 8;
 // Bytes of one block of a group's quants (8 rows x 32 elements).
 constexpr size_t group_block_bytes(WeightType t) { return t == WeightType::q8_0 ? 256 : 128; }
 
+// Groups stored block by block together (a tile of 32 rows): a decoding
+// step reads each tile as one sequential stream.
+constexpr int64_t kTileGroups = 4;
+constexpr int64_t kTileRows = kTileGroups * kGroupRows;
+
+// Where block b of group g (of blocks nb a row) is, in units of one group's
+// block: its quants at that times group_block_bytes, its 8 scales at that
+// times 8.
+constexpr int64_t group_block_index(int64_t g, int64_t b, int64_t nb) {
+  return ((g / kTileGroups) * nb + b) * kTileGroups + g % kTileGroups;
+}
+
 struct PanelArgs {
   float* out;          // [M, N], row stride N
   int64_t N;
@@ -26,19 +38,19 @@ struct PanelArgs {
   const float* xd;     // [M, K / 32]
   const int32_t* xc;   // [M, K / 32]: -offset x the block's sum of xq (quant.h)
   int64_t M, K;
-  const uint8_t* wq;   // [ceil(N / 8), K / 32, group_block_bytes]: the quants
-  const uint16_t* ws;  // [ceil(N / 8), K / 32, 8]: the f16 scales
+  const uint8_t* wq;   // [ceil(N / 32), K / 32, 4, group_block_bytes]: the quants
+  const uint16_t* ws;  // [ceil(N / 32), K / 32, 4, 8]: the f16 scales
   WeightType type;     // q8_0 or q4_0
   const float* bias;   // [N] or null
 };
 
-// Computes out[:, 8 g0 : min(N, 8 g1)] (groups [g0, g1)).
-using PanelFn = void (*)(const PanelArgs& a, int64_t g0, int64_t g1);
+// Computes out[:, 32 t0 : min(N, 32 t1)] (tiles of rows [t0, t1)).
+using PanelFn = void (*)(const PanelArgs& a, int64_t t0, int64_t t1);
 
-void panel_generic(const PanelArgs& a, int64_t g0, int64_t g1);
+void panel_generic(const PanelArgs& a, int64_t t0, int64_t t1);
 #if defined(__x86_64__)
-void panel_avx2(const PanelArgs& a, int64_t g0, int64_t g1);
-void panel_avx512_vnni(const PanelArgs& a, int64_t g0, int64_t g1);
+void panel_avx2(const PanelArgs& a, int64_t t0, int64_t t1);
+void panel_avx512_vnni(const PanelArgs& a, int64_t t0, int64_t t1);
 #endif
 
 }  // namespace claw::kernels::quant_detail
