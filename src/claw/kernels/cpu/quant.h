@@ -21,19 +21,20 @@
 //               after block from 0; the bias is added last.
 //
 // The kernel layout (a WeightMatrix's own; from_bytes() and gguf_bytes()
-// speak GGUF's): rows in groups of 8 (the last padded with zero rows), each
-// group's blocks in order, each block as 8 rows x 32 quants interleaved four
-// bytes at a time, so that one 32-byte load holds four consecutive elements
-// of each of the 8 rows and a dot-product instruction over it leaves in
-// lane r the partial sum of row r:
-//   q8_0  byte 32 g + 4 r + e = q[r][4 g + e] + 128            256 bytes
-//   q4_0  byte 32 t + 4 r + e = q[r][4 t + e] | q[r][16 + 4 t + e] << 4
+// speak GGUF's): rows in tiles of 32 (the last padded with zero rows), a
+// tile's blocks in order, each holding its four groups of 8 rows side by
+// side (so that decoding reads a tile as one sequential stream), each group
+// block as 8 rows x 32 quants interleaved four bytes at a time, so that one
+// 32-byte load holds four consecutive elements of each of the 8 rows and a
+// dot-product instruction over it leaves in lane r the partial sum of row r:
+//   q8_0  byte 32 s + 4 r + e = q[r][4 s + e] + 128            256 bytes
+//   q4_0  byte 32 s + 4 r + e = q[r][4 s + e] | q[r][16 + 4 s + e] << 4
 //         (the unsigned nibbles, as GGUF stores them)            128 bytes
-// and, in an array of their own after all the quants, the group's 8 f16
-// scales per block. q8_0 quants are biased by 128: VNNI multiplies an
-// unsigned byte by a signed one, so the weights go in unsigned as they are
-// and the input as it is, and the integer accumulator starts at
-// -128 sum(x block) (q4_0's nibbles are unsigned already: -8 sum).
+// and, in an array of their own after all the quants, in the same order,
+// each group block's 8 f16 scales. q8_0 quants are biased by 128: VNNI
+// multiplies an unsigned byte by a signed one, so the weights go in
+// unsigned as they are and the input as it is, and the integer accumulator
+// starts at -128 sum(x block) (q4_0's nibbles are unsigned already: -8 sum).
 //
 // The integer sums are exact and the float operations the same on every
 // path, so the AVX-512 VNNI, AVX2 and portable kernels give bitwise equal
