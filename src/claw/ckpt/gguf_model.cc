@@ -358,14 +358,13 @@ void load_gguf_params(const GgufModel& g, const std::vector<model::Param*>& para
   }
 }
 
-std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(const GgufModel& g,
-                                                              const std::vector<model::Param*>& params) {
+std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(GgufModel& g, const std::vector<model::Param*>& params) {
   std::map<std::string, kernels::WeightMatrix> out;
   for (const model::Param* p : params) {
     const model::ParamSpec& s = p->spec;
     auto it = g.matrices.find(s.hf.name);
     if (it == g.matrices.end() || s.shape.ndim() != 2 || s.shard_dim == 1) continue;
-    const kernels::WeightMatrix& m = it->second;
+    const kernels::WeightMatrix& m = it->second;  // (moved from at most once, below)
     // The matrix's rows are HF's output features: dimension 1 of a
     // transposed (Conv1D) tensor, else 0.
     const int row_dim = s.hf.transpose ? 1 : 0;
@@ -374,6 +373,11 @@ std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(const GgufModel& 
     const int64_t mapped = s.hf.rows >= 0 ? s.hf.rows : s.shape[0];  // rows beyond: vocabulary padding
     const int64_t local = s.local_shape()[0], begin = s.shard_dim == 0 ? s.shard_index * local : 0;
     if (m.cols() != s.shape[1]) continue;
+    if (first == 0 && begin == 0 && local == m.rows() && mapped == m.rows()) {
+      out[s.name] = std::move(it->second);
+      g.matrices.erase(it);
+      continue;
+    }
     const size_t rb = m.row_bytes();
     const std::vector<uint8_t> stored = m.gguf_bytes();
     std::vector<uint8_t> bytes(static_cast<size_t>(local) * rb, 0);

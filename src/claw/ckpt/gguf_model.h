@@ -80,8 +80,8 @@ void load_gguf_params(const GgufModel& g, const std::vector<model::Param*>& para
 
 // The linear-layer weights that are stored in a low-precision type in the
 // file, as this rank's matrices (GPT::set_inference_weights' `given`),
-// keyed by claw's canonical names; vocabulary padding rows are zero.
-std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(const GgufModel& g,
-                                                              const std::vector<model::Param*>& params);
+// keyed by claw's canonical names; vocabulary padding rows are zero. A
+// matrix that is one parameter whole is moved out of g.matrices (no copy).
+std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(GgufModel& g, const std::vector<model::Param*>& params);
 
 }  // namespace claw::ckpt

@@ -89,23 +89,36 @@ void load_hf(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerO
   }
 }
 
-// Returns the GGUF file's linear weights as they are stored.
+// Returns the GGUF file's linear weights as they are stored, when they are
+// what will be served (`want`: the type asked for, if any); their fp32
+// parameters are then not read at all (untouched pages of the parameter
+// arena: the peak memory of loading is the stored weights, not an fp32 copy).
 std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptions& o, InferenceModel& m,
-                                                       data::TokenizerOptions& tok, kernels::WeightType* file_type,
+                                                       data::TokenizerOptions& tok,
+                                                       std::optional<kernels::WeightType> want,
+                                                       kernels::WeightType* file_type,
                                                        std::unique_ptr<data::Tokenizer>* gguf_tokenizer) {
   ckpt::GgufModel g = ckpt::read_gguf_model(o.path);
   m.cfg = g.cfg;
   m.hf_type = g.arch;
   m.gpt = make_model(o, m);
-  ckpt::load_gguf_params(g, m.gpt->params(), o.path);
   *file_type = g.weight_type;
+  const kernels::WeightType served = want ? *want : g.weight_type;
+  std::map<std::string, kernels::WeightMatrix> stored;
+  if (served != kernels::WeightType::f32) stored = ckpt::gguf_matrices_for(g, m.gpt->params());
+  g.matrices.clear();
+  std::erase_if(stored, [&](const auto& kv) { return kv.second.type() != served; });
+  std::vector<model::Param*> rest;
+  for (model::Param* p : m.gpt->params())
+    if (!stored.count(p->spec.name)) rest.push_back(p);
+  ckpt::load_gguf_params(g, rest, o.path);
   m.source = fmt::format("GGUF {} ({}, {})", o.path, g.arch, kernels::weight_type_name(g.weight_type));
   if (tok.type.empty() && !g.tokenizer.empty()) {
     *gguf_tokenizer = std::make_unique<data::Gpt2Bpe>(
         data::Gpt2Bpe::from_tokens(g.tokenizer.tokens, g.tokenizer.merges, o.path + " tokenizer.ggml"));
     if (g.tokenizer.eos >= 0) m.eos.push_back(g.tokenizer.eos);
   }
-  return ckpt::gguf_matrices_for(g, m.gpt->params());
+  return stored;
 }
 
 }  // namespace
@@ -134,7 +147,7 @@ InferenceModel load_inference_model(const InferenceModelOptions& o) {
   std::map<std::string, kernels::WeightMatrix> stored;
   std::unique_ptr<data::Tokenizer> gguf_tok;
   if (fs::is_regular_file(p))
-    stored = load_gguf(o, m, tok, &file_type, &gguf_tok);
+    stored = load_gguf(o, m, tok, want, &file_type, &gguf_tok);
   else if (fs::is_directory(p) && fs::exists(p / "config.json"))
     load_hf(o, m, tok);
   else if (fs::is_directory(p) && is_claw_checkpoint(p))

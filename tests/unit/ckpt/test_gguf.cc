@@ -136,7 +136,7 @@ TEST(Gguf, ModelsRoundTrip) {
     // q8_0: the file's blocks are what quantizing our values gives, rows in
     // claw's order; the fp32 tensors are their dequantized values.
     write_gguf_model(path, cfg, get, {.type = kernels::WeightType::q8_0});
-    const GgufModel q = read_gguf_model(path);
+    GgufModel q = read_gguf_model(path);
     EXPECT_EQ(q.weight_type, kernels::WeightType::q8_0);
     model::GPT m(q.cfg, {.allocate = false});
     const auto mats = gguf_matrices_for(q, m.params());
