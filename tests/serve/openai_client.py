@@ -107,6 +107,21 @@ check(streamed == full, f"streamed completion equals the plain one: {streamed!r}
 check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12 and not chunks[-1].choices,
       "the last chunk carries usage")
 
+# n > 1 streamed: each choice spells what the plain request gave it, and the
+# choices' chunks interleave as they are generated (the 64-token request: the
+# first chunk of choice 2 comes long before the last of choice 0).
+by = {}
+for ch in client.completions.create(model=model, prompt=prompt, max_tokens=10, temperature=1.0, n=3, seed=11,
+                                    stream=True):
+    for x in ch.choices:
+        by[x.index] = by.get(x.index, "") + x.text
+check([by.get(i) for i in range(3)] == texts, "streamed n=3 equals the plain n=3")
+order = [x.index for ch in client.completions.create(model=model, prompt=prompt, max_tokens=64, temperature=1.0, n=3,
+                                                     seed=5, stream=True, extra_body={"ignore_eos": True})
+         for x in ch.choices]
+check(sorted(set(order)) == [0, 1, 2] and order.index(2) < len(order) - 1 - order[::-1].index(0),
+      "streamed choices interleave")
+
 # Chat: plain and streamed, with logprobs.
 msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say something."}]
 ch = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0, logprobs=True,

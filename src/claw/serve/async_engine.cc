@@ -6,6 +6,38 @@
 
 namespace claw::serve {
 
+uint64_t StreamSignal::count() const {
+  std::lock_guard lock(mu_);
+  return count_;
+}
+
+void StreamSignal::wait_past(uint64_t seen) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return count_ != seen; });
+}
+
+void StreamSignal::notify() {
+  {
+    std::lock_guard lock(mu_);
+    ++count_;
+  }
+  cv_.notify_all();
+}
+
+void TokenStream::wake() {
+  cv_.notify_all();
+  if (signal_) signal_->notify();  // lock order: a stream's mu_, then the signal's
+}
+
+std::optional<TokenOutput> TokenStream::try_next(bool* ended) {
+  std::lock_guard lock(mu_);
+  *ended = queue_.empty() && done_;
+  if (queue_.empty()) return std::nullopt;
+  TokenOutput t = std::move(queue_.front());
+  queue_.pop_front();
+  return t;
+}
+
 std::optional<TokenOutput> TokenStream::next() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return !queue_.empty() || done_; });
@@ -20,9 +52,10 @@ AsyncEngine::AsyncEngine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg)
 
 AsyncEngine::~AsyncEngine() { shutdown(); }
 
-std::shared_ptr<TokenStream> AsyncEngine::submit(GenerationRequest r) {
+std::shared_ptr<TokenStream> AsyncEngine::submit(GenerationRequest r, std::shared_ptr<StreamSignal> signal) {
   engine_.validate(r);
   auto s = std::make_shared<TokenStream>();
+  s->signal_ = std::move(signal);
   std::weak_ptr<TokenStream> weak = s;
   r.on_token = [weak](const TokenOutput& t) {
     const std::shared_ptr<TokenStream> st = weak.lock();
@@ -31,7 +64,7 @@ std::shared_ptr<TokenStream> AsyncEngine::submit(GenerationRequest r) {
     if (st->cancelled_) return false;
     st->queue_.push_back(t);
     if (t.finish != FinishReason::none) st->done_ = true;
-    st->cv_.notify_all();
+    st->wake();
     return true;
   };
   {
@@ -50,7 +83,7 @@ void AsyncEngine::cancel(TokenStream& s) {
     if (s.done_) return;
     s.cancelled_ = true;
     s.done_ = true;
-    s.cv_.notify_all();
+    s.wake();
   }
   std::lock_guard lock(mu_);
   // Not yet handed to the engine: its id is still -1 and the engine thread
@@ -108,7 +141,7 @@ void AsyncEngine::loop() {
           std::lock_guard slock(st->mu_);
           if (!st->done_) st->error_ = failed_;
           st->done_ = true;
-          st->cv_.notify_all();
+          st->wake();
         }
       return;
     }

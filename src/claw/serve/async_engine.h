@@ -26,17 +26,36 @@
 
 namespace claw::serve {
 
+// Wakes a reader of several streams (the choices of one request) whenever
+// one of them has a token or ends.
+class StreamSignal {
+ public:
+  uint64_t count() const;
+  // Returns once count() differs from `seen`.
+  void wait_past(uint64_t seen);
+  void notify();
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t count_ = 0;
+};
+
 // One request's tokens as they come.
 class TokenStream {
  public:
   // The next token, or nothing once the request has ended (finished,
   // cancelled, or the engine failed: error() then says why).
   std::optional<TokenOutput> next();
+  // The next token if one is queued, without waiting; `ended` is set when
+  // nothing is queued and nothing more will come.
+  std::optional<TokenOutput> try_next(bool* ended);
   const std::string& error() const { return error_; }
   int64_t id() const { return id_; }
 
  private:
   friend class AsyncEngine;
+  void wake();  // under mu_: after queue_ or done_ changed
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<TokenOutput> queue_;
@@ -44,6 +63,7 @@ class TokenStream {
   bool cancelled_ = false;
   std::string error_;
   int64_t id_ = -1;
+  std::shared_ptr<StreamSignal> signal_;
 };
 
 class AsyncEngine {
@@ -52,8 +72,9 @@ class AsyncEngine {
   ~AsyncEngine();
 
   // Validates and queues the request (throws claw::Error naming the field,
-  // before anything is queued). Its on_token is replaced by the stream.
-  std::shared_ptr<TokenStream> submit(GenerationRequest r);
+  // before anything is queued). Its on_token is replaced by the stream,
+  // which also notifies `signal` (when given) of every token and its end.
+  std::shared_ptr<TokenStream> submit(GenerationRequest r, std::shared_ptr<StreamSignal> signal = nullptr);
   void cancel(TokenStream& s);
   // No new requests; returns once every running and waiting one is done.
   void shutdown();

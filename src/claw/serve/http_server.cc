@@ -270,12 +270,18 @@ struct HttpServer::Impl {
   // One choice: its stream, its text, what the client has been sent.
   struct Choice {
     std::shared_ptr<TokenStream> stream;
+    std::shared_ptr<StreamSignal> signal;  // one for all the choices of a request
     std::unique_ptr<TextStream> text;
     int64_t prompt_index = 0;
     int64_t tokens = 0;
     std::string finish;
     json logprobs;  // accumulated (non-streaming)
     Clock::time_point last;
+    // Streaming: whether the echo went out, the prompt's logprobs until it
+    // does, and whether the choice is over.
+    bool echoed = false, ended = false;
+    json prompt_lp;
+    int64_t prompt_offset = 0;
   };
 
   json logprob_entry(const ServedModel& m, const Job& job, const TokenOutput& t, json& completions_lp,
@@ -312,6 +318,7 @@ struct HttpServer::Impl {
 
   std::vector<Choice> launch(ServedModel& m, const Job& job) {
     std::vector<Choice> choices;
+    auto signal = std::make_shared<StreamSignal>();
     uint64_t seed = job.seeded ? job.base.sampling.seed : std::random_device{}();
     for (size_t p = 0; p < job.prompts.size(); ++p)
       for (int64_t i = 0; i < job.n; ++i) {
@@ -322,8 +329,9 @@ struct HttpServer::Impl {
         c.prompt_index = static_cast<int64_t>(p);
         c.text = std::make_unique<TextStream>(*m.tokenizer, job.stop);
         c.last = Clock::now();
+        c.signal = signal;
         try {
-          c.stream = m.engine->submit(std::move(r));
+          c.stream = m.engine->submit(std::move(r), signal);
         } catch (const Error& e) {
           for (Choice& done : choices) m.engine->cancel(*done.stream);
           const std::string msg = e.what();
@@ -469,7 +477,8 @@ struct HttpServer::Impl {
       return;
     }
 
-    // Server-sent events, one choice after another (each chunk names its index).
+    // Server-sent events: the choices' tokens as they come, interleaved
+    // (each chunk names its index).
     auto state = std::make_shared<std::vector<Choice>>(std::move(choices));
     auto shared_job = std::make_shared<Job>(std::move(job));
     res.set_header("Cache-Control", "no-cache");
@@ -477,61 +486,82 @@ struct HttpServer::Impl {
         "text/event-stream",
         [this, m, state, shared_job, id, created, t0, prompt_total, slot](size_t, httplib::DataSink& sink) {
           const Job& job = *shared_job;
-          int64_t completion = 0;
+          auto send = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
+          auto cancel_all = [&] {
+            for (Choice& c : *state) m->engine->cancel(*c.stream);
+            return false;
+          };
+          // The echo goes first; with logprobs, once the prompt is scored.
+          const bool score_prompt = job.echo && job.logprobs >= 0;
+          auto echo = [&](size_t i) {
+            Choice& c = (*state)[i];
+            c.echoed = true;
+            return send(chunk_json(*m, job, id, created, static_cast<int64_t>(i), job.prompt_texts[c.prompt_index],
+                                   score_prompt ? c.prompt_lp : json(nullptr), "", false));
+          };
           for (size_t i = 0; i < state->size(); ++i) {
             Choice& c = (*state)[i];
-            auto send = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
-            // The echo goes first; with logprobs, once the prompt is scored.
-            const bool score_prompt = job.echo && job.logprobs >= 0;
-            json prompt_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
-                              {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-            int64_t prompt_offset = score_prompt ? open_prompt_logprobs(*m, job.prompts[c.prompt_index], prompt_lp) : 0;
-            bool echoed = !job.echo;
-            auto echo = [&] {
-              echoed = true;
-              return send(chunk_json(*m, job, id, created, i, job.prompt_texts[c.prompt_index],
-                                     score_prompt ? prompt_lp : json(nullptr), "", false));
-            };
-            if (job.echo && !score_prompt && !echo()) return false;
-            if (job.chat && !send(chunk_json(*m, job, id, created, i, "", nullptr, "", true))) return false;
-            while (auto t = c.stream->next()) {
-              if (t->prompt) {
-                logprob_entry(*m, job, *t, prompt_lp, prompt_offset);
-                prompt_offset += static_cast<int64_t>(token_text(*m, t->token).size());
-                continue;
-              }
-              if (!echoed && !echo()) {
-                m->engine->cancel(*c.stream);
-                for (size_t k = i + 1; k < state->size(); ++k) m->engine->cancel(*(*state)[k].stream);
-                return false;
-              }
-              record(t0, c);
-              ++c.tokens;
-              json completions_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
-                                     {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-              const int64_t offset = static_cast<int64_t>(
-                  (job.echo ? job.prompt_texts[c.prompt_index].size() : 0) + c.text->text().size());
-              json lp = nullptr;
-              if (job.logprobs >= 0) {
-                json e = logprob_entry(*m, job, *t, completions_lp, offset);
-                lp = job.chat ? e : completions_lp;
-              }
-              const std::string piece = valid_utf8(c.text->push(t->token));
-              std::string finish = t->finish != FinishReason::none ? finish_reason_name(t->finish) : "";
-              if (c.text->stopped()) {
-                finish = "stop";
-                m->engine->cancel(*c.stream);
-              }
-              std::string tail = finish.empty() ? "" : valid_utf8(c.text->finish());
-              if (!send(chunk_json(*m, job, id, created, i, piece + tail, lp, finish, false))) {
-                m->engine->cancel(*c.stream);  // the client went away
-                for (size_t k = i + 1; k < state->size(); ++k) m->engine->cancel(*(*state)[k].stream);
-                return false;
-              }
-              if (!finish.empty()) break;
-            }
-            completion += c.tokens;
+            c.echoed = !job.echo;
+            c.prompt_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                           {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+            if (score_prompt) c.prompt_offset = open_prompt_logprobs(*m, job.prompts[c.prompt_index], c.prompt_lp);
+            if (job.echo && !score_prompt && !echo(i)) return cancel_all();
+            if (job.chat && !send(chunk_json(*m, job, id, created, static_cast<int64_t>(i), "", nullptr, "", true)))
+              return cancel_all();
           }
+          // One token of choice i: false when the client went away.
+          auto feed = [&](size_t i, const TokenOutput& t) {
+            Choice& c = (*state)[i];
+            if (t.prompt) {
+              logprob_entry(*m, job, t, c.prompt_lp, c.prompt_offset);
+              c.prompt_offset += static_cast<int64_t>(token_text(*m, t.token).size());
+              return true;
+            }
+            if (!c.echoed && !echo(i)) return false;
+            record(t0, c);
+            ++c.tokens;
+            json completions_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                                   {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+            const int64_t offset = static_cast<int64_t>(
+                (job.echo ? job.prompt_texts[c.prompt_index].size() : 0) + c.text->text().size());
+            json lp = nullptr;
+            if (job.logprobs >= 0) {
+              json e = logprob_entry(*m, job, t, completions_lp, offset);
+              lp = job.chat ? e : completions_lp;
+            }
+            const std::string piece = valid_utf8(c.text->push(t.token));
+            std::string finish = t.finish != FinishReason::none ? finish_reason_name(t.finish) : "";
+            if (c.text->stopped()) {
+              finish = "stop";
+              m->engine->cancel(*c.stream);
+            }
+            const std::string tail = finish.empty() ? "" : valid_utf8(c.text->finish());
+            if (!finish.empty()) c.ended = true;
+            return send(chunk_json(*m, job, id, created, static_cast<int64_t>(i), piece + tail, lp, finish, false));
+          };
+          const std::shared_ptr<StreamSignal> signal = state->front().signal;
+          for (;;) {
+            const uint64_t seen = signal->count();
+            bool progressed = false, open = false;
+            for (size_t i = 0; i < state->size(); ++i) {
+              Choice& c = (*state)[i];
+              while (!c.ended) {
+                bool over = false;
+                const std::optional<TokenOutput> t = c.stream->try_next(&over);
+                if (!t) {
+                  c.ended = over;  // ended without a last token: cancelled, or the engine failed
+                  break;
+                }
+                progressed = true;
+                if (!feed(i, *t)) return cancel_all();  // the client went away
+              }
+              open = open || !c.ended;
+            }
+            if (!open) break;
+            if (!progressed) signal->wait_past(seen);
+          }
+          int64_t completion = 0;
+          for (const Choice& c : *state) completion += c.tokens;
           if (job.include_usage) {
             json usage = {{"id", id}, {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
                           {"created", created}, {"model", m->name}, {"choices", json::array()},
