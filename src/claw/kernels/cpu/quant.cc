@@ -305,17 +305,27 @@ const Isa& isa() {
 // Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d),
 // and per block the sum of q times -bias (the weights' unsigned offset: 128
 // for q8_0's kernel layout, 8 for q4_0's nibbles).
+// std::round (halves away from zero) exactly, in operations a compiler
+// vectorizes (v - trunc(v) is exact for |v| < 2^23).
+inline float round_half_away(float v) {
+  const float t = std::trunc(v);
+  return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
+}
+
 void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t K, int32_t bias, int8_t* xq,
                           float* xd, int32_t* xc) {
   const int64_t nb = K / kQuantBlock;
   parallel_for(ctx, M * nb, 256, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* in = x + b * kQuantBlock;
+      float lane[8] = {};  // max |x| in 8 lanes, then across them
+      for (int k = 0; k < kQuantBlock; ++k) lane[k % 8] = std::max(lane[k % 8], std::fabs(in[k]));
       float amax = 0;
-      for (int k = 0; k < kQuantBlock; ++k) amax = std::max(amax, std::fabs(in[k]));
+      for (float v : lane) amax = std::max(amax, v);
       const float d = amax / 127, id = d != 0 ? 1 / d : 0;
       xd[b] = d;
-      for (int k = 0; k < kQuantBlock; ++k) xq[b * kQuantBlock + k] = static_cast<int8_t>(std::round(in[k] * id));
+      for (int k = 0; k < kQuantBlock; ++k)
+        xq[b * kQuantBlock + k] = static_cast<int8_t>(round_half_away(in[k] * id));
       int32_t sum = 0;
       for (int k = 0; k < kQuantBlock; ++k) sum += xq[b * kQuantBlock + k];
       xc[b] = -bias * sum;
