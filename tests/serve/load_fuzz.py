@@ -185,7 +185,11 @@ def raw(port, data, timeout=0.5):
     """Sends data and reads until the server closes (the requests say
     Connection: close) or stops sending for `timeout` seconds (a request that
     promised more body than it sent)."""
-    s = socket.create_connection((HOST, port), timeout=timeout)
+    # Connecting may wait behind the listen backlog on a loaded machine
+    # (requests that promised more body hold server threads until they give
+    # up): a generous connect timeout, then the short read one.
+    s = socket.create_connection((HOST, port), timeout=30)
+    s.settimeout(timeout)
     out = b""
     try:
         s.sendall(data)

@@ -265,7 +265,8 @@ bool Engine::step() {
     Seq& s = *ready[i];
     if (std::find(dropped.begin(), dropped.end(), &s) != dropped.end()) continue;
     const float* l = logits_.data() + i * vocab_;
-    const SampledToken t = sample_token(l, vocab_, s.req.sampling, static_cast<uint64_t>(s.generated));
+    const SampledToken t =
+        sample_token(l, vocab_, s.req.sampling, static_cast<uint64_t>(s.generated), s.req.logprob);
     TokenOutput out{.token = t.token, .logprob = t.logprob, .index = s.generated};
     if (s.req.top_logprobs > 0) out.top = top_logprobs(l, vocab_, s.req.top_logprobs);
     s.tokens.push_back(t.token);

@@ -68,7 +68,7 @@ const char* finish_reason_name(FinishReason r);  // OpenAI's "stop", "length"; "
 // One generated token, as handed to the request's callback.
 struct TokenOutput {
   int32_t token = -1;
-  double logprob = 0.0;            // the model's log-probability of the token
+  double logprob = 0.0;            // the model's log-probability of the token (GenerationRequest::logprob)
   std::vector<TokenLogprob> top;   // the top_logprobs most likely tokens, best first
   int64_t index = 0;               // 0 for the first generated token
   FinishReason finish = FinishReason::none;  // set on the last token
@@ -83,6 +83,7 @@ struct GenerationRequest {
   int64_t max_tokens = 16;
   std::vector<int32_t> stop_tokens;  // generation ends after one of these (end of text)
   int64_t top_logprobs = 0;          // 0..20
+  bool logprob = true;               // TokenOutput::logprob (false: left 0, a pass over the vocabulary spared)
   // -1, or 0..20: also score the prompt (the echo of OpenAI's completions):
   // the log-probability of each prompt token after the first given those
   // before it, with this many top alternatives, handed to on_token (prompt

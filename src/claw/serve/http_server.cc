@@ -262,6 +262,7 @@ struct HttpServer::Impl {
         bad("logprobs", fmt::format("'logprobs' must be between 0 and 20, got {}", job.logprobs));
     }
     r.top_logprobs = std::max<int64_t>(job.logprobs, 0);
+    r.logprob = job.logprobs >= 0;  // otherwise nobody reads it
     // echo with logprobs scores the prompt too (its first token: null).
     if (job.echo && job.logprobs >= 0) r.prompt_logprobs = job.logprobs;
     return job;

@@ -49,12 +49,13 @@ void SamplingParams::validate() const {
   if (!(min_p >= 0.0 && min_p <= 1.0)) fail("min_p must be in [0, 1], got {}", min_p);
 }
 
-SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& p, uint64_t step) {
+SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& p, uint64_t step,
+                          bool with_logprob) {
   CLAW_CHECK(V > 0, "sampling from an empty vocabulary");
   SampledToken out;
   if (p.greedy()) {
     out.token = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);  // first maximum
-    out.logprob = log_softmax_at(logits, V, out.token);
+    if (with_logprob) out.logprob = log_softmax_at(logits, V, out.token);
     return out;
   }
   // A NaN logit ranks below every number (a strict weak order even then).
@@ -112,7 +113,7 @@ SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& 
       break;
     }
   out.token = ids[pick];
-  out.logprob = log_softmax_at(logits, V, out.token);
+  if (with_logprob) out.logprob = log_softmax_at(logits, V, out.token);
   return out;
 }
 

@@ -50,7 +50,10 @@ double log_softmax_at(const float* logits, int64_t V, int32_t token);
 // best first (ties: lower id first); the OpenAI API's top_logprobs.
 std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int64_t k);
 
-// Samples from logits[0, V) for step `step` of a request with parameters p.
-SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& p, uint64_t step);
+// Samples from logits[0, V) for step `step` of a request with parameters p;
+// with_logprob false leaves logprob 0 (spares a pass of exp over the
+// vocabulary when nobody asked for it).
+SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& p, uint64_t step,
+                          bool with_logprob = true);
 
 }  // namespace claw::serve
