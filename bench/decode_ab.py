@@ -37,18 +37,14 @@ def main():
             rng = random.Random(1)
             ids = lambda n: [rng.randrange(256, vocab - 1) for _ in range(n)]  # noqa: E731
             try:
-                s.stream(ids(16), 4)  # warm up
-                decode = []
-                for _ in range(3):
-                    first, total, n = s.stream(ids(16), 64)
-                    decode.append((n - 1) / (total - first))
+                decode = bs.claw_decode_tok_s(s, ids)
             finally:
                 s.stop()
             out = subprocess.run([a.llamacpp_python, os.path.join(HERE, "llamacpp_runner.py"), g, str(a.threads)],
                                  check=True, capture_output=True, text=True).stdout
             lc = json.loads(out.strip().splitlines()[-1])["decode_tok_s"]
-            print(f"{os.path.basename(a.model)} {t}: claw {max(decode):.1f} tok/s, llama.cpp {lc:.1f} tok/s "
-                  f"({max(decode) / lc:.2f}x)", flush=True)
+            print(f"{os.path.basename(a.model)} {t}: claw {decode:.1f} tok/s, llama.cpp {lc:.1f} tok/s "
+                  f"({decode / lc:.2f}x)", flush=True)
 
 
 if __name__ == "__main__":
