@@ -255,9 +255,9 @@ bool Engine::step() {
     if (std::find(dropped.begin(), dropped.end(), &s) != dropped.end()) continue;
     const float* l = logits_.data() + (R + static_cast<int64_t>(k)) * vocab_;
     const int64_t pos = prompt_rows[k].position;
-    TokenOutput out{.token = s.tokens[pos], .logprob = log_softmax_at(l, vocab_, s.tokens[pos]), .index = pos,
-                    .prompt = true};
-    if (s.req.prompt_logprobs > 0) out.top = top_logprobs(l, vocab_, s.req.prompt_logprobs);
+    TokenScores sc = score_token(l, vocab_, s.tokens[pos], s.req.prompt_logprobs);
+    const TokenOutput out{.token = s.tokens[pos], .logprob = sc.logprob, .top = std::move(sc.top), .index = pos,
+                          .prompt = true};
     s.prompt_scored = pos + 1;
     if (s.req.on_token && !s.req.on_token(out)) dropped.push_back(&s);
   }
@@ -265,10 +265,14 @@ bool Engine::step() {
     Seq& s = *ready[i];
     if (std::find(dropped.begin(), dropped.end(), &s) != dropped.end()) continue;
     const float* l = logits_.data() + i * vocab_;
-    const SampledToken t =
-        sample_token(l, vocab_, s.req.sampling, static_cast<uint64_t>(s.generated), s.req.logprob);
-    TokenOutput out{.token = t.token, .logprob = t.logprob, .index = s.generated};
-    if (s.req.top_logprobs > 0) out.top = top_logprobs(l, vocab_, s.req.top_logprobs);
+    const SampledToken t = sample_token(l, vocab_, s.req.sampling, static_cast<uint64_t>(s.generated),
+                                        /*with_logprob=*/false);
+    TokenOutput out{.token = t.token, .index = s.generated};
+    if (s.req.logprob || s.req.top_logprobs > 0) {  // one pass over the vocabulary for both
+      TokenScores sc = score_token(l, vocab_, t.token, s.req.top_logprobs);
+      out.logprob = sc.logprob;
+      out.top = std::move(sc.top);
+    }
     s.tokens.push_back(t.token);
     ++s.generated;
     ++stats_.generated_tokens;

@@ -83,7 +83,8 @@ struct GenerationRequest {
   int64_t max_tokens = 16;
   std::vector<int32_t> stop_tokens;  // generation ends after one of these (end of text)
   int64_t top_logprobs = 0;          // 0..20
-  bool logprob = true;               // TokenOutput::logprob (false: left 0, a pass over the vocabulary spared)
+  bool logprob = true;               // TokenOutput::logprob (false with top_logprobs 0: left 0, a pass
+                                     // over the vocabulary spared)
   // -1, or 0..20: also score the prompt (the echo of OpenAI's completions):
   // the log-probability of each prompt token after the first given those
   // before it, with this many top alternatives, handed to on_token (prompt

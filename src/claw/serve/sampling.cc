@@ -22,7 +22,7 @@ double uniform(uint64_t seed, uint64_t step) {
 
 // log sum_i exp(logits[i]) as max + log(sum exp(logit - max)); a token's
 // log-probability is logits[t] - max - log_z, the same expression wherever it
-// is computed, so sample_token's and top_logprobs' figures agree to the bit.
+// is computed, so sample_token's and score_token's figures agree to the bit.
 struct LogNormaliser {
   double max = 0, log_z = 0;
   LogNormaliser(const float* logits, int64_t V) {
@@ -117,17 +117,18 @@ SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& 
   return out;
 }
 
-std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int64_t k) {
-  k = std::min(k, V);
-  if (k <= 0) return {};
+TokenScores score_token(const float* logits, int64_t V, int32_t token, int64_t k) {
   const LogNormaliser norm(logits, V);
+  TokenScores out{.logprob = norm.logprob(logits[token])};
+  k = std::min(k, V);
+  if (k <= 0) return out;
   std::vector<int32_t> ids(static_cast<size_t>(V));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
-  std::vector<TokenLogprob> out(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) out[i] = {ids[i], norm.logprob(logits[ids[i]])};
+  out.top.resize(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) out.top[i] = {ids[i], norm.logprob(logits[ids[i]])};
   return out;
 }
 

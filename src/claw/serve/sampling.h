@@ -46,9 +46,14 @@ struct TokenLogprob {
 // log softmax(logits)[token] in double (what sample_token reports).
 double log_softmax_at(const float* logits, int64_t V, int32_t token);
 
-// The k most likely tokens of a row of logits and their log-probabilities,
-// best first (ties: lower id first); the OpenAI API's top_logprobs.
-std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int64_t k);
+// A token's log-probability (log_softmax_at's figure, to the bit) and the k
+// most likely tokens' (the OpenAI API's top_logprobs; best first, ties:
+// lower id first), from one pass over the vocabulary.
+struct TokenScores {
+  double logprob = 0.0;
+  std::vector<TokenLogprob> top;
+};
+TokenScores score_token(const float* logits, int64_t V, int32_t token, int64_t k);
 
 // Samples from logits[0, V) for step `step` of a request with parameters p;
 // with_logprob false leaves logprob 0 (spares a pass of exp over the
