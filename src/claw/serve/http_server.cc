@@ -92,7 +92,14 @@ struct Job {
   bool stream = false, include_usage = false, echo = false;
   int64_t logprobs = -1;  // completions: top alternatives (-1: none); chat: top_logprobs with logprobs true
   bool seeded = false;
+  bool scores_prompt() const { return echo && logprobs >= 0; }  // completions' echo with logprobs
 };
+
+// Completions' logprobs, empty.
+json completions_logprobs() {
+  return {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+          {"text_offset", json::array()}};
+}
 
 }  // namespace
 
@@ -264,7 +271,7 @@ struct HttpServer::Impl {
     r.top_logprobs = std::max<int64_t>(job.logprobs, 0);
     r.logprob = job.logprobs >= 0;  // otherwise nobody reads it
     // echo with logprobs scores the prompt too (its first token: null).
-    if (job.echo && job.logprobs >= 0) r.prompt_logprobs = job.logprobs;
+    if (job.scores_prompt()) r.prompt_logprobs = job.logprobs;
     return job;
   }
 
@@ -276,13 +283,13 @@ struct HttpServer::Impl {
     int64_t prompt_index = 0;
     int64_t tokens = 0;
     std::string finish;
-    json logprobs;  // accumulated (non-streaming)
     Clock::time_point last;
-    // Streaming: whether the echo went out, the prompt's logprobs until it
-    // does, and whether the choice is over.
-    bool echoed = false, ended = false;
-    json prompt_lp;
+    // Logprobs gathered: the scored prompt's (echo), then, without
+    // streaming, the generated tokens'; the text offset of the next prompt
+    // token.
+    json lp;
     int64_t prompt_offset = 0;
+    bool echoed = false, ended = false;  // streaming: the echo went out; the choice is over
   };
 
   json logprob_entry(const ServedModel& m, const Job& job, const TokenOutput& t, json& completions_lp,
@@ -307,14 +314,18 @@ struct HttpServer::Impl {
   }
 
   // echo + logprobs: the prompt's first token, which has no log-probability,
-  // opens the completions logprobs; returns the text offset of the next.
-  int64_t open_prompt_logprobs(const ServedModel& m, const std::vector<int32_t>& prompt, json& completions_lp) const {
+  // opens the choice's logprobs; the engine scores the others.
+  void open_prompt_scores(const ServedModel& m, const std::vector<int32_t>& prompt, Choice& c) const {
     const std::string s = token_text(m, prompt[0]);
-    completions_lp["tokens"].push_back(s);
-    completions_lp["token_logprobs"].push_back(nullptr);
-    completions_lp["top_logprobs"].push_back(nullptr);
-    completions_lp["text_offset"].push_back(0);
-    return static_cast<int64_t>(s.size());
+    c.lp["tokens"].push_back(s);
+    c.lp["token_logprobs"].push_back(nullptr);
+    c.lp["top_logprobs"].push_back(nullptr);
+    c.lp["text_offset"].push_back(0);
+    c.prompt_offset = static_cast<int64_t>(s.size());
+  }
+  void add_prompt_score(const ServedModel& m, const Job& job, const TokenOutput& t, Choice& c) const {
+    logprob_entry(m, job, t, c.lp, c.prompt_offset);
+    c.prompt_offset += static_cast<int64_t>(token_text(m, t.token).size());
   }
 
   std::vector<Choice> launch(ServedModel& m, const Job& job) {
@@ -331,6 +342,8 @@ struct HttpServer::Impl {
         c.text = std::make_unique<TextStream>(*m.tokenizer, job.stop);
         c.last = Clock::now();
         c.signal = signal;
+        c.lp = job.chat ? json::array() : completions_logprobs();
+        if (job.scores_prompt()) open_prompt_scores(m, job.prompts[p], c);
         try {
           c.stream = m.engine->submit(std::move(r), signal);
         } catch (const Error& e) {
@@ -427,15 +440,11 @@ struct HttpServer::Impl {
       int64_t completion = 0;
       for (size_t i = 0; i < choices.size(); ++i) {
         Choice& c = choices[i];
-        json lp = job.chat ? json(json::array()) : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
-                                                        {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+        json& lp = c.lp;
         const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : "";
-        const bool score_prompt = job.echo && job.logprobs >= 0;
-        int64_t prompt_offset = score_prompt ? open_prompt_logprobs(*m, job.prompts[c.prompt_index], lp) : 0;
         while (auto t = c.stream->next()) {
           if (t->prompt) {
-            logprob_entry(*m, job, *t, lp, prompt_offset);
-            prompt_offset += static_cast<int64_t>(token_text(*m, t->token).size());
+            add_prompt_score(*m, job, *t, c);
             continue;
           }
           record(t0, c);
@@ -493,20 +502,16 @@ struct HttpServer::Impl {
             return false;
           };
           // The echo goes first; with logprobs, once the prompt is scored.
-          const bool score_prompt = job.echo && job.logprobs >= 0;
           auto echo = [&](size_t i) {
             Choice& c = (*state)[i];
             c.echoed = true;
             return send(chunk_json(*m, job, id, created, static_cast<int64_t>(i), job.prompt_texts[c.prompt_index],
-                                   score_prompt ? c.prompt_lp : json(nullptr), "", false));
+                                   job.scores_prompt() ? c.lp : json(nullptr), "", false));
           };
           for (size_t i = 0; i < state->size(); ++i) {
             Choice& c = (*state)[i];
             c.echoed = !job.echo;
-            c.prompt_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
-                           {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-            if (score_prompt) c.prompt_offset = open_prompt_logprobs(*m, job.prompts[c.prompt_index], c.prompt_lp);
-            if (job.echo && !score_prompt && !echo(i)) return cancel_all();
+            if (job.echo && !job.scores_prompt() && !echo(i)) return cancel_all();
             if (job.chat && !send(chunk_json(*m, job, id, created, static_cast<int64_t>(i), "", nullptr, "", true)))
               return cancel_all();
           }
@@ -514,15 +519,13 @@ struct HttpServer::Impl {
           auto feed = [&](size_t i, const TokenOutput& t) {
             Choice& c = (*state)[i];
             if (t.prompt) {
-              logprob_entry(*m, job, t, c.prompt_lp, c.prompt_offset);
-              c.prompt_offset += static_cast<int64_t>(token_text(*m, t.token).size());
+              add_prompt_score(*m, job, t, c);
               return true;
             }
             if (!c.echoed && !echo(i)) return false;
             record(t0, c);
             ++c.tokens;
-            json completions_lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
-                                   {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+            json completions_lp = completions_logprobs();
             const int64_t offset = static_cast<int64_t>(
                 (job.echo ? job.prompt_texts[c.prompt_index].size() : 0) + c.text->text().size());
             json lp = nullptr;
