@@ -127,9 +127,11 @@ void dequantize_rows(WeightType t, const void* in, float* out, int64_t rows, int
 }
 
 using quant_detail::group_block_bytes;
+using quant_detail::group_block_index;
+using quant_detail::group_blocks;
 using quant_detail::kGroupRows;
-using quant_detail::kTileGroups;
 using quant_detail::kTileRows;
+using quant_detail::lane_byte;
 
 void WeightMatrix::allocate(WeightType t, int64_t rows, int64_t cols) {
   CLAW_CHECK(weight_type_fits(t, cols), "{} weights need rows of a multiple of {} elements, not {}",
@@ -141,21 +143,18 @@ void WeightMatrix::allocate(WeightType t, int64_t rows, int64_t cols) {
     data_.resize(weight_row_bytes(t, cols) * static_cast<size_t>(rows));
     return;
   }
-  const size_t blocks =
-      static_cast<size_t>((rows + kTileRows - 1) / kTileRows * kTileGroups * (cols / kQuantBlock));
-  data_.assign(blocks * (group_block_bytes(t) + kGroupRows * sizeof(uint16_t)), 0);
+  data_.assign(static_cast<size_t>(group_blocks(rows, cols)) * (group_block_bytes(t) + kGroupRows * sizeof(uint16_t)),
+               0);
 }
 
 size_t WeightMatrix::scales_offset() const {
-  const size_t blocks =
-      static_cast<size_t>((rows_ + kTileRows - 1) / kTileRows * kTileGroups * (cols_ / kQuantBlock));
-  return blocks * group_block_bytes(type_);
+  return static_cast<size_t>(group_blocks(rows_, cols_)) * group_block_bytes(type_);
 }
 
 void WeightMatrix::pack(const uint8_t* gguf, int64_t r0, int64_t r1) {
   const size_t rb = row_bytes();
   if (type_ == WeightType::f32 || type_ == WeightType::bf16) {
-    std::memcpy(data_.data() + r0 * rb, gguf + r0 * rb, (r1 - r0) * rb);
+    std::memcpy(data_.data() + r0 * rb, gguf, (r1 - r0) * rb);
     return;
   }
   const int64_t nb = cols_ / kQuantBlock;
@@ -164,15 +163,16 @@ void WeightMatrix::pack(const uint8_t* gguf, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t g = r / kGroupRows, lane = r % kGroupRows;
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* q = data_.data() + static_cast<size_t>(quant_detail::group_block_index(g, b, nb)) * gb + 4 * lane;
+      const int64_t at = group_block_index(g, b, nb);
+      uint8_t* q = data_.data() + static_cast<size_t>(at) * gb;
       if (type_ == WeightType::q8_0) {
-        const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(gguf + r * rb)[b];
-        scales[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane] = blk.d;
-        for (int k = 0; k < 32; ++k) q[32 * (k / 4) + k % 4] = static_cast<uint8_t>(blk.qs[k]) ^ 0x80;
+        const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(gguf + (r - r0) * rb)[b];
+        scales[at * kGroupRows + lane] = blk.d;
+        for (int k = 0; k < 32; ++k) q[lane_byte(lane, k)] = static_cast<uint8_t>(blk.qs[k]) ^ 0x80;
       } else {
-        const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(gguf + r * rb)[b];
-        scales[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane] = blk.d;
-        for (int k = 0; k < 16; ++k) q[32 * (k / 4) + k % 4] = blk.qs[k];
+        const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(gguf + (r - r0) * rb)[b];
+        scales[at * kGroupRows + lane] = blk.d;
+        for (int k = 0; k < 16; ++k) q[lane_byte(lane, k)] = blk.qs[k];
       }
     }
   }
@@ -187,7 +187,7 @@ WeightMatrix WeightMatrix::quantize(const CpuCtx& ctx, WeightType t, const float
     const int64_t r0 = t0 * kTileRows, r1 = std::min(rows, t1 * kTileRows);
     std::vector<uint8_t> gguf(static_cast<size_t>(r1 - r0) * rb);
     quantize_rows(t, w + r0 * cols, gguf.data(), r1 - r0, cols);
-    m.pack(gguf.data() - r0 * rb, r0, r1);
+    m.pack(gguf.data(), r0, r1);
   });
   return m;
 }
@@ -217,16 +217,17 @@ std::vector<uint8_t> WeightMatrix::gguf_bytes() const {
   for (int64_t r = 0; r < rows_; ++r) {
     const int64_t g = r / kGroupRows, lane = r % kGroupRows;
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* q = data_.data() + static_cast<size_t>(quant_detail::group_block_index(g, b, nb)) * gb + 4 * lane;
-      const uint16_t d = scales[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane];
+      const int64_t at = group_block_index(g, b, nb);
+      const uint8_t* q = data_.data() + static_cast<size_t>(at) * gb;
+      const uint16_t d = scales[at * kGroupRows + lane];
       if (type_ == WeightType::q8_0) {
         BlockQ8_0& blk = reinterpret_cast<BlockQ8_0*>(out.data() + r * rb)[b];
         blk.d = d;
-        for (int k = 0; k < 32; ++k) blk.qs[k] = static_cast<int8_t>(q[32 * (k / 4) + k % 4] ^ 0x80);
+        for (int k = 0; k < 32; ++k) blk.qs[k] = static_cast<int8_t>(q[lane_byte(lane, k)] ^ 0x80);
       } else {
         BlockQ4_0& blk = reinterpret_cast<BlockQ4_0*>(out.data() + r * rb)[b];
         blk.d = d;
-        for (int k = 0; k < 16; ++k) blk.qs[k] = q[32 * (k / 4) + k % 4];
+        for (int k = 0; k < 16; ++k) blk.qs[k] = q[lane_byte(lane, k)];
       }
     }
   }
@@ -248,16 +249,17 @@ void panel_generic(const PanelArgs& a, int64_t t0, int64_t t1) {
     for (int64_t m = 0; m < a.M; ++m) {
       float acc = 0;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* q = a.wq + static_cast<size_t>(quant_detail::group_block_index(g, b, nb)) * gb + 4 * lane;
+        const int64_t at = group_block_index(g, b, nb);
+        const uint8_t* q = a.wq + static_cast<size_t>(at) * gb;
         const int8_t* x = a.xq + m * a.K + b * kQuantBlock;
         int32_t p = 0;
         for (int k = 0; k < 32; ++k) {
-          const int w = a.type == WeightType::q8_0 ? q[32 * (k / 4) + k % 4] - 128
-                        : k < 16                    ? (q[32 * (k / 4) + k % 4] & 15) - 8
-                                                    : (q[32 * ((k - 16) / 4) + k % 4] >> 4) - 8;
+          const int w = a.type == WeightType::q8_0 ? q[lane_byte(lane, k)] - 128
+                        : k < 16                    ? (q[lane_byte(lane, k)] & 15) - 8
+                                                    : (q[lane_byte(lane, k - 16)] >> 4) - 8;
           p += int32_t{x[k]} * w;
         }
-        const float dw = f16_to_f32(a.ws[quant_detail::group_block_index(g, b, nb) * kGroupRows + lane]);
+        const float dw = f16_to_f32(a.ws[at * kGroupRows + lane]);
         acc = std::fma(static_cast<float>(p), dw * a.xd[m * nb + b], acc);
       }
       a.out[m * a.N + n] = a.bias ? acc + a.bias[n] : acc;
@@ -302,15 +304,16 @@ const Isa& isa() {
   return chosen;
 }
 
-// Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d),
-// and per block the sum of q times -bias (the weights' unsigned offset: 128
-// for q8_0's kernel layout, 8 for q4_0's nibbles).
 // std::round (halves away from zero) exactly, in operations a compiler
 // vectorizes (v - trunc(v) is exact for |v| < 2^23).
 inline float round_half_away(float v) {
   const float t = std::trunc(v);
   return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
 }
+
+// Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d),
+// and per block the sum of q times -bias (the weights' unsigned offset: 128
+// for q8_0's kernel layout, 8 for q4_0's nibbles).
 
 void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t K, int32_t bias, int8_t* xq,
                           float* xd, int32_t* xc) {

@@ -130,7 +130,8 @@ class WeightMatrix {
   void dequantize(float* out) const;
 
  private:
-  // GGUF rows -> this matrix's kernel layout, rows [r0, r1) (whole groups but the last).
+  // Rows [r0, r1) in GGUF's layout (gguf: row r0) into the kernel layout;
+  // whole tiles of rows but the last.
   void pack(const uint8_t* gguf, int64_t r0, int64_t r1);
   void allocate(WeightType t, int64_t rows, int64_t cols);
   WeightType type_ = WeightType::f32;

@@ -31,6 +31,15 @@ constexpr int64_t group_block_index(int64_t g, int64_t b, int64_t nb) {
   return ((g / kTileGroups) * nb + b) * kTileGroups + g % kTileGroups;
 }
 
+// Group blocks of a [rows, cols] matrix (the last tile padded).
+constexpr int64_t group_blocks(int64_t rows, int64_t cols) {
+  return (rows + kTileRows - 1) / kTileRows * kTileGroups * (cols / kQuantBlock);
+}
+
+// The byte of a group block that holds element k of row `lane` (q8_0), or
+// elements k and k + 16 (q4_0, k < 16: low and high nibble).
+constexpr size_t lane_byte(int64_t lane, int k) { return 32 * (k / 4) + 4 * lane + k % 4; }
+
 struct PanelArgs {
   float* out;          // [M, N], row stride N
   int64_t N;
