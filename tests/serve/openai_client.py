@@ -52,9 +52,9 @@ check(e.choices[0].text.startswith(prompt) and len(e.choices[0].text) > len(prom
 
 # echo with logprobs scores the prompt: the first token null, then each prompt
 # token given those before it.
-ids = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, echo=True, logprobs=0)
-P = ids.choices[0].logprobs
-n_prompt = ids.usage.prompt_tokens
+scored = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, echo=True, logprobs=0)
+P = scored.choices[0].logprobs
+n_prompt = scored.usage.prompt_tokens
 check(len(P.tokens) == n_prompt + 1 and P.token_logprobs[0] is None and P.top_logprobs[0] is None and
       all(x is not None and x <= 0 for x in P.token_logprobs[1:]), "echo + logprobs scores every prompt token")
 check("".join(P.tokens[:n_prompt]) == prompt and P.text_offset[:2] == [0, len(P.tokens[0])],
