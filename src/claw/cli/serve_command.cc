@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -63,11 +64,17 @@ void run(ServeArgs& a) {
   log::info("serve", "serving {} as '{}' ({}; chat template {}, context {} tokens) on http://{}:{}", m.source,
             a.served_model_name.empty() ? m.name : a.served_model_name, m.weights_summary(), tmpl,
             engine.config().max_model_len, a.server.host, http.port());
-  int sig = 0;
-  sigwait(&stop, &sig);
-  log::info("serve", "{}: draining requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  http.drain_and_stop();
-  engine.shutdown();
+  // The engine steps on this thread, whose OpenMP team loaded the model
+  // (async_engine.h says why not on another); a signal ends it from aside.
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    log::info("serve", "{}: draining requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    http.drain_and_stop();
+    engine.shutdown();
+  });
+  engine.run();
+  stopper.join();  // after a failed step run() returns early; requests get its error until the signal
   log::info("serve", "stopped");
 }
 

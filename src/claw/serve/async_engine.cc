@@ -48,9 +48,9 @@ std::optional<TokenOutput> TokenStream::next() {
 }
 
 AsyncEngine::AsyncEngine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg)
-    : engine_(model, cpu, cfg), thread_([this] { loop(); }) {}
+    : engine_(model, cpu, cfg) {}
 
-AsyncEngine::~AsyncEngine() { shutdown(); }
+AsyncEngine::~AsyncEngine() = default;
 
 std::shared_ptr<TokenStream> AsyncEngine::submit(GenerationRequest r, std::shared_ptr<StreamSignal> signal) {
   engine_.validate(r);
@@ -95,11 +95,9 @@ void AsyncEngine::cancel(TokenStream& s) {
 void AsyncEngine::shutdown() {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
 }
 
 EngineStats AsyncEngine::stats() const {
@@ -107,7 +105,7 @@ EngineStats AsyncEngine::stats() const {
   return stats_;
 }
 
-void AsyncEngine::loop() {
+void AsyncEngine::run() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
