@@ -224,5 +224,62 @@ TEST(Quant, InstructionSetsAgreeBitwise) {
               quant_kernel_isa().c_str());
 }
 
+// The layer quantizes its inputs as the definition says, halves away from
+// zero (std::round of x * (1 / d)), with every instruction set: each
+// quantizer gives the bytes computed here, and the layer's output equals the
+// portable panel's on them.
+TEST(Quant, ActivationsRoundAsStdRound) {
+  using namespace quant_detail;
+  const int64_t K = 128, N = 40;
+  // Blocks whose max is 127 (d = 1, so x * id = x): halves of both signs,
+  // values just below a half, and random ones.
+  const float edge[] = {127, 0.5f, -0.5f, 1.5f, -2.5f, 126.5f, -126.5f, 0.49999997f, -0.49999997f,
+                        2.4999998f, 0, -0.0f, 3.5f, -4.5f, 64.5f, -100.5f};
+  for (const int64_t M : {1, 3, 130}) {  // 130 x 4 blocks: quantized on two threads
+    auto x = randn(M * K, 10), w = randn(N * K, 11);
+    for (int64_t blk = 0; blk < M * K / 32; blk += 2)
+      for (int k = 0; k < 16; ++k) x[blk * 32 + 2 * k] = edge[k];
+    std::vector<int8_t> xq(M * K);
+    std::vector<float> xd(M * K / 32);
+    for (int64_t blk = 0; blk < M * K / 32; ++blk) {
+      float amax = 0;
+      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
+      xd[blk] = amax / 127;
+      const float id = xd[blk] != 0 ? 1 / xd[blk] : 0;
+      for (int k = 0; k < 32; ++k) xq[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] * id));
+    }
+    for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
+      const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
+      const int32_t offset = t == WeightType::q8_0 ? 128 : 8;
+      std::vector<int32_t> xc(M * K / 32);
+      for (size_t blk = 0; blk < xc.size(); ++blk) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; ++k) s += xq[blk * 32 + k];
+        xc[blk] = -offset * s;
+      }
+      std::vector<std::pair<const char*, QuantizeFn>> quantizers = {{"generic", quantize_generic}};
+#if defined(__x86_64__)
+      if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) quantizers.push_back({"avx2", quantize_avx2});
+#endif
+      for (auto [name, quantize] : quantizers) {
+        std::vector<int8_t> q(xq.size(), 99);
+        std::vector<float> d(xd.size(), -1);
+        std::vector<int32_t> c(xc.size(), 99);
+        quantize(x.data(), M * K / 32, offset, q.data(), d.data(), c.data());
+        EXPECT_EQ(q, xq) << name;
+        EXPECT_EQ(std::memcmp(d.data(), xd.data(), d.size() * sizeof(float)), 0) << name;
+        EXPECT_EQ(c, xc) << name;
+      }
+      std::vector<float> want(M * N), got(M * N);
+      const PanelArgs a{want.data(), N, xq.data(), xd.data(), xc.data(), M, K, W.data(),
+                        reinterpret_cast<const uint16_t*>(W.data() + W.scales_offset()), t, nullptr};
+      panel_generic(a, 0, (N + kTileRows - 1) / kTileRows);
+      weight_linear_forward({2}, got.data(), x.data(), W, nullptr, M);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << weight_type_name(t) << " M=" << M;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace claw::kernels

@@ -267,15 +267,41 @@ void panel_generic(const PanelArgs& a, int64_t t0, int64_t t1) {
   }
 }
 
+// std::round (halves away from zero) exactly, without a libm call
+// (v - trunc(v) is exact for |v| < 2^23).
+inline float round_half_away(float v) {
+  const float t = std::trunc(v);
+  return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
+}
+
+void quantize_generic(const float* x, int64_t blocks, int32_t offset, int8_t* xq, float* xd, int32_t* xc) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* in = x + b * kQuantBlock;
+    float amax = 0;
+    for (int k = 0; k < kQuantBlock; ++k) amax = std::max(amax, std::fabs(in[k]));
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    int32_t sum = 0;
+    for (int k = 0; k < kQuantBlock; ++k) {
+      const int32_t q = static_cast<int32_t>(round_half_away(in[k] * id));
+      xq[b * kQuantBlock + k] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    xd[b] = d;
+    xc[b] = -offset * sum;
+  }
+}
+
 }  // namespace quant_detail
 
 namespace {
 
 using quant_detail::PanelFn;
+using quant_detail::QuantizeFn;
 
 struct Isa {
   const char* name;
   PanelFn fn;
+  QuantizeFn quantize;
 };
 
 Isa pick_isa() {
@@ -285,10 +311,10 @@ Isa pick_isa() {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512bw"))
-    have.push_back({"avx512_vnni", quant_detail::panel_avx512_vnni});
-  if (avx2) have.push_back({"avx2", quant_detail::panel_avx2});
+    have.push_back({"avx512_vnni", quant_detail::panel_avx512_vnni, quant_detail::quantize_avx2});
+  if (avx2) have.push_back({"avx2", quant_detail::panel_avx2, quant_detail::quantize_avx2});
 #endif
-  have.push_back({"generic", quant_detail::panel_generic});
+  have.push_back({"generic", quant_detail::panel_generic, quant_detail::quantize_generic});
   const char* want = std::getenv("CLAW_QUANT_ISA");
   if (!want || !*want) return have.front();
   std::string names;
@@ -302,38 +328,6 @@ Isa pick_isa() {
 const Isa& isa() {
   static const Isa chosen = pick_isa();
   return chosen;
-}
-
-// std::round (halves away from zero) exactly, in operations a compiler
-// vectorizes (v - trunc(v) is exact for |v| < 2^23).
-inline float round_half_away(float v) {
-  const float t = std::trunc(v);
-  return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
-}
-
-// Row-local activation quantization: d = max|x| / 127 in fp32, q = round(x / d),
-// and per block the sum of q times -bias (the weights' unsigned offset: 128
-// for q8_0's kernel layout, 8 for q4_0's nibbles).
-
-void quantize_activations(const CpuCtx& ctx, const float* x, int64_t M, int64_t K, int32_t bias, int8_t* xq,
-                          float* xd, int32_t* xc) {
-  const int64_t nb = K / kQuantBlock;
-  parallel_for(ctx, M * nb, 256, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const float* in = x + b * kQuantBlock;
-      float lane[8] = {};  // max |x| in 8 lanes, then across them
-      for (int k = 0; k < kQuantBlock; ++k) lane[k % 8] = std::max(lane[k % 8], std::fabs(in[k]));
-      float amax = 0;
-      for (float v : lane) amax = std::max(amax, v);
-      const float d = amax / 127, id = d != 0 ? 1 / d : 0;
-      xd[b] = d;
-      for (int k = 0; k < kQuantBlock; ++k)
-        xq[b * kQuantBlock + k] = static_cast<int8_t>(round_half_away(in[k] * id));
-      int32_t sum = 0;
-      for (int k = 0; k < kQuantBlock; ++k) sum += xq[b * kQuantBlock + k];
-      xc[b] = -bias * sum;
-    }
-  });
 }
 
 }  // namespace
@@ -363,7 +357,15 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
       xq.resize(static_cast<size_t>(M * K));
       xd.resize(static_cast<size_t>(M * (K / kQuantBlock)));
       xc.resize(static_cast<size_t>(M * (K / kQuantBlock)));
-      quantize_activations(ctx, inp, M, K, W.type() == WeightType::q8_0 ? 128 : 8, xq.data(), xd.data(), xc.data());
+      const int32_t offset = W.type() == WeightType::q8_0 ? 128 : 8;
+      const QuantizeFn quantize = isa().quantize;
+      // This thread's buffers (a worker naming them would get its own).
+      int8_t* q = xq.data();
+      float* d = xd.data();
+      int32_t* c = xc.data();
+      parallel_for(ctx, M * (K / kQuantBlock), 256, [&](int64_t b0, int64_t b1) {
+        quantize(inp + b0 * kQuantBlock, b1 - b0, offset, q + b0 * kQuantBlock, d + b0, c + b0);
+      });
       const quant_detail::PanelArgs a{out,
                                       N,
                                       xq.data(),
