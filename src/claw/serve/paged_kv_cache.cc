@@ -68,10 +68,11 @@ void PagedKvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, cons
   for (const StepSeq& s : step_)
     for (int64_t t = 0; t < s.num_tokens; ++t, ++r) {
       const int64_t pos = s.context + t;
-      const int64_t slot = static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ + pos % block_size_;
+      const int64_t block = s.blocks[pos / block_size_], slot = pos % block_size_;
       for (int64_t g = 0; g < G; ++g) {
-        kernels::kv_store_row(K, slot * G + g, k + r * row_ + g * D, D);
-        kernels::kv_store_row(V, slot * G + g, v + r * row_ + g * D, D);
+        const int64_t row = kernels::kv_row(block, slot, g, G, block_size_);
+        kernels::kv_store_row(K, row, k + r * row_ + g * D, D);
+        kernels::kv_store_row(V, row, v + r * row_ + g * D, D);
       }
     }
   kernels::paged_attention_forward(cpu, out, q, K, V, block_size_, paged_.data(), static_cast<int64_t>(paged_.size()),

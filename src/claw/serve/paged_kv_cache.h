@@ -64,9 +64,10 @@ class PagedKvCache final : public model::AttentionCache {
 
   int64_t layers_, num_blocks_, block_size_, row_, head_dim_, layer_elems_, bytes_per_block_;
   kernels::KvDtype dtype_;
-  // [L][keys | values][blocks][block_size][row] of dtype_, and for int8
-  // [L][keys | values][blocks][block_size][G] scales; not initialised: a slot
-  // is written before it is read, and pages never used are never touched.
+  // [L][keys | values][blocks][G][block_size][head_dim] of dtype_, and for
+  // int8 [L][keys | values][blocks][G][block_size] scales (kernels::kv_row());
+  // not initialised: a slot is written before it is read, and pages never
+  // used are never touched.
   std::unique_ptr<uint8_t[]> storage_;
   std::unique_ptr<float[]> scales_;
   std::vector<StepSeq> step_;

@@ -43,6 +43,65 @@ inline const float* load_row(const KvView& v, int64_t row, int64_t D, float* tmp
   return nullptr;
 }
 
+struct Query {
+  const float* q;  // [D]
+  float* out;      // [D]
+  int64_t pos;     // attends to keys [0, pos]
+  int64_t g;       // its KV head
+};
+
+// One query head's attention over its sequence's keys: kD is D when the
+// compiler should know it (0: D at run time).
+template <int64_t kD>
+void attend_one(const Query& qy, const KvView& keys, const KvView& values, int64_t block_size, const PagedSeq& s,
+                int64_t G, int64_t D_, float fscale) {
+  const int64_t D = kD ? kD : D_;
+  const int64_t pos = qy.pos, g = qy.g;
+  float acc[kD ? kD : kMaxHeadDim] = {};
+  float scores[kTile];
+  float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+  // Keys in tiles of kTile positions whatever the block size, so the
+  // online softmax rescales at the same places for any paging.
+  int64_t kv[kTile];  // rows of the views
+  float tmp[kD ? kD : kMaxHeadDim];
+  const int64_t row_bytes = D * static_cast<int64_t>(kv_dtype_size(keys.dtype));
+  for (int64_t j0 = 0; j0 <= pos; j0 += kTile) {
+    const int64_t n = std::min(kTile, pos + 1 - j0);
+    // The next tile's rows on their way while this one is computed (a
+    // head's rows are runs of block_size rows, far apart between blocks).
+    for (int64_t p = j0 + kTile; p < std::min(j0 + 2 * kTile, pos + 1); ++p) {
+      const int64_t row = kv_row(s.blocks[p / block_size], p % block_size, g, G, block_size);
+      const char* kp = static_cast<const char*>(keys.data) + row * row_bytes;
+      const char* vp = static_cast<const char*>(values.data) + row * row_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) {
+        __builtin_prefetch(kp + b);
+        __builtin_prefetch(vp + b);
+      }
+    }
+    float mb = m;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t p = j0 + j;
+      kv[j] = kv_row(s.blocks[p / block_size], p % block_size, g, G, block_size);
+      scores[j] = fscale * fixed_order::dot(qy.q, load_row(keys, kv[j], D, tmp), D);
+      mb = std::max(mb, scores[j]);
+    }
+    if (mb > m) {  // rescale what came before to the new maximum
+      const float c = fast_exp(m - mb);
+      l *= c;
+      for (int64_t d = 0; d < D; ++d) acc[d] *= c;
+      m = mb;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = fast_exp(scores[j] - m);
+      l += p;
+      const float* vj = load_row(values, kv[j], D, tmp);
+      for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
+    }
+  }
+  const float inv = 1.0f / l;
+  for (int64_t d = 0; d < D; ++d) qy.out[d] = acc[d] * inv;
+}
+
 }  // namespace
 
 std::string_view kv_dtype_name(KvDtype t) {
@@ -96,42 +155,18 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
   // Longer contexts first would balance better; items are few and similar.
   parallel_for_dynamic(ctx, static_cast<int64_t>(items.size()) * H, [&](int64_t task) {
     const Item it = items[task / H];
-    const int64_t h = task % H, g = h / per_group;
+    const int64_t h = task % H;
     const PagedSeq& s = seqs[it.seq];
-    const int64_t r = s.first_row + it.token, pos = s.context + it.token;
-    const float* qh = q + (r * H + h) * D;
-    float* oh = out + (r * H + h) * D;
-    float acc[kMaxHeadDim] = {};
-    float scores[kTile];
-    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    // Keys in tiles of kTile positions whatever the block size, so the
-    // online softmax rescales at the same places for any paging.
-    int64_t kv[kTile];  // rows of the views
-    float tmp[kMaxHeadDim];
-    for (int64_t j0 = 0; j0 <= pos; j0 += kTile) {
-      const int64_t n = std::min(kTile, pos + 1 - j0);
-      float mb = m;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t p = j0 + j;
-        kv[j] = (static_cast<int64_t>(s.blocks[p / block_size]) * block_size + p % block_size) * G + g;
-        scores[j] = fscale * fixed_order::dot(qh, load_row(keys, kv[j], D, tmp), D);
-        mb = std::max(mb, scores[j]);
-      }
-      if (mb > m) {  // rescale what came before to the new maximum
-        const float c = fast_exp(m - mb);
-        l *= c;
-        for (int64_t d = 0; d < D; ++d) acc[d] *= c;
-        m = mb;
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        const float p = fast_exp(scores[j] - m);
-        l += p;
-        const float* vj = load_row(values, kv[j], D, tmp);
-        for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
-      }
-    }
-    const float inv = 1.0f / l;
-    for (int64_t d = 0; d < D; ++d) oh[d] = acc[d] * inv;
+    const int64_t r = s.first_row + it.token;
+    const Query qy{q + (r * H + h) * D, out + (r * H + h) * D, s.context + it.token, h / per_group};
+    // The common head sizes with D known to the compiler (the accumulator
+    // stays in registers); the same operations in the same order as any D.
+    if (D == 64)
+      attend_one<64>(qy, keys, values, block_size, s, G, D, fscale);
+    else if (D == 128)
+      attend_one<128>(qy, keys, values, block_size, s, G, D, fscale);
+    else
+      attend_one<0>(qy, keys, values, block_size, s, G, D, fscale);
   });
 }
 

@@ -5,7 +5,9 @@
 //
 // Cache layout (one layer): block b holds positions [i * bs, (i + 1) * bs)
 // of the sequence whose block table has b at index i, as
-// keys[b][slot][G][D] and values[b][slot][G][D] (bs = block_size slots).
+// keys[b][G][slot][D] and values[b][G][slot][D] (bs = block_size slots):
+// a KV head's rows of one block are contiguous, so a query head walks its
+// keys in runs of bs rows rather than one row every G * D elements.
 // The step's queries are q [N, H, D] (RoPE applied), grouped by sequence:
 // sequence s owns rows [first_row, first_row + num_tokens), the first at
 // position `context` (what it had cached before the step), whose keys must
@@ -41,14 +43,18 @@ std::string_view kv_dtype_name(KvDtype t);
 std::optional<KvDtype> parse_kv_dtype(std::string_view s);  // "f32", "bf16", "int8"
 size_t kv_dtype_size(KvDtype t);                            // bytes an element
 
-// One layer's keys or values: `data` as [blocks][block_size][G][D] of the
-// dtype; `scales` [blocks][block_size][G] for int8 (else null).
+// One layer's keys or values: `data` as [blocks][G][block_size][D] of the
+// dtype; `scales` [blocks][G][block_size] for int8 (else null).
 struct KvView {
   KvDtype dtype = KvDtype::f32;
   void* data = nullptr;
   float* scales = nullptr;
 };
-// Writes row `slot * G + g` (D elements of src) into the view.
+// The row of KV head g at slot `slot` of block `block`.
+inline int64_t kv_row(int64_t block, int64_t slot, int64_t g, int64_t G, int64_t block_size) {
+  return (block * G + g) * block_size + slot;
+}
+// Writes row `row` (kv_row(); D elements of src) into the view.
 void kv_store_row(const KvView& v, int64_t row, const float* src, int64_t D);
 
 struct PagedSeq {
