@@ -331,8 +331,10 @@ TEST(Engine, PromptLogprobsScoreThePromptAsGenerationDid) {
   r.prompt_logprobs = 3;
   r.on_token = [&](const TokenOutput& t) {
     Result& into = t.prompt ? scored : generated;
-    if (t.prompt) EXPECT_EQ(t.index, static_cast<int64_t>(scored.tokens.size()) + 1);
-    if (t.prompt) EXPECT_TRUE(generated.tokens.empty()) << "prompt scores come before the first token";
+    if (t.prompt) {
+      EXPECT_EQ(t.index, static_cast<int64_t>(scored.tokens.size()) + 1);
+      EXPECT_TRUE(generated.tokens.empty()) << "prompt scores come before the first token";
+    }
     into.tokens.push_back(t.token);
     into.logprobs.push_back(t.logprob);
     into.top.push_back(t.top);
