@@ -1,7 +1,8 @@
 """Load and fuzz tests of a running `claw serve` (the client side of
 tests/serve/load_fuzz.sh); Python's standard library only, real sockets.
 
-    load_fuzz.py load PORT N CONCURRENCY   N requests from CONCURRENCY threads: valid completions
+    load_fuzz.py load PORT N CONCURRENCY   bursts of 2 x CONCURRENCY simultaneous connections, then
+                                           N requests from CONCURRENCY threads: valid completions
                                            and chats (checked: 200, the token counts asked for),
                                            streams dropped after their first event, malformed
                                            bodies (checked: 400 with OpenAI's error JSON);
@@ -57,7 +58,34 @@ MALFORMED = [
 ]
 
 
+def burst(port, width, rounds):
+    """`width` connections opened at the same instant, `rounds` times: every
+    one answered (a listen backlog smaller than the burst makes the kernel
+    drop or reset some of them)."""
+    errors = []
+    for r in range(rounds):
+        barrier = threading.Barrier(width)
+
+        def one(i):
+            barrier.wait()
+            try:
+                body = {"prompt": [300 + i, 301, 302], "max_tokens": 2, "ignore_eos": True}
+                status, out = request(port, "POST", "/v1/completions", json.dumps(body))
+                assert status == 200, (status, out[:200])
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(f"burst {r} connection {i}: {e!r}")
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(width)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, "\n".join(errors[:10]) + f"\n({len(errors)} failures)"
+    print(f"burst: {rounds} x {width} simultaneous connections, every one answered")
+
+
 def load(port, n, concurrency):
+    burst(port, 2 * concurrency, 4)
     counts = {"completion": 0, "chat": 0, "dropped": 0, "malformed": 0}
     lock = threading.Lock()
     errors = []

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `claw serve` under load and under fuzzing, on loopback (tests/serve/load_fuzz.py):
-#   load  3000 requests at concurrency 64: completions, chats, streams the
-#         client drops mid-way, malformed bodies; every valid request
-#         answered, every malformed one a 400, no KV block in use at the end;
+#   load  bursts of 128 simultaneous connections, then 3000 requests at
+#         concurrency 64: completions, chats, streams the client drops
+#         mid-way, malformed bodies; every valid request answered, every
+#         malformed one a 400, no KV block in use at the end;
 #   fuzz  random and mutated JSON bodies and raw HTTP requests for 20 s:
 #         no crash, errors as JSON.
 # The server must be alive afterwards and exit 0 on SIGTERM.

@@ -1,6 +1,8 @@
 #include "claw/serve/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cmath>
@@ -617,6 +619,32 @@ struct HttpServer::Impl {
   }
 };
 
+namespace {
+
+// cpp-httplib (Debian builds it as a library) listens with a backlog of 5:
+// a burst of connects (64 streams opening at once, while the engine's
+// threads hold the CPUs) overflows it, and the kernel drops some of them
+// (the client retries a second later) or resets them. Linux takes a second
+// listen() on a listening socket as a new backlog, and the library keeps
+// its socket to itself, so the listening socket on `port` is found among
+// this process's descriptors.
+void widen_listen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    const int p = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port)
+                  : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port)
+                                               : -1;
+    if (p == port) ::listen(fd, SOMAXCONN);  // capped by net.core.somaxconn
+  }
+}
+
+}  // namespace
+
 HttpServer::HttpServer(ServerConfig cfg) : impl_(std::make_unique<Impl>()) { impl_->cfg = std::move(cfg); }
 
 HttpServer::~HttpServer() {
@@ -700,6 +728,7 @@ void HttpServer::start() {
       fail("--host {} --port {}: cannot listen (in use, or not an address of this machine)", s.cfg.host, s.cfg.port);
     port_ = s.cfg.port;
   }
+  widen_listen_backlog(port_);
   s.thread = std::thread([&h] { h.listen_after_bind(); });
 }
 
