@@ -9,10 +9,10 @@ and a ~1B Llama (Llama 3.2 1B's layers, GPT-2's 50257-token vocabulary so
 that llama.cpp has a tokenizer). transformers saves each; claw imports it
 and exports GGUF files at f32, q8_0 and q4_0; llama.cpp and claw run those
 files, transformers its fp32 directory. Measured:
-  - the machine's copy bandwidth (build/bin/bench_quant --copy-only, again
-    before each model and type), and single-stream decode as a fraction of
-    the roofline it sets: bandwidth / (bytes of weights a token reads + its
-    KV cache);
+  - the machine's copy bandwidth (build/bin/bench_quant --copy-only, around
+    each decode run: it moves from minute to minute on a shared machine), and
+    single-stream decode as a fraction of the roofline it sets: bandwidth /
+    (bytes of weights a token reads + its KV cache);
   - single-stream decode tokens/s (64 tokens after 16), prompt processing
     tokens/s and time to first token on a 512-token prompt;
   - 1, 4, 16 and 64 concurrent streams (32-token prompts, 32 tokens each):
@@ -160,22 +160,31 @@ def concurrent(fn, n):
     return time.perf_counter() - t0, durations
 
 
-def claw_decode_tok_s(s, ids):
-    """Single-stream decode through the server: 64 tokens after 16, the best of 3 (after a warm-up)."""
+def claw_decode(s, ids, copy_bandwidth=None):
+    """Single-stream decode through the server: 64 tokens after 16, 3 times
+    (after a warm-up). Returns the best run's tokens/s and, with
+    copy_bandwidth, the machine's copy bandwidth around that run (the mean
+    of one copy measured just before and one just after it)."""
     s.stream(ids(16), 4)
-    decode = []
+    runs = []
     for _ in range(3):
+        before = copy_bandwidth() if copy_bandwidth else None
         first, total, n = s.stream(ids(16), 64)
-        decode.append((n - 1) / (total - first))
-    return max(decode)
+        after = copy_bandwidth() if copy_bandwidth else None
+        runs.append(((n - 1) / (total - first), (before + after) / 2 if copy_bandwidth else None))
+    return max(runs)
 
 
-def bench_claw(claw, model, threads, workdir, vocab, kv_per_pos, bandwidth, concurrency):
+def claw_decode_tok_s(s, ids):
+    return claw_decode(s, ids)[0]
+
+
+def bench_claw(claw, model, threads, workdir, vocab, kv_per_pos, copy_bandwidth, concurrency):
     s = ClawServer(claw, model, threads, os.path.join(workdir, "serve.log"))
     rng = random.Random(1)
     ids = lambda n: [rng.randrange(256, vocab - 1) for _ in range(n)]  # noqa: E731
     try:
-        decode = claw_decode_tok_s(s, ids)
+        decode, bandwidth = claw_decode(s, ids, copy_bandwidth)
         ttft = [s.stream(ids(512), 1)[0] for _ in range(2)]
         conc = {}
         for n in concurrency:
@@ -187,7 +196,8 @@ def bench_claw(claw, model, threads, workdir, vocab, kv_per_pos, bandwidth, conc
         bytes_per_token = s.weight_bytes + kv_per_pos * 48  # mean context of the decode runs
         out = {"decode_tok_s": decode, "prefill_tok_s": 512 / min(ttft), "ttft_ms": 1e3 * min(ttft),
                "concurrency": conc, "prefix_cold_ms": 1e3 * cold, "prefix_warm_ms": 1e3 * warm,
-               "weight_mib": s.weight_bytes / 2**20, "roofline_tok_s": bandwidth / bytes_per_token,
+               "weight_mib": s.weight_bytes / 2**20, "bytes_per_token": bytes_per_token,
+               "copy_GB_s": bandwidth / 1e9, "roofline_tok_s": bandwidth / bytes_per_token,
                "peak_rss_mib": s.peak_rss_mib()}
         out["pct_roofline"] = 100 * out["decode_tok_s"] / out["roofline_tok_s"]
         return out
@@ -284,20 +294,22 @@ def main():
             if not os.path.exists(g):
                 run([claw, "ckpt", "export", "--load", os.path.join(d, "ck"), "--format", "gguf", "--type", t,
                      "--output", g], stdout=subprocess.DEVNULL)
-            # The bandwidth again just before: on a shared machine it moves
-            # from one minute to the next.
-            bw = copy_bandwidth()
-            log(f"{name} {t}: claw serve (copy bandwidth now {bw / 1e9:.1f} GB/s)")
-            res.setdefault("claw", {})[t] = bench_claw(claw, g, a.threads, d, vocab, kv, bw, concurrency)
-            res["claw"][t]["copy_GB_s"] = bw / 1e9
+            # On a shared machine the bandwidth moves from one minute to the
+            # next: each engine's roofline uses copies measured around its
+            # own decode runs.
+            log(f"{name} {t}: claw serve")
+            res.setdefault("claw", {})[t] = bench_claw(claw, g, a.threads, d, vocab, kv, copy_bandwidth, concurrency)
             log(json.dumps(res["claw"][t]))
             log(f"{name} {t}: llama.cpp")
+            before = copy_bandwidth()
             out = subprocess.run([a.llamacpp_python, os.path.join(HERE, "llamacpp_runner.py"), g, str(a.threads)],
                                  check=True, capture_output=True, text=True).stdout
+            bw = (before + copy_bandwidth()) / 2
             lc = json.loads(out.strip().splitlines()[-1])
             lc["concurrency"] = {n: {"tok_s": 32 / lc["request_s"], "p50_s": lc["request_s"] * (n + 1) / 2,
                                      "p99_s": lc["request_s"] * percentile(range(1, n + 1), 99)} for n in concurrency}
-            lc["pct_roofline"] = 100 * lc["decode_tok_s"] / res["claw"][t]["roofline_tok_s"]
+            lc["copy_GB_s"] = bw / 1e9
+            lc["pct_roofline"] = 100 * lc["decode_tok_s"] / (bw / res["claw"][t]["bytes_per_token"])
             res.setdefault("llama.cpp", {})[t] = lc
             log(json.dumps(lc))
         log(f"{name} f32: transformers")
@@ -314,7 +326,7 @@ def main():
 def table(r, concurrency):
     m = r["machine"]
     lines = [f"Machine: {m['cpu']}, {m['threads']} threads, copy bandwidth {m['copy_GB_s']:.1f} GB/s at the start "
-             "(the roofline of each type uses the copy measured just before it: the column 'copy GB/s').", "",
+             "(each row's roofline uses the copy measured around its own decode runs: the column 'copy GB/s').", "",
              "| model | weights | engine | decode tok/s | % roofline | copy GB/s | prefill 512 tok/s | TTFT 512 ms | " +
              " | ".join(f"{n} streams tok/s (p50/p99 s)" for n in concurrency) + " | peak RSS MiB |",
              "|---|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(concurrency) + "---:|"]
@@ -324,8 +336,7 @@ def table(r, concurrency):
                 conc = " | ".join(f"{x['concurrency'][n]['tok_s']:.1f} ({x['concurrency'][n]['p50_s']:.2f}/"
                                   f"{x['concurrency'][n]['p99_s']:.2f})" for n in concurrency)
                 pct = f"{x['pct_roofline']:.0f}%" if "pct_roofline" in x else "-"
-                bw = res["claw"].get(t, {}).get("copy_GB_s") if engine != "transformers" else None
-                bw = f"{bw:.1f}" if bw else "-"
+                bw = f"{x['copy_GB_s']:.1f}" if "copy_GB_s" in x else "-"
                 lines.append(f"| {name} | {t} | {engine} | {x['decode_tok_s']:.1f} | {pct} | {bw} | {x['prefill_tok_s']:.0f} | "
                              f"{x['ttft_ms']:.0f} | {conc} | {x['peak_rss_mib']:.0f} |")
     lines.append("")
