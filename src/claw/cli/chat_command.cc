@@ -12,7 +12,7 @@
 #include "claw/cli/engine_flags.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
-#include "claw/serve/chat_template.h"
+#include "claw/data/chat_template.h"
 #include "claw/serve/engine.h"
 #include "claw/serve/text_stream.h"
 
@@ -37,12 +37,12 @@ void run(const ChatArgs& a) {
   InferenceModel m = load_inference_model(a.engine.model);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
   const std::string name =
-      a.chat_template.empty() ? serve::default_chat_template(m.cfg.vocab_size) : a.chat_template;
-  const serve::ChatTemplate tmpl = serve::chat_template(name);
+      a.chat_template.empty() ? data::default_chat_template(m.cfg.vocab_size) : a.chat_template;
+  const data::ChatTemplate tmpl = data::chat_template(name);
   serve::Engine engine(*m.gpt, a.engine.cpu(), a.engine.resolve(m));
   const bool tty = isatty(STDIN_FILENO);
   if (tty) write(fmt::format("chatting with {} (template {}); /reset starts over, /exit ends\n", m.source, name));
-  std::vector<serve::ChatMessage> history;
+  std::vector<data::ChatMessage> history;
   if (!a.system.empty()) history.push_back({"system", a.system});
   const size_t fresh = history.size();
   std::string line;

@@ -17,6 +17,7 @@
 #include "claw/core/log.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/preprocess.h"
+#include "claw/data/sft.h"
 #include "claw/data/tokenizer_factory.h"
 #include "claw/kernels/cpu/blas.h"
 
@@ -68,6 +69,12 @@ const std::vector<F>& preprocess_flags() {
                      [](A& a) -> auto& { return a.tokenizer.tiktoken_pattern; }),
       switch_flag<A>("append-eod", "end every document with the tokenizer's end-of-document token",
                      [](A& a) -> auto& { return a.options.append_eod; }),
+      switch_flag<A>("sft",
+                     "supervised fine-tuning data: \"messages\" conversations or \"prompt\"/\"completion\" "
+                     "lines; writes <prefix>_sft_document and its loss mask <prefix>_sft_document_loss_mask",
+                     [](A& a) -> auto& { return a.options.sft; }),
+      string_flag<A>("chat-template", "with --sft: llama3, chatml or plain (default: from the tokenizer's vocabulary)",
+                     [](A& a) -> auto& { return a.options.chat_template; }),
       string_flag<A>("output-prefix", "writes <prefix>_<key>_document.bin/.idx per key",
                      [](A& a) -> auto& { return a.options.output_prefix; }),
       int_flag<A>("workers", "tokenizing threads (default: the CPUs this process may use)",
@@ -220,6 +227,9 @@ struct PreprocessCommand {
                args.options.workers);
     for (const std::string& prefix : r.output_prefixes)
       fmt::print("wrote {}.bin and .idx ({})\n", prefix, data::index_dtype_numpy_name(r.dtype));
+    if (args.options.sft)
+      fmt::print("wrote {}.bin and .idx (uint8 loss mask; chat template {})\n",
+                 data::sft_loss_mask_prefix(r.output_prefixes[0]), r.chat_template);
   }
 };
 

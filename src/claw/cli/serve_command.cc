@@ -10,6 +10,7 @@
 #include "claw/cli/flags.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
+#include "claw/data/chat_template.h"
 #include "claw/serve/async_engine.h"
 #include "claw/serve/http_server.h"
 
@@ -27,7 +28,7 @@ struct ServeArgs {
 void run(ServeArgs& a) {
   a.server.max_body_bytes = static_cast<int64_t>(parse_size("--max-body-size", a.max_body_size));
   if (a.server.max_concurrent_requests < 1) fail("--max-concurrent-requests must be at least 1");
-  if (!a.chat_template.empty()) serve::chat_template(a.chat_template);  // refuse a bad name before loading
+  if (!a.chat_template.empty()) data::chat_template(a.chat_template);  // refuse a bad name before loading
   // SIGTERM and SIGINT are taken by sigwait below; blocked before any thread
   // starts so that every thread inherits the mask.
   sigset_t stop;
@@ -54,12 +55,12 @@ void run(ServeArgs& a) {
   const serve::EngineConfig ecfg = job.agree(a.engine.resolve(m));
   serve::AsyncEngine engine(*m.gpt, a.engine.cpu(), ecfg);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
-  const std::string tmpl = a.chat_template.empty() ? serve::default_chat_template(m.cfg.vocab_size) : a.chat_template;
+  const std::string tmpl = a.chat_template.empty() ? data::default_chat_template(m.cfg.vocab_size) : a.chat_template;
   http.set_model({.name = a.served_model_name.empty() ? m.name : a.served_model_name,
                   .engine = &engine,
                   .tokenizer = m.tokenizer.get(),
                   .eos = m.eos,
-                  .chat = serve::chat_template(tmpl),
+                  .chat = data::chat_template(tmpl),
                   .max_model_len = engine.config().max_model_len});
   log::info("serve", "serving {} as '{}' ({}; chat template {}, context {} tokens) on http://{}:{}", m.source,
             a.served_model_name.empty() ? m.name : a.served_model_name, m.weights_summary(), tmpl,

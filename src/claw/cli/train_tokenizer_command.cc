@@ -40,6 +40,8 @@ const std::vector<F>& train_tokenizer_flags() {
                      [](A& a) -> auto& { return a.options.byte_fallback; }, false),
       int_flag<A>("max-sentences", "train on a random sample of this many sentences (0: all)",
                   [](A& a) -> auto& { return a.options.max_sentences; }),
+      words_flag<A>("control-symbols", "special tokens, e.g. a chat template's <|im_start|> <|im_end|> (ids 3, 4, ...)",
+                    [](A& a) -> auto& { return a.options.control_symbols; }),
       int_flag<A>("seed", "seed of the sentence sample", [](A& a) -> auto& { return a.options.seed; }),
       int_flag<A>("num-threads", "training threads (default: the CPUs this process may use)",
                   [](A& a) -> auto& { return a.options.num_threads; }),

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/data/json_line.h"
+
 namespace claw::data {
 namespace {
 
@@ -19,7 +21,9 @@ std::string parse_error_reason(const nlohmann::json::parse_error& e) {
   return std::string(colon == std::string_view::npos ? what : what.substr(colon + 2));
 }
 
-std::string key_list(const nlohmann::json& object) {
+}  // namespace
+
+std::string describe_json_keys(const nlohmann::json& object) {
   std::string out;
   int shown = 0;
   for (auto it = object.begin(); it != object.end(); ++it) {
@@ -29,14 +33,24 @@ std::string key_list(const nlohmann::json& object) {
   return out.empty() ? "none" : out;
 }
 
-// "a number", "an object", "null": a JSON value's type for a message.
-std::string describe_type(const nlohmann::json& v) {
+std::string describe_json_type(const nlohmann::json& v) {
   if (v.is_null()) return "null";
   std::string_view name = v.type_name();
   return fmt::format("{} {}", name == "object" || name == "array" ? "an" : "a", name);
 }
 
-}  // namespace
+std::string parse_json_object(std::string_view line, nlohmann::json& out) {
+  if (size_t bad = find_invalid_utf8(line); bad != std::string_view::npos)
+    return fmt::format("invalid UTF-8 at byte {} of the line (0x{:02x})", bad, static_cast<unsigned char>(line[bad]));
+  try {
+    out = nlohmann::json::parse(line.begin(), line.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte counts from 1 and points at the last byte read.
+    return fmt::format("malformed JSON at byte {}: {}", e.byte > 0 ? e.byte - 1 : 0, parse_error_reason(e));
+  }
+  if (!out.is_object()) return fmt::format("expected a JSON object, got {}", describe_json_type(out));
+  return {};
+}
 
 size_t find_invalid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
@@ -87,27 +101,14 @@ bool is_blank_line(std::string_view line) { return line.find_first_not_of(" \t\r
 
 JsonlFields parse_jsonl_line(std::string_view line, std::span<const std::string> keys) {
   JsonlFields out;
-  if (size_t bad = find_invalid_utf8(line); bad != std::string_view::npos) {
-    out.error = fmt::format("invalid UTF-8 at byte {} of the line (0x{:02x})", bad, static_cast<unsigned char>(line[bad]));
-    return out;
-  }
   nlohmann::json record;
-  try {
-    record = nlohmann::json::parse(line.begin(), line.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.byte counts from 1 and points at the last byte read.
-    out.error = fmt::format("malformed JSON at byte {}: {}", e.byte > 0 ? e.byte - 1 : 0, parse_error_reason(e));
-    return out;
-  }
-  if (!record.is_object()) {
-    out.error = fmt::format("expected a JSON object, got {}", describe_type(record));
-    return out;
-  }
+  out.error = parse_json_object(line, record);
+  if (!out.error.empty()) return out;
   out.texts.resize(keys.size());
   for (size_t k = 0; k < keys.size(); ++k) {
     auto it = record.find(keys[k]);
     if (it == record.end()) {
-      out.error = fmt::format("no key \"{}\" (--json-keys); the record's keys are {}", keys[k], key_list(record));
+      out.error = fmt::format("no key \"{}\" (--json-keys); the record's keys are {}", keys[k], describe_json_keys(record));
       break;
     }
     if (it->is_string()) {
@@ -119,10 +120,10 @@ JsonlFields parse_jsonl_line(std::string_view line, std::span<const std::string>
           out.texts[k].push_back(std::move(sentence.get_ref<std::string&>()));
         else
           out.error = fmt::format("key \"{}\": element {} of the list is {}, not a string", keys[k], e,
-                                  describe_type(sentence));
+                                  describe_json_type(sentence));
       }
     } else {
-      out.error = fmt::format("key \"{}\" holds {}, not a string or a list of strings", keys[k], describe_type(*it));
+      out.error = fmt::format("key \"{}\" holds {}, not a string or a list of strings", keys[k], describe_json_type(*it));
     }
     if (!out.error.empty()) break;
   }

@@ -14,12 +14,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/data/jsonl_reader.h"
 #include "claw/data/jsonl_record.h"
+#include "claw/data/sft.h"
 
 namespace claw::data {
 namespace {
@@ -40,6 +42,7 @@ struct EncodedChunk {
   struct Output {
     std::vector<std::vector<int32_t>> texts;
     std::vector<int32_t> texts_per_document;
+    std::vector<std::vector<uint8_t>> loss_masks;  // sft: one per text
   };
   std::vector<Output> outputs;
   std::vector<BadLine> bad_lines;  // in line order; without skipping, only the first
@@ -47,6 +50,38 @@ struct EncodedChunk {
   uint64_t text_bytes = 0, input_offset = 0;
   std::exception_ptr failure;  // the reader's or the worker's exception: rethrown in input order
 };
+
+// SFT lines: one output, a document of one text per line.
+EncodedChunk encode_sft_chunk(const LineChunk& chunk, const SftEncoder& encoder, const PreprocessOptions& o) {
+  EncodedChunk r;
+  r.outputs.resize(1);
+  r.lines = chunk.num_lines;
+  r.text_bytes = chunk.text.size();
+  r.input_offset = chunk.input_offset;
+  EncodedChunk::Output& out = r.outputs[0];
+  std::string_view rest = chunk.text;
+  for (int64_t line_no = chunk.first_line; !rest.empty(); ++line_no) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+    if (is_blank_line(line)) {
+      ++r.blank_lines;
+      continue;
+    }
+    const SftRecord record = parse_sft_line(line);
+    if (!record.error.empty()) {
+      r.bad_lines.push_back({line_no, record.error});
+      if (!o.skip_bad_lines) return r;
+      continue;
+    }
+    SftExample ex = encoder.encode(record);
+    out.texts.push_back(std::move(ex.tokens));
+    out.loss_masks.push_back(std::move(ex.loss_mask));
+    out.texts_per_document.push_back(1);
+    ++r.documents;
+  }
+  return r;
+}
 
 EncodedChunk encode_chunk(const LineChunk& chunk, const Tokenizer& tokenizer, const PreprocessOptions& o) {
   const size_t num_keys = o.json_keys.size();
@@ -106,8 +141,12 @@ EncodedChunk encode_chunk(const LineChunk& chunk, const Tokenizer& tokenizer, co
 // exception on the caller's side never leaves threads running.
 class Pipeline {
  public:
-  Pipeline(JsonlReader& reader, const Tokenizer& tokenizer, const PreprocessOptions& options)
-      : reader_(reader), tokenizer_(tokenizer), options_(options), max_in_flight_(2 * options.workers + 1) {
+  Pipeline(JsonlReader& reader, const Tokenizer& tokenizer, const SftEncoder* sft, const PreprocessOptions& options)
+      : reader_(reader),
+        tokenizer_(tokenizer),
+        sft_(sft),
+        options_(options),
+        max_in_flight_(2 * options.workers + 1) {
     try {
       threads_.emplace_back([this] { read_loop(); });
       for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
@@ -186,7 +225,7 @@ class Pipeline {
       }
       EncodedChunk r;
       try {
-        r = encode_chunk(item.second, tokenizer_, options_);
+        r = sft_ ? encode_sft_chunk(item.second, *sft_, options_) : encode_chunk(item.second, tokenizer_, options_);
       } catch (...) {
         r.failure = std::current_exception();
       }
@@ -200,6 +239,7 @@ class Pipeline {
 
   JsonlReader& reader_;
   const Tokenizer& tokenizer_;
+  const SftEncoder* sft_;  // null: plain text per --json-keys
   const PreprocessOptions& options_;
   // Chunks read and not yet handed to the caller: twice the workers, so a
   // worker stuck on a long document does not soon leave the others idle
@@ -225,6 +265,7 @@ void validate(const PreprocessOptions& o) {
       fail("--json-keys names \"{}\" twice; each key is one output", o.json_keys[i]);
   }
   if (o.workers < 1 || o.workers > 1024) fail("--workers {} is invalid; it must be in [1, 1024]", o.workers);
+  if (!o.sft && !o.chat_template.empty()) fail("--chat-template {} applies to --sft data only", o.chat_template);
   CLAW_CHECK(o.chunk_bytes > 0);
 }
 
@@ -284,23 +325,34 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
   PreprocessResult result;
   result.dtype = choose_dtype(o, tokenizer);
   check_output_directory(o.output_prefix);
+  std::optional<SftEncoder> sft;
+  if (o.sft) {
+    result.chat_template = o.chat_template.empty() ? default_chat_template(tokenizer.vocab_size()) : o.chat_template;
+    sft.emplace(tokenizer, chat_template(result.chat_template), true);
+  }
   JsonlReader reader(o.input, "--input");
 
   // Created before any work, so an unwritable output fails at once.
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
-  for (const std::string& key : o.json_keys) {
-    result.output_prefixes.push_back(preprocess_output_prefix(o.output_prefix, key));
+  std::unique_ptr<IndexedDatasetBuilder> masks;  // sft
+  auto create = [&](const std::string& prefix, IndexDType dtype) {
     try {
-      builders.push_back(std::make_unique<IndexedDatasetBuilder>(result.output_prefixes.back(), result.dtype));
+      return std::make_unique<IndexedDatasetBuilder>(prefix, dtype);
     } catch (const Error& e) {
       fail("--output-prefix {}: {}", o.output_prefix, e.what());
     }
+  };
+  for (const std::string& key : o.sft ? std::vector<std::string>{"sft"} : o.json_keys) {
+    result.output_prefixes.push_back(preprocess_output_prefix(o.output_prefix, key));
+    builders.push_back(create(result.output_prefixes.back(), result.dtype));
   }
+  if (o.sft) masks = create(sft_loss_mask_prefix(result.output_prefixes[0]), IndexDType::u8);
 
   PreprocessProgress& p = result.totals;
   p.input_size = reader.input_size();
   {
-    Pipeline pipeline(reader, tokenizer, o);
+    Pipeline pipeline(reader, tokenizer, sft ? &*sft : nullptr, o);
+    std::vector<int32_t> mask;
     while (std::optional<EncodedChunk> chunk = pipeline.next()) {
       if (chunk->failure) std::rethrow_exception(chunk->failure);
       for (const BadLine& bad : chunk->bad_lines) {
@@ -318,8 +370,13 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
             if (!out.texts[t].empty()) {
               builders[k]->add_sequence(out.texts[t]);
               p.tokens += static_cast<int64_t>(out.texts[t].size());
+              if (masks) {
+                mask.assign(out.loss_masks[t].begin(), out.loss_masks[t].end());
+                masks->add_sequence(mask);
+              }
             }
           builders[k]->end_document();
+          if (masks) masks->end_document();
         }
       }
       p.lines += chunk->lines;
@@ -342,6 +399,7 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
          o.input, p.lines - p.blank_lines);
   }
   // Every output complete before any is published.
+  if (masks) builders.push_back(std::move(masks));
   for (auto& b : builders) b->finish();
   for (auto& b : builders) b->publish();
   p.seconds = seconds_since(t0);

@@ -29,6 +29,15 @@
 // tokenizer and does not grow with the corpus. A single line longer than
 // chunk_bytes is held whole.
 //
+// SFT (sft.h): with `sft`, each line is a conversation ("messages") or a
+// prompt/completion pair, rendered with `chat_template` (default: the
+// tokenizer's, default_chat_template) and written as one document ending
+// in eod to <output_prefix>_sft_document, and its loss mask (1: learned) as
+// a u8 dataset of the same sequence lengths to
+// <output_prefix>_sft_document_loss_mask (sft_loss_mask_prefix). json_keys
+// and append_eod do not apply. A line that is not a usable SFT record is a
+// bad line like any other.
+//
 // Nothing half-written: outputs are written under temporary names and
 // renamed only after every output is complete; any failure (bad line,
 // unreadable input, full disk, an exception in a worker) removes the
@@ -69,6 +78,8 @@ struct PreprocessOptions {
   int workers = 1;                            // --workers: tokenizing threads
   bool skip_bad_lines = false;                // --skip-bad-lines: drop bad lines instead of failing
   std::optional<IndexDType> dtype;            // --dtype; default optimal_index_dtype(vocab size)
+  bool sft = false;                           // --sft: chat / prompt-completion lines, tokens and loss masks
+  std::string chat_template;                  // --chat-template (with sft; "": the tokenizer's default)
   size_t chunk_bytes = size_t{1} << 21;       // text per work item
   // Called on the calling thread after each chunk is written. It may throw
   // to cancel the run (e.g. on SIGINT), which then fails like any other
@@ -79,7 +90,8 @@ struct PreprocessOptions {
 struct PreprocessResult {
   PreprocessProgress totals;
   IndexDType dtype = IndexDType::u16;
-  std::vector<std::string> output_prefixes;  // one per key, in json_keys order
+  std::vector<std::string> output_prefixes;  // one per key, in json_keys order (sft: the tokens' dataset)
+  std::string chat_template;                 // sft: the template used
 };
 
 // <output_prefix>_<key>_document: Megatron's name for key's output.

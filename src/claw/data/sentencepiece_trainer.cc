@@ -210,13 +210,16 @@ void validate(const SentencePieceTrainOptions& o) {
     fail("--character-coverage {} must be in (0, 1]", o.character_coverage);
   if (o.max_sentences < 0) fail("--max-sentences {} must be 0 (all) or positive", o.max_sentences);
   if (o.num_threads < 1) fail("--num-threads {} must be at least 1", o.num_threads);
+  for (const std::string& c : o.control_symbols)
+    if (c.empty() || c.find(',') != std::string::npos || c.find_first_of(" \t\n") != std::string::npos)
+      fail("--control-symbols: '{}' is not a token (non-empty, no commas or spaces)", c);
 }
 
 }  // namespace
 
 int64_t train_sentencepiece(const SentencePieceTrainOptions& o) {
   validate(o);
-  const std::unordered_map<std::string, std::string> args = {
+  std::unordered_map<std::string, std::string> args = {
       {"model_prefix", o.output_prefix},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", o.model_type},
@@ -230,6 +233,7 @@ int64_t train_sentencepiece(const SentencePieceTrainOptions& o) {
       // warning, are cut before they reach it.
       {"minloglevel", "2"},
   };
+  if (!o.control_symbols.empty()) args["control_symbols"] = fmt::format("{}", fmt::join(o.control_symbols, ","));
   // The library's sampler draws from one process-wide generator.
   sentencepiece::SetRandomGeneratorSeed(o.seed);
   CorpusSentences sentences(o);

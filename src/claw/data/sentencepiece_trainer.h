@@ -35,6 +35,10 @@ struct SentencePieceTrainOptions {
   int64_t max_sentences = 0;                     // sample this many sentences (0: use all)
   int64_t num_threads = 1;
   uint32_t seed = 1234;                          // for sampling sentences: same corpus and seed, same model
+  // Special tokens (SentencePiece's control symbols: ids 3, 4, ... after
+  // </s>), such as a chat template's "<|im_start|>": never made from text,
+  // recognised with SpecialTokens::recognise.
+  std::vector<std::string> control_symbols;
 };
 
 // Checks the options (claw::Error naming the flag) and trains; returns the

@@ -154,13 +154,13 @@ struct HttpServer::Impl {
     if (chat) {
       if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
         bad("messages", "'messages' must be a non-empty array of {role, content} objects");
-      std::vector<ChatMessage> msgs;
+      std::vector<data::ChatMessage> msgs;
       for (size_t i = 0; i < body["messages"].size(); ++i) {
         const json& x = body["messages"][i];
         const std::string at = fmt::format("messages[{}]", i);
         if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
           bad(at + ".role", fmt::format("'{}' needs a string 'role'", at));
-        ChatMessage cm{x["role"].get<std::string>(), ""};
+        data::ChatMessage cm{x["role"].get<std::string>(), ""};
         if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer")
           bad(at + ".role", fmt::format("'{}.role' must be system, developer, user or assistant, got '{}'", at, cm.role));
         const json& c = x.contains("content") ? x["content"] : json();

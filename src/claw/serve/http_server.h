@@ -26,7 +26,7 @@
 
 #include "claw/data/tokenizer.h"
 #include "claw/serve/async_engine.h"
-#include "claw/serve/chat_template.h"
+#include "claw/data/chat_template.h"
 
 namespace claw::serve {
 
@@ -44,7 +44,7 @@ struct ServedModel {
   AsyncEngine* engine = nullptr;
   const data::Tokenizer* tokenizer = nullptr;
   std::vector<int32_t> eos;
-  ChatTemplate chat;
+  data::ChatTemplate chat;
   int64_t max_model_len = 0;
 };
 
