@@ -130,6 +130,10 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.data.packing.reset_position_ids; }),
       switch_flag<A>("reset-attention-mask", "no attention across documents of a packed sequence",
                      [](A& a) -> auto& { return a.data.packing.reset_attention_mask; }),
+      switch_flag<A>("sft",
+                     "fine-tune on `claw preprocess --sft` data: whole conversations, loss on the assistant tokens "
+                     "(sets --reset-position-ids and --reset-attention-mask)",
+                     [](A& a) -> auto& { return a.data.sft; }),
       switch_flag<A>("eod-mask-loss", "no loss on predictions made from an end-of-document token",
                      [](A& a) -> auto& { return a.data.packing.eod_mask_loss; }),
       string_flag<A>("split", "train,valid,test weights over documents",

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "claw/core/error.h"
+#include "claw/data/sft_dataset.h"
 
 namespace claw::data {
 
@@ -67,17 +68,24 @@ void BlendedDataset::get_sample(int64_t position, int32_t* tokens) const {
   datasets_[index_.dataset_index[position]]->get_sample(index_.dataset_sample_index[position], tokens);
 }
 
+void BlendedDataset::get_loss_mask(int64_t position, uint8_t* mask) const {
+  CLAW_CHECK(position >= 0 && position < num_samples(), "sample position {} of {}", position, num_samples());
+  datasets_[index_.dataset_index[position]]->get_loss_mask(index_.dataset_sample_index[position], mask);
+}
+
 std::unique_ptr<SampleSource> build_split_source(const BlendSpec& spec, Split split,
                                                  const GptDatasetOptions& options) {
-  if (spec.prefixes.size() == 1)
-    return std::make_unique<GptDataset>(std::make_shared<const IndexedDataset>(spec.prefixes[0]), split, options);
+  auto open = [&](const std::string& prefix, const GptDatasetOptions& o) -> std::unique_ptr<SampleSource> {
+    if (o.sft) return std::make_unique<SftDataset>(prefix, split, o, o.pad_token);
+    return std::make_unique<GptDataset>(std::make_shared<const IndexedDataset>(prefix), split, o);
+  };
+  if (spec.prefixes.size() == 1) return open(spec.prefixes[0], options);
   CLAW_CHECK(options.num_samples > 0, "a blend needs the number of samples to draw");
   std::vector<std::unique_ptr<SampleSource>> parts;
   for (size_t k = 0; k < spec.prefixes.size(); ++k) {
     GptDatasetOptions o = options;
     o.num_samples = static_cast<int64_t>(std::ceil(spec.weights[k] * static_cast<double>(options.num_samples) * 1.005));
-    parts.push_back(
-        std::make_unique<GptDataset>(std::make_shared<const IndexedDataset>(spec.prefixes[k]), split, o));
+    parts.push_back(open(spec.prefixes[k], o));
   }
   return std::make_unique<BlendedDataset>(std::move(parts), spec.weights, options.num_samples);
 }

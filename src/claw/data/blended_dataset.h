@@ -39,6 +39,8 @@ class BlendedDataset final : public SampleSource {
   int64_t num_samples() const override { return static_cast<int64_t>(index_.dataset_index.size()); }
   int64_t seq_length() const override { return datasets_.front()->seq_length(); }
   void get_sample(int64_t position, int32_t* tokens) const override;
+  bool has_loss_mask() const override { return datasets_.front()->has_loss_mask(); }
+  void get_loss_mask(int64_t position, uint8_t* mask) const override;
 
   // How many of the blend's samples come from each dataset.
   std::vector<int64_t> samples_per_dataset() const;
@@ -48,10 +50,11 @@ class BlendedDataset final : public SampleSource {
   BlendingIndices index_;
 };
 
-// The sample source of one split: the GptDataset itself for a single
-// dataset, else a BlendedDataset over each dataset's split. options.num_samples
-// is the number of samples the run draws from the split (0: one epoch of a
-// single dataset; a blend needs it).
+// The sample source of one split: the dataset itself for a single one,
+// else a BlendedDataset over each dataset's split. options.num_samples is
+// the number of samples the run draws from the split (0: one epoch of a
+// single dataset; a blend needs it). With options.sft each dataset is an
+// SftDataset padded with options.pad_token.
 std::unique_ptr<SampleSource> build_split_source(const BlendSpec& spec, Split split,
                                                  const GptDatasetOptions& options);
 

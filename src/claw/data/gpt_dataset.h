@@ -73,6 +73,8 @@ struct GptDatasetOptions {
   uint64_t seed = 1234;            // --seed: sample order
   int64_t num_samples = 0;         // samples the run will draw from this split (0: one epoch)
   std::string cache_dir;           // --data-cache-path ("": <dataset dir>/cache/GPTDataset_indices)
+  bool sft = false;                // --sft: conversations kept whole with their loss masks (sft_dataset.h)
+  int32_t pad_token = -1;          // with sft: what fills a sample's end (the tokenizer's eod)
 };
 
 class GptDataset final : public SampleSource {

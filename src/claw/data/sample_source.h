@@ -22,8 +22,14 @@ class SampleSource {
   // The S + 1 tokens of the sample at `position`.
   virtual void get_sample(int64_t position, int32_t* tokens) const = 0;
 
+  // Sources with a loss mask (SFT data, sft_dataset.h): which of the
+  // sample's S + 1 tokens are learned (1) rather than context (0).
+  virtual bool has_loss_mask() const { return false; }
+  virtual void get_loss_mask(int64_t position, uint8_t* mask) const;  // default: all learned
+
   // Samples at [first, first + count): tokens[b*S + t] is input t of the
-  // b-th and targets[b*S + t] its next token. Both buffers hold count * S ids.
+  // b-th and targets[b*S + t] its next token, or -1 (no loss) where a loss
+  // mask says that token is not learned. Both buffers hold count * S ids.
   void get_batch(int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const;
 };
 

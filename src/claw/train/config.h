@@ -56,6 +56,10 @@ struct DataConfig {
   std::string data_cache_path;         // --data-cache-path: sample index cache ("": next to the data)
   data::TokenizerOptions tokenizer;    // --tokenizer-type etc. (eod id; vocabulary check); default: GPT-2 BPE
   data::PackingOptions packing;        // --reset-position-ids, --reset-attention-mask, --eod-mask-loss
+  // --sft: the data are `claw preprocess --sft` conversations, packed whole
+  // with the loss on their learned tokens only (data/sft_dataset.h); turns
+  // on --reset-position-ids and --reset-attention-mask.
+  bool sft = false;
 };
 
 // Checkpointing (Megatron's flags; src/claw/ckpt, docs/checkpoint-format.md).

@@ -27,13 +27,26 @@ RunData open_run_data(const DataConfig& data_cfg, const TrainConfig& cfg, const 
   // Samples each split must provide (Megatron: train_iters x global batch;
   // validation: one run per --eval-interval plus the final one). A corpus
   // too small for a test split still trains.
+  // The tokenizer the data was made with: its eod marks document boundaries
+  // (and pads SFT samples) and its vocabulary must fit the model's (checked
+  // after the data, whose errors are more specific: they name a file).
+  data::TokenizerOptions tok = data_cfg.tokenizer;
+  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
+    tok.vocab_file = data_dir + "/gpt2/encoder.json";
+    tok.merge_file = data_dir + "/gpt2/vocab.bpe";
+  }
+  const auto tokenizer = data::make_tokenizer(tok);
   const int64_t GB = cfg.global_batch_size;
   data::GptDatasetOptions opts{.split = data_cfg.split,
                                 .seq_length = cfg.seq_length,
                                 .vocab_size = model.vocab_size,
                                 .seed = cfg.seed,
                                 .num_samples = std::max<int64_t>(1, cfg.train_iters) * GB,
-                                .cache_dir = data_cfg.data_cache_path};
+                                .cache_dir = data_cfg.data_cache_path,
+                                .sft = data_cfg.sft,
+                                .pad_token = tokenizer->eod()};
+  if (data_cfg.sft && data_cfg.data_path.empty())
+    fail("--sft needs --data-path: SFT data made with claw preprocess --sft (the built-in corpus is plain text)");
   const auto weights = data::parse_split(data_cfg.split);
   if (weights[0] <= 0) fail("--split {}: the training split has weight 0; give it a positive weight (e.g. 969,30,1)",
                             data_cfg.split);
@@ -42,20 +55,12 @@ RunData open_run_data(const DataConfig& data_cfg, const TrainConfig& cfg, const 
     opts.num_samples = (cfg.train_iters / cfg.eval_interval + 1) * cfg.eval_iters * GB;
     out.valid = data::build_split_source(blend, data::Split::valid, opts);
   }
-  // The tokenizer the data was made with: its eod marks document boundaries
-  // and its vocabulary must fit the model's (checked after the data, whose
-  // errors are more specific: they name a file).
-  data::TokenizerOptions tok = data_cfg.tokenizer;
-  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
-    tok.vocab_file = data_dir + "/gpt2/encoder.json";
-    tok.merge_file = data_dir + "/gpt2/vocab.bpe";
-  }
-  const auto tokenizer = data::make_tokenizer(tok);
   if (tokenizer->vocab_size() > model.vocab_size)
     fail("--vocab-size {} is smaller than the vocabulary of the tokenizer ({}, {} ids); use --vocab-size {} or more",
          model.vocab_size, tokenizer->name(), tokenizer->vocab_size(), tokenizer->vocab_size());
   data::PackingOptions packing = data_cfg.packing;
   packing.eod = tokenizer->eod();
+  if (data_cfg.sft) packing.reset_position_ids = packing.reset_attention_mask = true;  // a conversation sees itself
   if (first) everyone.barrier();
 
   log::info("data", "{}: {} training samples of {} tokens{}{}", fmt::join(words, " "), out.train->num_samples(),

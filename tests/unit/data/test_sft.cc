@@ -3,13 +3,17 @@
 // completion lines, and the lines and templates that are refused.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "claw/data/gpt2_bpe.h"
+#include "claw/data/preprocess.h"
 #include "claw/data/sft.h"
+#include "claw/data/sft_dataset.h"
 #include "expect_error.h"
+#include "temp_dir.h"
 
 namespace claw::data {
 namespace {
@@ -187,6 +191,82 @@ TEST(Sft, TemplateTheTokenizerCannotExpress) {
   EXPECT_CLAW_ERROR(SftEncoder(no_chat_tokens, chat_template("chatml"), true), "--chat-template chatml", "<|im_start|>");
   SftEncoder(no_chat_tokens, chat_template("plain"), true);  // plain needs no special tokens
   EXPECT_CLAW_ERROR(chat_template("vicuna"), "--chat-template 'vicuna'", "llama3, chatml, plain");
+}
+
+// Lines through `claw preprocess --sft`.
+struct SmallSft {
+  claw::testing::TempDir dir;
+  std::string prefix;
+  SmallSft(const Tokenizer& t, const std::string& lines) {
+    PreprocessOptions o;
+    o.input = dir.write("sft.jsonl", lines);
+    o.output_prefix = dir / "out";
+    o.sft = true;
+    o.chat_template = "plain";
+    prefix = preprocess(o, t).output_prefixes.at(0);
+  }
+};
+
+// A sample as text, learned tokens in brackets.
+std::string show(const Tokenizer& t, const SampleSource& s, int64_t p) {
+  std::vector<int32_t> ids(s.seq_length() + 1);
+  std::vector<uint8_t> mask(ids.size());
+  s.get_sample(p, ids.data());
+  s.get_loss_mask(p, mask.data());
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (mask[i] && (i == 0 || !mask[i - 1])) out += "[";
+    out += t.decode(std::span<const int32_t>(&ids[i], 1));
+    if (mask[i] && (i + 1 == ids.size() || !mask[i + 1])) out += "]";
+  }
+  return out;
+}
+
+TEST(SftDataset, PacksWholeConversationsAndCutsLongOnes) {
+  const ByteTokenizer& t = chat_tokens();
+  const SmallSft data(t, R"({"prompt": "ab", "completion": "c"}
+{"prompt": "xyz", "completion": "uv"}
+{"prompt": "0123", "completion": "ABCDEFGHIJ"}
+{"prompt": "q", "completion": "r"}
+)");
+  GptDatasetOptions o{.split = "1", .seq_length = 9, .vocab_size = t.vocab_size(), .seed = 1, .num_samples = 6};
+  const SftDataset ds(data.prefix, Split::train, o, t.eod());
+  EXPECT_EQ(ds.num_truncated(), 1);
+  std::vector<std::string> samples;
+  for (int64_t p = 0; p < ds.num_samples(); ++p) samples.push_back(show(t, ds, p));
+  // Golden, for seed 1 (epoch orders 6 15 3 4 | 15 6 3 4 tokens ...):
+  // conversations whole and packed while they fit, eod padding learned
+  // nowhere, and the 15-token conversation cut at 10 in a sample of its own.
+  EXPECT_EQ(samples, (std::vector<std::string>{
+                         "xyz[uv<eod>]<eod><eod><eod><eod>",
+                         "0123[ABCDEF]",
+                         "q[r<eod>]ab[c<eod>]<eod><eod><eod>",
+                         "0123[ABCDEF]",
+                         "xyz[uv<eod>]q[r<eod>]<eod>",
+                         "ab[c<eod>]<eod><eod><eod><eod><eod><eod>",
+                     }));
+
+  // Targets: the next token where it is learned, else no loss.
+  std::vector<int32_t> tokens(2 * 9), targets(2 * 9);
+  ds.get_batch(1, 2, tokens.data(), targets.data());
+  for (int64_t b = 0; b < 2; ++b) {
+    std::vector<int32_t> ids(10);
+    std::vector<uint8_t> mask(10);
+    ds.get_sample(1 + b, ids.data());
+    ds.get_loss_mask(1 + b, mask.data());
+    for (int64_t i = 0; i < 9; ++i) EXPECT_EQ(targets[b * 9 + i], mask[i + 1] ? ids[i + 1] : -1) << b << " " << i;
+  }
+}
+
+TEST(SftDataset, RefusesDataWithoutItsMask) {
+  const ByteTokenizer& t = chat_tokens();
+  const SmallSft data(t, R"({"prompt": "ab", "completion": "c"})" "\n");
+  GptDatasetOptions o{.split = "1", .seq_length = 9, .vocab_size = t.vocab_size()};
+  std::filesystem::remove(idx_path(sft_loss_mask_prefix(data.prefix)));
+  EXPECT_CLAW_ERROR(SftDataset(data.prefix, Split::train, o, t.eod()), "has no loss mask",
+                    "claw preprocess --sft");
+  o.vocab_size = 100;
+  EXPECT_CLAW_ERROR(SftDataset(data.prefix, Split::train, o, t.eod()), "no loss mask");
 }
 
 }  // namespace
