@@ -180,18 +180,7 @@ struct Import {
   void run() const {
     check_format(format, false);
     if (input.empty() || save.empty()) fail("claw ckpt import: --input HF_DIR and --save DIR are required");
-    const ckpt::HfModel hf = ckpt::read_hf_dir(input);
-    const model::ModelConfig cfg = ckpt::model_from_hf_config(hf.config, input + "/config.json");
-    model::GPT gpt(cfg);
-    ckpt::load_hf_params(gpt.params(), hf.tensors, input);
-    comm::SelfGroup self("world");
-    ckpt::Saver saver(self, {.root = save});
-    ckpt::SaveInfo info{.iteration = 0, .model = model_flags_json(cfg)};
-    info.args = {{"imported_from", input}};
-    info.state = {{"consumed_train_samples", 0}, {"consumed_valid_samples", 0}, {"optimizer_steps", 0}};
-    saver.save(ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false}), info);
-    fmt::print("imported {} ({}, {} parameters) into {}\n", input, hf.config.value("model_type", "?"),
-               gpt.store().numel(), ckpt::iteration_dir(save, 0));
+    fmt::print("{}\n", import_hf_checkpoint(input, save));
   }
 };
 
@@ -238,6 +227,21 @@ struct Convert {
 };
 
 }  // namespace
+
+std::string import_hf_checkpoint(const std::string& input, const std::string& save) {
+  const ckpt::HfModel hf = ckpt::read_hf_dir(input);
+  const model::ModelConfig cfg = ckpt::model_from_hf_config(hf.config, input + "/config.json");
+  model::GPT gpt(cfg);
+  ckpt::load_hf_params(gpt.params(), hf.tensors, input);
+  comm::SelfGroup self("world");
+  ckpt::Saver saver(self, {.root = save});
+  ckpt::SaveInfo info{.iteration = 0, .model = model_flags_json(cfg)};
+  info.args = {{"imported_from", input}};
+  info.state = {{"consumed_train_samples", 0}, {"consumed_valid_samples", 0}, {"optimizer_steps", 0}};
+  saver.save(ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false}), info);
+  return fmt::format("imported {} ({}, {} parameters) into {}", input, hf.config.value("model_type", "?"),
+                     gpt.store().numel(), ckpt::iteration_dir(save, 0));
+}
 
 void add_ckpt_command(CLI::App& app) {
   CLI::App* ckpt = app.add_subcommand("ckpt", "inspect distributed checkpoints; convert to and from Hugging Face");

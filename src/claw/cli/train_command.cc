@@ -1,12 +1,19 @@
 #include "claw/cli/train_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include <cmath>
 
 #include <fmt/ranges.h>
 
 #include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/hf.h"
+#include "claw/cli/ckpt_command.h"
 #include "claw/cli/flags.h"
 #include "claw/cli/model_flags.h"
 #include "claw/comm/world.h"
@@ -200,6 +207,13 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.ckpt.load_fallback; }),
       switch_flag<A>("no-load-optim", "with --load: parameters only (fresh optimizer state)",
                      [](A& a) -> auto& { return a.ckpt.no_load_optim; }),
+      switch_flag<A>("finetune",
+                     "with --load: the parameters only, and start at iteration 0 (fresh optimizer, schedule and data)",
+                     [](A& a) -> auto& { return a.ckpt.finetune; }),
+      string_flag<A>("load-hf",
+                     "fine-tune a Hugging Face directory (config.json + safetensors, GPT-2 or Llama): its shape "
+                     "replaces the model flags, its weights load as --finetune (imported under --save)",
+                     [](A& a) -> auto& { return a.ckpt.load_hf; }),
       int_flag<A>("exit-interval", "stop (after saving, with --save) when the step is a multiple of this (0: never)",
                   [](A& a) -> auto& { return a.ckpt.exit_interval; }),
   });
@@ -282,6 +296,58 @@ std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>
   return world;
 }
 
+// --load-hf DIR: the model is the directory's (its config.json), keeping
+// the dropout and precision flags given.
+void use_hf_model(TrainArgs& a) {
+  if (!a.ckpt.load.empty()) fail("--load-hf and --load both name weights to start from; give one");
+  const std::string config = a.ckpt.load_hf + "/config.json";
+  std::ifstream in(config);
+  if (!in) fail("--load-hf {}: no {} (a Hugging Face model directory has config.json and safetensors)",
+                a.ckpt.load_hf, config);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("--load-hf: {} is not valid JSON: {}", config, e.what());
+  }
+  model::ModelConfig m = ckpt::model_from_hf_config(j, config);
+  m.hidden_dropout = a.model.hidden_dropout;
+  a.model = m;
+}
+
+// Rank 0 writes the directory as a one-rank claw checkpoint (under --save,
+// where every rank can read it, else a temporary directory: one node), and
+// every rank loads it as --finetune at its own layout.
+void import_hf_for_finetune(TrainArgs& a, comm::World& world) {
+  static std::string tmp;  // a directory this process removes at exit
+  std::string dir;
+  if (!a.ckpt.save.empty()) {
+    dir = a.ckpt.save + "/imported_hf";
+  } else {
+    if (world.size() > 1 && world.local_size() != world.size())
+      fail("--load-hf over several nodes needs --save DIR on storage every node reads (the import goes there)");
+    // Named by rank 0's process id, which every rank of the node learns.
+    int64_t pid = ::getpid();
+    world.world_group()->broadcast(&pid, 1, DType::i64, 0);
+    tmp = fmt::format("{}/claw_load_hf_{}", std::filesystem::temp_directory_path().string(), pid);
+    dir = tmp;
+    if (world.rank() == 0)
+      std::atexit([] {
+        std::error_code ec;
+        std::filesystem::remove_all(tmp, ec);
+      });
+  }
+  std::shared_ptr<comm::Group> everyone = world.world_group();
+  if (world.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    log::info("train", "--load-hf: {}", import_hf_checkpoint(a.ckpt.load_hf, dir));
+  }
+  everyone->barrier();
+  a.ckpt.load = dir;
+  a.ckpt.finetune = true;
+}
+
 struct TrainCommand {
   std::string preset;
   std::string config_file;
@@ -307,7 +373,9 @@ struct TrainCommand {
     binder->apply(args);
     if (!test_faults.empty())
       args.ckpt.faults = args.faults = std::make_shared<FaultInjector>(FaultInjector::parse(test_faults));
+    if (!args.ckpt.load_hf.empty()) use_hf_model(args);
     std::unique_ptr<comm::World> world = launch(args, *binder);
+    if (!args.ckpt.load_hf.empty()) import_hf_for_finetune(args, *world);
     log::info("train", "{}", resolved_config(args));
     args.ckpt.model_flags = model_flags_json(args.model);
     for (const F& f : train_flags()) args.ckpt.args[f.name] = f.get(args);

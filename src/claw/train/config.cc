@@ -41,6 +41,7 @@ void CheckpointConfig::validate() const {
   if (async_save && save.empty()) fail("--async-save needs --save DIR");
   if (exit_interval < 0) fail("--exit-interval must be >= 0, got {}", exit_interval);
   if (ckpt_step >= 0 && load.empty()) fail("--ckpt-step needs --load DIR");
+  if (finetune && load.empty()) fail("--finetune needs --load DIR (or --load-hf DIR): the weights to start from");
 }
 
 int64_t TrainConfig::recomputed_layers(int64_t num_layers) const {

@@ -72,6 +72,13 @@ struct CheckpointConfig {
   int64_t ckpt_step = -1;      // --ckpt-step: load this iteration instead of the latest
   bool load_fallback = false;  // --load-fallback: a corrupt checkpoint falls back to the previous complete one
   bool no_load_optim = false;  // --no-load-optim: parameters only; fresh optimizer state and step count
+  // --finetune (Megatron's): --load's parameters only, and the run starts at
+  // iteration 0 (fresh optimizer, schedule, step count and data order).
+  bool finetune = false;
+  // --load-hf DIR: start from a Hugging Face directory (its config.json
+  // sets the model; imported into a claw checkpoint and loaded as
+  // --finetune; cli/train_command.cc).
+  std::string load_hf;
   int64_t exit_interval = 0;   // --exit-interval: stop (saving first) when the step is a multiple of this
   std::shared_ptr<const FaultInjector> faults;  // tests only (--test-fault crash-in-save:ITER); null: none
   // Recorded in the checkpoint: the model's flags (what `claw ckpt` and

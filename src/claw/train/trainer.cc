@@ -92,9 +92,17 @@ void Trainer::setup_checkpointing() {
 void Trainer::load_checkpoint() {
   const runtime::LoadedCheckpoint c = runtime_->load_checkpoint(
       {.root = ckpt_cfg_.load, .step = ckpt_cfg_.ckpt_step, .fallback = ckpt_cfg_.load_fallback,
-       .optimizer = !ckpt_cfg_.no_load_optim},
+       .optimizer = !ckpt_cfg_.no_load_optim && !ckpt_cfg_.finetune},
       optimizer_.get());
-  if (!c.loaded) return;
+  if (!c.loaded) {
+    if (ckpt_cfg_.finetune) fail("--finetune: no checkpoint under --load {}", ckpt_cfg_.load);
+    return;
+  }
+  if (ckpt_cfg_.finetune) {
+    log::info("ckpt", "--finetune: loaded the parameters of {} (iteration {}); training starts at step 1", c.dir,
+              c.iteration);
+    return;
+  }
   const nlohmann::json& st = c.state;
   start_iteration_ = c.iteration;
   consumed_train_samples_ = st.value("consumed_train_samples", start_iteration_ * cfg_.global_batch_size);
