@@ -13,6 +13,9 @@
 #             embeddings (vocabulary-parallel, across the pipeline's first and
 #             last stage), the attention and layer 0's input norm frozen;
 #             llama-tiny with layer 0, layer 1's attention and the final norm.
+# sft         --sft on chat data (scripts/sft_task.py, claw preprocess --sft):
+#             TP 2 + SP, PP 2 and DP 2 with ZeRO-1 equal the single-rank run
+#             (2e-5) for gpt2-tiny and llama-tiny.
 # bad_layout  layouts the model does not split into are refused before any
 #             work, naming the flags: TP not dividing the heads, the KV groups
 #             or the FFN width; --sequence-parallel without TP; a sequence
@@ -76,6 +79,29 @@ frozen)
       /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
     done
     unset -n arch freeze
+  done ;;
+sft)
+  /usr/bin/python3 "$here/../../scripts/sft_task.py" --train 400 --test 10 --out "$tmp/task" >/dev/null
+  "$claw" preprocess --input "$tmp/task/train.jsonl" --output-prefix "$tmp/chat" --sft --workers 1 >"$tmp/pre.log" 2>&1 ||
+    { cat "$tmp/pre.log"; fail "claw preprocess --sft"; }
+  sft=(--data-path "$tmp/chat_sft_document" --sft --split 9,1,0)
+  for model in gpt llama; do
+    declare -n arch=$model
+    name=${model}_sft
+    "$claw" train "${common[@]}" "${arch[@]}" "${sft[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+      { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
+    grep -q "reset-attention-mask=true" "$tmp/$name.log" || fail "$name: --sft did not reset attention per conversation"
+    for run in "2 --tensor-model-parallel-size 2 --sequence-parallel" "2 --pipeline-model-parallel-size 2" \
+               "2 --use-distributed-optimizer"; do
+      read -r np flags <<<"$run"
+      run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/; s/--//g' | tr -cd 'a-z0-9_')"
+      # shellcheck disable=SC2086
+      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${sft[@]}" $flags \
+        --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
+        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train --sft $flags"; }
+      /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
+    done
+    unset -n arch
   done ;;
 bad_layout)
   refused 4 "--model gpt2-tiny --num-attention-heads 2 --tensor-model-parallel-size 4" \

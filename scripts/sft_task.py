@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Synthetic instruction tasks for supervised fine-tuning: chat JSONL with
+held-out examples, for checking that SFT teaches a model something it could
+not do before (bench/bench_sft.py) and for the SFT layout tests.
+
+    scripts/sft_task.py --task reverse --train 4000 --test 200 --out DIR [--seed 1]
+
+Writes DIR/train.jsonl and DIR/test.jsonl, one conversation per line:
+    {"messages": [{"role": "user", "content": "Reverse: cat sun tree"},
+                  {"role": "assistant", "content": "tree sun cat"}]}
+A third of the conversations open with a system prompt. Tasks:
+    reverse  3 to 5 words (from 32 short words) in reverse order
+    add      the sum of two numbers below 50
+Test examples never appear in the training set.
+"""
+import argparse
+import json
+import os
+import random
+
+WORDS = ("cat dog sun tree car book red blue fish bird milk rain star moon road ship "
+         "king door hand cup box pen hat bed egg map key ice sea sky web fox").split()
+SYSTEM = ["You are a helpful assistant.", "Answer with the result only."]
+
+
+def example(task, rng):
+    if task == "reverse":
+        words = rng.sample(WORDS, rng.randint(3, 5))
+        return "Reverse: " + " ".join(words), " ".join(reversed(words))
+    a, b = rng.randrange(50), rng.randrange(50)
+    return f"Add: {a} + {b}", str(a + b)
+
+
+def conversation(task, rng):
+    q, a = example(task, rng)
+    messages = [{"role": "system", "content": rng.choice(SYSTEM)}] if rng.random() < 1 / 3 else []
+    messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    return messages
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--task", choices=["reverse", "add"], default="reverse")
+    ap.add_argument("--train", type=int, default=4000)
+    ap.add_argument("--test", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    test, seen = [], set()
+    while len(test) < a.test:
+        m = conversation(a.task, rng)
+        if m[-2]["content"] not in seen:
+            seen.add(m[-2]["content"])
+            test.append(m)
+    train = []
+    while len(train) < a.train:
+        m = conversation(a.task, rng)
+        if m[-2]["content"] not in seen:
+            train.append(m)
+    for name, rows in (("train", train), ("test", test)):
+        with open(os.path.join(a.out, f"{name}.jsonl"), "w") as f:
+            for m in rows:
+                f.write(json.dumps({"messages": m}) + "\n")
+    print(f"{a.task}: {len(train)} training and {len(test)} held-out conversations in {a.out}")
+
+
+if __name__ == "__main__":
+    main()
