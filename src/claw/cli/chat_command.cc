@@ -64,6 +64,7 @@ void run(const ChatArgs& a) {
                                .stop_tokens = m.eos};
     r.sampling.seed = a.sampling.seed + turn++;
     r.on_token = [&](const serve::TokenOutput& t) {
+      if (t.finish == serve::FinishReason::stop) return true;  // the end-of-text token: not shown
       write(text.push(t.token));
       return !text.stopped();
     };

@@ -99,7 +99,7 @@ void run(const GenerateArgs& a) {
     if (outputs.empty()) first_token = Clock::now();
     outputs.push_back(t);
     finish = t.finish;
-    if (!text) return true;
+    if (!text || t.finish == serve::FinishReason::stop) return true;  // a stop token is not text
     const std::string piece = text->push(t.token);
     if (stream) write(piece);
     if (text->stopped()) {

@@ -452,7 +452,8 @@ struct HttpServer::Impl {
           record(t0, c);
           ++c.tokens;
           const int64_t offset = static_cast<int64_t>(prefix.size() + c.text->text().size());
-          c.text->push(t->token);
+          // A stop token (end of text) ends the reply without showing in it.
+          if (t->finish != FinishReason::stop) c.text->push(t->token);
           if (job.logprobs >= 0) {
             json e = logprob_entry(*m, job, *t, lp, offset);
             if (job.chat) lp.push_back(e);
@@ -468,7 +469,8 @@ struct HttpServer::Impl {
           count(false);
           return reply_error(res, {500, c.stream->error(), "", "server_error"});
         }
-        const std::string text = valid_utf8(prefix + c.text->text() + c.text->finish());
+        c.text->finish();  // what it held back joins text() (one statement each: + leaves the order open)
+        const std::string text = valid_utf8(prefix + c.text->text());
         completion += c.tokens;
         json choice = {{"index", i}, {"finish_reason", c.finish.empty() ? "stop" : c.finish}};
         if (job.chat) {
@@ -535,7 +537,7 @@ struct HttpServer::Impl {
               json e = logprob_entry(*m, job, t, completions_lp, offset);
               lp = job.chat ? e : completions_lp;
             }
-            const std::string piece = valid_utf8(c.text->push(t.token));
+            const std::string piece = t.finish == FinishReason::stop ? "" : valid_utf8(c.text->push(t.token));
             std::string finish = t.finish != FinishReason::none ? finish_reason_name(t.finish) : "";
             if (c.text->stopped()) {
               finish = "stop";

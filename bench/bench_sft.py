@@ -1,0 +1,152 @@
+"""Does supervised fine-tuning teach? A small model pretrained by claw on the
+built-in corpus, then fine-tuned with `claw train --sft` on a synthetic
+instruction task (scripts/sft_task.py: reverse 3-5 words), scored by exact
+match on held-out conversations with generation through `claw serve`
+(greedy, the plain chat template), before SFT and along it.
+
+    /usr/bin/python3 bench/bench_sft.py --claw build/bin/claw [--sft-steps 600] [--workdir /tmp/claw-bench-sft]
+
+Prints a markdown table (for bench/RESULTS.md) and writes the figures to
+--out as JSON. The pretrained base is kept in the work directory and reused.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def run(cmd, logfile):
+    log("+", " ".join(cmd))
+    with open(logfile, "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n" + open(logfile).read()[-3000:])
+    return open(logfile).read()
+
+
+class Server:
+    def __init__(self, claw, model, step, threads, logfile):
+        self.proc = subprocess.Popen([claw, "serve", "--model", model, "--ckpt-step", str(step), "--port", "0",
+                                      "--num-threads", str(threads), "--max-num-seqs", "16"],
+                                     stdout=open(logfile, "w"), stderr=subprocess.STDOUT)
+        self.port = None
+        for _ in range(600):
+            text = open(logfile).read()
+            m = re.search(r"listening on http://127.0.0.1:(\d+)", text)
+            if m and "serving" in text:
+                self.port = int(m.group(1))
+                return
+            if self.proc.poll() is not None:
+                sys.exit(f"claw serve exited:\n{text}")
+            time.sleep(0.1)
+        sys.exit("claw serve did not start")
+
+    def chat(self, messages):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        c.request("POST", "/v1/chat/completions",
+                  json.dumps({"messages": messages, "temperature": 0, "max_tokens": 16}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        c.close()
+        assert r.status == 200, body
+        return body["choices"][0]["message"]["content"]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def accuracy(claw, model, step, tests, threads, logfile):
+    """Exact-match share of the held-out conversations (reply stripped of spaces)."""
+    s = Server(claw, model, step, threads, logfile)
+    hits = [0] * len(tests)
+    try:
+        def one(i):
+            msgs = tests[i]["messages"]
+            hits[i] = int(s.chat(msgs[:-1]).strip() == msgs[-1]["content"])
+        for i0 in range(0, len(tests), 16):
+            ts = [threading.Thread(target=one, args=(i,)) for i in range(i0, min(len(tests), i0 + 16))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        sample = s.chat(tests[0]["messages"][:-1])
+    finally:
+        s.stop()
+    return sum(hits) / len(tests), sample
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--claw", default="build/bin/claw")
+    ap.add_argument("--workdir", default="/tmp/claw-bench-sft")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--base-steps", type=int, default=300)
+    ap.add_argument("--sft-steps", type=int, default=600)
+    ap.add_argument("--points", type=int, default=4, help="checkpoints along SFT to score")
+    ap.add_argument("--out", default=os.path.join(HERE, "sft_results.json"))
+    a = ap.parse_args()
+    claw = os.path.abspath(a.claw)
+    w = a.workdir
+    os.makedirs(w, exist_ok=True)
+    common = ["--model", "gpt2-tiny", "--seq-length", "128", "--micro-batch-size", "8", "--global-batch-size", "8",
+              "--num-threads", str(a.threads), "--eval-interval", "0"]
+
+    base = os.path.join(w, "base")
+    if not os.path.exists(os.path.join(base, "latest_checkpointed_iteration.txt")):
+        run([claw, "train", *common, "--train-iters", str(a.base_steps), "--save", base], os.path.join(w, "base.log"))
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sft_task.py"), "--task", "reverse", "--train",
+                    "4000", "--test", "200", "--out", os.path.join(w, "task")], check=True)
+    prefix = os.path.join(w, "reverse")
+    run([claw, "preprocess", "--input", os.path.join(w, "task", "train.jsonl"), "--output-prefix", prefix, "--sft",
+         "--chat-template", "plain"], os.path.join(w, "preprocess.log"))
+    tests = [json.loads(l) for l in open(os.path.join(w, "task", "test.jsonl"))]
+
+    full = os.path.join(w, "full")
+    every = a.sft_steps // a.points
+    t0 = time.time()
+    out = run([claw, "train", *common, "--load", base, "--finetune", "--data-path", prefix + "_sft_document", "--sft",
+               "--split", "1,0,0", "--train-iters", str(a.sft_steps), "--lr", "1e-3", "--min-lr", "1e-4",
+               "--lr-warmup-iters", "20", "--save", full, "--save-interval", str(every),
+               "--metrics-file", os.path.join(w, "full.jsonl")], os.path.join(w, "full.log"))
+    sft_seconds = time.time() - t0
+    rss = re.search(r"peak RSS ([0-9.]+ \w+)", out)
+    losses = [json.loads(l)["loss"] for l in open(os.path.join(w, "full.jsonl"))]
+
+    rows = []
+    acc, sample = accuracy(claw, base, a.base_steps, tests, a.threads, os.path.join(w, "serve.log"))
+    rows.append({"model": "base (pretrained)", "step": 0, "accuracy": acc, "sample": sample})
+    log(rows[-1])
+    for step in range(every, a.sft_steps + 1, every):
+        acc, sample = accuracy(claw, full, step, tests, a.threads, os.path.join(w, "serve.log"))
+        rows.append({"model": "SFT full", "step": step, "accuracy": acc, "sample": sample,
+                     "loss": losses[step - 1]})
+        log(rows[-1])
+    json.dump({"rows": rows, "sft_seconds": sft_seconds, "peak_rss": rss.group(1) if rss else None,
+               "test_prompt": tests[0]["messages"][-2]["content"], "test_answer": tests[0]["messages"][-1]["content"]},
+              open(a.out, "w"), indent=1)
+    print(f"Held-out: {len(tests)} conversations; first: '{tests[0]['messages'][-2]['content']}' -> "
+          f"'{tests[0]['messages'][-1]['content']}'.\n")
+    print("| model | SFT step | training loss | exact match | reply to the first held-out prompt |")
+    print("|---|---:|---:|---:|---|")
+    for r in rows:
+        loss = f"{r['loss']:.3f}" if "loss" in r else "-"
+        print(f"| {r['model']} | {r['step']} | {loss} | {100 * r['accuracy']:.1f}% | `{r['sample'].strip()}` |")
+    print(f"\nSFT: {a.sft_steps} steps in {sft_seconds:.0f} s, peak RSS {rss.group(1) if rss else '?'}")
+
+
+if __name__ == "__main__":
+    main()
