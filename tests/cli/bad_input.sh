@@ -107,5 +107,28 @@ PY
   tf32_without_cuda)
     run "${small[@]}" --allow-tf32
     expect_error "--allow-tf32 applies to --device cuda only" ;;
+  sft_no_assistant)
+    printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' \
+      '{"messages": [{"role": "user", "content": "Hi"}]}' >"$tmp/chat.jsonl"
+    out=$("$claw" preprocess --input "$tmp/chat.jsonl" --output-prefix "$tmp/chat" --sft 2>&1); rc=$?
+    expect_error "chat.jsonl:2: a conversation without an assistant turn \(nothing to learn\)"
+    [[ ! -e $tmp/chat_sft_document.idx ]] || { echo "FAIL: a dataset was written"; exit 1; } ;;
+  sft_unknown_role)
+    printf '%s\n' '{"messages": [{"role": "tool", "content": "x"}, {"role": "assistant", "content": "b"}]}' >"$tmp/chat.jsonl"
+    out=$("$claw" preprocess --input "$tmp/chat.jsonl" --output-prefix "$tmp/chat" --sft 2>&1); rc=$?
+    expect_error "chat.jsonl:1: messages\[0\] has the unknown role \"tool\" \(system, user or assistant\)" ;;
+  sft_template_not_expressible)
+    printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' >"$tmp/chat.jsonl"
+    out=$("$claw" preprocess --input "$tmp/chat.jsonl" --output-prefix "$tmp/chat" --sft --chat-template chatml 2>&1); rc=$?
+    expect_error "--chat-template chatml: the tokenizer \(gpt2-bpe\) has no token <\|im_start\|> \(it cannot express" ;;
+  sft_plain_data)
+    run "${small[@]}" --data-path "$(corpus)" --sft
+    expect_error "--sft: .*sotu_gpt2_text_document.idx has no loss mask .*claw preprocess --sft" ;;
+  finetune_without_load)
+    run "${small[@]}" --finetune
+    expect_error "--finetune needs --load DIR \(or --load-hf DIR\)" ;;
+  load_hf_missing)
+    run "${small[@]}" --load-hf "$tmp/nothing"
+    expect_error "--load-hf .*/nothing: no .*/nothing/config.json" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
