@@ -16,6 +16,10 @@
 # sft         --sft on chat data (scripts/sft_task.py, claw preprocess --sft):
 #             TP 2 + SP, PP 2 and DP 2 with ZeRO-1 equal the single-rank run
 #             (2e-5) for gpt2-tiny and llama-tiny.
+# lora        LoRA adapters (rank 4, all-linear, dropout 0.1) on the SFT
+#             data: TP 2 + SP, PP 2, DP 2 with ZeRO-1 and TP 2 x DP 2 equal
+#             the single-rank run (2e-5) for gpt2-tiny and llama-tiny (GQA
+#             with KV groups replicated at TP 4 too).
 # bad_layout  layouts the model does not split into are refused before any
 #             work, naming the flags: TP not dividing the heads, the KV groups
 #             or the FFN width; --sequence-parallel without TP; a sequence
@@ -99,6 +103,31 @@ sft)
       timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${sft[@]}" $flags \
         --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
         { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train --sft $flags"; }
+      /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
+    done
+    unset -n arch
+  done ;;
+lora)
+  /usr/bin/python3 "$here/../../scripts/sft_task.py" --train 400 --test 10 --out "$tmp/task" >/dev/null
+  "$claw" preprocess --input "$tmp/task/train.jsonl" --output-prefix "$tmp/chat" --sft --workers 1 >"$tmp/pre.log" 2>&1 ||
+    { cat "$tmp/pre.log"; fail "claw preprocess --sft"; }
+  lora=(--data-path "$tmp/chat_sft_document" --sft --split 9,1,0 --lora-rank 4 --lora-alpha 8 --lora-dropout 0.1)
+  for model in gpt llama; do
+    declare -n arch=$model
+    name=${model}_lora
+    "$claw" train "${common[@]}" "${arch[@]}" "${lora[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+      { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
+    grep -q "M frozen: no gradients or optimizer state" "$tmp/$name.log" || fail "$name: the memory plan shows no frozen base"
+    runs=("2 --tensor-model-parallel-size 2 --sequence-parallel" "2 --pipeline-model-parallel-size 2"
+          "2 --use-distributed-optimizer" "4 --tensor-model-parallel-size 2 --use-distributed-optimizer")
+    [[ $model == llama ]] && runs+=("4 --tensor-model-parallel-size 4")
+    for run in "${runs[@]}"; do
+      read -r np flags <<<"$run"
+      run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/; s/--//g' | tr -cd 'a-z0-9_')"
+      # shellcheck disable=SC2086
+      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${lora[@]}" $flags \
+        --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
+        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train --lora-rank 4 $flags"; }
       /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
     done
     unset -n arch

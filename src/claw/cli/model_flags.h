@@ -61,7 +61,38 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
       double_flag<A>("hidden-dropout", "dropout after embedding, attention and MLP outputs",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).hidden_dropout; }),
       double_flag<A>("init-method-std", "std of the normal initialisation",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).init_method_std; })
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).init_method_std; }),
+      int_flag<A>("lora-rank", "LoRA adapters of this rank on the target layers; only they train (0: none)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).lora.rank; }),
+      double_flag<A>("lora-alpha", "LoRA scale alpha / rank (alpha / sqrt(rank) with --lora-rslora)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).lora.alpha; }),
+      double_flag<A>("lora-dropout", "dropout on the LoRA adapters' input",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).lora.dropout; }),
+      F{"lora-target-modules",
+        "layers with adapters: all-linear, Megatron's linear_qkv linear_proj linear_fc1 linear_fc2, or Hugging Face "
+        "module names (q_proj ... down_proj; GPT-2: c_attn c_proj c_fc); space- or comma-separated",
+        false,
+        [cfg_of](A& a, const std::string& v) {
+          std::vector<std::string>& out = cfg_of(a).lora.target_modules;
+          out.clear();
+          std::string w;
+          for (char c : v + ",") {
+            if (c == ',' || c == ' ') {
+              if (!w.empty()) out.push_back(w);
+              w.clear();
+            } else {
+              w += c;
+            }
+          }
+        },
+        [cfg_of](const A& a) {
+          std::string s;
+          for (const std::string& w : cfg_of(const_cast<A&>(a)).lora.target_modules) s += (s.empty() ? "" : ",") + w;
+          return s;
+        },
+        "NAME[,NAME...]"},
+      switch_flag<A>("lora-rslora", "rank-stabilised LoRA: scale alpha / sqrt(rank)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).lora.rslora; })
   };
 }
 
@@ -83,7 +114,10 @@ inline model::ModelConfig model_from_flags_json(const nlohmann::json& j, const s
   model::ModelConfig m;
   if (j.contains("model") && j["model"].is_string()) m.name = j["model"].get<std::string>();
   for (const auto& f : model_config_flags()) {
-    if (!j.contains(f.name)) fail("{}: the model configuration has no '{}'", context, f.name);
+    if (!j.contains(f.name)) {
+      if (f.name.starts_with("lora-")) continue;  // recorded before adapters existed: none
+      fail("{}: the model configuration has no '{}'", context, f.name);
+    }
     if (!j[f.name].is_string()) fail("{}: the model configuration's '{}' is not a string", context, f.name);
     f.set(m, j[f.name].get<std::string>());
   }

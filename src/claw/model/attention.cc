@@ -72,7 +72,19 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       H_(tp.dims().heads(cfg)),
       G_(tp.dims().kv_groups(cfg)),
       D_(cfg.head_dim()),
-      rope_(rope && !rope->empty() ? rope : nullptr) {}
+      rope_(rope && !rope->empty() ? rope : nullptr) {
+  if (!cfg.lora.enabled()) return;
+  // Hugging Face's module names: GPT-2 fuses q, k, v into c_attn.
+  const bool gpt2 = cfg.position_embedding_type == Position::learned;
+  const std::pair<Linear*, std::pair<const char*, const char*>> targets[] = {
+      {&q_proj, {"linear_qkv", gpt2 ? "c_attn" : "q_proj"}},
+      {&k_proj, {"linear_qkv", gpt2 ? "c_attn" : "k_proj"}},
+      {&v_proj, {"linear_qkv", gpt2 ? "c_attn" : "v_proj"}},
+      {&o_proj, {"linear_proj", gpt2 ? "c_proj" : "o_proj"}}};
+  for (const auto& [linear, names] : targets)
+    if (cfg.lora.targets(names.first, names.second))
+      linear->enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
+}
 
 void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved& s, Scratch& scratch) const {
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);

@@ -1,5 +1,8 @@
 #include "claw/model/config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -14,6 +17,16 @@ std::string_view to_string(Mlp m) { return m == Mlp::gelu ? "gelu" : "swiglu"; }
 int64_t ModelConfig::padded_vocab_size(int tp) const {
   int64_t m = make_vocab_size_divisible_by * tp;
   return (vocab_size + m - 1) / m * m;
+}
+
+double LoraConfig::scale() const {
+  return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+}
+
+bool LoraConfig::targets(std::string_view megatron, std::string_view hf) const {
+  for (const std::string& t : target_modules)
+    if (t == "all-linear" || t == megatron || t == hf) return true;
+  return false;
 }
 
 void ModelConfig::validate() const {
@@ -62,6 +75,23 @@ void ModelConfig::validate() const {
   if (rotary_base <= 0) fail("--rotary-base must be positive, got {}", rotary_base);
   if (!(norm_epsilon > 0)) fail("--norm-epsilon must be positive, got {}", norm_epsilon);
   if (!(hidden_dropout >= 0 && hidden_dropout < 1)) fail("--hidden-dropout must be in [0, 1), got {}", hidden_dropout);
+  if (lora.rank < 0 || lora.rank > kMaxWidth) fail("--lora-rank must be in [0, {}] (0: no adapters), got {}", kMaxWidth, lora.rank);
+  if (lora.enabled()) {
+    if (!(lora.alpha > 0)) fail("--lora-alpha must be positive, got {}", lora.alpha);
+    if (!(lora.dropout >= 0 && lora.dropout < 1)) fail("--lora-dropout must be in [0, 1), got {}", lora.dropout);
+    if (lora.target_modules.empty()) fail("--lora-target-modules names no layer");
+    const bool gpt2 = position_embedding_type == Position::learned;
+    const std::vector<std::string_view> known =
+        gpt2 ? std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
+                                             "c_attn", "c_proj", "c_fc"}
+             : std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
+                                             "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"};
+    for (const std::string& t : lora.target_modules)
+      if (std::find(known.begin(), known.end(), t) == known.end())
+        fail("--lora-target-modules: '{}' names no linear layer of this {} model; valid: {}", t,
+             gpt2 ? "GPT-2" : "Llama", fmt::join(known, ", "));
+  }
   if (!(init_method_std > 0)) fail("--init-method-std must be positive, got {}", init_method_std);
 }
 

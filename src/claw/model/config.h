@@ -30,6 +30,27 @@ inline constexpr int64_t kMaxWidth = int64_t{1} << 20;       // hidden size, hea
 inline constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1;  // token ids are int32
 inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
 
+// LoRA adapters (Hu et al. 2021) on linear layers: y = x W^T + b +
+// s (dropout(x) A^T) B^T with A [r, in], B [out, r], s = alpha / r
+// (rsLoRA: alpha / sqrt(r)); A starts as PEFT's Kaiming-uniform (a = sqrt(5):
+// U(-1/sqrt(in), 1/sqrt(in))), B at zero. With adapters on, only they train.
+// Targets name layers as Megatron does (linear_qkv, linear_proj, linear_fc1,
+// linear_fc2), as Hugging Face modules do (q_proj, k_proj, v_proj, o_proj,
+// gate_proj, up_proj, down_proj; GPT-2's c_attn, c_proj, c_fc), or
+// all-linear (every linear layer but the output layer).
+struct LoraConfig {
+  int64_t rank = 0;                 // --lora-rank (0: no adapters)
+  double alpha = 8.0;               // --lora-alpha
+  double dropout = 0.0;             // --lora-dropout: on the adapter's input
+  std::vector<std::string> target_modules{"all-linear"};  // --lora-target-modules
+  bool rslora = false;              // --lora-rslora: s = alpha / sqrt(r)
+  bool enabled() const { return rank > 0; }
+  double scale() const;
+  // Whether the linear layer named `megatron` (linear_qkv, ...) whose
+  // Hugging Face module is `hf` (q_proj, c_attn, ...) gets an adapter.
+  bool targets(std::string_view megatron, std::string_view hf) const;
+};
+
 struct ModelConfig {
   std::string name = "custom";             // preset it came from, for logs
   int64_t num_layers = 4;                  // --num-layers: transformer blocks (L)
@@ -50,6 +71,7 @@ struct ModelConfig {
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   double hidden_dropout = 0.0;             // --hidden-dropout: after embedding, attention and MLP outputs
   double init_method_std = 0.02;           // --init-method-std: N(0, std) init; output layers / sqrt(2L)
+  LoraConfig lora;                         // --lora-*: adapters on the linear layers
 
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

@@ -132,7 +132,10 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
     if (p->spec.shard_dim < 0) p->spec.primary = tp_.rank() == 0;
   // The last stage's copy of tied word embeddings counts once, on the first stage.
   if (cfg_.tied() && stage_.post_process && !stage_.pre_process) embedding_.word.spec.primary = false;
-  for (Param* p : params()) p->spec.trainable = !matches_any(storage.freeze, p->spec.name);
+  // With LoRA adapters only they train (and not those --freeze names).
+  for (Param* p : params())
+    p->spec.trainable =
+        !matches_any(storage.freeze, p->spec.name) && (!cfg_.lora.enabled() || is_lora_param(p->spec.name));
   store_ = std::make_unique<ParamStore>(params(), storage);
   if (storage.device && !rope_.empty()) rope_.upload(*storage.device);
 
@@ -368,6 +371,13 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
   if (!stage_.whole(cfg_)) fail("inference weights need the whole model on each rank (no pipeline stages)");
   if (store_->on_device()) fail("low-precision inference weights run on the CPU backend for now (--device cpu)");
   CLAW_CHECK(store_->dtypes().compute == DType::f32, "inference weights are made from fp32 parameters");
+  // Generation reads LoRA adapters folded into their weights.
+  for (const auto& b : blocks_) {
+    std::vector<Linear*> ls;
+    b->attention.linears(ls);
+    b->mlp.linears(ls);
+    for (Linear* l : ls) l->merge_lora(ctx);
+  }
   InferenceWeights r;
   // One matrix: its parameter, where its inference copy goes, and whether
   // the fp32 values may be released after conversion.

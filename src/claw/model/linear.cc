@@ -1,8 +1,12 @@
 #include "claw/model/linear.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "claw/core/error.h"
+#include "claw/core/philox.h"
+#include "claw/kernels/cpu/blas.h"
+#include "claw/kernels/cpu/dropout.h"
 #include "claw/kernels/cpu/linear.h"
 #include "claw/kernels/cpu/quant.h"
 #include "claw/kernels/cpu/rowwise_linear.h"
@@ -11,7 +15,7 @@ namespace claw::model {
 
 Linear::Linear(const std::string& name, int64_t in, int64_t out, bool bias, double init_std, HfRef weight_hf,
                HfRef bias_hf, const TensorParallel& tp, LinearSplit split)
-    : tp_(tp), kind_(tp.size() == 1 ? TpSplit::none : split.kind), in_(in), out_(out), has_bias_(bias) {
+    : tp_(tp), kind_(tp.size() == 1 ? TpSplit::none : split.kind), in_(in), out_(out), in_global_(in), has_bias_(bias) {
   weight.spec = {.name = name + ".weight", .shape = {out, in}, .init_std = init_std, .hf = std::move(weight_hf)};
   if (bias)
     this->bias.spec = {.name = name + ".bias", .shape = {out}, .weight_decay = false, .init = Init::zeros,
@@ -32,6 +36,98 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, bool bias, doub
     if (bias) shard(this->bias.spec, 0);
   } else {
     in_ = in / count;
+    in_offset_ = index * in_;
+  }
+}
+
+void Linear::enable_lora(int64_t rank, double scale, double dropout) {
+  CLAW_CHECK(rank > 0 && !has_lora(), "{}: LoRA rank {}", weight.spec.name, rank);
+  lora_rank_ = rank;
+  lora_scale_ = scale;
+  lora_dropout_ = dropout;
+  const std::string name = weight.spec.name.substr(0, weight.spec.name.size() - std::string(".weight").size());
+  const int64_t out_global = weight.spec.shape[0];
+  // PEFT's init: A Kaiming-uniform with a = sqrt(5), U(-1/sqrt(in), 1/sqrt(in)); B zero.
+  lora_a.spec = {.name = name + ".lora_A.weight", .shape = {rank, in_global_}, .init = Init::uniform,
+                 .init_std = 1.0 / std::sqrt(static_cast<double>(in_global_))};
+  lora_b.spec = {.name = name + ".lora_B.weight", .shape = {out_global, rank}, .init = Init::zeros};
+  if (kind_ == TpSplit::none) return;
+  // Split like the weight's matching dimension; the other factor replicated.
+  ParamSpec& split = kind_ == TpSplit::column ? lora_b.spec : lora_a.spec;
+  split.split(kind_ == TpSplit::column ? 0 : 1, weight.spec.shard_count, weight.spec.shard_index, "tp");
+  split.primary = weight.spec.primary;
+}
+
+void Linear::merge_lora(const CpuCtx& cpu) {
+  if (!has_lora() || lora_merged_) return;
+  kernels::gemm(cpu, false, false, out_, in_, lora_rank_, static_cast<float>(lora_scale_), lora_b.data(), lora_rank_,
+                lora_a.data(), in_, 1.0f, weight.data(), in_);
+  lora_merged_ = true;
+}
+
+const float* Linear::lora_input(const StepCtx& ctx, const float* x, std::vector<float>& buf) const {
+  if (!ctx.training || lora_dropout_ <= 0) return x;
+  const int64_t N = ctx.tokens();
+  buf.resize(static_cast<size_t>(N * in_));
+  const RandomStream rng(ctx.seed, hash_name(lora_a.spec.name + ".dropout"));
+  // Element (token, global input feature): the same mask at any TP split.
+  parallel_for(ctx.cpu, N, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r)
+      kernels::dropout_forward(CpuCtx{1}, buf.data() + r * in_, x + r * in_, in_, lora_dropout_, rng,
+                               static_cast<uint64_t>((ctx.sample0 * ctx.T + r) * in_global_ + in_offset_));
+  });
+  return buf.data();
+}
+
+void Linear::lora_forward(const StepCtx& ctx, const float* x, float* y) const {
+  if (!has_lora() || lora_merged_) return;
+  CLAW_CHECK(!ctx.batch_invariant, "{}: generation reads merged LoRA adapters (Linear::merge_lora)", weight.spec.name);
+  const int64_t N = ctx.tokens(), r = lora_rank_;
+  thread_local std::vector<float> xbuf, t;
+  const float* xin = lora_input(ctx, x, xbuf);
+  t.resize(static_cast<size_t>(N * r));
+  kernels::gemm(ctx.cpu, false, true, N, r, in_, 1.0f, xin, in_, lora_a.data(), in_, 0.0f, t.data(), r);
+  kernels::gemm(ctx.cpu, false, true, N, out_, r, static_cast<float>(lora_scale_), t.data(), r, lora_b.data(), r,
+                1.0f, y, out_);
+}
+
+void Linear::lora_weight_grad(const StepCtx& ctx, const float* dy, const float* x, int64_t rows) {
+  const int64_t N = rows, r = lora_rank_;
+  const float s = static_cast<float>(lora_scale_);
+  thread_local std::vector<float> xbuf, t, dt, part;
+  const float* xin = lora_input(ctx, x, xbuf);
+  t.resize(static_cast<size_t>(N * r));
+  dt.resize(static_cast<size_t>(N * r));
+  kernels::gemm(ctx.cpu, false, true, N, r, in_, 1.0f, xin, in_, lora_a.data(), in_, 0.0f, t.data(), r);
+  kernels::gemm(ctx.cpu, false, false, N, r, out_, s, dy, out_, lora_b.data(), r, 0.0f, dt.data(), r);
+  // dA = dt^T x' [r, in], dB = s dy^T t [out, r]. The replicated factor's
+  // gradient is this rank's part of a sum over the TP group (a column layer
+  // sees its output slice only; a row layer its input slice): summed here,
+  // with ranks that repeat a replicated KV slice adding nothing.
+  const bool reduce = kind_ != TpSplit::none;
+  const bool a_partial = reduce && kind_ == TpSplit::column, b_partial = reduce && kind_ == TpSplit::row;
+  if (float* ga = lora_a.gdata()) {
+    const int64_t n = r * in_;
+    if (a_partial) {
+      part.assign(static_cast<size_t>(n), 0.0f);
+      if (weight.spec.primary)
+        kernels::gemm(ctx.cpu, true, false, r, in_, N, 1.0f, dt.data(), r, xin, in_, 0.0f, part.data(), in_);
+      tp_.group->all_reduce(part.data(), n, DType::f32);
+      for (int64_t i = 0; i < n; ++i) ga[i] += part[i];
+    } else {
+      kernels::gemm(ctx.cpu, true, false, r, in_, N, 1.0f, dt.data(), r, xin, in_, 1.0f, ga, in_);
+    }
+  }
+  if (float* gb = lora_b.gdata()) {
+    const int64_t n = out_ * r;
+    if (b_partial) {
+      part.assign(static_cast<size_t>(n), 0.0f);
+      kernels::gemm(ctx.cpu, true, false, out_, r, N, s, dy, out_, t.data(), r, 0.0f, part.data(), r);
+      tp_.group->all_reduce(part.data(), n, DType::f32);
+      for (int64_t i = 0; i < n; ++i) gb[i] += part[i];
+    } else {
+      kernels::gemm(ctx.cpu, true, false, out_, r, N, s, dy, out_, t.data(), r, 1.0f, gb, r);
+    }
   }
 }
 
@@ -47,9 +143,11 @@ void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   };
   if (kind_ != TpSplit::row) {
     product(b);
+    lora_forward(ctx, x, y);
     return;
   }
   product(nullptr);
+  lora_forward(ctx, x, y);  // a partial sum too: reduced with the product
   tp_.reduce_rows(y, ctx.B, ctx.T, out_);
   if (!b) return;
   const int64_t rows = tp_.rows(ctx.tokens()), C = out_;
@@ -67,9 +165,35 @@ const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* ful
 
 void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const {
   kernels::linear_backward_input(ctx.cpu, dx, dy, weight.data(), ctx.tokens(), in_, out_, accumulate);
+  if (!has_lora() || lora_merged_) return;
+  // dx += (s dy B) A, through the dropout mask when there is one.
+  const int64_t N = ctx.tokens(), r = lora_rank_;
+  thread_local std::vector<float> dt, dxd;
+  dt.resize(static_cast<size_t>(N * r));
+  kernels::gemm(ctx.cpu, false, false, N, r, out_, static_cast<float>(lora_scale_), dy, out_, lora_b.data(), r, 0.0f,
+                dt.data(), r);
+  if (!ctx.training || lora_dropout_ <= 0) {
+    kernels::gemm(ctx.cpu, false, false, N, in_, r, 1.0f, dt.data(), r, lora_a.data(), in_, 1.0f, dx, in_);
+    return;
+  }
+  dxd.resize(static_cast<size_t>(N * in_));
+  kernels::gemm(ctx.cpu, false, false, N, in_, r, 1.0f, dt.data(), r, lora_a.data(), in_, 0.0f, dxd.data(), in_);
+  const RandomStream rng(ctx.seed, hash_name(lora_a.spec.name + ".dropout"));
+  parallel_for(ctx.cpu, N, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      float* d = dxd.data() + row * in_;
+      kernels::dropout_backward(CpuCtx{1}, d, d, in_, lora_dropout_, rng,
+                                static_cast<uint64_t>((ctx.sample0 * ctx.T + row) * in_global_ + in_offset_));
+      float* o = dx + row * in_;
+      for (int64_t c = 0; c < in_; ++c) o[c] += d[c];
+    }
+  });
 }
 
 void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x) {
+  // The adapter's gradients now, also under a deferring schedule (its
+  // reductions and dropout need this step's context).
+  if (has_lora() && !lora_merged_) lora_weight_grad(ctx, dy, x, ctx.tokens());
   if (!weight.grad.defined() && !(has_bias_ && bias.grad.defined())) return;  // frozen
   if (ctx.defer_weight_grads) {
     ctx.defer_weight_grads->record(this, dy, x, ctx.tokens());
@@ -106,6 +230,7 @@ size_t DeferredWeightGrads::bytes() const {
 void Linear::collect(std::vector<Param*>& out) {
   out.push_back(&weight);
   if (has_bias_) out.push_back(&bias);
+  if (has_lora()) out.insert(out.end(), {&lora_a, &lora_b});
 }
 
 }  // namespace claw::model

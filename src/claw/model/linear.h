@@ -15,6 +15,17 @@
 //
 // Saved: the layer's input, held by the caller (it is some other layer's
 // output already in the activation arena).
+//
+// A LoRA adapter (enable_lora, config.h's LoraConfig) adds s (x' A^T) B^T,
+// x' = dropout(x): A [r, in], B [out, r] split like W's matching dimension
+// (column: B's rows; row: A's columns) and replicated along the other. Its
+// rank-r products are recomputed in backward rather than saved; the
+// gradient of the replicated factor (A of a column-parallel layer, B of a
+// row-parallel one) is a partial sum on each TP rank, reduced over the group
+// right away (as norm weights under SP are). Dropout masks are Philox
+// streams keyed by the layer's name over (token, global input feature), so
+// every layout drops the same elements. The base weight and bias are frozen
+// when adapters are on (ModelConfig::lora).
 #pragma once
 
 #include <string>
@@ -68,18 +79,37 @@ class Linear {
   int64_t in() const { return in_; }    // local
   int64_t out() const { return out_; }  // local
 
+  // Adds a LoRA adapter of `rank` (before the model's parameters are laid
+  // out); in_global: the layer's input features.
+  void enable_lora(int64_t rank, double scale, double dropout);
+  bool has_lora() const { return lora_rank_ > 0; }
+  // W += s B A on this rank's slice, and the adapter is gone from the
+  // forward (generation merges adapters once; claw ckpt merge-lora).
+  void merge_lora(const CpuCtx& cpu);
+
   Param weight;
   Param bias;  // value undefined when the layer has no bias
+  Param lora_a, lora_b;  // defined with an adapter: [r, in], [out, r]
   // The weight generation reads (batch-invariant steps, ctx.batch_invariant)
   // when set: this rank's [out, in] in a low-precision type
   // (GPT::set_inference_weights). Empty: the fp32 weight.
   kernels::WeightMatrix inference_weight;
 
  private:
+  // x' (dropout of x, into buf) or x itself; xd scales the input gradient.
+  const float* lora_input(const StepCtx& ctx, const float* x, std::vector<float>& buf) const;
+  void lora_forward(const StepCtx& ctx, const float* x, float* y) const;
+  void lora_weight_grad(const StepCtx& ctx, const float* dy, const float* x, int64_t rows);
+
   const TensorParallel& tp_;
   TpSplit kind_;
   int64_t in_, out_;
+  int64_t in_offset_ = 0;  // the first global input feature of this rank's columns (row-parallel)
+  int64_t in_global_ = 0;
   bool has_bias_;
+  int64_t lora_rank_ = 0;
+  bool lora_merged_ = false;
+  double lora_scale_ = 0, lora_dropout_ = 0;
 };
 
 // Weight-gradient GEMMs recorded by a backward that computed input gradients

@@ -30,6 +30,14 @@ MLP::MLP(int l, const ModelConfig& cfg, const HfNames& hf, const TensorParallel&
   if (kind_ == Mlp::swiglu)
     up.emplace(mlp_name(l, "up_proj"), cfg.hidden_size, cfg.ffn(), cfg.add_bias_linear, cfg.init_method_std,
                hf.mlp(l, "up", false), hf.mlp(l, "up", true), tp, LinearSplit{.kind = TpSplit::column});
+  if (!cfg.lora.enabled()) return;
+  const bool gpt2 = kind_ == Mlp::gelu;
+  auto adapt = [&](Linear& linear, const char* megatron, const char* hf_name) {
+    if (cfg.lora.targets(megatron, hf_name)) linear.enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
+  };
+  adapt(fc, "linear_fc1", gpt2 ? "c_fc" : "gate_proj");
+  if (up) adapt(*up, "linear_fc1", "up_proj");
+  adapt(proj, "linear_fc2", gpt2 ? "c_proj" : "down_proj");
 }
 
 void MLP::activate(const StepCtx& ctx, const Saved& s, float* a) const {

@@ -226,6 +226,12 @@ void ParamStore::init(const CpuCtx& ctx_in, uint64_t seed) {
       case Init::ones:
         for (int64_t i = b - off; i < e - off; ++i) v[i] = 1.0f;
         break;
+      case Init::uniform: {
+        RandomStream rng(seed, hash_name(s.name));
+        for (int64_t i = b - off; i < e - off; ++i)
+          v[i] = static_cast<float>(s.init_std * (2.0 * rng.uniform(s.global_index(i)) - 1.0));
+        break;
+      }
       case Init::normal: {
         RandomStream rng(seed, hash_name(s.name));
         parallel_for(ctx, e - b, 1 << 14, [&](int64_t cb, int64_t ce) {

@@ -50,7 +50,8 @@ struct HfRef {
   int64_t rows = -1;
 };
 
-enum class Init { normal, zeros, ones };
+// normal: N(0, init_std); uniform: U(-init_std, init_std) (LoRA's A).
+enum class Init { normal, zeros, ones, uniform };
 
 struct ParamSpec {
   std::string name;        // canonical claw name, e.g. "layers.3.attention.q_proj.weight"
@@ -165,6 +166,10 @@ struct StoreOptions {
 };
 
 // Whether `name` matches one of the glob patterns.
+// A LoRA adapter's factor (Linear::enable_lora): "...q_proj.lora_A.weight".
+inline bool is_lora_param(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
 bool matches_any(const std::vector<std::string>& patterns, const std::string& name);
 // Throws claw::Error naming the first pattern that matches none of `names`
 // (`flag` names the option in the message).

@@ -99,6 +99,8 @@ void RuntimeConfig::resolve_and_validate(int world_size) {
            world_size);
     if (parallel.dp.zero_stage >= 2)
       fail("--device {} supports --zero-stage 0 and 1 (sharded gradients and values run on the CPU backend)", device);
+    if (model.lora.enabled())
+      fail("--lora-rank with --device {}: LoRA adapters run on the CPU backend for now (drop --device)", device);
   }
 }
 

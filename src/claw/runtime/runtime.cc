@@ -233,7 +233,8 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
       std::vector<std::string> fresh;
       for (const std::string& n : all_params)
         for (const std::string& state : optim::AdamW::state_names())
-          if (!model::matches_any(cfg_.freeze, n) && !meta.find(ckpt::optimizer_tensor(state, n))) {
+          if (!model::matches_any(cfg_.freeze, n) && (!cfg_.model.lora.enabled() || model::is_lora_param(n)) &&
+              !meta.find(ckpt::optimizer_tensor(state, n))) {
             fresh.push_back(n);
             break;
           }
@@ -244,6 +245,15 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
         std::erase_if(shards,
                       [&](const ckpt::Shard& s) { return s.tensor.rfind("optim.", 0) == 0 && !meta.find(s.tensor); });
       }
+    }
+    // A checkpoint without LoRA adapters (the base model) leaves them as
+    // initialised: A random, B zero, so the model starts as the base.
+    if (cfg_.model.lora.enabled()) {
+      const size_t before = shards.size();
+      std::erase_if(shards,
+                    [&](const ckpt::Shard& s) { return model::is_lora_param(s.tensor) && !meta.find(s.tensor); });
+      if (shards.size() != before)
+        log::info("ckpt", "{} has no LoRA adapters: they start fresh (A Kaiming-uniform, B zero)", dir);
     }
     // A model of another shape is refused whatever --load-fallback says.
     ckpt::check_compatible(meta, dir, shards, all_params);

@@ -131,6 +131,89 @@ TEST(Model, FrozenParametersGetNoGradientAndChangeNoOther) {
   }
 }
 
+// A model with LoRA adapters (B made non-zero) against the plain model whose
+// weights are the merged W' = W + s B A: the same loss, and the adapters'
+// gradients are the chain rule through W', dA = s B^T G and dB = s G A^T
+// with G = dL/dW' (every layer's G depends on the input gradients the
+// adapters of the layers above passed down). Only the adapters train.
+TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    ModelConfig c = model_preset(preset);
+    c.num_layers = 2;
+    const int64_t B = 2, T = 16;
+    Batch b = random_batch(B * T, c.vocab_size, 7);
+    ModelConfig cl = c;
+    cl.lora = {.rank = 4, .alpha = 8.0, .target_modules = {"all-linear"}};
+    GPT lora(cl), plain(c);
+    lora.init_weights(ctx, 5);
+    plain.init_weights(ctx, 5);
+    const double s = cl.lora.scale();
+    int adapted = 0;
+    for (Param* p : lora.store().params()) {
+      if (p->spec.name.ends_with(".lora_B.weight")) {  // B = 0 would make G A^T the whole test
+        const RandomStream rng(3, hash_name(p->spec.name));
+        for (int64_t i = 0; i < p->spec.shape.numel(); ++i) p->data()[i] = 0.05f * rng.normal(static_cast<uint64_t>(i));
+      }
+      EXPECT_EQ(p->spec.trainable, is_lora_param(p->spec.name)) << p->spec.name;
+    }
+    for (Param* p : plain.store().params()) {
+      const Param* q = lora.store().find(p->spec.name);
+      ASSERT_NE(q, nullptr) << p->spec.name;
+      std::copy_n(q->data(), p->spec.shape.numel(), p->data());
+      const std::string stem = p->spec.name.substr(0, p->spec.name.size() - std::string(".weight").size());
+      const Param* a = lora.store().find(stem + ".lora_A.weight");
+      if (!a) continue;
+      const Param* bb = lora.store().find(stem + ".lora_B.weight");
+      const int64_t out = p->spec.shape[0], in = p->spec.shape[1], r = a->spec.shape[0];
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) {
+          double acc = 0;
+          for (int64_t k = 0; k < r; ++k) acc += double(bb->data()[o * r + k]) * a->data()[k * in + i];
+          p->data()[o * in + i] += static_cast<float>(s * acc);
+        }
+      ++adapted;
+    }
+    EXPECT_EQ(adapted, c.mlp == Mlp::swiglu ? 2 * 7 : 2 * 6) << "all-linear: q k v o and the MLP's";
+    double loss[2];
+    GPT* models[2] = {&lora, &plain};
+    for (int m = 0; m < 2; ++m) {
+      models[m]->reserve(B, T);
+      models[m]->store().zero_grads();
+      StepCtx st{.cpu = ctx, .B = B, .T = T, .training = true};
+      loss[m] = models[m]->forward(st, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
+      models[m]->backward(st, b.tokens.data());
+    }
+    EXPECT_NEAR(loss[0], loss[1], 1e-5 * std::abs(loss[1])) << preset;
+    for (const Param* w : plain.store().params()) {
+      const std::string stem = w->spec.name.substr(0, w->spec.name.size() - std::string(".weight").size());
+      const Param* a = lora.store().find(stem + ".lora_A.weight");
+      if (!a) continue;
+      const Param* bb = lora.store().find(stem + ".lora_B.weight");
+      const int64_t out = w->spec.shape[0], in = w->spec.shape[1], r = a->spec.shape[0];
+      const float* G = w->gdata();
+      double worst = 0, scale = 0;
+      for (int64_t k = 0; k < r; ++k)
+        for (int64_t i = 0; i < in; ++i) {  // dA[k, i] = s sum_o B[o, k] G[o, i]
+          double want = 0;
+          for (int64_t o = 0; o < out; ++o) want += double(bb->data()[o * r + k]) * G[o * in + i];
+          want *= s;
+          worst = std::max(worst, std::abs(want - a->gdata()[k * in + i]));
+          scale = std::max(scale, std::abs(want));
+        }
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t k = 0; k < r; ++k) {  // dB[o, k] = s sum_i G[o, i] A[k, i]
+          double want = 0;
+          for (int64_t i = 0; i < in; ++i) want += double(G[o * in + i]) * a->data()[k * in + i];
+          want *= s;
+          worst = std::max(worst, std::abs(want - bb->gdata()[o * r + k]));
+          scale = std::max(scale, std::abs(want));
+        }
+      EXPECT_GT(scale, 0) << w->spec.name;
+      EXPECT_LT(worst, 2e-4 * scale) << preset << ": " << stem;
+    }
+  }
+}
+
 // One micro-batch of 4 sequences and two of 2 give the same gradients (up to
 // summation order), which is what gradient accumulation promises.
 TEST(Model, GradientAccumulationEqualsOneBigBatch) {
