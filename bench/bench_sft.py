@@ -1,8 +1,9 @@
 """Does supervised fine-tuning teach? A small model pretrained by claw on the
 built-in corpus, then fine-tuned with `claw train --sft` on a synthetic
-instruction task (scripts/sft_task.py: reverse 3-5 words), scored by exact
-match on held-out conversations with generation through `claw serve`
-(greedy, the plain chat template), before SFT and along it.
+instruction task (scripts/sft_task.py: reverse 3-5 words), in full and with
+LoRA adapters, scored by exact match on held-out conversations with
+generation through `claw serve` (greedy, the plain chat template), before
+SFT and along it.
 
     /usr/bin/python3 bench/bench_sft.py --claw build/bin/claw [--sft-steps 600] [--workdir /tmp/claw-bench-sft]
 
@@ -97,6 +98,7 @@ def main():
     ap.add_argument("--base-steps", type=int, default=300)
     ap.add_argument("--sft-steps", type=int, default=600)
     ap.add_argument("--points", type=int, default=4, help="checkpoints along SFT to score")
+    ap.add_argument("--lora-rank", type=int, default=16)
     ap.add_argument("--out", default=os.path.join(HERE, "sft_results.json"))
     a = ap.parse_args()
     claw = os.path.abspath(a.claw)
@@ -115,29 +117,33 @@ def main():
          "--chat-template", "plain"], os.path.join(w, "preprocess.log"))
     tests = [json.loads(l) for l in open(os.path.join(w, "task", "test.jsonl"))]
 
-    full = os.path.join(w, "full")
     every = a.sft_steps // a.points
-    t0 = time.time()
-    out = run([claw, "train", *common, "--load", base, "--finetune", "--data-path", prefix + "_sft_document", "--sft",
-               "--split", "1,0,0", "--train-iters", str(a.sft_steps), "--lr", "1e-3", "--min-lr", "1e-4",
-               "--lr-warmup-iters", "20", "--save", full, "--save-interval", str(every),
-               "--metrics-file", os.path.join(w, "full.jsonl")], os.path.join(w, "full.log"))
-    sft_seconds = time.time() - t0
-    rss = re.search(r"peak RSS ([0-9.]+ \w+)", out)
-    losses = [json.loads(l)["loss"] for l in open(os.path.join(w, "full.jsonl"))]
-
     rows = []
     acc, sample = accuracy(claw, base, a.base_steps, tests, a.threads, os.path.join(w, "serve.log"))
     rows.append({"model": "base (pretrained)", "step": 0, "accuracy": acc, "sample": sample})
     log(rows[-1])
-    for step in range(every, a.sft_steps + 1, every):
-        acc, sample = accuracy(claw, full, step, tests, a.threads, os.path.join(w, "serve.log"))
-        rows.append({"model": "SFT full", "step": step, "accuracy": acc, "sample": sample,
-                     "loss": losses[step - 1]})
-        log(rows[-1])
-    json.dump({"rows": rows, "sft_seconds": sft_seconds, "peak_rss": rss.group(1) if rss else None,
-               "test_prompt": tests[0]["messages"][-2]["content"], "test_answer": tests[0]["messages"][-1]["content"]},
-              open(a.out, "w"), indent=1)
+    runs = {}
+    # Full fine-tuning, and LoRA on every linear layer (a larger learning
+    # rate, as adapters usually take).
+    for name, flags in (("SFT full", ["--lr", "1e-3", "--min-lr", "1e-4"]),
+                        (f"SFT LoRA r={a.lora_rank}", ["--lora-rank", str(a.lora_rank), "--lora-alpha",
+                                                       str(2 * a.lora_rank), "--lr", "5e-3", "--min-lr", "5e-4"])):
+        tag = "full" if name == "SFT full" else "lora"
+        ck = os.path.join(w, tag)
+        t0 = time.time()
+        out = run([claw, "train", *common, "--load", base, "--finetune", "--data-path", prefix + "_sft_document",
+                   "--sft", "--split", "1,0,0", "--train-iters", str(a.sft_steps), *flags, "--lr-warmup-iters", "20",
+                   "--save", ck, "--save-interval", str(every), "--metrics-file", os.path.join(w, f"{tag}.jsonl")],
+                  os.path.join(w, f"{tag}.log"))
+        rss = re.search(r"peak RSS ([0-9.]+ \w+)", out)
+        runs[name] = {"seconds": time.time() - t0, "peak_rss": rss.group(1) if rss else None}
+        losses = [json.loads(l)["loss"] for l in open(os.path.join(w, f"{tag}.jsonl"))]
+        for step in range(every, a.sft_steps + 1, every):
+            acc, sample = accuracy(claw, ck, step, tests, a.threads, os.path.join(w, "serve.log"))
+            rows.append({"model": name, "step": step, "accuracy": acc, "sample": sample, "loss": losses[step - 1]})
+            log(rows[-1])
+    json.dump({"rows": rows, "runs": runs, "test_prompt": tests[0]["messages"][-2]["content"],
+               "test_answer": tests[0]["messages"][-1]["content"]}, open(a.out, "w"), indent=1)
     print(f"Held-out: {len(tests)} conversations; first: '{tests[0]['messages'][-2]['content']}' -> "
           f"'{tests[0]['messages'][-1]['content']}'.\n")
     print("| model | SFT step | training loss | exact match | reply to the first held-out prompt |")
@@ -145,7 +151,8 @@ def main():
     for r in rows:
         loss = f"{r['loss']:.3f}" if "loss" in r else "-"
         print(f"| {r['model']} | {r['step']} | {loss} | {100 * r['accuracy']:.1f}% | `{r['sample'].strip()}` |")
-    print(f"\nSFT: {a.sft_steps} steps in {sft_seconds:.0f} s, peak RSS {rss.group(1) if rss else '?'}")
+    for name, r in runs.items():
+        print(f"\n{name}: {a.sft_steps} steps in {r['seconds']:.0f} s, peak RSS {r['peak_rss']}")
 
 
 if __name__ == "__main__":

@@ -130,5 +130,8 @@ PY
   load_hf_missing)
     run "${small[@]}" --load-hf "$tmp/nothing"
     expect_error "--load-hf .*/nothing: no .*/nothing/config.json" ;;
+  lora_target_unknown)
+    run "${small[@]}" --lora-rank 4 --lora-target-modules q_proj,c_attn
+    expect_error "--lora-target-modules: 'q_proj' names no linear layer of this GPT-2 model; valid: all-linear, linear_qkv" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

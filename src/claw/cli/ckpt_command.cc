@@ -13,6 +13,7 @@
 #include "claw/ckpt/hf.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/file_io.h"
+#include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/quant.h"
 #include "claw/cli/model_flags.h"
 #include "claw/comm/group.h"
@@ -150,6 +151,10 @@ struct Export {
     const std::string d = ckpt::resolve_load_dir(load, step);
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
     const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    if (cfg.lora.enabled())
+      fail("{} holds LoRA adapters (rank {}): fold them into the weights first with claw ckpt merge-lora --load {} "
+           "--save DIR, then export that",
+           d, cfg.lora.rank, load);
     ckpt::CheckpointReader reader(d, meta);
     if (format == "gguf") {
       ckpt::GgufExportOptions o{.type = *wt, .name = std::filesystem::path(d).parent_path().filename().string(),
@@ -226,6 +231,47 @@ struct Convert {
   }
 };
 
+// Folds a checkpoint's LoRA adapters into their weights (W += s B A) and
+// saves the plain model, one rank, at the same iteration: what serving,
+// Hugging Face export and further training without adapters read.
+struct MergeLora {
+  std::string load, save;
+  int64_t step = -1;
+
+  void run() const {
+    const std::string d = ckpt::resolve_load_dir(load, step, "claw ckpt merge-lora");
+    const ckpt::Metadata meta = ckpt::Metadata::read(d);
+    const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    if (!cfg.lora.enabled()) fail("{} has no LoRA adapters (its model has no --lora-rank): nothing to merge", d);
+    model::GPT with(cfg);
+    std::vector<ckpt::Shard> shards = ckpt::collect_shards({&with.store()}, nullptr, {.optimizer = false});
+    ckpt::load_shards(d, meta, shards);
+    const CpuCtx cpu{kernels::default_num_threads()};
+    with.merge_lora(cpu);
+    model::ModelConfig plain_cfg = cfg;
+    plain_cfg.lora = {};
+    model::GPT plain(plain_cfg);
+    for (model::Param* p : plain.store().params()) {
+      const model::Param* q = with.store().find(p->spec.name);
+      CLAW_CHECK(q != nullptr, "{} has no {}", d, p->spec.name);
+      std::copy_n(q->data(), p->spec.local_shape().numel(), p->data());
+    }
+    comm::SelfGroup self("world");
+    ckpt::Saver saver(self, {.root = save});
+    ckpt::SaveInfo info{.iteration = meta.iteration, .model = model_flags_json(plain_cfg), .args = meta.args,
+                        .state = meta.state};
+    if (info.args.is_null()) info.args = nlohmann::json::object();
+    info.args["merged_from"] = d;
+    if (info.state.is_null()) info.state = nlohmann::json::object();
+    info.state["layout"] = {{"world_size", 1}, {"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero_stage", 0},
+                            {"sequence_parallel", false}};
+    saver.save(ckpt::collect_shards({&plain.store()}, nullptr, {.optimizer = false}), info);
+    fmt::print("merged the rank-{} LoRA adapters of {} (iteration {}, scale {}) into {} ({} parameters)\n",
+               cfg.lora.rank, d, meta.iteration, cfg.lora.scale(), ckpt::iteration_dir(save, meta.iteration),
+               plain.store().numel());
+  }
+};
+
 }  // namespace
 
 std::string import_hf_checkpoint(const std::string& input, const std::string& save) {
@@ -277,6 +323,13 @@ void add_ckpt_command(CLI::App& app) {
   m->add_option("--input", im->input, "Hugging Face model directory")->required();
   m->add_option("--save", im->save, "checkpoint root to write")->required();
   m->callback([im] { im->run(); });
+
+  auto ml = std::make_shared<MergeLora>();
+  CLI::App* mlc = ckpt->add_subcommand("merge-lora", "fold a checkpoint's LoRA adapters into its weights (one rank)");
+  mlc->add_option("--load", ml->load, "checkpoint root or iter_* directory of a --lora-rank run")->required();
+  mlc->add_option("--ckpt-step", ml->step, "this iteration instead of the latest");
+  mlc->add_option("--save", ml->save, "checkpoint root to write (the plain model)")->required();
+  mlc->callback([ml] { ml->run(); });
 
   auto cv = std::make_shared<Convert>();
   CLI::App* c = ckpt->add_subcommand("convert", "rewrite a checkpoint's parameters in another dtype (one rank)");

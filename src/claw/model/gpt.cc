@@ -365,19 +365,22 @@ void release_pages(void* p, size_t bytes) {
 
 }  // namespace
 
-GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::WeightType t,
-                                                 const std::map<std::string, kernels::WeightMatrix>* given,
-                                                 bool release_fp32) {
-  if (!stage_.whole(cfg_)) fail("inference weights need the whole model on each rank (no pipeline stages)");
-  if (store_->on_device()) fail("low-precision inference weights run on the CPU backend for now (--device cpu)");
-  CLAW_CHECK(store_->dtypes().compute == DType::f32, "inference weights are made from fp32 parameters");
-  // Generation reads LoRA adapters folded into their weights.
+void GPT::merge_lora(const CpuCtx& ctx) {
   for (const auto& b : blocks_) {
     std::vector<Linear*> ls;
     b->attention.linears(ls);
     b->mlp.linears(ls);
     for (Linear* l : ls) l->merge_lora(ctx);
   }
+}
+
+GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::WeightType t,
+                                                 const std::map<std::string, kernels::WeightMatrix>* given,
+                                                 bool release_fp32) {
+  if (!stage_.whole(cfg_)) fail("inference weights need the whole model on each rank (no pipeline stages)");
+  if (store_->on_device()) fail("low-precision inference weights run on the CPU backend for now (--device cpu)");
+  CLAW_CHECK(store_->dtypes().compute == DType::f32, "inference weights are made from fp32 parameters");
+  merge_lora(ctx);  // generation reads adapters folded into their weights
   InferenceWeights r;
   // One matrix: its parameter, where its inference copy goes, and whether
   // the fp32 values may be released after conversion.

@@ -213,7 +213,10 @@ class GPT {
     int64_t converted = 0, kept_f32 = 0;  // matrices
     size_t bytes = 0;                     // of every matrix a token reads (converted or fp32)
   };
-  // LoRA adapters are merged into their weights first (Linear::merge_lora).
+  // Folds every LoRA adapter into its weight (Linear::merge_lora): the
+  // adapters stay in the store but no longer take part in forward.
+  void merge_lora(const CpuCtx& ctx);
+  // LoRA adapters are merged into their weights first (merge_lora).
   InferenceWeights set_inference_weights(const CpuCtx& ctx, kernels::WeightType t,
                                          const std::map<std::string, kernels::WeightMatrix>* given = nullptr,
                                          bool release_fp32 = false);
