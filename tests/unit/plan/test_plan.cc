@@ -165,7 +165,9 @@ TEST(PlanMemory, EqualsTheAllocationOfARealModel) {
       EXPECT_EQ(planned.arenas.staging, engine.memory().staging_slots);
       EXPECT_EQ(planned.arenas.activations, gpt.activation_bytes());
       EXPECT_EQ(planned.frozen_elements, gpt.store().frozen_numel());
-      if (!freeze.empty()) EXPECT_LT(gpt.store().grad_bytes(), gpt.store().value_bytes() / 2);
+      if (!freeze.empty()) {
+        EXPECT_LT(gpt.store().grad_bytes(), gpt.store().value_bytes() / 2);
+      }
     }
 }
 
@@ -293,7 +295,9 @@ TEST(PlanSearch, KnownRulesHold) {
   ASSERT_FALSE(r.ranked.empty());
   for (const Estimate& e : r.ranked) {
     EXPECT_LE(e.layout.tp, 8);  // TP within a node
-    if (e.layout.tp > 1) EXPECT_TRUE(e.layout.sequence_parallel);
+    if (e.layout.tp > 1) {
+      EXPECT_TRUE(e.layout.sequence_parallel);
+    }
   }
   for (size_t k = 1; k < r.ranked.size(); ++k) EXPECT_GE(r.ranked[k - 1].tokens_per_s * 1.006, r.ranked[k].tokens_per_s);
   // Pinning evaluates exactly the given layout.
