@@ -84,50 +84,32 @@ frozen)
     done
     unset -n arch freeze
   done ;;
-sft)
+sft|lora)
   /usr/bin/python3 "$here/../../scripts/sft_task.py" --train 400 --test 10 --out "$tmp/task" >/dev/null
   "$claw" preprocess --input "$tmp/task/train.jsonl" --output-prefix "$tmp/chat" --sft --workers 1 >"$tmp/pre.log" 2>&1 ||
     { cat "$tmp/pre.log"; fail "claw preprocess --sft"; }
-  sft=(--data-path "$tmp/chat_sft_document" --sft --split 9,1,0)
+  extra=(--data-path "$tmp/chat_sft_document" --sft --split 9,1,0)
+  [[ $case_name == lora ]] && extra+=(--lora-rank 4 --lora-alpha 8 --lora-dropout 0.1)
   for model in gpt llama; do
     declare -n arch=$model
-    name=${model}_sft
-    "$claw" train "${common[@]}" "${arch[@]}" "${sft[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+    name=${model}_$case_name
+    "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
       { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
     grep -q "reset-attention-mask=true" "$tmp/$name.log" || fail "$name: --sft did not reset attention per conversation"
-    for run in "2 --tensor-model-parallel-size 2 --sequence-parallel" "2 --pipeline-model-parallel-size 2" \
-               "2 --use-distributed-optimizer"; do
-      read -r np flags <<<"$run"
-      run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/; s/--//g' | tr -cd 'a-z0-9_')"
-      # shellcheck disable=SC2086
-      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${sft[@]}" $flags \
-        --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
-        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train --sft $flags"; }
-      /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
-    done
-    unset -n arch
-  done ;;
-lora)
-  /usr/bin/python3 "$here/../../scripts/sft_task.py" --train 400 --test 10 --out "$tmp/task" >/dev/null
-  "$claw" preprocess --input "$tmp/task/train.jsonl" --output-prefix "$tmp/chat" --sft --workers 1 >"$tmp/pre.log" 2>&1 ||
-    { cat "$tmp/pre.log"; fail "claw preprocess --sft"; }
-  lora=(--data-path "$tmp/chat_sft_document" --sft --split 9,1,0 --lora-rank 4 --lora-alpha 8 --lora-dropout 0.1)
-  for model in gpt llama; do
-    declare -n arch=$model
-    name=${model}_lora
-    "$claw" train "${common[@]}" "${arch[@]}" "${lora[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
-      { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
-    grep -q "M frozen: no gradients or optimizer state" "$tmp/$name.log" || fail "$name: the memory plan shows no frozen base"
     runs=("2 --tensor-model-parallel-size 2 --sequence-parallel" "2 --pipeline-model-parallel-size 2"
-          "2 --use-distributed-optimizer" "4 --tensor-model-parallel-size 2 --use-distributed-optimizer")
-    [[ $model == llama ]] && runs+=("4 --tensor-model-parallel-size 4")
+          "2 --use-distributed-optimizer")
+    if [[ $case_name == lora ]]; then
+      grep -q "M frozen: no gradients or optimizer state" "$tmp/$name.log" || fail "$name: the memory plan shows no frozen base"
+      runs+=("4 --tensor-model-parallel-size 2 --use-distributed-optimizer")
+      [[ $model == llama ]] && runs+=("4 --tensor-model-parallel-size 4")  # KV groups replicated
+    fi
     for run in "${runs[@]}"; do
       read -r np flags <<<"$run"
       run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/; s/--//g' | tr -cd 'a-z0-9_')"
       # shellcheck disable=SC2086
-      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${lora[@]}" $flags \
+      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" $flags \
         --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
-        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train --lora-rank 4 $flags"; }
+        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train ${extra[*]} $flags"; }
       /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
     done
     unset -n arch

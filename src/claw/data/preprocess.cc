@@ -51,14 +51,14 @@ struct EncodedChunk {
   std::exception_ptr failure;  // the reader's or the worker's exception: rethrown in input order
 };
 
-// SFT lines: one output, a document of one text per line.
-EncodedChunk encode_sft_chunk(const LineChunk& chunk, const SftEncoder& encoder, const PreprocessOptions& o) {
-  EncodedChunk r;
-  r.outputs.resize(1);
+// The chunk's lines in order: blank ones counted, the others given to
+// use(line), which returns why a line is bad ("" when it was used). Returns
+// false when a bad line ends the chunk (without --skip-bad-lines).
+template <typename F>
+bool each_line(const LineChunk& chunk, EncodedChunk& r, const PreprocessOptions& o, F&& use) {
   r.lines = chunk.num_lines;
   r.text_bytes = chunk.text.size();
   r.input_offset = chunk.input_offset;
-  EncodedChunk::Output& out = r.outputs[0];
   std::string_view rest = chunk.text;
   for (int64_t line_no = chunk.first_line; !rest.empty(); ++line_no) {
     const size_t nl = rest.find('\n');
@@ -68,18 +68,31 @@ EncodedChunk encode_sft_chunk(const LineChunk& chunk, const SftEncoder& encoder,
       ++r.blank_lines;
       continue;
     }
-    const SftRecord record = parse_sft_line(line);
-    if (!record.error.empty()) {
-      r.bad_lines.push_back({line_no, record.error});
-      if (!o.skip_bad_lines) return r;
+    std::string bad = use(line);
+    if (bad.empty()) {
+      ++r.documents;
       continue;
     }
+    r.bad_lines.push_back({line_no, std::move(bad)});
+    if (!o.skip_bad_lines) return false;  // the writer stops at this chunk anyway
+  }
+  return true;
+}
+
+// SFT lines: one output, a document of one text per line.
+EncodedChunk encode_sft_chunk(const LineChunk& chunk, const SftEncoder& encoder, const PreprocessOptions& o) {
+  EncodedChunk r;
+  r.outputs.resize(1);
+  EncodedChunk::Output& out = r.outputs[0];
+  each_line(chunk, r, o, [&](std::string_view line) {
+    const SftRecord record = parse_sft_line(line);
+    if (!record.error.empty()) return record.error;
     SftExample ex = encoder.encode(record);
     out.texts.push_back(std::move(ex.tokens));
     out.loss_masks.push_back(std::move(ex.loss_mask));
     out.texts_per_document.push_back(1);
-    ++r.documents;
-  }
+    return std::string();
+  });
   return r;
 }
 
@@ -87,32 +100,17 @@ EncodedChunk encode_chunk(const LineChunk& chunk, const Tokenizer& tokenizer, co
   const size_t num_keys = o.json_keys.size();
   EncodedChunk r;
   r.outputs.resize(num_keys);
-  r.lines = chunk.num_lines;
-  r.text_bytes = chunk.text.size();
-  r.input_offset = chunk.input_offset;
-
   std::vector<std::vector<std::string>> texts(num_keys);
-  std::string_view rest = chunk.text;
-  for (int64_t line_no = chunk.first_line; !rest.empty(); ++line_no) {
-    const size_t nl = rest.find('\n');
-    const std::string_view line = rest.substr(0, nl);
-    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
-    if (is_blank_line(line)) {
-      ++r.blank_lines;
-      continue;
-    }
-    JsonlFields fields = parse_jsonl_line(line, o.json_keys);
-    if (!fields.error.empty()) {
-      r.bad_lines.push_back({line_no, std::move(fields.error)});
-      if (!o.skip_bad_lines) return r;  // the writer stops at this chunk anyway
-      continue;
-    }
-    for (size_t k = 0; k < num_keys; ++k) {
-      r.outputs[k].texts_per_document.push_back(static_cast<int32_t>(fields.texts[k].size()));
-      for (std::string& t : fields.texts[k]) texts[k].push_back(std::move(t));
-    }
-    ++r.documents;
-  }
+  if (!each_line(chunk, r, o, [&](std::string_view line) {
+        JsonlFields fields = parse_jsonl_line(line, o.json_keys);
+        if (!fields.error.empty()) return std::move(fields.error);
+        for (size_t k = 0; k < num_keys; ++k) {
+          r.outputs[k].texts_per_document.push_back(static_cast<int32_t>(fields.texts[k].size()));
+          for (std::string& t : fields.texts[k]) texts[k].push_back(std::move(t));
+        }
+        return std::string();
+      }))
+    return r;
 
   for (size_t k = 0; k < num_keys; ++k) {
     EncodedChunk::Output& out = r.outputs[k];

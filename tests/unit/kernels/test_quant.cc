@@ -163,6 +163,31 @@ TEST(Quant, RowsDoNotDependOnTheBatchOrThreads) {
   }
 }
 
+// The activations as the layer quantizes them, by the definition (std::round
+// of x * (1 / d), d = max|x| / 127): quants, scales, and -offset x block sums.
+struct QuantizedActivations {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> c;
+};
+QuantizedActivations quantize_by_definition(const std::vector<float>& x, int32_t offset) {
+  const size_t blocks = x.size() / 32;
+  QuantizedActivations a{std::vector<int8_t>(x.size()), std::vector<float>(blocks), std::vector<int32_t>(blocks)};
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    float amax = 0;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
+    a.d[blk] = amax / 127;
+    const float id = a.d[blk] != 0 ? 1 / a.d[blk] : 0;
+    int32_t sum = 0;
+    for (int k = 0; k < 32; ++k) {
+      a.q[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] * id));
+      sum += a.q[blk * 32 + k];
+    }
+    a.c[blk] = -offset * sum;
+  }
+  return a;
+}
+
 TEST(Quant, InstructionSetsAgreeBitwise) {
   using namespace quant_detail;
   const int64_t K = 256, N = 75;  // tiles of 32 rows: 2 full and one of 11 (a group of 3)
@@ -175,28 +200,15 @@ TEST(Quant, InstructionSetsAgreeBitwise) {
   size_t checked = 0;
   for (const int64_t M : {1, 2, 3, 7}) {  // every register tile of input rows
     auto x = randn(M * K, 7), w = randn(N * K, 8), b = randn(N, 9);
-    std::vector<int8_t> xq(M * K);
-    std::vector<float> xd(M * K / 32);
-    for (int64_t blk = 0; blk < M * K / 32; ++blk) {
-      float amax = 0;
-      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
-      xd[blk] = amax / 127;
-      for (int k = 0; k < 32; ++k) xq[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] / xd[blk]));
-    }
     for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
       const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
       // The block sums times -offset (quant.h: 128 for q8_0, 8 for q4_0).
-      std::vector<int32_t> xc(M * K / 32);
-      for (size_t blk = 0; blk < xc.size(); ++blk) {
-        int32_t s = 0;
-        for (int k = 0; k < 32; ++k) s += xq[blk * 32 + k];
-        xc[blk] = -(t == WeightType::q8_0 ? 128 : 8) * s;
-      }
+      const QuantizedActivations xa = quantize_by_definition(x, t == WeightType::q8_0 ? 128 : 8);
       const PanelArgs proto{nullptr,
                             N,
-                            xq.data(),
-                            xd.data(),
-                            xc.data(),
+                            xa.q.data(),
+                            xa.d.data(),
+                            xa.c.data(),
                             M,
                             K,
                             W.data(),
@@ -239,24 +251,13 @@ TEST(Quant, ActivationsRoundAsStdRound) {
     auto x = randn(M * K, 10), w = randn(N * K, 11);
     for (int64_t blk = 0; blk < M * K / 32; blk += 2)
       for (int k = 0; k < 16; ++k) x[blk * 32 + 2 * k] = edge[k];
-    std::vector<int8_t> xq(M * K);
-    std::vector<float> xd(M * K / 32);
-    for (int64_t blk = 0; blk < M * K / 32; ++blk) {
-      float amax = 0;
-      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
-      xd[blk] = amax / 127;
-      const float id = xd[blk] != 0 ? 1 / xd[blk] : 0;
-      for (int k = 0; k < 32; ++k) xq[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] * id));
-    }
     for (WeightType t : {WeightType::q8_0, WeightType::q4_0}) {
       const WeightMatrix W = WeightMatrix::quantize({1}, t, w.data(), N, K);
       const int32_t offset = t == WeightType::q8_0 ? 128 : 8;
-      std::vector<int32_t> xc(M * K / 32);
-      for (size_t blk = 0; blk < xc.size(); ++blk) {
-        int32_t s = 0;
-        for (int k = 0; k < 32; ++k) s += xq[blk * 32 + k];
-        xc[blk] = -offset * s;
-      }
+      const QuantizedActivations xa = quantize_by_definition(x, offset);
+      const std::vector<int8_t>& xq = xa.q;
+      const std::vector<float>& xd = xa.d;
+      const std::vector<int32_t>& xc = xa.c;
       std::vector<std::pair<const char*, QuantizeFn>> quantizers = {{"generic", quantize_generic}};
 #if defined(__x86_64__)
       if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) quantizers.push_back({"avx2", quantize_avx2});
