@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+import bench_serve as bs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -37,54 +39,34 @@ def run(cmd, logfile):
     return open(logfile).read()
 
 
-class Server:
-    def __init__(self, claw, model, step, threads, logfile):
-        self.proc = subprocess.Popen([claw, "serve", "--model", model, "--ckpt-step", str(step), "--port", "0",
-                                      "--num-threads", str(threads), "--max-num-seqs", "16"],
-                                     stdout=open(logfile, "w"), stderr=subprocess.STDOUT)
-        self.port = None
-        for _ in range(600):
-            text = open(logfile).read()
-            m = re.search(r"listening on http://127.0.0.1:(\d+)", text)
-            if m and "serving" in text:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None:
-                sys.exit(f"claw serve exited:\n{text}")
-            time.sleep(0.1)
-        sys.exit("claw serve did not start")
-
-    def chat(self, messages):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        c.request("POST", "/v1/chat/completions",
-                  json.dumps({"messages": messages, "temperature": 0, "max_tokens": 16}),
-                  {"Content-Type": "application/json"})
-        r = c.getresponse()
-        body = json.loads(r.read())
-        c.close()
-        assert r.status == 200, body
-        return body["choices"][0]["message"]["content"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+def chat(s, messages):
+    """One greedy chat completion from a bench_serve.ClawServer: the reply's text."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+    c.request("POST", "/v1/chat/completions",
+              json.dumps({"messages": messages, "temperature": 0, "max_tokens": 16}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    c.close()
+    assert r.status == 200, body
+    return body["choices"][0]["message"]["content"]
 
 
 def accuracy(claw, model, step, tests, threads, logfile):
     """Exact-match share of the held-out conversations (reply stripped of spaces)."""
-    s = Server(claw, model, step, threads, logfile)
+    s = bs.ClawServer(claw, model, threads, logfile, ("--ckpt-step", str(step)))
     hits = [0] * len(tests)
     try:
         def one(i):
             msgs = tests[i]["messages"]
-            hits[i] = int(s.chat(msgs[:-1]).strip() == msgs[-1]["content"])
+            hits[i] = int(chat(s, msgs[:-1]).strip() == msgs[-1]["content"])
         for i0 in range(0, len(tests), 16):
             ts = [threading.Thread(target=one, args=(i,)) for i in range(i0, min(len(tests), i0 + 16))]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
-        sample = s.chat(tests[0]["messages"][:-1])
+        sample = chat(s, tests[0]["messages"][:-1])
     finally:
         s.stop()
     return sum(hits) / len(tests), sample

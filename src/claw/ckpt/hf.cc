@@ -281,16 +281,21 @@ void write_hf_dir(const std::string& dir, const nlohmann::json& config, const Hf
   write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
 }
 
-HfModel read_hf_dir(const std::string& dir) {
-  HfModel m;
+nlohmann::json read_hf_config(const std::string& dir, const std::string& flag) {
   const std::string cfg_path = dir + "/config.json";
   std::ifstream f(cfg_path);
-  if (!f) fail("--input {}: no config.json (a Hugging Face model directory holds config.json and *.safetensors)", dir);
+  if (!f)
+    fail("{} {}: no {} (a Hugging Face model directory holds config.json and *.safetensors)", flag, dir, cfg_path);
   try {
-    m.config = nlohmann::json::parse(f);
+    return nlohmann::json::parse(f);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", cfg_path, e.what());
   }
+}
+
+HfModel read_hf_dir(const std::string& dir) {
+  HfModel m;
+  m.config = read_hf_config(dir);
   std::vector<std::string> files;
   const std::string index = dir + "/model.safetensors.index.json";
   if (fs::exists(index)) {

@@ -59,5 +59,7 @@ struct HfModel {
   HfStateDict tensors;
 };
 HfModel read_hf_dir(const std::string& dir);
+// Only <dir>/config.json; `flag` names the option that gave dir in errors.
+nlohmann::json read_hf_config(const std::string& dir, const std::string& flag = "--input");
 
 }  // namespace claw::ckpt

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <cmath>
 
@@ -300,17 +299,8 @@ std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>
 // the dropout and precision flags given.
 void use_hf_model(TrainArgs& a) {
   if (!a.ckpt.load.empty()) fail("--load-hf and --load both name weights to start from; give one");
-  const std::string config = a.ckpt.load_hf + "/config.json";
-  std::ifstream in(config);
-  if (!in) fail("--load-hf {}: no {} (a Hugging Face model directory has config.json and safetensors)",
-                a.ckpt.load_hf, config);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("--load-hf: {} is not valid JSON: {}", config, e.what());
-  }
-  model::ModelConfig m = ckpt::model_from_hf_config(j, config);
+  model::ModelConfig m =
+      ckpt::model_from_hf_config(ckpt::read_hf_config(a.ckpt.load_hf, "--load-hf"), a.ckpt.load_hf + "/config.json");
   m.hidden_dropout = a.model.hidden_dropout;
   a.model = m;
 }
