@@ -48,12 +48,7 @@ void copy_slab(const std::vector<int64_t>& full, int dim, int64_t begin, int64_t
 
 template <typename T>
 T get_or(const nlohmann::json& j, const char* key, T fallback, const std::string& path) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("{}: field '{}' has the wrong type ({})", path, key, j[key].dump());
-  }
+  return json_field<T>(j, key, fallback, path);
 }
 template <typename T>
 T need(const nlohmann::json& j, const char* key, const std::string& path) {
@@ -61,6 +56,10 @@ T need(const nlohmann::json& j, const char* key, const std::string& path) {
   return get_or<T>(j, key, T{}, path);
 }
 }  // namespace
+
+void fail_field_type(const std::string& path, const char* key, const std::string& value) {
+  fail("{}: field '{}' has the wrong type ({})", path, key, value);
+}
 
 nlohmann::json hf_config(const model::ModelConfig& c) {
   c.validate();
@@ -169,9 +168,8 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
   return c;
 }
 
-HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get) {
-  hf_config(cfg);  // refuses models HF cannot represent
-  const std::vector<model::ParamSpec> specs = model_param_specs(cfg);
+HfStateDict gather_hf(const std::vector<model::ParamSpec>& specs,
+                      const std::function<std::vector<float>(const std::string&)>& get, const std::string& prefix) {
   // HF shapes first: a fused tensor (c_attn) spans its parts' slabs.
   std::map<std::string, std::vector<int64_t>> shapes;
   const auto hf_shape = [](const model::ParamSpec& s) {
@@ -183,11 +181,11 @@ HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector
     if (s.hf.name.empty()) fail("parameter '{}' has no Hugging Face counterpart", s.name);
     std::vector<int64_t> shape = hf_shape(s);
     if (s.hf.slice_dim >= 0) {
-      auto& full = shapes[s.hf.name];
+      auto& full = shapes[prefix + s.hf.name];
       if (full.empty()) full = shape;
       full[s.hf.slice_dim] = std::max(full[s.hf.slice_dim], s.hf.end);
     } else {
-      shapes[s.hf.name] = shape;
+      shapes[prefix + s.hf.name] = shape;
     }
   }
   HfStateDict out;
@@ -203,11 +201,18 @@ HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector
     for (int64_t d : cs) n *= d;
     CLAW_CHECK(static_cast<int64_t>(x.size()) == n, "parameter '{}': {} values for {} elements", s.name, x.size(), n);
     if (s.hf.transpose) x = transpose2d(x, cs[0], cs[1]);
-    HfTensor& t = out[s.hf.name];
+    HfTensor& t = out[prefix + s.hf.name];
     if (s.hf.slice_dim < 0) t.data = std::move(x);
     else copy_slab(t.shape, s.hf.slice_dim, s.hf.begin, s.hf.end, t.data.data(), x.data(), true);
   }
   return out;
+}
+
+HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get) {
+  hf_config(cfg);  // refuses models HF cannot represent
+  std::vector<model::ParamSpec> specs = model_param_specs(cfg);
+  std::erase_if(specs, [](const model::ParamSpec& s) { return model::is_lora_param(s.name); });  // ckpt/peft.h
+  return gather_hf(specs, get, "");
 }
 
 std::vector<float> from_hf(const model::ParamSpec& s, const HfStateDict& hf, const std::string& source) {
@@ -293,6 +298,25 @@ nlohmann::json read_hf_config(const std::string& dir, const std::string& flag) {
   }
 }
 
+void read_hf_tensors(const std::string& path, HfStateDict& into) {
+  const SafetensorsFile st(path);
+  for (const TensorView& t : st.tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    HfTensor h{t.shape, std::vector<float>(static_cast<size_t>(n))};
+    const auto* u16 = static_cast<const uint16_t*>(t.data);
+    switch (t.dtype) {
+      case DType::f32: std::memcpy(h.data.data(), t.data, n * sizeof(float)); break;
+      case DType::bf16: for (int64_t i = 0; i < n; ++i) h.data[i] = bf16_to_f32(u16[i]); break;
+      case DType::f16: for (int64_t i = 0; i < n; ++i) h.data[i] = f16_to_f32(u16[i]); break;
+      default:
+        if (t.name.find("rotary_emb") != std::string::npos || t.name.find("attn.bias") != std::string::npos) continue;
+        fail("{}: tensor '{}' is {}; claw imports F32, BF16 and F16 weights", path, t.name, safetensors_dtype(t.dtype));
+    }
+    into[t.name] = std::move(h);
+  }
+}
+
 HfModel read_hf_dir(const std::string& dir) {
   HfModel m;
   m.config = read_hf_config(dir);
@@ -316,25 +340,7 @@ HfModel read_hf_dir(const std::string& dir) {
          "save with safe_serialization=True)",
          dir);
   }
-  for (const std::string& file : files) {
-    const SafetensorsFile st(dir + "/" + file);
-    for (const TensorView& t : st.tensors()) {
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      HfTensor h{t.shape, std::vector<float>(static_cast<size_t>(n))};
-      const auto* u16 = static_cast<const uint16_t*>(t.data);
-      switch (t.dtype) {
-        case DType::f32: std::memcpy(h.data.data(), t.data, n * sizeof(float)); break;
-        case DType::bf16: for (int64_t i = 0; i < n; ++i) h.data[i] = bf16_to_f32(u16[i]); break;
-        case DType::f16: for (int64_t i = 0; i < n; ++i) h.data[i] = f16_to_f32(u16[i]); break;
-        default:
-          if (t.name.find("rotary_emb") != std::string::npos || t.name.find("attn.bias") != std::string::npos) continue;
-          fail("{}/{}: tensor '{}' is {}; claw imports F32, BF16 and F16 weights", dir, file, t.name,
-               safetensors_dtype(t.dtype));
-      }
-      m.tensors[t.name] = std::move(h);
-    }
-  }
+  for (const std::string& file : files) read_hf_tensors(dir + "/" + file, m.tensors);
   return m;
 }
 

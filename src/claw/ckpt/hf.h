@@ -26,11 +26,25 @@
 
 namespace claw::ckpt {
 
+[[noreturn]] void fail_field_type(const std::string& path, const char* key, const std::string& value);
+
 struct HfTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
 };
 using HfStateDict = std::map<std::string, HfTensor>;
+
+// A JSON file's field `key` as T, `fallback` when absent or null; throws
+// naming `path` and the field when it has another type.
+template <typename T>
+T json_field(const nlohmann::json& j, const char* key, T fallback, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail_field_type(path, key, j[key].dump());
+  }
+}
 
 // config.json for a model; throws naming the flag when the model has no HF
 // architecture (GPT-2 needs biases; a RoPE model needs RMSNorm and SwiGLU).
@@ -39,8 +53,13 @@ nlohmann::json hf_config(const model::ModelConfig& cfg);
 model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& path);
 
 // HF tensors from claw's: `get(param)` returns a parameter's values at its
-// checkpoint shape (ckpt/shards.h: no vocabulary padding).
+// checkpoint shape (ckpt/shards.h: no vocabulary padding). The base model
+// only: LoRA adapters are PEFT's tensors (ckpt/peft.h).
 HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get);
+// The HF tensors of `specs` (each by its HfRef; parts of a fused tensor put
+// together), named `prefix` + the HF name.
+HfStateDict gather_hf(const std::vector<model::ParamSpec>& specs,
+                      const std::function<std::vector<float>(const std::string&)>& get, const std::string& prefix);
 // A parameter's values (checkpoint shape) from an HF state dict; throws
 // naming `source` and the HF tensor when it is missing or misshapen.
 std::vector<float> from_hf(const model::ParamSpec& spec, const HfStateDict& hf, const std::string& source);
@@ -59,6 +78,8 @@ struct HfModel {
   HfStateDict tensors;
 };
 HfModel read_hf_dir(const std::string& dir);
+// Every tensor of one safetensors file into `into`, as f32.
+void read_hf_tensors(const std::string& path, HfStateDict& into);
 // Only <dir>/config.json; `flag` names the option that gave dir in errors.
 nlohmann::json read_hf_config(const std::string& dir, const std::string& flag = "--input");
 

@@ -11,6 +11,7 @@
 #include "claw/ckpt/checkpoint.h"
 #include "claw/ckpt/gguf_model.h"
 #include "claw/ckpt/hf.h"
+#include "claw/ckpt/peft.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/file_io.h"
 #include "claw/kernels/cpu/blas.h"
@@ -29,9 +30,30 @@ std::string mib(double bytes) { return format_bytes(bytes); }
 
 // "5GB", "500MB", "64KiB" or a byte count.
 void check_format(const std::string& format, bool gguf_too) {
-  if (format != "hf" && !(gguf_too && format == "gguf"))
-    fail("--format '{}' is not supported (hf: Hugging Face transformers{})", format,
+  if (format != "hf" && format != "peft" && !(gguf_too && format == "gguf"))
+    fail("--format '{}' is not supported (hf: Hugging Face transformers; peft: a PEFT LoRA adapter{})", format,
          gguf_too ? "; gguf: one llama.cpp file" : "");
+}
+
+// A recorded string flag of the run that wrote a checkpoint ("" if none).
+std::string recorded_arg(const ckpt::Metadata& meta, const char* key) {
+  return meta.args.is_object() && meta.args.contains(key) && meta.args[key].is_string()
+             ? meta.args[key].get<std::string>()
+             : std::string();
+}
+
+// Saves `gpt`'s parameters as a one-rank checkpoint (no optimizer state).
+void save_one_rank(model::GPT& gpt, const std::string& root, int64_t iteration, nlohmann::json args,
+                   nlohmann::json state) {
+  comm::SelfGroup self("world");
+  ckpt::Saver saver(self, {.root = root});
+  ckpt::SaveInfo info{.iteration = iteration, .model = model_flags_json(gpt.config()), .args = std::move(args),
+                      .state = std::move(state)};
+  if (info.args.is_null()) info.args = nlohmann::json::object();
+  if (info.state.is_null()) info.state = nlohmann::json::object();
+  info.state["layout"] = {{"world_size", 1}, {"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero_stage", 0},
+                          {"sequence_parallel", false}};
+  saver.save(ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false}), info);
 }
 
 // The GPT-2 BPE a checkpoint was trained with (its recorded flags, else the
@@ -151,9 +173,34 @@ struct Export {
     const std::string d = ckpt::resolve_load_dir(load, step);
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
     const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    if (format == "peft") {
+      if (!cfg.lora.enabled())
+        fail("--format peft writes LoRA adapters; {} has none (its model has no --lora-rank): export it with --format "
+             "hf", d);
+      if (type != "f32") fail("--type {} is for --format gguf; PEFT adapters are fp32", type);
+      ckpt::CheckpointReader reader(d, meta);
+      // base_model_name_or_path: the Hugging Face directory the run started
+      // from (--load-hf, or the base of an imported adapter) when there is one.
+      std::string base = recorded_arg(meta, "load-hf");
+      if (base.empty()) base = recorded_arg(meta, "base");
+      if (!base.empty() && !std::filesystem::exists(base + "/config.json")) base.clear();
+      const std::string from = recorded_arg(meta, "load");
+      const nlohmann::json config = ckpt::peft_config(cfg, base);
+      const ckpt::HfStateDict t =
+          ckpt::to_peft(cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); });
+      ckpt::write_peft_dir(output, config, t);
+      fmt::print("exported the rank-{} LoRA adapters of {} (iteration {}) to {}: adapter_config.json (target_modules "
+                 "{}) + adapter_model.safetensors ({} tensors); PEFT loads it over the Hugging Face form of the base "
+                 "model ({})\n",
+                 cfg.lora.rank, d, meta.iteration, output, config["target_modules"].dump(), t.size(),
+                 !base.empty()   ? base
+                 : !from.empty() ? "claw ckpt export --format hf --load " + from
+                                 : "claw ckpt export --format hf of the checkpoint fine-tuned from");
+      return;
+    }
     if (cfg.lora.enabled())
-      fail("{} holds LoRA adapters (rank {}): fold them into the weights first with claw ckpt merge-lora --load {} "
-           "--save DIR, then export that",
+      fail("{} holds LoRA adapters (rank {}): write them as a PEFT adapter with --format peft, or fold them into the "
+           "weights first with claw ckpt merge-lora --load {} --save DIR and export that",
            d, cfg.lora.rank, load);
     ckpt::CheckpointReader reader(d, meta);
     if (format == "gguf") {
@@ -180,12 +227,76 @@ struct Export {
 };
 
 struct Import {
-  std::string format = "hf", input, save;
+  std::string format = "hf", input, save, base_load, base_hf;
 
   void run() const {
     check_format(format, false);
-    if (input.empty() || save.empty()) fail("claw ckpt import: --input HF_DIR and --save DIR are required");
+    if (input.empty() || save.empty()) fail("claw ckpt import: --input DIR and --save DIR are required");
+    if (format == "peft") {
+      fmt::print("{}\n", import_peft());
+      return;
+    }
+    if (!base_load.empty() || !base_hf.empty())
+      fail("--load and --load-hf name the base model of --format peft; --format hf imports --input alone");
     fmt::print("{}\n", import_hf_checkpoint(input, save));
+  }
+
+  // A PEFT adapter over its base (a claw checkpoint, a Hugging Face
+  // directory, or the adapter's base_model_name_or_path when that is a
+  // local directory): one checkpoint of base + adapters at iteration 0.
+  std::string import_peft() const {
+    const ckpt::PeftAdapter adapter = ckpt::read_peft_dir(input);
+    if (!base_load.empty() && !base_hf.empty()) fail("--load and --load-hf both name the base model; give one");
+    std::string hf_dir = base_hf;
+    if (base_load.empty() && hf_dir.empty()) {
+      const nlohmann::json& b = adapter.config.contains("base_model_name_or_path")
+                                    ? adapter.config["base_model_name_or_path"]
+                                    : nlohmann::json();
+      if (!b.is_string() || !std::filesystem::exists(b.get<std::string>() + "/config.json"))
+        fail("--format peft needs the base model: --load CKPT (a claw checkpoint) or --load-hf HF_DIR ({}/"
+             "adapter_config.json's base_model_name_or_path {} is no local Hugging Face directory)",
+             input, b.dump());
+      hf_dir = b.get<std::string>();
+    }
+    model::ModelConfig cfg;
+    std::string from;
+    std::optional<ckpt::HfModel> hf;
+    std::string base_dir;
+    if (!hf_dir.empty()) {
+      hf = ckpt::read_hf_dir(hf_dir);
+      cfg = ckpt::model_from_hf_config(hf->config, hf_dir + "/config.json");
+      from = hf_dir;
+    } else {
+      base_dir = ckpt::resolve_load_dir(base_load, -1, "claw ckpt import --format peft");
+      cfg = model_from_flags_json(ckpt::Metadata::read(base_dir).model, "checkpoint " + base_dir);
+      if (cfg.lora.enabled())
+        fail("--load {} holds LoRA adapters already; merge them first (claw ckpt merge-lora) or import over its base",
+             base_dir);
+      from = base_dir;
+    }
+    cfg.lora = ckpt::lora_from_peft(adapter, cfg, input);
+    cfg.validate();
+    model::GPT gpt(cfg);
+    std::vector<model::Param*> base_params;
+    for (model::Param* p : gpt.params())
+      if (!model::is_lora_param(p->spec.name)) base_params.push_back(p);
+    if (hf) {
+      ckpt::load_hf_params(base_params, hf->tensors, hf_dir);
+    } else {
+      model::ModelConfig plain_cfg = cfg;
+      plain_cfg.lora = {};
+      model::GPT plain(plain_cfg);
+      std::vector<ckpt::Shard> shards = ckpt::collect_shards({&plain.store()}, nullptr, {.optimizer = false});
+      ckpt::load_shards(base_dir, ckpt::Metadata::read(base_dir), shards);
+      for (model::Param* p : base_params)
+        std::copy_n(plain.store().find(p->spec.name)->data(), p->spec.local_shape().numel(), p->data());
+    }
+    ckpt::load_peft_params(gpt.params(), adapter, input);
+    save_one_rank(gpt, save, 0, {{"imported_from", input}, {"base", from}},
+                  {{"consumed_train_samples", 0}, {"consumed_valid_samples", 0}, {"optimizer_steps", 0}});
+    return fmt::format("imported the PEFT adapter {} (rank {}, alpha {}, targets {}) over {} into {}", input,
+                       cfg.lora.rank, cfg.lora.alpha, fmt::join(cfg.lora.target_modules, ","), from,
+                       ckpt::iteration_dir(save, 0));
   }
 };
 
@@ -256,16 +367,9 @@ struct MergeLora {
       CLAW_CHECK(q != nullptr, "{} has no {}", d, p->spec.name);
       std::copy_n(q->data(), p->spec.local_shape().numel(), p->data());
     }
-    comm::SelfGroup self("world");
-    ckpt::Saver saver(self, {.root = save});
-    ckpt::SaveInfo info{.iteration = meta.iteration, .model = model_flags_json(plain_cfg), .args = meta.args,
-                        .state = meta.state};
-    if (info.args.is_null()) info.args = nlohmann::json::object();
-    info.args["merged_from"] = d;
-    if (info.state.is_null()) info.state = nlohmann::json::object();
-    info.state["layout"] = {{"world_size", 1}, {"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero_stage", 0},
-                            {"sequence_parallel", false}};
-    saver.save(ckpt::collect_shards({&plain.store()}, nullptr, {.optimizer = false}), info);
+    nlohmann::json args = meta.args.is_object() ? meta.args : nlohmann::json::object();
+    args["merged_from"] = d;
+    save_one_rank(plain, save, meta.iteration, args, meta.state);
     fmt::print("merged the rank-{} LoRA adapters of {} (iteration {}, scale {}) into {} ({} parameters)\n",
                cfg.lora.rank, d, meta.iteration, cfg.lora.scale(), ckpt::iteration_dir(save, meta.iteration),
                plain.store().numel());
@@ -308,7 +412,8 @@ void add_ckpt_command(CLI::App& app) {
   e->add_option("--load", ex->load, "checkpoint root or iter_* directory")->required();
   e->add_option("--ckpt-step", ex->step, "this iteration instead of the latest");
   e->add_option("--format", ex->format,
-                "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM); gguf: one llama.cpp file")
+                "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM); peft: a LoRA checkpoint's "
+                "adapters (adapter_config.json + adapter_model.safetensors); gguf: one llama.cpp file")
       ->default_str("hf");
   e->add_option("--type", ex->type, "gguf: the matrices' type, f32, bf16, q8_0 or q4_0")->default_str("f32");
   e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
@@ -317,10 +422,16 @@ void add_ckpt_command(CLI::App& app) {
   e->callback([ex] { ex->run(); });
 
   auto im = std::make_shared<Import>();
-  CLI::App* m = ckpt->add_subcommand("import", "make a claw checkpoint (iteration 0) from a Hugging Face directory");
-  m->add_option("--format", im->format, "hf: a transformers GPT-2 or Llama directory (config.json + safetensors)")
+  CLI::App* m = ckpt->add_subcommand(
+      "import", "make a claw checkpoint (iteration 0) from a Hugging Face directory or a PEFT adapter over its base");
+  m->add_option("--format", im->format,
+                "hf: a transformers GPT-2 or Llama directory (config.json + safetensors); peft: a PEFT LoRA adapter "
+                "directory (adapter_config.json + adapter_model.safetensors)")
       ->default_str("hf");
-  m->add_option("--input", im->input, "Hugging Face model directory")->required();
+  m->add_option("--input", im->input, "Hugging Face model directory, or PEFT adapter directory")->required();
+  m->add_option("--load", im->base_load, "peft: the base model as a claw checkpoint");
+  m->add_option("--load-hf", im->base_hf,
+                "peft: the base model as a Hugging Face directory (default: the adapter's base_model_name_or_path)");
   m->add_option("--save", im->save, "checkpoint root to write")->required();
   m->callback([im] { im->run(); });
 

@@ -380,7 +380,7 @@ struct TrainCommand {
 // evaluated on --eval-iters global batches of --data-path (all of it the
 // evaluation set unless --split says otherwise).
 struct EvalCommand {
-  std::string logits_file;
+  std::string logits_file, grads_file;
   std::unique_ptr<FlagBinder<TrainArgs>> binder;
 
   void run() {
@@ -406,6 +406,7 @@ struct EvalCommand {
                                                                         : args.data.data_path, " "),
                  loss, std::exp(loss), args.train.train_iters * args.train.global_batch_size, args.train.seq_length);
     if (!logits_file.empty()) evaluator.write_logits(logits_file);
+    if (!grads_file.empty()) evaluator.write_gradients(grads_file);
   }
 };
 
@@ -417,6 +418,9 @@ void add_eval_command(CLI::App& app) {
   sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   sub->add_option("--logits-file", cmd->logits_file,
                   "also write the first micro-batch's tokens and logits as safetensors (TP = PP = 1)");
+  sub->add_option("--grads-file", cmd->grads_file,
+                  "also write the first global batch's loss and the gradients of the trainable parameters (LoRA: the "
+                  "adapters') as safetensors (one rank)");
   static const TrainArgs defaults;
   cmd->binder = std::make_unique<FlagBinder<TrainArgs>>(*sub, train_flags(), defaults);
   sub->callback([cmd] { cmd->run(); });

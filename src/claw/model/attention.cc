@@ -84,6 +84,13 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
   for (const auto& [linear, names] : targets)
     if (cfg.lora.targets(names.first, names.second))
       linear->enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
+  // One adapter on GPT-2's fused c_attn, as PEFT makes it: q, k and v read
+  // one A (named for the fused layer) and each has its rows of B.
+  if (gpt2 && q_proj.has_lora()) {
+    q_proj.lora_a.spec.name = attn_name(l, "linear_qkv") + ".lora_A.weight";
+    k_proj.share_lora_a(q_proj);
+    v_proj.share_lora_a(q_proj);
+  }
 }
 
 void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved& s, Scratch& scratch) const {

@@ -51,6 +51,19 @@ void Linear::enable_lora(int64_t rank, double scale, double dropout) {
   lora_a.spec = {.name = name + ".lora_A.weight", .shape = {rank, in_global_}, .init = Init::uniform,
                  .init_std = 1.0 / std::sqrt(static_cast<double>(in_global_))};
   lora_b.spec = {.name = name + ".lora_B.weight", .shape = {out_global, rank}, .init = Init::zeros};
+  // PEFT's tensors (ckpt/peft.h) on the Hugging Face module of the weight:
+  // lora_A [r, in] and lora_B [out, r] whatever the base layer's layout; a
+  // layer that is a slice of a fused module (GPT-2's c_attn) holds rows of B.
+  if (const HfRef& w = weight.spec.hf; !w.name.empty()) {
+    const std::string module = w.name.substr(0, w.name.size() - std::string(".weight").size());
+    lora_a.spec.hf = {module + ".lora_A.weight"};
+    lora_b.spec.hf = {module + ".lora_B.weight"};
+    if (w.slice_dim >= 0) {
+      lora_b.spec.hf.slice_dim = 0;
+      lora_b.spec.hf.begin = w.begin;
+      lora_b.spec.hf.end = w.end;
+    }
+  }
   if (kind_ == TpSplit::none) return;
   // Split like the weight's matching dimension; the other factor replicated.
   ParamSpec& split = kind_ == TpSplit::column ? lora_b.spec : lora_a.spec;
@@ -58,10 +71,18 @@ void Linear::enable_lora(int64_t rank, double scale, double dropout) {
   split.primary = weight.spec.primary;
 }
 
+void Linear::share_lora_a(Linear& owner) {
+  CLAW_CHECK(has_lora() && owner.has_lora() && owner.lora_rank_ == lora_rank_ && owner.in_ == in_ &&
+                 owner.in_offset_ == in_offset_ && !owner.lora_a_owner_,
+             "{}: cannot share the LoRA A of {}", weight.spec.name, owner.weight.spec.name);
+  lora_a_owner_ = &owner;
+  lora_a.spec = {};
+}
+
 void Linear::merge_lora(const CpuCtx& cpu) {
   if (!has_lora() || lora_merged_) return;
   kernels::gemm(cpu, false, false, out_, in_, lora_rank_, static_cast<float>(lora_scale_), lora_b.data(), lora_rank_,
-                lora_a.data(), in_, 1.0f, weight.data(), in_);
+                a().data(), in_, 1.0f, weight.data(), in_);
   lora_merged_ = true;
 }
 
@@ -69,7 +90,7 @@ const float* Linear::lora_input(const StepCtx& ctx, const float* x, std::vector<
   if (!ctx.training || lora_dropout_ <= 0) return x;
   const int64_t N = ctx.tokens();
   buf.resize(static_cast<size_t>(N * in_));
-  const RandomStream rng(ctx.seed, hash_name(lora_a.spec.name + ".dropout"));
+  const RandomStream rng(ctx.seed, hash_name(a().spec.name + ".dropout"));
   // Element (token, global input feature): the same mask at any TP split.
   parallel_for(ctx.cpu, N, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r)
@@ -86,7 +107,7 @@ void Linear::lora_forward(const StepCtx& ctx, const float* x, float* y) const {
   thread_local std::vector<float> xbuf, t;
   const float* xin = lora_input(ctx, x, xbuf);
   t.resize(static_cast<size_t>(N * r));
-  kernels::gemm(ctx.cpu, false, true, N, r, in_, 1.0f, xin, in_, lora_a.data(), in_, 0.0f, t.data(), r);
+  kernels::gemm(ctx.cpu, false, true, N, r, in_, 1.0f, xin, in_, a().data(), in_, 0.0f, t.data(), r);
   kernels::gemm(ctx.cpu, false, true, N, out_, r, static_cast<float>(lora_scale_), t.data(), r, lora_b.data(), r,
                 1.0f, y, out_);
 }
@@ -98,7 +119,7 @@ void Linear::lora_weight_grad(const StepCtx& ctx, const float* dy, const float* 
   const float* xin = lora_input(ctx, x, xbuf);
   t.resize(static_cast<size_t>(N * r));
   dt.resize(static_cast<size_t>(N * r));
-  kernels::gemm(ctx.cpu, false, true, N, r, in_, 1.0f, xin, in_, lora_a.data(), in_, 0.0f, t.data(), r);
+  kernels::gemm(ctx.cpu, false, true, N, r, in_, 1.0f, xin, in_, a().data(), in_, 0.0f, t.data(), r);
   kernels::gemm(ctx.cpu, false, false, N, r, out_, s, dy, out_, lora_b.data(), r, 0.0f, dt.data(), r);
   // dA = dt^T x' [r, in], dB = s dy^T t [out, r]. The replicated factor's
   // gradient is this rank's part of a sum over the TP group (a column layer
@@ -106,7 +127,7 @@ void Linear::lora_weight_grad(const StepCtx& ctx, const float* dy, const float* 
   // with ranks that repeat a replicated KV slice adding nothing.
   const bool reduce = kind_ != TpSplit::none;
   const bool a_partial = reduce && kind_ == TpSplit::column, b_partial = reduce && kind_ == TpSplit::row;
-  if (float* ga = lora_a.gdata()) {
+  if (float* ga = a().gdata()) {
     const int64_t n = r * in_;
     if (a_partial) {
       part.assign(static_cast<size_t>(n), 0.0f);
@@ -173,12 +194,12 @@ void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool
   kernels::gemm(ctx.cpu, false, false, N, r, out_, static_cast<float>(lora_scale_), dy, out_, lora_b.data(), r, 0.0f,
                 dt.data(), r);
   if (!ctx.training || lora_dropout_ <= 0) {
-    kernels::gemm(ctx.cpu, false, false, N, in_, r, 1.0f, dt.data(), r, lora_a.data(), in_, 1.0f, dx, in_);
+    kernels::gemm(ctx.cpu, false, false, N, in_, r, 1.0f, dt.data(), r, a().data(), in_, 1.0f, dx, in_);
     return;
   }
   dxd.resize(static_cast<size_t>(N * in_));
-  kernels::gemm(ctx.cpu, false, false, N, in_, r, 1.0f, dt.data(), r, lora_a.data(), in_, 0.0f, dxd.data(), in_);
-  const RandomStream rng(ctx.seed, hash_name(lora_a.spec.name + ".dropout"));
+  kernels::gemm(ctx.cpu, false, false, N, in_, r, 1.0f, dt.data(), r, a().data(), in_, 0.0f, dxd.data(), in_);
+  const RandomStream rng(ctx.seed, hash_name(a().spec.name + ".dropout"));
   parallel_for(ctx.cpu, N, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) {
       float* d = dxd.data() + row * in_;
@@ -230,7 +251,8 @@ size_t DeferredWeightGrads::bytes() const {
 void Linear::collect(std::vector<Param*>& out) {
   out.push_back(&weight);
   if (has_bias_) out.push_back(&bias);
-  if (has_lora()) out.insert(out.end(), {&lora_a, &lora_b});
+  if (has_lora() && !lora_a_owner_) out.push_back(&lora_a);
+  if (has_lora()) out.push_back(&lora_b);
 }
 
 }  // namespace claw::model

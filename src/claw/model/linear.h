@@ -25,7 +25,9 @@
 // right away (as norm weights under SP are). Dropout masks are Philox
 // streams keyed by the layer's name over (token, global input feature), so
 // every layout drops the same elements. The base weight and bias are frozen
-// when adapters are on (ModelConfig::lora).
+// when adapters are on (ModelConfig::lora). Layers that Hugging Face fuses
+// into one module (GPT-2's q, k, v in c_attn) share one A (share_lora_a), as
+// PEFT's single adapter on the fused module does: each adds its share of dA.
 #pragma once
 
 #include <string>
@@ -82,6 +84,9 @@ class Linear {
   // Adds a LoRA adapter of `rank` (before the model's parameters are laid
   // out); in_global: the layer's input features.
   void enable_lora(int64_t rank, double scale, double dropout);
+  // This layer's adapter reads `owner`'s A (same input, same rank) and adds
+  // its part of A's gradient there; its own A is not a parameter.
+  void share_lora_a(Linear& owner);
   bool has_lora() const { return lora_rank_ > 0; }
   // W += s B A on this rank's slice, and the adapter is gone from the
   // forward (generation merges adapters once; claw ckpt merge-lora).
@@ -89,13 +94,16 @@ class Linear {
 
   Param weight;
   Param bias;  // value undefined when the layer has no bias
-  Param lora_a, lora_b;  // defined with an adapter: [r, in], [out, r]
+  Param lora_a, lora_b;  // defined with an adapter: [r, in] (unless shared), [out, r]
   // The weight generation reads (batch-invariant steps, ctx.batch_invariant)
   // when set: this rank's [out, in] in a low-precision type
   // (GPT::set_inference_weights). Empty: the fp32 weight.
   kernels::WeightMatrix inference_weight;
 
  private:
+  // The A this adapter reads: its own or its owner's (share_lora_a).
+  const Param& a() const { return lora_a_owner_ ? lora_a_owner_->lora_a : lora_a; }
+  Param& a() { return lora_a_owner_ ? lora_a_owner_->lora_a : lora_a; }
   // x' (dropout of x, into buf) or x itself; xd scales the input gradient.
   const float* lora_input(const StepCtx& ctx, const float* x, std::vector<float>& buf) const;
   void lora_forward(const StepCtx& ctx, const float* x, float* y) const;
@@ -109,6 +117,7 @@ class Linear {
   bool has_bias_;
   int64_t lora_rank_ = 0;
   bool lora_merged_ = false;
+  Linear* lora_a_owner_ = nullptr;
   double lora_scale_ = 0, lora_dropout_ = 0;
 };
 

@@ -53,4 +53,36 @@ void Evaluator::write_logits(const std::string& path) {
   log::info("eval", "wrote the logits of the first micro-batch ({} x {} tokens, vocabulary {}) to {}", B, T, V, path);
 }
 
+void Evaluator::write_gradients(const std::string& path) {
+  if (runtime_->world().size() != 1)
+    fail("--grads-file needs one rank (it writes every trainable parameter whole); run claw eval without mpirun");
+  const int64_t M = batch_->micro_batches(), B = cfg_.micro_batch_size, T = cfg_.seq_length;
+  batch_->load(*train_data_, 0);
+  const double loss = loss_gradients(runtime_->model(), runtime_->cpu(), *batch_, 0, cfg_.seed, 0);
+  std::vector<int32_t> tokens(static_cast<size_t>(M * B * T)), targets(tokens.size());
+  for (int64_t k = 0; k < M; ++k) {
+    const MicroBatch mb = batch_->micro(k);
+    std::copy_n(mb.tokens, B * T, tokens.data() + k * B * T);
+    std::copy_n(mb.targets, B * T, targets.data() + k * B * T);
+  }
+  const double loss64 = loss;
+  std::vector<ckpt::TensorView> views = {{"tokens", DType::i32, {M * B, T}, tokens.data()},
+                                         {"targets", DType::i32, {M * B, T}, targets.data()},
+                                         {"loss", DType::f64, {1}, &loss64}};
+  std::vector<std::string> names;
+  for (model::Param* p : runtime_->model().first().store().params())
+    if (p->spec.trainable) names.push_back("grad." + p->spec.name);
+  size_t i = 0;
+  for (model::Param* p : runtime_->model().first().store().params()) {
+    if (!p->spec.trainable) continue;
+    const Shape s = p->spec.local_shape();
+    std::vector<int64_t> dims;
+    for (int d = 0; d < s.ndim(); ++d) dims.push_back(s[d]);
+    views.push_back({names[i++], DType::f32, dims, p->gdata()});
+  }
+  ckpt::write_safetensors(path, views);
+  log::info("eval", "wrote the loss ({:.6f}) and the gradients of {} trainable tensors on the first global batch "
+            "({} x {} tokens) to {}", loss, names.size(), M * B, T, path);
+}
+
 }  // namespace claw::train

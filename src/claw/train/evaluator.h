@@ -34,6 +34,11 @@ class Evaluator {
   // Writes the tokens and logits (real vocabulary) of the first micro-batch
   // of the training split as safetensors (TP = PP = 1).
   void write_logits(const std::string& path);
+  // Writes the first global batch's tokens and targets, its mean loss, and
+  // the loss gradient of every trainable parameter ("grad.<name>"; with
+  // LoRA, the adapters') as safetensors (one rank). Dropout is on, as in
+  // training.
+  void write_gradients(const std::string& path);
 
  private:
   model::ModelConfig model_cfg_;

@@ -29,11 +29,8 @@ std::function<parallel::PipelineMicroBatch(int)> micro_batches(const CpuCtx& cpu
 }
 }  // namespace
 
-StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
-                      const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
-                      const std::function<void(const StepResult&)>& before_update) {
-  CLAW_CHECK(batch.micro_batches() == model.micro_batches(), "a batch of {} micro-batches for a schedule of {}",
-             batch.micro_batches(), model.micro_batches());
+double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
+                      uint64_t seed, uint64_t sample0) {
   const int64_t counted = static_cast<int64_t>(model.dp_sum(static_cast<double>(batch.valid_targets())));
   if (counted == 0) fail("step {}: every target of the global batch is masked; nothing to learn from", step + 1);
   model.begin_step();
@@ -46,8 +43,17 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
              where.empty() ? "none (overflow in the loss sum)" : where);
       });
   model.finish_grad_sync();
+  return model.dp_sum(model.pp_sum(loss_sum)) / static_cast<double>(counted);
+}
+
+StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
+                      const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
+                      const std::function<void(const StepResult&)>& before_update) {
+  CLAW_CHECK(batch.micro_batches() == model.micro_batches(), "a batch of {} micro-batches for a schedule of {}",
+             batch.micro_batches(), model.micro_batches());
+  const double loss = loss_gradients(model, cpu, batch, step, seed, sample0);
   const double sum_squares = model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu));
-  StepResult r{model.dp_sum(model.pp_sum(loss_sum)) / static_cast<double>(counted), std::sqrt(sum_squares)};
+  StepResult r{loss, std::sqrt(sum_squares)};
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     fail<NonFiniteError>("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}{}", step + 1, r.grad_norm, r.loss,
          model.first_non_finite_grad(cpu),

@@ -49,6 +49,12 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
                       const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
                       const std::function<void(const StepResult&)>& before_update = {});
 
+// train_step's first half: the mean loss over the global batch, with its
+// gradients accumulated (and reduced over data parallelism) in the
+// trainable parameters' gradient buffers; nothing is updated.
+double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
+                      uint64_t seed, uint64_t sample0);
+
 // Mean loss over a batch without gradients (evaluation), summed as train_step sums.
 double eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed);
 

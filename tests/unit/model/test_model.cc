@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "claw/core/error.h"
@@ -136,6 +138,19 @@ TEST(Model, FrozenParametersGetNoGradientAndChangeNoOther) {
 // gradients are the chain rule through W', dA = s B^T G and dB = s G A^T
 // with G = dL/dW' (every layer's G depends on the input gradients the
 // adapters of the layers above passed down). Only the adapters train.
+// GPT-2's q, k and v share one A (PEFT's adapter on the fused c_attn):
+// its gradient is the sum of the three layers' s B^T G.
+namespace {
+// The A an adapted weight reads: its own, or GPT-2's shared linear_qkv one.
+const Param* lora_a_of(const GPT& m, const std::string& stem) {
+  if (const Param* a = m.store().find(stem + ".lora_A.weight")) return a;
+  for (const char* part : {".q_proj", ".k_proj", ".v_proj"})
+    if (stem.ends_with(part) && m.store().find(stem + ".lora_B.weight"))
+      return m.store().find(stem.substr(0, stem.size() - 7) + ".linear_qkv.lora_A.weight");
+  return nullptr;
+}
+}  // namespace
+
 TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
   for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
     ModelConfig c = model_preset(preset);
@@ -161,7 +176,7 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
       ASSERT_NE(q, nullptr) << p->spec.name;
       std::copy_n(q->data(), p->spec.shape.numel(), p->data());
       const std::string stem = p->spec.name.substr(0, p->spec.name.size() - std::string(".weight").size());
-      const Param* a = lora.store().find(stem + ".lora_A.weight");
+      const Param* a = lora_a_of(lora, stem);
       if (!a) continue;
       const Param* bb = lora.store().find(stem + ".lora_B.weight");
       const int64_t out = p->spec.shape[0], in = p->spec.shape[1], r = a->spec.shape[0];
@@ -184,22 +199,24 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
       models[m]->backward(st, b.tokens.data());
     }
     EXPECT_NEAR(loss[0], loss[1], 1e-5 * std::abs(loss[1])) << preset;
+    // Expected gradients, accumulated over the layers that read each A.
+    std::map<const Param*, std::vector<double>> want_a;
     for (const Param* w : plain.store().params()) {
       const std::string stem = w->spec.name.substr(0, w->spec.name.size() - std::string(".weight").size());
-      const Param* a = lora.store().find(stem + ".lora_A.weight");
+      const Param* a = lora_a_of(lora, stem);
       if (!a) continue;
       const Param* bb = lora.store().find(stem + ".lora_B.weight");
       const int64_t out = w->spec.shape[0], in = w->spec.shape[1], r = a->spec.shape[0];
       const float* G = w->gdata();
-      double worst = 0, scale = 0;
+      std::vector<double>& da = want_a[a];
+      da.resize(static_cast<size_t>(r * in));
       for (int64_t k = 0; k < r; ++k)
         for (int64_t i = 0; i < in; ++i) {  // dA[k, i] = s sum_o B[o, k] G[o, i]
           double want = 0;
           for (int64_t o = 0; o < out; ++o) want += double(bb->data()[o * r + k]) * G[o * in + i];
-          want *= s;
-          worst = std::max(worst, std::abs(want - a->gdata()[k * in + i]));
-          scale = std::max(scale, std::abs(want));
+          da[k * in + i] += s * want;
         }
+      double worst = 0, scale = 0;
       for (int64_t o = 0; o < out; ++o)
         for (int64_t k = 0; k < r; ++k) {  // dB[o, k] = s sum_i G[o, i] A[k, i]
           double want = 0;
@@ -209,7 +226,17 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
           scale = std::max(scale, std::abs(want));
         }
       EXPECT_GT(scale, 0) << w->spec.name;
-      EXPECT_LT(worst, 2e-4 * scale) << preset << ": " << stem;
+      EXPECT_LT(worst, 2e-4 * scale) << preset << ": " << stem << " B";
+    }
+    EXPECT_EQ(want_a.size(), c.mlp == Mlp::swiglu ? 2u * 7 : 2u * 4) << "GPT-2: one A for q, k, v";
+    for (const auto& [a, da] : want_a) {
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < da.size(); ++i) {
+        worst = std::max(worst, std::abs(da[i] - a->gdata()[i]));
+        scale = std::max(scale, std::abs(da[i]));
+      }
+      EXPECT_GT(scale, 0) << a->spec.name;
+      EXPECT_LT(worst, 2e-4 * scale) << preset << ": " << a->spec.name;
     }
   }
 }

@@ -1,0 +1,125 @@
+"""claw's LoRA adapters against PyPI `peft` (with transformers and torch, from
+bench/hf_env.sh's venv), for peft_interchange.sh.
+
+    peft_check.py compare FAMILY HF_BASE ADAPTER LOGITS GRADS
+        PeftModel.from_pretrained(HF_BASE, ADAPTER): its logits on the tokens
+        of `claw eval --logits-file` equal claw's (1e-5 of their scale), and
+        its loss and adapter gradients on the batch of `claw eval
+        --grads-file` equal claw's (loss 1e-6, gradients 1e-5 relative per
+        tensor)
+    peft_check.py make FAMILY HF_BASE ADAPTER
+        an adapter made by PEFT itself (get_peft_model with random A and B,
+        save_pretrained): GPT-2 on c_attn, attention's c_proj and c_fc;
+        Llama on q_proj, v_proj and down_proj with rsLoRA
+
+claw's names map to PEFT's here independently of claw's exporter: GPT-2's
+q, k and v share the A of the fused c_attn and hold row blocks of its B.
+"""
+import json
+import re
+import sys
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+torch.manual_seed(0)
+
+
+def peft_name(family, claw, hidden):
+    """PEFT's tensor (without the base_model.model. prefix) and row slice for a claw LoRA tensor."""
+    m = re.fullmatch(r"layers\.(\d+)\.(attention|mlp)\.(\w+)\.(lora_[AB])\.weight", claw)
+    assert m, claw
+    layer, block, part, factor = m.groups()
+    if family == "llama":
+        where = "self_attn" if block == "attention" else "mlp"
+        return f"model.layers.{layer}.{where}.{part}.{factor}.weight", None
+    h = f"transformer.h.{layer}"
+    if part == "linear_qkv":
+        return f"{h}.attn.c_attn.{factor}.weight", None
+    if part in ("q_proj", "k_proj", "v_proj"):
+        i = "qkv".index(part[0])
+        return f"{h}.attn.c_attn.{factor}.weight", slice(i * hidden, (i + 1) * hidden)
+    module = {"o_proj": "attn.c_proj", "fc": "mlp.c_fc", "proj": "mlp.c_proj"}[part]
+    return f"{h}.{module}.{factor}.weight", None
+
+
+def load_peft(hf_base, adapter):
+    base = AutoModelForCausalLM.from_pretrained(hf_base, torch_dtype=torch.float32, attn_implementation="eager")
+    model = PeftModel.from_pretrained(base, adapter, is_trainable=True)
+    model.eval()  # no dropout; claw's adapters here have none either
+    return model
+
+
+def compare(family, hf_base, adapter, logits_file, grads_file):
+    model = load_peft(hf_base, adapter)
+    cfg = json.load(open(f"{hf_base}/config.json"))
+    hidden = cfg.get("n_embd", cfg.get("hidden_size"))
+
+    lf = load_file(logits_file)
+    with torch.no_grad():
+        got = model(input_ids=lf["tokens"].long()).logits
+    want = lf["logits"]
+    scale = want.abs().max().item()
+    err = (got - want).abs().max().item()
+    print(f"logits: max |PEFT - claw| {err:.3g} (scale {scale:.3g})")
+    assert err <= 1e-5 * max(1.0, scale), f"logits differ by {err} (scale {scale})"
+
+    gf = load_file(grads_file)
+    tokens, targets = gf["tokens"].long(), gf["targets"].long()
+    model.zero_grad()
+    logits = model(input_ids=tokens).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), targets.reshape(-1),
+                                             ignore_index=-1)
+    loss.backward()
+    claw_loss = gf["loss"].item()
+    print(f"loss: PEFT {loss.item():.8f}, claw {claw_loss:.8f}")
+    assert abs(loss.item() - claw_loss) <= 1e-6 * abs(claw_loss), "losses differ"
+
+    grads = {n.replace("base_model.model.", "", 1).replace(".default", ""): p.grad
+             for n, p in model.named_parameters() if p.requires_grad}
+    covered = {n: torch.zeros_like(g, dtype=torch.bool) for n, g in grads.items()}
+    worst = 0.0
+    for name, g_claw in gf.items():
+        if not name.startswith("grad."):
+            continue
+        target, rows = peft_name(family, name[len("grad."):], hidden)
+        assert target in grads, f"claw's {name} has no PEFT parameter {target}; PEFT has {sorted(grads)[:4]}..."
+        g_peft = grads[target] if rows is None else grads[target][rows]
+        assert g_peft.shape == g_claw.shape, f"{name}: claw {tuple(g_claw.shape)}, PEFT {tuple(g_peft.shape)}"
+        rel = ((g_peft - g_claw).abs().max() / g_peft.abs().max().clamp_min(1e-30)).item()
+        worst = max(worst, rel)
+        assert rel <= 1e-5, f"{name} ({target}): gradients differ by {rel:.3g} of their scale"
+        (covered[target] if rows is None else covered[target][rows]).fill_(True)
+    missing = [n for n, c in covered.items() if not c.all()]
+    assert not missing, f"PEFT trains {missing} which claw's gradients do not cover"
+    print(f"gradients: {len(grads)} PEFT adapter tensors, worst relative difference {worst:.3g}")
+
+
+def make(family, hf_base, adapter):
+    base = AutoModelForCausalLM.from_pretrained(hf_base, torch_dtype=torch.float32)
+    if family == "gpt2":
+        config = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "attn.c_proj", "c_fc"], fan_in_fan_out=True,
+                            init_lora_weights=False, task_type="CAUSAL_LM")
+    else:
+        config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_proj", "v_proj", "down_proj"], use_rslora=True,
+                            init_lora_weights=False, task_type="CAUSAL_LM")
+    model = get_peft_model(base, config)
+    with torch.no_grad():  # B random too (init_lora_weights=False already), at a scale that moves the logits
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0.0, 0.05)
+    model.save_pretrained(adapter)
+    print(f"PEFT adapter: {sum(p.numel() for n, p in model.named_parameters() if 'lora_' in n)} parameters in "
+          f"{adapter}")
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "compare":
+        compare(*sys.argv[2:7])
+    elif mode == "make":
+        make(*sys.argv[2:5])
+    else:
+        sys.exit(f"unknown mode {mode}")
