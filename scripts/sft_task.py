@@ -3,7 +3,7 @@
 held-out examples, for checking that SFT teaches a model something it could
 not do before (bench/bench_sft.py) and for the SFT layout tests.
 
-    scripts/sft_task.py --task reverse --train 4000 --test 200 --out DIR [--seed 1]
+    scripts/sft_task.py --task reverse --train 4000 --test 200 --out DIR [--seed 1] [--preference]
 
 Writes DIR/train.jsonl and DIR/test.jsonl, one conversation per line:
     {"messages": [{"role": "user", "content": "Reverse: cat sun tree"},
@@ -12,6 +12,14 @@ A third of the conversations open with a system prompt. Tasks:
     reverse  3 to 5 words (from 32 short words) in reverse order
     add      the sum of two numbers below 50
 Test examples never appear in the training set.
+
+With --preference the lines are DPO preference pairs instead (claw
+preprocess --dpo), the right answer chosen and a wrong one rejected:
+    {"prompt": [{"role": "user", "content": "Reverse: cat sun tree"}],
+     "chosen": "tree sun cat", "rejected": "cat sun tree"}
+(reverse: the words left in order, or with two swapped; add: the sum off by
+1 to 10), and DIR/pairs.jsonl holds the training pairs then the held-out
+ones, for one dataset whose --split puts the held-out pairs in validation.
 """
 import argparse
 import json
@@ -31,6 +39,18 @@ def example(task, rng):
     return f"Add: {a} + {b}", str(a + b)
 
 
+def wrong(task, question, answer, rng):
+    if task == "reverse":
+        words = question.split()[1:]
+        if rng.random() < 0.5:
+            return " ".join(words)
+        out = answer.split()
+        i, j = rng.sample(range(len(out)), 2)
+        out[i], out[j] = out[j], out[i]
+        return " ".join(out)
+    return str(int(answer) + rng.choice([-1, 1]) * rng.randint(1, 10))
+
+
 def conversation(task, rng):
     q, a = example(task, rng)
     messages = [{"role": "system", "content": rng.choice(SYSTEM)}] if rng.random() < 1 / 3 else []
@@ -45,6 +65,7 @@ def main():
     ap.add_argument("--test", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--preference", action="store_true", help="DPO pairs (prompt, chosen, rejected)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
@@ -59,11 +80,20 @@ def main():
         m = conversation(a.task, rng)
         if m[-2]["content"] not in seen:
             train.append(m)
-    for name, rows in (("train", train), ("test", test)):
+    def line(m):
+        if not a.preference:
+            return json.dumps({"messages": m})
+        return json.dumps({"prompt": m[:-1], "chosen": m[-1]["content"],
+                           "rejected": wrong(a.task, m[-2]["content"], m[-1]["content"], rng)})
+
+    lines = {"train": [line(m) for m in train], "test": [line(m) for m in test]}
+    if a.preference:
+        lines["pairs"] = lines["train"] + lines["test"]
+    for name, rows in lines.items():
         with open(os.path.join(a.out, f"{name}.jsonl"), "w") as f:
-            for m in rows:
-                f.write(json.dumps({"messages": m}) + "\n")
-    print(f"{a.task}: {len(train)} training and {len(test)} held-out conversations in {a.out}")
+            f.writelines(r + "\n" for r in rows)
+    kind = "preference pairs" if a.preference else "conversations"
+    print(f"{a.task}: {len(train)} training and {len(test)} held-out {kind} in {a.out}")
 
 
 if __name__ == "__main__":

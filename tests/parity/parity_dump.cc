@@ -10,6 +10,13 @@
 //   result.json        per-step loss, grad norm and lr over `steps` AdamW steps
 //   final.safetensors  the parameters after those steps
 //
+// With --dpo-beta the loss is DPO's (train/dpo.h) instead: rows 2j and
+// 2j + 1 of a batch are a pair sharing a prompt (its targets masked), the
+// reference log-probabilities are the initial model's, and metadata "dpo"
+// says beta and the loss type. dpo_step<s>.safetensors then holds, for
+// every step, the parameters its gradients were taken at ("param.<name>"),
+// the gradients and the loss (float64).
+//
 // Every step's gradients come from `accum` micro-batches (B / accum
 // sequences each) to exercise accumulation; the reference uses whole batches.
 #include <filesystem>
@@ -17,6 +24,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/ckpt/safetensors.h"
@@ -27,6 +35,7 @@
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
 #include "claw/runtime/model_chunks.h"
+#include "claw/train/dpo.h"
 #include "claw/train/step.h"
 
 using namespace claw;
@@ -68,7 +77,8 @@ std::vector<ckpt::TensorView> param_views(model::GPT& m, bool grads, const std::
 int main(int argc, char** argv) {
   kernels::ensure_fast_blas(argc, argv);
   CLI::App app("claw parity dump");
-  std::string preset = "gpt2-tiny", out, freeze;
+  std::string preset = "gpt2-tiny", out, freeze, dpo_loss = "sigmoid";
+  double dpo_beta = 0;
   int64_t B = 4, T = 64, steps = 10, accum = 2, seed = 1234, threads = 2, vocab = 0;
   app.add_option("--model", preset);
   app.add_option("--out", out)->required();
@@ -80,6 +90,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads);
   app.add_option("--freeze", freeze, "comma-separated glob patterns of parameters that do not train");
   app.add_option("--vocab-size", vocab, "override the preset's vocabulary (0: keep it)");
+  app.add_option("--dpo-beta", dpo_beta, "DPO's loss with this beta instead of the language-model loss (0: off)");
+  app.add_option("--dpo-loss", dpo_loss, "with --dpo-beta: sigmoid, ipo or hinge");
   CLI11_PARSE(app, argc, argv);
   try {
     CLAW_CHECK(B % accum == 0, "--batch must be a multiple of --accum");
@@ -113,6 +125,18 @@ int main(int argc, char** argv) {
       tokens[i] = static_cast<int32_t>(rng.block(i)[0] % cfg.vocab_size);
       targets[i] = static_cast<int32_t>(rng.block(i)[1] % cfg.vocab_size);
     }
+    const bool dpo = dpo_beta > 0;
+    if (dpo) {  // pairs: a shared prompt of T / 4 tokens (not learned); the rejected side learns 3 tokens fewer
+      CLAW_CHECK((B / accum) % 2 == 0, "--dpo-beta needs micro-batches of whole pairs");
+      const int64_t P = T / 4;
+      for (int64_t r = 0; r < steps * B; r += 2) {
+        std::copy_n(&tokens[r * T], P, &tokens[(r + 1) * T]);
+        std::copy_n(&targets[r * T], P, &targets[(r + 1) * T]);
+        for (int64_t side = 0; side < 2; ++side)
+          for (int64_t t = 0; t < P - 1; ++t) targets[(r + side) * T + t] = -1;
+        for (int64_t t = T - 3; t < T; ++t) targets[(r + 1) * T + t] = -1;
+      }
+    }
 
     nlohmann::json meta = {{"config", config_json(cfg)},
                            {"batch", B}, {"seq", T}, {"steps", steps}, {"accum", accum},
@@ -124,6 +148,7 @@ int main(int argc, char** argv) {
       if (!p->spec.trainable) frozen.push_back(p->spec.name);
     }
     meta["no_decay"] = no_decay;
+    meta["dpo"] = dpo ? nlohmann::json{{"beta", dpo_beta}, {"loss", dpo_loss}} : nlohmann::json();
     meta["frozen"] = frozen;
     ckpt::write_safetensors(out + "/init.safetensors", param_views(m, false, ""), {{"meta", meta.dump()}});
     ckpt::write_safetensors(out + "/batch.safetensors",
@@ -136,6 +161,21 @@ int main(int argc, char** argv) {
     train::GlobalBatch batch(accum, mb, T, data::PackingOptions{});
     runtime::ModelChunks whole(m, nullptr, accum, mb, T);
     nlohmann::json result;
+    // DPO's reference: the initial model's log-probability of every sample.
+    std::vector<double> reference(static_cast<size_t>(steps * B));
+    std::unique_ptr<train::DpoLoss> dpo_loss_fn;
+    if (dpo) {
+      train::SequenceLogps record([&](int64_t sample, double logp) { reference[sample] = logp; });
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t off = s * B * T;
+        batch.assign({tokens.begin() + off, tokens.begin() + off + B * T},
+                     {targets.begin() + off, targets.begin() + off + B * T});
+        train::eval_loss(whole, cpu, batch, static_cast<uint64_t>(seed), static_cast<uint64_t>(s * B), &record);
+      }
+      dpo_loss_fn = std::make_unique<train::DpoLoss>(train::DpoConfig{.enabled = true, .beta = dpo_beta,
+                                                                      .loss_type = dpo_loss},
+                                                     [&](int64_t sample) { return reference[sample]; });
+    }
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t off = s * B * T;
       batch.assign({tokens.begin() + off, tokens.begin() + off + B * T},
@@ -149,6 +189,13 @@ int main(int argc, char** argv) {
       }
       double lr = sched.at(s);
       auto dump_step0 = [&](const train::StepResult& r) {
+        if (dpo) {  // every step: the weights its gradients were taken at, the gradients, the loss
+          auto views = param_views(m, true, "grad.");
+          for (const ckpt::TensorView& v : param_views(m, false, "param.")) views.push_back(v);
+          const double loss = r.loss;
+          views.push_back({"loss", DType::f64, {1}, &loss});
+          ckpt::write_safetensors(fmt::format("{}/dpo_step{}.safetensors", out, s), views);
+        }
         if (s != 0) return;
         auto views = param_views(m, true, "grad.");
         float loss_value = static_cast<float>(r.loss);
@@ -157,7 +204,7 @@ int main(int argc, char** argv) {
         ckpt::write_safetensors(out + "/step0.safetensors", views);
       };
       train::StepResult r = train::train_step(whole, opt, cpu, batch, s, lr, static_cast<uint64_t>(seed),
-                                              static_cast<uint64_t>(s * B), dump_step0);
+                                              static_cast<uint64_t>(s * B), dump_step0, dpo_loss_fn.get());
       result["losses"].push_back(r.loss);
       result["grad_norms"].push_back(r.grad_norm);
       result["lrs"].push_back(lr);

@@ -12,6 +12,20 @@ repeat_kv for grouped-query attention), in float64, and checks:
   3. loss and gradient norm over N steps of torch.optim.AdamW with the same
      hyper-parameters, warmup + cosine schedule and global-norm clipping.
 
+With --dpo-beta BETA [--dpo-loss sigmoid|ipo|hinge] the loss is DPO's,
+written here from its formula: pairs of rows (chosen, rejected) sharing a
+prompt, h = (log pi - log pi_ref)(chosen) - (log pi - log pi_ref)(rejected)
+with the reference the initial weights (its log-probabilities computed here,
+in float64), sigmoid: -log sigmoid(beta h), ipo: (h - 1/(2 beta))^2 on
+per-token means, hinge: max(0, 1 - beta h); the mean over pairs. Besides the
+checks above, every step is checked at the weights claw had then (so that
+Adam's amplification of rounding noise along the trajectory does not enter):
+its loss (1e-6 relative) and each gradient tensor (1e-5 in relative L2 norm:
+claw's float32 attention backward leaves ~3e-6 in the query and key
+projections' gradients, as it does under the language-model loss).
+Along the trajectory the DPO loss, a difference of sequence sums, drifts
+sooner than the language-model loss, so that tolerance is 1e-4 there.
+
 With --freeze PATTERNS claw trains with those parameters frozen and the
 reference sets requires_grad=False on the same ones (the list claw dumps):
 claw must dump no gradient for them, the norm, clipping and AdamW cover the
@@ -144,6 +158,29 @@ class Reference:
         return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1).long())
 
 
+def sequence_logps(ref, logits, targets):
+    """Each row's summed log-probability of its targets (-1: not learned) and its count of them."""
+    V = ref.cfg["vocab_size"]
+    lp = -F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1).long(), ignore_index=-1,
+                          reduction="none").reshape(targets.shape)
+    return lp.sum(-1), (targets >= 0).sum(-1).double()
+
+
+def dpo_loss(ref, logits, targets, reference, beta, kind):
+    lp, n = sequence_logps(ref, logits, targets)
+    if kind == "ipo":
+        lp, reference = lp / n, reference / n
+    d = lp - reference
+    h = d[0::2] - d[1::2]
+    if kind == "sigmoid":
+        losses = -F.logsigmoid(beta * h)
+    elif kind == "ipo":
+        losses = (h - 1 / (2 * beta)) ** 2
+    else:
+        losses = torch.relu(1 - beta * h)
+    return losses.mean()
+
+
 def lr_at(step, max_lr, min_lr, warmup, decay):
     if step < warmup:
         return max_lr * (step + 1) / warmup
@@ -165,13 +202,16 @@ def main():
     ap.add_argument("--workdir")
     ap.add_argument("--freeze", default="", help="comma-separated glob patterns of parameters claw freezes")
     ap.add_argument("--vocab-size", type=int, default=0, help="override the preset's vocabulary")
+    ap.add_argument("--dpo-beta", type=float, default=0.0, help="DPO's loss with this beta (0: language-model loss)")
+    ap.add_argument("--dpo-loss", default="sigmoid", choices=["sigmoid", "ipo", "hinge"])
     args = ap.parse_args()
     torch.set_num_threads(2)
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or tmp
         extra = (["--freeze", args.freeze] if args.freeze else []) + \
-                (["--vocab-size", str(args.vocab_size)] if args.vocab_size else [])
+                (["--vocab-size", str(args.vocab_size)] if args.vocab_size else []) + \
+                (["--dpo-beta", str(args.dpo_beta), "--dpo-loss", args.dpo_loss] if args.dpo_beta else [])
         subprocess.run([args.dump_tool, "--model", args.model, "--out", work, "--steps", str(args.steps)] + extra,
                        check=True)
         init, meta = read_safetensors(f"{work}/init.safetensors")
@@ -181,12 +221,15 @@ def main():
         final, _ = read_safetensors(f"{work}/final.safetensors")
         with open(f"{work}/result.json") as f:
             claw = json.load(f)
+        dpo_steps = [read_safetensors(f"{work}/dpo_step{s}.safetensors")[0] for s in range(args.steps)] \
+            if args.dpo_beta else []
 
     cfg, adam = meta["config"], meta["adam"]
     frozen = set(meta.get("frozen", []))
     ref = Reference(cfg, init, frozen)
     failures = []
-    label = args.model + (" frozen" if frozen else "")
+    dpo = meta.get("dpo")
+    label = args.model + (" frozen" if frozen else "") + (f" DPO {dpo['loss']} beta {dpo['beta']}" if dpo else "")
 
     def check(what, err, tol):
         status = "ok" if err <= tol else "FAIL"
@@ -195,8 +238,17 @@ def main():
             failures.append(what)
 
     tokens, targets = batch["tokens"].long(), batch["targets"].long()
+    if dpo:
+        with torch.no_grad():  # the reference: the initial weights
+            reference = [sequence_logps(ref, ref.logits(tokens[s]), targets[s])[0] for s in range(args.steps)]
+
+    def step_loss(s, logits):
+        if dpo:
+            return dpo_loss(ref, logits, targets[s], reference[s], dpo["beta"], dpo["loss"])
+        return ref.loss(logits, targets[s])
+
     logits = ref.logits(tokens[0])
-    loss = ref.loss(logits, targets[0])
+    loss = step_loss(0, logits)
     loss.backward()
     B, T = tokens.shape[1], tokens.shape[2]
     check("logits", rel(step0["logits"].double(), logits.detach().reshape(B * T, -1)), TOLERANCES["logits"])
@@ -221,6 +273,31 @@ def main():
             worst, worst_name = e, name
     check(f"grads (worst: {worst_name})", worst, TOLERANCES["grad"])
 
+    if dpo:
+        # Each step at claw's own weights: the formula's loss and gradients.
+        worst_loss, worst_grad, worst_name = 0.0, 0.0, ""
+        saved = {n: p.detach().clone() for n, p in ref.P.items()}
+        for s, d in enumerate(dpo_steps):
+            with torch.no_grad():
+                for n, p in ref.P.items():
+                    p.copy_(d["param." + n].double())
+                    p.grad = None
+            loss = step_loss(s, ref.logits(tokens[s]))
+            loss.backward()
+            worst_loss = max(worst_loss, abs(float(d["loss"][0]) - float(loss)) / abs(float(loss)))
+            # A tensor whose exact gradient is zero (the key bias) on the model's scale, as above.
+            floor = 1e-3 * max(float(p.grad.norm()) for p in trained.values())
+            for n, p in trained.items():
+                e = float((d["grad." + n].double() - p.grad).norm()) / max(float(p.grad.norm()), floor)
+                if e > worst_grad:
+                    worst_grad, worst_name = e, n
+        with torch.no_grad():
+            for n, p in ref.P.items():
+                p.copy_(saved[n])
+                p.grad = None
+        check(f"DPO loss at claw's weights, each of {args.steps} steps", worst_loss, 1e-6)
+        check(f"DPO gradients at claw's weights, relative L2 (worst: {worst_name})", worst_grad, 1e-5)
+
     # N AdamW steps on the reference, compared with claw's losses.
     no_decay = set(meta["no_decay"])
     params = list(trained.items())
@@ -231,7 +308,7 @@ def main():
     worst_loss, worst_norm, worst_lr = 0.0, 0.0, 0.0
     for s in range(args.steps):
         opt.zero_grad()
-        loss = ref.loss(ref.logits(tokens[s]), targets[s])
+        loss = step_loss(s, ref.logits(tokens[s]))
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], adam["clip_grad"])
         lr = lr_at(s, 3e-3, 3e-4, 3, args.steps)
@@ -243,7 +320,7 @@ def main():
         worst_lr = max(worst_lr, abs(claw["lrs"][s] - lr) / lr)
         print(f"{label} step {s + 1}: loss claw {claw['losses'][s]:.7f} torch {float(loss):.7f}  "
               f"grad norm claw {claw['grad_norms'][s]:.6f} torch {float(norm):.6f}")
-    check(f"loss over {args.steps} AdamW steps", worst_loss, TOLERANCES["step_loss"])
+    check(f"loss over {args.steps} AdamW steps", worst_loss, 1e-4 if dpo else TOLERANCES["step_loss"])
     check(f"grad norm over {args.steps} steps", worst_norm, TOLERANCES["grad_norm"])
     check("learning rate schedule", worst_lr, 1e-12)
     if frozen:

@@ -73,7 +73,12 @@ const std::vector<F>& preprocess_flags() {
                      "supervised fine-tuning data: \"messages\" conversations or \"prompt\"/\"completion\" "
                      "lines; writes <prefix>_sft_document and its loss mask <prefix>_sft_document_loss_mask",
                      [](A& a) -> auto& { return a.options.sft; }),
-      string_flag<A>("chat-template", "with --sft: llama3, chatml or plain (default: from the tokenizer's vocabulary)",
+      switch_flag<A>("dpo",
+                     "preference pairs for DPO: \"prompt\", \"chosen\", \"rejected\" (text or messages) lines; "
+                     "writes <prefix>_dpo_document (chosen then rejected per document) and its loss mask",
+                     [](A& a) -> auto& { return a.options.dpo; }),
+      string_flag<A>("chat-template",
+                     "with --sft or --dpo: llama3, chatml or plain (default: from the tokenizer's vocabulary)",
                      [](A& a) -> auto& { return a.options.chat_template; }),
       string_flag<A>("output-prefix", "writes <prefix>_<key>_document.bin/.idx per key",
                      [](A& a) -> auto& { return a.options.output_prefix; }),
@@ -227,7 +232,7 @@ struct PreprocessCommand {
                args.options.workers);
     for (const std::string& prefix : r.output_prefixes)
       fmt::print("wrote {}.bin and .idx ({})\n", prefix, data::index_dtype_numpy_name(r.dtype));
-    if (args.options.sft)
+    if (args.options.chat())
       fmt::print("wrote {}.bin and .idx (uint8 loss mask; chat template {})\n",
                  data::sft_loss_mask_prefix(r.output_prefixes[0]), r.chat_template);
   }

@@ -140,6 +140,14 @@ const std::vector<F>& train_flags() {
                      "fine-tune on `claw preprocess --sft` data: whole conversations, loss on the assistant tokens "
                      "(sets --reset-position-ids and --reset-attention-mask)",
                      [](A& a) -> auto& { return a.data.sft; }),
+      switch_flag<A>("dpo",
+                     "Direct Preference Optimization on `claw preprocess --dpo` pairs against the starting model "
+                     "(reference log-probabilities cached next to the data)",
+                     [](A& a) -> auto& { return a.train.dpo.enabled; }),
+      double_flag<A>("dpo-beta", "DPO's beta: how far the policy may move from the reference",
+                     [](A& a) -> auto& { return a.train.dpo.beta; }),
+      string_flag<A>("dpo-loss-type", "sigmoid (DPO), ipo or hinge",
+                     [](A& a) -> auto& { return a.train.dpo.loss_type; }),
       switch_flag<A>("eod-mask-loss", "no loss on predictions made from an end-of-document token",
                      [](A& a) -> auto& { return a.data.packing.eod_mask_loss; }),
       string_flag<A>("split", "train,valid,test weights over documents",

@@ -18,6 +18,7 @@ template <> constexpr const char* descr<int32_t>() { return "<i4"; }
 template <> constexpr const char* descr<int64_t>() { return "<i8"; }
 template <> constexpr const char* descr<uint32_t>() { return "<u4"; }
 template <> constexpr const char* descr<int16_t>() { return "<i2"; }
+template <> constexpr const char* descr<double>() { return "<f8"; }
 }  // namespace
 
 template <typename T>
@@ -83,6 +84,7 @@ CLAW_NPY(int16_t)
 CLAW_NPY(int32_t)
 CLAW_NPY(int64_t)
 CLAW_NPY(uint32_t)
+CLAW_NPY(double)
 #undef CLAW_NPY
 
 }  // namespace claw::data

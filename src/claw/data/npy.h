@@ -4,7 +4,8 @@
 //   {'descr': '<i8', 'fortran_order': False, 'shape': (n,), } padded with
 //   spaces and '\n' so the data starts at a multiple of 64 bytes, then the
 //   raw little-endian, C-order array.
-// Only the integer dtypes the indices use are supported.
+// The integer dtypes the indices use, and float64 (DPO's reference
+// log-probabilities).
 #pragma once
 
 #include <cstdint>

@@ -21,6 +21,7 @@
 #include "claw/core/log.h"
 #include "claw/data/jsonl_reader.h"
 #include "claw/data/jsonl_record.h"
+#include "claw/data/preference.h"
 #include "claw/data/sft.h"
 
 namespace claw::data {
@@ -91,6 +92,25 @@ EncodedChunk encode_sft_chunk(const LineChunk& chunk, const SftEncoder& encoder,
     out.texts.push_back(std::move(ex.tokens));
     out.loss_masks.push_back(std::move(ex.loss_mask));
     out.texts_per_document.push_back(1);
+    return std::string();
+  });
+  return r;
+}
+
+// Preference lines: one output, a document of two texts (chosen, rejected) per line.
+EncodedChunk encode_dpo_chunk(const LineChunk& chunk, const SftEncoder& encoder, const PreprocessOptions& o) {
+  EncodedChunk r;
+  r.outputs.resize(1);
+  EncodedChunk::Output& out = r.outputs[0];
+  each_line(chunk, r, o, [&](std::string_view line) {
+    const PreferenceRecord record = parse_preference_line(line);
+    if (!record.error.empty()) return record.error;
+    PreferenceExample ex = encode_preference(encoder, record);
+    for (SftExample* side : {&ex.chosen, &ex.rejected}) {
+      out.texts.push_back(std::move(side->tokens));
+      out.loss_masks.push_back(std::move(side->loss_mask));
+    }
+    out.texts_per_document.push_back(2);
     return std::string();
   });
   return r;
@@ -223,7 +243,9 @@ class Pipeline {
       }
       EncodedChunk r;
       try {
-        r = sft_ ? encode_sft_chunk(item.second, *sft_, options_) : encode_chunk(item.second, tokenizer_, options_);
+        r = !sft_           ? encode_chunk(item.second, tokenizer_, options_)
+            : options_.dpo  ? encode_dpo_chunk(item.second, *sft_, options_)
+                            : encode_sft_chunk(item.second, *sft_, options_);
       } catch (...) {
         r.failure = std::current_exception();
       }
@@ -237,7 +259,7 @@ class Pipeline {
 
   JsonlReader& reader_;
   const Tokenizer& tokenizer_;
-  const SftEncoder* sft_;  // null: plain text per --json-keys
+  const SftEncoder* sft_;  // null: plain text per --json-keys (else --sft or --dpo)
   const PreprocessOptions& options_;
   // Chunks read and not yet handed to the caller: twice the workers, so a
   // worker stuck on a long document does not soon leave the others idle
@@ -263,7 +285,9 @@ void validate(const PreprocessOptions& o) {
       fail("--json-keys names \"{}\" twice; each key is one output", o.json_keys[i]);
   }
   if (o.workers < 1 || o.workers > 1024) fail("--workers {} is invalid; it must be in [1, 1024]", o.workers);
-  if (!o.sft && !o.chat_template.empty()) fail("--chat-template {} applies to --sft data only", o.chat_template);
+  if (!o.chat() && !o.chat_template.empty())
+    fail("--chat-template {} applies to --sft and --dpo data only", o.chat_template);
+  if (o.sft && o.dpo) fail("--sft and --dpo make different datasets; give one");
   CLAW_CHECK(o.chunk_bytes > 0);
 }
 
@@ -324,7 +348,7 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
   result.dtype = choose_dtype(o, tokenizer);
   check_output_directory(o.output_prefix);
   std::optional<SftEncoder> sft;
-  if (o.sft) {
+  if (o.chat()) {
     result.chat_template = o.chat_template.empty() ? default_chat_template(tokenizer.vocab_size()) : o.chat_template;
     sft.emplace(tokenizer, chat_template(result.chat_template), true);
   }
@@ -332,7 +356,7 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
 
   // Created before any work, so an unwritable output fails at once.
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
-  std::unique_ptr<IndexedDatasetBuilder> masks;  // sft
+  std::unique_ptr<IndexedDatasetBuilder> masks;  // sft, dpo
   auto create = [&](const std::string& prefix, IndexDType dtype) {
     try {
       return std::make_unique<IndexedDatasetBuilder>(prefix, dtype);
@@ -340,11 +364,11 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
       fail("--output-prefix {}: {}", o.output_prefix, e.what());
     }
   };
-  for (const std::string& key : o.sft ? std::vector<std::string>{"sft"} : o.json_keys) {
+  for (const std::string& key : o.chat() ? std::vector<std::string>{o.dpo ? "dpo" : "sft"} : o.json_keys) {
     result.output_prefixes.push_back(preprocess_output_prefix(o.output_prefix, key));
     builders.push_back(create(result.output_prefixes.back(), result.dtype));
   }
-  if (o.sft) masks = create(sft_loss_mask_prefix(result.output_prefixes[0]), IndexDType::u8);
+  if (o.chat()) masks = create(sft_loss_mask_prefix(result.output_prefixes[0]), IndexDType::u8);
 
   PreprocessProgress& p = result.totals;
   p.input_size = reader.input_size();

@@ -38,6 +38,10 @@
 // and append_eod do not apply. A line that is not a usable SFT record is a
 // bad line like any other.
 //
+// DPO (preference.h): with `dpo`, each line is a preference pair, written as
+// one document of two sequences, the chosen then the rejected side (each
+// ending in eod), to <output_prefix>_dpo_document with its loss mask.
+//
 // Nothing half-written: outputs are written under temporary names and
 // renamed only after every output is complete; any failure (bad line,
 // unreadable input, full disk, an exception in a worker) removes the
@@ -79,7 +83,9 @@ struct PreprocessOptions {
   bool skip_bad_lines = false;                // --skip-bad-lines: drop bad lines instead of failing
   std::optional<IndexDType> dtype;            // --dtype; default optimal_index_dtype(vocab size)
   bool sft = false;                           // --sft: chat / prompt-completion lines, tokens and loss masks
-  std::string chat_template;                  // --chat-template (with sft; "": the tokenizer's default)
+  bool dpo = false;                           // --dpo: preference pairs, two sequences per document
+  std::string chat_template;                  // --chat-template (with sft or dpo; "": the tokenizer's default)
+  bool chat() const { return sft || dpo; }
   size_t chunk_bytes = size_t{1} << 21;       // text per work item
   // Called on the calling thread after each chunk is written. It may throw
   // to cancel the run (e.g. on SIGINT), which then fails like any other
@@ -90,8 +96,8 @@ struct PreprocessOptions {
 struct PreprocessResult {
   PreprocessProgress totals;
   IndexDType dtype = IndexDType::u16;
-  std::vector<std::string> output_prefixes;  // one per key, in json_keys order (sft: the tokens' dataset)
-  std::string chat_template;                 // sft: the template used
+  std::vector<std::string> output_prefixes;  // one per key, in json_keys order (sft/dpo: the tokens' dataset)
+  std::string chat_template;                 // sft/dpo: the template used
 };
 
 // <output_prefix>_<key>_document: Megatron's name for key's output.

@@ -11,29 +11,30 @@ namespace {
 
 bool known_role(const std::string& role) { return role == "system" || role == "user" || role == "assistant"; }
 
-std::string parse_messages(const nlohmann::json& list, std::vector<ChatMessage>& out) {
-  if (!list.is_array()) return fmt::format("\"messages\" holds {}, not a list of messages", describe_json_type(list));
-  if (list.empty()) return "\"messages\" is an empty list";
+}  // namespace
+
+std::string parse_chat_messages(const nlohmann::json& list, std::vector<ChatMessage>& out, std::string_view field,
+                                bool need_assistant) {
+  if (!list.is_array()) return fmt::format("\"{}\" holds {}, not a list of messages", field, describe_json_type(list));
+  if (list.empty()) return fmt::format("\"{}\" is an empty list", field);
   bool assistant = false;
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& m = list[i];
-    if (!m.is_object()) return fmt::format("messages[{}] is {}, not an object", i, describe_json_type(m));
+    if (!m.is_object()) return fmt::format("{}[{}] is {}, not an object", field, i, describe_json_type(m));
     auto role = m.find("role"), content = m.find("content");
     if (role == m.end() || !role->is_string())
-      return fmt::format("messages[{}] has no string \"role\" (system, user or assistant)", i);
+      return fmt::format("{}[{}] has no string \"role\" (system, user or assistant)", field, i);
     if (!known_role(role->get<std::string>()))
-      return fmt::format("messages[{}] has the unknown role \"{}\" (system, user or assistant)", i,
+      return fmt::format("{}[{}] has the unknown role \"{}\" (system, user or assistant)", field, i,
                          role->get<std::string>());
     if (content == m.end() || !content->is_string())
-      return fmt::format("messages[{}] ({}) has no string \"content\"", i, role->get<std::string>());
+      return fmt::format("{}[{}] ({}) has no string \"content\"", field, i, role->get<std::string>());
     out.push_back({role->get<std::string>(), content->get<std::string>()});
     assistant |= out.back().role == "assistant";
   }
-  if (!assistant) return "a conversation without an assistant turn (nothing to learn)";
+  if (need_assistant && !assistant) return "a conversation without an assistant turn (nothing to learn)";
   return {};
 }
-
-}  // namespace
 
 SftRecord parse_sft_line(std::string_view line) {
   SftRecord r;
@@ -41,7 +42,7 @@ SftRecord parse_sft_line(std::string_view line) {
   r.error = parse_json_object(line, record);
   if (!r.error.empty()) return r;
   if (auto it = record.find("messages"); it != record.end()) {
-    r.error = parse_messages(*it, r.messages);
+    r.error = parse_chat_messages(*it, r.messages, "messages", true);
     if (!r.error.empty()) r.messages.clear();
     return r;
   }

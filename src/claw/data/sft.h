@@ -29,6 +29,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "claw/data/chat_template.h"
 #include "claw/data/tokenizer.h"
 
@@ -46,6 +48,11 @@ struct SftRecord {
 
 // Parses one line (without its '\n').
 SftRecord parse_sft_line(std::string_view line);
+// Appends the messages of a JSON list ({"role", "content"} objects, roles
+// system/user/assistant) to `out`; returns why the list is unusable ("" when
+// it is), naming `field` and the message's index.
+std::string parse_chat_messages(const nlohmann::json& list, std::vector<ChatMessage>& out, std::string_view field,
+                                bool need_assistant);
 
 struct SftExample {
   std::vector<int32_t> tokens;

@@ -10,18 +10,14 @@
 
 namespace claw::data {
 
-SftDataset::SftDataset(const std::string& prefix, Split split, const GptDatasetOptions& options, int32_t pad)
-    : seq_length_(options.seq_length), pad_(pad) {
-  if (options.seq_length < 1) fail("--seq-length {} is invalid; it must be at least 1", options.seq_length);
-  if (options.num_samples < 0) fail("a dataset split cannot provide {} samples", options.num_samples);
-  tokens_ = std::make_shared<const IndexedDataset>(prefix);
-  const IndexedDataset& t = *tokens_;
+std::shared_ptr<const IndexedDataset> open_loss_masks(const IndexedDataset& t, const std::string& prefix,
+                                                      const char* flag) {
   const std::string mask_prefix = sft_loss_mask_prefix(prefix);
   if (!path_exists(idx_path(mask_prefix)))
-    fail("--sft: {} has no loss mask ({} not found); make SFT data with claw preprocess --sft", t.idx_file(),
-         idx_path(mask_prefix));
-  masks_ = std::make_shared<const IndexedDataset>(mask_prefix);
-  const IndexedDataset& m = *masks_;
+    fail("{}: {} has no loss mask ({} not found); make the data with claw preprocess {}", flag, t.idx_file(),
+         idx_path(mask_prefix), flag);
+  auto masks = std::make_shared<const IndexedDataset>(mask_prefix);
+  const IndexedDataset& m = *masks;
   if (!index_dtype_is_integer(t.dtype()))
     fail("{}: dtype {} does not hold token ids", t.idx_file(), index_dtype_name(t.dtype()));
   if (m.dtype() != IndexDType::u8)
@@ -36,18 +32,32 @@ SftDataset::SftDataset(const std::string& prefix, Split split, const GptDatasetO
     for (uint8_t v : m.sequence<uint8_t>(i))
       if (v > 1) fail("{}: sequence {} holds the mask value {} (0 or 1)", m.idx_file(), i, int{v});
   }
+  return masks;
+}
 
+DocumentRange split_of(const IndexedDataset& t, const std::string& prefix, Split split,
+                       const GptDatasetOptions& options, const char* what) {
   const auto weights = parse_split(options.split);
   CLAW_CHECK(weights[static_cast<int>(split)] > 0, "split {} has weight 0 in --split {}", split_name(split),
              options.split);
-  documents_ = split_documents(weights, t.num_documents())[static_cast<int>(split)];
-  if (documents_.size() == 0)
-    fail("--split {}: the {} split of {} has no conversation; give it a larger weight", options.split,
-         split_name(split), prefix);
-  const TokenRange range = t.token_range(t.document_index(documents_.begin), t.document_index(documents_.end));
+  const DocumentRange documents = split_documents(weights, t.num_documents())[static_cast<int>(split)];
+  if (documents.size() == 0)
+    fail("--split {}: the {} split of {} has no {}; give it a larger weight", options.split, split_name(split), prefix,
+         what);
+  const TokenRange range = t.token_range(t.document_index(documents.begin), t.document_index(documents.end));
   if (range.min_sequence >= 0 && (range.min < 0 || range.max >= options.vocab_size))
     fail("{}: token id {} is outside the vocabulary [0, {}); the data was tokenized for a different vocabulary",
          t.bin_file(), range.min < 0 ? range.min : range.max, options.vocab_size);
+  return documents;
+}
+
+SftDataset::SftDataset(const std::string& prefix, Split split, const GptDatasetOptions& options, int32_t pad)
+    : seq_length_(options.seq_length), pad_(pad) {
+  if (options.seq_length < 1) fail("--seq-length {} is invalid; it must be at least 1", options.seq_length);
+  if (options.num_samples < 0) fail("a dataset split cannot provide {} samples", options.num_samples);
+  tokens_ = std::make_shared<const IndexedDataset>(prefix);
+  masks_ = open_loss_masks(*tokens_, prefix, "--sft");
+  documents_ = split_of(*tokens_, prefix, split, options, "conversation");
 
   // Epochs of shuffled conversations, packed whole until enough samples.
   const int64_t S1 = seq_length_ + 1, n = documents_.size();

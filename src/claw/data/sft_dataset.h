@@ -35,6 +35,15 @@
 
 namespace claw::data {
 
+// The loss masks of the tokens at `prefix` (sft_loss_mask_prefix), checked
+// against them; `flag` (--sft, --dpo) names what makes such data in errors.
+std::shared_ptr<const IndexedDataset> open_loss_masks(const IndexedDataset& tokens, const std::string& prefix,
+                                                      const char* flag);
+// The documents of `split` (GptDataset's --split rule), checked non-empty
+// (`what`: the name of a document in errors) and within the vocabulary.
+DocumentRange split_of(const IndexedDataset& tokens, const std::string& prefix, Split split,
+                       const GptDatasetOptions& options, const char* what);
+
 class SftDataset final : public SampleSource {
  public:
   // pad: the token that fills a sample's end (the tokenizer's eod).

@@ -32,6 +32,7 @@ OutputLayer::OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied,
 
 double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32_t* targets, double dloss_scale,
                             Saved& s, Scratch& scratch) {
+  if (ctx.sequence_loss) return sequence_loss_forward(ctx, x_rows, targets, dloss_scale, s, scratch);
   const int64_t N = ctx.tokens(), chunk = Scratch::logits_chunk(N), Vl = vocab_.rows();
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
   const float* W = weight_->data();
@@ -60,6 +61,49 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
   }
   if (dloss_scale != 0) tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
   return kernels::sum(ctx.cpu, s.losses, N);
+}
+
+double OutputLayer::sequence_loss_forward(const StepCtx& ctx, const float* x_rows, const int32_t* targets,
+                                          double dloss_scale, Saved& s, Scratch& scratch) {
+  CLAW_CHECK(!ctx.loss_weight, "a sequence loss sets the token weights itself");
+  if (ctx.cpu.gpu) fail("sequence losses (--dpo) run on the CPU backend for now (--device cpu)");
+  const int64_t N = ctx.tokens(), chunk = Scratch::logits_chunk(N), Vl = vocab_.rows();
+  const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
+  const float* W = weight_->data();
+  auto chunk_logits = [&](int64_t r0, int64_t rows) {
+    kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, x + r0 * C_, C_, W, C_, 0.0f, scratch.logits, Vl);
+    return scratch.logits;
+  };
+  // Every token's loss first: the sequence loss needs whole sequences.
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    float* logits = chunk_logits(r0, rows);
+    if (tp_.size() == 1)
+      kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, targets + r0, rows, vocab_.V, Vl);
+    else
+      vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, targets + r0,
+                                           vocab_, rows);
+  }
+  sequence_weights_.resize(static_cast<size_t>(N));
+  const double loss = ctx.sequence_loss->apply(ctx, s.losses, targets, sequence_weights_.data());
+  if (dloss_scale == 0) return loss;
+  // Then backward, each chunk's logits recomputed, its token gradients
+  // weighted by d loss / d loss_t.
+  const float scale = static_cast<float>(dloss_scale);
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    float* logits = chunk_logits(r0, rows);
+    if (tp_.size() == 1)
+      kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, rows, vocab_.V, Vl);
+    else
+      vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, vocab_, rows);
+    kernels::scale_rows(ctx.cpu, logits, sequence_weights_.data() + r0, rows, Vl);
+    kernels::gemm(ctx.cpu, false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
+    if (weight_->grad.defined())
+      kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, x + r0 * C_, C_, 1.0f, weight_->gdata(), C_);
+  }
+  tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
+  return loss;
 }
 
 void OutputLayer::logits(const StepCtx& ctx, const float* x, float* out) const {

@@ -75,7 +75,13 @@ class OutputLayer {
   kernels::WeightMatrix inference_weight;
 
  private:
+  // forward() under ctx.sequence_loss: all token losses, the sequence
+  // loss's weights, then the weighted backward with the logits recomputed.
+  double sequence_loss_forward(const StepCtx& ctx, const float* x_rows, const int32_t* targets, double dloss_scale,
+                               Saved& s, Scratch& scratch);
+
   Param* weight_;
+  std::vector<float> sequence_weights_;
   const TensorParallel& tp_;
   VocabShard vocab_;
   int64_t C_;

@@ -10,6 +10,24 @@ namespace claw::model {
 
 class DeferredWeightGrads;
 class AttentionCache;
+struct StepCtx;
+
+// A loss over whole sequences built from their token losses (DPO: a pair's
+// loss from each side's sum of log-probabilities). The output layer computes
+// every token's cross-entropy loss_t of the micro-batch first (0 where the
+// target is < 0), then calls this once per micro-batch on the last pipeline
+// stage (on every TP rank alike); the weights it returns, d loss /
+// d loss_t, replace the per-token weights in backward, which recomputes
+// the logits chunk by chunk. The returned value is the micro-batch's loss
+// (summed over its units; units(B) is the count it is a sum over).
+class SequenceLoss {
+ public:
+  virtual ~SequenceLoss() = default;
+  // losses, targets, weights: [ctx.B, ctx.T].
+  virtual double apply(const StepCtx& ctx, const float* losses, const int32_t* targets, float* weights) = 0;
+  // How many loss units B sequences hold (DPO: B / 2 pairs).
+  virtual int64_t units(int64_t sequences) const = 0;
+};
 
 struct StepCtx {
   CpuCtx cpu;
@@ -40,6 +58,8 @@ struct StepCtx {
   // [B, T] weight of each token's loss (null: 1 for every target >= 0):
   // prompt masking, per-token advantages. The loss is sum_t w_t loss_t.
   const float* loss_weight = nullptr;
+  // Non-null: the loss is this function of whole sequences (above).
+  SequenceLoss* sequence_loss = nullptr;
   int64_t tokens() const { return B * T; }
 };
 

@@ -1,5 +1,7 @@
 #include "claw/train/config.h"
 
+#include <cmath>
+
 #include "claw/core/error.h"
 
 namespace claw::train {
@@ -33,6 +35,21 @@ void TrainConfig::resolve_and_validate(int dp) {
   if (recompute_num_layers < 0) fail("--recompute-num-layers must be >= 0, got {}", recompute_num_layers);
   if (recompute_num_layers > 0 && recompute_granularity.empty())
     fail("--recompute-num-layers {} needs --recompute-granularity full", recompute_num_layers);
+  if (dpo.enabled) {
+    dpo.type();
+    if (!(dpo.beta > 0) || !std::isfinite(dpo.beta)) fail("--dpo-beta must be positive, got {}", dpo.beta);
+    if (micro_batch_size % 2 != 0)
+      fail("--dpo: --micro-batch-size {} must be even (a micro-batch holds whole pairs: chosen, rejected)",
+           micro_batch_size);
+    if (device != "cpu") fail("--dpo runs on the CPU backend for now (--device cpu, not {})", device);
+  }
+}
+
+DpoLossType DpoConfig::type() const {
+  if (loss_type == "sigmoid") return DpoLossType::sigmoid;
+  if (loss_type == "ipo") return DpoLossType::ipo;
+  if (loss_type == "hinge") return DpoLossType::hinge;
+  fail("--dpo-loss-type '{}' is not one of sigmoid (DPO), ipo, hinge", loss_type);
 }
 
 void CheckpointConfig::validate() const {

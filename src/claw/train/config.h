@@ -17,6 +17,16 @@
 
 namespace claw::train {
 
+enum class DpoLossType { sigmoid, ipo, hinge };
+
+// Preference optimization (train/dpo.h).
+struct DpoConfig {
+  bool enabled = false;               // --dpo: the data are claw preprocess --dpo pairs
+  double beta = 0.1;                  // --dpo-beta
+  std::string loss_type = "sigmoid";  // --dpo-loss-type sigmoid|ipo|hinge
+  DpoLossType type() const;           // throws naming --dpo-loss-type
+};
+
 struct TrainConfig {
   int64_t micro_batch_size = 8;   // --micro-batch-size: sequences per forward/backward
   int64_t global_batch_size = 0;  // --global-batch-size: sequences per optimizer step (0: = micro batch)
@@ -39,6 +49,7 @@ struct TrainConfig {
   // --freeze: glob patterns over canonical parameter names ('layers.*.attention.*');
   // matching parameters keep their values and get no gradients or optimizer state.
   std::vector<std::string> freeze;
+  DpoConfig dpo;
 
   // Micro-batches per step on each of `dp` data-parallel ranks.
   int64_t grad_accumulation_steps(int dp = 1) const { return global_batch_size / (micro_batch_size * dp); }

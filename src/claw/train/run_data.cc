@@ -8,6 +8,7 @@
 #include "claw/core/log.h"
 #include "claw/data/blended_dataset.h"
 #include "claw/data/builtin_corpus.h"
+#include "claw/data/dpo_dataset.h"
 #include "claw/data/gpt_dataset.h"
 
 namespace claw::train {
@@ -50,10 +51,22 @@ RunData open_run_data(const DataConfig& data_cfg, const TrainConfig& cfg, const 
   const auto weights = data::parse_split(data_cfg.split);
   if (weights[0] <= 0) fail("--split {}: the training split has weight 0; give it a positive weight (e.g. 969,30,1)",
                             data_cfg.split);
-  out.train = data::build_split_source(blend, data::Split::train, opts);
+  if (cfg.dpo.enabled) {
+    if (data_cfg.data_path.empty() || blend.prefixes.size() != 1)
+      fail("--dpo needs --data-path PREFIX: one dataset made with claw preprocess --dpo (not the built-in corpus, "
+           "not a blend)");
+    if (data_cfg.sft) fail("--sft and --dpo train on different data; give one");
+  }
+  // A DPO dataset pairs its samples (chosen, rejected); others are read as
+  // their kind says (plain, SFT, a blend).
+  auto source = [&](data::Split split) -> std::unique_ptr<data::SampleSource> {
+    if (cfg.dpo.enabled) return std::make_unique<data::DpoDataset>(blend.prefixes[0], split, opts, tokenizer->eod());
+    return data::build_split_source(blend, split, opts);
+  };
+  out.train = source(data::Split::train);
   if (cfg.eval_interval > 0 && cfg.eval_iters > 0 && weights[1] > 0) {
     opts.num_samples = (cfg.train_iters / cfg.eval_interval + 1) * cfg.eval_iters * GB;
-    out.valid = data::build_split_source(blend, data::Split::valid, opts);
+    out.valid = source(data::Split::valid);
   }
   if (tokenizer->vocab_size() > model.vocab_size)
     fail("--vocab-size {} is smaller than the vocabulary of the tokenizer ({}, {} ids); use --vocab-size {} or more",

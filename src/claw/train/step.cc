@@ -11,31 +11,38 @@ namespace claw::train {
 
 namespace {
 model::StepCtx micro_ctx(const CpuCtx& cpu, const GlobalBatch& batch, int64_t k, bool training, uint64_t seed,
-                         uint64_t sample0) {
+                         uint64_t sample0, model::SequenceLoss* sequence_loss = nullptr) {
   const MicroBatch mb = batch.micro(k);
   return {.cpu = cpu, .B = batch.B(), .T = batch.T(), .training = training, .seed = seed,
           .sample0 = sample0 + static_cast<uint64_t>(batch.sample_offset(k)), .positions = mb.positions,
-          .seg_start = mb.seg_start};
+          .seg_start = mb.seg_start, .sequence_loss = sequence_loss};
 }
 
 std::function<parallel::PipelineMicroBatch(int)> micro_batches(const CpuCtx& cpu, const GlobalBatch& batch,
-                                                               bool training, uint64_t seed, uint64_t sample0) {
-  return [&cpu, &batch, training, seed, sample0](int k) {
+                                                               bool training, uint64_t seed, uint64_t sample0,
+                                                               model::SequenceLoss* sequence_loss) {
+  return [&cpu, &batch, training, seed, sample0, sequence_loss](int k) {
     const MicroBatch mb = batch.micro(k);
-    return parallel::PipelineMicroBatch{.ctx = micro_ctx(cpu, batch, k, training, seed, sample0),
+    return parallel::PipelineMicroBatch{.ctx = micro_ctx(cpu, batch, k, training, seed, sample0, sequence_loss),
                                         .tokens = mb.tokens,
                                         .targets = mb.targets};
   };
 }
+
+// What a batch's loss is the mean over: its targets, or the sequence loss's units.
+double loss_count(const GlobalBatch& batch, const model::SequenceLoss* sequence_loss) {
+  return static_cast<double>(sequence_loss ? sequence_loss->units(batch.micro_batches() * batch.B())
+                                           : batch.valid_targets());
+}
 }  // namespace
 
 double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
-                      uint64_t seed, uint64_t sample0) {
-  const int64_t counted = static_cast<int64_t>(model.dp_sum(static_cast<double>(batch.valid_targets())));
+                      uint64_t seed, uint64_t sample0, model::SequenceLoss* sequence_loss) {
+  const int64_t counted = static_cast<int64_t>(model.dp_sum(loss_count(batch, sequence_loss)));
   if (counted == 0) fail("step {}: every target of the global batch is masked; nothing to learn from", step + 1);
   model.begin_step();
   const double loss_sum = model.executor().run(
-      micro_batches(cpu, batch, true, seed, sample0), 1.0 / static_cast<double>(counted),
+      micro_batches(cpu, batch, true, seed, sample0, sequence_loss), 1.0 / static_cast<double>(counted),
       [&](int k, double mb_loss) {
         if (std::isfinite(mb_loss)) return;
         std::string where = model.last().first_non_finite(cpu);
@@ -48,10 +55,11 @@ double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const Glob
 
 StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
                       const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
-                      const std::function<void(const StepResult&)>& before_update) {
+                      const std::function<void(const StepResult&)>& before_update,
+                      model::SequenceLoss* sequence_loss) {
   CLAW_CHECK(batch.micro_batches() == model.micro_batches(), "a batch of {} micro-batches for a schedule of {}",
              batch.micro_batches(), model.micro_batches());
-  const double loss = loss_gradients(model, cpu, batch, step, seed, sample0);
+  const double loss = loss_gradients(model, cpu, batch, step, seed, sample0, sequence_loss);
   const double sum_squares = model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu));
   StepResult r{loss, std::sqrt(sum_squares)};
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
@@ -64,11 +72,12 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
   return r;
 }
 
-double eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed) {
-  double total = model.executor().run_forward(micro_batches(cpu, batch, false, seed, 0),
+double eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,
+                 uint64_t sample0, model::SequenceLoss* sequence_loss) {
+  double total = model.executor().run_forward(micro_batches(cpu, batch, false, seed, sample0, sequence_loss),
                                               static_cast<int>(batch.micro_batches()));
   total = model.pp_sum(total);
-  double count = static_cast<double>(batch.valid_targets());
+  double count = loss_count(batch, sequence_loss);
   if (model.dp()) {
     total = model.dp_sum(total);
     count = model.dp_sum(count);
@@ -78,11 +87,11 @@ double eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBat
 
 double mean_eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, GlobalBatch& batch,
                       const data::SampleSource& source, int64_t first, int64_t iters, int64_t global_batch_size,
-                      uint64_t seed) {
+                      uint64_t seed, model::SequenceLoss* sequence_loss) {
   double total = 0;
   for (int64_t i = 0; i < iters; ++i) {
     batch.load(source, first + i * global_batch_size);
-    total += eval_loss(model, cpu, batch, seed);
+    total += eval_loss(model, cpu, batch, seed, static_cast<uint64_t>(first + i * global_batch_size), sequence_loss);
   }
   return total / static_cast<double>(std::max<int64_t>(1, iters));
 }

@@ -47,22 +47,25 @@ struct StepResult {
 // AdamW runs.
 StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
                       const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
-                      const std::function<void(const StepResult&)>& before_update = {});
+                      const std::function<void(const StepResult&)>& before_update = {},
+                      model::SequenceLoss* sequence_loss = nullptr);
 
 // train_step's first half: the mean loss over the global batch, with its
 // gradients accumulated (and reduced over data parallelism) in the
 // trainable parameters' gradient buffers; nothing is updated.
 double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
-                      uint64_t seed, uint64_t sample0);
+                      uint64_t seed, uint64_t sample0, model::SequenceLoss* sequence_loss = nullptr);
 
 // Mean loss over a batch without gradients (evaluation), summed as train_step sums.
-double eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed);
+// sample0: the global index of the batch's first sample (as train_step's).
+double eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed,
+                 uint64_t sample0 = 0, model::SequenceLoss* sequence_loss = nullptr);
 
 // Mean of eval_loss over `iters` global batches of `source` from sample
 // `first` (each `global_batch_size` samples, loaded into `batch`).
 double mean_eval_loss(runtime::ModelChunks& model, const CpuCtx& cpu, GlobalBatch& batch,
                       const data::SampleSource& source, int64_t first, int64_t iters, int64_t global_batch_size,
-                      uint64_t seed);
+                      uint64_t seed, model::SequenceLoss* sequence_loss = nullptr);
 
 // Logits [B*T, Vp] of the batch's first micro-batch (TP = PP = 1).
 void eval_logits(model::GPT& model, const CpuCtx& cpu, const GlobalBatch& batch, uint64_t seed, float* out);

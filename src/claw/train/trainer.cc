@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,8 @@
 #include "claw/data/sample_source.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/peak.h"
+#include "claw/data/dpo_dataset.h"
+#include "claw/train/dpo.h"
 #include "claw/train/metrics.h"
 #include "claw/train/progress.h"
 #include "claw/train/run_data.h"
@@ -71,6 +74,50 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   optimizer_ = std::make_unique<optim::AdamW>(runtime_->model().optimizer_segments(), adam_cfg_, runtime_->memory());
   runtime_->check_memory(optimizer_.get());
   setup_checkpointing();
+  if (cfg_.dpo.enabled) setup_dpo();
+}
+
+void Trainer::setup_dpo() {
+  const auto* train = dynamic_cast<const data::DpoDataset*>(train_data_.get());
+  const auto* valid = dynamic_cast<const data::DpoDataset*>(valid_data_.get());
+  CLAW_CHECK(train != nullptr, "--dpo reads a DPO dataset");
+  std::vector<const data::DpoDataset*> sources = {train};
+  if (valid) sources.push_back(valid);
+  if (dpo_reference_.empty()) {
+    // The model as it starts is the reference: named by where it came from.
+    std::error_code ec;
+    const std::string from =
+        !ckpt_cfg_.load_hf.empty() ? "hf:" + std::filesystem::absolute(ckpt_cfg_.load_hf, ec).string()
+        : !loaded_dir_.empty()     ? "ckpt:" + std::filesystem::absolute(loaded_dir_, ec).string()
+                                   : fmt::format("init:seed {}", cfg_.seed);
+    const std::string key = fmt::format("{}|{}|seq {}|{} sequences|{}", from, ckpt_cfg_.model_flags.dump(),
+                                        cfg_.seq_length, train->num_sequences(), train->prefix());
+    dpo_reference_ = dpo_reference_cache(train->prefix(), key);
+  } else if (!std::filesystem::exists(dpo_reference_)) {
+    fail("--dpo: the checkpoint's reference log-probabilities {} are gone; they were computed from the model this "
+         "DPO run started from (start again from it with --finetune)", dpo_reference_);
+  }
+  const auto reference = dpo_reference_logps(*runtime_, *batch_, sources, dpo_reference_, cfg_.seed);
+  auto by_sequence = [reference](const data::DpoDataset* d) {
+    return [reference, d](int64_t sample) { return (*reference)[static_cast<size_t>(d->sequence_of(sample))]; };
+  };
+  dpo_train_ = std::make_unique<DpoLoss>(cfg_.dpo, by_sequence(train));
+  if (valid) dpo_valid_ = std::make_unique<DpoLoss>(cfg_.dpo, by_sequence(valid));
+  log::info("dpo", "{} loss, beta {}: {} training pairs{}", cfg_.dpo.loss_type, cfg_.dpo.beta, train->num_pairs(),
+            valid ? fmt::format(", {} validation pairs", valid->num_pairs()) : "");
+}
+
+void Trainer::dpo_metrics(DpoLoss& loss, const std::string& prefix, nlohmann::json& rec) {
+  const DpoSums s = loss.take();
+  double v[5] = {s.pairs, s.loss, s.chosen_reward, s.rejected_reward, s.correct};
+  comm::ParallelState& ps = runtime_->parallel_state();
+  for (comm::Group* g : {&ps.pp(), &ps.dp()})
+    if (g->size() > 1) g->all_reduce(v, 5, DType::f64);
+  const double n = std::max(v[0], 1.0);
+  rec[prefix + "rewards/chosen"] = v[2] / n;
+  rec[prefix + "rewards/rejected"] = v[3] / n;
+  rec[prefix + "rewards/margins"] = (v[2] - v[3]) / n;
+  rec[prefix + "rewards/accuracies"] = v[4] / n;
 }
 
 Trainer::~Trainer() = default;
@@ -98,12 +145,14 @@ void Trainer::load_checkpoint() {
     if (ckpt_cfg_.finetune) fail("--finetune: no checkpoint under --load {}", ckpt_cfg_.load);
     return;
   }
+  loaded_dir_ = c.dir;
   if (ckpt_cfg_.finetune) {
     log::info("ckpt", "--finetune: loaded the parameters of {} (iteration {}); training starts at step 1", c.dir,
               c.iteration);
     return;
   }
   const nlohmann::json& st = c.state;
+  if (cfg_.dpo.enabled) dpo_reference_ = st.value("dpo_reference", std::string());
   start_iteration_ = c.iteration;
   consumed_train_samples_ = st.value("consumed_train_samples", start_iteration_ * cfg_.global_batch_size);
   consumed_valid_samples_ = st.value("consumed_valid_samples", int64_t{0});
@@ -138,13 +187,14 @@ void Trainer::save_checkpoint(int64_t iteration) {
                 {"layout",
                  {{"world_size", world_.size()}, {"tp", grid.tp}, {"pp", grid.pp}, {"dp", grid.dp},
                   {"zero_stage", par_cfg_.zero_stage()}, {"sequence_parallel", par_cfg_.sequence_parallel}}}};
+  if (!dpo_reference_.empty()) info.state["dpo_reference"] = dpo_reference_;
   runtime_->stage_to_host(optimizer_.get());  // a GPU's values and moments into their host mirrors
   saver_->save(runtime_->checkpoint_shards(optimizer_.get()), std::move(info));
 }
 
 double Trainer::evaluate(int64_t first) {
   return mean_eval_loss(runtime_->model(), runtime_->cpu(), *batch_, *valid_data_, first, cfg_.eval_iters,
-                        cfg_.global_batch_size, cfg_.seed);
+                        cfg_.global_batch_size, cfg_.seed, dpo_valid_.get());
 }
 
 TrainResult Trainer::run() {
@@ -204,7 +254,7 @@ TrainResult Trainer::run() {
     const uint64_t sample0 = static_cast<uint64_t>(consumed_train_samples_);
     batch_->load(*train_data_, consumed_train_samples_);
     StepResult r = train_step(runtime_->model(), *optimizer_, cpu, *batch_, step, lr, cfg_.seed, sample0,
-                              before_update);
+                              before_update, dpo_train_.get());
     consumed_train_samples_ += GB;
     if (runtime_->device()) runtime_->device()->synchronize();  // the update has run: the step's time is whole
     const double loss = r.loss, grad_norm = r.grad_norm;
@@ -256,13 +306,20 @@ TrainResult Trainer::run() {
         rec[names[f]] = per_stage;
       }
     }
+    if (dpo_train_) dpo_metrics(*dpo_train_, "", rec);
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
       double val = evaluate(consumed_valid_samples_);
       consumed_valid_samples_ += cfg_.eval_iters * GB;
       rec["val_loss"] = val;
       result.final_val_loss = val;
-      log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));
+      if (dpo_valid_) {
+        dpo_metrics(*dpo_valid_, "val_", rec);
+        log::info("eval", "step {}: validation DPO loss {:.4f}, reward margin {:.4f}, accuracy {:.3f}", step + 1, val,
+                  rec["val_rewards/margins"].get<double>(), rec["val_rewards/accuracies"].get<double>());
+      } else {
+        log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));
+      }
     }
     const bool exiting = ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0 && !last;
     if (saver_) {
@@ -283,6 +340,10 @@ TrainResult Trainer::run() {
       ckpt_blocked_s = 0;
     }
     metrics.write(rec);
+    if (dpo_train_ && ((step + 1) % cfg_.log_interval == 0 || last || step == 0))
+      log::info("dpo", "step {}: rewards chosen {:.4f} rejected {:.4f} margin {:.4f}, accuracy {:.3f}", step + 1,
+                rec["rewards/chosen"].get<double>(), rec["rewards/rejected"].get<double>(),
+                rec["rewards/margins"].get<double>(), rec["rewards/accuracies"].get<double>());
     if ((step + 1) % cfg_.log_interval == 0 || last || step == 0)
       log::info("train", "{}", format_progress({.step = step + 1, .total_steps = cfg_.train_iters, .loss = loss,
                                                 .lr = lr, .grad_norm = grad_norm, .step_seconds = dt,

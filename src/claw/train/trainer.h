@@ -24,6 +24,8 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "claw/model/config.h"
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
@@ -39,6 +41,8 @@ class SampleSource;
 }
 
 namespace claw::train {
+
+class DpoLoss;
 
 struct TrainResult {
   int64_t steps = 0;
@@ -65,6 +69,12 @@ class Trainer {
   void load_checkpoint();
   void setup_checkpointing();
   void save_checkpoint(int64_t iteration);
+  // --dpo: the reference log-probabilities (cached or computed with the
+  // model as loaded) and the losses over the splits.
+  void setup_dpo();
+  // The DPO metrics of the pairs `loss` saw since the last call, summed over
+  // the data-parallel ranks and pipeline stages, into rec under `prefix`.
+  void dpo_metrics(DpoLoss& loss, const std::string& prefix, nlohmann::json& rec);
 
   // Mean validation loss over --eval-iters global batches from position `first`.
   double evaluate(int64_t first);
@@ -86,6 +96,9 @@ class Trainer {
   CheckpointConfig ckpt_cfg_;
   std::unique_ptr<ckpt::Saver> saver_;
   int64_t start_iteration_ = 0;
+  std::string loaded_dir_;     // the checkpoint --load read ("": none)
+  std::string dpo_reference_;  // --dpo: the reference cache file (recorded in checkpoints)
+  std::unique_ptr<DpoLoss> dpo_train_, dpo_valid_;
   int64_t consumed_train_samples_ = 0, consumed_valid_samples_ = 0;
 };
 
