@@ -133,5 +133,33 @@ PY
   lora_target_unknown)
     run "${small[@]}" --lora-rank 4 --lora-target-modules q_proj,c_attn
     expect_error "--lora-target-modules: 'q_proj' names no linear layer of this GPT-2 model; valid: all-linear, linear_qkv" ;;
+  dpo_bad_pair)
+    printf '%s\n' '{"prompt": "a", "chosen": "b", "rejected": "c"}' '{"prompt": "a", "chosen": "b"}' >"$tmp/pairs.jsonl"
+    out=$("$claw" preprocess --input "$tmp/pairs.jsonl" --output-prefix "$tmp/pref" --dpo 2>&1); rc=$?
+    expect_error "pairs.jsonl:2: a preference pair needs \"chosen\" and \"rejected\""
+    [[ ! -e $tmp/pref_dpo_document.idx ]] || { echo "FAIL: a dataset was written"; exit 1; } ;;
+  dpo_odd_micro_batch)
+    printf '%s\n' '{"prompt": "a", "chosen": "b", "rejected": "c"}' >"$tmp/pairs.jsonl"
+    "$claw" preprocess --input "$tmp/pairs.jsonl" --output-prefix "$tmp/pref" --dpo >/dev/null 2>&1
+    run "${small[@]}" --data-path "$tmp/pref_dpo_document" --dpo --micro-batch-size 3
+    expect_error "--dpo: --micro-batch-size 3 must be even" ;;
+  dpo_on_sft_data)
+    printf '%s\n' '{"prompt": "a", "completion": "b"}' >"$tmp/chat.jsonl"
+    "$claw" preprocess --input "$tmp/chat.jsonl" --output-prefix "$tmp/chat" --sft >/dev/null 2>&1
+    run "${small[@]}" --data-path "$tmp/chat_sft_document" --dpo --split 1,0,0
+    expect_error "--dpo: .*chat_sft_document.idx: document 0 has 1 sequences; a DPO dataset \(claw preprocess --dpo\)" ;;
+  dpo_loss_type_unknown)
+    run "${small[@]}" --dpo --dpo-loss-type kto
+    expect_error "--dpo-loss-type 'kto' is not one of sigmoid \(DPO\), ipo, hinge" ;;
+  peft_other_base)
+    tiny=(--model gpt2-tiny --num-layers 2 --train-iters 1 --eval-interval 0 --micro-batch-size 2 --seq-length 16
+          --num-threads 2 --peak-gflops 100)
+    "$claw" train "${tiny[@]}" --save "$tmp/base" >/dev/null 2>&1 &&
+      "$claw" train "${tiny[@]}" --load "$tmp/base" --finetune --lora-rank 4 --save "$tmp/lora" >/dev/null 2>&1 &&
+      "$claw" ckpt export --load "$tmp/lora" --format peft --output "$tmp/adapter" >/dev/null 2>&1 &&
+      "$claw" train "${tiny[@]}" --hidden-size 128 --save "$tmp/wide" >/dev/null 2>&1 || { echo "FAIL: setup"; exit 1; }
+    out=$("$claw" ckpt import --format peft --input "$tmp/adapter" --load "$tmp/wide" --save "$tmp/imported" 2>&1); rc=$?
+    expect_error "adapter/adapter_model.safetensors: 'base_model.model.transformer.h.0.attn.c_attn.lora_A.weight' has shape \[4, 256\], but this base model needs \[4, 128\]: the adapter was made for a model of another shape"
+    [[ ! -e $tmp/imported ]] || { echo "FAIL: a checkpoint was written"; exit 1; } ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

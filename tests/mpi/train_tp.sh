@@ -20,6 +20,11 @@
 #             data: TP 2 + SP, PP 2, DP 2 with ZeRO-1 and TP 2 x DP 2 equal
 #             the single-rank run (2e-5) for gpt2-tiny and llama-tiny (GQA
 #             with KV groups replicated at TP 4 too).
+# dpo         DPO (sigmoid) on preference pairs (scripts/sft_task.py
+#             --preference, claw preprocess --dpo), gpt2-tiny with full
+#             weights and llama-tiny with LoRA: TP 2 + SP, PP 2 and DP 2 with
+#             ZeRO-1 (each computing its own reference log-probabilities)
+#             equal the single-rank run (2e-5).
 # bad_layout  layouts the model does not split into are refused before any
 #             work, naming the flags: TP not dividing the heads, the KV groups
 #             or the FFN width; --sequence-parallel without TP; a sequence
@@ -84,18 +89,28 @@ frozen)
     done
     unset -n arch freeze
   done ;;
-sft|lora)
-  /usr/bin/python3 "$here/../../scripts/sft_task.py" --train 400 --test 10 --out "$tmp/task" >/dev/null
-  "$claw" preprocess --input "$tmp/task/train.jsonl" --output-prefix "$tmp/chat" --sft --workers 1 >"$tmp/pre.log" 2>&1 ||
-    { cat "$tmp/pre.log"; fail "claw preprocess --sft"; }
-  extra=(--data-path "$tmp/chat_sft_document" --sft --split 9,1,0)
+sft|lora|dpo)
+  kind=sft
+  [[ $case_name == dpo ]] && kind=dpo
+  /usr/bin/python3 "$here/../../scripts/sft_task.py" --train 400 --test 10 --out "$tmp/task" \
+    $([[ $kind == dpo ]] && echo --preference) >/dev/null
+  "$claw" preprocess --input "$tmp/task/train.jsonl" --output-prefix "$tmp/chat" --$kind --workers 1 \
+    >"$tmp/pre.log" 2>&1 || { cat "$tmp/pre.log"; fail "claw preprocess --$kind"; }
+  extra=(--data-path "$tmp/chat_${kind}_document" --$kind --split 9,1,0)
   [[ $case_name == lora ]] && extra+=(--lora-rank 4 --lora-alpha 8 --lora-dropout 0.1)
+  [[ $case_name == dpo ]] && extra+=(--micro-batch-size 2 --lr 1e-3)
   for model in gpt llama; do
     declare -n arch=$model
     name=${model}_$case_name
+    [[ $case_name == dpo && $model == llama ]] && extra+=(--lora-rank 4 --lora-alpha 8)
     "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
       { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
-    grep -q "reset-attention-mask=true" "$tmp/$name.log" || fail "$name: --sft did not reset attention per conversation"
+    if [[ $kind == dpo ]]; then
+      grep -q "reference log-probabilities of .* pairs computed" "$tmp/$name.log" || fail "$name: no reference pass"
+      grep -q '"rewards/accuracies"' "$tmp/$name.jsonl" || fail "$name: no DPO metrics"
+    else
+      grep -q "reset-attention-mask=true" "$tmp/$name.log" || fail "$name: --sft did not reset attention per conversation"
+    fi
     runs=("2 --tensor-model-parallel-size 2 --sequence-parallel" "2 --pipeline-model-parallel-size 2"
           "2 --use-distributed-optimizer")
     if [[ $case_name == lora ]]; then
@@ -106,6 +121,7 @@ sft|lora)
     for run in "${runs[@]}"; do
       read -r np flags <<<"$run"
       run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/; s/--//g' | tr -cd 'a-z0-9_')"
+      rm -f "$tmp"/chat_dpo_document_dpo_ref_*.npy  # each layout computes its own reference
       # shellcheck disable=SC2086
       timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" $flags \
         --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||

@@ -1,6 +1,7 @@
 // SFT examples: golden loss masks for each chat template (single and multi
 // turn, with and without a system prompt, ending on a user turn), prompt /
-// completion lines, and the lines and templates that are refused.
+// completion lines, and the lines and templates that are refused; DPO's
+// preference pairs (data/preference.h, data/dpo_dataset.h) likewise.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "claw/data/dpo_dataset.h"
 #include "claw/data/gpt2_bpe.h"
+#include "claw/data/preference.h"
 #include "claw/data/preprocess.h"
 #include "claw/data/sft.h"
 #include "claw/data/sft_dataset.h"
@@ -267,6 +270,101 @@ TEST(SftDataset, RefusesDataWithoutItsMask) {
                     "claw preprocess --sft");
   o.vocab_size = 100;
   EXPECT_CLAW_ERROR(SftDataset(data.prefix, Split::train, o, t.eod()), "no loss mask");
+}
+
+// A preference line as the runs of its chosen and rejected sides.
+std::pair<Runs, Runs> encode_pair(const std::string& tmpl, const std::string& line) {
+  const ByteTokenizer& t = chat_tokens();
+  const PreferenceRecord r = parse_preference_line(one_line(line));
+  EXPECT_EQ(r.error, "") << line;
+  const PreferenceExample ex = encode_preference(SftEncoder(t, chat_template(tmpl), true), r);
+  return {runs(t, ex.chosen), runs(t, ex.rejected)};
+}
+
+TEST(Preference, TextPairsLearnTheRepliesFromWhereTheyDiffer) {
+  // The replies share " t": context, as the prompt is (the same log-probability on both sides).
+  EXPECT_EQ(encode_pair("plain", R"({"prompt": "Reverse: a t", "chosen": " t a", "rejected": " t t"})"),
+            (std::pair<Runs, Runs>{{{"Reverse: a t t ", 0}, {"a<eod>", 1}}, {{"Reverse: a t t ", 0}, {"t<eod>", 1}}}));
+}
+
+TEST(Preference, ChatPairsLearnOnlyTheReplies) {
+  // A multi-turn prompt: its assistant turn is context on both sides.
+  const std::string line = R"({"prompt": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "2+2?"},
+                                          {"role": "assistant", "content": "4"},
+                                          {"role": "user", "content": "3+3?"}],
+                               "chosen": "6", "rejected": [{"role": "assistant", "content": "7"}]})";
+  const std::string context = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+                              "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\n3+3?<|im_end|>\n"
+                              "<|im_start|>assistant\n";
+  EXPECT_EQ(encode_pair("chatml", line), (std::pair<Runs, Runs>{{{context, 0}, {"6<|im_end|>\n<eod>", 1}},
+                                                                {{context, 0}, {"7<|im_end|>\n<eod>", 1}}}));
+  // Two whole conversations (TRL's implicit prompt): the same pair.
+  const std::string implicit = R"({"chosen": [{"role": "user", "content": "3+3?"}, {"role": "assistant", "content": "6"}],
+                                   "rejected": [{"role": "user", "content": "3+3?"}, {"role": "assistant", "content": "7"}]})";
+  EXPECT_EQ(encode_pair("llama3", implicit),
+            (std::pair<Runs, Runs>{
+                {{"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n3+3?<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n", 0},
+                 {"6<|eot_id|><eod>", 1}},
+                {{"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n3+3?<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n", 0},
+                 {"7<|eot_id|><eod>", 1}}}));
+}
+
+TEST(Preference, BadLinesSayWhy) {
+  auto error = [](const std::string& line) { return parse_preference_line(line).error; };
+  EXPECT_EQ(error(R"({"prompt": "x", "chosen": "a"})"),
+            "a preference pair needs \"chosen\" and \"rejected\" (and \"prompt\"); the record's keys are "
+            "\"chosen\", \"prompt\"");
+  EXPECT_EQ(error(R"({"prompt": "x", "chosen": "a", "rejected": "a"})"),
+            "\"chosen\" and \"rejected\" are the same reply (nothing to prefer)");
+  EXPECT_EQ(error(R"({"prompt": "x", "chosen": "a", "rejected": ""})"),
+            "an empty \"chosen\" or \"rejected\" reply (nothing to compare)");
+  EXPECT_EQ(error(R"({"prompt": [{"role": "user", "content": "x"}], "chosen": "a", "rejected": [{"role": "bot", "content": "b"}]})"),
+            "rejected[0] has the unknown role \"bot\" (system, user or assistant)");
+  EXPECT_EQ(error(R"({"prompt": "x", "chosen": ["a"], "rejected": "b"})"),
+            "with a text \"prompt\", \"chosen\" and \"rejected\" must be strings (got an array and a string)");
+  EXPECT_EQ(error(R"({"chosen": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"}],
+                      "rejected": [{"role": "user", "content": "y"}]})"),
+            "a conversation without an assistant turn (nothing to learn)");
+}
+
+TEST(DpoDataset, PairsStayTogetherAndLongSidesAreCut) {
+  const ByteTokenizer& t = chat_tokens();
+  claw::testing::TempDir dir;
+  PreprocessOptions o;
+  o.input = dir.write("pairs.jsonl", R"({"prompt": "a", "chosen": "b", "rejected": "c"}
+{"prompt": "d", "chosen": "e", "rejected": "ffffffffff"}
+{"prompt": "g", "chosen": "h", "rejected": "i"}
+)");
+  o.output_prefix = dir / "out";
+  o.dpo = true;
+  o.chat_template = "plain";
+  const std::string prefix = preprocess(o, t).output_prefixes.at(0);
+  EXPECT_EQ(prefix, dir / "out_dpo_document");
+  GptDatasetOptions g{.split = "1", .seq_length = 5, .vocab_size = t.vocab_size(), .seed = 1, .num_samples = 8};
+  const DpoDataset ds(prefix, Split::train, g, t.eod());
+  EXPECT_EQ(ds.num_pairs(), 3);
+  EXPECT_EQ(ds.num_samples(), 12);  // two epochs of 3 pairs
+  EXPECT_EQ(ds.num_truncated(), 1);
+  std::vector<std::string> samples;
+  for (int64_t p = 0; p < 6; ++p) samples.push_back(show(t, ds, p));
+  // Golden for seed 1: sides 2k and 2k + 1 of one pair, the long one cut at 6 tokens.
+  EXPECT_EQ(samples, (std::vector<std::string>{"d[e<eod>]<eod><eod><eod>", "d[fffff]", "a[b<eod>]<eod><eod><eod>",
+                                               "a[c<eod>]<eod><eod><eod>", "g[h<eod>]<eod><eod><eod>",
+                                               "g[i<eod>]<eod><eod><eod>"}));
+  for (int64_t p = 0; p < ds.num_samples(); p += 2) EXPECT_EQ(ds.sequence_of(p) + 1, ds.sequence_of(p + 1));
+  EXPECT_EQ(ds.sequence_of(12), ds.sequence_of(0));  // positions past the end wrap
+
+  // An SFT dataset is not a DPO one.
+  PreprocessOptions sft = o;
+  sft.input = dir.write("sft.jsonl", R"({"prompt": "a", "completion": "b"})" "\n");
+  sft.dpo = false;
+  sft.sft = true;
+  const std::string sft_prefix = preprocess(sft, t).output_prefixes.at(0);
+  EXPECT_CLAW_ERROR(DpoDataset(sft_prefix, Split::train, g, t.eod()), "document 0 has 1 sequences",
+                    "claw preprocess --dpo");
 }
 
 }  // namespace
