@@ -55,9 +55,9 @@ def main():
               "--eval-interval", str(max(1, a.steps // 8)), "--eval-iters", "25", "--lr-warmup-iters", "10",
               "--num-threads", str(a.threads), "--log-interval", "25"]
     results = {}
-    for name, flags in (("DPO full", ["--lr", "5e-4", "--min-lr", "5e-5"]),
-                        ("DPO LoRA r=16", ["--lora-rank", "16", "--lora-alpha", "32", "--lr", "2e-3",
-                                           "--min-lr", "2e-4"])):
+    for name, flags in (("DPO full", ["--lr", "1e-4", "--min-lr", "1e-5"]),
+                        ("DPO LoRA r=16", ["--lora-rank", "16", "--lora-alpha", "32", "--lr", "1e-3",
+                                           "--min-lr", "1e-4"])):
         tag = name.split()[1].split("=")[0].lower()
         metrics = os.path.join(w, f"dpo_{tag}.jsonl")
         out = run([claw, "train", *common, *flags, "--metrics-file", metrics], os.path.join(w, f"dpo_{tag}.log"))

@@ -17,8 +17,7 @@ With --preference the lines are DPO preference pairs instead (claw
 preprocess --dpo), the right answer chosen and a wrong one rejected:
     {"prompt": [{"role": "user", "content": "Reverse: cat sun tree"}],
      "chosen": "tree sun cat", "rejected": "cat sun tree"}
-(reverse: one word of the answer replaced by a word the prompt does not
-have; add: the sum off by 1 to 10), and DIR/pairs.jsonl holds the training pairs then the held-out
+(reverse: the words left as given; add: the sum off by 1 to 10), and DIR/pairs.jsonl holds the training pairs then the held-out
 ones, for one dataset whose --split puts the held-out pairs in validation.
 """
 import argparse
@@ -40,10 +39,8 @@ def example(task, rng):
 
 
 def wrong(task, question, answer, rng):
-    if task == "reverse":  # one word of the answer replaced by one the prompt does not have
-        out = answer.split()
-        out[rng.randrange(len(out))] = rng.choice([w for w in WORDS if w not in out])
-        return " ".join(out)
+    if task == "reverse":  # the words as given: the task not done
+        return question.split(" ", 1)[1]
     return str(int(answer) + rng.choice([-1, 1]) * rng.randint(1, 10))
 
 

@@ -80,40 +80,46 @@ bool each_line(const LineChunk& chunk, EncodedChunk& r, const PreprocessOptions&
   return true;
 }
 
-// SFT lines: one output, a document of one text per line.
-EncodedChunk encode_sft_chunk(const LineChunk& chunk, const SftEncoder& encoder, const PreprocessOptions& o) {
+// Chat lines (--sft, --dpo): one output, each line a document of the
+// examples encode(line, examples) makes (SFT: one; DPO: chosen, rejected),
+// or the reason it returns for a bad line.
+template <typename F>
+EncodedChunk encode_chat_chunk(const LineChunk& chunk, const PreprocessOptions& o, F&& encode) {
   EncodedChunk r;
   r.outputs.resize(1);
   EncodedChunk::Output& out = r.outputs[0];
+  std::vector<SftExample> examples;
   each_line(chunk, r, o, [&](std::string_view line) {
-    const SftRecord record = parse_sft_line(line);
-    if (!record.error.empty()) return record.error;
-    SftExample ex = encoder.encode(record);
-    out.texts.push_back(std::move(ex.tokens));
-    out.loss_masks.push_back(std::move(ex.loss_mask));
-    out.texts_per_document.push_back(1);
+    examples.clear();
+    std::string error = encode(line, examples);
+    if (!error.empty()) return error;
+    for (SftExample& ex : examples) {
+      out.texts.push_back(std::move(ex.tokens));
+      out.loss_masks.push_back(std::move(ex.loss_mask));
+    }
+    out.texts_per_document.push_back(static_cast<int32_t>(examples.size()));
     return std::string();
   });
   return r;
 }
 
-// Preference lines: one output, a document of two texts (chosen, rejected) per line.
+EncodedChunk encode_sft_chunk(const LineChunk& chunk, const SftEncoder& encoder, const PreprocessOptions& o) {
+  return encode_chat_chunk(chunk, o, [&](std::string_view line, std::vector<SftExample>& out) {
+    const SftRecord record = parse_sft_line(line);
+    if (record.error.empty()) out.push_back(encoder.encode(record));
+    return record.error;
+  });
+}
+
 EncodedChunk encode_dpo_chunk(const LineChunk& chunk, const SftEncoder& encoder, const PreprocessOptions& o) {
-  EncodedChunk r;
-  r.outputs.resize(1);
-  EncodedChunk::Output& out = r.outputs[0];
-  each_line(chunk, r, o, [&](std::string_view line) {
+  return encode_chat_chunk(chunk, o, [&](std::string_view line, std::vector<SftExample>& out) {
     const PreferenceRecord record = parse_preference_line(line);
     if (!record.error.empty()) return record.error;
     PreferenceExample ex = encode_preference(encoder, record);
-    for (SftExample* side : {&ex.chosen, &ex.rejected}) {
-      out.texts.push_back(std::move(side->tokens));
-      out.loss_masks.push_back(std::move(side->loss_mask));
-    }
-    out.texts_per_document.push_back(2);
+    out.push_back(std::move(ex.chosen));
+    out.push_back(std::move(ex.rejected));
     return std::string();
   });
-  return r;
 }
 
 EncodedChunk encode_chunk(const LineChunk& chunk, const Tokenizer& tokenizer, const PreprocessOptions& o) {
