@@ -397,6 +397,9 @@ struct EvalCommand {
     binder->apply(args);
     if (args.ckpt.load.empty()) fail("claw eval: --load DIR (a checkpoint) is required");
     if (!args.ckpt.save.empty()) fail("claw eval does not save; drop --save");
+    if (args.train.dpo.enabled)
+      fail("claw eval --dpo is not supported: claw train --dpo reports the DPO loss and rewards of its validation "
+           "split (--split, --eval-interval)");
     const std::string dir = ckpt::resolve_load_dir(args.ckpt.load, args.ckpt.ckpt_step);
     const ckpt::Metadata meta = ckpt::Metadata::read(dir);
     args.model = model_from_flags_json(meta.model, "checkpoint " + dir);
