@@ -1,11 +1,12 @@
 """Does supervised fine-tuning teach? A small model pretrained by claw on the
 built-in corpus, then fine-tuned with `claw train --sft` on a synthetic
 instruction task (scripts/sft_task.py: reverse 3-5 words), in full and with
-LoRA adapters, scored by exact match on held-out conversations with
-generation through `claw serve` (greedy, the plain chat template), before
-SFT and along it.
+LoRA adapters (alone, and with the tied embeddings training beside them),
+scored by exact match on held-out conversations with generation through
+`claw serve` (greedy, the plain chat template), before SFT and along it.
 
-    /usr/bin/python3 bench/bench_sft.py --claw build/bin/claw [--sft-steps 600] [--workdir /tmp/claw-bench-sft]
+    /usr/bin/python3 bench/bench_sft.py --claw build/bin/claw [--base-steps 300] [--sft-steps 600]
+        [--runs full,lora,lora-save] [--workdir /tmp/claw-bench-sft]
 
 Prints a markdown table (for bench/RESULTS.md) and writes the figures to
 --out as JSON. The pretrained base is kept in the work directory and reused.
@@ -81,6 +82,9 @@ def main():
     ap.add_argument("--sft-steps", type=int, default=600)
     ap.add_argument("--points", type=int, default=4, help="checkpoints along SFT to score")
     ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--runs", default="full,lora,lora-save",
+                    help="which fine-tunings: full, lora (adapters only), lora-save (adapters and the tied "
+                         "embeddings/output layer, --lora-modules-to-save)")
     ap.add_argument("--out", default=os.path.join(HERE, "sft_results.json"))
     a = ap.parse_args()
     claw = os.path.abspath(a.claw)
@@ -105,12 +109,16 @@ def main():
     rows.append({"model": "base (pretrained)", "step": 0, "accuracy": acc, "sample": sample})
     log(rows[-1])
     runs = {}
-    # Full fine-tuning, and LoRA on every linear layer (a larger learning
-    # rate, as adapters usually take).
-    for name, flags in (("SFT full", ["--lr", "1e-3", "--min-lr", "1e-4"]),
-                        (f"SFT LoRA r={a.lora_rank}", ["--lora-rank", str(a.lora_rank), "--lora-alpha",
-                                                       str(2 * a.lora_rank), "--lr", "5e-3", "--min-lr", "5e-4"])):
-        tag = "full" if name == "SFT full" else "lora"
+    # Full fine-tuning; LoRA on every linear layer (a larger learning rate,
+    # as adapters usually take); LoRA with the tied embeddings (gpt2-tiny's
+    # output layer) training too, as PEFT's modules_to_save does.
+    lora = ["--lora-rank", str(a.lora_rank), "--lora-alpha", str(2 * a.lora_rank)]
+    choices = {"full": ("SFT full", ["--lr", "1e-3", "--min-lr", "1e-4"]),
+               "lora": (f"SFT LoRA r={a.lora_rank}", [*lora, "--lr", "5e-3", "--min-lr", "5e-4"]),
+               "lora-save": (f"SFT LoRA r={a.lora_rank} + embeddings",
+                             [*lora, "--lora-modules-to-save", "embedding.*", "--lr", "1e-3", "--min-lr", "1e-4"])}
+    for tag in a.runs.split(","):
+        name, flags = choices[tag]
         ck = os.path.join(w, tag)
         t0 = time.time()
         out = run([claw, "train", *common, "--load", base, "--finetune", "--data-path", prefix + "_sft_document",

@@ -133,6 +133,9 @@ PY
   lora_target_unknown)
     run "${small[@]}" --lora-rank 4 --lora-target-modules q_proj,c_attn
     expect_error "--lora-target-modules: 'q_proj' names no linear layer of this GPT-2 model; valid: all-linear, linear_qkv" ;;
+  lora_save_unknown)
+    run "${small[@]}" --lora-rank 4 --lora-modules-to-save 'embeding.*'
+    expect_error "--lora-modules-to-save 'embeding.*' matches no parameter of this model" ;;
   dpo_bad_pair)
     printf '%s\n' '{"prompt": "a", "chosen": "b", "rejected": "c"}' '{"prompt": "a", "chosen": "b"}' >"$tmp/pairs.jsonl"
     out=$("$claw" preprocess --input "$tmp/pairs.jsonl" --output-prefix "$tmp/pref" --dpo 2>&1); rc=$?

@@ -16,7 +16,8 @@
 # sft         --sft on chat data (scripts/sft_task.py, claw preprocess --sft):
 #             TP 2 + SP, PP 2 and DP 2 with ZeRO-1 equal the single-rank run
 #             (2e-5) for gpt2-tiny and llama-tiny.
-# lora        LoRA adapters (rank 4, all-linear, dropout 0.1) on the SFT
+# lora        LoRA adapters (rank 4, all-linear, dropout 0.1; gpt2-tiny's tied
+#             embeddings training beside them, --lora-modules-to-save) on the SFT
 #             data: TP 2 + SP, PP 2, DP 2 with ZeRO-1 and TP 2 x DP 2 equal
 #             the single-rank run (2e-5) for gpt2-tiny and llama-tiny (GQA
 #             with KV groups replicated at TP 4 too).
@@ -103,8 +104,11 @@ sft|lora|dpo)
     declare -n arch=$model
     name=${model}_$case_name
     [[ $case_name == dpo && $model == llama ]] && extra+=(--lora-rank 4 --lora-alpha 8)
-    "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
-      { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
+    # gpt2-tiny's tied embeddings (the output layer too, on the last pipeline stage) train beside its adapters.
+    run_extra=()
+    [[ $case_name == lora && $model == gpt ]] && run_extra=(--lora-modules-to-save 'embedding.*')
+    "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" "${run_extra[@]}" --metrics-file "$tmp/$name.jsonl" \
+      >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
     if [[ $kind == dpo ]]; then
       grep -q "reference log-probabilities of .* pairs computed" "$tmp/$name.log" || fail "$name: no reference pass"
       grep -q '"rewards/accuracies"' "$tmp/$name.jsonl" || fail "$name: no DPO metrics"
@@ -123,9 +127,9 @@ sft|lora|dpo)
       run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/; s/--//g' | tr -cd 'a-z0-9_')"
       rm -f "$tmp"/chat_dpo_document_dpo_ref_*.npy  # each layout computes its own reference
       # shellcheck disable=SC2086
-      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" $flags \
-        --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
-        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train ${extra[*]} $flags"; }
+      timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${arch[@]}" "${extra[@]}" "${run_extra[@]}" \
+        $flags --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
+        { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train ${extra[*]} ${run_extra[*]} $flags"; }
       /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
     done
     unset -n arch

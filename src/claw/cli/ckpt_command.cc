@@ -178,6 +178,10 @@ struct Export {
         fail("--format peft writes LoRA adapters; {} has none (its model has no --lora-rank): export it with --format "
              "hf", d);
       if (type != "f32") fail("--type {} is for --format gguf; PEFT adapters are fp32", type);
+      if (!cfg.lora.modules_to_save.empty())
+        fail("{} trains base parameters beside its adapters (--lora-modules-to-save {}), which --format peft does not "
+             "write yet; fold everything into the model with claw ckpt merge-lora and export that with --format hf",
+             d, join_names(cfg.lora.modules_to_save));
       ckpt::CheckpointReader reader(d, meta);
       // base_model_name_or_path: the Hugging Face directory the run started
       // from (--load-hf, or the base of an imported adapter) when there is one.

@@ -13,6 +13,26 @@
 
 namespace claw::cli {
 
+// A list flag's value: names separated by commas or spaces, and back.
+inline std::vector<std::string> split_names(const std::string& v) {
+  std::vector<std::string> out;
+  std::string w;
+  for (char c : v + ",") {
+    if (c == ',' || c == ' ') {
+      if (!w.empty()) out.push_back(w);
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  return out;
+}
+inline std::string join_names(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& w : names) s += (s.empty() ? "" : ",") + w;
+  return s;
+}
+
 // cfg_of: Args& -> model::ModelConfig& (the config the flags write).
 template <typename A, typename Get>
 std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
@@ -71,26 +91,15 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
       F{"lora-target-modules",
         "layers with adapters: all-linear, Megatron's linear_qkv linear_proj linear_fc1 linear_fc2, or Hugging Face "
         "module names (q_proj ... down_proj; GPT-2: c_attn c_proj c_fc); space- or comma-separated",
-        false,
-        [cfg_of](A& a, const std::string& v) {
-          std::vector<std::string>& out = cfg_of(a).lora.target_modules;
-          out.clear();
-          std::string w;
-          for (char c : v + ",") {
-            if (c == ',' || c == ' ') {
-              if (!w.empty()) out.push_back(w);
-              w.clear();
-            } else {
-              w += c;
-            }
-          }
-        },
-        [cfg_of](const A& a) {
-          std::string s;
-          for (const std::string& w : cfg_of(const_cast<A&>(a)).lora.target_modules) s += (s.empty() ? "" : ",") + w;
-          return s;
-        },
+        false, [cfg_of](A& a, const std::string& v) { cfg_of(a).lora.target_modules = split_names(v); },
+        [cfg_of](const A& a) { return join_names(cfg_of(const_cast<A&>(a)).lora.target_modules); },
         "NAME[,NAME...]"},
+      F{"lora-modules-to-save",
+        "base parameters that train beside the adapters (glob patterns over canonical names, e.g. "
+        "'embedding.word_embeddings.*': the tied embeddings and output layer); PEFT's modules_to_save",
+        false, [cfg_of](A& a, const std::string& v) { cfg_of(a).lora.modules_to_save = split_names(v); },
+        [cfg_of](const A& a) { return join_names(cfg_of(const_cast<A&>(a)).lora.modules_to_save); },
+        "PATTERN[,PATTERN...]"},
       switch_flag<A>("lora-rslora", "rank-stabilised LoRA: scale alpha / sqrt(rank)",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).lora.rslora; })
   };

@@ -44,6 +44,10 @@ struct LoraConfig {
   double dropout = 0.0;             // --lora-dropout: on the adapter's input
   std::vector<std::string> target_modules{"all-linear"};  // --lora-target-modules
   bool rslora = false;              // --lora-rslora: s = alpha / sqrt(r)
+  // --lora-modules-to-save: glob patterns over canonical parameter names
+  // that train beside the adapters (PEFT's modules_to_save; e.g. the tied
+  // word embeddings, which are also the output layer).
+  std::vector<std::string> modules_to_save;
   bool enabled() const { return rank > 0; }
   double scale() const;
   // Whether the linear layer named `megatron` (linear_qkv, ...) whose

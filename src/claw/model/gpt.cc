@@ -132,10 +132,10 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
     if (p->spec.shard_dim < 0) p->spec.primary = tp_.rank() == 0;
   // The last stage's copy of tied word embeddings counts once, on the first stage.
   if (cfg_.tied() && stage_.post_process && !stage_.pre_process) embedding_.word.spec.primary = false;
-  // With LoRA adapters only they train (and not those --freeze names).
+  // With LoRA adapters only they (and --lora-modules-to-save) train, and not those --freeze names.
   for (Param* p : params())
     p->spec.trainable =
-        !matches_any(storage.freeze, p->spec.name) && (!cfg_.lora.enabled() || is_lora_param(p->spec.name));
+        !matches_any(storage.freeze, p->spec.name) && (!cfg_.lora.enabled() || lora_trains(cfg_.lora, p->spec.name));
   store_ = std::make_unique<ParamStore>(params(), storage);
   if (storage.device && !rope_.empty()) rope_.upload(*storage.device);
 

@@ -34,6 +34,7 @@
 #include "claw/core/parallel.h"
 #include "claw/core/tensor.h"
 #include "claw/kernels/cuda/context.h"
+#include "claw/model/config.h"
 
 namespace claw::model {
 
@@ -171,6 +172,11 @@ inline bool is_lora_param(const std::string& name) {
   return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }
 bool matches_any(const std::vector<std::string>& patterns, const std::string& name);
+// Whether parameter `name` trains under `lora` (enabled): an adapter's
+// factor, or a base parameter --lora-modules-to-save names.
+inline bool lora_trains(const LoraConfig& lora, const std::string& name) {
+  return is_lora_param(name) || matches_any(lora.modules_to_save, name);
+}
 // Throws claw::Error naming the first pattern that matches none of `names`
 // (`flag` names the option in the message).
 void check_patterns_match(const std::vector<std::string>& patterns, const std::vector<std::string>& names,

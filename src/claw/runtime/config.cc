@@ -88,6 +88,12 @@ void RuntimeConfig::resolve_and_validate(int world_size) {
          "use --seq-length <= {} or raise --max-position-embeddings",
          seq_length, model.max_position_embeddings, model.max_position_embeddings);
   if (!freeze.empty()) check_freeze(model, freeze);
+  if (!model.lora.modules_to_save.empty()) {
+    if (!model.lora.enabled()) fail("--lora-modules-to-save needs --lora-rank (it names what trains beside adapters)");
+    std::vector<std::string> names;
+    for (const model::ParamSpec& s : ckpt::model_param_specs(model)) names.push_back(s.name);
+    model::check_patterns_match(model.lora.modules_to_save, names, "--lora-modules-to-save");
+  }
   const int gpu = cuda_device();
   if (allow_tf32 && gpu < 0) fail("--allow-tf32 applies to --device cuda only (the CPU's GEMMs are IEEE fp32)");
   if (gpu >= 0) {

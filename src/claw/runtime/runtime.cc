@@ -233,7 +233,7 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
       std::vector<std::string> fresh;
       for (const std::string& n : all_params)
         for (const std::string& state : optim::AdamW::state_names())
-          if (!model::matches_any(cfg_.freeze, n) && (!cfg_.model.lora.enabled() || model::is_lora_param(n)) &&
+          if (!model::matches_any(cfg_.freeze, n) && (!cfg_.model.lora.enabled() || model::lora_trains(cfg_.model.lora, n)) &&
               !meta.find(ckpt::optimizer_tensor(state, n))) {
             fresh.push_back(n);
             break;

@@ -241,6 +241,24 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
   }
 }
 
+// --lora-modules-to-save: the named base parameters train beside the
+// adapters (and get gradients); every other base parameter stays frozen.
+TEST(Model, LoraModulesToSaveTrainBesideTheAdapters) {
+  ModelConfig c = model_preset("gpt2-tiny");
+  c.num_layers = 2;
+  c.lora = {.rank = 4, .target_modules = {"linear_qkv"}, .modules_to_save = {"embedding.*", "final_norm.weight"}};
+  GPT m(c);
+  int saved = 0;
+  for (const Param* p : m.store().params()) {
+    const bool want = is_lora_param(p->spec.name) || p->spec.name.starts_with("embedding.") ||
+                      p->spec.name == "final_norm.weight";
+    EXPECT_EQ(p->spec.trainable, want) << p->spec.name;
+    EXPECT_EQ(p->grad.defined(), want) << p->spec.name;
+    saved += want && !is_lora_param(p->spec.name);
+  }
+  EXPECT_EQ(saved, 3) << "word and position embeddings, final norm weight";
+}
+
 // One micro-batch of 4 sequences and two of 2 give the same gradients (up to
 // summation order), which is what gradient accumulation promises.
 TEST(Model, GradientAccumulationEqualsOneBigBatch) {
