@@ -17,6 +17,18 @@
 // every step, the parameters its gradients were taken at ("param.<name>"),
 // the gradients and the loss (float64).
 //
+// With --grpo-generations G the loss is GRPO's (rl/grpo_loss.h): rows are
+// completions in groups of G, each a prompt of T / 4 tokens (not learned)
+// and a completion of its own length; rewards are random; the behaviour
+// log-probabilities are the initial model's, perturbed by up to +-0.3 so
+// that ratios leave the clip range both ways (stale samples); the
+// reference is the initial model; with --importance-correction the
+// proximal log-probabilities are claw's at each step's weights. Metadata
+// "grpo" holds the options; grpo.safetensors the rewards [steps, B] and the
+// behaviour log-probabilities [steps, B, T]; grpo_step<s>.safetensors, like
+// dpo_step<s>, the weights, gradients and loss of every step and the
+// proximal log-probabilities.
+//
 // Every step's gradients come from `accum` micro-batches (B / accum
 // sequences each) to exercise accumulation; the reference uses whole batches.
 #include <filesystem>
@@ -35,6 +47,7 @@
 #include "claw/optim/adamw.h"
 #include "claw/optim/lr_schedule.h"
 #include "claw/runtime/model_chunks.h"
+#include "claw/rl/grpo_loss.h"
 #include "claw/train/dpo.h"
 #include "claw/train/step.h"
 
@@ -78,6 +91,7 @@ int main(int argc, char** argv) {
   kernels::ensure_fast_blas(argc, argv);
   CLI::App app("claw parity dump");
   std::string preset = "gpt2-tiny", out, freeze, dpo_loss = "sigmoid";
+  rl::GrpoConfig grpo{.num_generations = 0, .clip_eps_low = 0.2, .clip_eps_high = 0.28};
   double dpo_beta = 0;
   int64_t B = 4, T = 64, steps = 10, accum = 2, seed = 1234, threads = 2, vocab = 0;
   app.add_option("--model", preset);
@@ -92,6 +106,11 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-size", vocab, "override the preset's vocabulary (0: keep it)");
   app.add_option("--dpo-beta", dpo_beta, "DPO's loss with this beta instead of the language-model loss (0: off)");
   app.add_option("--dpo-loss", dpo_loss, "with --dpo-beta: sigmoid, ipo or hinge");
+  app.add_option("--grpo-generations", grpo.num_generations, "GRPO's loss over groups of this many rows (0: off)");
+  app.add_option("--kl-beta", grpo.kl_beta, "with --grpo-generations: the k3 penalty's weight");
+  app.add_flag("--importance-correction", grpo.importance_correction, "with --grpo-generations");
+  app.add_option("--loss-agg-mode", grpo.loss_agg_mode, "with --grpo-generations");
+  app.add_flag("--advantage-no-std", grpo.advantage_no_std, "with --grpo-generations");
   CLI11_PARSE(app, argc, argv);
   try {
     CLAW_CHECK(B % accum == 0, "--batch must be a multiple of --accum");
@@ -138,6 +157,19 @@ int main(int argc, char** argv) {
       }
     }
 
+    const bool grpo_on = grpo.num_generations > 0;
+    std::vector<int64_t> completion_len(static_cast<size_t>(steps * B));
+    if (grpo_on) {  // a prompt of T / 4 tokens, then a completion of T / 2 + (r * 7) % (T / 4) tokens
+      CLAW_CHECK(B % grpo.num_generations == 0, "--batch must hold whole groups of --grpo-generations");
+      const int64_t P = T / 4;
+      for (int64_t r = 0; r < steps * B; ++r) {
+        const int64_t n = T / 2 + (r * 7) % (T / 4);
+        completion_len[r] = n;
+        for (int64_t t = 0; t < T; ++t)
+          if (t < P - 1 || t >= P - 1 + n) targets[r * T + t] = -1;
+      }
+    }
+
     nlohmann::json meta = {{"config", config_json(cfg)},
                            {"batch", B}, {"seq", T}, {"steps", steps}, {"accum", accum},
                            {"adam", {{"beta1", adam.beta1}, {"beta2", adam.beta2}, {"eps", adam.eps},
@@ -149,6 +181,16 @@ int main(int argc, char** argv) {
     }
     meta["no_decay"] = no_decay;
     meta["dpo"] = dpo ? nlohmann::json{{"beta", dpo_beta}, {"loss", dpo_loss}} : nlohmann::json();
+    meta["grpo"] = grpo_on ? nlohmann::json{{"num_generations", grpo.num_generations},
+                                            {"clip_eps_low", grpo.clip_eps_low},
+                                            {"clip_eps_high", grpo.clip_eps_high},
+                                            {"kl_beta", grpo.kl_beta},
+                                            {"importance_correction", grpo.importance_correction},
+                                            {"is_truncation", grpo.is_truncation},
+                                            {"loss_agg_mode", grpo.loss_agg_mode},
+                                            {"advantage_no_std", grpo.advantage_no_std},
+                                            {"prompt_len", T / 4}}
+                           : nlohmann::json();
     meta["frozen"] = frozen;
     ckpt::write_safetensors(out + "/init.safetensors", param_views(m, false, ""), {{"meta", meta.dump()}});
     ckpt::write_safetensors(out + "/batch.safetensors",
@@ -176,10 +218,64 @@ int main(int argc, char** argv) {
                                                                       .loss_type = dpo_loss},
                                                      [&](int64_t sample) { return reference[sample]; });
     }
+    // GRPO: every step's completions, their rewards and behaviour
+    // log-probabilities (the initial model's, perturbed), and the reference.
+    std::vector<std::vector<rl::PolicySample>> grpo_batches(static_cast<size_t>(steps));
+    std::vector<double> rewards(static_cast<size_t>(steps * B));
+    std::vector<float> behaviour(static_cast<size_t>(steps * B * T), 0.0f);
+    std::unique_ptr<rl::GrpoLoss> grpo_loss_fn;
+    if (grpo_on) {
+      const int64_t P = T / 4;
+      std::vector<float> initial(static_cast<size_t>(steps * B * T), 0.0f);
+      rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { initial[sample * T + t] = lp; });
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t off = s * B * T;
+        batch.assign({tokens.begin() + off, tokens.begin() + off + B * T},
+                     {targets.begin() + off, targets.begin() + off + B * T});
+        train::eval_loss(whole, cpu, batch, static_cast<uint64_t>(seed), static_cast<uint64_t>(s * B), &record);
+      }
+      RandomStream noise(static_cast<uint64_t>(seed), hash_name("parity.grpo"));
+      for (int64_t r = 0; r < steps * B; ++r) rewards[r] = static_cast<double>(noise.block(r)[0] % 1000) / 1000.0;
+      for (int64_t s = 0; s < steps; ++s) {
+        const std::vector<double> adv =
+            rl::group_advantages({rewards.begin() + s * B, rewards.begin() + (s + 1) * B}, grpo.num_generations,
+                                 grpo.advantage_no_std);
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t r = s * B + b;
+          rl::PolicySample ps{.prompt_len = P, .advantage = adv[b]};
+          for (int64_t j = 0; j < completion_len[r]; ++j) {
+            const int64_t t = P - 1 + j;
+            const float u = static_cast<float>(noise.block(steps * B + r * T + t)[1] % 2001) / 1000.0f - 1.0f;
+            behaviour[r * T + t] = initial[r * T + t] + 0.3f * u;
+            ps.behaviour.push_back(behaviour[r * T + t]);
+            if (grpo.kl_beta > 0) ps.reference.push_back(initial[r * T + t]);
+          }
+          grpo_batches[s].push_back(std::move(ps));
+        }
+      }
+      grpo_loss_fn = std::make_unique<rl::GrpoLoss>(grpo);
+      ckpt::write_safetensors(out + "/grpo.safetensors", {{"rewards", DType::f64, {steps, B}, rewards.data()},
+                                                          {"behaviour", DType::f32, {steps, B, T}, behaviour.data()}});
+    }
+    std::vector<float> proximal(static_cast<size_t>(B * T), 0.0f);
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t off = s * B * T;
       batch.assign({tokens.begin() + off, tokens.begin() + off + B * T},
                    {targets.begin() + off, targets.begin() + off + B * T});
+      if (grpo_on) {
+        if (grpo.importance_correction) {  // the learner's own log-probabilities before the update
+          std::fill(proximal.begin(), proximal.end(), 0.0f);
+          rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { proximal[(sample - s * B) * T + t] = lp; });
+          train::eval_loss(whole, cpu, batch, static_cast<uint64_t>(seed), static_cast<uint64_t>(s * B), &record);
+          for (int64_t b = 0; b < B; ++b) {
+            rl::PolicySample& ps = grpo_batches[s][b];
+            ps.proximal.clear();
+            for (int64_t j = 0; j < completion_len[s * B + b]; ++j)
+              ps.proximal.push_back(proximal[b * T + ps.prompt_len - 1 + j]);
+          }
+        }
+        grpo_loss_fn->set_batch(s * B, &grpo_batches[s]);
+      }
       if (s == 0) {
         model::StepCtx ctx{.cpu = cpu, .B = mb, .T = T};
         for (int64_t k = 0; k < accum; ++k) {
@@ -196,6 +292,14 @@ int main(int argc, char** argv) {
           views.push_back({"loss", DType::f64, {1}, &loss});
           ckpt::write_safetensors(fmt::format("{}/dpo_step{}.safetensors", out, s), views);
         }
+        if (grpo_on) {  // the same, with the proximal log-probabilities the step used
+          auto views = param_views(m, true, "grad.");
+          for (const ckpt::TensorView& v : param_views(m, false, "param.")) views.push_back(v);
+          const double loss = r.loss;
+          views.push_back({"loss", DType::f64, {1}, &loss});
+          views.push_back({"proximal", DType::f32, {B, T}, proximal.data()});
+          ckpt::write_safetensors(fmt::format("{}/grpo_step{}.safetensors", out, s), views);
+        }
         if (s != 0) return;
         auto views = param_views(m, true, "grad.");
         float loss_value = static_cast<float>(r.loss);
@@ -204,7 +308,9 @@ int main(int argc, char** argv) {
         ckpt::write_safetensors(out + "/step0.safetensors", views);
       };
       train::StepResult r = train::train_step(whole, opt, cpu, batch, s, lr, static_cast<uint64_t>(seed),
-                                              static_cast<uint64_t>(s * B), dump_step0, dpo_loss_fn.get());
+                                              static_cast<uint64_t>(s * B), dump_step0,
+                                              grpo_on ? static_cast<model::SequenceLoss*>(grpo_loss_fn.get())
+                                                      : dpo_loss_fn.get());
       result["losses"].push_back(r.loss);
       result["grad_norms"].push_back(r.grad_norm);
       result["lrs"].push_back(lr);

@@ -26,6 +26,20 @@ projections' gradients, as it does under the language-model loss).
 Along the trajectory the DPO loss, a difference of sequence sums, drifts
 sooner than the language-model loss, so that tolerance is 1e-4 there.
 
+With --grpo-generations G [--kl-beta B] [--importance-correction]
+[--loss-agg-mode token-mean|seq-mean-token-mean] [--advantage-no-std] the
+loss is GRPO's, written here from its formula (DeepSeekMath eq. 3 with
+DAPO's clip-higher and a truncated importance weight): rows are completions
+in groups of G with claw's random rewards, advantages (r - mean) / (std +
+1e-4) per group (unbiased std), rho = exp(lp - old) with old the behaviour
+log-probabilities claw dumps (or, with the correction, the proximal ones, as
+data), each token's loss -w min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)
++ beta (exp(ref - lp) - (ref - lp) - 1) with the reference the initial
+weights and w = min(exp(prox - beh), C) with the correction (else 1),
+aggregated over tokens or per sequence. The same per-step checks as DPO's:
+the loss (1e-6 of the mean absolute token loss: a group's advantages sum to
+zero, so the loss itself can be near zero) and the gradients (1e-5).
+
 With --freeze PATTERNS claw trains with those parameters frozen and the
 reference sets requires_grad=False on the same ones (the list claw dumps):
 claw must dump no gradient for them, the norm, clipping and AdamW cover the
@@ -181,6 +195,46 @@ def dpo_loss(ref, logits, targets, reference, beta, kind):
     return losses.mean()
 
 
+def token_logps(ref, logits, targets):
+    """Each position's log-probability of its target (0 where the target is -1)."""
+    V = ref.cfg["vocab_size"]
+    return -F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1).long().clamp(min=0),
+                            reduction="none").reshape(targets.shape)
+
+
+def grpo_advantages(rewards, G, no_std):
+    r = rewards.reshape(-1, G)
+    a = r - r.mean(-1, keepdim=True)
+    if not no_std:
+        a = a / (r.std(-1, keepdim=True) + 1e-4)
+    return a.reshape(-1)
+
+
+def grpo_loss(ref, logits, targets, behaviour, proximal, reference, rewards, g):
+    """GRPO's loss and the mean absolute token loss (the scale its error is measured on)."""
+    mask = (targets >= 0).double()
+    lp = token_logps(ref, logits, targets)
+    A = grpo_advantages(rewards, g["num_generations"], g["advantage_no_std"])[:, None]
+    beh = behaviour.double()
+    if g["importance_correction"]:
+        old = proximal.double() if proximal is not None else lp.detach()
+        w = torch.exp(old - beh).clamp(max=g["is_truncation"])
+    else:
+        old, w = beh, torch.ones_like(beh)
+    rho = torch.exp(lp - old)
+    surrogate = torch.minimum(rho * A, rho.clamp(1 - g["clip_eps_low"], 1 + g["clip_eps_high"]) * A)
+    l = -w * surrogate
+    if g["kl_beta"] > 0:
+        d = reference - lp
+        l = l + g["kl_beta"] * (torch.exp(d) - d - 1)
+    l = l * mask
+    if g["loss_agg_mode"] == "token-mean":
+        loss = l.sum() / mask.sum()
+    else:
+        loss = (l.sum(-1) / mask.sum(-1)).mean()
+    return loss, float(l.abs().sum() / mask.sum())
+
+
 def lr_at(step, max_lr, min_lr, warmup, decay):
     if step < warmup:
         return max_lr * (step + 1) / warmup
@@ -204,6 +258,11 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=0, help="override the preset's vocabulary")
     ap.add_argument("--dpo-beta", type=float, default=0.0, help="DPO's loss with this beta (0: language-model loss)")
     ap.add_argument("--dpo-loss", default="sigmoid", choices=["sigmoid", "ipo", "hinge"])
+    ap.add_argument("--grpo-generations", type=int, default=0, help="GRPO's loss over groups of this many rows")
+    ap.add_argument("--kl-beta", type=float, default=0.0)
+    ap.add_argument("--importance-correction", action="store_true")
+    ap.add_argument("--loss-agg-mode", default="token-mean", choices=["token-mean", "seq-mean-token-mean"])
+    ap.add_argument("--advantage-no-std", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(2)
 
@@ -211,7 +270,11 @@ def main():
         work = args.workdir or tmp
         extra = (["--freeze", args.freeze] if args.freeze else []) + \
                 (["--vocab-size", str(args.vocab_size)] if args.vocab_size else []) + \
-                (["--dpo-beta", str(args.dpo_beta), "--dpo-loss", args.dpo_loss] if args.dpo_beta else [])
+                (["--dpo-beta", str(args.dpo_beta), "--dpo-loss", args.dpo_loss] if args.dpo_beta else []) + \
+                (["--grpo-generations", str(args.grpo_generations), "--kl-beta", str(args.kl_beta),
+                  "--loss-agg-mode", args.loss_agg_mode] +
+                 (["--importance-correction"] if args.importance_correction else []) +
+                 (["--advantage-no-std"] if args.advantage_no_std else []) if args.grpo_generations else [])
         subprocess.run([args.dump_tool, "--model", args.model, "--out", work, "--steps", str(args.steps)] + extra,
                        check=True)
         init, meta = read_safetensors(f"{work}/init.safetensors")
@@ -223,13 +286,21 @@ def main():
             claw = json.load(f)
         dpo_steps = [read_safetensors(f"{work}/dpo_step{s}.safetensors")[0] for s in range(args.steps)] \
             if args.dpo_beta else []
+        grpo_steps = [read_safetensors(f"{work}/grpo_step{s}.safetensors")[0] for s in range(args.steps)] \
+            if args.grpo_generations else []
+        grpo_data = read_safetensors(f"{work}/grpo.safetensors")[0] if args.grpo_generations else None
 
     cfg, adam = meta["config"], meta["adam"]
     frozen = set(meta.get("frozen", []))
     ref = Reference(cfg, init, frozen)
     failures = []
     dpo = meta.get("dpo")
+    grpo = meta.get("grpo")
     label = args.model + (" frozen" if frozen else "") + (f" DPO {dpo['loss']} beta {dpo['beta']}" if dpo else "")
+    if grpo:
+        label += (f" GRPO G={grpo['num_generations']} kl {grpo['kl_beta']} {grpo['loss_agg_mode']}" +
+                  (" IS-corrected" if grpo["importance_correction"] else "") +
+                  (" no-std" if grpo["advantage_no_std"] else ""))
 
     def check(what, err, tol):
         status = "ok" if err <= tol else "FAIL"
@@ -241,18 +312,31 @@ def main():
     if dpo:
         with torch.no_grad():  # the reference: the initial weights
             reference = [sequence_logps(ref, ref.logits(tokens[s]), targets[s])[0] for s in range(args.steps)]
+    if grpo:
+        with torch.no_grad():  # the reference: the initial weights
+            reference = [token_logps(ref, ref.logits(tokens[s]), targets[s]) for s in range(args.steps)]
+        proximal = [d["proximal"] for d in grpo_steps]
 
-    def step_loss(s, logits):
+    def step_loss(s, logits, scale=None, own_proximal=False):
         if dpo:
             return dpo_loss(ref, logits, targets[s], reference[s], dpo["beta"], dpo["loss"])
+        if grpo:
+            loss, mean_abs = grpo_loss(ref, logits, targets[s], grpo_data["behaviour"][s],
+                                       None if own_proximal else proximal[s],
+                                       reference[s], grpo_data["rewards"][s], grpo)
+            if scale is not None:
+                scale.append(mean_abs)
+            return loss
         return ref.loss(logits, targets[s])
 
     logits = ref.logits(tokens[0])
-    loss = step_loss(0, logits)
+    scale = []
+    loss = step_loss(0, logits, scale)
     loss.backward()
     B, T = tokens.shape[1], tokens.shape[2]
     check("logits", rel(step0["logits"].double(), logits.detach().reshape(B * T, -1)), TOLERANCES["logits"])
-    check("loss", abs(float(step0["loss"][0]) - float(loss)) / abs(float(loss)), TOLERANCES["loss"])
+    check("loss", abs(float(step0["loss"][0]) - float(loss)) / (scale[0] if grpo else abs(float(loss))),
+          TOLERANCES["loss"])
     # A tensor whose exact gradient is zero (the key bias: softmax ignores a
     # constant added to every score of a row) is compared on the scale of the
     # model's gradients rather than its own ~1e-20.
@@ -273,18 +357,19 @@ def main():
             worst, worst_name = e, name
     check(f"grads (worst: {worst_name})", worst, TOLERANCES["grad"])
 
-    if dpo:
+    if dpo or grpo:
         # Each step at claw's own weights: the formula's loss and gradients.
         worst_loss, worst_grad, worst_name = 0.0, 0.0, ""
         saved = {n: p.detach().clone() for n, p in ref.P.items()}
-        for s, d in enumerate(dpo_steps):
+        for s, d in enumerate(dpo_steps or grpo_steps):
             with torch.no_grad():
                 for n, p in ref.P.items():
                     p.copy_(d["param." + n].double())
                     p.grad = None
-            loss = step_loss(s, ref.logits(tokens[s]))
+            scale = []
+            loss = step_loss(s, ref.logits(tokens[s]), scale)
             loss.backward()
-            worst_loss = max(worst_loss, abs(float(d["loss"][0]) - float(loss)) / abs(float(loss)))
+            worst_loss = max(worst_loss, abs(float(d["loss"][0]) - float(loss)) / (scale[0] if grpo else abs(float(loss))))
             # A tensor whose exact gradient is zero (the key bias) on the model's scale, as above.
             floor = 1e-3 * max(float(p.grad.norm()) for p in trained.values())
             for n, p in trained.items():
@@ -295,8 +380,9 @@ def main():
             for n, p in ref.P.items():
                 p.copy_(saved[n])
                 p.grad = None
-        check(f"DPO loss at claw's weights, each of {args.steps} steps", worst_loss, 1e-6)
-        check(f"DPO gradients at claw's weights, relative L2 (worst: {worst_name})", worst_grad, 1e-5)
+        what = "DPO" if dpo else "GRPO"
+        check(f"{what} loss at claw's weights, each of {args.steps} steps", worst_loss, 1e-6)
+        check(f"{what} gradients at claw's weights, relative L2 (worst: {worst_name})", worst_grad, 1e-5)
 
     # N AdamW steps on the reference, compared with claw's losses.
     no_decay = set(meta["no_decay"])
@@ -308,19 +394,20 @@ def main():
     worst_loss, worst_norm, worst_lr = 0.0, 0.0, 0.0
     for s in range(args.steps):
         opt.zero_grad()
-        loss = step_loss(s, ref.logits(tokens[s]))
+        scale = []  # GRPO: its proximal log-probabilities are the reference's own at its weights
+        loss = step_loss(s, ref.logits(tokens[s]), scale, own_proximal=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], adam["clip_grad"])
         lr = lr_at(s, 3e-3, 3e-4, 3, args.steps)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
-        worst_loss = max(worst_loss, abs(claw["losses"][s] - float(loss)) / abs(float(loss)))
+        worst_loss = max(worst_loss, abs(claw["losses"][s] - float(loss)) / (scale[0] if grpo else abs(float(loss))))
         worst_norm = max(worst_norm, abs(claw["grad_norms"][s] - float(norm)) / float(norm))
         worst_lr = max(worst_lr, abs(claw["lrs"][s] - lr) / lr)
         print(f"{label} step {s + 1}: loss claw {claw['losses'][s]:.7f} torch {float(loss):.7f}  "
               f"grad norm claw {claw['grad_norms'][s]:.6f} torch {float(norm):.6f}")
-    check(f"loss over {args.steps} AdamW steps", worst_loss, 1e-4 if dpo else TOLERANCES["step_loss"])
+    check(f"loss over {args.steps} AdamW steps", worst_loss, 1e-4 if dpo or grpo else TOLERANCES["step_loss"])
     check(f"grad norm over {args.steps} steps", worst_norm, TOLERANCES["grad_norm"])
     check("learning rate schedule", worst_lr, 1e-12)
     if frozen:
