@@ -19,6 +19,7 @@
 #include "claw/cli/plan_command.h"
 #include "claw/cli/inspect_dataset_command.h"
 #include "claw/cli/preprocess_command.h"
+#include "claw/cli/rl_command.h"
 #include "claw/cli/tokenize_command.h"
 #include "claw/cli/train_command.h"
 #include "claw/cli/train_tokenizer_command.h"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   claw::cli::add_train_command(app);
   claw::cli::add_eval_command(app);
   claw::cli::add_ckpt_command(app);
+  claw::cli::add_rl_command(app);
   claw::cli::add_generate_command(app);
   claw::cli::add_chat_command(app);
   claw::cli::add_perplexity_command(app);

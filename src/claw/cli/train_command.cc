@@ -15,6 +15,7 @@
 #include "claw/cli/ckpt_command.h"
 #include "claw/cli/flags.h"
 #include "claw/cli/model_flags.h"
+#include "claw/cli/train_args.h"
 #include "claw/comm/world.h"
 #include "claw/core/fault_injector.h"
 #include "claw/core/log.h"
@@ -27,28 +28,6 @@
 #include "claw/train/trainer.h"
 
 namespace claw::cli {
-
-namespace {
-
-struct TrainArgs {
-  model::ModelConfig model = model::model_preset("gpt2-tiny");
-  train::TrainConfig train;
-  optim::LrSchedule lr;
-  optim::AdamWConfig adam;
-  train::DataConfig data;
-  train::ParallelConfig parallel;
-  train::CheckpointConfig ckpt;
-  std::string parallel_mode = "manual";  // --parallel manual|auto
-  std::shared_ptr<const FaultInjector> faults;  // --test-fault (hidden; the fault tests only)
-  TrainArgs() {
-    // The default job: a small model that visibly learns the built-in corpus in a few minutes.
-    lr.max_lr = 1e-3;
-    lr.min_lr = 1e-4;
-    lr.warmup_iters = 10;
-    adam.beta2 = 0.95;
-    adam.weight_decay = 0.1;
-  }
-};
 
 using F = Flag<TrainArgs>;
 
@@ -233,6 +212,8 @@ std::string resolved_config(const TrainArgs& a) {
   return s;
 }
 
+namespace {
+
 // --parallel auto: the planner's fastest layout that fits (src/claw/plan)
 // among those claw train runs, for the ranks launched; flags given
 // explicitly pin their part. Every rank computes the same choice.
@@ -284,6 +265,8 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
             best.tokens_per_s, best.time.total, best.memory.total() / 1073741824.0, plan::describe(best.memory),
             l.flags(job));
 }
+
+}  // namespace
 
 // Joins the job (mpirun/srun ranks, or one process) with --distributed-
 // timeout-minutes as every wait's deadline, sets up logging, lets
@@ -345,6 +328,8 @@ void import_hf_for_finetune(TrainArgs& a, comm::World& world) {
   a.ckpt.load = dir;
   a.ckpt.finetune = true;
 }
+
+namespace {
 
 struct TrainCommand {
   std::string preset;

@@ -22,6 +22,10 @@ class SingleWorld final : public World {
     CLAW_CHECK(groups.size() == 1 && groups[0] == std::vector<int>{0}, "group {} of a single-process world", name);
     return std::make_shared<SelfGroup>(name);
   }
+  std::unique_ptr<World> sub_world(const std::string& name, const std::vector<std::vector<int>>& parts) override {
+    CLAW_CHECK(parts.size() == 1 && parts[0] == std::vector<int>{0}, "sub-world {} of a single-process world", name);
+    return std::make_unique<SingleWorld>(opts_);
+  }
 
  private:
   std::shared_ptr<Group> world_;

@@ -54,6 +54,12 @@ class World {
   // in exactly one list, the same lists on every rank). Returns the group
   // holding this rank, its members in the list's order, named `name`.
   virtual std::shared_ptr<Group> split(const std::string& name, const std::vector<std::vector<int>>& groups) = 0;
+  // Collective over the world: `parts` partitions the world ranks as for
+  // split(); returns the part holding this rank as a world of its own (its
+  // ranks numbered in the list's order, its groups and splits among its
+  // members only): the learner and generator groups of one MPMD job. It
+  // must be destroyed before this world.
+  virtual std::unique_ptr<World> sub_world(const std::string& name, const std::vector<std::vector<int>>& parts) = 0;
 
   const WorldOptions& options() const { return opts_; }
 

@@ -365,13 +365,21 @@ void release_pages(void* p, size_t bytes) {
 
 }  // namespace
 
-void GPT::merge_lora(const CpuCtx& ctx) {
+std::vector<Linear*> GPT::linears() const {
+  std::vector<Linear*> ls;
   for (const auto& b : blocks_) {
-    std::vector<Linear*> ls;
     b->attention.linears(ls);
     b->mlp.linears(ls);
-    for (Linear* l : ls) l->merge_lora(ctx);
   }
+  return ls;
+}
+
+void GPT::merge_lora(const CpuCtx& ctx) {
+  for (Linear* l : linears()) l->merge_lora(ctx);
+}
+
+void GPT::remerge_lora(const CpuCtx& ctx) {
+  for (Linear* l : linears()) l->remerge_lora(ctx);
 }
 
 GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::WeightType t,
@@ -417,12 +425,7 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
       q.dequantize(w.data());
     }
   }
-  for (auto& block : blocks_) {
-    std::vector<Linear*> linears;
-    block->attention.linears(linears);
-    block->mlp.linears(linears);
-    for (Linear* l : linears) convert(l->weight, l->inference_weight, true);
-  }
+  for (Linear* l : linears()) convert(l->weight, l->inference_weight, true);
   convert(output_.weight(), output_.inference_weight, !cfg_.tied());
   return r;
 }

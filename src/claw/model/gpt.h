@@ -216,6 +216,9 @@ class GPT {
   // Folds every LoRA adapter into its weight (Linear::merge_lora): the
   // adapters stay in the store but no longer take part in forward.
   void merge_lora(const CpuCtx& ctx);
+  // After every weight was overwritten with unmerged values (base and
+  // adapters, an RL weight sync): folds the adapters in again.
+  void remerge_lora(const CpuCtx& ctx);
   // LoRA adapters are merged into their weights first (merge_lora).
   InferenceWeights set_inference_weights(const CpuCtx& ctx, kernels::WeightType t,
                                          const std::map<std::string, kernels::WeightMatrix>* given = nullptr,
@@ -228,6 +231,7 @@ class GPT {
   std::string first_non_finite_grad(const CpuCtx& ctx) const;
 
  private:
+  std::vector<Linear*> linears() const;  // every block's, in order
   ModelConfig cfg_;
   PipelineStage stage_;
   std::unique_ptr<comm::Group> own_tp_, own_kv_;  // one-rank groups when none is given

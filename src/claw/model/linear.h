@@ -91,6 +91,12 @@ class Linear {
   // W += s B A on this rank's slice, and the adapter is gone from the
   // forward (generation merges adapters once; claw ckpt merge-lora).
   void merge_lora(const CpuCtx& cpu);
+  // The weight was overwritten with unmerged values (an RL weight sync
+  // brings base and adapters): folds the adapter in again.
+  void remerge_lora(const CpuCtx& cpu) {
+    lora_merged_ = false;
+    merge_lora(cpu);
+  }
 
   Param weight;
   Param bias;  // value undefined when the layer has no bias

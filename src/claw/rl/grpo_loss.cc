@@ -75,6 +75,12 @@ double GrpoLoss::apply(const model::StepCtx& ctx, const float* losses, const int
       CLAW_CHECK(targets[row * T + t] >= 0, "completion token {} of sample {} has no target", j, index + first_);
       const double lp = -static_cast<double>(losses[row * T + t]);
       const double beh = s.behaviour[j];
+      if (s.on_policy) {
+        const double d = std::abs(lp - beh);
+        sums_.mismatch_tokens += 1;
+        sums_.mismatch_sum += d;
+        sums_.mismatch_max = std::max(sums_.mismatch_max, d);
+      }
       const double old = corrected ? s.proximal[j] : beh;
       double w = 1;
       if (corrected) {

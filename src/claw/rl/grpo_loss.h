@@ -71,6 +71,9 @@ struct PolicySample {
   std::vector<float> behaviour;  // beh_j: log-probabilities at sampling
   std::vector<float> proximal;   // prox_j (with the correction; else empty)
   std::vector<float> reference;  // ref_j (kl_beta > 0; else empty)
+  // Sampled with the learner's current weights: its behaviour log-
+  // probabilities are compared with the learner's (GrpoSums::mismatch).
+  bool on_policy = false;
 };
 
 // Sums over this rank's completions since the last take().
@@ -80,6 +83,9 @@ struct GrpoSums {
   double ratio = 0;         // sum of rho_t
   double is_weight = 0;     // sum of w_t
   double is_truncated = 0;  // tokens whose weight hit C
+  // |lp_t - beh_t| over the tokens of on-policy samples: what the learner
+  // and the generator disagree on at the same weights.
+  double mismatch_tokens = 0, mismatch_sum = 0, mismatch_max = 0;
 };
 
 class GrpoLoss final : public model::SequenceLoss {

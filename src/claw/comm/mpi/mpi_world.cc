@@ -14,33 +14,28 @@ namespace claw::comm::mpi {
 
 namespace {
 
+// The job's world (MPI_COMM_WORLD, which it initialises and finalises), or
+// a sub-world: a part of it with a communicator of its own (World::
+// sub_world), whose ranks, groups and splits are the part's.
 class MpiWorld final : public World {
  public:
-  explicit MpiWorld(const WorldOptions& opts) : World(opts) {
+  explicit MpiWorld(const WorldOptions& opts) : World(opts), root_(true) {
     int provided = 0;
     CLAW_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     if (provided < MPI_THREAD_MULTIPLE)
       fail("the MPI library provides thread level {} but claw needs MPI_THREAD_MULTIPLE (3)", provided);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    {
-      MPI_Comm c = MPI_COMM_NULL;
-      CLAW_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &c));
-      Communicator local(c);
-      MPI_Comm_rank(local.get(), &local_rank_);
-      MPI_Comm_size(local.get(), &local_size_);
-    }
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     MPI_Get_library_version(version, &len);
     library_ = std::string(version, len);
     if (auto nl = library_.find_first_of(",\n"); nl != std::string::npos) library_.resize(nl);
     detail::FlightRecorder::instance().resize(opts.flight_record_size);
-    std::vector<int> all(size_);
-    for (int i = 0; i < size_; ++i) all[i] = i;
-    world_ = std::make_shared<MpiGroup>("world", rank_, all, Communicator(MPI_COMM_WORLD), rank_, opts.timeout,
-                                        opts.faults);
+    join(Communicator(MPI_COMM_WORLD), "world");
+  }
+  MpiWorld(const WorldOptions& opts, Communicator comm, const std::string& name, std::string library)
+      : World(opts), root_(false), library_(std::move(library)) {
+    join(std::move(comm), name);
   }
 
   ~MpiWorld() override {
@@ -63,7 +58,7 @@ class MpiWorld final : public World {
     world_->begin_shutdown(deadline);
     for (auto& g : live) g->finish_shutdown();
     world_->finish_shutdown();
-    MPI_Finalize();
+    if (root_) MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
@@ -74,6 +69,41 @@ class MpiWorld final : public World {
   std::shared_ptr<Group> world_group() override { return world_; }
 
   std::shared_ptr<Group> split(const std::string& name, const std::vector<std::vector<int>>& groups) override {
+    auto [comm, key, members] = split_comm(name, groups);
+    auto g = std::make_shared<MpiGroup>(name, key, members, std::move(comm), job_rank_, opts_.timeout, opts_.faults);
+    groups_.push_back(g);
+    return g;
+  }
+
+  std::unique_ptr<World> sub_world(const std::string& name, const std::vector<std::vector<int>>& parts) override {
+    auto [comm, key, members] = split_comm(name, parts);
+    return std::make_unique<MpiWorld>(opts_, std::move(comm), name, library_);
+  }
+
+ private:
+  // This rank's place over communicator `comm`, named `name`.
+  void join(Communicator comm, const std::string& name) {
+    MPI_Comm_rank(comm.get(), &rank_);
+    MPI_Comm_size(comm.get(), &size_);
+    {
+      MPI_Comm c = MPI_COMM_NULL;
+      CLAW_MPI_CHECK(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &c));
+      Communicator local(c);
+      MPI_Comm_rank(local.get(), &local_rank_);
+      MPI_Comm_size(local.get(), &local_size_);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &job_rank_);  // the flight record's rank
+    std::vector<int> all(size_);
+    for (int i = 0; i < size_; ++i) all[i] = i;
+    world_ = std::make_shared<MpiGroup>(name, rank_, all, std::move(comm), job_rank_, opts_.timeout, opts_.faults);
+  }
+
+  struct Split {
+    Communicator comm;
+    int key = -1;
+    std::vector<int> members;
+  };
+  Split split_comm(const std::string& name, const std::vector<std::vector<int>>& groups) {
     int color = -1, key = -1;
     std::vector<int> members;
     std::vector<int> seen(size_, 0);
@@ -93,18 +123,17 @@ class MpiWorld final : public World {
     for (int r = 0; r < size_; ++r)
       CLAW_CHECK(seen[r] == 1, "group {}: rank {} is in none of the lists (they must partition the {} ranks)", name,
                  r, size_);
-    // On the world's thread: a split is a collective over MPI_COMM_WORLD and
-    // must take its place among the world group's operations.
+    // On the world's thread: a split is a collective over the world's
+    // communicator and must take its place among the world group's operations.
     auto comm = std::make_shared<Communicator>();
-    world_->thread().run_sync([comm, color, key] { *comm = Communicator::split(MPI_COMM_WORLD, color, key); },
+    const MPI_Comm parent = world_->comm();
+    world_->thread().run_sync([comm, parent, color, key] { *comm = Communicator::split(parent, color, key); },
                               opts_.timeout, fmt::format("creating group {} (MPI_Comm_split over the world)", name));
-    auto g = std::make_shared<MpiGroup>(name, key, members, std::move(*comm), rank_, opts_.timeout, opts_.faults);
-    groups_.push_back(g);
-    return g;
+    return {std::move(*comm), key, std::move(members)};
   }
 
- private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool root_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, job_rank_ = 0;
   std::string library_;
   std::shared_ptr<MpiGroup> world_;
   std::vector<std::weak_ptr<MpiGroup>> groups_;  // made by split(), in creation order

@@ -1,0 +1,550 @@
+#include "claw/rl/grpo_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "claw/ckpt/checkpoint.h"
+#include "claw/core/arena.h"
+#include "claw/core/error.h"
+#include "claw/core/log.h"
+#include "claw/core/philox.h"
+#include "claw/data/builtin_corpus.h"
+#include "claw/data/tokenizer_factory.h"
+#include "claw/kernels/cpu/blas.h"
+#include "claw/rl/task.h"
+#include "claw/rl/weight_sync.h"
+#include "claw/runtime/runtime.h"
+#include "claw/train/batch.h"
+#include "claw/train/metrics.h"
+#include "claw/train/step.h"
+
+namespace claw::rl {
+
+void RlConfig::validate(int world_size, int64_t global_batch_size) const {
+  grpo.validate();
+  parse_task(task);
+  if (prompt_data.empty()) fail("claw rl needs --prompt-data FILE (JSONL prompts with answers; see rl/task.h)");
+  if (global_batch_size % grpo.num_generations != 0)
+    fail("--global-batch-size {} must be a multiple of --num-generations {} (whole groups of completions)",
+         global_batch_size, grpo.num_generations);
+  if (max_staleness < 0) fail("--max-staleness {}: expected 0 or more", max_staleness);
+  if (rollout_workers < 0 || rollout_workers >= world_size)
+    fail("--rollout-workers {}: expected 0 (the learners generate) to {} (leaving a learner rank) for {} ranks",
+         rollout_workers, world_size - 1, world_size);
+  if (async && rollout_workers == 0)
+    fail("--async overlaps generation with training on other ranks: give --rollout-workers K (and launch K more "
+         "ranks)");
+  if (!(sampling.temperature > 0 && sampling.temperature <= 2))
+    fail("--temperature {}: expected a value in (0, 2] (1: the policy's own distribution)", sampling.temperature);
+  if (sampling.max_new_tokens < 1) fail("--max-new-tokens {}: expected 1 or more", sampling.max_new_tokens);
+}
+
+namespace {
+using clock = std::chrono::steady_clock;
+double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+
+// What every rank knows of the task: the prompts as token ids, their order,
+// and how replies are read and scored.
+class Problem {
+ public:
+  Problem(const RlJob& job) : job_(job), task_(parse_task(job.rl.task)) {
+    data::TokenizerOptions tok = job.data.tokenizer;
+    if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
+      const std::string dir = job.data.data_dir.empty() ? data::default_data_dir() : job.data.data_dir;
+      tok.vocab_file = dir + "/gpt2/encoder.json";
+      tok.merge_file = dir + "/gpt2/vocab.bpe";
+    }
+    tokenizer_ = data::make_tokenizer(tok);
+    if (tokenizer_->vocab_size() > job.model.vocab_size)
+      fail("the tokenizer ({}) has {} ids, more than the model's --vocab-size {}", tokenizer_->name(),
+           tokenizer_->vocab_size(), job.model.vocab_size);
+    tmpl_ = data::chat_template(job.rl.chat_template.empty() ? data::default_chat_template(job.model.vocab_size)
+                                                             : job.rl.chat_template);
+    stops_ = tmpl_.stop();
+    prompts_ = read_prompts(job.rl.prompt_data, task_);
+    tokens_ = encode(prompts_, job.rl.prompt_data);
+    if (!job.rl.eval_prompt_data.empty()) {
+      eval_prompts_ = read_prompts(job.rl.eval_prompt_data, task_);
+      eval_tokens_ = encode(eval_prompts_, job.rl.eval_prompt_data);
+    }
+    per_step_ = job.train.global_batch_size / job.rl.grpo.num_generations;
+  }
+
+  int64_t per_step() const { return per_step_; }
+  int32_t eod() const { return tokenizer_->eod(); }
+  size_t num_eval() const { return eval_prompts_.size(); }
+
+  // The prompt in slot `slot` of step `step`: the prompt file in a seeded
+  // order (Fisher-Yates over Philox), a new order each epoch.
+  int64_t prompt_at(int64_t step, int64_t slot) const {
+    const int64_t n = static_cast<int64_t>(prompts_.size()), i = step * per_step_ + slot;
+    const int64_t epoch = i / n;
+    if (epoch != order_epoch_) {
+      order_.resize(static_cast<size_t>(n));
+      std::iota(order_.begin(), order_.end(), 0);
+      const RandomStream rng(job_.train.seed, hash_name("rl.prompt_order"));
+      for (int64_t k = n - 1; k > 0; --k)
+        std::swap(order_[k], order_[rng.block(static_cast<uint64_t>(epoch), static_cast<uint64_t>(k))[0] % (k + 1)]);
+      order_epoch_ = epoch;
+    }
+    return order_[static_cast<size_t>(i % n)];
+  }
+
+  // The requests of step `step` for the slots s with s mod `stride` == `first`.
+  std::vector<RolloutRequest> requests(int64_t step, int64_t first, int64_t stride) const {
+    std::vector<RolloutRequest> out;
+    for (int64_t slot = first; slot < per_step_; slot += stride) {
+      const int64_t p = prompt_at(step, slot);
+      out.push_back({.prompt = p, .tokens = tokens_[static_cast<size_t>(p)], .slot = slot});
+    }
+    return out;
+  }
+  std::vector<RolloutRequest> eval_requests() const {
+    std::vector<RolloutRequest> out;
+    for (size_t p = 0; p < eval_prompts_.size(); ++p)
+      out.push_back({.prompt = static_cast<int64_t>(p), .tokens = eval_tokens_[p], .slot = static_cast<int64_t>(p)});
+    return out;
+  }
+
+  // Reads each completion (up to its end token and the template's stop
+  // text) and scores it against its prompt's answer.
+  void score(std::vector<Trajectory>& ts, bool eval) const {
+    const std::vector<RlPrompt>& source = eval ? eval_prompts_ : prompts_;
+    for (Trajectory& t : ts) {
+      std::vector<int32_t> ids = t.completion;
+      if (!ids.empty() && ids.back() == eod()) ids.pop_back();
+      t.reply = reply_text(tokenizer_->decode(ids), stops_);
+      t.reward = task_reward(task_, t.reply, source[static_cast<size_t>(t.prompt)].answer);
+    }
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> encode(const std::vector<RlPrompt>& ps, const std::string& file) const {
+    std::vector<std::vector<int32_t>> out;
+    const int64_t room = job_.train.seq_length + 1 - job_.rl.sampling.max_new_tokens;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      out.push_back(tokenizer_->encode(prompt_text(ps[i], tmpl_), data::SpecialTokens::recognise));
+      const auto n = static_cast<int64_t>(out.back().size());
+      if (n == 0) fail("{}: prompt {} is empty once rendered", file, i + 1);
+      if (n > room)
+        fail("{}: prompt {} has {} tokens; with --max-new-tokens {} it needs --seq-length {} or more", file, i + 1, n,
+             job_.rl.sampling.max_new_tokens, n + job_.rl.sampling.max_new_tokens - 1);
+    }
+    return out;
+  }
+
+  const RlJob& job_;
+  Task task_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  data::ChatTemplate tmpl_;
+  std::vector<std::string> stops_;
+  std::vector<RlPrompt> prompts_, eval_prompts_;
+  std::vector<std::vector<int32_t>> tokens_, eval_tokens_;
+  int64_t per_step_ = 0;
+  mutable std::vector<int64_t> order_;
+  mutable int64_t order_epoch_ = -1;
+};
+
+// Messages on the sync group (learner rank 0 = group rank 0, generator g =
+// group rank g + 1): a batch goes as its byte count, then the bytes; a
+// weight set as its version, then the values.
+void send_batch(comm::Group& sync, const std::vector<uint8_t>& bytes, int64_t& count, std::vector<comm::Work>& w) {
+  count = static_cast<int64_t>(bytes.size());
+  w.push_back(sync.send_async(&count, 1, DType::i64, 0));
+  w.push_back(sync.send_async(bytes.data(), count, DType::u8, 0));
+}
+std::vector<Trajectory> recv_batch(comm::Group& sync, int peer) {
+  int64_t count = 0;
+  sync.recv(&count, 1, DType::i64, peer);
+  std::vector<uint8_t> bytes(static_cast<size_t>(count));
+  sync.recv(bytes.data(), count, DType::u8, peer);
+  return decode_trajectories(bytes);
+}
+
+// Every learner rank ends with the batch learner rank 0 holds.
+void share_batch(comm::Group& learners, std::vector<Trajectory>& ts) {
+  if (learners.size() == 1) return;
+  std::vector<uint8_t> bytes;
+  if (learners.rank() == 0) bytes = encode_trajectories(ts);
+  int64_t count = static_cast<int64_t>(bytes.size());
+  learners.broadcast(&count, 1, DType::i64, 0);
+  bytes.resize(static_cast<size_t>(count));
+  learners.broadcast(bytes.data(), count, DType::u8, 0);
+  if (learners.rank() != 0) ts = decode_trajectories(bytes);
+}
+
+struct BatchStats {
+  double reward_mean = 0, reward_std = 0, exact = 0, length = 0, truncated = 0;
+  int64_t age_max = 0;
+  double age_mean = 0;
+};
+BatchStats batch_stats(const std::vector<Trajectory>& ts, int64_t step) {
+  BatchStats b;
+  const double n = static_cast<double>(std::max<size_t>(ts.size(), 1));
+  for (const Trajectory& t : ts) {
+    b.reward_mean += t.reward / n;
+    b.exact += (t.reward == 1.0) / n;
+    b.length += static_cast<double>(t.completion.size()) / n;
+    b.truncated += t.truncated / n;
+    b.age_max = std::max(b.age_max, step - t.version);
+    b.age_mean += static_cast<double>(step - t.version) / n;
+  }
+  for (const Trajectory& t : ts) b.reward_std += (t.reward - b.reward_mean) * (t.reward - b.reward_mean) / n;
+  b.reward_std = std::sqrt(b.reward_std);
+  return b;
+}
+
+class Learner {
+ public:
+  Learner(RlJob& job, comm::World& world, comm::Group* sync, const Problem& problem)
+      : job_(job), world_(world), sync_(sync), problem_(problem), layout_(job.model) {
+    runtime::RuntimeConfig rc = train::runtime_config(job_.model, job_.train, job_.parallel, /*training=*/true);
+    rc.resolve_and_validate(world_.size());
+    rt_ = std::make_unique<runtime::Runtime>(rc, world_);
+    opt_ = std::make_unique<optim::AdamW>(rt_->model().optimizer_segments(), job_.adam, rt_->memory());
+    rt_->check_memory(opt_.get());
+    comm::ParallelState& ps = rt_->parallel_state();
+    batch_ = std::make_unique<train::GlobalBatch>(job_.train.grad_accumulation_steps(ps.dp().size()),
+                                                  job_.train.micro_batch_size, job_.train.seq_length,
+                                                  data::PackingOptions{}, ps.dp().size(), ps.dp().rank());
+    load();
+    if (job_.rl.grpo.kl_beta > 0) {
+      // The reference: the weights the run started from, at the learners' layout.
+      runtime::RuntimeConfig ref = train::runtime_config(job_.model, job_.train, job_.parallel, /*training=*/false);
+      ref.resolve_and_validate(world_.size());
+      ref_ = std::make_unique<runtime::Runtime>(ref, world_);
+      if (!reference_dir_.empty()) ref_->load_checkpoint({.root = reference_dir_, .optimizer = false}, nullptr);
+    }
+    if (!job_.ckpt.save.empty())
+      saver_ = std::make_unique<ckpt::Saver>(*world_.world_group(),
+                                             ckpt::SaveConfig{.root = job_.ckpt.save, .keep_last = job_.ckpt.keep_last});
+    if (world_.rank() == 0)
+      local_ = std::make_unique<Generator>(job_.model, rt_->cpu(),
+                                           std::max<int64_t>(job_.train.global_batch_size,
+                                                             static_cast<int64_t>(problem_.num_eval())),
+                                           job_.train.seq_length + 1);
+  }
+
+  void run();
+
+ private:
+  void load() {
+    if (job_.ckpt.load.empty()) return;
+    const runtime::LoadedCheckpoint c = rt_->load_checkpoint(
+        {.root = job_.ckpt.load, .step = job_.ckpt.ckpt_step, .optimizer = !job_.ckpt.finetune && !job_.ckpt.no_load_optim},
+        opt_.get());
+    if (!c.loaded) {
+      if (job_.ckpt.finetune) fail("--finetune: no checkpoint under --load {}", job_.ckpt.load);
+      return;
+    }
+    reference_dir_ = c.dir;
+    if (job_.ckpt.finetune || !c.state.contains("rl")) {
+      log::info("rl", "starting from {} (iteration {}) as version 0", c.dir, c.iteration);
+      return;
+    }
+    start_ = c.iteration;
+    reference_dir_ = c.state["rl"].value("reference", std::string());
+    if (c.optimizer) opt_->set_steps_taken(c.state.value("optimizer_steps", start_));
+    log::info("rl", "resuming {} at step {} (weights version {})", c.dir, start_ + 1, start_);
+  }
+
+  // The weight set after `version` optimizer steps: to the local generator
+  // (learner rank 0) and, with rollout workers, to them.
+  void publish(int64_t version) {
+    gather_weights(*rt_, layout_, weights_);
+    if (world_.rank() != 0) return;
+    load_weights(local_->model(), rt_->cpu(), layout_, weights_.data());
+    local_->set_version(version);
+    if (sync_ && version < job_.train.train_iters) {
+      int64_t v = version;
+      sync_->broadcast(&v, 1, DType::i64, 0);
+      sync_->broadcast(weights_.data(), layout_.total(), DType::f32, 0);
+    }
+  }
+
+  std::vector<Trajectory> rollouts(int64_t step) {
+    std::vector<Trajectory> ts;
+    if (world_.rank() == 0) {
+      if (!sync_) {
+        ts = local_->generate(problem_.requests(step, 0, 1), job_.rl.grpo.num_generations, step, job_.rl.sampling);
+        problem_.score(ts, false);
+      } else {
+        for (int g = 1; g < sync_->size(); ++g) {
+          std::vector<Trajectory> part = recv_batch(*sync_, g);
+          for (Trajectory& t : part) ts.push_back(std::move(t));
+        }
+        // Slot order, G completions per slot: the batch does not depend on
+        // how the generators split it.
+        std::stable_sort(ts.begin(), ts.end(), [](const Trajectory& a, const Trajectory& b) { return a.slot < b.slot; });
+      }
+      CLAW_CHECK(static_cast<int64_t>(ts.size()) == job_.train.global_batch_size, "step {}: {} rollouts for a batch of {}",
+                 step + 1, ts.size(), job_.train.global_batch_size);
+      const int64_t K = job_.rl.async ? job_.rl.max_staleness : 0;
+      for (const Trajectory& t : ts)
+        CLAW_CHECK(t.step == step && step - t.version <= K && t.version <= step,
+                   "step {}: a rollout of step {} sampled with weights {} (max staleness {})", step + 1, t.step + 1,
+                   t.version, K);
+    }
+    share_batch(*world_.world_group(), ts);
+    return ts;
+  }
+
+  // The batch's rows and what the loss needs of each.
+  void build(const std::vector<Trajectory>& ts, int64_t step) {
+    const int64_t T = job_.train.seq_length, GB = job_.train.global_batch_size;
+    const int32_t pad = problem_.eod();
+    std::vector<double> rewards;
+    for (const Trajectory& t : ts) rewards.push_back(t.reward);
+    const std::vector<double> adv = group_advantages(rewards, job_.rl.grpo.num_generations, job_.rl.grpo.advantage_no_std);
+    samples_.assign(static_cast<size_t>(GB), {});
+    std::vector<int32_t> tokens(static_cast<size_t>(GB * T), pad), targets(static_cast<size_t>(GB * T), -1);
+    for (int64_t i = 0; i < GB; ++i) {
+      const Trajectory& t = ts[static_cast<size_t>(i)];
+      std::vector<int32_t> seq = t.prompt_tokens;
+      seq.insert(seq.end(), t.completion.begin(), t.completion.end());
+      const auto P = static_cast<int64_t>(t.prompt_tokens.size()), n = static_cast<int64_t>(t.completion.size());
+      CLAW_CHECK(P + n <= T + 1, "a rollout of {} tokens in rows of {}", P + n, T + 1);
+      for (int64_t k = 0; k < std::min<int64_t>(T, P + n); ++k) tokens[i * T + k] = seq[k];
+      for (int64_t j = 0; j < n; ++j) targets[i * T + P - 1 + j] = t.completion[j];
+      PolicySample& s = samples_[static_cast<size_t>(i)];
+      s.prompt_len = P;
+      s.advantage = adv[static_cast<size_t>(i)];
+      s.behaviour = t.logprobs;
+      s.on_policy = t.version == step;
+      if (job_.rl.grpo.importance_correction) s.proximal.assign(static_cast<size_t>(n), 0.0f);
+      if (job_.rl.grpo.kl_beta > 0) s.reference.assign(static_cast<size_t>(n), 0.0f);
+    }
+    // This rank's rows: micro-batch k holds global rows (k DP + r) B ... + B.
+    const int64_t B = batch_->B(), M = batch_->micro_batches();
+    std::vector<int32_t> mine_t, mine_y;
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t row0 = batch_->sample_offset(k);
+      mine_t.insert(mine_t.end(), tokens.begin() + row0 * T, tokens.begin() + (row0 + B) * T);
+      mine_y.insert(mine_y.end(), targets.begin() + row0 * T, targets.begin() + (row0 + B) * T);
+    }
+    batch_->assign(mine_t, mine_y);
+  }
+
+  // Per-token log-probabilities of the batch's completions under `rt`'s
+  // model into samples_[i].*field (the last pipeline stage's ranks).
+  void token_logps(runtime::Runtime& rt, std::vector<float> PolicySample::*field, uint64_t sample0) {
+    TokenLogps record([&](int64_t sample, int64_t t, float lp) {
+      PolicySample& s = samples_[static_cast<size_t>(sample - static_cast<int64_t>(sample0))];
+      (s.*field)[static_cast<size_t>(t - (s.prompt_len - 1))] = lp;
+    });
+    train::eval_loss(rt.model(), rt.cpu(), *batch_, job_.train.seed, sample0, &record);
+  }
+
+  // Greedy replies to the held-out prompts with the local generator's weights.
+  void evaluate(int64_t version, nlohmann::json& rec) {
+    if (problem_.num_eval() == 0 || world_.rank() != 0) return;
+    const auto t0 = clock::now();
+    std::vector<Trajectory> ts = local_->generate(problem_.eval_requests(), 1, version, job_.rl.sampling, true);
+    problem_.score(ts, true);
+    const BatchStats b = batch_stats(ts, version);
+    rec["eval_version"] = version;
+    rec["eval_reward"] = b.reward_mean;
+    rec["eval_exact_match"] = b.exact;
+    log::info("eval", "weights version {}: held-out mean reward {:.4f}, exact match {:.3f} over {} prompts ({:.1f} s); "
+              "first reply: '{}'",
+              version, b.reward_mean, b.exact, ts.size(), seconds_since(t0), ts.front().reply);
+  }
+
+  void save(int64_t iteration) {
+    ckpt::SaveInfo info{.iteration = iteration, .model = job_.ckpt.model_flags, .args = job_.ckpt.args};
+    info.state = {{"optimizer_steps", opt_->steps_taken()},
+                  {"seed", job_.train.seed},
+                  {"rl", {{"version", iteration}, {"reference", reference_dir_}}},
+                  {"rng", {{"kind", "philox4x32-10"}, {"seed", job_.train.seed}}}};
+    saver_->save(rt_->checkpoint_shards(opt_.get()), std::move(info));
+  }
+
+  RlJob& job_;
+  comm::World& world_;
+  comm::Group* sync_;
+  const Problem& problem_;
+  WeightLayout layout_;
+  std::unique_ptr<runtime::Runtime> rt_, ref_;
+  std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<train::GlobalBatch> batch_;
+  std::unique_ptr<ckpt::Saver> saver_;
+  std::unique_ptr<Generator> local_;
+  std::vector<float> weights_;
+  std::vector<PolicySample> samples_;
+  std::string reference_dir_;
+  int64_t start_ = 0;
+};
+
+void Learner::run() {
+  const int64_t iters = job_.train.train_iters, GB = job_.train.global_batch_size;
+  comm::ParallelState& ps = rt_->parallel_state();
+  GrpoLoss loss(job_.rl.grpo);
+  train::MetricsWriter metrics(world_.rank() == 0 ? job_.train.metrics_file : std::string(),
+                               world_.rank() == 0 ? job_.train.tensorboard_dir : std::string());
+  log::info("rl", "GRPO: {} steps of {} prompts x {} completions; {}; max staleness {}; task {}; loss {}{}{}",
+            iters, problem_.per_step(), job_.rl.grpo.num_generations,
+            sync_ ? fmt::format("{} rollout worker(s){}", sync_->size() - 1, job_.rl.async ? ", asynchronous" : "")
+                  : std::string("generation on learner rank 0 (colocated)"),
+            job_.rl.async ? job_.rl.max_staleness : 0, job_.rl.task, job_.rl.grpo.loss_agg_mode,
+            job_.rl.grpo.kl_beta > 0 ? fmt::format(", KL beta {}", job_.rl.grpo.kl_beta) : "",
+            job_.rl.grpo.importance_correction ? fmt::format(", importance correction (C = {})",
+                                                            job_.rl.grpo.is_truncation)
+                                               : "");
+  publish(start_);
+  const auto start = clock::now();
+  for (int64_t step = start_; step < iters; ++step) {
+    nlohmann::json rec = {{"step", step + 1}};
+    if (job_.train.eval_interval > 0 && (step - start_) % job_.train.eval_interval == 0) evaluate(step, rec);
+    const auto t0 = clock::now();
+    const std::vector<Trajectory> ts = rollouts(step);
+    const double gen_s = seconds_since(t0);
+    const auto t1 = clock::now();
+    build(ts, step);
+    const uint64_t sample0 = static_cast<uint64_t>(step * GB);
+    if (job_.rl.grpo.importance_correction) token_logps(*rt_, &PolicySample::proximal, sample0);
+    if (ref_) token_logps(*ref_, &PolicySample::reference, sample0);
+    loss.set_batch(static_cast<int64_t>(sample0), &samples_);
+    const double lr = job_.lr.at(step);
+    const train::StepResult r =
+        train::train_step(rt_->model(), *opt_, rt_->cpu(), *batch_, step, lr, job_.train.seed, sample0, {}, &loss);
+    const double train_s = seconds_since(t1);
+    publish(step + 1);
+    const double step_s = seconds_since(t0);
+
+    // The loss's sums from the last stage's ranks of each replica.
+    const GrpoSums g = loss.take();
+    double sums[10] = {g.sequences, g.tokens, g.kl, g.clipped, g.ratio, g.is_weight, g.is_truncated,
+                       g.mismatch_tokens, g.mismatch_sum, 0};
+    double worst = g.mismatch_max;
+    for (comm::Group* grp : {&ps.pp(), &ps.dp()})
+      if (grp->size() > 1) {
+        grp->all_reduce(sums, 10, DType::f64);
+        worst = grp->all_reduce_value(worst, comm::ReduceOp::max);
+      }
+    const double tok = std::max(sums[1], 1.0);
+    const BatchStats b = batch_stats(ts, step);
+    rec.update({{"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", lr},
+                {"reward", b.reward_mean}, {"reward_std", b.reward_std}, {"exact_match", b.exact},
+                {"completion_length", b.length}, {"truncated", b.truncated},
+                {"clip_fraction", sums[3] / tok}, {"ratio", sums[4] / tok}, {"kl", sums[2] / tok},
+                {"is_weight", sums[5] / tok}, {"is_truncated", sums[6] / tok},
+                {"logprob_mismatch_mean", sums[7] > 0 ? sums[8] / sums[7] : 0.0},
+                {"logprob_mismatch_max", worst}, {"on_policy_tokens", sums[7]},
+                {"staleness_max", b.age_max}, {"staleness_mean", b.age_mean},
+                {"rollout_wait_s", gen_s}, {"train_s", train_s}, {"step_s", step_s},
+                {"samples_per_s", static_cast<double>(GB) / step_s},
+                {"elapsed_s", seconds_since(start)}, {"mem_bytes", peak_rss_bytes()}});
+    const bool last = step + 1 == iters;
+    if (last && job_.train.eval_interval > 0) evaluate(step + 1, rec);
+    if (saver_) {
+      saver_->poll();
+      if ((job_.ckpt.save_interval > 0 && (step + 1) % job_.ckpt.save_interval == 0) || last) save(step + 1);
+    }
+    metrics.write(rec);
+    if ((step + 1) % job_.train.log_interval == 0 || last || step == start_)
+      log::info("rl", "step {}/{}: reward {:.4f} (exact {:.3f}), loss {:.5f}, grad norm {:.3f}, clipped {:.3f}, "
+                "kl {:.5f}, mismatch {:.2e}, age max {}, rollouts {:.2f} s, train {:.2f} s, {:.1f} samples/s",
+                step + 1, iters, b.reward_mean, b.exact, r.loss, r.grad_norm, sums[3] / tok, sums[2] / tok,
+                rec["logprob_mismatch_mean"].get<double>(), b.age_max, gen_s, train_s,
+                static_cast<double>(GB) / step_s);
+  }
+  if (saver_) saver_->finish();
+  log::info("rl", "done: {} steps in {:.1f} s, peak RSS {}", iters - start_, seconds_since(start),
+            format_bytes(static_cast<double>(peak_rss_bytes())));
+}
+
+// A generator rank: samples its share of every step's prompts with the
+// newest weights it holds that the staleness rule allows.
+void run_generator(const RlJob& job, int local_ranks, comm::Group& sync, const Problem& problem) {
+  const int K = sync.size() - 1, me = sync.rank() - 1;
+  const int64_t iters = job.train.train_iters, stale = job.rl.async ? job.rl.max_staleness : 0;
+  const WeightLayout layout(job.model);
+  // Threads as a runtime takes them: the node's, shared by the ranks on it.
+  const CpuCtx cpu = kernels::make_cpu_ctx(job.train.num_threads > 0 ? job.train.num_threads
+                                                                     : std::max(1, kernels::default_num_threads() /
+                                                                                       local_ranks));
+  const int64_t slots = (problem.per_step() + K - 1) / K;
+  Generator gen(job.model, cpu, slots * job.rl.grpo.num_generations, job.train.seq_length + 1);
+  struct Pending {
+    int64_t version = 0;
+    std::vector<float> weights;
+    comm::Work version_work, weights_work;
+  };
+  std::deque<std::unique_ptr<Pending>> pending;
+  auto post = [&] {  // the next weight set's receive, kept pending while sampling goes on
+    auto p = std::make_unique<Pending>();
+    p->weights.resize(static_cast<size_t>(layout.total()));
+    p->version_work = sync.broadcast_async(&p->version, 1, DType::i64, 0);
+    p->weights_work = sync.broadcast_async(p->weights.data(), layout.total(), DType::f32, 0);
+    pending.push_back(std::move(p));
+  };
+  auto take = [&] {
+    Pending& p = *pending.front();
+    p.version_work.wait();
+    p.weights_work.wait();
+    load_weights(gen.model(), cpu, layout, p.weights.data());
+    gen.set_version(p.version);
+    pending.pop_front();
+  };
+  post();
+  take();
+  std::deque<std::vector<uint8_t>> out;
+  std::deque<int64_t> counts;
+  std::vector<comm::Work> sends;
+  for (int64_t step = gen.version(); step < iters; ++step) {
+    while (gen.version() < step - stale) take();  // pauses here when it would run further ahead
+    std::vector<Trajectory> ts = gen.generate(problem.requests(step, me, K), job.rl.grpo.num_generations, step,
+                                              job.rl.sampling);
+    problem.score(ts, false);
+    out.push_back(encode_trajectories(ts));
+    counts.push_back(0);
+    send_batch(sync, out.back(), counts.back(), sends);
+    if (step + 1 < iters) post();
+  }
+  for (comm::Work& w : sends) w.wait();
+  while (!pending.empty()) take();
+}
+
+}  // namespace
+
+void run_rl(RlJob job, comm::World& world) {
+  job.train.resolve_and_validate(1);
+  job.rl.validate(world.size(), job.train.global_batch_size);
+  job.lr.decay_iters = job.lr.decay_iters > 0 ? job.lr.decay_iters
+                                               : std::max(job.train.train_iters, job.lr.warmup_iters + 1);
+  job.lr.validate();
+  job.adam.validate();
+  const int N = world.size(), K = job.rl.rollout_workers, L = N - K;
+  std::vector<int> learners(static_cast<size_t>(L)), generators(static_cast<size_t>(K));
+  std::iota(learners.begin(), learners.end(), 0);
+  std::iota(generators.begin(), generators.end(), L);
+  std::vector<std::vector<int>> parts = {learners};
+  if (K > 0) parts.push_back(generators);
+  std::unique_ptr<comm::World> mine = world.sub_world(world.rank() < L ? "learners" : "generators", parts);
+  // The sync group: learner rank 0 and every generator; the other learners alone.
+  std::shared_ptr<comm::Group> sync;
+  if (K > 0) {
+    std::vector<std::vector<int>> lists = {{0}};
+    for (int g : generators) lists[0].push_back(g);
+    for (int r = 1; r < L; ++r) lists.push_back({r});
+    sync = world.split("rl_sync", lists);
+  }
+  const Problem problem(job);
+  if (world.rank() < L) {
+    const comm::RankGrid grid = comm::RankGrid::make(L, job.parallel.sizes);
+    job.train.resolve_and_validate(grid.dp);
+    Learner learner(job, *mine, K > 0 && world.rank() == 0 ? sync.get() : nullptr, problem);
+    learner.run();
+  } else {
+    run_generator(job, world.local_size(), *sync, problem);
+  }
+  world.world_group()->barrier();
+}
+
+}  // namespace claw::rl

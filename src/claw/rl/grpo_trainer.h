@@ -1,0 +1,86 @@
+// `claw rl`: GRPO with learners and generators as two groups of one job.
+//
+// Ranks. Of the N launched ranks (mpirun / srun), the last
+// --rollout-workers K are generators and the first N - K learners (any
+// TP/PP/DP layout, full weights or LoRA); each group is a world of its own
+// (comm::World::sub_world). With K = 0 the learners' rank 0 generates
+// (colocated), synchronously.
+//
+// One learner step s:
+//   1. the batch of step s: P = global batch / G prompts (the prompt file
+//      in a seeded order, epoch after epoch), G completions each, from the
+//      generators (each takes prompt slots p with p mod K = its index);
+//      rewards by the task's checker (rl/task.h), computed by the
+//      generator that sampled them;
+//   2. advantages per group (grpo_loss.h), the completions as rows of
+//      --seq-length + 1 tokens (prompt, completion, padding), the loss on
+//      the completion tokens only;
+//   3. with --importance-correction the learner's own log-probabilities
+//      (a forward pass), with --kl-beta > 0 the reference's (a second
+//      model: the weights the run started from);
+//   4. one optimizer step on the GRPO loss; the weights are now version
+//      s + 1, and the learners send them to the generators (weight_sync.h).
+//
+// Staleness. A trajectory sampled with version v is used at step s only if
+// s - v <= K_s (--max-staleness, default 1). Without --async K_s is 0: the
+// generators wait for version s before sampling batch s, the synchronous
+// loop. With --async the generators sample batch s with the newest weights
+// they hold as long as s - version <= K_s, and wait otherwise, so they run
+// up to K_s steps ahead while the learners train. The order of messages on
+// the sync group (learner rank 0 and the generators) is, for every step,
+// batch s (generators -> learner 0), then weights s + 1 (learner 0 ->
+// generators): a generator posts its receive of the next weights as soon as
+// it has sent a batch and keeps sampling while it is pending. With K_s = 0
+// the asynchronous run is the synchronous one.
+//
+// Metrics per step (JSONL, rank 0): reward mean and std, exact-match rate,
+// completion length, truncation rate, the loss, clip fraction, mean ratio,
+// KL, importance weights, the generator-learner log-probability mismatch
+// over the tokens of completions sampled with the learner's current
+// weights, trajectory ages (max and mean: at most K_s), time spent waiting
+// for rollouts, samples per second; every --eval-interval steps the mean
+// reward and exact-match rate of greedy replies to --eval-prompt-data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "claw/comm/world.h"
+#include "claw/model/config.h"
+#include "claw/optim/adamw.h"
+#include "claw/optim/lr_schedule.h"
+#include "claw/rl/grpo_loss.h"
+#include "claw/rl/rollout.h"
+#include "claw/train/config.h"
+
+namespace claw::rl {
+
+struct RlConfig {
+  std::string prompt_data;       // --prompt-data: JSONL prompts with answers (rl/task.h)
+  std::string eval_prompt_data;  // --eval-prompt-data: held-out prompts ("": no evaluation)
+  std::string task = "reverse";  // --task: the checker
+  std::string chat_template;     // --chat-template ("": the model's default)
+  GrpoConfig grpo;
+  SamplingConfig sampling;       // --temperature, --max-new-tokens
+  int64_t max_staleness = 1;     // --max-staleness: K_s
+  bool async = false;            // --async
+  int rollout_workers = 0;       // --rollout-workers: generator ranks (0: colocated)
+  void validate(int world_size, int64_t global_batch_size) const;  // throws naming the flag
+};
+
+// Everything a run is built from (the train command's configuration, and RL's).
+struct RlJob {
+  model::ModelConfig model;
+  train::TrainConfig train;
+  optim::LrSchedule lr;
+  optim::AdamWConfig adam;
+  train::DataConfig data;  // the tokenizer
+  train::ParallelConfig parallel;
+  train::CheckpointConfig ckpt;
+  RlConfig rl;
+};
+
+// Runs the job on every rank of `world` (learners and generators alike).
+void run_rl(RlJob job, comm::World& world);
+
+}  // namespace claw::rl
