@@ -15,6 +15,15 @@ run() {  # run ARGS... ; sets out, rc
   out=$("$claw" train "$@" 2>&1)
   rc=$?
 }
+rl() {  # rl ARGS...: claw rl on a tiny model; sets out, rc
+  out=$("$claw" rl --model gpt2-tiny --num-layers 1 --train-iters 1 --eval-interval 0 --num-threads 2 "$@" 2>&1)
+  rc=$?
+}
+prompts() {  # a prompt file of the reversal task
+  printf '%s\n' '{"messages": [{"role": "user", "content": "Reverse: a b"}, {"role": "assistant", "content": "b a"}]}' \
+    >"$tmp/prompts.jsonl"
+  echo "$tmp/prompts.jsonl"
+}
 want_rc=1
 expect_error() {  # expect_error PATTERN: exit code $want_rc, last line is the error, matches PATTERN, no step ran
   local pattern=$1
@@ -136,6 +145,28 @@ PY
   lora_save_unknown)
     run "${small[@]}" --lora-rank 4 --lora-modules-to-save 'embeding.*'
     expect_error "--lora-modules-to-save 'embeding.*' matches no parameter of this model" ;;
+  rl_no_prompts)
+    rl
+    expect_error "claw rl needs --prompt-data FILE" ;;
+  rl_bad_prompt_line)
+    printf '%s\n' '{"prompt": "Add: 1 + 2", "answer": "3"}' '{"prompt": "Add: 2 + 2", "answer": "four"}' >"$tmp/add.jsonl"
+    rl --prompt-data "$tmp/add.jsonl" --task add
+    expect_error "add.jsonl:2: the answer \"four\" is no integer, which --task add checks" ;;
+  rl_batch_not_groups)
+    rl --prompt-data "$(prompts)" --global-batch-size 12 --micro-batch-size 4 --num-generations 8
+    expect_error "--global-batch-size 12 must be a multiple of --num-generations 8" ;;
+  rl_async_colocated)
+    rl --prompt-data "$(prompts)" --async
+    expect_error "--async overlaps generation with training on other ranks: give --rollout-workers K" ;;
+  rl_prompt_too_long)
+    rl --prompt-data "$(prompts)" --seq-length 16 --max-new-tokens 12
+    expect_error "prompts.jsonl: prompt 1 has [0-9]+ tokens; with --max-new-tokens 12 it needs --seq-length [0-9]+ or more" ;;
+  rl_dropout)
+    rl --prompt-data "$(prompts)" --hidden-dropout 0.1
+    expect_error "--hidden-dropout 0.1: GRPO compares the learner's log-probabilities with the generator's" ;;
+  rl_task_unknown)
+    rl --prompt-data "$(prompts)" --task count
+    expect_error "--task count: expected one of reverse, sort, add" ;;
   dpo_bad_pair)
     printf '%s\n' '{"prompt": "a", "chosen": "b", "rejected": "c"}' '{"prompt": "a", "chosen": "b"}' >"$tmp/pairs.jsonl"
     out=$("$claw" preprocess --input "$tmp/pairs.jsonl" --output-prefix "$tmp/pref" --dpo 2>&1); rc=$?

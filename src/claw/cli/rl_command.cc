@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "claw/ckpt/checkpoint.h"
 #include "claw/cli/ckpt_command.h"
 #include "claw/cli/flags.h"
 #include "claw/cli/model_flags.h"
@@ -105,6 +106,12 @@ struct RlCommand {
     RlArgs args;
     if (!preset.empty()) args.model = model::model_preset(preset);
     binder->apply(args);
+    if (preset.empty() && !args.ckpt.load.empty()) {
+      // The checkpoint's model (its recorded flags), then the command line's.
+      const std::string dir = ckpt::resolve_load_dir(args.ckpt.load, args.ckpt.ckpt_step);
+      args.model = model_from_flags_json(ckpt::Metadata::read(dir).model, "checkpoint " + dir);
+      binder->apply(args);
+    }
     if (!args.ckpt.load_hf.empty()) use_hf_model(args);
     if (!(args.parallel.distributed_timeout_minutes > 0))
       fail("--distributed-timeout-minutes must be positive, got {}", args.parallel.distributed_timeout_minutes);

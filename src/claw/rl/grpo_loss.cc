@@ -80,6 +80,7 @@ double GrpoLoss::apply(const model::StepCtx& ctx, const float* losses, const int
         sums_.mismatch_tokens += 1;
         sums_.mismatch_sum += d;
         sums_.mismatch_max = std::max(sums_.mismatch_max, d);
+        sums_.mismatch_over += d > 1e-5;
       }
       const double old = corrected ? s.proximal[j] : beh;
       double w = 1;

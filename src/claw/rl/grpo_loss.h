@@ -86,6 +86,7 @@ struct GrpoSums {
   // |lp_t - beh_t| over the tokens of on-policy samples: what the learner
   // and the generator disagree on at the same weights.
   double mismatch_tokens = 0, mismatch_sum = 0, mismatch_max = 0;
+  double mismatch_over = 0;  // of them, those more than 1e-5 apart
 };
 
 class GrpoLoss final : public model::SequenceLoss {

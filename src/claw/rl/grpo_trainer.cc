@@ -420,7 +420,7 @@ void Learner::run() {
     // The loss's sums from the last stage's ranks of each replica.
     const GrpoSums g = loss.take();
     double sums[10] = {g.sequences, g.tokens, g.kl, g.clipped, g.ratio, g.is_weight, g.is_truncated,
-                       g.mismatch_tokens, g.mismatch_sum, 0};
+                       g.mismatch_tokens, g.mismatch_sum, g.mismatch_over};
     double worst = g.mismatch_max;
     for (comm::Group* grp : {&ps.pp(), &ps.dp()})
       if (grp->size() > 1) {
@@ -436,6 +436,7 @@ void Learner::run() {
                 {"is_weight", sums[5] / tok}, {"is_truncated", sums[6] / tok},
                 {"logprob_mismatch_mean", sums[7] > 0 ? sums[8] / sums[7] : 0.0},
                 {"logprob_mismatch_max", worst}, {"on_policy_tokens", sums[7]},
+                {"logprob_mismatch_over_1e-5", sums[9]},
                 {"staleness_max", b.age_max}, {"staleness_mean", b.age_mean},
                 {"rollout_wait_s", gen_s}, {"train_s", train_s}, {"step_s", step_s},
                 {"samples_per_s", static_cast<double>(GB) / step_s},
@@ -514,6 +515,10 @@ void run_generator(const RlJob& job, int local_ranks, comm::Group& sync, const P
 }  // namespace
 
 void run_rl(RlJob job, comm::World& world) {
+  if (job.model.hidden_dropout > 0 || job.model.lora.dropout > 0)
+    fail("--{} {}: GRPO compares the learner's log-probabilities with the generator's, which has no dropout; use 0",
+         job.model.hidden_dropout > 0 ? "hidden-dropout" : "lora-dropout",
+         job.model.hidden_dropout > 0 ? job.model.hidden_dropout : job.model.lora.dropout);
   job.train.resolve_and_validate(1);
   job.rl.validate(world.size(), job.train.global_batch_size);
   job.lr.decay_iters = job.lr.decay_iters > 0 ? job.lr.decay_iters

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# `claw rl` (GRPO) end to end, on a gpt2-tiny taught the reversal task's
+# format by a short SFT (scripts/sft_task.py; the fixture case makes it once).
+#
+#   rl.sh CLAW_BINARY CASE FIXTURE_DIR
+#
+# fixture    SFT base (100 steps from scratch) and the prompt files.
+# layouts    4 GRPO steps (KL to the reference, importance correction):
+#            the colocated single-rank run; one learner + one rollout worker
+#            (mpirun -np 2) equals it bitwise; learners at TP 2 + SP, DP 2
+#            with ZeRO-1 and PP 2 beside one rollout worker (-np 3) equal it
+#            (2e-5), so the weight sets resharded from each layout are the
+#            learner's; LoRA (rank 8, all-linear) colocated against TP 2.
+#            Every run: the generator's behaviour log-probabilities equal the
+#            learner's recomputed ones at the same weights (1e-5 absolute on
+#            average; rl_check.py says what the tail may hold).
+# staleness  one learner + one rollout worker: --async --max-staleness 0
+#            equals the synchronous run bitwise; with K = 1 and 2 every
+#            trajectory used is at most K versions old, and the generator
+#            does run ahead (age K at some step).
+# resume     a colocated run stopped after 2 of 4 steps and resumed from its
+#            checkpoint gives steps 3 and 4 bitwise (learner, optimizer,
+#            reference, versions and seeds in the checkpoint).
+set -uo pipefail
+claw=$1
+case_name=$2
+fixture=$3
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe --bind-to none)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+check() { /usr/bin/python3 "$here/rl_check.py" "$@" || exit 1; }
+
+start=(--load "$fixture/sft" --finetune)
+common=(--prompt-data "$fixture/task/train.jsonl" --task reverse
+        --global-batch-size 16 --micro-batch-size 8 --num-generations 4 --seq-length 48 --max-new-tokens 12
+        --num-threads 1 --lr 1e-4 --eval-interval 0 --train-iters 4 --distributed-timeout-minutes 3)
+
+# run NAME NP [flags...]: claw rl on NP ranks (0: no launcher), metrics in $tmp/NAME.jsonl.
+run() {
+  local name=$1 np=$2
+  shift 2
+  local launch=()
+  ((np > 0)) && launch=(timeout 300 "${mpirun[@]}" -np "$np")
+  "${launch[@]}" "$claw" rl "${start[@]}" "${common[@]}" "$@" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+    { cat "$tmp/$name.log"; fail "$name: claw rl ${*}"; }
+}
+
+case $case_name in
+fixture)
+  rm -rf "$fixture"
+  mkdir -p "$fixture"
+  /usr/bin/python3 "$root/scripts/sft_task.py" --task reverse --train 2000 --test 50 --out "$fixture/task" >/dev/null
+  "$claw" preprocess --input "$fixture/task/train.jsonl" --output-prefix "$fixture/reverse" --sft \
+    --chat-template plain >"$fixture/preprocess.log" 2>&1 || { cat "$fixture/preprocess.log"; fail "preprocess"; }
+  "$claw" train --model gpt2-tiny --sft --data-path "$fixture/reverse_sft_document" --split 1,0,0 --seq-length 48 \
+    --micro-batch-size 16 --train-iters 100 --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters 10 --eval-interval 0 \
+    --save "$fixture/sft" >"$fixture/sft.log" 2>&1 || { cat "$fixture/sft.log"; fail "SFT of the base"; }
+  echo "ok fixture: $(grep -o 'done: .*' "$fixture/sft.log")"
+  ;;
+layouts)
+  extra=(--kl-beta 0.05 --importance-correction)
+  run ref 0 "${extra[@]}"
+  check mismatch "$tmp/ref.jsonl" 1e-5 "colocated"
+  run mpmd 2 "${extra[@]}" --rollout-workers 1
+  check equal "$tmp/ref.jsonl" "$tmp/mpmd.jsonl" "1 learner + 1 rollout worker" --exact
+  for layout in "--tensor-model-parallel-size 2 --sequence-parallel" "--use-distributed-optimizer" \
+                "--pipeline-model-parallel-size 2"; do
+    name=$(echo "$layout" | tr -cd 'a-z0-9')
+    # shellcheck disable=SC2086
+    run "$name" 3 "${extra[@]}" --rollout-workers 1 $layout
+    check equal "$tmp/ref.jsonl" "$tmp/$name.jsonl" "learners $layout + 1 rollout worker"
+    check mismatch "$tmp/$name.jsonl" 1e-5 "learners $layout"
+  done
+  lora=(--lora-rank 8 --lora-alpha 16 --lr 1e-3)
+  run lora_ref 0 "${lora[@]}"
+  run lora_tp2 3 "${lora[@]}" --rollout-workers 1 --tensor-model-parallel-size 2
+  check equal "$tmp/lora_ref.jsonl" "$tmp/lora_tp2.jsonl" "LoRA: learners TP 2 + 1 rollout worker"
+  check mismatch "$tmp/lora_tp2.jsonl" 1e-5 "LoRA learners TP 2 (adapters folded into the generator's weights)"
+  ;;
+staleness)
+  run sync 2 --rollout-workers 1 --train-iters 5
+  check mismatch "$tmp/sync.jsonl" 1e-5 "synchronous"
+  check staleness "$tmp/sync.jsonl" 0 "synchronous"
+  run async0 2 --rollout-workers 1 --train-iters 5 --async --max-staleness 0
+  check equal "$tmp/sync.jsonl" "$tmp/async0.jsonl" "--async --max-staleness 0 against synchronous" --exact
+  for k in 1 2; do
+    run "async$k" 2 --rollout-workers 1 --train-iters 5 --async --max-staleness $k
+    check staleness "$tmp/async$k.jsonl" $k "--async --max-staleness $k" --ahead
+  done
+  ;;
+resume)
+  extra=(--kl-beta 0.05)
+  run whole 0 "${extra[@]}" --save "$tmp/whole"
+  run first 0 "${extra[@]}" --save "$tmp/part" --train-iters 2
+  start=(--load "$tmp/part")  # the interrupted run's checkpoint, without --finetune
+  run second 0 "${extra[@]}" --save "$tmp/part"
+  grep -q "resuming .* at step 3" "$tmp/second.log" || { cat "$tmp/second.log"; fail "the second run did not resume"; }
+  tail -n 2 "$tmp/whole.jsonl" >"$tmp/whole_tail.jsonl"
+  check equal "$tmp/whole_tail.jsonl" "$tmp/second.jsonl" "resumed at step 3" --exact
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
