@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `claw rl` (GRPO) end to end, on a gpt2-tiny taught the reversal task's
-# format by a short SFT (scripts/sft_task.py; the fixture case makes it once).
+# format by a short SFT from scratch (scripts/sft_task.py; 100 steps, made
+# once in FIXTURE_DIR by the first case that runs).
 #
 #   rl.sh CLAW_BINARY CASE FIXTURE_DIR
 #
-# fixture    SFT base (100 steps from scratch) and the prompt files.
 # layouts    4 GRPO steps (KL to the reference, importance correction):
 #            the colocated single-rank run; one learner + one rollout worker
 #            (mpirun -np 2) equals it bitwise; learners at TP 2 + SP, DP 2
@@ -49,8 +49,9 @@ run() {
     { cat "$tmp/$name.log"; fail "$name: claw rl ${*}"; }
 }
 
-case $case_name in
-fixture)
+# The SFT base and prompt files, made once per build tree by whichever case
+# runs first (the others wait on the lock).
+make_fixture() {
   rm -rf "$fixture"
   mkdir -p "$fixture"
   /usr/bin/python3 "$root/scripts/sft_task.py" --task reverse --train 2000 --test 50 --out "$fixture/task" >/dev/null
@@ -59,8 +60,15 @@ fixture)
   "$claw" train --model gpt2-tiny --sft --data-path "$fixture/reverse_sft_document" --split 1,0,0 --seq-length 48 \
     --micro-batch-size 16 --train-iters 100 --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters 10 --eval-interval 0 \
     --save "$fixture/sft" >"$fixture/sft.log" 2>&1 || { cat "$fixture/sft.log"; fail "SFT of the base"; }
-  echo "ok fixture: $(grep -o 'done: .*' "$fixture/sft.log")"
-  ;;
+  echo "fixture: SFT base $(grep -o 'done: .*' "$fixture/sft.log")"
+}
+mkdir -p "$(dirname "$fixture")"
+exec 9>"$fixture.lock"
+flock 9
+[[ -f $fixture/sft/latest_checkpointed_iteration.txt ]] || make_fixture
+flock -u 9
+
+case $case_name in
 layouts)
   extra=(--kl-beta 0.05 --importance-correction)
   run ref 0 "${extra[@]}"

@@ -29,6 +29,10 @@ std::function<parallel::PipelineMicroBatch(int)> micro_batches(const CpuCtx& cpu
   };
 }
 
+// A non-finite value as "nan", "inf" or "-inf" (a NaN's sign bit, which
+// fmt would print, depends on the operation that made it).
+std::string non_finite(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
+
 // What a batch's loss is the mean over: its targets, or the sequence loss's units.
 double loss_count(const GlobalBatch& batch, const model::SequenceLoss* sequence_loss) {
   return static_cast<double>(sequence_loss ? sequence_loss->units(batch.micro_batches() * batch.B())
@@ -46,7 +50,8 @@ double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const Glob
       [&](int k, double mb_loss) {
         if (std::isfinite(mb_loss)) return;
         std::string where = model.last().first_non_finite(cpu);
-        fail<NonFiniteError>("step {}: loss is {} (micro-batch {}); first non-finite tensor: {}", step + 1, mb_loss, k,
+        fail<NonFiniteError>("step {}: loss is {} (micro-batch {}); first non-finite tensor: {}", step + 1,
+                             non_finite(mb_loss), k,
              where.empty() ? "none (overflow in the loss sum)" : where);
       });
   model.finish_grad_sync();
@@ -63,7 +68,8 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
   const double sum_squares = model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu));
   StepResult r{loss, std::sqrt(sum_squares)};
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
-    fail<NonFiniteError>("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}{}", step + 1, r.grad_norm, r.loss,
+    fail<NonFiniteError>("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}{}", step + 1,
+                         non_finite(r.grad_norm), r.loss,
          model.first_non_finite_grad(cpu),
          model.pp().size() > 1 ? fmt::format(" (on pipeline stage {})", model.pp().rank()) : "");
   if (before_update) before_update(r);
