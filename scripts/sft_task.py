@@ -9,7 +9,7 @@ Writes DIR/train.jsonl and DIR/test.jsonl, one conversation per line:
     {"messages": [{"role": "user", "content": "Reverse: cat sun tree"},
                   {"role": "assistant", "content": "tree sun cat"}]}
 A third of the conversations open with a system prompt. Tasks:
-    reverse  3 to 5 words (from 32 short words) in reverse order
+    reverse  3 to 5 words (--words MIN-MAX; from 32 short words) in reverse order
     add      the sum of two numbers below 50
 Test examples never appear in the training set.
 
@@ -30,9 +30,9 @@ WORDS = ("cat dog sun tree car book red blue fish bird milk rain star moon road 
 SYSTEM = ["You are a helpful assistant.", "Answer with the result only."]
 
 
-def example(task, rng):
+def example(task, rng, words_range=(3, 5)):
     if task == "reverse":
-        words = rng.sample(WORDS, rng.randint(3, 5))
+        words = rng.sample(WORDS, rng.randint(*words_range))
         return "Reverse: " + " ".join(words), " ".join(reversed(words))
     a, b = rng.randrange(50), rng.randrange(50)
     return f"Add: {a} + {b}", str(a + b)
@@ -44,8 +44,8 @@ def wrong(task, question, answer, rng):
     return str(int(answer) + rng.choice([-1, 1]) * rng.randint(1, 10))
 
 
-def conversation(task, rng):
-    q, a = example(task, rng)
+def conversation(task, rng, words_range=(3, 5)):
+    q, a = example(task, rng, words_range)
     messages = [{"role": "system", "content": rng.choice(SYSTEM)}] if rng.random() < 1 / 3 else []
     messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
     return messages
@@ -59,18 +59,21 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--preference", action="store_true", help="DPO pairs (prompt, chosen, rejected)")
+    ap.add_argument("--words", default="3-5", help="reverse: how many words a list has, MIN-MAX")
     a = ap.parse_args()
     rng = random.Random(a.seed)
+    lo, hi = (int(x) for x in a.words.split("-"))
+    words_range = (lo, hi)
     os.makedirs(a.out, exist_ok=True)
     test, seen = [], set()
     while len(test) < a.test:
-        m = conversation(a.task, rng)
+        m = conversation(a.task, rng, words_range)
         if m[-2]["content"] not in seen:
             seen.add(m[-2]["content"])
             test.append(m)
     train = []
     while len(train) < a.train:
-        m = conversation(a.task, rng)
+        m = conversation(a.task, rng, words_range)
         if m[-2]["content"] not in seen:
             train.append(m)
     def line(m):

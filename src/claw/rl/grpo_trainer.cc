@@ -541,6 +541,7 @@ void run_rl(RlJob job, comm::World& world) {
     sync = world.split("rl_sync", lists);
   }
   const Problem problem(job);
+  job.rl.sampling.stop_tokens = {problem.eod()};  // a completion ends with the end of text (SFT taught it)
   if (world.rank() < L) {
     const comm::RankGrid grid = comm::RankGrid::make(L, job.parallel.sizes);
     job.train.resolve_and_validate(grid.dp);
