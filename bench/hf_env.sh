@@ -14,7 +14,8 @@
 # keeps pip from replacing the numpy Debian's torch was built against. PEFT
 # (tests/parity/peft_interchange.sh) goes in with --no-deps: its declared
 # torch>=1.13 would otherwise let pip pull a CUDA torch over Debian's; peft
-# 0.13.2 and accelerate 1.0.1 run on torch 1.13.
+# 0.13.2 and accelerate 1.0.1 run on torch 1.13; jinja2 is what PEFT's
+# save_pretrained writes its model card with.
 # Idempotent: an existing venv that already imports the pinned transformers is
 # reused as is. Progress goes to stderr; stdout is only the python path.
 set -euo pipefail
@@ -23,11 +24,11 @@ VENV=${1:-build/hf-venv}
 BASE_PY=${HF_ENV_BASE_PYTHON:-/usr/bin/python3}
 TRANSFORMERS=4.49.0
 PKGS=("transformers==$TRANSFORMERS" "tokenizers>=0.21,<0.22" "safetensors>=0.4.3" "huggingface_hub>=0.26,<1.0" "numpy<2"
-      "gguf>=0.10,<0.18")
+      "gguf>=0.10,<0.18" "jinja2")
 
 PEFT_PKGS=("peft==0.13.2" "accelerate==1.0.1")
 
-if ! "$VENV/bin/python" -c "import torch, safetensors, gguf, peft, transformers as t; assert t.__version__ == '$TRANSFORMERS'" \
+if ! "$VENV/bin/python" -c "import torch, safetensors, gguf, peft, jinja2, transformers as t; assert t.__version__ == '$TRANSFORMERS'" \
     2>/dev/null; then
   "$BASE_PY" -c 'import torch, numpy' ||
     { echo "hf_env.sh: $BASE_PY lacks torch/numpy (apt-get install python3-torch python3-numpy python3-venv)" >&2; exit 1; }
