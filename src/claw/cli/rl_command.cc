@@ -1,7 +1,6 @@
 #include "claw/cli/rl_command.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "claw/ckpt/checkpoint.h"
 #include "claw/cli/ckpt_command.h"
@@ -113,12 +112,8 @@ struct RlCommand {
       binder->apply(args);
     }
     if (!args.ckpt.load_hf.empty()) use_hf_model(args);
-    if (!(args.parallel.distributed_timeout_minutes > 0))
-      fail("--distributed-timeout-minutes must be positive, got {}", args.parallel.distributed_timeout_minutes);
-    std::unique_ptr<comm::World> world = comm::World::create(
-        {.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.parallel.distributed_timeout_minutes * 60'000))});
-    log::set_rank(world->rank(), world->size());
-    log::set_all_ranks(args.parallel.log_all_ranks);
+    // Not launch(): the data-parallel size is the learners', which run_rl resolves.
+    std::unique_ptr<comm::World> world = join_job(args);
     if (!args.ckpt.load_hf.empty()) import_hf_for_finetune(args, *world);
     std::string resolved = fmt::format("resolved config (model preset: {}):\n", args.model.name);
     for (const R& f : rl_flags()) resolved += fmt::format("  {:<36} {}\n", f.name, f.get(args));

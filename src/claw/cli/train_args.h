@@ -41,8 +41,9 @@ const std::vector<Flag<TrainArgs>>& train_flags();
 // The "resolved config" printout of every flag's value.
 std::string resolved_config(const TrainArgs& a);
 // Joins the job (mpirun/srun ranks, or one process) with --distributed-
-// timeout-minutes as every wait's deadline, sets up logging, lets
-// --parallel auto pick the layout, and resolves the batch over the
+// timeout-minutes as every wait's deadline and sets up rank-aware logging.
+std::unique_ptr<comm::World> join_job(const TrainArgs& args);
+// join_job(), then lets --parallel auto pick the layout, and resolves the batch over the
 // data-parallel ranks.
 std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>& given);
 // --load-hf DIR: the model is the directory's (its config.json).

@@ -272,7 +272,7 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
 // timeout-minutes as every wait's deadline, sets up logging, lets
 // --parallel auto pick the layout, and resolves the batch over the
 // data-parallel ranks.
-std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>& given) {
+std::unique_ptr<comm::World> join_job(const TrainArgs& args) {
   if (!(args.parallel.distributed_timeout_minutes > 0))
     fail("--distributed-timeout-minutes must be positive, got {}", args.parallel.distributed_timeout_minutes);
   const auto timeout =
@@ -280,6 +280,11 @@ std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>
   std::unique_ptr<comm::World> world = comm::World::create({.timeout = timeout, .faults = args.faults});
   log::set_rank(world->rank(), world->size());
   log::set_all_ranks(args.parallel.log_all_ranks);
+  return world;
+}
+
+std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>& given) {
+  std::unique_ptr<comm::World> world = join_job(args);
   if (args.parallel_mode == "auto") choose_layout(args, *world, given);
   const comm::RankGrid grid = comm::RankGrid::make(world->size(), args.parallel.sizes);
   args.train.resolve_and_validate(grid.dp);

@@ -14,7 +14,6 @@
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/core/philox.h"
-#include "claw/data/builtin_corpus.h"
 #include "claw/data/tokenizer_factory.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/rl/task.h"
@@ -22,6 +21,7 @@
 #include "claw/runtime/runtime.h"
 #include "claw/train/batch.h"
 #include "claw/train/metrics.h"
+#include "claw/train/run_data.h"
 #include "claw/train/step.h"
 
 namespace claw::rl {
@@ -54,13 +54,7 @@ double seconds_since(clock::time_point t) { return std::chrono::duration<double>
 class Problem {
  public:
   Problem(const RlJob& job) : job_(job), task_(parse_task(job.rl.task)) {
-    data::TokenizerOptions tok = job.data.tokenizer;
-    if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
-      const std::string dir = job.data.data_dir.empty() ? data::default_data_dir() : job.data.data_dir;
-      tok.vocab_file = dir + "/gpt2/encoder.json";
-      tok.merge_file = dir + "/gpt2/vocab.bpe";
-    }
-    tokenizer_ = data::make_tokenizer(tok);
+    tokenizer_ = data::make_tokenizer(train::data_tokenizer(job.data));
     if (tokenizer_->vocab_size() > job.model.vocab_size)
       fail("the tokenizer ({}) has {} ids, more than the model's --vocab-size {}", tokenizer_->name(),
            tokenizer_->vocab_size(), job.model.vocab_size);

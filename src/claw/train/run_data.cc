@@ -13,6 +13,16 @@
 
 namespace claw::train {
 
+data::TokenizerOptions data_tokenizer(const DataConfig& data) {
+  data::TokenizerOptions tok = data.tokenizer;
+  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
+    const std::string dir = data.data_dir.empty() ? data::default_data_dir() : data.data_dir;
+    tok.vocab_file = dir + "/gpt2/encoder.json";
+    tok.merge_file = dir + "/gpt2/vocab.bpe";
+  }
+  return tok;
+}
+
 RunData open_run_data(const DataConfig& data_cfg, const TrainConfig& cfg, const model::ModelConfig& model,
                       comm::ParallelState& ps, int num_threads) {
   RunData out;
@@ -31,12 +41,7 @@ RunData open_run_data(const DataConfig& data_cfg, const TrainConfig& cfg, const 
   // The tokenizer the data was made with: its eod marks document boundaries
   // (and pads SFT samples) and its vocabulary must fit the model's (checked
   // after the data, whose errors are more specific: they name a file).
-  data::TokenizerOptions tok = data_cfg.tokenizer;
-  if (tok.type == "GPT2BPETokenizer" && tok.vocab_file.empty() && tok.merge_file.empty()) {
-    tok.vocab_file = data_dir + "/gpt2/encoder.json";
-    tok.merge_file = data_dir + "/gpt2/vocab.bpe";
-  }
-  const auto tokenizer = data::make_tokenizer(tok);
+  const auto tokenizer = data::make_tokenizer(data_tokenizer(data_cfg));
   const int64_t GB = cfg.global_batch_size;
   data::GptDatasetOptions opts{.split = data_cfg.split,
                                 .seq_length = cfg.seq_length,

@@ -24,6 +24,10 @@ struct RunData {
 // read what it wrote. Only the splits the run reads are opened (validation
 // when train.eval_interval and eval_iters ask for it), each with the samples
 // it must provide. Throws naming the file or flag.
+// The tokenizer options of `data` with the defaults filled: GPT-2 BPE reads
+// <data dir>/gpt2/{encoder.json,vocab.bpe} unless --vocab-file/--merge-file say.
+data::TokenizerOptions data_tokenizer(const DataConfig& data);
+
 RunData open_run_data(const DataConfig& data, const TrainConfig& train, const model::ModelConfig& model,
                       comm::ParallelState& ps, int num_threads);
 
