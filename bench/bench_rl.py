@@ -11,13 +11,14 @@ held-out mean reward and exact-match rate of greedy replies to unseen lists
 every --eval-interval steps. Writes bench/rl_learning.png (reward against
 step) and prints a markdown table.
 
-async: the same start, one learner and --workers rollout workers under
-mpirun (one thread each), synchronous against --async --max-staleness 1
-with the same seeds, on lists of --async-words words (longer replies, so
-that sampling is a real share of a step, as in reasoning RL where it is
-most of it): samples per second (completions trained on per second of wall
-clock), the time the learner waits for rollouts, and the reward per step;
-the reward against wall-clock time in bench/rl_async.png.
+async: the same start, one learner and --workers rollout workers (each
+count in the list) under mpirun, one thread a rank, synchronous against
+--async --max-staleness 1 with the same seeds, on lists of --async-words
+words (the SFT's own lengths): samples per second (completions trained on
+per second of wall clock), the time the learner waits for rollouts, and the
+reward per step; the reward against wall-clock time and against the step
+in bench/rl_async.png. On a 2-core machine 1 + 1 ranks fill the cores and
+1 + 2 oversubscribe them (an asynchronous learner then shares its core).
 
 Figures go to --out as JSON. The pretrained base and the SFT checkpoint
 are kept in the work directory and reused.
@@ -61,9 +62,9 @@ def main():
     ap.add_argument("--prompts-per-step", type=int, default=4)
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--async-steps", type=int, default=30)
-    ap.add_argument("--workers", type=int, default=2, help="rollout workers beside the learner (async part)")
-    ap.add_argument("--async-words", default="8-12", help="list lengths of the async part's prompts")
+    ap.add_argument("--async-steps", type=int, default=40)
+    ap.add_argument("--workers", default="1,2", help="rollout workers beside the learner (async part), a list")
+    ap.add_argument("--async-words", default="3-5", help="list lengths of the async part's prompts")
     ap.add_argument("--async-max-new-tokens", type=int, default=32)
     ap.add_argument("--out", default=os.path.join(HERE, "rl_results.json"))
     a = ap.parse_args()
@@ -125,38 +126,43 @@ def main():
         base_flags[base_flags.index("--prompt-data") + 1] = os.path.join(async_task, "train.jsonl")
         base_flags[base_flags.index("--seq-length") + 1] = str(40 + a.async_max_new_tokens)
         base_flags[base_flags.index("--max-new-tokens") + 1] = str(a.async_max_new_tokens)
-        runs = {}
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        for name, flags in (("sync", []), ("async K=1", ["--async", "--max-staleness", "1"])):
-            m = os.path.join(w, f"async_{name.split()[0]}.jsonl")
-            cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(1 + a.workers), claw, "rl", *base_flags,
-                   "--train-iters", str(a.async_steps), "--eval-interval", "0", "--num-threads", "1",
-                   "--rollout-workers", str(a.workers), *flags, "--metrics-file", m]
-            print("+", " ".join(cmd), flush=True)
-            t0 = time.time()
-            with open(m + ".log", "w") as f:
-                subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=True)
-            wall = time.time() - t0
-            recs = records(m)
-            # Throughput after the first step (which waits for a first batch in both).
-            span = recs[-1]["elapsed_s"] - recs[0]["elapsed_s"]
-            runs[name] = {"wall_s": wall, "samples_per_s": (len(recs) - 1) * gb / span,
-                          "reward": [r["reward"] for r in recs], "elapsed": [r["elapsed_s"] for r in recs],
-                          "rollout_wait_s": sum(r["rollout_wait_s"] for r in recs[1:]) / (len(recs) - 1),
-                          "train_s": sum(r["train_s"] for r in recs[1:]) / (len(recs) - 1),
-                          "staleness_max": max(r["staleness_max"] for r in recs),
-                          "completion_length": sum(r["completion_length"] for r in recs) / len(recs)}
-        results["async"] = {"ranks": 1 + a.workers, "steps": a.async_steps, "words": a.async_words,
-                            "max_new_tokens": a.async_max_new_tokens, "runs": runs}
-        s, x = runs["sync"], runs["async K=1"]
-        print(f"\n| run | samples/s | learner wait for rollouts (s/step) | train (s/step) | completion tokens | "
-              f"mean reward | max age |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for name, r in runs.items():
-            print(f"| {name} | {r['samples_per_s']:.2f} | {r['rollout_wait_s']:.2f} | {r['train_s']:.2f} | "
-                  f"{r['completion_length']:.1f} | {sum(r['reward']) / len(r['reward']):.4f} | {r['staleness_max']} |")
-        print(f"\nasync / sync throughput: {x['samples_per_s'] / s['samples_per_s']:.2f}x")
-        plot_async(runs, os.path.join(HERE, "rl_async.png"))
+        layouts = {}
+        for workers in [int(x) for x in a.workers.split(",")]:
+            runs = {}
+            for name, flags in (("sync", []), ("async K=1", ["--async", "--max-staleness", "1"])):
+                m = os.path.join(w, f"async_{workers}w_{name.split()[0]}.jsonl")
+                cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(1 + workers), claw, "rl",
+                       *base_flags, "--train-iters", str(a.async_steps), "--eval-interval", "0", "--num-threads", "1",
+                       "--rollout-workers", str(workers), *flags, "--metrics-file", m]
+                print("+", " ".join(cmd), flush=True)
+                t0 = time.time()
+                with open(m + ".log", "w") as f:
+                    subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=True)
+                wall = time.time() - t0
+                recs = records(m)
+                # Throughput after the first step (which waits for a first batch in both).
+                span = recs[-1]["elapsed_s"] - recs[0]["elapsed_s"]
+                runs[name] = {"wall_s": wall, "samples_per_s": (len(recs) - 1) * gb / span,
+                              "reward": [r["reward"] for r in recs], "elapsed": [r["elapsed_s"] for r in recs],
+                              "rollout_wait_s": sum(r["rollout_wait_s"] for r in recs[1:]) / (len(recs) - 1),
+                              "train_s": sum(r["train_s"] for r in recs[1:]) / (len(recs) - 1),
+                              "staleness_max": max(r["staleness_max"] for r in recs),
+                              "completion_length": sum(r["completion_length"] for r in recs) / len(recs)}
+            layouts[f"1 learner + {workers} worker{'s' if workers > 1 else ''}"] = runs
+        results["async"] = {"steps": a.async_steps, "words": a.async_words, "cpus": os.cpu_count(),
+                            "max_new_tokens": a.async_max_new_tokens, "layouts": layouts}
+        print(f"\n| ranks | run | samples/s | learner wait for rollouts (s/step) | train (s/step) | "
+              f"completion tokens | mean reward | max age | async / sync |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for layout, runs in layouts.items():
+            s, x = runs["sync"], runs["async K=1"]
+            for name, r in runs.items():
+                gain = f"{x['samples_per_s'] / s['samples_per_s']:.2f}x" if r is x else ""
+                print(f"| {layout} | {name} | {r['samples_per_s']:.2f} | {r['rollout_wait_s']:.2f} | "
+                      f"{r['train_s']:.2f} | {r['completion_length']:.1f} | "
+                      f"{sum(r['reward']) / len(r['reward']):.4f} | {r['staleness_max']} | {gain} |")
+        plot_async(layouts, os.path.join(HERE, "rl_async.png"))
     json.dump(results, open(a.out, "w"), indent=1)
 
 
@@ -180,18 +186,23 @@ def plot_learning(r, path):
     fig.savefig(path, dpi=110)
 
 
-def plot_async(runs, path):
+def plot_async(layouts, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, r in runs.items():
-        ax.plot(r["elapsed"], r["reward"], ".-", label=f"{name}: {r['samples_per_s']:.1f} samples/s")
-    ax.set_xlabel("wall-clock seconds")
-    ax.set_ylabel("training batch mean reward")
-    ax.set_title("claw rl: synchronous vs --async (max staleness 1)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for layout, runs in layouts.items():
+        for name, r in runs.items():
+            label = f"{layout}, {name}: {r['samples_per_s']:.1f} samples/s"
+            axes[0].plot(r["elapsed"], r["reward"], ".-", label=label)
+            axes[1].plot(range(1, len(r["reward"]) + 1), r["reward"], ".-", label=label)
+    axes[0].set_xlabel("wall-clock seconds")
+    axes[1].set_xlabel("learner step")
+    for ax in axes:
+        ax.set_ylabel("training batch mean reward")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("claw rl: synchronous vs --async (max staleness 1), same seeds", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -30,36 +30,78 @@ OutputLayer::OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied,
   if (tp.size() > 1) own_weight.spec.split(0, tp.size(), tp.rank(), "tp");
 }
 
+OutputLayer::Rows OutputLayer::pack(const StepCtx& ctx, const float* x, const int32_t* targets, const float* weight) {
+  const int64_t N = ctx.tokens();
+  rows_.clear();
+  for (int64_t i = 0; i < N; ++i)
+    if (targets[i] >= 0) rows_.push_back(i);
+  const auto n = static_cast<int64_t>(rows_.size());
+  packed_ = n < N && !ctx.cpu.gpu;
+  rows_total_ = N;
+  if (!packed_) return {N, x, targets, weight};
+  rows_x_.resize(static_cast<size_t>(n * C_));
+  rows_targets_.resize(static_cast<size_t>(n));
+  rows_weight_.resize(weight ? static_cast<size_t>(n) : 0);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t i = rows_[static_cast<size_t>(j)];
+    std::copy_n(x + i * C_, C_, rows_x_.data() + j * C_);
+    rows_targets_[static_cast<size_t>(j)] = targets[i];
+    if (weight) rows_weight_[static_cast<size_t>(j)] = weight[i];
+  }
+  return {n, rows_x_.data(), rows_targets_.data(), weight ? rows_weight_.data() : nullptr};
+}
+
+void OutputLayer::scatter(float* a, int64_t width) const {
+  if (!packed_) return;
+  // From the last row down: packed row j moves to row rows_[j] >= j, which
+  // no packed row still to be moved occupies.
+  auto j = static_cast<int64_t>(rows_.size()) - 1;
+  for (int64_t i = rows_total_ - 1; i >= 0; --i) {
+    if (j >= 0 && rows_[static_cast<size_t>(j)] == i) {
+      if (i != j) std::copy_n(a + j * width, width, a + i * width);
+      --j;
+    } else {
+      std::fill_n(a + i * width, width, 0.0f);
+    }
+  }
+}
+
 double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32_t* targets, double dloss_scale,
                             Saved& s, Scratch& scratch) {
   if (ctx.sequence_loss) return sequence_loss_forward(ctx, x_rows, targets, dloss_scale, s, scratch);
-  const int64_t N = ctx.tokens(), chunk = Scratch::logits_chunk(N), Vl = vocab_.rows();
-  const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
+  const int64_t N = ctx.tokens(), Vl = vocab_.rows();
+  const Rows p = pack(ctx, tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_), targets, ctx.loss_weight);
+  const int64_t chunk = Scratch::logits_chunk(p.n);
   const float* W = weight_->data();
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
-    const float* xc = x + r0 * C_;
+  for (int64_t r0 = 0; r0 < p.n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, p.n - r0);
+    const float* xc = p.x + r0 * C_;
+    const int32_t* tc = p.targets + r0;
     float* logits = scratch.logits;
     kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xc, C_, W, C_, 0.0f, logits, Vl);
     if (tp_.size() == 1)
-      kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, targets + r0, rows, vocab_.V, Vl);
+      kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, tc, rows, vocab_.V, Vl);
     else
-      vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, targets + r0,
-                                           vocab_, rows);
-    const float* w = ctx.loss_weight ? ctx.loss_weight + r0 : nullptr;
+      vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, tc, vocab_, rows);
+    const float* w = p.weight ? p.weight + r0 : nullptr;
     if (w) kernels::mul(ctx.cpu, s.losses + r0, w, rows);
     if (dloss_scale == 0) continue;
     const float scale = static_cast<float>(dloss_scale);
     if (tp_.size() == 1)
-      kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, rows, vocab_.V, Vl);
+      kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, tc, scale, rows, vocab_.V, Vl);
     else
-      vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, vocab_, rows);
+      vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, tc, scale, vocab_, rows);
     if (w) kernels::scale_rows(ctx.cpu, logits, w, rows, Vl);
     kernels::gemm(ctx.cpu, false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
     if (weight_->grad.defined())  // not frozen
       kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);
   }
-  if (dloss_scale != 0) tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
+  scatter(s.losses, 1);
+  scatter(s.lse, 1);
+  if (dloss_scale != 0) {
+    scatter(s.dx, C_);
+    tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
+  }
   return kernels::sum(ctx.cpu, s.losses, N);
 }
 
@@ -67,41 +109,52 @@ double OutputLayer::sequence_loss_forward(const StepCtx& ctx, const float* x_row
                                           double dloss_scale, Saved& s, Scratch& scratch) {
   CLAW_CHECK(!ctx.loss_weight, "a sequence loss sets the token weights itself");
   if (ctx.cpu.gpu) fail("sequence losses (--dpo) run on the CPU backend for now (--device cpu)");
-  const int64_t N = ctx.tokens(), chunk = Scratch::logits_chunk(N), Vl = vocab_.rows();
-  const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
+  const int64_t N = ctx.tokens(), Vl = vocab_.rows();
+  const Rows p = pack(ctx, tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_), targets, nullptr);
+  const int64_t chunk = Scratch::logits_chunk(p.n);
   const float* W = weight_->data();
   auto chunk_logits = [&](int64_t r0, int64_t rows) {
-    kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, x + r0 * C_, C_, W, C_, 0.0f, scratch.logits, Vl);
+    kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, p.x + r0 * C_, C_, W, C_, 0.0f, scratch.logits, Vl);
     return scratch.logits;
   };
   // Every token's loss first: the sequence loss needs whole sequences.
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
+  for (int64_t r0 = 0; r0 < p.n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, p.n - r0);
     float* logits = chunk_logits(r0, rows);
     if (tp_.size() == 1)
-      kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, targets + r0, rows, vocab_.V, Vl);
+      kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, p.targets + r0, rows, vocab_.V, Vl);
     else
-      vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, targets + r0,
+      vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, p.targets + r0,
                                            vocab_, rows);
   }
+  scatter(s.losses, 1);  // lse stays packed for the backward
   sequence_weights_.resize(static_cast<size_t>(N));
   const double loss = ctx.sequence_loss->apply(ctx, s.losses, targets, sequence_weights_.data());
-  if (dloss_scale == 0) return loss;
+  if (dloss_scale == 0) {
+    scatter(s.lse, 1);
+    return loss;
+  }
+  // The weights of the rows run, in their packed order.
+  if (packed_)
+    for (int64_t j = 0; j < p.n; ++j)  // rows_[j] >= j: read before any write reaches it
+      sequence_weights_[static_cast<size_t>(j)] = sequence_weights_[static_cast<size_t>(rows_[static_cast<size_t>(j)])];
   // Then backward, each chunk's logits recomputed, its token gradients
   // weighted by d loss / d loss_t.
   const float scale = static_cast<float>(dloss_scale);
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
+  for (int64_t r0 = 0; r0 < p.n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, p.n - r0);
     float* logits = chunk_logits(r0, rows);
     if (tp_.size() == 1)
-      kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, rows, vocab_.V, Vl);
+      kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, p.targets + r0, scale, rows, vocab_.V, Vl);
     else
-      vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, targets + r0, scale, vocab_, rows);
+      vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, p.targets + r0, scale, vocab_, rows);
     kernels::scale_rows(ctx.cpu, logits, sequence_weights_.data() + r0, rows, Vl);
     kernels::gemm(ctx.cpu, false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
     if (weight_->grad.defined())
-      kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, x + r0 * C_, C_, 1.0f, weight_->gdata(), C_);
+      kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, p.x + r0 * C_, C_, 1.0f, weight_->gdata(), C_);
   }
+  scatter(s.lse, 1);
+  scatter(s.dx, C_);
   tp_.reduce_rows(s.dx, ctx.B, ctx.T, C_);
   return loss;
 }

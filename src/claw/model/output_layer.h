@@ -19,6 +19,16 @@
 // all-reduces per chunk): no rank ever holds [chunk, Vp], let alone [N, Vp].
 // The input is gathered from the sequence pieces under SP; dx is a partial
 // sum, reduced (all-reduce, or reduce-scatter to the rows held) at the end.
+//
+// Rows without a target (a prompt, padding, an SFT mask's ignored tokens)
+// have no loss and no gradient, so their logits are never computed: when
+// some rows lack a target, the chunks run over the others, packed in front
+// (their inputs, targets and weights gathered), and the per-row results
+// (losses, lse, dx) are scattered back with 0 in the rows left out. In
+// fine-tuning and RL batches most rows are such rows (GRPO: the prompt and
+// the padding after a short completion). Every rank of a TP group holds the
+// same targets, so all pack alike; a batch where every row has a target
+// runs unpacked.
 #pragma once
 
 #include <string>
@@ -80,8 +90,26 @@ class OutputLayer {
   double sequence_loss_forward(const StepCtx& ctx, const float* x_rows, const int32_t* targets, double dloss_scale,
                                Saved& s, Scratch& scratch);
 
+  // The rows with a target, packed (see above). pack() returns the rows to
+  // run: all N as given, or the n < N with a target gathered into rows_x_,
+  // rows_targets_ and rows_weight_. scatter() moves packed per-row results
+  // (width floats a row) to their rows and zeroes the rest.
+  struct Rows {
+    int64_t n;
+    const float* x;
+    const int32_t* targets;
+    const float* weight;
+  };
+  Rows pack(const StepCtx& ctx, const float* x, const int32_t* targets, const float* weight);
+  void scatter(float* a, int64_t width) const;
+
   Param* weight_;
   std::vector<float> sequence_weights_;
+  bool packed_ = false;
+  int64_t rows_total_ = 0;  // N of the packed batch
+  std::vector<int64_t> rows_;
+  std::vector<float> rows_x_, rows_weight_;
+  std::vector<int32_t> rows_targets_;
   const TensorParallel& tp_;
   VocabShard vocab_;
   int64_t C_;

@@ -146,8 +146,12 @@ class Problem {
 };
 
 // Messages on the sync group (learner rank 0 = group rank 0, generator g =
-// group rank g + 1): a batch goes as its byte count, then the bytes; a
-// weight set as its version, then the values.
+// group rank g + 1), all point to point: a batch goes as its byte count,
+// then the bytes; a weight set as its version, then the values (tag
+// kWeightsTag). No collective is left pending while a worker samples: a
+// rank inside an MPI collective spins on a core, which the sampling and
+// training threads need.
+constexpr int kWeightsTag = 1;
 void send_batch(comm::Group& sync, const std::vector<uint8_t>& bytes, int64_t& count, std::vector<comm::Work>& w) {
   count = static_cast<int64_t>(bytes.size());
   w.push_back(sync.send_async(&count, 1, DType::i64, 0));
@@ -249,16 +253,39 @@ class Learner {
   }
 
   // The weight set after `version` optimizer steps: to the local generator
-  // (learner rank 0) and, with rollout workers, to them.
+  // (learner rank 0) and, with rollout workers, to each of them as a send
+  // left pending (a worker receives a set when the staleness rule makes it,
+  // so the learner never waits for that) with its buffer kept until done.
   void publish(int64_t version) {
+    if (world_.rank() == 0 && !spare_.empty()) {
+      weights_ = std::move(spare_.back());
+      spare_.pop_back();
+    }
     gather_weights(*rt_, layout_, weights_);
     if (world_.rank() != 0) return;
     load_weights(local_->model(), rt_->cpu(), layout_, weights_.data());
     local_->set_version(version);
-    if (sync_ && version < job_.train.train_iters) {
-      int64_t v = version;
-      sync_->broadcast(&v, 1, DType::i64, 0);
-      sync_->broadcast(weights_.data(), layout_.total(), DType::f32, 0);
+    if (!sync_ || version >= job_.train.train_iters) return;
+    reap_sends(false);
+    auto out = std::make_unique<Outgoing>();
+    out->version = version;
+    out->weights = std::move(weights_);
+    for (int g = 1; g < sync_->size(); ++g) {
+      out->works.push_back(sync_->send_async(&out->version, 1, DType::i64, g, kWeightsTag));
+      out->works.push_back(sync_->send_async(out->weights.data(), layout_.total(), DType::f32, g, kWeightsTag));
+    }
+    outgoing_.push_back(std::move(out));
+  }
+  // Sent weight sets the workers have taken give their buffers back; all
+  // of them at the end.
+  void reap_sends(bool all) {
+    while (!outgoing_.empty()) {
+      Outgoing& o = *outgoing_.front();
+      if (all)
+        for (comm::Work& w : o.works) w.wait();
+      if (!std::all_of(o.works.begin(), o.works.end(), [](const comm::Work& w) { return w.test(); })) return;
+      spare_.push_back(std::move(o.weights));
+      outgoing_.pop_front();
     }
   }
 
@@ -370,6 +397,13 @@ class Learner {
   std::unique_ptr<ckpt::Saver> saver_;
   std::unique_ptr<Generator> local_;
   std::vector<float> weights_;
+  struct Outgoing {  // a weight set on its way to the workers
+    int64_t version = 0;
+    std::vector<float> weights;
+    std::vector<comm::Work> works;
+  };
+  std::deque<std::unique_ptr<Outgoing>> outgoing_;
+  std::vector<std::vector<float>> spare_;
   std::vector<PolicySample> samples_;
   std::string reference_dir_;
   int64_t start_ = 0;
@@ -449,6 +483,7 @@ void Learner::run() {
                 rec["logprob_mismatch_mean"].get<double>(), b.age_max, gen_s, train_s,
                 static_cast<double>(GB) / step_s);
   }
+  reap_sends(true);
   if (saver_) saver_->finish();
   log::info("rl", "done: {} steps in {:.1f} s, peak RSS {}", iters - start_, seconds_since(start),
             format_bytes(static_cast<double>(peak_rss_bytes())));
@@ -466,28 +501,14 @@ void run_generator(const RlJob& job, int local_ranks, comm::Group& sync, const P
                                                                                        local_ranks));
   const int64_t slots = (problem.per_step() + K - 1) / K;
   Generator gen(job.model, cpu, slots * job.rl.grpo.num_generations, job.train.seq_length + 1);
-  struct Pending {
+  std::vector<float> weights(static_cast<size_t>(layout.total()));
+  auto take = [&] {  // the next weight set learner rank 0 sent (they come in version order)
     int64_t version = 0;
-    std::vector<float> weights;
-    comm::Work version_work, weights_work;
+    sync.recv(&version, 1, DType::i64, 0, kWeightsTag);
+    sync.recv(weights.data(), layout.total(), DType::f32, 0, kWeightsTag);
+    load_weights(gen.model(), cpu, layout, weights.data());
+    gen.set_version(version);
   };
-  std::deque<std::unique_ptr<Pending>> pending;
-  auto post = [&] {  // the next weight set's receive, kept pending while sampling goes on
-    auto p = std::make_unique<Pending>();
-    p->weights.resize(static_cast<size_t>(layout.total()));
-    p->version_work = sync.broadcast_async(&p->version, 1, DType::i64, 0);
-    p->weights_work = sync.broadcast_async(p->weights.data(), layout.total(), DType::f32, 0);
-    pending.push_back(std::move(p));
-  };
-  auto take = [&] {
-    Pending& p = *pending.front();
-    p.version_work.wait();
-    p.weights_work.wait();
-    load_weights(gen.model(), cpu, layout, p.weights.data());
-    gen.set_version(p.version);
-    pending.pop_front();
-  };
-  post();
   take();
   std::deque<std::vector<uint8_t>> out;
   std::deque<int64_t> counts;
@@ -500,10 +521,9 @@ void run_generator(const RlJob& job, int local_ranks, comm::Group& sync, const P
     out.push_back(encode_trajectories(ts));
     counts.push_back(0);
     send_batch(sync, out.back(), counts.back(), sends);
-    if (step + 1 < iters) post();
   }
   for (comm::Work& w : sends) w.wait();
-  while (!pending.empty()) take();
+  while (gen.version() + 1 < iters) take();  // the sets sent while it ran ahead: every send completes
 }
 
 }  // namespace

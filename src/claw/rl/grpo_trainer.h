@@ -26,12 +26,12 @@
 // generators wait for version s before sampling batch s, the synchronous
 // loop. With --async the generators sample batch s with the newest weights
 // they hold as long as s - version <= K_s, and wait otherwise, so they run
-// up to K_s steps ahead while the learners train. The order of messages on
-// the sync group (learner rank 0 and the generators) is, for every step,
-// batch s (generators -> learner 0), then weights s + 1 (learner 0 ->
-// generators): a generator posts its receive of the next weights as soon as
-// it has sent a batch and keeps sampling while it is pending. With K_s = 0
-// the asynchronous run is the synchronous one.
+// up to K_s steps ahead while the learners train. Messages between learner
+// rank 0 and the generators are point to point: each generator sends batch
+// s; learner rank 0 sends weights s + 1 to each generator after step s and
+// leaves the sends pending; a generator receives the sets in order when
+// the rule makes it (a pending collective would spin a core while it
+// samples). With K_s = 0 the asynchronous run is the synchronous one.
 //
 // Metrics per step (JSONL, rank 0): reward mean and std, exact-match rate,
 // completion length, truncation rate, the loss, clip fraction, mean ratio,

@@ -100,5 +100,39 @@ TEST(Inference, PerTokenLossWeight) {
   for (size_t i = 0; i < g_two.size(); i += 97) EXPECT_NEAR(g_two[i], 2 * g_plain[i], 1e-6 * std::abs(g_plain[i]) + 1e-12);
 }
 
+// Rows without a target are left out of the LM head (output_layer.h): with
+// most of a batch masked in spans (prompts and padding, as in fine-tuning
+// and RL) over more rows than one logits chunk, loss and gradients equal the
+// unpacked run that weights those rows 0.
+TEST(Inference, RowsWithoutTargetsSkipTheHead) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const ModelConfig c = small(preset);
+    const int64_t B = 4, T = 96;
+    const Batch batch = random_batch(B * T, c.vocab_size, 11);
+    auto run = [&](const std::vector<int32_t>& targets, const std::vector<float>* w, std::vector<float>& grads) {
+      GPT m(c);
+      m.init_weights(ctx, 78);
+      m.reserve(B, T);
+      m.store().zero_grads();
+      StepCtx sc{.cpu = ctx, .B = B, .T = T, .training = true};
+      if (w) sc.loss_weight = w->data();
+      const double loss = m.forward(sc, batch.tokens.data(), targets.data(), 1.0 / (B * T));
+      m.backward(sc, batch.tokens.data());
+      grads.assign(m.store().grads(), m.store().grads() + m.store().grad_total());
+      return loss;
+    };
+    std::vector<int32_t> masked = batch.targets;
+    std::vector<float> weight(B * T, 1.0f);
+    for (int64_t b = 0; b < B; ++b)  // a prompt of 30 + 5b tokens, a reply of 20, padding
+      for (int64_t t = 0; t < T; ++t)
+        if (t < 30 + 5 * b || t >= 50 + 5 * b) masked[b * T + t] = -1, weight[b * T + t] = 0.0f;
+    std::vector<float> g_packed, g_weighted;
+    const double packed = run(masked, nullptr, g_packed);
+    const double weighted = run(batch.targets, &weight, g_weighted);
+    EXPECT_NEAR(packed, weighted, 1e-6 * std::abs(weighted)) << preset;
+    EXPECT_LT(max_rel(g_packed.data(), g_weighted.data(), static_cast<int64_t>(g_packed.size())), 1e-5) << preset;
+  }
+}
+
 }  // namespace
 }  // namespace claw::model
