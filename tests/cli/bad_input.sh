@@ -167,6 +167,14 @@ PY
   rl_task_unknown)
     rl --prompt-data "$(prompts)" --task count
     expect_error "--task count: expected one of reverse, sort, add" ;;
+  rl_env_url)
+    rl --prompt-data "$(prompts)" --env-url 127.0.0.1:8100
+    expect_error "--env-url 127.0.0.1:8100: expected http://HOST:PORT" ;;
+  rl_env_unreachable)
+    # Nothing listens there: every episode fails, counted, and no group is
+    # left to learn from; the run says why instead of hanging.
+    rl --prompt-data "$(prompts)" --env-url http://127.0.0.1:9 --env-timeout 5 --train-iters 1
+    expect_error "every episode of step 1 failed" ;;
   dpo_bad_pair)
     printf '%s\n' '{"prompt": "a", "chosen": "b", "rejected": "c"}' '{"prompt": "a", "chosen": "b"}' >"$tmp/pairs.jsonl"
     out=$("$claw" preprocess --input "$tmp/pairs.jsonl" --output-prefix "$tmp/pref" --dpo 2>&1); rc=$?

@@ -18,6 +18,12 @@
 #            equals the synchronous run bitwise; with K = 1 and 2 every
 #            trajectory used is at most K versions old, and the generator
 #            does run ahead (age K at some step).
+# env        scripts/rl_env.py as an external environment (2 turns when the
+#            first reply is wrong; every 7th episode hangs, every 11th
+#            answers HTTP 500) with one learner and one rollout worker: all
+#            steps train, hung episodes time out (--env-timeout) and failed
+#            ones are counted, multi-turn replies are all found and learned,
+#            and their log-probabilities equal the learner's.
 # resume     a colocated run stopped after 2 of 4 steps and resumed from its
 #            checkpoint gives steps 3 and 4 bitwise (learner, optimizer,
 #            reference, versions and seeds in the checkpoint).
@@ -99,6 +105,18 @@ staleness)
     run "async$k" 2 --rollout-workers 1 --train-iters 5 --async --max-staleness $k
     check staleness "$tmp/async$k.jsonl" $k "--async --max-staleness $k" --ahead
   done
+  ;;
+env)
+  /usr/bin/python3 "$root/scripts/rl_env.py" --port 0 --port-file "$tmp/port" --turns 2 --hang-every 7 \
+    --fail-every 11 >"$tmp/env_server.log" 2>&1 &
+  env_pid=$!
+  trap 'kill $env_pid 2>/dev/null; rm -rf "$tmp"' EXIT
+  for _ in $(seq 100); do [[ -s $tmp/port ]] && break; sleep 0.1; done
+  [[ -s $tmp/port ]] || { cat "$tmp/env_server.log"; fail "rl_env.py did not start"; }
+  run env 2 --rollout-workers 1 --env-url "http://127.0.0.1:$(cat "$tmp/port")" --env-timeout 3 --train-iters 3 \
+    --seq-length 80 --max-new-tokens 12
+  check env "$tmp/env.jsonl" 3 "external environment, 1 learner + 1 rollout worker"
+  check mismatch "$tmp/env.jsonl" 1e-5 "multi-turn episodes"
   ;;
 resume)
   extra=(--kl-beta 0.05)

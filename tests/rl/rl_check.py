@@ -12,6 +12,11 @@
                                                every step, and the generator's
                                                and learner's log-probabilities
                                                agree to TOL on average (absolute)
+    rl_check.py env FILE STEPS NAME            an external environment's run: every
+                                               step trained, episodes that hung or
+                                               failed were counted (some of each),
+                                               some took several turns, and every
+                                               earlier reply was found and learned
 """
 import json
 import sys
@@ -69,6 +74,20 @@ def main():
             f"{tol}), {over:.0f} of {tokens:.0f} tokens beyond 1e-5, at most {worst:.2e}")
         print(f"ok {name}: generator vs learner log-probabilities over {tokens:.0f} tokens: mean |difference| "
               f"<= {worst_mean:.2e} per step, {over:.0f} beyond 1e-5, max {worst:.2e}")
+    elif mode == "env":
+        recs, steps, name = records(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+        assert [r["step"] for r in recs] == list(range(1, steps + 1)), f"{name}: steps {[r['step'] for r in recs]}"
+        timeouts = sum(r["env_timeouts"] for r in recs)
+        errors = sum(r["env_errors"] for r in recs)
+        turns = max(r["env_turns"] for r in recs)
+        unaligned = sum(r["env_unaligned_turns"] for r in recs)
+        assert timeouts >= 1, f"{name}: no episode timed out (the environment hangs some on purpose)"
+        assert errors >= 1, f"{name}: no episode failed (the environment fails some on purpose)"
+        assert turns > 1, f"{name}: no episode took more than one turn"
+        assert unaligned == 0, f"{name}: {unaligned} earlier replies were not found in the later prompts"
+        assert any(r["grad_norm"] > 0 for r in recs), f"{name}: no step had a gradient"
+        print(f"ok {name}: {steps} steps trained; {timeouts} episodes timed out and {errors} failed (counted, "
+              f"dropped); up to {turns:.2f} replies an episode, all learned")
     else:
         sys.exit(f"unknown mode {mode}")
 

@@ -63,6 +63,18 @@ const std::vector<R>& rl_flags() {
                        [](A& a) -> auto& { return a.rl.task; }),
         string_flag<A>("chat-template", "llama3, chatml or plain (default: the model's)",
                        [](A& a) -> auto& { return a.rl.chat_template; }),
+        string_flag<A>("env-url", "an external environment, http://HOST:PORT[/PATH]: it gets POST PATH/rollout per "
+                                  "episode with the policy's OpenAI endpoint and returns {\"reward\": R} "
+                                  "(scripts/rl_env.py; default: --task's checker)",
+                       [](A& a) -> auto& { return a.rl.env.url; }),
+        double_flag<A>("env-timeout", "seconds an episode may take before it counts as timed out (its rollout "
+                                      "is dropped, the step goes on)",
+                       [](A& a) -> auto& { return a.rl.env.timeout_s; }),
+        int_flag<A>("env-max-turns", "policy replies an environment may ask for in one episode",
+                    [](A& a) -> auto& { return a.rl.env.max_turns; }),
+        string_flag<A>("rollout-server-host", "address the policy's endpoint listens on and is given to the "
+                                              "environment as (default 127.0.0.1)",
+                       [](A& a) -> auto& { return a.rl.env.host; }),
         int_flag<A>("num-generations", "completions per prompt: GRPO's group size G",
                     [](A& a) -> auto& { return a.rl.grpo.num_generations; }),
         double_flag<A>("clip-eps-low", "ratio clip below 1", [](A& a) -> auto& { return a.rl.grpo.clip_eps_low; }),

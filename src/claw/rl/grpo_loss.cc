@@ -23,20 +23,36 @@ void GrpoConfig::validate() const {
   if (!(is_truncation >= 1)) fail("--is-truncation {}: expected a value >= 1", is_truncation);
 }
 
-std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group, bool no_std) {
+std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group, bool no_std,
+                                     const std::vector<bool>* valid) {
   const int64_t n = static_cast<int64_t>(rewards.size());
   CLAW_CHECK(group >= 2 && n % group == 0, "{} rewards in groups of {}", n, group);
-  std::vector<double> adv(rewards.size());
+  CLAW_CHECK(!valid || static_cast<int64_t>(valid->size()) == n, "{} validity flags for {} rewards", valid->size(), n);
+  auto ok = [&](int64_t i) { return !valid || (*valid)[static_cast<size_t>(i)]; };
+  std::vector<double> adv(rewards.size(), 0.0);
   for (int64_t g = 0; g < n; g += group) {
-    double mean = 0;
-    for (int64_t i = g; i < g + group; ++i) mean += rewards[i];
-    mean /= static_cast<double>(group);
+    double mean = 0, m = 0;
+    for (int64_t i = g; i < g + group; ++i)
+      if (ok(i)) mean += rewards[i], m += 1;
+    if (m < 2) continue;
+    mean /= m;
     double var = 0;
-    for (int64_t i = g; i < g + group; ++i) var += (rewards[i] - mean) * (rewards[i] - mean);
-    const double std = std::sqrt(var / static_cast<double>(group - 1));
-    for (int64_t i = g; i < g + group; ++i) adv[i] = no_std ? rewards[i] - mean : (rewards[i] - mean) / (std + 1e-4);
+    for (int64_t i = g; i < g + group; ++i)
+      if (ok(i)) var += (rewards[i] - mean) * (rewards[i] - mean);
+    const double std = std::sqrt(var / (m - 1));
+    for (int64_t i = g; i < g + group; ++i)
+      if (ok(i)) adv[i] = no_std ? rewards[i] - mean : (rewards[i] - mean) / (std + 1e-4);
   }
   return adv;
+}
+
+int64_t PolicySample::token_at(int64_t t) const {
+  if (positions.empty()) {
+    const int64_t j = t - (prompt_len - 1);
+    return j >= 0 && j < static_cast<int64_t>(behaviour.size()) ? j : -1;
+  }
+  const auto it = std::lower_bound(positions.begin(), positions.end(), static_cast<int32_t>(t));
+  return it != positions.end() && *it == t ? static_cast<int64_t>(it - positions.begin()) : -1;
 }
 
 GrpoLoss::GrpoLoss(GrpoConfig cfg) : cfg_(std::move(cfg)), agg_(cfg_.agg()) { cfg_.validate(); }
@@ -62,8 +78,10 @@ double GrpoLoss::apply(const model::StepCtx& ctx, const float* losses, const int
                index + first_);
     const PolicySample& s = (*samples_)[static_cast<size_t>(index)];
     const int64_t n = static_cast<int64_t>(s.behaviour.size());
-    CLAW_CHECK(s.prompt_len >= 1 && s.prompt_len - 1 + n <= T, "completion of {} tokens after a {}-token prompt in {}",
-               n, s.prompt_len, T);
+    CLAW_CHECK(s.prompt_len >= 1 && (n == 0 || s.position(n - 1) < T),
+               "completion of {} tokens after a {}-token prompt in {}", n, s.prompt_len, T);
+    CLAW_CHECK(s.positions.empty() || static_cast<int64_t>(s.positions.size()) == n, "{} positions for {} tokens",
+               s.positions.size(), n);
     CLAW_CHECK(!corrected || static_cast<int64_t>(s.proximal.size()) == n, "no proximal log-probabilities");
     CLAW_CHECK(beta == 0 || static_cast<int64_t>(s.reference.size()) == n, "no reference log-probabilities");
     // d loss / d l_t for this completion's tokens.
@@ -71,7 +89,7 @@ double GrpoLoss::apply(const model::StepCtx& ctx, const float* losses, const int
     const double A = s.advantage;
     double seq_loss = 0;
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t t = s.prompt_len - 1 + j;
+      const int64_t t = s.position(j);
       CLAW_CHECK(targets[row * T + t] >= 0, "completion token {} of sample {} has no target", j, index + first_);
       const double lp = -static_cast<double>(losses[row * T + t]);
       const double beh = s.behaviour[j];

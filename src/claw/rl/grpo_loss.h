@@ -61,12 +61,22 @@ struct GrpoConfig {
 };
 
 // Advantages of `rewards`, consecutive groups of `group` completions.
-std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group, bool no_std);
+// `valid` (when given) leaves some out: their advantage is 0 and the
+// others' mean and std are over the valid ones of the group (an episode
+// whose environment failed; a group with fewer than 2 valid gets 0).
+std::vector<double> group_advantages(const std::vector<double>& rewards, int64_t group, bool no_std,
+                                     const std::vector<bool>* valid = nullptr);
 
-// What the loss needs of one completion. Token j of the completion is the
-// target of position prompt_len - 1 + j of its row.
+// What the loss needs of one completion. Its learned token j is the target
+// of position prompt_len - 1 + j of its row, or of positions[j] when given
+// (a multi-turn episode: the policy's turns, not what the environment said
+// between them).
 struct PolicySample {
   int64_t prompt_len = 0;
+  std::vector<int32_t> positions;  // ascending; empty: prompt_len - 1 + j
+  int64_t position(int64_t j) const { return positions.empty() ? prompt_len - 1 + j : positions[static_cast<size_t>(j)]; }
+  // The j of position t, or -1 when t holds no learned token.
+  int64_t token_at(int64_t t) const;
   double advantage = 0;
   std::vector<float> behaviour;  // beh_j: log-probabilities at sampling
   std::vector<float> proximal;   // prox_j (with the correction; else empty)

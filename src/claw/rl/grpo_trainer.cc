@@ -5,6 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,7 @@ namespace claw::rl {
 
 void RlConfig::validate(int world_size, int64_t global_batch_size) const {
   grpo.validate();
+  env.validate();
   parse_task(task);
   if (prompt_data.empty()) fail("claw rl needs --prompt-data FILE (JSONL prompts with answers; see rl/task.h)");
   if (global_batch_size % grpo.num_generations != 0)
@@ -68,7 +70,12 @@ class Problem {
       eval_tokens_ = encode(eval_prompts_, job.rl.eval_prompt_data);
     }
     per_step_ = job.train.global_batch_size / job.rl.grpo.num_generations;
+    if (!job.rl.env.url.empty())
+      env_ = EnvSetup{.cfg = job.rl.env, .tokenizer = tokenizer_.get(), .chat = tmpl_, .max_row = job.train.seq_length + 1};
   }
+
+  // The environment's setup, or null (the task's checker scores).
+  const EnvSetup* env() const { return env_ ? &*env_ : nullptr; }
 
   int64_t per_step() const { return per_step_; }
   int32_t eod() const { return tokenizer_->eod(); }
@@ -95,20 +102,24 @@ class Problem {
     std::vector<RolloutRequest> out;
     for (int64_t slot = first; slot < per_step_; slot += stride) {
       const int64_t p = prompt_at(step, slot);
-      out.push_back({.prompt = p, .tokens = tokens_[static_cast<size_t>(p)], .slot = slot});
+      out.push_back({.prompt = p, .tokens = tokens_[static_cast<size_t>(p)], .slot = slot,
+                     .env_prompt = env_prompt(prompts_[static_cast<size_t>(p)])});
     }
     return out;
   }
   std::vector<RolloutRequest> eval_requests() const {
     std::vector<RolloutRequest> out;
     for (size_t p = 0; p < eval_prompts_.size(); ++p)
-      out.push_back({.prompt = static_cast<int64_t>(p), .tokens = eval_tokens_[p], .slot = static_cast<int64_t>(p)});
+      out.push_back({.prompt = static_cast<int64_t>(p), .tokens = eval_tokens_[p], .slot = static_cast<int64_t>(p),
+                     .env_prompt = env_prompt(eval_prompts_[p])});
     return out;
   }
 
   // Reads each completion (up to its end token and the template's stop
   // text) and scores it against its prompt's answer.
+  // With an environment the rewards came with the episodes.
   void score(std::vector<Trajectory>& ts, bool eval) const {
+    if (env_) return;
     const std::vector<RlPrompt>& source = eval ? eval_prompts_ : prompts_;
     for (Trajectory& t : ts) {
       std::vector<int32_t> ids = t.completion;
@@ -119,6 +130,20 @@ class Problem {
   }
 
  private:
+  // What an environment is sent of a prompt: its messages (or text) and answer.
+  std::string env_prompt(const RlPrompt& p) const {
+    if (!env_) return {};
+    nlohmann::json j = {{"answer", p.answer}};
+    if (p.messages.empty()) {
+      j["prompt"] = {{"text", p.text}};
+    } else {
+      nlohmann::json ms = nlohmann::json::array();
+      for (const data::ChatMessage& m : p.messages) ms.push_back({{"role", m.role}, {"content", m.content}});
+      j["prompt"] = {{"messages", ms}};
+    }
+    return j.dump();
+  }
+
   std::vector<std::vector<int32_t>> encode(const std::vector<RlPrompt>& ps, const std::string& file) const {
     std::vector<std::vector<int32_t>> out;
     const int64_t room = job_.train.seq_length + 1 - job_.rl.sampling.max_new_tokens;
@@ -141,6 +166,7 @@ class Problem {
   std::vector<RlPrompt> prompts_, eval_prompts_;
   std::vector<std::vector<int32_t>> tokens_, eval_tokens_;
   int64_t per_step_ = 0;
+  std::optional<EnvSetup> env_;
   mutable std::vector<int64_t> order_;
   mutable int64_t order_epoch_ = -1;
 };
@@ -181,19 +207,32 @@ struct BatchStats {
   double reward_mean = 0, reward_std = 0, exact = 0, length = 0, truncated = 0;
   int64_t age_max = 0;
   double age_mean = 0;
+  // With an environment: episodes that timed out or failed (rewards and
+  // lengths are over the others), replies per episode, replies not learned.
+  int64_t env_timeouts = 0, env_errors = 0, env_unaligned = 0;
+  double env_turns = 0;
 };
 BatchStats batch_stats(const std::vector<Trajectory>& ts, int64_t step) {
   BatchStats b;
-  const double n = static_cast<double>(std::max<size_t>(ts.size(), 1));
+  double n = 0;
   for (const Trajectory& t : ts) {
-    b.reward_mean += t.reward / n;
-    b.exact += (t.reward == 1.0) / n;
-    b.length += static_cast<double>(t.completion.size()) / n;
-    b.truncated += t.truncated / n;
+    b.env_timeouts += t.env == EnvStatus::timeout;
+    b.env_errors += t.env == EnvStatus::error;
     b.age_max = std::max(b.age_max, step - t.version);
-    b.age_mean += static_cast<double>(step - t.version) / n;
+    b.age_mean += static_cast<double>(step - t.version) / static_cast<double>(ts.size());
+    if (t.failed()) continue;
+    n += 1;
+    b.reward_mean += t.reward;
+    b.exact += t.reward == 1.0;
+    b.length += static_cast<double>(t.completion.size());
+    b.truncated += t.truncated;
+    b.env_turns += t.turns;
+    b.env_unaligned += t.unaligned;
   }
-  for (const Trajectory& t : ts) b.reward_std += (t.reward - b.reward_mean) * (t.reward - b.reward_mean) / n;
+  n = std::max(n, 1.0);
+  b.reward_mean /= n, b.exact /= n, b.length /= n, b.truncated /= n, b.env_turns /= n;
+  for (const Trajectory& t : ts)
+    if (!t.failed()) b.reward_std += (t.reward - b.reward_mean) * (t.reward - b.reward_mean) / n;
   b.reward_std = std::sqrt(b.reward_std);
   return b;
 }
@@ -226,7 +265,7 @@ class Learner {
       local_ = std::make_unique<Generator>(job_.model, rt_->cpu(),
                                            std::max<int64_t>(job_.train.global_batch_size,
                                                              static_cast<int64_t>(problem_.num_eval())),
-                                           job_.train.seq_length + 1);
+                                           job_.train.seq_length + 1, problem_.env());
   }
 
   void run();
@@ -306,6 +345,9 @@ class Learner {
       }
       CLAW_CHECK(static_cast<int64_t>(ts.size()) == job_.train.global_batch_size, "step {}: {} rollouts for a batch of {}",
                  step + 1, ts.size(), job_.train.global_batch_size);
+      if (std::all_of(ts.begin(), ts.end(), [](const Trajectory& t) { return t.failed(); }))
+        fail("every episode of step {} failed ({} of them), e.g. {}; is the environment at --env-url {} running?",
+             step + 1, ts.size(), ts.front().reply, job_.rl.env.url);
       const int64_t K = job_.rl.async ? job_.rl.max_staleness : 0;
       for (const Trajectory& t : ts)
         CLAW_CHECK(t.step == step && step - t.version <= K && t.version <= step,
@@ -321,8 +363,10 @@ class Learner {
     const int64_t T = job_.train.seq_length, GB = job_.train.global_batch_size;
     const int32_t pad = problem_.eod();
     std::vector<double> rewards;
-    for (const Trajectory& t : ts) rewards.push_back(t.reward);
-    const std::vector<double> adv = group_advantages(rewards, job_.rl.grpo.num_generations, job_.rl.grpo.advantage_no_std);
+    std::vector<bool> valid;  // an episode whose environment failed is left out of its group
+    for (const Trajectory& t : ts) rewards.push_back(t.reward), valid.push_back(!t.failed());
+    const std::vector<double> adv =
+        group_advantages(rewards, job_.rl.grpo.num_generations, job_.rl.grpo.advantage_no_std, &valid);
     samples_.assign(static_cast<size_t>(GB), {});
     std::vector<int32_t> tokens(static_cast<size_t>(GB * T), pad), targets(static_cast<size_t>(GB * T), -1);
     for (int64_t i = 0; i < GB; ++i) {
@@ -332,14 +376,19 @@ class Learner {
       const auto P = static_cast<int64_t>(t.prompt_tokens.size()), n = static_cast<int64_t>(t.completion.size());
       CLAW_CHECK(P + n <= T + 1, "a rollout of {} tokens in rows of {}", P + n, T + 1);
       for (int64_t k = 0; k < std::min<int64_t>(T, P + n); ++k) tokens[i * T + k] = seq[k];
-      for (int64_t j = 0; j < n; ++j) targets[i * T + P - 1 + j] = t.completion[j];
       PolicySample& s = samples_[static_cast<size_t>(i)];
       s.prompt_len = P;
       s.advantage = adv[static_cast<size_t>(i)];
-      s.behaviour = t.logprobs;
       s.on_policy = t.version == step;
-      if (job_.rl.grpo.importance_correction) s.proximal.assign(static_cast<size_t>(n), 0.0f);
-      if (job_.rl.grpo.kl_beta > 0) s.reference.assign(static_cast<size_t>(n), 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        if (!t.learned(static_cast<size_t>(j))) continue;
+        targets[i * T + P - 1 + j] = t.completion[j];
+        s.behaviour.push_back(t.logprobs[j]);
+        if (!t.learn.empty()) s.positions.push_back(static_cast<int32_t>(P - 1 + j));
+      }
+      const size_t learned = s.behaviour.size();
+      if (job_.rl.grpo.importance_correction) s.proximal.assign(learned, 0.0f);
+      if (job_.rl.grpo.kl_beta > 0) s.reference.assign(learned, 0.0f);
     }
     // This rank's rows: micro-batch k holds global rows (k DP + r) B ... + B.
     const int64_t B = batch_->B(), M = batch_->micro_batches();
@@ -357,7 +406,9 @@ class Learner {
   void token_logps(runtime::Runtime& rt, std::vector<float> PolicySample::*field, uint64_t sample0) {
     TokenLogps record([&](int64_t sample, int64_t t, float lp) {
       PolicySample& s = samples_[static_cast<size_t>(sample - static_cast<int64_t>(sample0))];
-      (s.*field)[static_cast<size_t>(t - (s.prompt_len - 1))] = lp;
+      const int64_t j = s.token_at(t);
+      CLAW_CHECK(j >= 0, "position {} of sample {} holds no learned token", t, sample);
+      (s.*field)[static_cast<size_t>(j)] = lp;
     });
     train::eval_loss(rt.model(), rt.cpu(), *batch_, job_.train.seed, sample0, &record);
   }
@@ -466,6 +517,8 @@ void Learner::run() {
                 {"logprob_mismatch_max", worst}, {"on_policy_tokens", sums[7]},
                 {"logprob_mismatch_over_1e-5", sums[9]},
                 {"staleness_max", b.age_max}, {"staleness_mean", b.age_mean},
+                {"env_timeouts", b.env_timeouts}, {"env_errors", b.env_errors}, {"env_turns", b.env_turns},
+                {"env_unaligned_turns", b.env_unaligned},
                 {"rollout_wait_s", gen_s}, {"train_s", train_s}, {"step_s", step_s},
                 {"samples_per_s", static_cast<double>(GB) / step_s},
                 {"elapsed_s", seconds_since(start)}, {"mem_bytes", peak_rss_bytes()}});
@@ -478,10 +531,13 @@ void Learner::run() {
     metrics.write(rec);
     if ((step + 1) % job_.train.log_interval == 0 || last || step == start_)
       log::info("rl", "step {}/{}: reward {:.4f} (exact {:.3f}), loss {:.5f}, grad norm {:.3f}, clipped {:.3f}, "
-                "kl {:.5f}, mismatch {:.2e}, age max {}, rollouts {:.2f} s, train {:.2f} s, {:.1f} samples/s",
+                "kl {:.5f}, mismatch {:.2e}, age max {}, rollouts {:.2f} s, train {:.2f} s, {:.1f} samples/s{}",
                 step + 1, iters, b.reward_mean, b.exact, r.loss, r.grad_norm, sums[3] / tok, sums[2] / tok,
                 rec["logprob_mismatch_mean"].get<double>(), b.age_max, gen_s, train_s,
-                static_cast<double>(GB) / step_s);
+                static_cast<double>(GB) / step_s,
+                problem_.env() ? fmt::format("; environment: {:.2f} replies an episode, {} timed out, {} failed",
+                                             b.env_turns, b.env_timeouts, b.env_errors)
+                               : std::string());
   }
   reap_sends(true);
   if (saver_) saver_->finish();
@@ -500,7 +556,7 @@ void run_generator(const RlJob& job, int local_ranks, comm::Group& sync, const P
                                                                      : std::max(1, kernels::default_num_threads() /
                                                                                        local_ranks));
   const int64_t slots = (problem.per_step() + K - 1) / K;
-  Generator gen(job.model, cpu, slots * job.rl.grpo.num_generations, job.train.seq_length + 1);
+  Generator gen(job.model, cpu, slots * job.rl.grpo.num_generations, job.train.seq_length + 1, problem.env());
   std::vector<float> weights(static_cast<size_t>(layout.total()));
   auto take = [&] {  // the next weight set learner rank 0 sent (they come in version order)
     int64_t version = 0;

@@ -33,6 +33,11 @@
 // the rule makes it (a pending collective would spin a core while it
 // samples). With K_s = 0 the asynchronous run is the synchronous one.
 //
+// Rewards come from the task's checker, or with --env-url from an external
+// environment that plays each episode against the worker's own OpenAI-
+// compatible endpoint (rl/env.h); an episode whose environment times out or
+// fails is left out of the loss and counted.
+//
 // Metrics per step (JSONL, rank 0): reward mean and std, exact-match rate,
 // completion length, truncation rate, the loss, clip fraction, mean ratio,
 // KL, importance weights, the generator-learner log-probability mismatch
@@ -65,6 +70,7 @@ struct RlConfig {
   int64_t max_staleness = 1;     // --max-staleness: K_s
   bool async = false;            // --async
   int rollout_workers = 0;       // --rollout-workers: generator ranks (0: colocated)
+  EnvConfig env;                 // --env-url ...: an external environment scores episodes (rl/env.h)
   void validate(int world_size, int64_t global_batch_size) const;  // throws naming the flag
 };
 

@@ -65,7 +65,11 @@ std::vector<uint8_t> encode_trajectories(const std::vector<Trajectory>& ts) {
     w.put_vector(t.prompt_tokens);
     w.put_vector(t.completion);
     w.put_vector(t.logprobs);
+    w.put_vector(t.learn);
     w.put_vector(std::vector<char>(t.reply.begin(), t.reply.end()));
+    w.put<uint8_t>(static_cast<uint8_t>(t.env));
+    w.put(t.turns);
+    w.put(t.unaligned);
   }
   return std::move(w.out);
 }
@@ -83,14 +87,19 @@ std::vector<Trajectory> decode_trajectories(const std::vector<uint8_t>& bytes) {
     t.prompt_tokens = r.get_vector<int32_t>();
     t.completion = r.get_vector<int32_t>();
     t.logprobs = r.get_vector<float>();
+    t.learn = r.get_vector<uint8_t>();
     const std::vector<char> reply = r.get_vector<char>();
     t.reply.assign(reply.begin(), reply.end());
+    t.env = static_cast<EnvStatus>(r.get<uint8_t>());
+    t.turns = r.get<int32_t>();
+    t.unaligned = r.get<int32_t>();
   }
   CLAW_CHECK(r.done(), "trailing bytes in a trajectory message");
   return ts;
 }
 
-Generator::Generator(const model::ModelConfig& cfg, const CpuCtx& cpu, int64_t max_seqs, int64_t max_model_len)
+Generator::Generator(const model::ModelConfig& cfg, const CpuCtx& cpu, int64_t max_seqs, int64_t max_model_len,
+                     const EnvSetup* env)
     : cpu_(cpu), model_(std::make_unique<model::GPT>(cfg)) {
   serve::EngineConfig ec;
   ec.max_model_len = max_model_len;
@@ -98,7 +107,10 @@ Generator::Generator(const model::ModelConfig& cfg, const CpuCtx& cpu, int64_t m
   // Every sequence's whole context at once, plus a block each for the
   // prefix cache's partial last blocks: no preemption in a step.
   ec.num_blocks = max_seqs * ((max_model_len + ec.block_size - 1) / ec.block_size + 1);
-  engine_ = std::make_unique<serve::Engine>(*model_, cpu_, ec);
+  if (env)
+    env_ = std::make_unique<EnvEpisodes>(*model_, cpu_, ec, *env);
+  else
+    engine_ = std::make_unique<serve::Engine>(*model_, cpu_, ec);
 }
 
 Generator::~Generator() = default;
@@ -109,6 +121,24 @@ std::vector<Trajectory> Generator::generate(const std::vector<RolloutRequest>& r
   const int64_t per = greedy ? 1 : group;
   std::vector<Trajectory> out(requests.size() * static_cast<size_t>(per));
   const RandomStream seeds(sampling.seed, hash_name("rl.rollout"));
+  if (env_) {
+    std::vector<std::string> prompts;
+    std::vector<uint64_t> episode_seeds;
+    for (size_t r = 0; r < requests.size(); ++r)
+      for (int64_t k = 0; k < per; ++k) {
+        Trajectory& t = out[r * static_cast<size_t>(per) + static_cast<size_t>(k)];
+        t.prompt = requests[r].prompt;
+        t.step = step;
+        t.slot = requests[r].slot;
+        t.version = version_;
+        t.prompt_tokens = requests[r].tokens;
+        const Philox::Block b = seeds.block(static_cast<uint64_t>(step), static_cast<uint64_t>(requests[r].slot * per + k));
+        episode_seeds.push_back((static_cast<uint64_t>(b[0]) << 32) | b[1]);
+        prompts.push_back(requests[r].env_prompt);
+      }
+    env_->run(out, prompts, episode_seeds, sampling, greedy);
+    return out;
+  }
   for (size_t r = 0; r < requests.size(); ++r)
     for (int64_t k = 0; k < per; ++k) {
       Trajectory& t = out[r * static_cast<size_t>(per) + static_cast<size_t>(k)];

@@ -19,9 +19,13 @@
 
 #include "claw/core/parallel.h"
 #include "claw/model/gpt.h"
+#include "claw/rl/env.h"
 #include "claw/serve/engine.h"
 
 namespace claw::rl {
+
+// How an episode with an external environment ended (rl/env.h).
+enum class EnvStatus : uint8_t { none = 0, ok, timeout, error };
 
 struct Trajectory {
   int64_t prompt = 0;              // index in the prompt list
@@ -29,10 +33,18 @@ struct Trajectory {
   int64_t slot = 0;                // its prompt's place in that step's batch
   int64_t version = 0;             // weights that sampled it
   std::vector<int32_t> prompt_tokens, completion;
-  std::vector<float> logprobs;     // behaviour: one per completion token
+  std::vector<float> logprobs;     // behaviour: one per completion token (0 where not learned)
+  // Which completion tokens the policy sampled (empty: all). A multi-turn
+  // episode's completion holds the environment's turns too, not learned.
+  std::vector<uint8_t> learn;
   bool truncated = false;          // stopped by max tokens, not an end token
   double reward = 0;
-  std::string reply;               // the completion's text as the checker read it
+  std::string reply;               // the completion's text as the checker read it (failed: why)
+  EnvStatus env = EnvStatus::none;  // none: a built-in task's checker scored it
+  int32_t turns = 1;                // the policy's replies in the episode
+  int32_t unaligned = 0;            // earlier replies not found verbatim in the last prompt (not learned)
+  bool learned(size_t j) const { return learn.empty() || learn[j] != 0; }
+  bool failed() const { return env == EnvStatus::timeout || env == EnvStatus::error; }
 };
 
 // Trajectories as bytes, to send between ranks, and back.
@@ -43,6 +55,7 @@ struct RolloutRequest {
   int64_t prompt = 0;  // index in the prompt list
   std::vector<int32_t> tokens;
   int64_t slot = 0;    // the prompt's place in the step's batch (seeds)
+  std::string env_prompt;  // with an environment: what it is sent of the prompt (JSON; rl/env.h)
 };
 
 struct SamplingConfig {
@@ -56,7 +69,10 @@ class Generator {
  public:
   // `cfg`: the policy's model (LoRA adapters included; they are folded in
   // at each weight set). `max_seqs`: completions generated at once.
-  Generator(const model::ModelConfig& cfg, const CpuCtx& cpu, int64_t max_seqs, int64_t max_model_len);
+  // `env`: episodes with an external environment (rl/env.h) instead of
+  // single completions.
+  Generator(const model::ModelConfig& cfg, const CpuCtx& cpu, int64_t max_seqs, int64_t max_model_len,
+            const EnvSetup* env = nullptr);
   ~Generator();
   model::GPT& model() { return *model_; }
   int64_t version() const { return version_; }
@@ -73,6 +89,7 @@ class Generator {
   CpuCtx cpu_;
   std::unique_ptr<model::GPT> model_;
   std::unique_ptr<serve::Engine> engine_;
+  std::unique_ptr<EnvEpisodes> env_;
   int64_t version_ = -1;
 };
 

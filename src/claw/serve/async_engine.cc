@@ -100,6 +100,12 @@ void AsyncEngine::shutdown() {
   cv_.notify_all();
 }
 
+void AsyncEngine::reopen() {
+  std::lock_guard lock(mu_);
+  if (!failed_.empty()) fail("the engine failed: {}", failed_);
+  stopping_ = false;
+}
+
 EngineStats AsyncEngine::stats() const {
   std::lock_guard lock(mu_);
   return stats_;

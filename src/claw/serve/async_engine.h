@@ -86,6 +86,9 @@ class AsyncEngine {
   void run();
   // No new requests; run() returns once those admitted are done.
   void shutdown();
+  // After run() returned from a shutdown (not a failure): requests are
+  // admitted again and run() may be called again (claw rl's rounds).
+  void reopen();
   EngineStats stats() const;
   const EngineConfig& config() const { return engine_.config(); }
 

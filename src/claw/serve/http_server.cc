@@ -85,6 +85,7 @@ struct Histogram {
 
 // One parsed request: the prompts (each run n times) and how to run them.
 struct Job {
+  std::string model;  // the request's `model` field
   bool chat = false;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_texts;  // for echo
@@ -148,7 +149,8 @@ struct HttpServer::Impl {
     Job job;
     job.chat = chat;
     const std::string model_name = field<std::string>(body, "model", m.name);
-    if (model_name != m.name)
+    job.model = model_name;
+    if (model_name != m.name && !m.observer)
       throw ApiError{404, fmt::format("The model '{}' does not exist; this server serves '{}'", model_name, m.name),
                      "model", "invalid_request_error", "model_not_found"};
     if (chat) {
@@ -274,6 +276,17 @@ struct HttpServer::Impl {
     r.logprob = job.logprobs >= 0;  // otherwise nobody reads it
     // echo with logprobs scores the prompt too (its first token: null).
     if (job.scores_prompt()) r.prompt_logprobs = job.logprobs;
+    if (m.observer) {
+      if (job.stream) bad("stream", "this endpoint serves an RL environment: no 'stream'");
+      if (job.n != 1 || job.prompts.size() != 1) bad("n", "this endpoint serves an RL environment: one choice a request");
+      r.logprob = true;
+      try {
+        m.observer->prepare(job.model, job.prompts[0], r);
+        job.seeded = true;  // the observer's seed, as it set it
+      } catch (const Error& e) {
+        bad(chat ? "messages" : "prompt", e.what());
+      }
+    }
     return job;
   }
 
@@ -444,11 +457,13 @@ struct HttpServer::Impl {
         Choice& c = choices[i];
         json& lp = c.lp;
         const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : "";
+        std::vector<TokenOutput> observed;
         while (auto t = c.stream->next()) {
           if (t->prompt) {
             add_prompt_score(*m, job, *t, c);
             continue;
           }
+          if (m->observer) observed.push_back(*t);
           record(t0, c);
           ++c.tokens;
           const int64_t offset = static_cast<int64_t>(prefix.size() + c.text->text().size());
@@ -469,6 +484,7 @@ struct HttpServer::Impl {
           count(false);
           return reply_error(res, {500, c.stream->error(), "", "server_error"});
         }
+        if (m->observer) m->observer->finished(job.model, job.prompts[c.prompt_index], observed);
         c.text->finish();  // what it held back joins text() (one statement each: + leaves the order open)
         const std::string text = valid_utf8(prefix + c.text->text());
         completion += c.tokens;

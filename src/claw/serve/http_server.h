@@ -38,6 +38,20 @@ struct ServerConfig {
   int64_t max_concurrent_requests = 256;   // --max-concurrent-requests: beyond it, 429
 };
 
+// A caller that trains on what is sampled (claw rl's environments) sees
+// every request: prepare() may refuse it (throw claw::Error: a 400 naming
+// the message), replace its prompt tokens and set its sampling; finished()
+// gets each reply's generated tokens with their log-probabilities. With an
+// observer the `model` field is the observer's to check (an episode id),
+// and a request has one choice and no streaming.
+class RequestObserver {
+ public:
+  virtual ~RequestObserver() = default;
+  virtual void prepare(const std::string& model, std::vector<int32_t>& prompt, GenerationRequest& r) = 0;
+  virtual void finished(const std::string& model, const std::vector<int32_t>& prompt,
+                        const std::vector<TokenOutput>& tokens) = 0;
+};
+
 // What the endpoints serve, once loaded.
 struct ServedModel {
   std::string name;  // the `model` field clients send
@@ -46,6 +60,7 @@ struct ServedModel {
   std::vector<int32_t> eos;
   data::ChatTemplate chat;
   int64_t max_model_len = 0;
+  RequestObserver* observer = nullptr;
 };
 
 class HttpServer {
