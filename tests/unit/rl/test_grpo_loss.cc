@@ -3,6 +3,7 @@
 // in each token loss, for every combination of KL, the importance
 // correction and both aggregations. (tests/parity checks it against the
 // formula written in PyTorch over a whole model.)
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,6 +26,24 @@ TEST(Grpo, AdvantagesPerGroup) {
   const std::vector<double> b = group_advantages(r, 4, true);
   EXPECT_DOUBLE_EQ(b[0], 0.5);
   EXPECT_DOUBLE_EQ(b[3], -0.5);
+}
+
+// Episodes whose environment failed are left out: their advantage is 0 and
+// the group's mean and std are over the others; a group with one valid
+// member has nothing to compare.
+TEST(Grpo, AdvantagesLeaveFailedEpisodesOut) {
+  const std::vector<double> r = {1, 0, 0, 0.7, 1, 1, 1, 0};
+  const std::vector<bool> valid = {true, true, false, true, true, false, false, false};
+  const std::vector<double> a = group_advantages(r, 4, true, &valid);
+  const double mean = (1 + 0 + 0.7) / 3;
+  EXPECT_DOUBLE_EQ(a[0], 1 - mean);
+  EXPECT_DOUBLE_EQ(a[1], 0 - mean);
+  EXPECT_EQ(a[2], 0.0);
+  EXPECT_DOUBLE_EQ(a[3], 0.7 - mean);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(a[i], 0.0);
+  const std::vector<double> all = group_advantages(r, 4, false);
+  const std::vector<bool> every(8, true);
+  EXPECT_EQ(group_advantages(r, 4, false, &every), all);
 }
 
 TEST(Grpo, ConfigErrorsNameTheFlag) {
@@ -106,6 +125,38 @@ TEST(Grpo, WeightsAreTheLossDerivative) {
           EXPECT_NEAR(w[i], fd, 1e-5 + 1e-4 * std::abs(fd)) << "token " << i;
         }
       }
+}
+
+// A multi-turn episode's learned tokens sit at given positions (the
+// environment's turn between them is context): the loss is the same and each
+// token's weight lands at its position.
+TEST(Grpo, PositionsPlaceTheLearnedTokens) {
+  Case c(true, true);
+  Case moved(true, true);
+  const std::vector<int32_t> at = {2, 3, 4, 7, 8, 10, 11};  // row 0: 3 tokens, a gap, 2, a gap, 2
+  std::fill(moved.targets.begin(), moved.targets.begin() + Case::T, -1);
+  std::fill(moved.losses.begin(), moved.losses.begin() + Case::T, 0.0f);
+  for (size_t j = 0; j < at.size(); ++j) {
+    const int64_t from = c.samples[0].prompt_len - 1 + static_cast<int64_t>(j);
+    moved.targets[at[j]] = c.targets[from];
+    moved.losses[at[j]] = c.losses[from];
+  }
+  moved.samples[0].positions = at;
+  for (size_t j = 0; j < at.size(); ++j) EXPECT_EQ(moved.samples[0].token_at(at[j]), static_cast<int64_t>(j));
+  EXPECT_EQ(moved.samples[0].token_at(5), -1);
+  EXPECT_EQ(c.samples[0].token_at(c.samples[0].prompt_len), 1);
+  GrpoConfig cfg{.num_generations = 2, .kl_beta = 0.05, .importance_correction = true, .is_truncation = 1.2};
+  model::StepCtx ctx{.B = 2, .T = Case::T, .sample0 = 0};
+  std::vector<float> w(2 * Case::T), wm(2 * Case::T);
+  GrpoLoss a(cfg), b(cfg);
+  a.set_batch(0, &c.samples);
+  b.set_batch(0, &moved.samples);
+  EXPECT_EQ(a.apply(ctx, c.losses.data(), c.targets.data(), w.data()),
+            b.apply(ctx, moved.losses.data(), moved.targets.data(), wm.data()));
+  for (size_t j = 0; j < at.size(); ++j) EXPECT_EQ(wm[at[j]], w[c.samples[0].prompt_len - 1 + j]);
+  for (int64_t t = 0; t < Case::T; ++t)
+    if (moved.targets[t] < 0) EXPECT_EQ(wm[t], 0.0f) << t;
+  for (int64_t i = Case::T; i < 2 * Case::T; ++i) EXPECT_EQ(wm[i], w[i]);
 }
 
 TEST(Grpo, TokenMeanDividesByTheBatchTokens) {
