@@ -484,6 +484,43 @@ TEST(SendRecv, ReceiveInFlightAcrossCollectives) {
   world().barrier();
 }
 
+// An abandoned receive (its peer given up, as claw rl does with a lost
+// rollout worker) fails at once with the reason and is cancelled inside
+// MPI: the message sent afterwards goes to the next receive posted, not into
+// the abandoned buffer, and a timed-out receive is cancelled the same way.
+TEST(SendRecv, AbandonedReceiveIsCancelled) {
+  const int n = world().size(), r = world().rank();
+  if (n == 1) GTEST_SKIP() << "no peer";
+  int64_t gone = -1, late = -1, next = -1;
+  if (r == 0) {
+    Work a = world().recv_async(&gone, 1, DType::i64, 1, 11);
+    a.abandon("the peer is lost");
+    EXPECT_THROW(
+        {
+          try {
+            a.wait();
+          } catch (const CommError& e) {
+            EXPECT_NE(std::string(e.what()).find("abandoned: the peer is lost"), std::string::npos) << e.what();
+            throw;
+          }
+        },
+        CommError);
+    EXPECT_THROW(world().recv(&late, 1, DType::i64, 1, 11, {.timeout = std::chrono::milliseconds(50)}), TimeoutError);
+  }
+  world().barrier();  // both receives are cancelled before the message is sent
+  if (r == 1) {
+    const int64_t v = 42;
+    world().send(&v, 1, DType::i64, 0, 11);
+  }
+  if (r == 0) {
+    world().recv(&next, 1, DType::i64, 1, 11);
+    EXPECT_EQ(next, 42);
+    EXPECT_EQ(gone, -1);
+    EXPECT_EQ(late, -1);
+  }
+  world().barrier();
+}
+
 // ---------------------------------------------------------------- async
 
 // Different operations issued back to back, then waited in reverse order.

@@ -63,6 +63,11 @@ const std::vector<R>& rl_flags() {
                        [](A& a) -> auto& { return a.rl.task; }),
         string_flag<A>("chat-template", "llama3, chatml or plain (default: the model's)",
                        [](A& a) -> auto& { return a.rl.chat_template; }),
+        double_flag<A>("rollout-timeout", "seconds learner rank 0 waits for a rollout worker's batch (or for it to "
+                                          "take weights at the end) before the worker counts as lost and rank 0 "
+                                          "samples its prompts (launch with mpirun --enable-recovery so that a "
+                                          "dead rank does not end the job)",
+                       [](A& a) -> auto& { return a.rl.rollout_timeout_s; }),
         string_flag<A>("env-url", "an external environment, http://HOST:PORT[/PATH]: it gets POST PATH/rollout per "
                                   "episode with the policy's OpenAI endpoint and returns {\"reward\": R} "
                                   "(scripts/rl_env.py; default: --task's checker)",

@@ -95,6 +95,11 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (state_->failed.load(std::memory_order_acquire)) std::rethrow_exception(state_->exception());
 }
 
+void Work::abandon(const std::string& why) const {
+  if (state_ && !state_->done.load(std::memory_order_acquire))
+    state_->expire(std::make_exception_ptr(CommError(fmt::format("{} abandoned: {}", state_->describe(), why))));
+}
+
 std::exception_ptr Work::exception() const { return state_ ? state_->exception() : nullptr; }
 
 std::string Work::describe() const { return state_ ? state_->describe() : "completed no-op"; }

@@ -53,6 +53,12 @@ class Work {
   // shorter wait that expires throws TimeoutError but leaves the operation
   // in flight: a later wait may still succeed.
   void wait(std::chrono::milliseconds timeout) const;
+  // Gives the operation up (its peer is known to be gone): it fails with
+  // CommError(`why`) from now on, and a point-to-point transfer still in
+  // flight is cancelled by the backend. A receive's buffer must stay valid
+  // until then; a send may go on reading its buffer (a send to a dead peer
+  // cannot always be cancelled inside the library).
+  void abandon(const std::string& why) const;
   // The failure this operation saw (what the backend raised, or the timeout
   // of a wait that reached the operation's deadline); null while it is
   // pending and after it succeeded.

@@ -39,6 +39,7 @@ void RlConfig::validate(int world_size, int64_t global_batch_size) const {
   if (rollout_workers < 0 || rollout_workers >= world_size)
     fail("--rollout-workers {}: expected 0 (the learners generate) to {} (leaving a learner rank) for {} ranks",
          rollout_workers, world_size - 1, world_size);
+  if (!(rollout_timeout_s > 0)) fail("--rollout-timeout {}: expected seconds > 0", rollout_timeout_s);
   if (async && rollout_workers == 0)
     fail("--async overlaps generation with training on other ranks: give --rollout-workers K (and launch K more "
          "ranks)");
@@ -183,12 +184,17 @@ void send_batch(comm::Group& sync, const std::vector<uint8_t>& bytes, int64_t& c
   w.push_back(sync.send_async(&count, 1, DType::i64, 0));
   w.push_back(sync.send_async(bytes.data(), count, DType::u8, 0));
 }
-std::vector<Trajectory> recv_batch(comm::Group& sync, int peer) {
+// A worker's batch, received into buffers that outlive a worker lost
+// mid-message (a stopped one could still write into them later).
+struct Inbox {
   int64_t count = 0;
-  sync.recv(&count, 1, DType::i64, peer);
-  std::vector<uint8_t> bytes(static_cast<size_t>(count));
-  sync.recv(bytes.data(), count, DType::u8, peer);
-  return decode_trajectories(bytes);
+  std::vector<uint8_t> bytes;
+};
+std::vector<Trajectory> recv_batch(comm::Group& sync, int peer, Inbox& in, std::chrono::milliseconds timeout) {
+  sync.recv(&in.count, 1, DType::i64, peer, 0, {.timeout = timeout});
+  in.bytes.resize(static_cast<size_t>(in.count));
+  sync.recv(in.bytes.data(), in.count, DType::u8, peer, 0, {.timeout = timeout});
+  return decode_trajectories(in.bytes);
 }
 
 // Every learner rank ends with the batch learner rank 0 holds.
@@ -261,6 +267,10 @@ class Learner {
     if (!job_.ckpt.save.empty())
       saver_ = std::make_unique<ckpt::Saver>(*world_.world_group(),
                                              ckpt::SaveConfig{.root = job_.ckpt.save, .keep_last = job_.ckpt.keep_last});
+    if (sync_) {
+      lost_.assign(static_cast<size_t>(sync_->size()), false);
+      for (int g = 0; g < sync_->size(); ++g) inboxes_.push_back(std::make_unique<Inbox>());
+    }
     if (world_.rank() == 0)
       local_ = std::make_unique<Generator>(job_.model, rt_->cpu(),
                                            std::max<int64_t>(job_.train.global_batch_size,
@@ -305,27 +315,56 @@ class Learner {
     load_weights(local_->model(), rt_->cpu(), layout_, weights_.data());
     local_->set_version(version);
     if (!sync_ || version >= job_.train.train_iters) return;
-    reap_sends(false);
+    reap_sends(false, version);
     auto out = std::make_unique<Outgoing>();
     out->version = version;
     out->weights = std::move(weights_);
+    out->works.resize(static_cast<size_t>(sync_->size()));
     for (int g = 1; g < sync_->size(); ++g) {
-      out->works.push_back(sync_->send_async(&out->version, 1, DType::i64, g, kWeightsTag));
-      out->works.push_back(sync_->send_async(out->weights.data(), layout_.total(), DType::f32, g, kWeightsTag));
+      if (lost_[g]) continue;
+      out->works[g].push_back(sync_->send_async(&out->version, 1, DType::i64, g, kWeightsTag));
+      out->works[g].push_back(sync_->send_async(out->weights.data(), layout_.total(), DType::f32, g, kWeightsTag));
     }
     outgoing_.push_back(std::move(out));
   }
+
   // Sent weight sets the workers have taken give their buffers back; all
-  // of them at the end.
-  void reap_sends(bool all) {
+  // of them at the end. A send that fails (its worker died) loses the
+  // worker.
+  void reap_sends(bool all, int64_t step) {
     while (!outgoing_.empty()) {
       Outgoing& o = *outgoing_.front();
-      if (all)
-        for (comm::Work& w : o.works) w.wait();
-      if (!std::all_of(o.works.begin(), o.works.end(), [](const comm::Work& w) { return w.test(); })) return;
+      bool done = true;
+      for (int g = 1; g < static_cast<int>(o.works.size()); ++g)
+        for (comm::Work& w : o.works[g]) {
+          if (lost_[g]) break;
+          try {
+            if (all) w.wait(rollout_timeout());
+            done = done && w.test();
+          } catch (const CommError& e) {
+            lose(g, step, e.what());
+          }
+        }
+      if (!done) return;
       spare_.push_back(std::move(o.weights));
       outgoing_.pop_front();
     }
+  }
+
+  // Rollout worker g stopped answering (died, or hangs past
+  // --rollout-timeout): never talked to again; learner rank 0 samples its
+  // prompts from now on.
+  void lose(int g, int64_t step, const std::string& why) {
+    if (lost_[g]) return;
+    lost_[g] = true;
+    ++workers_lost_;
+    for (const std::unique_ptr<Outgoing>& o : outgoing_)
+      for (const comm::Work& w : o->works[g]) w.abandon("rollout worker lost");
+    log::warn("rl", "step {}: rollout worker {} (rank {}) is lost: {}; learner rank 0 samples its prompts from now on",
+              step + 1, g - 1, world_.size() + g - 1, why);
+  }
+  std::chrono::milliseconds rollout_timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(job_.rl.rollout_timeout_s * 1000));
   }
 
   std::vector<Trajectory> rollouts(int64_t step) {
@@ -335,8 +374,21 @@ class Learner {
         ts = local_->generate(problem_.requests(step, 0, 1), job_.rl.grpo.num_generations, step, job_.rl.sampling);
         problem_.score(ts, false);
       } else {
-        for (int g = 1; g < sync_->size(); ++g) {
-          std::vector<Trajectory> part = recv_batch(*sync_, g);
+        const int K = sync_->size() - 1;
+        for (int g = 1; g <= K; ++g) {
+          if (!lost_[g]) {
+            try {
+              std::vector<Trajectory> part = recv_batch(*sync_, g, *inboxes_[g], rollout_timeout());
+              for (Trajectory& t : part) ts.push_back(std::move(t));
+              continue;
+            } catch (const CommError& e) {
+              lose(g, step, e.what());
+            }
+          }
+          // A lost worker's prompts: sampled here, with the current weights.
+          std::vector<Trajectory> part = local_->generate(problem_.requests(step, g - 1, K),
+                                                          job_.rl.grpo.num_generations, step, job_.rl.sampling);
+          problem_.score(part, false);
           for (Trajectory& t : part) ts.push_back(std::move(t));
         }
         // Slot order, G completions per slot: the batch does not depend on
@@ -451,9 +503,12 @@ class Learner {
   struct Outgoing {  // a weight set on its way to the workers
     int64_t version = 0;
     std::vector<float> weights;
-    std::vector<comm::Work> works;
+    std::vector<std::vector<comm::Work>> works;  // per worker g (sync group rank)
   };
   std::deque<std::unique_ptr<Outgoing>> outgoing_;
+  std::vector<bool> lost_;  // per sync group rank
+  std::vector<std::unique_ptr<Inbox>> inboxes_;
+  int64_t workers_lost_ = 0;
   std::vector<std::vector<float>> spare_;
   std::vector<PolicySample> samples_;
   std::string reference_dir_;
@@ -518,7 +573,7 @@ void Learner::run() {
                 {"logprob_mismatch_over_1e-5", sums[9]},
                 {"staleness_max", b.age_max}, {"staleness_mean", b.age_mean},
                 {"env_timeouts", b.env_timeouts}, {"env_errors", b.env_errors}, {"env_turns", b.env_turns},
-                {"env_unaligned_turns", b.env_unaligned},
+                {"env_unaligned_turns", b.env_unaligned}, {"workers_lost", workers_lost_},
                 {"rollout_wait_s", gen_s}, {"train_s", train_s}, {"step_s", step_s},
                 {"samples_per_s", static_cast<double>(GB) / step_s},
                 {"elapsed_s", seconds_since(start)}, {"mem_bytes", peak_rss_bytes()}});
@@ -539,7 +594,7 @@ void Learner::run() {
                                              b.env_turns, b.env_timeouts, b.env_errors)
                                : std::string());
   }
-  reap_sends(true);
+  reap_sends(true, iters);
   if (saver_) saver_->finish();
   log::info("rl", "done: {} steps in {:.1f} s, peak RSS {}", iters - start_, seconds_since(start),
             format_bytes(static_cast<double>(peak_rss_bytes())));
@@ -620,7 +675,10 @@ void run_rl(RlJob job, comm::World& world) {
   } else {
     run_generator(job, world.local_size(), *sync, problem);
   }
-  world.world_group()->barrier();
+  // Learners wait for each other; a worker is done once learner rank 0 has
+  // its last batch and it has every weight set (no barrier with the whole
+  // job: a lost worker would never join it).
+  if (world.rank() < L) mine->world_group()->barrier();
 }
 
 }  // namespace claw::rl

@@ -33,6 +33,10 @@
 // the rule makes it (a pending collective would spin a core while it
 // samples). With K_s = 0 the asynchronous run is the synchronous one.
 //
+// A rollout worker that sends no batch within --rollout-timeout, or whose
+// weight send fails, is lost: learner rank 0 samples its prompt slots from
+// then on (a dead rank ends an OpenMPI job unless mpirun --enable-recovery).
+//
 // Rewards come from the task's checker, or with --env-url from an external
 // environment that plays each episode against the worker's own OpenAI-
 // compatible endpoint (rl/env.h); an episode whose environment times out or
@@ -70,6 +74,7 @@ struct RlConfig {
   int64_t max_staleness = 1;     // --max-staleness: K_s
   bool async = false;            // --async
   int rollout_workers = 0;       // --rollout-workers: generator ranks (0: colocated)
+  double rollout_timeout_s = 600;  // --rollout-timeout: a worker silent this long is lost
   EnvConfig env;                 // --env-url ...: an external environment scores episodes (rl/env.h)
   void validate(int world_size, int64_t global_batch_size) const;  // throws naming the flag
 };

@@ -80,7 +80,27 @@ void CommThread::detach() {
   if (thread_.joinable()) thread_.detach();
 }
 
+// A transfer whose waiter timed out or gave it up (its peer died or hangs)
+// is cancelled, so that a receive never lands in a buffer its owner has
+// given up and the shutdown's drain does not wait for it. The request is
+// freed at once: a send to a dead peer may never let its cancellation
+// complete (a send only reads its buffer).
+void CommThread::cancel_expired() {
+  for (size_t i = 0; i < inflight_.size();) {
+    Inflight& f = inflight_[i];
+    if (!f.op->failed.load(std::memory_order_acquire)) {
+      ++i;
+      continue;
+    }
+    MPI_Cancel(&f.req);
+    MPI_Request_free(&f.req);
+    f.op->complete(f.op->exception());
+    inflight_.erase(inflight_.begin() + static_cast<long>(i));
+  }
+}
+
 void CommThread::poll_inflight() {
+  cancel_expired();
   for (size_t i = 0; i < inflight_.size();) {
     int flag = 0;
     const int rc = MPI_Test(&inflight_[i].req, &flag, MPI_STATUS_IGNORE);
@@ -157,6 +177,9 @@ void CommThread::loop() {
       if (t.op) t.op->complete(std::make_exception_ptr(CommError(t.op->describe() + " never ran (injected hang)")));
       continue;
     }
+    // Transfers given up before this op was submitted are cancelled before
+    // it runs: a message this op lets a peer send must not match them.
+    cancel_expired();
     if (t.op && t.op->record) FlightRecorder::instance().set(t.op->record, FlightRecorder::State::running);
     try {
       t.fn();

@@ -78,6 +78,7 @@ class CommThread {
 
   void loop();
   void poll_inflight();
+  void cancel_expired();
   void abandon_inflight();
   void hang(const std::shared_ptr<detail::OpState>& op);
 
