@@ -25,7 +25,7 @@
 #            ones are counted, multi-turn replies are all found and learned,
 #            and their log-probabilities equal the learner's.
 # kill       one learner and two rollout workers (mpirun --enable-recovery,
-#            --async): rollout worker 1 is killed (SIGKILL) after step 2;
+#            --async, 12 steps): rollout worker 1 is killed (SIGKILL) after step 2;
 #            learner rank 0 loses it at --rollout-timeout, samples its
 #            prompts from then on, and every step trains (workers_lost 1).
 # resume     a colocated run stopped after 2 of 4 steps and resumed from its
@@ -124,7 +124,7 @@ env)
   ;;
 kill)
   timeout 300 "${mpirun[@]}" --enable-recovery -np 3 "$claw" rl "${start[@]}" "${common[@]}" --rollout-workers 2 \
-    --async --train-iters 8 --rollout-timeout 5 --metrics-file "$tmp/kill.jsonl" >"$tmp/kill.log" 2>&1 &
+    --async --train-iters 12 --rollout-timeout 5 --metrics-file "$tmp/kill.jsonl" >"$tmp/kill.log" 2>&1 &
   job=$!
   for _ in $(seq 600); do [[ -s $tmp/kill.jsonl && $(wc -l <"$tmp/kill.jsonl") -ge 2 ]] && break; sleep 0.1; done
   victim=""
@@ -140,13 +140,13 @@ kill)
   /usr/bin/python3 - "$tmp/kill.jsonl" <<'PY' || exit 1
 import json, sys
 recs = [json.loads(line) for line in open(sys.argv[1])]
-assert [r["step"] for r in recs] == list(range(1, 9)), [r["step"] for r in recs]
+assert [r["step"] for r in recs] == list(range(1, 13)), [r["step"] for r in recs]
 assert recs[-1]["workers_lost"] == 1, recs[-1]["workers_lost"]
 ages = [r["staleness_max"] for r in recs]
 assert max(ages) <= 1, f"trajectory ages {ages} beyond --max-staleness 1"
 assert any(r["grad_norm"] > 0 for r in recs if r["workers_lost"]), [r["grad_norm"] for r in recs]
 lost_at = next(r["step"] for r in recs if r["workers_lost"])
-print(f"ok killed rollout worker: lost at step {lost_at}, all 8 steps trained (rollout wait that step "
+print(f"ok killed rollout worker: lost at step {lost_at}, all 12 steps trained (rollout wait that step "
       f"{recs[lost_at - 1]['rollout_wait_s']:.1f} s, then {recs[-1]['rollout_wait_s']:.2f} s)")
 PY
   ;;
