@@ -119,51 +119,47 @@ std::vector<Trajectory> Generator::generate(const std::vector<RolloutRequest>& r
                                             const SamplingConfig& sampling, bool greedy) {
   CLAW_CHECK(version_ >= 0, "a generator samples only after its first weight set");
   const int64_t per = greedy ? 1 : group;
+  // Completion k of request r: out[r per + k], sampled with seed[r per + k].
   std::vector<Trajectory> out(requests.size() * static_cast<size_t>(per));
+  std::vector<uint64_t> seed(out.size());
   const RandomStream seeds(sampling.seed, hash_name("rl.rollout"));
-  if (env_) {
-    std::vector<std::string> prompts;
-    std::vector<uint64_t> episode_seeds;
-    for (size_t r = 0; r < requests.size(); ++r)
-      for (int64_t k = 0; k < per; ++k) {
-        Trajectory& t = out[r * static_cast<size_t>(per) + static_cast<size_t>(k)];
-        t.prompt = requests[r].prompt;
-        t.step = step;
-        t.slot = requests[r].slot;
-        t.version = version_;
-        t.prompt_tokens = requests[r].tokens;
-        const Philox::Block b = seeds.block(static_cast<uint64_t>(step), static_cast<uint64_t>(requests[r].slot * per + k));
-        episode_seeds.push_back((static_cast<uint64_t>(b[0]) << 32) | b[1]);
-        prompts.push_back(requests[r].env_prompt);
-      }
-    env_->run(out, prompts, episode_seeds, sampling, greedy);
-    return out;
-  }
   for (size_t r = 0; r < requests.size(); ++r)
     for (int64_t k = 0; k < per; ++k) {
-      Trajectory& t = out[r * static_cast<size_t>(per) + static_cast<size_t>(k)];
+      const size_t i = r * static_cast<size_t>(per) + static_cast<size_t>(k);
+      Trajectory& t = out[i];
       t.prompt = requests[r].prompt;
       t.step = step;
       t.slot = requests[r].slot;
       t.version = version_;
       t.prompt_tokens = requests[r].tokens;
-      t.truncated = true;
-      serve::GenerationRequest g;
-      g.prompt = requests[r].tokens;
-      g.max_tokens = sampling.max_new_tokens;
-      g.stop_tokens = sampling.stop_tokens;
-      g.sampling.temperature = greedy ? 0.0 : sampling.temperature;
       const Philox::Block b = seeds.block(static_cast<uint64_t>(step), static_cast<uint64_t>(requests[r].slot * per + k));
-      g.sampling.seed = (static_cast<uint64_t>(b[0]) << 32) | b[1];
-      g.on_token = [&t](const serve::TokenOutput& o) {
-        if (o.prompt) return true;
-        t.completion.push_back(o.token);
-        t.logprobs.push_back(static_cast<float>(o.logprob));
-        if (o.finish != serve::FinishReason::none) t.truncated = o.finish == serve::FinishReason::length;
-        return true;
-      };
-      engine_->add(std::move(g));
+      seed[i] = (static_cast<uint64_t>(b[0]) << 32) | b[1];
     }
+  if (env_) {
+    std::vector<std::string> prompts;
+    for (const RolloutRequest& q : requests)
+      for (int64_t k = 0; k < per; ++k) prompts.push_back(q.env_prompt);
+    env_->run(out, prompts, seed, sampling, greedy);
+    return out;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    Trajectory& t = out[i];
+    t.truncated = true;
+    serve::GenerationRequest g;
+    g.prompt = t.prompt_tokens;
+    g.max_tokens = sampling.max_new_tokens;
+    g.stop_tokens = sampling.stop_tokens;
+    g.sampling.temperature = greedy ? 0.0 : sampling.temperature;
+    g.sampling.seed = seed[i];
+    g.on_token = [&t](const serve::TokenOutput& o) {
+      if (o.prompt) return true;
+      t.completion.push_back(o.token);
+      t.logprobs.push_back(static_cast<float>(o.logprob));
+      if (o.finish != serve::FinishReason::none) t.truncated = o.finish == serve::FinishReason::length;
+      return true;
+    };
+    engine_->add(std::move(g));
+  }
   while (engine_->step()) {
   }
   return out;

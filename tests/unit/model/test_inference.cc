@@ -66,6 +66,22 @@ TEST(Inference, IncrementalDecodingEqualsFullForward) {
   }
 }
 
+// Loss and gradients of one forward and backward of a fresh model (seed
+// 77) on `tokens` with `targets`, per-token weights `w` when given.
+double loss_and_grads(const ModelConfig& c, int64_t B, int64_t T, const std::vector<int32_t>& tokens,
+                      const std::vector<int32_t>& targets, const std::vector<float>* w, std::vector<float>& grads) {
+  GPT m(c);
+  m.init_weights(ctx, 77);
+  m.reserve(B, T);
+  m.store().zero_grads();
+  StepCtx sc{.cpu = ctx, .B = B, .T = T, .training = true};
+  if (w) sc.loss_weight = w->data();
+  const double loss = m.forward(sc, tokens.data(), targets.data(), 1.0 / static_cast<double>(B * T));
+  m.backward(sc, tokens.data());
+  grads.assign(m.store().grads(), m.store().grads() + m.store().grad_total());
+  return loss;
+}
+
 // loss_weight: 1 everywhere is the plain loss; 0/1 weights are the same as
 // masking those targets (bitwise: loss and gradients); 2 doubles.
 TEST(Inference, PerTokenLossWeight) {
@@ -73,16 +89,7 @@ TEST(Inference, PerTokenLossWeight) {
   const int64_t B = 2, T = 16;
   const Batch batch = random_batch(B * T, c.vocab_size, 9);
   auto run = [&](const std::vector<int32_t>& targets, const std::vector<float>* w, std::vector<float>& grads) {
-    GPT m(c);
-    m.init_weights(ctx, 77);
-    m.reserve(B, T);
-    m.store().zero_grads();
-    StepCtx sc{.cpu = ctx, .B = B, .T = T, .training = true};
-    if (w) sc.loss_weight = w->data();
-    const double loss = m.forward(sc, batch.tokens.data(), targets.data(), 1.0 / (B * T));
-    m.backward(sc, batch.tokens.data());
-    grads.assign(m.store().grads(), m.store().grads() + m.store().grad_total());
-    return loss;
+    return loss_and_grads(c, B, T, batch.tokens, targets, w, grads);
   };
   std::vector<float> g_plain, g_ones, g_mask, g_zero, g_two;
   const double plain = run(batch.targets, nullptr, g_plain);
@@ -109,26 +116,14 @@ TEST(Inference, RowsWithoutTargetsSkipTheHead) {
     const ModelConfig c = small(preset);
     const int64_t B = 4, T = 96;
     const Batch batch = random_batch(B * T, c.vocab_size, 11);
-    auto run = [&](const std::vector<int32_t>& targets, const std::vector<float>* w, std::vector<float>& grads) {
-      GPT m(c);
-      m.init_weights(ctx, 78);
-      m.reserve(B, T);
-      m.store().zero_grads();
-      StepCtx sc{.cpu = ctx, .B = B, .T = T, .training = true};
-      if (w) sc.loss_weight = w->data();
-      const double loss = m.forward(sc, batch.tokens.data(), targets.data(), 1.0 / (B * T));
-      m.backward(sc, batch.tokens.data());
-      grads.assign(m.store().grads(), m.store().grads() + m.store().grad_total());
-      return loss;
-    };
     std::vector<int32_t> masked = batch.targets;
     std::vector<float> weight(B * T, 1.0f);
     for (int64_t b = 0; b < B; ++b)  // a prompt of 30 + 5b tokens, a reply of 20, padding
       for (int64_t t = 0; t < T; ++t)
         if (t < 30 + 5 * b || t >= 50 + 5 * b) masked[b * T + t] = -1, weight[b * T + t] = 0.0f;
     std::vector<float> g_packed, g_weighted;
-    const double packed = run(masked, nullptr, g_packed);
-    const double weighted = run(batch.targets, &weight, g_weighted);
+    const double packed = loss_and_grads(c, B, T, batch.tokens, masked, nullptr, g_packed);
+    const double weighted = loss_and_grads(c, B, T, batch.tokens, batch.targets, &weight, g_weighted);
     EXPECT_NEAR(packed, weighted, 1e-6 * std::abs(weighted)) << preset;
     EXPECT_LT(max_rel(g_packed.data(), g_weighted.data(), static_cast<int64_t>(g_packed.size())), 1e-5) << preset;
   }
