@@ -306,7 +306,7 @@ class Learner {
   // left pending (a worker receives a set when the staleness rule makes it,
   // so the learner never waits for that) with its buffer kept until done.
   void publish(int64_t version) {
-    if (world_.rank() == 0 && !spare_.empty()) {
+    if (!spare_.empty()) {  // rank 0's buffers of weight sets the workers have taken
       weights_ = std::move(spare_.back());
       spare_.pop_back();
     }
@@ -367,12 +367,20 @@ class Learner {
     return std::chrono::milliseconds(static_cast<int64_t>(job_.rl.rollout_timeout_s * 1000));
   }
 
+  // Step `step`'s rollouts of the prompt slots first, first + stride, ...
+  // from learner rank 0's own generator (the current weights), scored.
+  std::vector<Trajectory> sample_here(int64_t step, int64_t first, int64_t stride) {
+    std::vector<Trajectory> ts = local_->generate(problem_.requests(step, first, stride),
+                                                  job_.rl.grpo.num_generations, step, job_.rl.sampling);
+    problem_.score(ts, false);
+    return ts;
+  }
+
   std::vector<Trajectory> rollouts(int64_t step) {
     std::vector<Trajectory> ts;
     if (world_.rank() == 0) {
       if (!sync_) {
-        ts = local_->generate(problem_.requests(step, 0, 1), job_.rl.grpo.num_generations, step, job_.rl.sampling);
-        problem_.score(ts, false);
+        ts = sample_here(step, 0, 1);
       } else {
         const int K = sync_->size() - 1;
         for (int g = 1; g <= K; ++g) {
@@ -386,10 +394,7 @@ class Learner {
             }
           }
           // A lost worker's prompts: sampled here, with the current weights.
-          std::vector<Trajectory> part = local_->generate(problem_.requests(step, g - 1, K),
-                                                          job_.rl.grpo.num_generations, step, job_.rl.sampling);
-          problem_.score(part, false);
-          for (Trajectory& t : part) ts.push_back(std::move(t));
+          for (Trajectory& t : sample_here(step, g - 1, K)) ts.push_back(std::move(t));
         }
         // Slot order, G completions per slot: the batch does not depend on
         // how the generators split it.
@@ -613,12 +618,15 @@ void run_generator(const RlJob& job, int local_ranks, comm::Group& sync, const P
   const int64_t slots = (problem.per_step() + K - 1) / K;
   Generator gen(job.model, cpu, slots * job.rl.grpo.num_generations, job.train.seq_length + 1, problem.env());
   std::vector<float> weights(static_cast<size_t>(layout.total()));
-  auto take = [&] {  // the next weight set learner rank 0 sent (they come in version order)
-    int64_t version = 0;
-    sync.recv(&version, 1, DType::i64, 0, kWeightsTag);
+  int64_t received = -1;  // the newest weight set's version
+  auto receive = [&] {     // the next set learner rank 0 sent (they come in version order)
+    sync.recv(&received, 1, DType::i64, 0, kWeightsTag);
     sync.recv(weights.data(), layout.total(), DType::f32, 0, kWeightsTag);
+  };
+  auto take = [&] {
+    receive();
     load_weights(gen.model(), cpu, layout, weights.data());
-    gen.set_version(version);
+    gen.set_version(received);
   };
   take();
   std::deque<std::vector<uint8_t>> out;
@@ -634,7 +642,7 @@ void run_generator(const RlJob& job, int local_ranks, comm::Group& sync, const P
     send_batch(sync, out.back(), counts.back(), sends);
   }
   for (comm::Work& w : sends) w.wait();
-  while (gen.version() + 1 < iters) take();  // the sets sent while it ran ahead: every send completes
+  while (received + 1 < iters) receive();  // the sets sent while it ran ahead, unused: every send completes
 }
 
 }  // namespace
