@@ -227,7 +227,8 @@ int main(int argc, char** argv) {
     if (grpo_on) {
       const int64_t P = T / 4;
       std::vector<float> initial(static_cast<size_t>(steps * B * T), 0.0f);
-      rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { initial[sample * T + t] = lp; });
+      rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { initial[sample * T + t] = lp; },
+                            !grpo.learner_blas_forward);
       for (int64_t s = 0; s < steps; ++s) {
         const int64_t off = s * B * T;
         batch.assign({tokens.begin() + off, tokens.begin() + off + B * T},
@@ -265,7 +266,8 @@ int main(int argc, char** argv) {
       if (grpo_on) {
         if (grpo.importance_correction) {  // the learner's own log-probabilities before the update
           std::fill(proximal.begin(), proximal.end(), 0.0f);
-          rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { proximal[(sample - s * B) * T + t] = lp; });
+          rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { proximal[(sample - s * B) * T + t] = lp; },
+                                !grpo.learner_blas_forward);
           train::eval_loss(whole, cpu, batch, static_cast<uint64_t>(seed), static_cast<uint64_t>(s * B), &record);
           for (int64_t b = 0; b < B; ++b) {
             rl::PolicySample& ps = grpo_batches[s][b];

@@ -8,10 +8,14 @@
                                                every step's trajectory age <= K;
                                                --ahead: the generators ran ahead
                                                (age K at some step)
-    rl_check.py mismatch FILE TOL NAME         on-policy tokens were compared at
+    rl_check.py mismatch FILE TOL NAME [--exact|--mean]
+                                               on-policy tokens were compared at
                                                every step, and the generator's
                                                and learner's log-probabilities
-                                               agree to TOL on average (absolute)
+                                               agree to TOL (absolute, every
+                                               token); --exact: bitwise; --mean:
+                                               TOL on average (a learner in
+                                               other kernels, --learner-blas-forward)
     rl_check.py env FILE STEPS NAME            an external environment's run: every
                                                step trained, episodes that hung or
                                                failed were counted (some of each),
@@ -65,15 +69,16 @@ def main():
         over = sum(r["logprob_mismatch_over_1e-5"] for r in recs)
         worst_mean = max(r["logprob_mismatch_mean"] for r in recs)
         worst = max(r["logprob_mismatch_max"] for r in recs)
-        # Two fp32 forwards in different kernels (BLAS GEMMs and flash
-        # attention against the engine's row-wise linear and paged attention):
-        # the mean within TOL, at most 0.5% of the tokens beyond 1e-5, none
-        # beyond 10 TOL.
-        assert worst_mean <= tol and over <= 0.005 * tokens and worst <= 10 * tol, (
-            f"{name}: generator and learner log-probabilities differ by {worst_mean:.2e} on average (tolerance "
-            f"{tol}), {over:.0f} of {tokens:.0f} tokens beyond 1e-5, at most {worst:.2e}")
+        # The learner's forward runs the engine's batch-invariant kernels:
+        # one learner rank (or DP, or PP, which split no sum) gives the
+        # generator's figures to the bit; TP sums each product in parts.
+        limit = 0.0 if "--exact" in sys.argv else tol
+        held = worst_mean if "--mean" in sys.argv else worst
+        assert held <= limit, (
+            f"{name}: generator and learner log-probabilities differ by up to {worst:.2e} (tolerance {limit}; "
+            f"{worst_mean:.2e} on average, {over:.0f} of {tokens:.0f} tokens beyond 1e-5)")
         print(f"ok {name}: generator vs learner log-probabilities over {tokens:.0f} tokens: mean |difference| "
-              f"<= {worst_mean:.2e} per step, {over:.0f} beyond 1e-5, max {worst:.2e}")
+              f"<= {worst_mean:.2e} per step, max {worst:.2e}{' (bitwise equal)' if worst == 0 else ''}")
     elif mode == "env":
         recs, steps, name = records(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
         assert [r["step"] for r in recs] == list(range(1, steps + 1)), f"{name}: steps {[r['step'] for r in recs]}"

@@ -9,6 +9,7 @@
 
 #include "claw/kernels/cpu/attention.h"
 #include "claw/kernels/cpu/attention_offset.h"
+#include "claw/kernels/cpu/paged_attention.h"
 #include "claw/kernels/cpu/rope.h"
 
 namespace claw::model {
@@ -105,6 +106,9 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   }
   if (ctx.kv_cache)
     ctx.kv_cache->attend(ctx.cpu, layer_, s.q, s.k, s.v, s.out, s.lse, ctx.B, ctx.T, H_, G_, D_);
+  else if (ctx.batch_invariant && !ctx.cpu.gpu)  // the engine's order: its log-probabilities to the bit
+    kernels::fixed_order_attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
+                                           1.0 / std::sqrt(double(D_)), ctx.seg_start);
   else
     kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
                                1.0 / std::sqrt(double(D_)), ctx.seg_start);

@@ -102,7 +102,7 @@ const float* Linear::lora_input(const StepCtx& ctx, const float* x, std::vector<
 
 void Linear::lora_forward(const StepCtx& ctx, const float* x, float* y) const {
   if (!has_lora() || lora_merged_) return;
-  CLAW_CHECK(!ctx.batch_invariant, "{}: generation reads merged LoRA adapters (Linear::merge_lora)", weight.spec.name);
+  CLAW_CHECK(!ctx.kv_cache, "{}: generation reads merged LoRA adapters (Linear::merge_lora)", weight.spec.name);
   const int64_t N = ctx.tokens(), r = lora_rank_;
   thread_local std::vector<float> xbuf, t;
   const float* xin = lora_input(ctx, x, xbuf);

@@ -113,15 +113,26 @@ double OutputLayer::sequence_loss_forward(const StepCtx& ctx, const float* x_row
   const Rows p = pack(ctx, tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_), targets, nullptr);
   const int64_t chunk = Scratch::logits_chunk(p.n);
   const float* W = weight_->data();
-  auto chunk_logits = [&](int64_t r0, int64_t rows) {
-    kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, p.x + r0 * C_, C_, W, C_, 0.0f, scratch.logits, Vl);
+  // Batch-invariant (an RL learner): the generation engine's products and
+  // log-softmax, so each token's loss is its sampled log-probability negated,
+  // to the bit (full_logits, serve/sampling.h). The backward's recomputed
+  // logits need no such match: they come from the GEMM.
+  const bool exact = ctx.batch_invariant;
+  auto chunk_logits = [&](int64_t r0, int64_t rows, bool forward) {
+    if (exact && forward)
+      kernels::rowwise_linear_forward(ctx.cpu, scratch.logits, p.x + r0 * C_, W, nullptr, rows, C_, Vl);
+    else
+      kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, p.x + r0 * C_, C_, W, C_, 0.0f, scratch.logits, Vl);
     return scratch.logits;
   };
   // Every token's loss first: the sequence loss needs whole sequences.
   for (int64_t r0 = 0; r0 < p.n; r0 += chunk) {
     const int64_t rows = std::min(chunk, p.n - r0);
-    float* logits = chunk_logits(r0, rows);
-    if (tp_.size() == 1)
+    float* logits = chunk_logits(r0, rows, true);
+    if (exact && tp_.size() == 1)
+      kernels::cross_entropy_forward_exact(ctx.cpu, s.losses + r0, s.lse + r0, logits, p.targets + r0, rows,
+                                           vocab_.V, Vl);
+    else if (tp_.size() == 1)
       kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, p.targets + r0, rows, vocab_.V, Vl);
     else
       vocab_parallel_cross_entropy_forward(ctx.cpu, *tp_.group, s.losses + r0, s.lse + r0, logits, p.targets + r0,
@@ -143,7 +154,7 @@ double OutputLayer::sequence_loss_forward(const StepCtx& ctx, const float* x_row
   const float scale = static_cast<float>(dloss_scale);
   for (int64_t r0 = 0; r0 < p.n; r0 += chunk) {
     const int64_t rows = std::min(chunk, p.n - r0);
-    float* logits = chunk_logits(r0, rows);
+    float* logits = chunk_logits(r0, rows, false);
     if (tp_.size() == 1)
       kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, p.targets + r0, scale, rows, vocab_.V, Vl);
     else

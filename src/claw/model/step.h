@@ -27,6 +27,10 @@ class SequenceLoss {
   virtual double apply(const StepCtx& ctx, const float* losses, const int32_t* targets, float* weights) = 0;
   // How many loss units B sequences hold (DPO: B / 2 pairs).
   virtual int64_t units(int64_t sequences) const = 0;
+  // The forward runs the generation engine's batch-invariant kernels
+  // (StepCtx::batch_invariant): an RL learner whose token losses must be
+  // the sampled log-probabilities negated, to the bit.
+  virtual bool batch_invariant() const { return false; }
 };
 
 struct StepCtx {
@@ -51,9 +55,11 @@ struct StepCtx {
   // tokens sit at the positions the cache gives; attention hands the cache
   // their keys and values and it attends (model/kv_cache.h).
   AttentionCache* kv_cache = nullptr;
-  // Inference: kernels whose result for a token does not depend on the other
-  // tokens of the call (kernels/cpu/rowwise_linear.h), so a request's output
-  // is the same alone and in any batch.
+  // Kernels whose result for a token does not depend on the other tokens of
+  // the call (kernels/cpu/rowwise_linear.h, paged_attention.h): in inference,
+  // a request's output is the same alone and in any batch; in an RL
+  // learner's forward (SequenceLoss::batch_invariant), a token's
+  // log-probability is the generator's. Backward passes keep their kernels.
   bool batch_invariant = false;
   // [B, T] weight of each token's loss (null: 1 for every target >= 0):
   // prompt masking, per-token advantages. The loss is sum_t w_t loss_t.

@@ -56,6 +56,8 @@ struct GrpoConfig {
   bool importance_correction = false;      // --importance-correction: old = the learner's recomputed
                                            // log-probabilities, weighted by min(pi_learner / pi_behaviour, C)
   double is_truncation = 2.0;              // --is-truncation: C
+  bool learner_blas_forward = false;       // --learner-blas-forward: BLAS GEMMs and flash attention in the
+                                           // learner's forward, not the engine's batch-invariant kernels
   LossAgg agg() const;                     // throws naming --loss-agg-mode
   void validate() const;                   // throws naming the flag
 };
@@ -107,6 +109,7 @@ class GrpoLoss final : public model::SequenceLoss {
   void set_batch(int64_t first, const std::vector<PolicySample>* samples);
   double apply(const model::StepCtx& ctx, const float* losses, const int32_t* targets, float* weights) override;
   int64_t units(int64_t sequences) const override { return sequences; }
+  bool batch_invariant() const override { return !cfg_.learner_blas_forward; }
   GrpoSums take();
   const GrpoConfig& config() const { return cfg_; }
 
@@ -125,12 +128,14 @@ class GrpoLoss final : public model::SequenceLoss {
 class TokenLogps final : public model::SequenceLoss {
  public:
   using Sink = std::function<void(int64_t sample, int64_t t, float lp)>;
-  explicit TokenLogps(Sink sink) : sink_(std::move(sink)) {}
+  TokenLogps(Sink sink, bool batch_invariant) : sink_(std::move(sink)), batch_invariant_(batch_invariant) {}
   double apply(const model::StepCtx& ctx, const float* losses, const int32_t* targets, float* weights) override;
   int64_t units(int64_t sequences) const override { return sequences; }
+  bool batch_invariant() const override { return batch_invariant_; }
 
  private:
   Sink sink_;
+  bool batch_invariant_;
 };
 
 }  // namespace claw::rl

@@ -459,14 +459,17 @@ class Learner {
   }
 
   // Per-token log-probabilities of the batch's completions under `rt`'s
-  // model into samples_[i].*field (the last pipeline stage's ranks).
+  // model into samples_[i].*field (the last pipeline stage's ranks), in the
+  // kernels of the training forward: the proximal figures of an on-policy
+  // sample are its behaviour ones, and the KL to the reference is 0 at the
+  // reference's weights, to the bit.
   void token_logps(runtime::Runtime& rt, std::vector<float> PolicySample::*field, uint64_t sample0) {
     TokenLogps record([&](int64_t sample, int64_t t, float lp) {
       PolicySample& s = samples_[static_cast<size_t>(sample - static_cast<int64_t>(sample0))];
       const int64_t j = s.token_at(t);
       CLAW_CHECK(j >= 0, "position {} of sample {} holds no learned token", t, sample);
       (s.*field)[static_cast<size_t>(j)] = lp;
-    });
+    }, !job_.rl.grpo.learner_blas_forward);
     train::eval_loss(rt.model(), rt.cpu(), *batch_, job_.train.seed, sample0, &record);
   }
 

@@ -8,6 +8,7 @@
 
 #include "claw/core/error.h"
 #include "claw/core/philox.h"
+#include "claw/kernels/cpu/cross_entropy.h"
 
 namespace claw::serve {
 namespace {
@@ -20,20 +21,10 @@ double uniform(uint64_t seed, uint64_t step) {
   return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
 }
 
-// log sum_i exp(logits[i]) as max + log(sum exp(logit - max)); a token's
-// log-probability is logits[t] - max - log_z, the same expression wherever it
-// is computed, so sample_token's and score_token's figures agree to the bit.
-struct LogNormaliser {
-  double max = 0, log_z = 0;
-  LogNormaliser(const float* logits, int64_t V) {
-    max = -std::numeric_limits<double>::infinity();
-    for (int64_t i = 0; i < V; ++i) max = std::max(max, static_cast<double>(logits[i]));
-    double z = 0;
-    for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - max);
-    log_z = std::log(z);
-  }
-  double logprob(float logit) const { return static_cast<double>(logit) - max - log_z; }
-};
+// A token's log-probability as the learner's exact loss computes it
+// (kernels::LogSoftmaxRow), so sample_token's and score_token's figures agree
+// with each other and with an RL learner's to the bit.
+using LogNormaliser = kernels::LogSoftmaxRow;
 
 }  // namespace
 

@@ -15,7 +15,8 @@ model::StepCtx micro_ctx(const CpuCtx& cpu, const GlobalBatch& batch, int64_t k,
   const MicroBatch mb = batch.micro(k);
   return {.cpu = cpu, .B = batch.B(), .T = batch.T(), .training = training, .seed = seed,
           .sample0 = sample0 + static_cast<uint64_t>(batch.sample_offset(k)), .positions = mb.positions,
-          .seg_start = mb.seg_start, .sequence_loss = sequence_loss};
+          .seg_start = mb.seg_start, .batch_invariant = sequence_loss && sequence_loss->batch_invariant(),
+          .sequence_loss = sequence_loss};
 }
 
 std::function<parallel::PipelineMicroBatch(int)> micro_batches(const CpuCtx& cpu, const GlobalBatch& batch,

@@ -145,6 +145,33 @@ TEST(CrossEntropy, InPlaceGradientMatchesOutOfPlace) {
   }
 }
 
+// The exact forward (an RL learner's): each loss is the sampler's
+// log-probability negated (LogSoftmaxRow, to the bit), lse its max + log_z,
+// both within fp32 rounding of the fast kernel's; padding columns unread.
+TEST(CrossEntropy, ExactForwardIsTheLogSoftmaxRowsFigure) {
+  constexpr int64_t N = 3, V = 5000, Vp = 5056;
+  const std::vector<int32_t> targets = {3, 4999, -1};
+  auto logits_d = random_vector(N * Vp, 5, -10.0, 10.0);
+  std::vector<float> logits(logits_d.begin(), logits_d.end());
+  poison_padding(logits, N, V, Vp);
+  std::vector<float> losses(N), lse(N), fast_losses(N), fast_lse(N);
+  cross_entropy_forward_exact(ctx, losses.data(), lse.data(), logits.data(), targets.data(), N, V, Vp);
+  cross_entropy_forward(ctx, fast_losses.data(), fast_lse.data(), logits.data(), targets.data(), N, V, Vp);
+  for (int64_t n = 0; n < N; ++n) {
+    const LogSoftmaxRow norm(logits.data() + n * Vp, V);
+    EXPECT_EQ(lse[n], static_cast<float>(norm.max + norm.log_z)) << n;
+    if (targets[n] >= 0)
+      EXPECT_EQ(-losses[n], static_cast<float>(norm.logprob(logits[n * Vp + targets[n]]))) << n;
+    else
+      EXPECT_EQ(losses[n], 0.0f);
+    EXPECT_NEAR(lse[n], fast_lse[n], 1e-5 * std::abs(fast_lse[n])) << n;
+    EXPECT_NEAR(losses[n], fast_losses[n], 1e-5 * std::max(1.0f, std::abs(fast_losses[n]))) << n;
+  }
+  EXPECT_THROW(cross_entropy_forward_exact(ctx, losses.data(), lse.data(), logits.data(),
+                                           std::vector<int32_t>{1, 5000, 2}.data(), N, V, Vp),
+               Error);
+}
+
 TEST(CrossEntropy, TargetOutsideVocabularyIsRejected) {
   std::vector<float> logits(2 * 8, 0.f), losses(2), lse(2);
   std::vector<int32_t> targets = {1, 6};  // 6 >= V: a padding column

@@ -35,7 +35,7 @@ TEST(Sampling, GreedyIsTheFirstMaximum) {
   EXPECT_EQ(t.token, 1);
   double z = 0;
   for (float x : l) z += std::exp(static_cast<double>(x));
-  EXPECT_NEAR(t.logprob, 2.0 - std::log(z), 1e-12);
+  EXPECT_NEAR(t.logprob, 2.0 - std::log(z), 1e-7);  // fp32 exp terms (kernels::LogSoftmaxRow)
   // top_k = 1 is greedy at any temperature.
   EXPECT_EQ(sample_token(l.data(), 4, {.temperature = 1.5, .top_k = 1, .seed = 9}, 3).token, 1);
 }

@@ -122,6 +122,28 @@ void cross_entropy_backward_impl(const CpuCtx& ctx, T* dlogits, const T* logits,
   });
 }
 
+LogSoftmaxRow::LogSoftmaxRow(const float* logits, int64_t V) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < V; ++i) m = m > logits[i] ? m : logits[i];  // a max is exact in any order
+  max = static_cast<double>(m);
+  log_z = std::log(lane_sum(V, [&](int64_t i) { return static_cast<double>(fast_exp(logits[i] - m)); }));
+}
+
+void cross_entropy_forward_exact(const CpuCtx& ctx, float* losses, float* lse, const float* logits,
+                                 const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
+  CLAW_CPU_ONLY(ctx, cross_entropy_forward_exact);
+  check_targets(targets, N, V, Vp);
+  parallel_for(ctx, N, 1, [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const float* row = logits + n * Vp;
+      const LogSoftmaxRow norm(row, V);
+      lse[n] = static_cast<float>(norm.max + norm.log_z);
+      losses[n] = targets[n] < 0 ? 0.0f : static_cast<float>(-norm.logprob(row[targets[n]]));
+    }
+  });
+}
+
 // 16-bit logits are staged through fp32 (kernels/cpu/staging.h): losses and
 // lse are fp32, the gradient is rounded to T once (in place is still fine:
 // the logits are read into the staging buffer first).

@@ -35,4 +35,22 @@ template <typename T>
 void cross_entropy_backward(const CpuCtx& ctx, T* dlogits, const T* logits, const acc_t<T>* lse,
                             const int32_t* targets, acc_t<T> dloss_scale, int64_t N, int64_t V, int64_t Vp);
 
+// One row's log-softmax in one fixed order: the max, then sum exp(x - max)
+// (fast_exp, each term widened to double, in vec_math.h's 16 lanes folded in
+// a fixed order), then its log. A token's log-probability is logits[t] - max
+// - log_z, the same expression wherever it is computed: the generation
+// engine's sampler (serve/sampling.h) and an RL learner's loss
+// (cross_entropy_forward_exact) agree to the bit.
+struct LogSoftmaxRow {
+  double max, log_z;
+  LogSoftmaxRow(const float* logits, int64_t V);
+  double logprob(float logit) const { return static_cast<double>(logit) - max - log_z; }
+};
+
+// cross_entropy_forward with each row's figures from LogSoftmaxRow: losses_n
+// = -logprob(logits[n, targets[n]]) rounded once, lse_n = max + log_z; the
+// backward is cross_entropy_backward's.
+void cross_entropy_forward_exact(const CpuCtx& ctx, float* losses, float* lse, const float* logits,
+                                 const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
+
 }  // namespace claw::kernels

@@ -43,20 +43,45 @@ inline const float* load_row(const KvView& v, int64_t row, int64_t D, float* tmp
   return nullptr;
 }
 
-struct Query {
-  const float* q;  // [D]
-  float* out;      // [D]
-  int64_t pos;     // attends to keys [0, pos]
-  int64_t g;       // its KV head
+// One query head's keys and values in a paged cache (a KV head's rows of a
+// block are a run of block_size rows, far apart between blocks).
+struct PagedRows {
+  const KvView& keys;
+  const KvView& values;
+  const PagedSeq& seq;
+  int64_t g, G, block_size, D;
+  int64_t row(int64_t p) const { return kv_row(seq.blocks[p / block_size], p % block_size, g, G, block_size); }
+  const float* key(int64_t row, float* tmp) const { return load_row(keys, row, D, tmp); }
+  const float* value(int64_t row, float* tmp) const { return load_row(values, row, D, tmp); }
+  void prefetch(int64_t p) const {
+    const int64_t bytes = D * static_cast<int64_t>(kv_dtype_size(keys.dtype)), r = row(p);
+    const char* kp = static_cast<const char*>(keys.data) + r * bytes;
+    const char* vp = static_cast<const char*>(values.data) + r * bytes;
+    for (int64_t b = 0; b < bytes; b += 64) {
+      __builtin_prefetch(kp + b);
+      __builtin_prefetch(vp + b);
+    }
+  }
 };
 
-// One query head's attention over its sequence's keys: kD is D when the
-// compiler should know it (0: D at run time).
-template <int64_t kD>
-void attend_one(const Query& qy, const KvView& keys, const KvView& values, int64_t block_size, const PagedSeq& s,
-                int64_t G, int64_t D_, float fscale) {
+// One query head's keys and values in contiguous [B, T, G, D] arrays, from
+// its document's first token `first` on.
+struct ContiguousRows {
+  const float* k;  // row b's position 0, KV head g
+  const float* v;
+  int64_t first, stride;  // stride: G * D
+  int64_t row(int64_t p) const { return first + p; }
+  const float* key(int64_t row, float*) const { return k + row * stride; }
+  const float* value(int64_t row, float*) const { return v + row * stride; }
+  void prefetch(int64_t) const {}  // consecutive rows: the hardware prefetcher follows them
+};
+
+// One query head's attention to keys [0, pos] (positions counted from its
+// sequence's first token): kD is D when the compiler should know it (0: D at
+// run time). Returns the log-sum-exp of the scaled scores.
+template <int64_t kD, typename Rows>
+float attend_one(const float* q, float* out, int64_t pos, const Rows& rows, int64_t D_, float fscale) {
   const int64_t D = kD ? kD : D_;
-  const int64_t pos = qy.pos, g = qy.g;
   float acc[kD ? kD : kMaxHeadDim] = {};
   float scores[kTile];
   float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
@@ -64,25 +89,14 @@ void attend_one(const Query& qy, const KvView& keys, const KvView& values, int64
   // online softmax rescales at the same places for any paging.
   int64_t kv[kTile];  // rows of the views
   float tmp[kD ? kD : kMaxHeadDim];
-  const int64_t row_bytes = D * static_cast<int64_t>(kv_dtype_size(keys.dtype));
   for (int64_t j0 = 0; j0 <= pos; j0 += kTile) {
     const int64_t n = std::min(kTile, pos + 1 - j0);
-    // The next tile's rows on their way while this one is computed (a
-    // head's rows are runs of block_size rows, far apart between blocks).
-    for (int64_t p = j0 + kTile; p < std::min(j0 + 2 * kTile, pos + 1); ++p) {
-      const int64_t row = kv_row(s.blocks[p / block_size], p % block_size, g, G, block_size);
-      const char* kp = static_cast<const char*>(keys.data) + row * row_bytes;
-      const char* vp = static_cast<const char*>(values.data) + row * row_bytes;
-      for (int64_t b = 0; b < row_bytes; b += 64) {
-        __builtin_prefetch(kp + b);
-        __builtin_prefetch(vp + b);
-      }
-    }
+    // The next tile's rows on their way while this one is computed.
+    for (int64_t p = j0 + kTile; p < std::min(j0 + 2 * kTile, pos + 1); ++p) rows.prefetch(p);
     float mb = m;
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t p = j0 + j;
-      kv[j] = kv_row(s.blocks[p / block_size], p % block_size, g, G, block_size);
-      scores[j] = fscale * fixed_order::dot(qy.q, load_row(keys, kv[j], D, tmp), D);
+      kv[j] = rows.row(j0 + j);
+      scores[j] = fscale * fixed_order::dot(q, rows.key(kv[j], tmp), D);
       mb = std::max(mb, scores[j]);
     }
     if (mb > m) {  // rescale what came before to the new maximum
@@ -94,12 +108,23 @@ void attend_one(const Query& qy, const KvView& keys, const KvView& values, int64
     for (int64_t j = 0; j < n; ++j) {
       const float p = fast_exp(scores[j] - m);
       l += p;
-      const float* vj = load_row(values, kv[j], D, tmp);
+      const float* vj = rows.value(kv[j], tmp);
       for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
     }
   }
   const float inv = 1.0f / l;
-  for (int64_t d = 0; d < D; ++d) qy.out[d] = acc[d] * inv;
+  for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+  return m + std::log(l);
+}
+
+// attend_one with the common head sizes known to the compiler (the
+// accumulator stays in registers): the same operations in the same order as
+// any D.
+template <typename Rows>
+float attend(const float* q, float* out, int64_t pos, const Rows& rows, int64_t D, float fscale) {
+  if (D == 64) return attend_one<64>(q, out, pos, rows, D, fscale);
+  if (D == 128) return attend_one<128>(q, out, pos, rows, D, fscale);
+  return attend_one<0>(q, out, pos, rows, D, fscale);
 }
 
 }  // namespace
@@ -158,15 +183,29 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
     const int64_t h = task % H;
     const PagedSeq& s = seqs[it.seq];
     const int64_t r = s.first_row + it.token;
-    const Query qy{q + (r * H + h) * D, out + (r * H + h) * D, s.context + it.token, h / per_group};
-    // The common head sizes with D known to the compiler (the accumulator
-    // stays in registers); the same operations in the same order as any D.
-    if (D == 64)
-      attend_one<64>(qy, keys, values, block_size, s, G, D, fscale);
-    else if (D == 128)
-      attend_one<128>(qy, keys, values, block_size, s, G, D, fscale);
-    else
-      attend_one<0>(qy, keys, values, block_size, s, G, D, fscale);
+    attend(q + (r * H + h) * D, out + (r * H + h) * D, s.context + it.token,
+           PagedRows{keys, values, s, h / per_group, G, block_size, D}, D, fscale);
+  });
+}
+
+
+void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k,
+                                   const float* v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D,
+                                   double scale, const int32_t* seg_start) {
+  CLAW_CHECK(D <= kMaxHeadDim && H % G == 0, "fixed-order attention: head dim {} (<= {}), {} heads over {} KV heads",
+             D, kMaxHeadDim, H, G);
+  if (seg_start)
+    for (int64_t i = 0; i < B * T; ++i)
+      CLAW_CHECK(seg_start[i] >= 0 && seg_start[i] <= i % T, "fixed-order attention: seg_start {} at token {} of a row",
+                 seg_start[i], i % T);
+  const int64_t per_group = H / G;
+  const float fscale = static_cast<float>(scale);
+  parallel_for_dynamic(ctx, B * T * H, [&](int64_t task) {
+    const int64_t b = task / (T * H), t = task / H % T, h = task % H;
+    const int64_t first = seg_start ? seg_start[b * T + t] : 0;
+    const int64_t i = (b * T + t) * H + h;
+    const ContiguousRows rows{k + (b * T * G + h / per_group) * D, v + (b * T * G + h / per_group) * D, first, G * D};
+    lse[(b * H + h) * T + t] = attend(q + i * D, out + i * D, t - first, rows, D, fscale);
   });
 }
 

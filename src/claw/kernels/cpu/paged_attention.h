@@ -68,4 +68,17 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
                              const KvView& values, int64_t block_size, const PagedSeq* seqs, int64_t num_seqs,
                              int64_t H, int64_t G, int64_t D, double scale);
 
+// The same per-query computation over contiguous keys and values, for
+// training's causal attention when its result must equal the engine's to
+// the bit (an RL learner's forward, whose log-probabilities are compared
+// with the generator's; StepCtx::batch_invariant). Shapes as
+// attention_forward (attention.h): q, out [B, T, H, D]; k, v [B, T, G, D];
+// lse [B, H, T], the log-sum-exp its backward reads. seg_start (null: 0)
+// gives each token's document start in its row: the query attends to keys
+// [seg_start, t], its positions counted from there as the engine counts a
+// sequence's, so a packed document gets what it gets alone.
+void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k,
+                                   const float* v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D,
+                                   double scale, const int32_t* seg_start);
+
 }  // namespace claw::kernels
