@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   app.add_flag("--importance-correction", grpo.importance_correction, "with --grpo-generations");
   app.add_option("--loss-agg-mode", grpo.loss_agg_mode, "with --grpo-generations");
   app.add_flag("--advantage-no-std", grpo.advantage_no_std, "with --grpo-generations");
+  app.add_flag("--learner-batch-invariant", grpo.learner_batch_invariant,
+               "with --grpo-generations: the forward in the engine's batch-invariant kernels");
   CLI11_PARSE(app, argc, argv);
   try {
     CLAW_CHECK(B % accum == 0, "--batch must be a multiple of --accum");
@@ -228,7 +230,7 @@ int main(int argc, char** argv) {
       const int64_t P = T / 4;
       std::vector<float> initial(static_cast<size_t>(steps * B * T), 0.0f);
       rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { initial[sample * T + t] = lp; },
-                            !grpo.learner_blas_forward);
+                            grpo.learner_batch_invariant);
       for (int64_t s = 0; s < steps; ++s) {
         const int64_t off = s * B * T;
         batch.assign({tokens.begin() + off, tokens.begin() + off + B * T},
@@ -267,7 +269,7 @@ int main(int argc, char** argv) {
         if (grpo.importance_correction) {  // the learner's own log-probabilities before the update
           std::fill(proximal.begin(), proximal.end(), 0.0f);
           rl::TokenLogps record([&](int64_t sample, int64_t t, float lp) { proximal[(sample - s * B) * T + t] = lp; },
-                                !grpo.learner_blas_forward);
+                                grpo.learner_batch_invariant);
           train::eval_loss(whole, cpu, batch, static_cast<uint64_t>(seed), static_cast<uint64_t>(s * B), &record);
           for (int64_t b = 0; b < B; ++b) {
             rl::PolicySample& ps = grpo_batches[s][b];

@@ -263,6 +263,8 @@ def main():
     ap.add_argument("--importance-correction", action="store_true")
     ap.add_argument("--loss-agg-mode", default="token-mean", choices=["token-mean", "seq-mean-token-mean"])
     ap.add_argument("--advantage-no-std", action="store_true")
+    ap.add_argument("--learner-batch-invariant", action="store_true",
+                    help="claw's forward in the generation engine's batch-invariant kernels")
     args = ap.parse_args()
     torch.set_num_threads(2)
 
@@ -274,7 +276,8 @@ def main():
                 (["--grpo-generations", str(args.grpo_generations), "--kl-beta", str(args.kl_beta),
                   "--loss-agg-mode", args.loss_agg_mode] +
                  (["--importance-correction"] if args.importance_correction else []) +
-                 (["--advantage-no-std"] if args.advantage_no_std else []) if args.grpo_generations else [])
+                 (["--advantage-no-std"] if args.advantage_no_std else []) +
+                 (["--learner-batch-invariant"] if args.learner_batch_invariant else []) if args.grpo_generations else [])
         subprocess.run([args.dump_tool, "--model", args.model, "--out", work, "--steps", str(args.steps)] + extra,
                        check=True)
         init, meta = read_safetensors(f"{work}/init.safetensors")

@@ -56,8 +56,8 @@ struct GrpoConfig {
   bool importance_correction = false;      // --importance-correction: old = the learner's recomputed
                                            // log-probabilities, weighted by min(pi_learner / pi_behaviour, C)
   double is_truncation = 2.0;              // --is-truncation: C
-  bool learner_blas_forward = false;       // --learner-blas-forward: BLAS GEMMs and flash attention in the
-                                           // learner's forward, not the engine's batch-invariant kernels
+  bool learner_batch_invariant = false;    // --learner-batch-invariant: the learners' forward in the engine's
+                                           // batch-invariant kernels (not BLAS GEMMs and flash attention)
   LossAgg agg() const;                     // throws naming --loss-agg-mode
   void validate() const;                   // throws naming the flag
 };
@@ -109,7 +109,7 @@ class GrpoLoss final : public model::SequenceLoss {
   void set_batch(int64_t first, const std::vector<PolicySample>* samples);
   double apply(const model::StepCtx& ctx, const float* losses, const int32_t* targets, float* weights) override;
   int64_t units(int64_t sequences) const override { return sequences; }
-  bool batch_invariant() const override { return !cfg_.learner_blas_forward; }
+  bool batch_invariant() const override { return cfg_.learner_batch_invariant; }
   GrpoSums take();
   const GrpoConfig& config() const { return cfg_; }
 

@@ -469,7 +469,7 @@ class Learner {
       const int64_t j = s.token_at(t);
       CLAW_CHECK(j >= 0, "position {} of sample {} holds no learned token", t, sample);
       (s.*field)[static_cast<size_t>(j)] = lp;
-    }, !job_.rl.grpo.learner_blas_forward);
+    }, job_.rl.grpo.learner_batch_invariant);
     train::eval_loss(rt.model(), rt.cpu(), *batch_, job_.train.seed, sample0, &record);
   }
 
