@@ -66,6 +66,9 @@ def main():
     ap.add_argument("--workers", default="1,2", help="rollout workers beside the learner (async part), a list")
     ap.add_argument("--async-words", default="3-5", help="list lengths of the async part's prompts")
     ap.add_argument("--async-max-new-tokens", type=int, default=32)
+    ap.add_argument("--learner-batch-invariant", action="store_true",
+                    help="async part: the learners' forward in the engine's kernels (claw rl's flag); the table only, "
+                         "no plot")
     ap.add_argument("--out", default=os.path.join(HERE, "rl_results.json"))
     a = ap.parse_args()
     claw = os.path.abspath(a.claw)
@@ -131,10 +134,11 @@ def main():
         for workers in [int(x) for x in a.workers.split(",")]:
             runs = {}
             for name, flags in (("sync", []), ("async K=1", ["--async", "--max-staleness", "1"])):
-                m = os.path.join(w, f"async_{workers}w_{name.split()[0]}.jsonl")
+                m = os.path.join(w, f"async_{workers}w_{name.split()[0]}{'_bi' if a.learner_batch_invariant else ''}.jsonl")
                 cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(1 + workers), claw, "rl",
                        *base_flags, "--train-iters", str(a.async_steps), "--eval-interval", "0", "--num-threads", "1",
-                       "--rollout-workers", str(workers), *flags, "--metrics-file", m]
+                       "--rollout-workers", str(workers), *flags, "--metrics-file", m,
+                       *(["--learner-batch-invariant"] if a.learner_batch_invariant else [])]
                 print("+", " ".join(cmd), flush=True)
                 t0 = time.time()
                 with open(m + ".log", "w") as f:
@@ -162,7 +166,8 @@ def main():
                 print(f"| {layout} | {name} | {r['samples_per_s']:.2f} | {r['rollout_wait_s']:.2f} | "
                       f"{r['train_s']:.2f} | {r['completion_length']:.1f} | "
                       f"{sum(r['reward']) / len(r['reward']):.4f} | {r['staleness_max']} | {gain} |")
-        plot_async(layouts, os.path.join(HERE, "rl_async.png"))
+        if not a.learner_batch_invariant:
+            plot_async(layouts, os.path.join(HERE, "rl_async.png"))
     json.dump(results, open(a.out, "w"), indent=1)
 
 

@@ -37,7 +37,8 @@ struct Case {
 std::vector<float> seeded(int64_t n, uint64_t key) {
   RandomStream r(7, key);
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(r.block(static_cast<uint64_t>(i))[0] % 20001) / 10000.0f - 1.0f;
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = static_cast<float>(r.block(static_cast<uint64_t>(i))[0] % 20001) / 10000.0f - 1.0f;
   return v;
 }
 
@@ -77,7 +78,8 @@ void check(const Case& c) {
   const auto chunks = parallel::CpChunks::of(T, cp->rank(), cp->size());
   const int64_t TL = chunks.local_tokens();
   const auto lq = parallel::cp_slice(chunks, q.data(), B, H * D), lk = parallel::cp_slice(chunks, k.data(), B, G * D),
-             lv = parallel::cp_slice(chunks, v.data(), B, G * D), ldout = parallel::cp_slice(chunks, dout.data(), B, H * D);
+             lv = parallel::cp_slice(chunks, v.data(), B, G * D),
+             ldout = parallel::cp_slice(chunks, dout.data(), B, H * D);
   const std::vector<int32_t> lseg = seg.empty() ? std::vector<int32_t>{} : parallel::cp_slice(chunks, seg.data(), B, 1);
   for (int64_t t = 0; t < TL; ++t)  // positions: chunk r, then chunk 2 CP - 1 - r
     ASSERT_EQ(chunks.position(t), chunks.index(t < chunks.chunk ? 0 : 1) * chunks.chunk + t % chunks.chunk);

@@ -130,9 +130,12 @@ TEST(FixedOrderAttention, IsSoftmaxAttentionWithItsLogSumExp) {
           const int64_t g = h / (H / G), lo = seg[static_cast<size_t>(b * T + t)];
           const float* q = in.q.data() + ((b * T + t) * H + h) * D;
           std::vector<double> s;
+          auto at = [&](const std::vector<float>& x, int64_t j, int64_t i) {
+            return double(x[static_cast<size_t>(((b * T + j) * G + g) * D + i)]);
+          };
           for (int64_t j = lo; j <= t; ++j) {
             double d = 0;
-            for (int64_t i = 0; i < D; ++i) d += double(q[i]) * in.k[static_cast<size_t>(((b * T + j) * G + g) * D + i)];
+            for (int64_t i = 0; i < D; ++i) d += double(q[i]) * at(in.k, j, i);
             s.push_back(scale * d);
           }
           const double m = *std::max_element(s.begin(), s.end());
@@ -142,7 +145,7 @@ TEST(FixedOrderAttention, IsSoftmaxAttentionWithItsLogSumExp) {
           for (int64_t i = 0; i < D; ++i) {
             double o = 0;
             for (int64_t j = lo; j <= t; ++j)
-              o += std::exp(s[static_cast<size_t>(j - lo)] - m) / z * in.v[static_cast<size_t>(((b * T + j) * G + g) * D + i)];
+              o += std::exp(s[static_cast<size_t>(j - lo)] - m) / z * at(in.v, j, i);
             worst = std::max(worst, std::abs(out[static_cast<size_t>(((b * T + t) * H + h) * D + i)] - o));
           }
         }
