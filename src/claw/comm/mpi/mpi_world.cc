@@ -1,6 +1,7 @@
 #include "claw/comm/mpi/mpi_world.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,6 +21,13 @@ namespace {
 class MpiWorld final : public World {
  public:
   explicit MpiWorld(const WorldOptions& opts) : World(opts), root_(true) {
+    // Open MPI begins MPI_Finalize with a fence over every process of the
+    // job, which never completes once one has died (a lost rollout worker
+    // under mpirun --enable-recovery: the survivors' finalize hung in one
+    // run of two). claw drains and frees every communicator before it
+    // finalizes, so that barrier guards nothing here: skipped, unless the
+    // user set the parameter.
+    setenv("OMPI_MCA_async_mpi_finalize", "1", 0);
     int provided = 0;
     CLAW_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     if (provided < MPI_THREAD_MULTIPLE)
