@@ -66,6 +66,9 @@ def main():
     ap.add_argument("--workers", default="1,2", help="rollout workers beside the learner (async part), a list")
     ap.add_argument("--async-words", default="3-5", help="list lengths of the async part's prompts")
     ap.add_argument("--async-max-new-tokens", type=int, default=32)
+    ap.add_argument("--nice-workers", type=int, default=0,
+                    help="async part: start the rollout workers under `nice -n N` (MPMD), so that on fewer cores "
+                         "than ranks the learner does not wait for a core")
     ap.add_argument("--learner-batch-invariant", action="store_true",
                     help="async part: the learners' forward in the engine's kernels (claw rl's flag); the table only, "
                          "no plot")
@@ -135,10 +138,15 @@ def main():
             runs = {}
             for name, flags in (("sync", []), ("async K=1", ["--async", "--max-staleness", "1"])):
                 m = os.path.join(w, f"async_{workers}w_{name.split()[0]}{'_bi' if a.learner_batch_invariant else ''}.jsonl")
-                cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(1 + workers), claw, "rl",
-                       *base_flags, "--train-iters", str(a.async_steps), "--eval-interval", "0", "--num-threads", "1",
-                       "--rollout-workers", str(workers), *flags, "--metrics-file", m,
-                       *(["--learner-batch-invariant"] if a.learner_batch_invariant else [])]
+                args = [*base_flags, "--train-iters", str(a.async_steps), "--eval-interval", "0", "--num-threads", "1",
+                        "--rollout-workers", str(workers), *flags, "--metrics-file", m,
+                        *(["--learner-batch-invariant"] if a.learner_batch_invariant else [])]
+                if a.nice_workers:  # MPMD: the learner as it is, the workers at a lower priority
+                    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "1", claw, "rl", *args, ":",
+                           "-np", str(workers), "nice", "-n", str(a.nice_workers), claw, "rl", *args]
+                else:
+                    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(1 + workers), claw, "rl",
+                           *args]
                 print("+", " ".join(cmd), flush=True)
                 t0 = time.time()
                 with open(m + ".log", "w") as f:
