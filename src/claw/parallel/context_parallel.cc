@@ -55,6 +55,17 @@ void RingAttention::finish_hop() {
   hop_.clear();
 }
 
+template <typename F>
+void RingAttention::each_pair(int src, F&& f) const {
+  for (int64_t b = 0; b < B_; ++b)
+    for (int qi = 0; qi < 2; ++qi)
+      for (int ki = 0; ki < 2; ++ki) {
+        const int64_t qc = chunks_.index(qi), kc = chunks_.index(ki, src);
+        if (kc > qc) continue;  // every key after every query
+        f(b, qi, ki, qc, kc);
+      }
+}
+
 void RingAttention::forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k, const float* v,
                             const int32_t* q_lo) {
   const int64_t Tc = chunks_.chunk, TL = chunks_.local_tokens(), H = H_, G = G_, D = D_;
@@ -78,32 +89,27 @@ void RingAttention::forward(const CpuCtx& ctx, float* out, float* lse, const flo
       bv = bk + kv;
       if (s + 1 < size) start_hop(block_[cur].data(), block_[1 - cur].data(), 2 * kv);
     }
-    for (int64_t b = 0; b < B_; ++b)
-      for (int qi = 0; qi < 2; ++qi)
-        for (int ki = 0; ki < 2; ++ki) {
-          const int64_t qc = chunks_.index(qi), kc = chunks_.index(ki, src);
-          if (kc > qc) continue;  // every key after every query
-          const int32_t q_pos = static_cast<int32_t>(qc * Tc);
-          const int64_t q0 = b * TL + qi * Tc, k0 = b * TL + ki * Tc;
-          const kernels::AttentionOffsets off{
-              .q_pos = &q_pos, .k_pos0 = kc * Tc, .q_lo = q_lo ? q_lo + q0 : nullptr};
-          kernels::attention_offset_forward(ctx, part_out_.data(), part_lse_.data(), q + q0 * H * D, bk + k0 * G * D,
-                                            bv + k0 * G * D, 1, Tc, Tc, H, G, D, scale_, off);
-          // Merge by log-sum-exp into the rows of (b, qi).
-          for (int64_t h = 0; h < H; ++h)
-            for (int64_t i = 0; i < Tc; ++i) {
-              const double l2 = part_lse_[static_cast<size_t>(h * Tc + i)];
-              if (std::isinf(l2)) continue;  // this query saw none of these keys
-              float& l1f = lse[(b * H + h) * TL + qi * Tc + i];
-              const double l1 = l1f, m = std::max(l1, l2);
-              const double l = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
-              const auto w1 = static_cast<float>(std::exp(l1 - l)), w2 = static_cast<float>(std::exp(l2 - l));
-              float* o = out + ((q0 + i) * H + h) * D;
-              const float* p = part_out_.data() + (i * H + h) * D;
-              for (int64_t d = 0; d < D; ++d) o[d] = w1 * o[d] + w2 * p[d];
-              l1f = static_cast<float>(l);
-            }
+    each_pair(src, [&](int64_t b, int qi, int ki, int64_t qc, int64_t kc) {
+      const int32_t q_pos = static_cast<int32_t>(qc * Tc);
+      const int64_t q0 = b * TL + qi * Tc, k0 = b * TL + ki * Tc;
+      const kernels::AttentionOffsets off{.q_pos = &q_pos, .k_pos0 = kc * Tc, .q_lo = q_lo ? q_lo + q0 : nullptr};
+      kernels::attention_offset_forward(ctx, part_out_.data(), part_lse_.data(), q + q0 * H * D, bk + k0 * G * D,
+                                        bv + k0 * G * D, 1, Tc, Tc, H, G, D, scale_, off);
+      // Merge by log-sum-exp into the rows of (b, qi).
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Tc; ++i) {
+          const double l2 = part_lse_[static_cast<size_t>(h * Tc + i)];
+          if (std::isinf(l2)) continue;  // this query saw none of these keys
+          float& l1f = lse[(b * H + h) * TL + qi * Tc + i];
+          const double l1 = l1f, m = std::max(l1, l2);
+          const double l = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
+          const auto w1 = static_cast<float>(std::exp(l1 - l)), w2 = static_cast<float>(std::exp(l2 - l));
+          float* o = out + ((q0 + i) * H + h) * D;
+          const float* p = part_out_.data() + (i * H + h) * D;
+          for (int64_t d = 0; d < D; ++d) o[d] = w1 * o[d] + w2 * p[d];
+          l1f = static_cast<float>(l);
         }
+    });
     if (group_ && s + 1 < size) {
       finish_hop();
       cur = 1 - cur;
@@ -134,30 +140,23 @@ void RingAttention::backward(const CpuCtx& ctx, float* dq, float* dk, float* dv,
     blk = block_[cur].data();
     const float *bk = blk, *bv = blk + kv;
     float *bdk = blk + 2 * kv, *bdv = blk + 3 * kv;
-    for (int64_t b = 0; b < B_; ++b)
-      for (int qi = 0; qi < 2; ++qi) {
-        const int64_t q0 = b * TL + qi * Tc;
-        for (int64_t h = 0; h < H; ++h)
-          std::copy_n(lse + (b * H + h) * TL + qi * Tc, Tc, lse_chunk_.data() + h * Tc);
-        for (int ki = 0; ki < 2; ++ki) {
-          const int64_t qc = chunks_.index(qi), kc = chunks_.index(ki, src);
-          if (kc > qc) continue;
-          const int32_t q_pos = static_cast<int32_t>(qc * Tc);
-          const int64_t k0 = b * TL + ki * Tc;
-          const kernels::AttentionOffsets off{
-              .q_pos = &q_pos, .k_pos0 = kc * Tc, .q_lo = q_lo ? q_lo + q0 : nullptr};
-          kernels::attention_offset_backward(ctx, dq_part_.data(), dk_part_.data(), dv_part_.data(),
-                                             dout + q0 * H * D, q + q0 * H * D, bk + k0 * G * D, bv + k0 * G * D,
-                                             out + q0 * H * D, lse_chunk_.data(), 1, Tc, Tc, H, G, D, scale_, off);
-          float* dqc = dq + q0 * H * D;
-          for (int64_t i = 0; i < Tc * H * D; ++i) dqc[i] += dq_part_[static_cast<size_t>(i)];
-          float *dkc = bdk + k0 * G * D, *dvc = bdv + k0 * G * D;
-          for (int64_t i = 0; i < Tc * G * D; ++i) {
-            dkc[i] += dk_part_[static_cast<size_t>(i)];
-            dvc[i] += dv_part_[static_cast<size_t>(i)];
-          }
-        }
+    each_pair(src, [&](int64_t b, int qi, int ki, int64_t qc, int64_t kc) {
+      const int64_t q0 = b * TL + qi * Tc, k0 = b * TL + ki * Tc;
+      for (int64_t h = 0; h < H; ++h)  // the chunk's lse as [H, Tc]
+        std::copy_n(lse + (b * H + h) * TL + qi * Tc, Tc, lse_chunk_.data() + h * Tc);
+      const int32_t q_pos = static_cast<int32_t>(qc * Tc);
+      const kernels::AttentionOffsets off{.q_pos = &q_pos, .k_pos0 = kc * Tc, .q_lo = q_lo ? q_lo + q0 : nullptr};
+      kernels::attention_offset_backward(ctx, dq_part_.data(), dk_part_.data(), dv_part_.data(), dout + q0 * H * D,
+                                         q + q0 * H * D, bk + k0 * G * D, bv + k0 * G * D, out + q0 * H * D,
+                                         lse_chunk_.data(), 1, Tc, Tc, H, G, D, scale_, off);
+      float* dqc = dq + q0 * H * D;
+      for (int64_t i = 0; i < Tc * H * D; ++i) dqc[i] += dq_part_[static_cast<size_t>(i)];
+      float *dkc = bdk + k0 * G * D, *dvc = bdv + k0 * G * D;
+      for (int64_t i = 0; i < Tc * G * D; ++i) {
+        dkc[i] += dk_part_[static_cast<size_t>(i)];
+        dvc[i] += dv_part_[static_cast<size_t>(i)];
       }
+    });
     // On to the next rank with what it gathered here; the last hop brings
     // every block home. (Not overlapped yet: the block's gradients are
     // final only after this rank's share.)

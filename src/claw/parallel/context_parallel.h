@@ -75,6 +75,10 @@ class RingAttention {
   // previous one), n floats; waited by finish().
   void start_hop(const float* send, float* recv, int64_t n);
   void finish_hop();
+  // f(b, qi, ki, qc, kc) for every row b and local query chunk qi against
+  // key chunk ki of rank src's block that it can see (global chunks qc >= kc).
+  template <typename F>
+  void each_pair(int src, F&& f) const;
 
   comm::Group* group_;
   CpChunks chunks_;

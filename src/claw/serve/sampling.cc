@@ -21,15 +21,12 @@ double uniform(uint64_t seed, uint64_t step) {
   return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
 }
 
-// A token's log-probability as the learner's exact loss computes it
-// (kernels::LogSoftmaxRow), so sample_token's and score_token's figures agree
-// with each other and with an RL learner's to the bit.
-using LogNormaliser = kernels::LogSoftmaxRow;
-
 }  // namespace
 
 double log_softmax_at(const float* logits, int64_t V, int32_t token) {
-  return LogNormaliser(logits, V).logprob(logits[token]);
+  // kernels::LogSoftmaxRow: sample_token's and score_token's figures agree
+  // with each other and with an RL learner's exact loss to the bit.
+  return kernels::LogSoftmaxRow(logits, V).logprob(logits[token]);
 }
 
 void SamplingParams::validate() const {
@@ -109,7 +106,7 @@ SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& 
 }
 
 TokenScores score_token(const float* logits, int64_t V, int32_t token, int64_t k) {
-  const LogNormaliser norm(logits, V);
+  const kernels::LogSoftmaxRow norm(logits, V);
   TokenScores out{.logprob = norm.logprob(logits[token])};
   k = std::min(k, V);
   if (k <= 0) return out;
