@@ -104,7 +104,9 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
     kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
-  if (ctx.kv_cache)
+  if (cp_)
+    cp_->forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.seg_start);
+  else if (ctx.kv_cache)
     ctx.kv_cache->attend(ctx.cpu, layer_, s.q, s.k, s.v, s.out, s.lse, ctx.B, ctx.T, H_, G_, D_);
   else if (ctx.batch_invariant && !ctx.cpu.gpu)  // the engine's order: its log-probabilities to the bit
     kernels::fixed_order_attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
@@ -120,8 +122,12 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
   const float* dy = o_proj.output_grad(ctx, dy_rows, scratch.gathered);
   o_proj.backward_weight(ctx, dy, s.out);
   o_proj.backward_input(ctx, dy, scratch.datt, false);
-  kernels::attention_backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out, s.lse,
-                              ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)), ctx.seg_start);
+  if (cp_)
+    cp_->backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out, s.lse,
+                  ctx.seg_start);
+  else
+    kernels::attention_backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out,
+                                s.lse, ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)), ctx.seg_start);
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);

@@ -15,6 +15,10 @@
 // output and input gradient are reduced over the group. A KV group held by
 // several ranks (TP > G) gets a partial dk/dv from each, summed over those
 // ranks before the weight gradients.
+//
+// Context parallelism (model/context_parallel.h): with a CP attention set
+// (use_context_parallel), the local tokens' q, k, v go to it instead of the
+// flash kernel; everything else is per token. s.lse is then its saved form.
 #pragma once
 
 #include "claw/core/arena.h"
@@ -25,6 +29,7 @@
 
 #include "claw/core/arena.h"
 #include "claw/model/config.h"
+#include "claw/model/context_parallel.h"
 #include "claw/model/hf_names.h"
 #include "claw/model/linear.h"
 #include "claw/model/scratch.h"
@@ -73,6 +78,8 @@ class Attention {
   void backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
+  // The model's CP attention (null: none), shared by its layers.
+  void use_context_parallel(CpAttention* cp) { cp_ = cp; }
   void linears(std::vector<Linear*>& out) { out.insert(out.end(), {&q_proj, &k_proj, &v_proj, &o_proj}); }
 
   Linear q_proj, k_proj, v_proj, o_proj;
@@ -82,6 +89,7 @@ class Attention {
   const TensorParallel& tp_;
   int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups
   const RopeTables* rope_;
+  CpAttention* cp_ = nullptr;
 };
 
 }  // namespace claw::model

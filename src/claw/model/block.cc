@@ -42,7 +42,7 @@ void Block::dropout_fwd(const StepCtx& ctx, float* y, const char* site) const {
   const int64_t N = ctx.tokens();
   RandomStream rng(ctx.seed, hash_name("layers." + std::to_string(layer_) + site));
   kernels::dropout_forward(ctx.cpu, y, y, tp_.rows(N) * C_, cfg_.hidden_dropout, rng,
-                           (ctx.sample0 * ctx.T + tp_.first_row(N)) * C_);
+                           (ctx.first_token() + tp_.first_row(N)) * C_);
 }
 
 const float* Block::branch_grad(const StepCtx& ctx, Scratch& scratch, const char* site) const {
@@ -50,7 +50,7 @@ const float* Block::branch_grad(const StepCtx& ctx, Scratch& scratch, const char
   const int64_t N = ctx.tokens();
   RandomStream rng(ctx.seed, hash_name("layers." + std::to_string(layer_) + site));
   kernels::dropout_backward(ctx.cpu, scratch.tmp, scratch.dres, tp_.rows(N) * C_, cfg_.hidden_dropout, rng,
-                            (ctx.sample0 * ctx.T + tp_.first_row(N)) * C_);
+                            (ctx.first_token() + tp_.first_row(N)) * C_);
   return scratch.tmp;
 }
 

@@ -58,7 +58,7 @@ void Embedding::forward(const StepCtx& ctx, const int32_t* tokens, float* out, S
   }
   if (ctx.training && dropout_ > 0)
     kernels::dropout_forward(ctx.cpu, out, out, R * C_, dropout_, RandomStream(ctx.seed, hash_name(kDropoutPurpose)),
-                             (ctx.sample0 * ctx.T + first) * C_);
+                             (ctx.first_token() + first) * C_);
 }
 
 void Embedding::backward(const StepCtx& ctx, const int32_t* tokens, float* dout, Scratch& scratch) {
@@ -67,7 +67,7 @@ void Embedding::backward(const StepCtx& ctx, const int32_t* tokens, float* dout,
   if (!word.grad.defined() && !dwpe) return;  // frozen: the gradient ends here
   if (ctx.training && dropout_ > 0)
     kernels::dropout_backward(ctx.cpu, dout, dout, R * C_, dropout_, RandomStream(ctx.seed, hash_name(kDropoutPurpose)),
-                              (ctx.sample0 * ctx.T + first) * C_);
+                              (ctx.first_token() + first) * C_);
   if (tp_.size() == 1) {
     kernels::embedding_backward(ctx.cpu, word.gdata(), dwpe, dout, tokens, ctx.B, ctx.T, C_, ctx.positions);
     return;

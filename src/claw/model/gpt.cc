@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/reduce.h"
@@ -235,6 +236,15 @@ void GPT::use_slot(int k) {
   slot_ = k;
 }
 
+void GPT::set_context_parallel(comm::Group* group, CpCommType type) {
+  cp_group_ = group && group->size() > 1 ? group : nullptr;
+  cp_type_ = type;
+  if (cp_group_) validate_cp_heads(type, cp_group_->size(), tp_.dims().heads(cfg_), tp_.dims().kv_groups(cfg_));
+  B_ = T_ = 0;  // the next reserve() makes the CP attention
+  cp_attention_.reset();
+  for (auto& b : blocks_) b->attention.use_context_parallel(nullptr);
+}
+
 void GPT::reserve(int64_t B, int64_t T, Recompute recompute, int slots) {
   CLAW_CHECK(slots >= 1, "{} activation slots", slots);
   if (recompute.layers < 0 || recompute.layers > num_blocks()) {
@@ -261,6 +271,11 @@ void GPT::reserve(int64_t B, int64_t T, Recompute recompute, int slots) {
   B_ = B;
   T_ = T;
   recompute_ = recompute;
+  if (cp_group_) {
+    cp_attention_ = make_cp_attention(cp_type_, cp_group_, B, T, tp_.dims().heads(cfg_), tp_.dims().kv_groups(cfg_),
+                                      cfg_.head_dim(), 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim())));
+    for (auto& b : blocks_) b->attention.use_context_parallel(cp_attention_.get());
+  }
 }
 
 double GPT::forward(const StepCtx& ctx, const int32_t* tokens, const int32_t* targets, double dloss_scale) {

@@ -136,6 +136,13 @@ class GPT {
   // Installs (or removes, with null) the hooks of a data-parallel engine.
   void set_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
+  // Context parallelism: the CP group this rank's sequence pieces are split
+  // over and the attention method (model/context_parallel.h); B x T in
+  // reserve() and every StepCtx are then the local tokens. Throws
+  // claw::Error naming the flags when the heads do not split (a2a).
+  void set_context_parallel(comm::Group* group, CpCommType type);
+  comm::Group* cp_group() const { return cp_group_; }
+
   // Allocates activations for micro-batches of B sequences of T tokens.
   // `slots` sets of saved activations (micro-batches in flight at once under a
   // pipeline schedule; the scratch is shared), selected with use_slot().
@@ -255,6 +262,9 @@ class GPT {
 
   int64_t B_ = 0, T_ = 0;
   Recompute recompute_;
+  comm::Group* cp_group_ = nullptr;
+  CpCommType cp_type_ = CpCommType::p2p;
+  std::unique_ptr<CpAttention> cp_attention_;  // made by reserve() for its B x T
   ArenaPlan act_plan_{"activations"};
   Arena act_arena_;
   // One set of saved activations per micro-batch in flight (pipeline

@@ -95,7 +95,7 @@ const float* Linear::lora_input(const StepCtx& ctx, const float* x, std::vector<
   parallel_for(ctx.cpu, N, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r)
       kernels::dropout_forward(CpuCtx{1}, buf.data() + r * in_, x + r * in_, in_, lora_dropout_, rng,
-                               static_cast<uint64_t>((ctx.sample0 * ctx.T + r) * in_global_ + in_offset_));
+                               static_cast<uint64_t>((ctx.first_token() + r) * in_global_ + in_offset_));
   });
   return buf.data();
 }
@@ -204,7 +204,7 @@ void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool
     for (int64_t row = lo; row < hi; ++row) {
       float* d = dxd.data() + row * in_;
       kernels::dropout_backward(CpuCtx{1}, d, d, in_, lora_dropout_, rng,
-                                static_cast<uint64_t>((ctx.sample0 * ctx.T + row) * in_global_ + in_offset_));
+                                static_cast<uint64_t>((ctx.first_token() + row) * in_global_ + in_offset_));
       float* o = dx + row * in_;
       for (int64_t c = 0; c < in_; ++c) o[c] += d[c];
     }

@@ -43,6 +43,10 @@ struct StepCtx {
   // sequence (monotonic over steps): dropout counters start from it, so masks
   // never repeat and do not depend on how samples are spread over ranks.
   uint64_t sample0 = 0;
+  // Context parallelism: this rank holds T of each row's cp_size x T tokens
+  // (model/context_parallel.h); positions and seg_start are then always
+  // given, as places in the full row.
+  int cp_size = 1, cp_rank = 0;
   // Packed sequences ([B, T] each; null: the plain layout). positions: each
   // token's position (restarting per document); seg_start: index in its row
   // of the first token of its document (attention stays inside documents).
@@ -67,6 +71,12 @@ struct StepCtx {
   // Non-null: the loss is this function of whole sequences (above).
   SequenceLoss* sequence_loss = nullptr;
   int64_t tokens() const { return B * T; }
+  // The run's index of this micro-batch's first local token, where dropout
+  // counters start: a micro-batch covers sample0's rows, B cp_size T tokens,
+  // of which the CP ranks take consecutive B T in rank order.
+  uint64_t first_token() const {
+    return (sample0 * static_cast<uint64_t>(cp_size) + static_cast<uint64_t>(cp_rank * B)) * static_cast<uint64_t>(T);
+  }
 };
 
 // A named view of saved activations, for diagnostics (the non-finite report).

@@ -116,6 +116,8 @@ class DataParallel final : public model::UnitHooks {
   void after_optimizer_step();
   // Sum over the group of a local value (loss sums, counts, squared norms).
   double all_reduce_sum(double v);
+  // The ranks the parameters are replicated over (dp, or dp x cp).
+  comm::Group& group() const { return dp_; }
   // Gathers the whole flat value layout into `out` (the store's total()
   // floats) on every rank (tests, export).
   void gather_values(float* out);

@@ -254,25 +254,27 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   }
   t.bubble = makespan - busy[busiest];
 
-  // Data parallelism over the busiest stage's parameters.
+  // Data parallelism over the busiest stage's parameters, which are
+  // replicated over dp x cp (the CP ranks hold other tokens of the samples).
   const double P = static_cast<double>(e.memory.param_elements);
-  const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp * l.cp);
+  const int reps = l.dp * l.cp;
+  const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp);
   const double grad_bytes = P * p.grad_bytes, param_bytes = P * p.param_bytes;
   double reduce = 0, gather = 0;
-  if (l.dp > 1) {
+  if (reps > 1) {
     if (c.data_centers > 1) {
-      const int local = l.dp / c.data_centers;
-      const Link in = link_for(c, l.tp * l.cp * local, l.tp * l.cp);
+      const int local = reps / c.data_centers;
+      const Link in = link_for(c, l.tp * local, l.tp);
       const double ranks_per_dc = static_cast<double>(c.num_devices) / c.data_centers, n = c.data_centers;
       const double inter = ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local / c.inter_dc_bandwidth +
                            (n - 1) * c.inter_dc_rtt;
       reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
       gather = ring_gather(l.zero_stage >= 1 ? param_bytes : grad_bytes, local, in.bw, in.lat);
     } else if (l.zero_stage == 0) {
-      reduce = ring_all_reduce(grad_bytes, l.dp, dp_link.bw, dp_link.lat);
+      reduce = ring_all_reduce(grad_bytes, reps, dp_link.bw, dp_link.lat);
     } else {
-      reduce = ring_gather(grad_bytes, l.dp, dp_link.bw, dp_link.lat);
-      gather = ring_gather(param_bytes, l.dp, dp_link.bw, dp_link.lat);
+      reduce = ring_gather(grad_bytes, reps, dp_link.bw, dp_link.lat);
+      gather = ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
     }
   }
   t.dp_comm_total = reduce + gather;
@@ -281,8 +283,8 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   const double hide_reduce = l.overlap_grad_reduce ? last.backward_input + last.backward_weight : 0;
   const double hide_gather = l.overlap_param_gather || (l.overlap_grad_reduce && l.zero_stage >= 1) ? first.forward : 0;
   t.dp_comm = std::max(0.0, reduce - hide_reduce) + std::max(0.0, gather - hide_gather);
-  if (l.zero_stage >= 3 && l.dp > 1) {  // parameters gathered for every micro-batch's forward and backward
-    const double per_mb = 2 * ring_gather(param_bytes, l.dp, dp_link.bw, dp_link.lat);
+  if (l.zero_stage >= 3 && reps > 1) {  // parameters gathered for every micro-batch's forward and backward
+    const double per_mb = 2 * ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
     t.dp_comm_total += static_cast<double>(m) * per_mb;
     const double hidden = l.overlap_param_gather ? first.forward + first.backward_input : 0;
     t.dp_comm += static_cast<double>(m) * std::max(0.0, per_mb - hidden);

@@ -29,7 +29,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   const model::TpDims dims{l.tp, l.sequence_parallel};
   comm::ShapeGroup tp_group("tp", l.tp, 0), kv_group("tp_kv", dims.kv_replicas(cfg), 0);
   const model::TensorParallel tp{.group = &tp_group, .kv_group = &kv_group, .sequence_parallel = l.sequence_parallel};
-  model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp, 0);
+  model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp * l.cp, 0);  // ZeRO shards over dp x cp
   store.allocate = false;
   store.freeze = job.freeze;
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
@@ -69,7 +69,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   out.activations = scaled(out.arenas.activations, prec.activation_bytes) + unfused_scores;
   if (device) {
     out.runtime = device->runtime_overhead_bytes;
-    if (l.dp > 1)
+    if (l.dp * l.cp > 1)
       out.comm_buffers = (device->all_reduce_temp * static_cast<double>(largest_all_reduce) +
                           device->reduce_scatter_temp * static_cast<double>(largest_reduce_scatter)) *
                          prec.grad_bytes;

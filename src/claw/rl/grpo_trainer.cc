@@ -680,6 +680,10 @@ void run_rl(RlJob job, comm::World& world) {
   job.rl.sampling.stop_tokens = {problem.eod()};  // a completion ends with the end of text (SFT taught it)
   if (world.rank() < L) {
     const comm::RankGrid grid = comm::RankGrid::make(L, job.parallel.sizes);
+    if (grid.cp > 1)
+      fail("--context-parallel-size {} for the learners: a sequence's GRPO loss would be split across the CP ranks; "
+           "not available yet (the learners run --context-parallel-size 1)",
+           grid.cp);
     job.train.resolve_and_validate(grid.dp);
     Learner learner(job, *mine, K > 0 && world.rank() == 0 ? sync.get() : nullptr, problem);
     learner.run();

@@ -7,6 +7,7 @@
 
 #include "claw/ckpt/shards.h"
 #include "claw/core/error.h"
+#include "claw/model/context_parallel.h"
 #include "claw/model/tensor_parallel.h"
 
 namespace claw::runtime {
@@ -15,13 +16,19 @@ void ParallelConfig::validate(const model::ModelConfig& model, const comm::RankG
                               int64_t micro_batches, int64_t recompute_layers) const {
   const auto not_yet = [](const char* flag, int v, const char* what) {
     if (v > 1)
-      fail("{} {}: {} is not available in this build yet; claw trains data- and tensor-parallel (with ZeRO and "
-           "sequence parallelism) only",
+      fail("{} {}: {} is not available in this build yet; claw trains data-, tensor- (with sequence parallelism), "
+           "pipeline- and context-parallel layouts",
            flag, v, what);
   };
-  not_yet("--context-parallel-size", grid.cp, "context parallelism");
   not_yet("--expert-model-parallel-size", grid.ep, "expert parallelism");
-  model::validate_tensor_parallel(model, grid.tp, sequence_parallel, seq_length);
+  const model::CpCommType cp_type = model::parse_cp_comm_type(cp_comm_type);
+  if (grid.cp > 1) {
+    (void)model::CpChunks::of(seq_length, 0, grid.cp);  // two balanced chunks a rank
+    const model::TpDims tp{grid.tp, sequence_parallel};
+    if (model.num_attention_heads % grid.tp == 0) model::validate_cp_heads(cp_type, grid.cp, tp.heads(model), tp.kv_groups(model));
+  }
+  // Under CP, sequence parallelism splits each rank's T / CP tokens.
+  model::validate_tensor_parallel(model, grid.tp, sequence_parallel, seq_length / grid.cp);
   parallel::DataParallelConfig resolved = dp;
   resolved.zero_stage = zero_stage();
   resolved.validate(grid.dp);

@@ -23,6 +23,7 @@ struct ParallelConfig {
   comm::ParallelSizes sizes;              // --tensor/--context/--expert/--pipeline-model-parallel-size
   parallel::DataParallelConfig dp;        // --zero-stage, --ddp-bucket-size, --overlap-*
   bool sequence_parallel = false;         // --sequence-parallel: norms/dropout/residual on 1/TP of the sequence
+  std::string cp_comm_type = "p2p";       // --cp-comm-type p2p (ring attention) | a2a (heads for sequence)
   std::string pipeline_schedule = "1f1b";   // --pipeline-schedule gpipe|1f1b|interleaved|zb-h1
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage (interleaved)
   int64_t decoder_first_pipeline_num_layers = -1;     // --decoder-first-pipeline-num-layers (-1: even)

@@ -52,14 +52,19 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   pstate_ = comm::ParallelState::create(world_, par.sizes);
   tp_groups_ = std::make_unique<model::TpGroups>(
       model::make_tensor_parallel(world_, *pstate_, mc, par.sequence_parallel));
-  comm::Group& dp_group = pstate_->dp();
+  // Dense parameters are replicated over dp x cp (the CP ranks hold other
+  // tokens of the same samples): gradients reduce, and ZeRO shards, there.
+  comm::Group& dp_group = grid.cp > 1 ? pstate_->dp_cp() : pstate_->dp();
   if (world_.size() > 1)
-    log::info("parallel", "{} ranks ({}): {}{}; ZeRO stage {}, {} thread(s) per rank", world_.size(),
+    log::info("parallel", "{} ranks ({}): {}{}{}; ZeRO stage {}, {} thread(s) per rank", world_.size(),
               world_.backend(), pstate_->describe(), par.sequence_parallel ? ", sequence parallel" : "",
+              grid.cp > 1 ? fmt::format(", context parallel ({}, {} tokens a rank)", par.cp_comm_type,
+                                        cfg_.seq_length / grid.cp)
+                          : "",
               par.dp.zero_stage, cpu_.num_threads);
 
   // This rank's pipeline stage: one model chunk per virtual stage it holds.
-  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length;
+  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length / grid.cp;  // this rank's tokens of a row
   const parallel::PipelineLayout layout = par.pipeline_layout(mc.num_layers, grid.pp);
   const parallel::ScheduleConfig schedule = par.schedule_config(grid.pp, cfg_.micro_batches(grid.dp), layout.chunks);
   const model::Recompute recompute{cfg_.recompute_layers};
@@ -67,7 +72,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   storage.device = device_.get();
   storage.freeze = cfg_.freeze;
   const int stage = pstate_->pp().rank();
-  const plan::Job job{.model = mc, .seq_length = T, .global_batch_size = cfg_.global_batch_size,
+  const plan::Job job{.model = mc, .seq_length = cfg_.seq_length, .global_batch_size = cfg_.global_batch_size,
                       .freeze = cfg_.freeze};
   planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage,
                                 plan::precision("fp32"));
@@ -94,6 +99,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
                              .pre_process = stage == 0 && c == 0,
                              .post_process = stage == grid.pp - 1 && c == layout.chunks - 1}));
     chunks_.back()->init_weights(cpu_, cfg_.seed);
+    chunks_.back()->set_context_parallel(&pstate_->cp(), model::parse_cp_comm_type(par.cp_comm_type));
     dps_.push_back(std::make_unique<parallel::DataParallel>(*chunks_.back(), dp_group, par.dp));
     chunks.push_back(chunks_.back().get());
     dps.push_back(dps_.back().get());
@@ -142,7 +148,10 @@ void Runtime::check_memory(const optim::AdamW* optimizer) const {
     p.optimizer = 0;  // evaluation: no optimizer state
   CLAW_CHECK(p.values == a.values && p.grads == a.grads && p.optimizer == a.optimizer && p.gathered == a.gathered &&
                  p.staging == a.staging && p.activations == a.activations,
-             "the planner's memory model ({} B) differs from the allocation ({} B)", p.total(), a.total());
+             "the planner's memory model ({} B) differs from the allocation ({} B): values {} / {}, gradients {} / "
+             "{}, optimizer {} / {}, gathered {} / {}, staging {} / {}, activations {} / {}",
+             p.total(), a.total(), p.values, a.values, p.grads, a.grads, p.optimizer, a.optimizer, p.gathered,
+             a.gathered, p.staging, a.staging, p.activations, a.activations);
   log::info("memory", "arenas {} B on this rank (pipeline stage {}), as the planner's memory model predicts",
             a.total(), planned_.stage);
 }
@@ -150,8 +159,8 @@ void Runtime::check_memory(const optim::AdamW* optimizer) const {
 std::vector<ckpt::Shard> Runtime::checkpoint_shards(const optim::AdamW* optimizer) const {
   std::vector<ckpt::Shard> shards =
       ckpt::collect_shards(model_->stores(), optimizer,
-                           {.zero_stage = cfg_.parallel.zero_stage(), .dp_rank = pstate_->dp().rank(),
-                            .dp_size = pstate_->dp().size(), .optimizer = optimizer != nullptr});
+                           {.zero_stage = cfg_.parallel.zero_stage(), .dp_rank = first_dp().group().rank(),
+                            .dp_size = first_dp().group().size(), .optimizer = optimizer != nullptr});
   if (device_) {
     ensure_mirrors(optimizer);
     for (ckpt::Shard& s : shards) s.data = host_mirror(s.data);

@@ -3,74 +3,101 @@
 #include <algorithm>
 
 #include "claw/core/error.h"
+#include "claw/model/context_parallel.h"
 
 namespace claw::train {
 
 GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing,
-                         int dp_size, int dp_rank)
-    : micro_batches_(micro_batches), B_(B), T_(T), dp_size_(dp_size), dp_rank_(dp_rank), packing_(packing) {
+                         int dp_size, int dp_rank, int cp_size, int cp_rank)
+    : micro_batches_(micro_batches),
+      B_(B),
+      T_(T / cp_size),
+      T_full_(T),
+      dp_size_(dp_size),
+      dp_rank_(dp_rank),
+      cp_size_(cp_size),
+      cp_rank_(cp_rank),
+      packing_(packing) {
   const int64_t n = micro_batches * B * T;
-  tokens_.resize(n);
-  targets_.resize(n);
-  if (packing.reset_position_ids) positions_.resize(n);
-  if (packing.reset_attention_mask) seg_start_.resize(n);
+  rows_.tokens.resize(n);
+  rows_.targets.resize(n);
+  // Split rows carry every token's place in the full row.
+  if (packing.reset_position_ids || cp_size > 1) rows_.positions.resize(n);
+  if (packing.reset_attention_mask) rows_.seg_start.resize(n);
+  if (cp_size > 1) {
+    (void)model::CpChunks::of(T, cp_rank, cp_size);  // refuses a T the chunks do not divide
+    if (!packing.reset_position_ids)
+      for (int64_t i = 0; i < n; ++i) rows_.positions[i] = static_cast<int32_t>(i % T);
+  }
 }
 
 void GlobalBatch::load(const data::SampleSource& source, int64_t first) {
+  const int64_t row = B_ * T_full_;
   if (dp_size_ == 1) {
-    source.get_batch(first, micro_batches_ * B_, tokens_.data(), targets_.data());
+    source.get_batch(first, micro_batches_ * B_, rows_.tokens.data(), rows_.targets.data());
   } else {
     for (int64_t k = 0; k < micro_batches_; ++k)
-      source.get_batch(first + sample_offset(k), B_, tokens_.data() + k * B_ * T_, targets_.data() + k * B_ * T_);
+      source.get_batch(first + sample_offset(k), B_, rows_.tokens.data() + k * row, rows_.targets.data() + k * row);
   }
   pack();
   upload();
 }
 
 void GlobalBatch::assign(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
-  CLAW_CHECK(tokens.size() == tokens_.size() && targets.size() == targets_.size());
-  tokens_ = tokens;
-  targets_ = targets;
+  CLAW_CHECK(tokens.size() == rows_.tokens.size() && targets.size() == rows_.targets.size());
+  rows_.tokens = tokens;
+  rows_.targets = targets;
   pack();
   upload();
 }
 
 void GlobalBatch::pack() {
-  if (!packing_.any()) return;
-  data::apply_packing(packing_, tokens_.data(), micro_batches_ * B_, T_,
-                      seg_start_.empty() ? nullptr : seg_start_.data(),
-                      positions_.empty() ? nullptr : positions_.data(), targets_.data());
+  if (packing_.any())
+    data::apply_packing(packing_, rows_.tokens.data(), micro_batches_ * B_, T_full_,
+                        rows_.seg_start.empty() ? nullptr : rows_.seg_start.data(),
+                        packing_.reset_position_ids ? rows_.positions.data() : nullptr, rows_.targets.data());
+  if (cp_size_ == 1) return;
+  const model::CpChunks c = model::CpChunks::of(T_full_, cp_rank_, cp_size_);
+  const int64_t rows = micro_batches_ * B_;
+  local_.tokens = model::cp_slice(c, rows_.tokens.data(), rows, 1);
+  local_.targets = model::cp_slice(c, rows_.targets.data(), rows, 1);
+  local_.positions = model::cp_slice(c, rows_.positions.data(), rows, 1);
+  if (!rows_.seg_start.empty()) local_.seg_start = model::cp_slice(c, rows_.seg_start.data(), rows, 1);
 }
 
 void GlobalBatch::set_device(const kernels::cuda::Device* device) {
   device_ = device;
-  device_arrays_ = device ? Arena("batch (device copy)", 4 * tokens_.size() * sizeof(int32_t), device->memory()) : Arena();
+  device_arrays_ =
+      device ? Arena("batch (device copy)", 4 * held().tokens.size() * sizeof(int32_t), device->memory()) : Arena();
   if (device) upload();
 }
 
 void GlobalBatch::upload() {
   if (!device_) return;
-  const size_t n = tokens_.size();
+  const Arrays& h = held();
+  const size_t n = h.tokens.size();
   int32_t* d = device_arrays_.ptr<int32_t>(0);
-  const std::vector<int32_t>* arrays[] = {&tokens_, &targets_, &positions_, &seg_start_};
+  const std::vector<int32_t>* arrays[] = {&h.tokens, &h.targets, &h.positions, &h.seg_start};
   for (int a = 0; a < 4; ++a)
     if (!arrays[a]->empty()) kernels::cuda::copy_to_device(device_->ctx(), d + a * n, arrays[a]->data(), n * sizeof(int32_t));
 }
 
 MicroBatch GlobalBatch::micro(int64_t k) const {
+  const Arrays& h = held();
   const int64_t off = k * B_ * T_;
   if (device_) {
     const int32_t* d = device_arrays_.ptr<int32_t>(0);
-    const int64_t n = static_cast<int64_t>(tokens_.size());
-    return {d + off, d + n + off, positions_.empty() ? nullptr : d + 2 * n + off,
-            seg_start_.empty() ? nullptr : d + 3 * n + off};
+    const int64_t n = static_cast<int64_t>(h.tokens.size());
+    return {d + off, d + n + off, h.positions.empty() ? nullptr : d + 2 * n + off,
+            h.seg_start.empty() ? nullptr : d + 3 * n + off};
   }
-  return {tokens_.data() + off, targets_.data() + off, positions_.empty() ? nullptr : positions_.data() + off,
-          seg_start_.empty() ? nullptr : seg_start_.data() + off};
+  return {h.tokens.data() + off, h.targets.data() + off, h.positions.empty() ? nullptr : h.positions.data() + off,
+          h.seg_start.empty() ? nullptr : h.seg_start.data() + off};
 }
 
 int64_t GlobalBatch::valid_targets() const {
-  return std::count_if(targets_.begin(), targets_.end(), [](int32_t t) { return t >= 0; });
+  const Arrays& h = held();
+  return std::count_if(h.targets.begin(), h.targets.end(), [](int32_t t) { return t >= 0; });
 }
 
 }  // namespace claw::train

@@ -26,10 +26,15 @@ struct MicroBatch {
 // starting at `first` is cut as Megatron's pretraining sampler does: micro-
 // batch k of rank r holds samples first + (k DP + r) B ... + B. Every rank's
 // slice together is the single-rank batch of the same G samples.
+//
+// With context parallelism each row of T tokens is read whole and packed,
+// then CP rank r keeps its two chunks (model/context_parallel.h): micro()
+// holds B rows of T / CP tokens, with every token's position in the full row
+// and, under --reset-attention-mask, its document's first position there.
 class GlobalBatch {
  public:
   GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing, int dp_size = 1,
-              int dp_rank = 0);
+              int dp_rank = 0, int cp_size = 1, int cp_rank = 0);
 
   // Reads this rank's samples of the global batch starting at `first` and applies the packing options.
   void load(const data::SampleSource& source, int64_t first);
@@ -45,19 +50,27 @@ class GlobalBatch {
   void set_device(const kernels::cuda::Device* device);
   int64_t micro_batches() const { return micro_batches_; }
   int64_t B() const { return B_; }
-  int64_t T() const { return T_; }
-  // Positions with a target (the loss is their mean).
+  int64_t T() const { return T_; }  // this rank's tokens of a row (T / CP)
+  int cp_size() const { return cp_size_; }
+  int cp_rank() const { return cp_rank_; }
+  // This rank's positions with a target (the loss is their mean over the
+  // data- and context-parallel ranks).
   int64_t valid_targets() const;
 
  private:
   void pack();
   void upload();
+  struct Arrays {
+    std::vector<int32_t> tokens, targets, positions, seg_start;
+  };
+  // What micro() hands out: the full rows, or this CP rank's part of them.
+  const Arrays& held() const { return cp_size_ > 1 ? local_ : rows_; }
   const kernels::cuda::Device* device_ = nullptr;
   Arena device_arrays_;  // tokens, targets, positions, seg_start: micro_batches x B x T each
-  int64_t micro_batches_, B_, T_;
-  int dp_size_, dp_rank_;
+  int64_t micro_batches_, B_, T_, T_full_;
+  int dp_size_, dp_rank_, cp_size_, cp_rank_;
   data::PackingOptions packing_;
-  std::vector<int32_t> tokens_, targets_, positions_, seg_start_;
+  Arrays rows_, local_;
 };
 
 }  // namespace claw::train

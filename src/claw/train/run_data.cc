@@ -90,7 +90,8 @@ RunData open_run_data(const DataConfig& data_cfg, const TrainConfig& cfg, const 
                                         packing.eod_mask_loss, packing.eod)
                           : "");
   out.batch = std::make_unique<GlobalBatch>(cfg.grad_accumulation_steps(dp_group.size()), cfg.micro_batch_size,
-                                            cfg.seq_length, packing, dp_group.size(), dp_group.rank());
+                                            cfg.seq_length, packing, dp_group.size(), dp_group.rank(),
+                                            ps.cp().size(), ps.cp().rank());
   return out;
 }
 

@@ -14,7 +14,8 @@ model::StepCtx micro_ctx(const CpuCtx& cpu, const GlobalBatch& batch, int64_t k,
                          uint64_t sample0, model::SequenceLoss* sequence_loss = nullptr) {
   const MicroBatch mb = batch.micro(k);
   return {.cpu = cpu, .B = batch.B(), .T = batch.T(), .training = training, .seed = seed,
-          .sample0 = sample0 + static_cast<uint64_t>(batch.sample_offset(k)), .positions = mb.positions,
+          .sample0 = sample0 + static_cast<uint64_t>(batch.sample_offset(k)), .cp_size = batch.cp_size(),
+          .cp_rank = batch.cp_rank(), .positions = mb.positions,
           .seg_start = mb.seg_start, .batch_invariant = sequence_loss && sequence_loss->batch_invariant(),
           .sequence_loss = sequence_loss};
 }

@@ -53,6 +53,10 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   // Everything is validated before any allocation or file is touched; every
   // rank validates the same configuration, so all refuse it together.
   cfg_.resolve_and_validate(comm::RankGrid::make(world_.size(), par_cfg_.sizes).dp);
+  if (cfg_.dpo.enabled && par_cfg_.sizes.cp > 1)
+    fail("--dpo with --context-parallel-size {}: a pair's log-probabilities would be summed across the CP ranks; "
+         "not available yet (train DPO with --context-parallel-size 1)",
+         par_cfg_.sizes.cp);
   runtime::RuntimeConfig rt = runtime_config(model_cfg_, cfg_, par_cfg_, /*training=*/true);
   rt.resolve_and_validate(world_.size());
   par_cfg_ = rt.parallel;
@@ -222,7 +226,7 @@ TrainResult Trainer::run() {
   }
   if (peak == 0) {
     const kernels::Peak mine = kernels::calibrated_gemm_peak(
-        peak_key, model_gemm_shapes(model_cfg_, B * T, ps.tp().size()), peak_cache);
+        peak_key, model_gemm_shapes(model_cfg_, B * T / ps.cp().size(), ps.tp().size()), peak_cache);
     peak = everyone.all_reduce_value(mine.gflops);
     log::info("train", "MFU denominator: {:.1f} GFLOP/s per rank on {} thread(s) x {} rank(s), fp32 GEMM {}",
               mine.gflops, cpu.num_threads, world_.size(), mine.provenance);

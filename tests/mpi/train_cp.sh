@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# `claw train` with context parallelism under mpirun.
+#
+#   train_cp.sh CLAW_BINARY CASE
+#
+# parity      20 steps on the built-in corpus, single rank vs CP 2 and CP 4
+#             under ring attention (p2p) and heads-for-sequence (a2a), TP 2 +
+#             SP x CP 2, PP 2 x CP 2, DP 2 x CP 2 with the distributed optimizer
+#             (sharded over dp x cp) and CP 2 with full recompute, for gpt2-tiny
+#             (learned positions, tied embeddings) and llama-tiny (RoPE, GQA:
+#             2 KV groups, each read by two ranks at a2a CP 4): the same
+#             per-step losses, grad norms and validation losses (2e-5 relative).
+# packed      --sft on chat data (conversations packed into rows, attention
+#             reset per conversation, so documents start and end inside the
+#             chunks and cross them): CP 2 and CP 4 under p2p and a2a, and
+#             TP 2 x CP 2, equal the single-rank run (2e-5).
+# bad_layout  refused before any work, naming the flags: a sequence length
+#             that 2 x CP does not divide, a2a with KV groups CP does not
+#             split, an unknown --cp-comm-type, --dpo with CP.
+set -uo pipefail
+claw=$1
+case_name=$2
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe --bind-to none)
+common=(--num-layers 2 --hidden-size 64 --seq-length 32 --micro-batch-size 1 --global-batch-size 8
+        --train-iters 20 --eval-interval 10 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 3 --peak-gflops 100
+        --num-threads 1)
+# Dropout masks are drawn per token of the run's stream; a CP rank's tokens
+# are not a contiguous part of it, so the parity runs train without dropout.
+gpt=(--model gpt2-tiny --num-attention-heads 4 --hidden-dropout 0)
+llama=(--model llama-tiny --num-attention-heads 8 --num-query-groups 2 --ffn-hidden-size 192)
+fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=refused.sh
+source "$here/refused.sh"
+
+# compare NAME EXTRA_ARGS... -- RUN...: the single-rank run of NAME, then each
+# "NP FLAGS" run, against it.
+compare() {
+  local name=$1
+  shift
+  local extra=()
+  while [[ $1 != -- ]]; do extra+=("$1"); shift; done
+  shift
+  "$claw" train "${common[@]}" "${extra[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+    { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
+  for run in "$@"; do
+    read -r np flags <<<"$run"
+    run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/g; s/context-parallel-size /cp/; s/--//g' | tr -cd 'a-z0-9_')"
+    # shellcheck disable=SC2086
+    timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${extra[@]}" $flags \
+      --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
+      { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train ${extra[*]} $flags"; }
+    grep -q "cp [24] x" "$tmp/$run_name.log" || { head -5 "$tmp/$run_name.log"; fail "$run_name: no layout line"; }
+    grep -q "context parallel" "$tmp/$run_name.log" || fail "$run_name: the layout line does not name context parallelism"
+    /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" || exit 1
+  done
+}
+
+case $case_name in
+parity)
+  for model in gpt llama; do
+    declare -n arch=$model
+    compare "$model" "${arch[@]}" -- \
+      "2 --context-parallel-size 2" "4 --context-parallel-size 4" \
+      "2 --context-parallel-size 2 --cp-comm-type a2a" "4 --context-parallel-size 4 --cp-comm-type a2a" \
+      "4 --tensor-model-parallel-size 2 --sequence-parallel --context-parallel-size 2" \
+      "4 --pipeline-model-parallel-size 2 --context-parallel-size 2" \
+      "4 --context-parallel-size 2 --use-distributed-optimizer" \
+      "2 --context-parallel-size 2 --recompute-granularity full --recompute-method block --recompute-num-layers 1"
+    unset -n arch
+  done ;;
+packed)
+  /usr/bin/python3 "$here/../../scripts/sft_task.py" --train 400 --test 10 --out "$tmp/task" >/dev/null
+  "$claw" preprocess --input "$tmp/task/train.jsonl" --output-prefix "$tmp/chat" --sft --workers 1 \
+    >"$tmp/pre.log" 2>&1 || { cat "$tmp/pre.log"; fail "claw preprocess --sft"; }
+  for model in gpt llama; do
+    declare -n arch=$model
+    compare "${model}_sft" "${arch[@]}" --data-path "$tmp/chat_sft_document" --sft --split 9,1,0 -- \
+      "2 --context-parallel-size 2" "4 --context-parallel-size 4" "4 --context-parallel-size 4 --cp-comm-type a2a" \
+      "4 --tensor-model-parallel-size 2 --context-parallel-size 2"
+    grep -q "reset-attention-mask=true" "$tmp/${model}_sft.log" || fail "$model: --sft did not reset attention per conversation"
+    unset -n arch
+  done ;;
+bad_layout)
+  refused 4 "--model gpt2-tiny --seq-length 36 --context-parallel-size 4" \
+    "--seq-length 36 is not a multiple of 2 x --context-parallel-size 4"
+  refused 2 "--model llama-tiny --num-attention-heads 6 --hidden-size 96 --num-query-groups 3 --context-parallel-size 2 --cp-comm-type a2a" \
+    "--context-parallel-size 2 and the 3 KV groups"
+  refused 2 "--model gpt2-tiny --context-parallel-size 2 --cp-comm-type ring" \
+    "--cp-comm-type ring: expected p2p (ring attention) or a2a" ;;
+*)
+  fail "unknown case $case_name" ;;
+esac
