@@ -10,7 +10,8 @@
 #             that do not factor, contradictory flags, an impossible request
 #             (what is missing, and the largest device in the catalog).
 # train_auto  mpirun -np 4 claw train --parallel auto: the planner picks a
-#             layout for 4 ranks, which trains to the single-rank losses.
+#             layout for 4 ranks, which trains to the single-rank losses; a
+#             pinned PP or CP size is kept.
 set -uo pipefail
 claw=$1
 case_name=$2
@@ -129,6 +130,10 @@ train_auto)
     --pipeline-model-parallel-size 2 --train-iters 2 --eval-interval 0 </dev/null >"$tmp/pinned.log" 2>&1 ||
     { cat "$tmp/pinned.log"; fail "--parallel auto with PP pinned"; }
   grep -qE "plan: --parallel auto: TP[0-9](\+SP)? PP2" "$tmp/pinned.log" || fail "PP 2 was not kept"
+  timeout 300 mpirun --oversubscribe --bind-to none -np 4 "$claw" train "${common[@]}" --parallel auto \
+    --context-parallel-size 2 --train-iters 2 --eval-interval 0 </dev/null >"$tmp/cp.log" 2>&1 ||
+    { cat "$tmp/cp.log"; fail "--parallel auto with CP pinned"; }
+  grep -qE "plan: --parallel auto: .*CP2" "$tmp/cp.log" || { grep plan: "$tmp/cp.log"; fail "CP 2 was not kept"; }
   ;;
 *) fail "unknown case $case_name" ;;
 esac

@@ -307,8 +307,7 @@ void add_plan_command(CLI::App& app) {
   sub->add_option("--top", cmd->top, "layouts to print")->default_val(10);
   sub->add_flag("--show-rejected", cmd->show_rejected, "also list layouts that do not fit, and why");
   sub->add_flag("--trainer-only", cmd->trainer_only,
-                "only layouts `claw train` runs today (no context parallelism; pipeline without ZeRO-2/3, overlap "
-                "or recompute)");
+                "only layouts `claw train` runs today (pipeline without ZeRO-2/3, overlap or recompute)");
   static const PlanArgs defaults;
   cmd->binder = std::make_unique<FlagBinder<PlanArgs>>(*sub, plan_flags(), defaults);
   sub->callback([cmd] { cmd->run(); });

@@ -234,23 +234,24 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
   const auto int_of = [&](const char* flag) { return static_cast<int>(parse_int(flag, given.value(flag))); };
   if (given.given("tensor-model-parallel-size")) pins.tp = int_of("tensor-model-parallel-size");
   if (given.given("pipeline-model-parallel-size")) pins.pp = int_of("pipeline-model-parallel-size");
+  if (given.given("context-parallel-size")) pins.cp = int_of("context-parallel-size");
   if (given.given("micro-batch-size")) pins.micro_batch_size = a.train.micro_batch_size;
   if (given.given("zero-stage") || given.given("use-distributed-optimizer")) pins.zero_stage = a.parallel.zero_stage();
   if (given.given("sequence-parallel")) pins.sequence_parallel = true;
   if (given.given("recompute-granularity")) pins.recompute = !a.train.recompute_granularity.empty();
   if (given.given("num-layers-per-virtual-pipeline-stage") || given.given("pipeline-schedule") ||
       given.given("decoder-first-pipeline-num-layers") || given.given("decoder-last-pipeline-num-layers") ||
-      given.given("recompute-num-layers") || given.given("context-parallel-size"))
+      given.given("recompute-num-layers"))
     fail("--parallel auto chooses the pipeline schedule, virtual stages and recompute itself; drop "
          "--num-layers-per-virtual-pipeline-stage / --pipeline-schedule / --decoder-*-pipeline-num-layers / "
-         "--recompute-num-layers / --context-parallel-size, or use --parallel manual");
+         "--recompute-num-layers, or use --parallel manual");
   const plan::SearchResult r = plan::search(job, cluster, plan::precision("fp32"), pins);
   if (r.ranked.empty()) fail("--parallel auto: no layout fits on {} ranks: {}", world.size(), r.none_fit);
   const plan::Estimate& best = r.ranked.front();
   const plan::Layout& l = best.layout;
   a.parallel.sizes.tp = l.tp;
   a.parallel.sizes.pp = l.pp;
-  a.parallel.sizes.cp = 1;
+  a.parallel.sizes.cp = l.cp;
   a.parallel.sequence_parallel = l.sequence_parallel && l.tp > 1;
   a.parallel.pipeline_schedule = std::string(parallel::to_string(l.schedule));
   a.parallel.num_layers_per_virtual_pipeline_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0;

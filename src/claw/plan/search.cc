@@ -50,7 +50,7 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
   tps = pinned_or(pin.tp, tps);
   if (pin.tp) model::validate_tensor_parallel(m, *pin.tp, false);  // a pinned TP that cannot split says why
   std::vector<int> cps = {1};
-  if (!pin.claw_trainer && job.seq_length >= 8192)
+  if (job.seq_length >= 8192)
     for (int k : {2, 4, 8}) cps.push_back(k);
   cps = pinned_or(pin.cp, cps);
 
@@ -91,7 +91,7 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
                   const bool overlap_ok = !pin.claw_trainer || pp == 1;
                   l.overlap_grad_reduce = dp > 1 && overlap_ok;
                   l.overlap_param_gather = dp > 1 && zero >= 1 && overlap_ok && (!pin.claw_trainer || zero >= 3);
-                  if (pin.claw_trainer && (cp > 1 || (pp > 1 && (zero >= 2 || rc)))) continue;
+                  if (pin.claw_trainer && pp > 1 && (zero >= 2 || rc)) continue;
                   if (c.data_centers > 1 && dp % c.data_centers != 0) continue;
                   try {
                     validate_layout(job, l, N);

@@ -24,8 +24,8 @@ struct Constraints {
   std::optional<int64_t> micro_batch_size;
   std::optional<bool> recompute, sequence_parallel;
   std::optional<parallel::ScheduleKind> schedule;
-  // Only layouts `claw train` runs today (no CP; PP without ZeRO-2/3,
-  // overlap or recompute): what --parallel auto may choose.
+  // Only layouts `claw train` runs today (PP without ZeRO-2/3, overlap or
+  // recompute): what --parallel auto may choose.
   bool claw_trainer = false;
 };
 
