@@ -145,29 +145,52 @@ void RingAttention::forward(const CpuCtx& ctx, float* out, float* lse, const flo
   }
 }
 
+// Backward. Rank r computes, at step s, its queries' share of the dK, dV of
+// block src = r - s. The keys and values for step s + 1 are in flight during
+// the step (as in forward), and so is the partial dK, dV of block src that
+// ranks src .. r - 1 have gathered: rank r - 1 sent it at the end of its step
+// s - 1. Rank r adds its share and sends the sum on; the last step's sum is
+// complete and goes home to its owner, r + 1. Keys/values and gradients use
+// their own tags, so the two streams between a pair of ranks never match each
+// other's receives.
 void RingAttention::backward(const CpuCtx& ctx, float* dq, float* dk, float* dv, const float* dout, const float* q,
                              const float* k, const float* v, const float* out, const float* lse,
                              const int32_t* q_lo) {
   const int64_t Tc = chunks_.chunk, TL = chunks_.local_tokens(), H = H_, G = G_, D = D_;
   const int64_t kv = B_ * TL * G * D;
-  const int size = chunks_.size;
+  const int size = chunks_.size, rank = chunks_.rank;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  constexpr int kKvTag = 1, kGradTag = 2;
   std::fill_n(dq, B_ * TL * H * D, 0.0f);
   dq_part_.resize(static_cast<size_t>(Tc * H * D));
   dk_part_.resize(static_cast<size_t>(Tc * G * D));
   dv_part_.resize(static_cast<size_t>(Tc * G * D));
   lse_chunk_.resize(static_cast<size_t>(H * Tc));
-  // The block in hand: k, v and the dk, dv it has gathered so far.
-  for (auto& b : block_) b.resize(static_cast<size_t>(4 * kv));
-  float* blk = block_[0].data();
-  std::copy_n(k, kv, blk);
-  std::copy_n(v, kv, blk + kv);
-  std::fill_n(blk + 2 * kv, 2 * kv, 0.0f);
+  if (group_) {
+    for (auto& b : block_) b.resize(static_cast<size_t>(2 * kv));
+    std::copy_n(k, kv, block_[0].data());
+    std::copy_n(v, kv, block_[0].data() + kv);
+    for (auto* b : {&grad_mine_, &grad_in_, &grad_out_}) b->resize(static_cast<size_t>(2 * kv));
+  }
+  comm::Work kv_send, kv_recv, grad_send, grad_recv;
   int cur = 0;
   for (int s = 0; s < size; ++s) {
-    const int src = (chunks_.rank + size - s) % size;
-    blk = block_[cur].data();
-    const float *bk = blk, *bv = blk + kv;
-    float *bdk = blk + 2 * kv, *bdv = blk + 3 * kv;
+    const int src = (rank + size - s) % size;
+    const float *bk = k, *bv = v;
+    float *bdk = dk, *bdv = dv;  // one rank: its own block's gradients directly
+    if (group_) {
+      bk = block_[cur].data();
+      bv = bk + kv;
+      bdk = grad_mine_.data();
+      bdv = bdk + kv;
+      if (s + 1 < size) {
+        kv_recv = group_->recv_async(block_[1 - cur].data(), 2 * kv, DType::f32, prev, kKvTag);
+        kv_send = group_->send_async(block_[cur].data(), 2 * kv, DType::f32, next, kKvTag);
+      }
+      if (s > 0) grad_recv = group_->recv_async(grad_in_.data(), 2 * kv, DType::f32, prev, kGradTag);
+    }
+    std::fill_n(bdk, kv, 0.0f);
+    std::fill_n(bdv, kv, 0.0f);
     each_pair(src, [&](int64_t b, int qi, int ki, int64_t qc, int64_t kc) {
       const int64_t q0 = b * TL + qi * Tc, k0 = b * TL + ki * Tc;
       for (int64_t h = 0; h < H; ++h)  // the chunk's lse as [H, Tc]
@@ -185,17 +208,26 @@ void RingAttention::backward(const CpuCtx& ctx, float* dq, float* dk, float* dv,
         dvc[i] += dv_part_[static_cast<size_t>(i)];
       }
     });
-    // On to the next rank with what it gathered here; the last hop brings
-    // every block home. (Not overlapped yet: the block's gradients are
-    // final only after this rank's share.)
-    if (group_) {
-      start_hop(block_[cur].data(), block_[1 - cur].data(), 4 * kv);
-      finish_hop();
+    if (!group_) continue;
+    if (s > 0) {  // what the ranks before this one gathered for block src
+      grad_recv.wait();
+      for (int64_t i = 0; i < 2 * kv; ++i) grad_mine_[static_cast<size_t>(i)] += grad_in_[static_cast<size_t>(i)];
+    }
+    if (grad_send.valid()) grad_send.wait();  // grad_out_ is free again
+    grad_out_.swap(grad_mine_);
+    grad_send = group_->send_async(grad_out_.data(), 2 * kv, DType::f32, next, kGradTag);
+    if (s + 1 < size) {
+      kv_recv.wait();
+      kv_send.wait();
       cur = 1 - cur;
     }
   }
-  std::copy_n(block_[cur].data() + 2 * kv, kv, dk);
-  std::copy_n(block_[cur].data() + 3 * kv, kv, dv);
+  if (!group_) return;
+  // Home: this rank's own block, every rank's share in it.
+  group_->recv(grad_in_.data(), 2 * kv, DType::f32, prev, kGradTag);
+  grad_send.wait();
+  std::copy_n(grad_in_.data(), kv, dk);
+  std::copy_n(grad_in_.data() + kv, kv, dv);
 }
 
 AllToAllAttention::AllToAllAttention(comm::Group* group, int64_t B, int64_t T_local, int64_t H, int64_t G,

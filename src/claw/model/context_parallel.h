@@ -19,9 +19,10 @@
 //   lse = log(e^lse1 + e^lse2),  O = e^(lse1 - lse) O1 + e^(lse2 - lse) O2,
 // the online softmax over blocks. The next block's transfer is in flight
 // while the current one is computed.
-// Backward: the same ring; each block travels with its dK and dV, to which
+// Backward: the same ring; behind each block travel its dK and dV, to which
 // every rank adds its queries' share (P recomputed from the merged lse), and
-// after CP hops they are back at the block's owner.
+// after CP hops they are back at the block's owner. Both transfers are in
+// flight while a block is computed.
 //
 // a2a, heads for sequence (AllToAllAttention, DeepSpeed-Ulysses): one
 // all-to-all gives every rank the whole row for H / CP of its query heads
@@ -124,9 +125,12 @@ class RingAttention final : public CpAttention {
   int64_t B_, H_, G_, D_;
   double scale_;
   std::vector<comm::Work> hop_;
-  // Double-buffered blocks in transit ({k, v} forward, {k, v, dk, dv}
-  // backward) and one chunk's partial results.
+  // Double-buffered {k, v} blocks in transit; backward's {dk, dv} of the
+  // block in hand: this rank's share (then the running sum), the sum from the
+  // previous rank, and the sum on its way to the next; one chunk's partial
+  // results.
   std::vector<float> block_[2];
+  std::vector<float> grad_mine_, grad_in_, grad_out_;
   std::vector<float> part_out_, part_lse_, dq_part_, dk_part_, dv_part_, lse_chunk_;
 };
 
