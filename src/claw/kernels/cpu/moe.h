@@ -1,0 +1,106 @@
+// Mixture-of-Experts routing and token permutation (the router of
+// Megatron-Core's MoE layer; Shazeer et al. 2017, Fedus et al. 2021).
+//
+// Router. logits [N, E] = x Wr^T for N tokens and E experts. Each token
+// picks k experts:
+//   softmax  the k largest logits (+ bias); its combine weights are the
+//            softmax over those k logits (Mixtral: softmax over all E, top
+//            k, renormalised, which is the same)
+//   sigmoid  s = sigmoid(logits); the k largest s (+ bias); weights s / the
+//            sum of the k chosen s (k > 1), s itself for k = 1 (DeepSeek-V3)
+// The bias (--moe-router-enable-expert-bias; DeepSeek-V3's aux-loss-free
+// balancing) changes only which experts are chosen, never a weight.
+//
+// Capacity (--moe-expert-capacity-factor f > 0): an expert takes at most
+// ceil(N k / E x f) tokens; over that, the policy keeps those with the
+// largest weights (probs) or the first in token order (position). A dropped
+// choice contributes nothing (its weight is 0, the others keep theirs).
+//
+// Auxiliary losses (their gradients are added in backward, scaled by the
+// caller; kernels take the per-expert and per-token factors so that token
+// counts reduced over ranks can go in):
+//   load balancing  coeff E sum_i f_i P_i, f_i = routed_i / (N k) with
+//                   routed_i the top-k choices of the aux scores (no bias,
+//                   no capacity), P_i = mean_t score_ti, score = softmax of
+//                   the logits over all E (sigmoid: s / sum_E s). Only P
+//                   carries a gradient.
+//   z-loss          coeff mean_t logsumexp(logits_t)^2 (Zoph et al. 2022).
+//
+// Dispatch. The kept (token, choice) pairs are ordered by expert, then
+// token: `order` lists them and `offsets` [E + 1] cuts it per expert, so
+// each expert's rows are contiguous and its FFN is one GEMM over them
+// (grouped_gemm below runs the E products as one call).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "claw/core/parallel.h"
+
+namespace claw::kernels {
+
+enum class MoeScore { softmax, sigmoid };
+enum class MoeDrop { probs, position };
+// "softmax" / "sigmoid", "probs" / "position"; throw claw::Error naming the flag.
+MoeScore parse_moe_score(std::string_view s);
+MoeDrop parse_moe_drop(std::string_view s);
+
+struct MoeRouting {
+  int64_t N = 0, E = 0, k = 0;
+  std::vector<int32_t> expert;  // [N, k] chosen experts, best first
+  std::vector<float> prob;      // [N, k] combine weights (0 where dropped)
+  std::vector<uint8_t> kept;    // [N, k] 1 unless dropped by capacity
+  std::vector<float> score;     // [N, E] aux scores (softmax over E, or s / sum_E s)
+  std::vector<float> lse;       // [N] logsumexp of each token's logits
+  std::vector<int64_t> routed;  // [E] top-k choices of the aux scores, before capacity (f_i N k)
+  std::vector<int64_t> load;    // [E] kept choices (tokens each expert runs)
+  // Dispatch: kept pairs by expert then token, as indices t * k + j.
+  std::vector<int32_t> order;
+  std::vector<int64_t> offsets;  // [E + 1]
+};
+
+// bias: [E] or null. capacity_factor <= 0: dropless.
+void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int64_t k, MoeScore score,
+               double capacity_factor, MoeDrop drop, MoeRouting& r);
+
+// dlogits [N, E] (overwritten) from d loss / d prob [N, k] (a dropped
+// choice's entry is ignored), plus aux_dscore [E] (null: none), the
+// gradient of the load-balancing loss with respect to each score_ti, the
+// same for every token (coeff E routed_i / (N^2 k), times the loss scale),
+// plus z_scale (0: none) x d(sum_t lse_t^2)/d logits (z_scale = coeff / N
+// times the loss scale).
+void moe_route_backward(const float* logits, const MoeRouting& r, MoeScore score, const float* dprob,
+                        const double* aux_dscore, double z_scale, float* dlogits);
+
+// The load-balancing loss coeff E sum_i f_i P_i from routing stats that may
+// be sums over several ranks' tokens: routed [E], score_sum [E] (sum_t
+// score_ti), N tokens in all.
+double moe_aux_loss(double coeff, const int64_t* routed, const double* score_sum, int64_t N, int64_t E, int64_t k);
+
+// rows [M, C] = x[token of order[m]] for each dispatched pair m.
+void moe_gather(const CpuCtx& ctx, const MoeRouting& r, const float* x, int64_t C, float* rows);
+// y[t] (+)= sum over t's kept choices of prob x rows[m] (accumulate: add to y).
+void moe_combine(const CpuCtx& ctx, const MoeRouting& r, const float* rows, int64_t C, float* y, bool accumulate);
+// Backward of combine: drows[m] = prob x dy[t]; dprob[t, j] = <dy[t], rows[m]>
+// (0 for dropped choices).
+void moe_combine_backward(const CpuCtx& ctx, const MoeRouting& r, const float* dy, const float* rows, int64_t C,
+                          float* drows, float* dprob);
+// Backward of gather: dx[t] += drows[m] over t's kept choices.
+void moe_scatter_add(const CpuCtx& ctx, const MoeRouting& r, const float* drows, int64_t C, float* dx);
+
+// Grouped GEMMs over the dispatched rows: group e is rows [offsets[e],
+// offsets[e + 1]) and has its own matrix; empty groups are skipped.
+// Y[rows e] = X[rows e] W_e^T + beta Y[rows e], X [M, K], Y [M, N], W
+// [E, N, K] (each expert's weight as a Linear stores it).
+void grouped_gemm(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* X,
+                  const float* W, float beta, float* Y);
+// dX[rows e] = dY[rows e] W_e + beta dX[rows e] (the input gradient).
+void grouped_gemm_dx(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* dY,
+                     const float* W, float beta, float* dX);
+// dW_e = dY[rows e]^T X[rows e] + beta dW_e, dW [E, N, K] (the weight
+// gradient; an expert without rows gets beta dW_e).
+void grouped_gemm_dw(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* dY,
+                     const float* X, float beta, float* dW);
+
+}  // namespace claw::kernels
