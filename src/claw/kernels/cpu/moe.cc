@@ -179,6 +179,16 @@ double moe_aux_loss(double coeff, const int64_t* routed, const double* score_sum
   return coeff * static_cast<double>(E) * sum / (static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(k));
 }
 
+void moe_update_expert_bias(float* bias, const int64_t* load, int64_t E, double rate) {
+  double mean = 0;
+  for (int64_t e = 0; e < E; ++e) mean += static_cast<double>(load[e]);
+  mean /= static_cast<double>(E);
+  for (int64_t e = 0; e < E; ++e) {
+    const double d = mean - static_cast<double>(load[e]);
+    bias[e] += static_cast<float>(d > 0 ? rate : d < 0 ? -rate : 0.0);
+  }
+}
+
 void moe_gather(const CpuCtx& ctx, const MoeRouting& r, const float* x, int64_t C, float* rows) {
   const auto M = static_cast<int64_t>(r.order.size());
   parallel_for(ctx, M, 64, [&](int64_t b, int64_t e) {

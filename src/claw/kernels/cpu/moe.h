@@ -78,6 +78,11 @@ void moe_route_backward(const float* logits, const MoeRouting& r, MoeScore score
 // score_ti), N tokens in all.
 double moe_aux_loss(double coeff, const int64_t* routed, const double* score_sum, int64_t N, int64_t E, int64_t k);
 
+// Aux-loss-free balancing (DeepSeek-V3): after a step, each expert's bias
+// moves by `rate` toward the mean load, bias_i += rate sign(mean - load_i),
+// load [E] the tokens each expert ran over the step (all ranks').
+void moe_update_expert_bias(float* bias, const int64_t* load, int64_t E, double rate);
+
 // rows [M, C] = x[token of order[m]] for each dispatched pair m.
 void moe_gather(const CpuCtx& ctx, const MoeRouting& r, const float* x, int64_t C, float* rows);
 // y[t] (+)= sum over t's kept choices of prob x rows[m] (accumulate: add to y).
