@@ -55,6 +55,24 @@ using namespace claw;
 
 namespace {
 
+nlohmann::json moe_json(const model::ModelConfig& c) {
+  if (!c.moe.enabled()) return nullptr;
+  nlohmann::json layers = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) layers.push_back(c.moe.is_moe_layer(l, c.num_layers));
+  return {{"num_experts", c.moe.num_experts},
+          {"topk", c.moe.router_topk},
+          {"score", c.moe.router_score_function},
+          {"aux_coeff", c.moe.aux_loss_coeff},
+          {"z_coeff", c.moe.z_loss_coeff},
+          {"expert_bias", c.moe.router_enable_expert_bias},
+          {"bias_rate", c.moe.router_bias_update_rate},
+          {"capacity", c.moe.expert_capacity_factor},
+          {"drop", c.moe.token_drop_policy},
+          {"ffn", c.moe_ffn()},
+          {"shared", c.moe.shared_expert_intermediate_size},
+          {"layers", layers}};
+}
+
 nlohmann::json config_json(const model::ModelConfig& c) {
   return {{"num_layers", c.num_layers},
           {"hidden_size", c.hidden_size},
@@ -71,7 +89,8 @@ nlohmann::json config_json(const model::ModelConfig& c) {
           {"rotary_base", c.rotary_base},
           {"mlp", std::string(model::to_string(c.mlp))},
           {"add_bias_linear", c.add_bias_linear},
-          {"tied", c.tied()}};
+          {"tied", c.tied()},
+          {"moe", moe_json(c)}};
 }
 
 std::vector<ckpt::TensorView> param_views(model::GPT& m, bool grads, const std::string& prefix) {
@@ -104,6 +123,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads);
   app.add_option("--freeze", freeze, "comma-separated glob patterns of parameters that do not train");
   app.add_option("--vocab-size", vocab, "override the preset's vocabulary (0: keep it)");
+  double moe_z = -1;
+  app.add_option("--moe-z-loss-coeff", moe_z, "override the preset's router z-loss coefficient");
   app.add_option("--dpo-beta", dpo_beta, "DPO's loss with this beta instead of the language-model loss (0: off)");
   app.add_option("--dpo-loss", dpo_loss, "with --dpo-beta: sigmoid, ipo or hinge");
   app.add_option("--grpo-generations", grpo.num_generations, "GRPO's loss over groups of this many rows (0: off)");
@@ -120,6 +141,7 @@ int main(int argc, char** argv) {
     CpuCtx cpu = kernels::make_cpu_ctx(static_cast<int>(threads));
     model::ModelConfig cfg = model::model_preset(preset);
     if (vocab > 0) cfg.vocab_size = vocab;
+    if (moe_z >= 0) cfg.moe.z_loss_coeff = moe_z;
     model::StoreOptions storage;
     for (size_t b = 0; !freeze.empty();) {
       const size_t e = freeze.find(',', b);
@@ -176,11 +198,16 @@ int main(int argc, char** argv) {
                            {"batch", B}, {"seq", T}, {"steps", steps}, {"accum", accum},
                            {"adam", {{"beta1", adam.beta1}, {"beta2", adam.beta2}, {"eps", adam.eps},
                                      {"weight_decay", adam.weight_decay}, {"clip_grad", adam.clip_grad}}}};
-    nlohmann::json no_decay = nlohmann::json::array(), frozen = nlohmann::json::array();
+    nlohmann::json no_decay = nlohmann::json::array(), frozen = nlohmann::json::array(),
+                   buffers = nlohmann::json::array();
     for (const model::Param* p : m.store().params()) {
       if (!p->spec.weight_decay) no_decay.push_back(p->spec.name);
-      if (!p->spec.trainable) frozen.push_back(p->spec.name);
+      if (p->spec.buffer)
+        buffers.push_back(p->spec.name);  // no gradient, moved by its own rule (the MoE expert bias)
+      else if (!p->spec.trainable)
+        frozen.push_back(p->spec.name);
     }
+    meta["buffers"] = buffers;
     meta["no_decay"] = no_decay;
     meta["dpo"] = dpo ? nlohmann::json{{"beta", dpo_beta}, {"loss", dpo_loss}} : nlohmann::json();
     meta["grpo"] = grpo_on ? nlohmann::json{{"num_generations", grpo.num_generations},

@@ -40,6 +40,15 @@ aggregated over tokens or per sequence. The same per-step checks as DPO's:
 the loss (1e-6 of the mean absolute token loss: a group's advantages sum to
 zero, so the loss itself can be near zero) and the gradients (1e-5).
 
+MoE presets (mixtral-tiny, deepseek-tiny) add the MoE layer written here
+from the published formulas (Reference.moe): top-k routing by softmax over
+the chosen logits or by sigmoid scores with the expert bias choosing only,
+SwiGLU experts, a shared expert, and per micro-batch (claw's accumulation
+unit) the load-balancing loss coeff E sum f_i P_i and the z-loss, whose mean
+over micro-batches joins the objective; the compared loss is the language
+model's. After each AdamW step the expert biases move by rate x sign(mean
+load - load), and the final biases are compared.
+
 With --freeze PATTERNS claw trains with those parameters frozen and the
 reference sets requires_grad=False on the same ones (the list claw dumps):
 claw must dump no gradient for them, the norm, clipping and AdamW cover the
@@ -106,9 +115,80 @@ def read_safetensors(path):
 
 
 class Reference:
-    def __init__(self, cfg, params, frozen=()):
+    def __init__(self, cfg, params, frozen=(), buffers=(), accum=1):
         self.cfg = cfg
-        self.P = {k: v.to(torch.float64).requires_grad_(k not in frozen) for k, v in params.items()}
+        self.P = {k: v.to(torch.float64).requires_grad_(k not in frozen) for k, v in params.items() if k not in buffers}
+        self.buffers = {k: params[k].to(torch.float64) for k in buffers}
+        self.accum = accum  # micro-batches a batch is cut into (MoE auxiliary losses are per micro-batch)
+        self.aux = 0.0      # the last logits() call's MoE auxiliary losses (their mean over micro-batches)
+        self.loads = {}     # per MoE layer: tokens each expert ran since the last bias update
+
+    def ffn(self, x, p):
+        """A SwiGLU or GELU FFN with weights p.gate_proj/up_proj/down_proj (fc/proj), any leading shape."""
+        if self.cfg["mlp"] == "gelu":
+            return self.linear(F.gelu(self.linear(x, p + ".fc"), approximate="tanh"), p + ".proj")
+        return self.linear(F.silu(self.linear(x, p + ".gate_proj")) * self.linear(x, p + ".up_proj"), p + ".down_proj")
+
+    def moe(self, h, l):
+        """A MoE layer from the published formulas (Mixtral's top-k softmax or DeepSeek-V3's sigmoid with the
+        expert bias choosing only; Switch's load-balancing loss, the router z-loss), per micro-batch."""
+        m = self.cfg["moe"]
+        p = f"layers.{l}.mlp."
+        B, T, C = h.shape
+        x = h.reshape(-1, C)
+        E, k = m["num_experts"], m["topk"]
+        gelu = self.cfg["mlp"] == "gelu"
+        W = {n: self.P[p + "experts." + n + ".weight"] for n in (("fc", "proj") if gelu else ("gate_proj", "up_proj", "down_proj"))}
+        bias = self.buffers.get(p + "router.expert_bias", torch.zeros(E, dtype=torch.float64))
+        out = torch.zeros_like(x)
+        n = x.shape[0] // self.accum
+        loads = self.loads.setdefault(l, torch.zeros(E, dtype=torch.float64))
+        for a in range(self.accum):
+            xs = x[a * n:(a + 1) * n]
+            logits = xs @ self.P[p + "router.weight"].t()
+            if m["score"] == "softmax":
+                idx = torch.topk(logits.detach() + bias, k, dim=-1).indices
+                probs = torch.softmax(torch.gather(logits, 1, idx), dim=-1)
+                scores = torch.softmax(logits, dim=-1)
+            else:
+                s = torch.sigmoid(logits)
+                idx = torch.topk(s.detach() + bias, k, dim=-1).indices
+                chosen = torch.gather(s, 1, idx)
+                probs = chosen / (chosen.sum(-1, keepdim=True) + 1e-20) if k > 1 else chosen
+                scores = s / (s.sum(-1, keepdim=True) + 1e-20)
+            ys = torch.zeros_like(xs)
+            for e in range(E):
+                hit = idx == e  # [n, k]
+                rows = hit.any(-1)
+                if not rows.any():
+                    continue
+                w = (probs * hit).sum(-1)[rows]
+                xe = xs[rows]
+                if gelu:
+                    he = F.gelu(xe @ W["fc"][e].t(), approximate="tanh") @ W["proj"][e].t()
+                else:
+                    he = (F.silu(xe @ W["gate_proj"][e].t()) * (xe @ W["up_proj"][e].t())) @ W["down_proj"][e].t()
+                ys = ys.index_add(0, rows.nonzero().flatten(), w[:, None] * he)
+                loads[e] += float(hit.sum())
+            out = torch.cat([out[:a * n], ys, out[(a + 1) * n:]]) if self.accum > 1 else ys
+            routed = torch.zeros(E, dtype=torch.float64)
+            for e in torch.topk(scores.detach(), k, dim=-1).indices.flatten():
+                routed[e] += 1
+            aux = m["aux_coeff"] * E * torch.sum(routed / (n * k) * scores.mean(0))
+            z = m["z_coeff"] * torch.mean(torch.logsumexp(logits, dim=-1) ** 2)
+            self.aux = self.aux + (aux + z) / self.accum
+        if m["shared"] > 0:
+            out = out + self.ffn(x, p + "shared_experts")
+        return out.reshape(B, T, C)
+
+    def update_expert_bias(self):
+        m = self.cfg.get("moe")
+        if not m or not m["expert_bias"]:
+            return
+        for l, load in self.loads.items():
+            b = self.buffers[f"layers.{l}.mlp.router.expert_bias"]
+            b += m["bias_rate"] * torch.sign(load.mean() - load)
+        self.loads = {}
 
     def norm(self, x, prefix):
         c = self.cfg
@@ -142,6 +222,7 @@ class Reference:
         if c["position_embedding_type"] == "learned_absolute":
             x = x + self.P["embedding.position_embeddings.weight"][:T]
         mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+        self.aux = 0.0
         for l in range(c["num_layers"]):
             p = f"layers.{l}."
             h = self.norm(x, p + "input_norm")
@@ -157,7 +238,9 @@ class Reference:
             att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D) + mask, dim=-1) @ v
             x = x + self.linear(att.transpose(1, 2).reshape(B, T, H * D), p + "attention.o_proj")
             h = self.norm(x, p + "post_attention_norm")
-            if c["mlp"] == "gelu":
+            if c.get("moe") and c["moe"]["layers"][l]:
+                x = x + self.moe(h, l)
+            elif c["mlp"] == "gelu":
                 a = F.gelu(self.linear(h, p + "mlp.fc"), approximate="tanh")
                 x = x + self.linear(a, p + "mlp.proj")
             else:
@@ -256,6 +339,7 @@ def main():
     ap.add_argument("--workdir")
     ap.add_argument("--freeze", default="", help="comma-separated glob patterns of parameters claw freezes")
     ap.add_argument("--vocab-size", type=int, default=0, help="override the preset's vocabulary")
+    ap.add_argument("--moe-z-loss-coeff", type=float, default=-1.0, help="override the preset's router z-loss")
     ap.add_argument("--dpo-beta", type=float, default=0.0, help="DPO's loss with this beta (0: language-model loss)")
     ap.add_argument("--dpo-loss", default="sigmoid", choices=["sigmoid", "ipo", "hinge"])
     ap.add_argument("--grpo-generations", type=int, default=0, help="GRPO's loss over groups of this many rows")
@@ -272,6 +356,7 @@ def main():
         work = args.workdir or tmp
         extra = (["--freeze", args.freeze] if args.freeze else []) + \
                 (["--vocab-size", str(args.vocab_size)] if args.vocab_size else []) + \
+                (["--moe-z-loss-coeff", str(args.moe_z_loss_coeff)] if args.moe_z_loss_coeff >= 0 else []) + \
                 (["--dpo-beta", str(args.dpo_beta), "--dpo-loss", args.dpo_loss] if args.dpo_beta else []) + \
                 (["--grpo-generations", str(args.grpo_generations), "--kl-beta", str(args.kl_beta),
                   "--loss-agg-mode", args.loss_agg_mode] +
@@ -295,7 +380,7 @@ def main():
 
     cfg, adam = meta["config"], meta["adam"]
     frozen = set(meta.get("frozen", []))
-    ref = Reference(cfg, init, frozen)
+    ref = Reference(cfg, init, frozen, set(meta.get("buffers", [])), meta["accum"])
     failures = []
     dpo = meta.get("dpo")
     grpo = meta.get("grpo")
@@ -330,12 +415,17 @@ def main():
             if scale is not None:
                 scale.append(mean_abs)
             return loss
+        # The language-model loss (what claw reports) is returned; the MoE
+        # auxiliary losses join the objective through lm_loss's gradient.
         return ref.loss(logits, targets[s])
+
+    def objective(loss):
+        return loss + ref.aux if not (dpo or grpo) else loss
 
     logits = ref.logits(tokens[0])
     scale = []
     loss = step_loss(0, logits, scale)
-    loss.backward()
+    objective(loss).backward()
     B, T = tokens.shape[1], tokens.shape[2]
     check("logits", rel(step0["logits"].double(), logits.detach().reshape(B * T, -1)), TOLERANCES["logits"])
     check("loss", abs(float(step0["loss"][0]) - float(loss)) / (scale[0] if grpo else abs(float(loss))),
@@ -388,6 +478,7 @@ def main():
         check(f"{what} gradients at claw's weights, relative L2 (worst: {worst_name})", worst_grad, 1e-5)
 
     # N AdamW steps on the reference, compared with claw's losses.
+    ref.loads = {}  # the expert bias moves by the training steps' loads only
     no_decay = set(meta["no_decay"])
     params = list(trained.items())
     opt = torch.optim.AdamW(
@@ -399,12 +490,13 @@ def main():
         opt.zero_grad()
         scale = []  # GRPO: its proximal log-probabilities are the reference's own at its weights
         loss = step_loss(s, ref.logits(tokens[s]), scale, own_proximal=True)
-        loss.backward()
+        objective(loss).backward()
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], adam["clip_grad"])
         lr = lr_at(s, 3e-3, 3e-4, 3, args.steps)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
+        ref.update_expert_bias()
         worst_loss = max(worst_loss, abs(claw["losses"][s] - float(loss)) / (scale[0] if grpo else abs(float(loss))))
         worst_norm = max(worst_norm, abs(claw["grad_norms"][s] - float(norm)) / float(norm))
         worst_lr = max(worst_lr, abs(claw["lrs"][s] - lr) / lr)
@@ -413,6 +505,10 @@ def main():
     check(f"loss over {args.steps} AdamW steps", worst_loss, 1e-4 if dpo or grpo else TOLERANCES["step_loss"])
     check(f"grad norm over {args.steps} steps", worst_norm, TOLERANCES["grad_norm"])
     check("learning rate schedule", worst_lr, 1e-12)
+    if ref.buffers:  # the MoE expert biases after the steps' updates: the same loads, so the same signs
+        worst = max(float((final[n].double() - b).abs().max()) for n, b in ref.buffers.items())
+        moved = max(float((b - init[n].double()).abs().max()) for n, b in ref.buffers.items())
+        check(f"expert biases after {args.steps} steps (moved by up to {moved:.0e})", worst, 1e-7)
     if frozen:
         changed = [n for n in frozen if not torch.equal(final[n], init[n])]
         check(f"frozen parameters changed (count; first: {changed[:1]})", len(changed), 0)

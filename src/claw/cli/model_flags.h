@@ -101,7 +101,33 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
         [cfg_of](const A& a) { return join_names(cfg_of(const_cast<A&>(a)).lora.modules_to_save); },
         "PATTERN[,PATTERN...]"},
       switch_flag<A>("lora-rslora", "rank-stabilised LoRA: scale alpha / sqrt(rank)",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).lora.rslora; })
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).lora.rslora; }),
+      int_flag<A>("num-experts", "experts of each MoE layer (0: dense MLPs)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).moe.num_experts; }),
+      int_flag<A>("moe-router-topk", "experts each token runs",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).moe.router_topk; }),
+      string_flag<A>("moe-router-score-function", "softmax (over the chosen k logits) or sigmoid",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.router_score_function; }),
+      double_flag<A>("moe-aux-loss-coeff", "load-balancing loss: coeff x E x sum_i f_i x P_i",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.aux_loss_coeff; }),
+      double_flag<A>("moe-z-loss-coeff", "router z-loss: coeff x mean logsumexp(logits)^2",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.z_loss_coeff; }),
+      switch_flag<A>("moe-router-enable-expert-bias",
+                     "balance by a per-expert bias that changes only which experts are chosen (no auxiliary loss)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.router_enable_expert_bias; }),
+      double_flag<A>("moe-router-bias-update-rate", "the expert bias's step toward the mean load, per step",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.router_bias_update_rate; }),
+      double_flag<A>("moe-expert-capacity-factor", "tokens an expert takes: N k / E x this (0: dropless)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.expert_capacity_factor; }),
+      string_flag<A>("moe-token-drop-policy", "over capacity, keep the largest weights (probs) or the first tokens "
+                     "(position)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.token_drop_policy; }),
+      int_flag<A>("moe-ffn-hidden-size", "an expert's FFN width (0: --ffn-hidden-size)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).moe.ffn_hidden_size; }),
+      int_flag<A>("moe-shared-expert-intermediate-size", "width of the shared expert every token runs (0: none)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).moe.shared_expert_intermediate_size; }),
+      string_flag<A>("moe-layer-freq", "k: layers 0, k, 2k, ... have experts; or one 0/1 per layer, comma-separated",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.layer_freq; })
   };
 }
 

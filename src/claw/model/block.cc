@@ -7,18 +7,22 @@
 namespace claw::model {
 
 void Block::Saved::layout_internal(ArenaLayout& L, const std::string& p, const ModelConfig& cfg, int64_t B,
-                                   int64_t T, TpDims tp) {
+                                   int64_t T, TpDims tp, int64_t layer) {
   const int64_t N = B * T, R = tp.rows(N);
   norm1.layout(L, p + ".input_norm", cfg, R);
   attn.layout(L, p + ".attention", cfg, B, T, tp);
   x_mid = L.take<float>(p + ".x_mid", R * cfg.hidden_size);
   norm2.layout(L, p + ".post_attention_norm", cfg, R);
-  mlp.layout(L, p + ".mlp", cfg, N, tp);
+  const int64_t moe_layers = cfg.moe.num_moe_layers(cfg.num_layers);
+  const bool moe_here = layer >= 0 ? cfg.moe.is_moe_layer(layer, cfg.num_layers) : moe_layers > 0;
+  const bool dense_here = layer >= 0 ? !moe_here : moe_layers < cfg.num_layers;
+  if (dense_here) mlp.layout(L, p + ".mlp", cfg, N, tp);
+  if (moe_here) moe.layout(L, p + ".mlp", cfg, N);
 }
 
 void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp) {
   const std::string p = "layers." + std::to_string(layer);
-  layout_internal(L, p, cfg, B, T, tp);
+  layout_internal(L, p, cfg, B, T, tp, layer);
   out = L.take<float>(p + ".out", tp.rows(B * T) * cfg.hidden_size);
 }
 
@@ -27,11 +31,15 @@ Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables*
       attention(l, cfg, hf, rope, tp),
       norm2("layers." + std::to_string(l) + ".post_attention_norm", cfg, hf.post_attention_norm(l, false),
             hf.post_attention_norm(l, true), tp),
-      mlp(l, cfg, hf, tp),
       layer_(l),
       tp_(tp),
       C_(cfg.hidden_size),
-      cfg_(cfg) {}
+      cfg_(cfg) {
+  if (cfg.moe.is_moe_layer(l, cfg.num_layers))
+    moe.emplace(l, cfg, hf, tp);
+  else
+    mlp.emplace(l, cfg, hf, tp);
+}
 
 // Hidden dropout on a branch output before the residual add. The stream is
 // keyed by (seed, layer, site); counters start at the global index of the
@@ -61,7 +69,10 @@ void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
   dropout_fwd(ctx, scratch.tmp, ".attention.dropout");
   kernels::add(ctx.cpu, s.x_mid, s.x, scratch.tmp, n);
   norm2.forward(ctx, s.x_mid, s.norm2);
-  mlp.forward(ctx, s.norm2.out, scratch.tmp, s.mlp, scratch);
+  if (moe)
+    moe->forward(ctx, s.norm2.out, scratch.tmp, s.moe, scratch);
+  else
+    mlp->forward(ctx, s.norm2.out, scratch.tmp, s.mlp, scratch);
   dropout_fwd(ctx, scratch.tmp, ".mlp.dropout");
   kernels::add(ctx.cpu, s.out, s.x_mid, scratch.tmp, n);
 }
@@ -69,7 +80,10 @@ void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
 void Block::backward(const StepCtx& ctx, Saved& s, Scratch& scratch) {
   // d(out) reaches x_mid unchanged through the skip path (dres keeps it) and
   // through the MLP branch, whose input gradient the norm adds onto dres.
-  mlp.backward(ctx, s.mlp, s.norm2.out, branch_grad(ctx, scratch, ".mlp.dropout"), scratch.dnorm, scratch);
+  if (moe)
+    moe->backward(ctx, s.moe, s.norm2.out, branch_grad(ctx, scratch, ".mlp.dropout"), scratch.dnorm, scratch);
+  else
+    mlp->backward(ctx, s.mlp, s.norm2.out, branch_grad(ctx, scratch, ".mlp.dropout"), scratch.dnorm, scratch);
   norm2.backward(ctx, s.norm2, s.x_mid, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
   attention.backward(ctx, s.attn, s.norm1.out, branch_grad(ctx, scratch, ".attention.dropout"), scratch.dnorm,
                      scratch);
@@ -80,7 +94,10 @@ void Block::collect(std::vector<Param*>& out) {
   norm1.collect(out);
   attention.collect(out);
   norm2.collect(out);
-  mlp.collect(out);
+  if (moe)
+    moe->collect(out);
+  else
+    mlp->collect(out);
 }
 
 std::vector<NamedSpan> Block::saved_tensors(const Saved& s, int64_t N) const {
@@ -96,9 +113,13 @@ std::vector<NamedSpan> Block::saved_tensors(const Saved& s, int64_t N) const {
       {p + ".attention.out", s.attn.out, N * HD},
       {p + ".x_mid", s.x_mid, R * C_},
       {p + ".post_attention_norm.out", s.norm2.out, R * C_},
-      {p + ".mlp.h", s.mlp.h, N * F},
   };
-  if (s.mlp.u) t.push_back({p + ".mlp.u", s.mlp.u, N * F});
+  if (mlp) {
+    t.push_back({p + ".mlp.h", s.mlp.h, N * F});
+    if (s.mlp.u) t.push_back({p + ".mlp.u", s.mlp.u, N * F});
+  } else {
+    t.push_back({p + ".mlp.router_logits", s.moe.logits, N * cfg_.moe.num_experts});
+  }
   t.push_back({p + ".out", s.out, R * C_});
   return t;
 }

@@ -6,6 +6,7 @@
 // the rows of the residual stream this rank holds (model/tensor_parallel.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "claw/model/config.h"
 #include "claw/model/hf_names.h"
 #include "claw/model/mlp.h"
+#include "claw/model/moe.h"
 #include "claw/model/norm.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
@@ -29,13 +31,15 @@ class Block {
     Attention::Saved attn;
     float* x_mid = nullptr;  // [R, C] residual stream after attention
     NormLayer::Saved norm2;
-    MLP::Saved mlp;
+    MLP::Saved mlp;        // a dense layer's
+    MoELayer::Saved moe;   // a MoE layer's
     float* out = nullptr;  // [R, C] block output
     // Everything backward needs except `out` (the next block's input), under
-    // `prefix`; a recomputed block points these at one region shared by all
-    // recomputed blocks.
+    // `prefix`, for layer `layer`; a recomputed block points these at one
+    // region shared by all recomputed blocks (layer -1: room for a dense and
+    // a MoE layer, whichever the model has).
     void layout_internal(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T,
-                         TpDims tp);
+                         TpDims tp, int64_t layer = -1);
     void layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp);
   };
 
@@ -52,7 +56,8 @@ class Block {
   NormLayer norm1;
   Attention attention;
   NormLayer norm2;
-  MLP mlp;
+  std::optional<MLP> mlp;  // a dense layer (--moe-layer-freq says which are not)
+  std::optional<MoELayer> moe;
 
  private:
   void dropout_fwd(const StepCtx& ctx, float* y, const char* site) const;

@@ -29,6 +29,69 @@ bool LoraConfig::targets(std::string_view megatron, std::string_view hf) const {
   return false;
 }
 
+bool MoeConfig::is_moe_layer(int64_t l, int64_t num_layers) const {
+  if (!enabled()) return false;
+  if (layer_freq.find(',') == std::string::npos) {
+    const int64_t k = std::stoll(layer_freq);
+    return l % k == 0;
+  }
+  int64_t i = 0;
+  for (size_t p = 0; p <= layer_freq.size(); ++i) {
+    const size_t q = std::min(layer_freq.find(',', p), layer_freq.size());
+    if (i == l) return layer_freq.substr(p, q - p) == "1";
+    p = q + 1;
+  }
+  (void)num_layers;
+  return false;
+}
+
+int64_t MoeConfig::num_moe_layers(int64_t num_layers) const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) n += is_moe_layer(l, num_layers) ? 1 : 0;
+  return n;
+}
+
+namespace {
+void validate_moe(const MoeConfig& m, int64_t num_layers) {
+  if (m.num_experts < 0 || m.num_experts > 4096)
+    fail("--num-experts must be in [0, 4096] (0: dense MLPs), got {}", m.num_experts);
+  if (!m.enabled()) return;
+  if (m.router_topk < 1 || m.router_topk > m.num_experts)
+    fail("--moe-router-topk {} must be in [1, --num-experts {}]", m.router_topk, m.num_experts);
+  if (m.router_score_function != "softmax" && m.router_score_function != "sigmoid")
+    fail("--moe-router-score-function {}: expected softmax or sigmoid", m.router_score_function);
+  if (m.token_drop_policy != "probs" && m.token_drop_policy != "position")
+    fail("--moe-token-drop-policy {}: expected probs or position", m.token_drop_policy);
+  if (!(m.aux_loss_coeff >= 0)) fail("--moe-aux-loss-coeff must be >= 0, got {}", m.aux_loss_coeff);
+  if (!(m.z_loss_coeff >= 0)) fail("--moe-z-loss-coeff must be >= 0, got {}", m.z_loss_coeff);
+  if (!(m.expert_capacity_factor >= 0))
+    fail("--moe-expert-capacity-factor must be >= 0 (0: dropless), got {}", m.expert_capacity_factor);
+  if (!(m.router_bias_update_rate >= 0))
+    fail("--moe-router-bias-update-rate must be >= 0, got {}", m.router_bias_update_rate);
+  if (m.ffn_hidden_size < 0 || m.ffn_hidden_size > 4 * kMaxWidth)
+    fail("--moe-ffn-hidden-size must be in [0, {}] (0: --ffn-hidden-size), got {}", 4 * kMaxWidth, m.ffn_hidden_size);
+  if (m.shared_expert_intermediate_size < 0 || m.shared_expert_intermediate_size > 4 * kMaxWidth)
+    fail("--moe-shared-expert-intermediate-size must be in [0, {}] (0: none), got {}", 4 * kMaxWidth,
+         m.shared_expert_intermediate_size);
+  const std::string& f = m.layer_freq;
+  if (f.find(',') == std::string::npos) {
+    if (f.empty() || f.size() > 6 || f.find_first_not_of("0123456789") != std::string::npos || std::stoll(f) < 1)
+      fail("--moe-layer-freq '{}': expected a positive integer k (every k-th layer has experts) or one 0/1 per layer",
+           f);
+  } else {
+    int64_t n = 0;
+    for (size_t p = 0; p <= f.size(); ++n) {
+      const size_t q = std::min(f.find(',', p), f.size());
+      const std::string v = f.substr(p, q - p);
+      if (v != "0" && v != "1") fail("--moe-layer-freq '{}': list entries must be 0 or 1, got '{}'", f, v);
+      p = q + 1;
+    }
+    if (n != num_layers) fail("--moe-layer-freq lists {} layers but --num-layers is {}", n, num_layers);
+  }
+  if (m.num_moe_layers(num_layers) == 0) fail("--moe-layer-freq '{}' puts experts in none of the {} layers", f, num_layers);
+}
+}  // namespace
+
 void ModelConfig::validate() const {
   auto positive = [](int64_t v, const char* flag) {
     if (v <= 0) fail("{} must be positive (got {})", flag, v);
@@ -93,6 +156,8 @@ void ModelConfig::validate() const {
              gpt2 ? "GPT-2" : "Llama", fmt::join(known, ", "));
   }
   if (!(init_method_std > 0)) fail("--init-method-std must be positive, got {}", init_method_std);
+  validate_moe(moe, num_layers);
+  if (moe.enabled() && lora.enabled()) fail("--lora-rank with --num-experts: LoRA adapters on experts are not available yet");
 }
 
 int64_t ModelConfig::num_params() const {
@@ -101,17 +166,30 @@ int64_t ModelConfig::num_params() const {
   const int64_t b = add_bias_linear ? 1 : 0;
   const int64_t norm = normalization == Norm::layernorm ? 2 * C : C;
   int64_t attn = C * H * D + 2 * C * G * D + H * D * C + b * (H * D + 2 * G * D + C);
-  int64_t ffn_params = mlp == Mlp::gelu ? 2 * C * F + b * (F + C) : 3 * C * F + b * (2 * F + C);
-  int64_t block = 2 * norm + attn + ffn_params;
+  const auto ffn_of = [&](int64_t f) { return mlp == Mlp::gelu ? 2 * C * f + b * (f + C) : 3 * C * f + b * (2 * f + C); };
+  int64_t block = 2 * norm + attn + ffn_of(F);
   int64_t embed = Vp * C + (position_embedding_type == Position::learned ? max_position_embeddings * C : 0);
   int64_t head = tied() ? 0 : Vp * C;
-  return embed + num_layers * block + norm + head;
+  const int64_t moe_layers = moe.num_moe_layers(num_layers);
+  const int64_t moe_block = 2 * norm + attn + moe_ffn_params(false);
+  return embed + (num_layers - moe_layers) * block + moe_layers * moe_block + norm + head;
+}
+
+int64_t ModelConfig::moe_ffn_params(bool active) const {
+  if (!moe.enabled()) return 0;
+  const int64_t C = hidden_size, E = moe.num_experts, b = add_bias_linear ? 1 : 0;
+  const auto ffn_of = [&](int64_t f) { return mlp == Mlp::gelu ? 2 * C * f + b * (f + C) : 3 * C * f + b * (2 * f + C); };
+  const int64_t router = E * C + (moe.router_enable_expert_bias && !active ? E : 0);
+  const int64_t shared = moe.shared_expert_intermediate_size > 0 ? ffn_of(moe.shared_expert_intermediate_size) : 0;
+  return router + (active ? moe.router_topk : E) * ffn_of(moe_ffn()) + shared;
 }
 
 int64_t ModelConfig::num_matmul_params() const {
   int64_t lookup = padded_vocab_size() * hidden_size +
                    (position_embedding_type == Position::learned ? max_position_embeddings * hidden_size : 0);
-  int64_t n = num_params() - lookup;
+  // A MoE layer's token runs k of its experts: the others do no FLOPs for it.
+  int64_t n = num_params() - lookup -
+              moe.num_moe_layers(num_layers) * (moe_ffn_params(false) - moe_ffn_params(true));
   return tied() ? n + padded_vocab_size() * hidden_size : n;
 }
 
@@ -154,7 +232,8 @@ ModelConfig llama(std::string name, int64_t layers, int64_t hidden, int64_t head
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"gpt2-tiny", "gpt2-124m", "llama-tiny", "llama3.2-1b", "llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b"};
+  return {"gpt2-tiny",  "gpt2-124m",  "llama-tiny",  "mixtral-tiny", "deepseek-tiny", "llama3.2-1b", "llama3-8b",
+          "llama3-70b", "llama3-405b", "gpt3-175b",   "mixtral-8x7b", "deepseek-v3"};
 }
 
 ModelConfig model_preset(std::string_view name) {
@@ -170,6 +249,37 @@ ModelConfig model_preset(std::string_view name) {
   if (name == "llama3.2-1b") {  // Llama 3.2 1B: tied embeddings, 1.24B parameters
     ModelConfig c = llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 500000.0, 8192);
     c.untie_embeddings_and_output_weights = false;
+    return c;
+  }
+  // Mixtral's layout (Jiang et al. 2024): every layer 8 SwiGLU experts, top 2, softmax.
+  if (name == "mixtral-tiny" || name == "mixtral-8x7b") {
+    ModelConfig c = name == "mixtral-tiny" ? llama("mixtral-tiny", 4, 256, 8, 2, 512, 50257, 1e6, 1024)
+                                           : llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 1e6, 32768);
+    c.moe.num_experts = 8;
+    c.moe.router_topk = 2;
+    c.moe.aux_loss_coeff = 0.02;  // HF's router_aux_loss_coef (Mixtral's config.json: 0.02)
+    return c;
+  }
+  // DeepSeek-V3's MoE (DeepSeek-AI 2024): fine-grained experts (narrow, many,
+  // top 8 of 256), one shared expert, sigmoid scores with the aux-loss-free
+  // expert bias; the first 3 layers dense. Attention here is plain GQA (claw
+  // has no multi-head latent attention): the shape is for planning the MoE
+  // and its expert parallelism.
+  if (name == "deepseek-tiny") {
+    ModelConfig c = llama("deepseek-tiny", 4, 256, 8, 8, 768, 50257, 10000.0, 1024);
+    c.moe = {.num_experts = 16, .router_topk = 4, .router_score_function = "sigmoid", .aux_loss_coeff = 0.0001,
+             .router_enable_expert_bias = true, .ffn_hidden_size = 128, .shared_expert_intermediate_size = 128,
+             .layer_freq = "0,1,1,1"};
+    return c;
+  }
+  if (name == "deepseek-v3") {
+    ModelConfig c = llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 10000.0, 4096);
+    c.kv_channels = 128;
+    std::string freq = "0,0,0";
+    for (int l = 3; l < 61; ++l) freq += ",1";
+    c.moe = {.num_experts = 256, .router_topk = 8, .router_score_function = "sigmoid", .aux_loss_coeff = 0.0001,
+             .router_enable_expert_bias = true, .ffn_hidden_size = 2048, .shared_expert_intermediate_size = 2048,
+             .layer_freq = freq};
     return c;
   }
   if (name == "llama3-8b") return llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 500000.0, 8192);

@@ -3,9 +3,9 @@
 // (--num-layers, --hidden-size, --num-query-groups, ...); validate() names
 // the flag to fix.
 //
-// Presets (model_preset): gpt2-tiny, gpt2-124m, llama-tiny, and the full
-// shapes of llama3-8b/70b/405b and gpt3-175b (for planning; they need not
-// fit on one CPU).
+// Presets (model_preset): gpt2-tiny, gpt2-124m, llama-tiny, mixtral-tiny,
+// deepseek-tiny, and the full shapes of llama3-8b/70b/405b, gpt3-175b,
+// mixtral-8x7b and deepseek-v3 (for planning; they need not fit on one CPU).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +55,31 @@ struct LoraConfig {
   bool targets(std::string_view megatron, std::string_view hf) const;
 };
 
+// Mixture of Experts (Megatron-Core's --num-experts / --moe-* flags): the
+// MLP of a MoE layer is a router and E expert FFNs of which each token runs
+// its top k (kernels/cpu/moe.h says how they are chosen and weighted), plus
+// an optional shared expert every token runs.
+struct MoeConfig {
+  int64_t num_experts = 0;                    // --num-experts (0: dense MLPs)
+  int64_t router_topk = 2;                    // --moe-router-topk
+  std::string router_score_function = "softmax";  // --moe-router-score-function softmax|sigmoid
+  double aux_loss_coeff = 0.0;                // --moe-aux-loss-coeff: load balancing, coeff E sum f_i P_i
+  double z_loss_coeff = 0.0;                  // --moe-z-loss-coeff: coeff mean logsumexp(logits)^2
+  bool router_enable_expert_bias = false;     // --moe-router-enable-expert-bias (aux-loss-free balancing)
+  double router_bias_update_rate = 1e-3;      // --moe-router-bias-update-rate
+  double expert_capacity_factor = 0.0;        // --moe-expert-capacity-factor (0: dropless)
+  std::string token_drop_policy = "probs";    // --moe-token-drop-policy probs|position
+  int64_t ffn_hidden_size = 0;                // --moe-ffn-hidden-size: an expert's width (0: --ffn-hidden-size)
+  int64_t shared_expert_intermediate_size = 0;  // --moe-shared-expert-intermediate-size (0: none)
+  // --moe-layer-freq: k (layers 0, k, 2k, ... are MoE) or one 0/1 per layer,
+  // comma-separated (Megatron's list form).
+  std::string layer_freq = "1";
+  bool enabled() const { return num_experts > 0; }
+  // Whether layer l of `num_layers` has experts (false for every layer when disabled).
+  bool is_moe_layer(int64_t l, int64_t num_layers) const;
+  int64_t num_moe_layers(int64_t num_layers) const;
+};
+
 struct ModelConfig {
   std::string name = "custom";             // preset it came from, for logs
   int64_t num_layers = 4;                  // --num-layers: transformer blocks (L)
@@ -76,10 +101,12 @@ struct ModelConfig {
   double hidden_dropout = 0.0;             // --hidden-dropout: after embedding, attention and MLP outputs
   double init_method_std = 0.02;           // --init-method-std: N(0, std) init; output layers / sqrt(2L)
   LoraConfig lora;                         // --lora-*: adapters on the linear layers
+  MoeConfig moe;                           // --num-experts, --moe-*: Mixture-of-Experts layers
 
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int64_t moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
   // V padded to a multiple of --make-vocab-size-divisible-by x tp (Megatron
   // pads for the tensor-parallel size too, so each rank's slice is a multiple).
   int64_t padded_vocab_size(int tp = 1) const;
@@ -90,6 +117,9 @@ struct ModelConfig {
 
   // Parameter count (padded vocabulary included, as allocated).
   int64_t num_params() const;
+  // A MoE layer's MLP: router (and expert bias), experts, shared expert;
+  // `active`: the router, k experts and the shared expert (what a token runs).
+  int64_t moe_ffn_params(bool active) const;
   // Parameters that take part in matmuls: everything but the input embedding
   // lookup tables (the LM head counts, tied or not), norms included (a
   // rounding error). The N of the MFU formula.

@@ -135,8 +135,8 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
   if (cfg_.tied() && stage_.post_process && !stage_.pre_process) embedding_.word.spec.primary = false;
   // With LoRA adapters only they (and --lora-modules-to-save) train, and not those --freeze names.
   for (Param* p : params())
-    p->spec.trainable =
-        !matches_any(storage.freeze, p->spec.name) && (!cfg_.lora.enabled() || lora_trains(cfg_.lora, p->spec.name));
+    p->spec.trainable = !p->spec.buffer && !matches_any(storage.freeze, p->spec.name) &&
+                        (!cfg_.lora.enabled() || lora_trains(cfg_.lora, p->spec.name));
   store_ = std::make_unique<ParamStore>(params(), storage);
   if (storage.device && !rope_.empty()) rope_.upload(*storage.device);
 
@@ -234,6 +234,16 @@ std::vector<Param*> GPT::params() {
 void GPT::use_slot(int k) {
   CLAW_CHECK(k >= 0 && k < slots(), "activation slot {} of {}", k, slots());
   slot_ = k;
+}
+
+void GPT::update_expert_bias(comm::Group* group) {
+  for (auto& b : blocks_)
+    if (b->moe) b->moe->update_expert_bias(group);
+}
+
+void GPT::take_moe_stats(MoeStats& stats) {
+  for (auto& b : blocks_)
+    if (b->moe) b->moe->take_stats(stats);
 }
 
 void GPT::set_context_parallel(comm::Group* group, CpCommType type) {
@@ -384,7 +394,7 @@ std::vector<Linear*> GPT::linears() const {
   std::vector<Linear*> ls;
   for (const auto& b : blocks_) {
     b->attention.linears(ls);
-    b->mlp.linears(ls);
+    if (b->mlp) b->mlp->linears(ls);
   }
   return ls;
 }

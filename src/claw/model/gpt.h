@@ -136,6 +136,11 @@ class GPT {
   // Installs (or removes, with null) the hooks of a data-parallel engine.
   void set_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
+  // MoE layers: the expert-bias step after an optimizer step (loads summed
+  // over `group`), and the routing statistics since the last take.
+  void update_expert_bias(comm::Group* group);
+  void take_moe_stats(MoeStats& stats);
+
   // Context parallelism: the CP group this rank's sequence pieces are split
   // over and the attention method (model/context_parallel.h); B x T in
   // reserve() and every StepCtx are then the local tokens. Throws

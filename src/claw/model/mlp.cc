@@ -6,9 +6,11 @@
 
 namespace claw::model {
 
-void MLP::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp) {
-  h = L.take<float>(prefix + ".h", N * tp.ffn(cfg));
-  if (cfg.mlp == Mlp::swiglu) u = L.take<float>(prefix + ".u", N * tp.ffn(cfg));
+void MLP::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp,
+                        int64_t width) {
+  const int64_t F = width > 0 ? width / tp.size : tp.ffn(cfg);
+  h = L.take<float>(prefix + ".h", N * F);
+  if (cfg.mlp == Mlp::swiglu) u = L.take<float>(prefix + ".u", N * F);
 }
 
 namespace {
@@ -38,6 +40,26 @@ MLP::MLP(int l, const ModelConfig& cfg, const HfNames& hf, const TensorParallel&
   adapt(fc, "linear_fc1", gpt2 ? "c_fc" : "gate_proj");
   if (up) adapt(*up, "linear_fc1", "up_proj");
   adapt(proj, "linear_fc2", gpt2 ? "c_proj" : "down_proj");
+}
+
+MLP::MLP(const std::string& prefix, int64_t width, const ModelConfig& cfg, const std::string& hf_prefix,
+         const TensorParallel& tp)
+    : fc(prefix + (cfg.mlp == Mlp::gelu ? ".fc" : ".gate_proj"), cfg.hidden_size, width, cfg.add_bias_linear,
+         cfg.init_method_std,
+         HfRef{hf_prefix.empty() ? "" : hf_prefix + (cfg.mlp == Mlp::gelu ? ".fc.weight" : ".gate_proj.weight")},
+         HfRef{}, tp, {.kind = TpSplit::column}),
+      proj(prefix + (cfg.mlp == Mlp::gelu ? ".proj" : ".down_proj"), width, cfg.hidden_size, cfg.add_bias_linear,
+           cfg.init_method_std / std::sqrt(2.0 * cfg.num_layers),
+           HfRef{hf_prefix.empty() ? "" : hf_prefix + (cfg.mlp == Mlp::gelu ? ".proj.weight" : ".down_proj.weight")},
+           HfRef{}, tp, {.kind = TpSplit::row}),
+      tp_(tp),
+      kind_(cfg.mlp),
+      C_(cfg.hidden_size),
+      F_(width / tp.size()) {
+  if (kind_ == Mlp::swiglu)
+    up.emplace(prefix + ".up_proj", cfg.hidden_size, width, cfg.add_bias_linear, cfg.init_method_std,
+               HfRef{hf_prefix.empty() ? "" : hf_prefix + ".up_proj.weight"}, HfRef{}, tp,
+               LinearSplit{.kind = TpSplit::column});
 }
 
 void MLP::activate(const StepCtx& ctx, const Saved& s, float* a) const {

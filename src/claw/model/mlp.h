@@ -31,10 +31,18 @@ class MLP {
   struct Saved {
     float* h = nullptr;  // [N, Fl] fc output (GELU) or gate output (SwiGLU); Fl = F / TP
     float* u = nullptr;  // [N, Fl] up output (SwiGLU only)
-    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp);
+    // width: the MLP's F (0: --ffn-hidden-size).
+    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp,
+                int64_t width = 0);
   };
 
+  // The MLP of layer l (--ffn-hidden-size wide).
   MLP(int layer, const ModelConfig& cfg, const HfNames& hf, const TensorParallel& tp);
+  // An MLP of its own width (a MoE layer's shared expert): parameters
+  // "<prefix>.gate_proj.weight", ... (GELU: fc, proj), Hugging Face names
+  // "<hf_prefix>.gate_proj.weight", ... (empty: none). No LoRA adapters.
+  MLP(const std::string& prefix, int64_t width, const ModelConfig& cfg, const std::string& hf_prefix,
+      const TensorParallel& tp);
 
   // x [R, C] (the rows held); y: room for [N, C], the first R rows receive the output.
   void forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const;

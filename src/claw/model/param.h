@@ -84,6 +84,10 @@ struct ParamSpec {
   std::string reduction_group = "dp";
   // MoE: the expert of its layer this parameter belongs to (-1: dense).
   int expert = -1;
+  // State kept with the parameters that no optimizer updates (a MoE
+  // router's expert bias, which its own rule moves): never trainable,
+  // whatever --freeze or LoRA say; saved and loaded like a parameter.
+  bool buffer = false;
 
   // Makes this rank hold slice `index` of `count` along `dim` over `group`.
   void split(int dim, int count, int index, std::string group) {

@@ -1,11 +1,13 @@
 #include "claw/model/scratch.h"
 
+#include <algorithm>
+
 namespace claw::model {
 
 void Scratch::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N, TpDims tp) {
   const int64_t C = cfg.hidden_size, HD = tp.heads(cfg) * cfg.head_dim(), GD = tp.kv_groups(cfg) * cfg.head_dim();
   tmp = L.take<float>("scratch.tmp", N * C);
-  act = L.take<float>("scratch.act", N * tp.ffn(cfg));
+  act = L.take<float>("scratch.act", N * std::max(tp.ffn(cfg), cfg.moe.shared_expert_intermediate_size / tp.size));
   dres = L.take<float>("scratch.dres", tp.rows(N) * C);
   dnorm = L.take<float>("scratch.dnorm", N * C);
   dq = L.take<float>("scratch.dq", N * HD);
@@ -13,6 +15,15 @@ void Scratch::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N, TpDims t
   dv = L.take<float>("scratch.dv", N * GD);
   datt = L.take<float>("scratch.datt", N * HD);
   logits = L.take<float>("scratch.logits", logits_chunk(N) * tp.vocab_rows(cfg));
+  if (cfg.moe.enabled()) {
+    const int64_t M = N * cfg.moe.router_topk, C2 = cfg.hidden_size;
+    moe_rows = L.take<float>("scratch.moe_rows", M * C2);
+    moe_act = L.take<float>("scratch.moe_act", M * cfg.moe_ffn());
+    moe_drows = L.take<float>("scratch.moe_drows", M * C2);
+    if (cfg.moe.shared_expert_intermediate_size > 0) moe_shared = L.take<float>("scratch.moe_shared", N * C2);
+    moe_dlogits = L.take<float>("scratch.moe_dlogits", N * cfg.moe.num_experts);
+    moe_dprob = L.take<float>("scratch.moe_dprob", M);
+  }
   if (tp.sp()) {
     gathered = L.take<float>("scratch.gathered", N * C);
     dnorm_w = L.take<float>("scratch.dnorm_w", 2 * C);

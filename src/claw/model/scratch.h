@@ -26,6 +26,13 @@ struct Scratch {
   float* logits = nullptr;    // [chunk, Vl] one chunk of LM-head logits
   float* gathered = nullptr;  // [N, C]   sequence parallelism: an all-gathered input or output gradient
   float* dnorm_w = nullptr;   // [2C]     sequence parallelism: a norm's partial weight gradients
+  // MoE layers (model/moe.h; M = N k dispatched rows, Fe an expert's width):
+  float* moe_rows = nullptr;    // [M, C]  the dispatched tokens, then the rows' input gradients
+  float* moe_act = nullptr;     // [M, Fe] the experts' activations, then their gradient
+  float* moe_drows = nullptr;   // [M, C]  gradient of the expert outputs
+  float* moe_shared = nullptr;  // [N, C]  the shared expert's output, then its input gradient
+  float* moe_dlogits = nullptr; // [N, E]
+  float* moe_dprob = nullptr;   // [N, k]
 
   // Rows of LM-head logits computed at a time: bounds the logits buffer while
   // keeping the vocabulary GEMMs large.

@@ -65,6 +65,9 @@ struct StepCtx {
   // learner's forward (SequenceLoss::batch_invariant), a token's
   // log-probability is the generator's. Backward passes keep their kernels.
   bool batch_invariant = false;
+  // The weight of this micro-batch's MoE auxiliary losses in the objective
+  // (1 / the global batch's micro-batches; 0: their gradients are skipped).
+  double moe_aux_scale = 0;
   // [B, T] weight of each token's loss (null: 1 for every target >= 0):
   // prompt masking, per-token advantages. The loss is sum_t w_t loss_t.
   const float* loss_weight = nullptr;

@@ -21,6 +21,17 @@ void ParallelConfig::validate(const model::ModelConfig& model, const comm::RankG
            flag, v, what);
   };
   not_yet("--expert-model-parallel-size", grid.ep, "expert parallelism");
+  if (model.moe.enabled()) {
+    if (grid.tp > 1 || grid.cp > 1)
+      fail("--num-experts with --tensor-model-parallel-size {} / --context-parallel-size {}: MoE layers run without "
+           "tensor and context parallelism for now (use data and pipeline parallelism)",
+           grid.tp, grid.cp);
+    if (model.add_bias_linear)
+      fail("--num-experts: experts have no biases; add --disable-bias-linear (as Mixtral and DeepSeek do)");
+    if (model.moe.router_enable_expert_bias && zero_stage() >= 3)
+      fail("--moe-router-enable-expert-bias with --zero-stage 3: the bias is updated outside the optimizer on whole "
+           "parameters; use --zero-stage 0-2");
+  }
   const model::CpCommType cp_type = model::parse_cp_comm_type(cp_comm_type);
   if (grid.cp > 1) {
     (void)model::CpChunks::of(seq_length, 0, grid.cp);  // two balanced chunks a rank

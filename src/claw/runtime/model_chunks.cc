@@ -54,7 +54,16 @@ void ModelChunks::finish_grad_sync() {
 
 void ModelChunks::after_optimizer_step(const CpuCtx& cpu) {
   for (parallel::DataParallel* d : dps_) d->after_optimizer_step();
-  for (model::GPT* c : chunks_) c->store().refresh_compute(cpu);
+  for (model::GPT* c : chunks_) {
+    c->update_expert_bias(dp() ? &dp()->group() : nullptr);
+    c->store().refresh_compute(cpu);
+  }
+}
+
+model::MoeStats ModelChunks::take_moe_stats() {
+  model::MoeStats s;
+  for (model::GPT* c : chunks_) c->take_moe_stats(s);
+  return s;
 }
 
 double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(v) : v; }

@@ -65,6 +65,8 @@ class ModelChunks {
   // After the optimizer: the engines gather updated values (ZeRO 1/2), and
   // each chunk's compute copy of its parameters is refreshed from them.
   void after_optimizer_step(const CpuCtx& cpu);
+  // This stage's MoE routing statistics since the last call (model/moe.h).
+  model::MoeStats take_moe_stats();
   // Sums over the data-parallel group (this rank's value without an engine).
   double dp_sum(double v) const;
   // Sums over the pipeline stages (this stage's value with one stage).

@@ -52,6 +52,7 @@ class GlobalBatch {
   int64_t B() const { return B_; }
   int64_t T() const { return T_; }  // this rank's tokens of a row (T / CP)
   int cp_size() const { return cp_size_; }
+  int dp_size() const { return dp_size_; }
   int cp_rank() const { return cp_rank_; }
   // This rank's positions with a target (the loss is their mean over the
   // data- and context-parallel ranks).

@@ -17,6 +17,7 @@ model::StepCtx micro_ctx(const CpuCtx& cpu, const GlobalBatch& batch, int64_t k,
           .sample0 = sample0 + static_cast<uint64_t>(batch.sample_offset(k)), .cp_size = batch.cp_size(),
           .cp_rank = batch.cp_rank(), .positions = mb.positions,
           .seg_start = mb.seg_start, .batch_invariant = sequence_loss && sequence_loss->batch_invariant(),
+          .moe_aux_scale = 1.0 / static_cast<double>(batch.micro_batches() * batch.dp_size()),
           .sequence_loss = sequence_loss};
 }
 

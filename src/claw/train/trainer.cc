@@ -124,6 +124,20 @@ void Trainer::dpo_metrics(DpoLoss& loss, const std::string& prefix, nlohmann::js
   rec[prefix + "rewards/accuracies"] = v[4] / n;
 }
 
+// MoE routing over the step: each auxiliary loss summed over the layers and
+// averaged over the global batch's micro-batches (the weight it has in the
+// objective), and the most loaded expert's tokens over the mean, the worst
+// layer of any rank (1 is perfect balance, E the worst).
+void Trainer::moe_metrics(nlohmann::json& rec) {
+  runtime::ModelChunks& m = runtime_->model();
+  const model::MoeStats s = m.take_moe_stats();
+  const double micro_batches = std::max(1.0, m.dp_sum(static_cast<double>(s.micro_batches)));
+  rec["moe_aux_loss"] = m.pp_sum(m.dp_sum(s.aux_loss)) / micro_batches * model_cfg_.moe.aux_loss_coeff;
+  rec["moe_z_loss"] = m.pp_sum(m.dp_sum(s.z_loss)) / micro_batches * model_cfg_.moe.z_loss_coeff;
+  rec["moe_load_max_over_mean"] =
+      runtime_->parallel_state().world().all_reduce_value(s.max_load_over_mean, comm::ReduceOp::max);
+}
+
 Trainer::~Trainer() = default;
 
 void Trainer::setup_checkpointing() {
@@ -311,6 +325,7 @@ TrainResult Trainer::run() {
       }
     }
     if (dpo_train_) dpo_metrics(*dpo_train_, "", rec);
+    if (model_cfg_.moe.enabled()) moe_metrics(rec);
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
       double val = evaluate(consumed_valid_samples_);

@@ -74,6 +74,7 @@ class Trainer {
   void setup_dpo();
   // The DPO metrics of the pairs `loss` saw since the last call, summed over
   // the data-parallel ranks and pipeline stages, into rec under `prefix`.
+  void moe_metrics(nlohmann::json& rec);
   void dpo_metrics(DpoLoss& loss, const std::string& prefix, nlohmann::json& rec);
 
   // Mean validation loss over --eval-iters global batches from position `first`.

@@ -29,6 +29,49 @@ TEST(ModelConfig, ParameterCountsMatchPublishedModels) {
   EXPECT_EQ(ml.store().numel(), l.num_params());
 }
 
+// Mixtral 8x7B: 46,702,792,704 parameters (Hugging Face's count), of which
+// a token runs 2 of 8 experts per layer. The MoE presets' models hold what
+// num_params says (router, experts stacked, expert bias, shared expert).
+TEST(ModelConfig, MoeParameterCounts) {
+  const ModelConfig mixtral = model_preset("mixtral-8x7b");
+  EXPECT_EQ(mixtral.num_params(), 46702792704);
+  const int64_t expert = 3 * 4096 * 14336;
+  EXPECT_EQ(mixtral.moe_ffn_params(false) - mixtral.moe_ffn_params(true), 6 * expert);
+  for (const char* name : {"mixtral-tiny", "deepseek-tiny"}) {
+    const ModelConfig c = model_preset(name);
+    GPT m(c);
+    EXPECT_EQ(m.store().numel(), c.num_params()) << name;
+  }
+  const ModelConfig d = model_preset("deepseek-tiny");
+  EXPECT_FALSE(d.moe.is_moe_layer(0, 4));
+  EXPECT_TRUE(d.moe.is_moe_layer(3, 4));
+  ModelConfig every2 = model_preset("mixtral-tiny");
+  every2.moe.layer_freq = "2";
+  EXPECT_EQ(every2.moe.num_moe_layers(4), 2);
+  EXPECT_TRUE(every2.moe.is_moe_layer(2, 4));
+}
+
+TEST(ModelConfig, MoeFlagsAreValidated) {
+  const auto refused = [](auto edit, const std::string& want) {
+    ModelConfig c = model_preset("mixtral-tiny");
+    edit(c);
+    try {
+      c.validate();
+      ADD_FAILURE() << "no error for " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused([](ModelConfig& c) { c.moe.router_topk = 9; }, "--moe-router-topk 9 must be in [1, --num-experts 8]");
+  refused([](ModelConfig& c) { c.moe.router_score_function = "relu"; }, "--moe-router-score-function relu");
+  refused([](ModelConfig& c) { c.moe.token_drop_policy = "random"; }, "--moe-token-drop-policy random");
+  refused([](ModelConfig& c) { c.moe.layer_freq = "1,0"; }, "--moe-layer-freq lists 2 layers but --num-layers is 4");
+  refused([](ModelConfig& c) { c.moe.layer_freq = "0,0,0,0"; }, "puts experts in none of the 4 layers");
+  refused([](ModelConfig& c) { c.moe.layer_freq = "x"; }, "--moe-layer-freq 'x'");
+  refused([](ModelConfig& c) { c.moe.expert_capacity_factor = -1; }, "--moe-expert-capacity-factor must be >= 0");
+  refused([](ModelConfig& c) { c.lora.rank = 4; }, "--lora-rank with --num-experts");
+}
+
 TEST(ModelConfig, FlopsPerTokenFollowsPaLM) {
   ModelConfig c = model_preset("gpt2-124m");
   // N in matmuls: everything but the two lookup tables, plus the tied LM head.

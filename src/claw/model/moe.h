@@ -1,0 +1,105 @@
+// A Mixture-of-Experts MLP (--num-experts): a router picks each token's top
+// k of E expert FFNs (kernels/cpu/moe.h: scores, expert bias, capacity), the
+// token runs those, and its output is their weighted sum, plus the shared
+// expert's output when there is one (--moe-shared-expert-intermediate-size):
+//   logits = x Wr^T;  y_t = sum_j prob_tj FFN_{e_tj}(x_t) [+ FFN_shared(x_t)]
+// Experts are stored stacked, one parameter per matrix over all experts
+// (fc [E, Fe, C], up [E, Fe, C] for SwiGLU, proj [E, C, Fe]), so the
+// dispatched rows of every expert run as one grouped GEMM.
+//
+// Saved: the router logits [N, E] (routing is recomputed from them in
+// backward: cheap, and nothing variable-sized is kept), the experts'
+// pre-activations and outputs over the dispatched rows (at most N k rows;
+// the arena is sized for that). The expert outputs are kept because the
+// combine weights' gradient is <dy_t, out_tj>.
+//
+// Auxiliary losses. The load-balancing and z-losses of a micro-batch enter
+// the objective with weight StepCtx::moe_aux_scale (1 / the global batch's
+// micro-batches, so the objective is the mean over micro-batches, as
+// Megatron-Core's); their gradients are added in backward and their values
+// are reported (moe_stats), not added to the language-model loss.
+//
+// Expert bias (--moe-router-enable-expert-bias): a parameter that never
+// trains (ParamSpec::buffer); after each optimizer step it moves toward the
+// mean load (update_expert_bias, the loads summed over the data-parallel
+// ranks), and it is saved with checkpoints.
+//
+// One rank per expert set for now: tensor, context and expert parallelism
+// of MoE layers are refused by the runtime's configuration check.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "claw/core/arena.h"
+#include "claw/kernels/cpu/moe.h"
+#include "claw/model/config.h"
+#include "claw/model/hf_names.h"
+#include "claw/model/mlp.h"
+#include "claw/model/param.h"
+#include "claw/model/scratch.h"
+#include "claw/model/step.h"
+#include "claw/model/tensor_parallel.h"
+
+namespace claw::comm {
+class Group;
+}
+
+namespace claw::model {
+
+// Routing statistics since the last take(): for the metrics.
+struct MoeStats {
+  int64_t layers = 0;           // MoE layers these cover
+  double aux_loss = 0;          // sum over layers and micro-batches of the load-balancing loss (unweighted)
+  double z_loss = 0;            // same for the z-loss
+  int64_t micro_batches = 0;    // per layer
+  double max_load_over_mean = 0;  // the worst layer's max / mean tokens per expert over the step
+};
+
+class MoELayer {
+ public:
+  struct Saved {
+    float* logits = nullptr;  // [N, E]
+    float* h = nullptr;       // [N k, Fe] fc (GELU) or gate (SwiGLU) output of the dispatched rows
+    float* u = nullptr;       // [N k, Fe] up output (SwiGLU)
+    float* o = nullptr;       // [N k, C] expert outputs
+    MLP::Saved shared;        // the shared expert's (when there is one)
+    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N);
+  };
+  MoELayer(int layer, const ModelConfig& cfg, const HfNames& hf, const TensorParallel& tp);
+
+  // x [N, C]; y: [N, C] output.
+  void forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const;
+  // dy [N, C] -> dx [N, C] (overwritten). Clobbers s.h / s.u.
+  void backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
+
+  void collect(std::vector<Param*>& out);
+  // After the optimizer step: the expert bias moves toward the mean of the
+  // step's loads, summed over `group` (the ranks the parameters are
+  // replicated over); a no-op without the bias.
+  void update_expert_bias(comm::Group* group);
+  // Adds this layer's statistics since the last call to `stats` and resets them.
+  void take_stats(MoeStats& stats);
+
+  Param router;       // [E, C]
+  Param expert_bias;  // [E] (with --moe-router-enable-expert-bias)
+  Param fc, up, proj;  // stacked experts: [E, Fe, C], [E, Fe, C] (SwiGLU), [E, C, Fe]
+  std::optional<MLP> shared;
+
+ private:
+  void activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* a) const;
+  const ModelConfig& cfg_;
+  int64_t C_, E_, k_, Fe_;
+  kernels::MoeScore score_;
+  kernels::MoeDrop drop_;
+  bool swiglu_;
+  mutable kernels::MoeRouting routing_;
+  // Statistics: per micro-batch losses and the step's loads.
+  mutable double aux_sum_ = 0, z_sum_ = 0;
+  mutable int64_t micro_batches_ = 0;
+  mutable std::vector<int64_t> step_load_;  // since take_stats
+  mutable std::vector<int64_t> bias_load_;  // since the last bias update
+};
+
+}  // namespace claw::model
