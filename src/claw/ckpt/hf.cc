@@ -63,6 +63,10 @@ void fail_field_type(const std::string& path, const char* key, const std::string
 
 nlohmann::json hf_config(const model::ModelConfig& c) {
   c.validate();
+  if (c.moe.enabled())
+    fail("--num-experts {}: Hugging Face interchange of MoE models (MixtralForCausalLM) is not available yet; claw "
+         "checkpoints hold them (--save / --load)",
+         c.moe.num_experts);
   if (is_gpt2(c)) {
     if (!c.add_bias_linear)
       fail("GPT2LMHeadModel has biases in every linear layer; a model with --disable-bias-linear has no Hugging Face "
