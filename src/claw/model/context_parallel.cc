@@ -244,9 +244,19 @@ AllToAllAttention::AllToAllAttention(comm::Group* group, int64_t B, int64_t T_lo
 // The first KV group rank r's heads [r Hc, (r + 1) Hc) read.
 int64_t AllToAllAttention::first_group(int r) const { return r * Hc_ / (H_ / G_); }
 
+// send_ -> recv_: per_rank floats to and from each rank.
+void AllToAllAttention::exchange(int64_t per_rank) {
+  if (!group_) {
+    recv_.swap(send_);
+    return;
+  }
+  const std::vector<int64_t> counts(static_cast<size_t>(chunks_.size), per_rank);
+  group_->all_to_all(send_.data(), counts, recv_.data(), counts, DType::f32);
+}
+
 void AllToAllAttention::to_heads(std::initializer_list<ToHeads> parts) {
   const int size = chunks_.size;
-  const int64_t TL = chunks_.local_tokens(), Tc = chunks_.chunk, T = TL * size, D = D_;
+  const int64_t TL = chunks_.local_tokens(), T = TL * size, D = D_;
   int64_t per_rank = 0;
   for (const ToHeads& p : parts) per_rank += B_ * TL * (p.kv ? Gc_ : Hc_) * D;
   send_.resize(static_cast<size_t>(per_rank * size));
@@ -259,20 +269,14 @@ void AllToAllAttention::to_heads(std::initializer_list<ToHeads> parts) {
         std::copy_n(p.local + (row * p.width + col) * D, take * D, o);
     }
   }
-  if (group_) {
-    const std::vector<int64_t> counts(static_cast<size_t>(size), per_rank);
-    group_->all_to_all(send_.data(), counts, recv_.data(), counts, DType::f32);
-  } else {
-    recv_.swap(send_);
-  }
+  exchange(per_rank);
   for (int j = 0; j < size; ++j) {
     const float* in = recv_.data() + j * per_rank;
     for (const ToHeads& p : parts) {
       const int64_t n = (p.kv ? Gc_ : Hc_) * D;
       for (int64_t b = 0; b < B_; ++b)
         for (int64_t t = 0; t < TL; ++t, in += n) {
-          const int64_t pos = chunks_.index(t < Tc ? 0 : 1, j) * Tc + t % Tc;
-          std::copy_n(in, n, p.full + (b * T + pos) * n);
+          std::copy_n(in, n, p.full + (b * T + chunks_.position(t, j)) * n);
         }
     }
   }
@@ -280,7 +284,7 @@ void AllToAllAttention::to_heads(std::initializer_list<ToHeads> parts) {
 
 void AllToAllAttention::to_tokens(std::initializer_list<ToTokens> parts) {
   const int size = chunks_.size;
-  const int64_t TL = chunks_.local_tokens(), Tc = chunks_.chunk, T = TL * size, D = D_;
+  const int64_t TL = chunks_.local_tokens(), T = TL * size, D = D_;
   int64_t per_rank = 0;
   for (const ToTokens& p : parts) per_rank += B_ * TL * (p.kv ? Gc_ : Hc_) * D;
   send_.resize(static_cast<size_t>(per_rank * size));
@@ -291,17 +295,11 @@ void AllToAllAttention::to_tokens(std::initializer_list<ToTokens> parts) {
       const int64_t n = (p.kv ? Gc_ : Hc_) * D;
       for (int64_t b = 0; b < B_; ++b)
         for (int64_t t = 0; t < TL; ++t, o += n) {
-          const int64_t pos = chunks_.index(t < Tc ? 0 : 1, j) * Tc + t % Tc;
-          std::copy_n(p.full + (b * T + pos) * n, n, o);
+          std::copy_n(p.full + (b * T + chunks_.position(t, j)) * n, n, o);
         }
     }
   }
-  if (group_) {
-    const std::vector<int64_t> counts(static_cast<size_t>(size), per_rank);
-    group_->all_to_all(send_.data(), counts, recv_.data(), counts, DType::f32);
-  } else {
-    recv_.swap(send_);
-  }
+  exchange(per_rank);
   for (const ToTokens& p : parts)
     if (p.kv) std::fill_n(p.local, B_ * TL * p.width * D, 0.0f);
   for (int r = 0; r < size; ++r) {  // rank r's heads
@@ -322,7 +320,7 @@ void AllToAllAttention::to_tokens(std::initializer_list<ToTokens> parts) {
 const int32_t* AllToAllAttention::full_seg_start(const int32_t* q_lo) {
   if (!q_lo) return nullptr;
   const int size = chunks_.size;
-  const int64_t TL = chunks_.local_tokens(), Tc = chunks_.chunk, T = TL * size, n = B_ * TL;
+  const int64_t TL = chunks_.local_tokens(), T = TL * size, n = B_ * TL;
   lo_all_.resize(static_cast<size_t>(n * size));
   if (group_)
     group_->all_gather(q_lo, lo_all_.data(), n, DType::i32);
@@ -332,7 +330,7 @@ const int32_t* AllToAllAttention::full_seg_start(const int32_t* q_lo) {
   for (int j = 0; j < size; ++j)
     for (int64_t b = 0; b < B_; ++b)
       for (int64_t t = 0; t < TL; ++t)
-        seg_[static_cast<size_t>(b * T + chunks_.index(t < Tc ? 0 : 1, j) * Tc + t % Tc)] =
+        seg_[static_cast<size_t>(b * T + chunks_.position(t, j))] =
             lo_all_[static_cast<size_t>(j * n + b * TL + t)];
   return seg_.data();
 }

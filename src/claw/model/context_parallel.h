@@ -72,8 +72,9 @@ struct CpChunks {
   // The global chunk index of local chunk i (0 or 1) of rank r.
   int64_t index(int i, int r) const { return i == 0 ? r : 2 * int64_t{size} - 1 - r; }
   int64_t index(int i) const { return index(i, rank); }
-  // Position in the full row of local token t (0 <= t < 2 Tc).
-  int64_t position(int64_t t) const { return index(t < chunk ? 0 : 1) * chunk + t % chunk; }
+  // Position in the full row of rank r's local token t (0 <= t < 2 Tc).
+  int64_t position(int64_t t, int r) const { return index(t < chunk ? 0 : 1, r) * chunk + t % chunk; }
+  int64_t position(int64_t t) const { return position(t, rank); }
   int64_t local_tokens() const { return 2 * chunk; }
 };
 
@@ -164,6 +165,7 @@ class AllToAllAttention final : public CpAttention {
     float* local;
   };
   void to_tokens(std::initializer_list<ToTokens> parts);
+  void exchange(int64_t per_rank);
   // The full rows' seg_start from every rank's q_lo (null when q_lo is).
   const int32_t* full_seg_start(const int32_t* q_lo);
   int64_t first_group(int r) const;
