@@ -77,13 +77,8 @@ int main(int argc, char** argv) {
   kernels::swiglu_forward(ctx, a.data(), g.data(), u.data(), M * F);
   kernels::grouped_gemm(ctx, r.offsets.data(), E, C, F, a.data(), wd.data(), 0.0f, o.data());
   kernels::moe_combine(ctx, r, o.data(), C, y.data(), false);
-  std::vector<double> score_sum(static_cast<size_t>(E), 0.0);
-  double z = 0;
-  for (int64_t t = 0; t < N; ++t) {
-    for (int64_t e = 0; e < E; ++e) score_sum[static_cast<size_t>(e)] += r.score[static_cast<size_t>(t * E + e)];
-    z += static_cast<double>(r.lse[static_cast<size_t>(t)]) * r.lse[static_cast<size_t>(t)];
-  }
-  z *= z_coeff / N;
+  std::vector<double> score_sum(static_cast<size_t>(E));
+  const double z = kernels::moe_route_sums(r, score_sum.data()) * z_coeff / N;
   const double aux = kernels::moe_aux_loss(aux_coeff, r.routed.data(), score_sum.data(), N, E, k);
 
   // Backward of L = <y, dy> + aux + z.
@@ -100,9 +95,7 @@ int main(int argc, char** argv) {
   kernels::grouped_gemm_dx(ctx, r.offsets.data(), E, F, C, du.data(), wu.data(), 1.0f, dxrows.data());
   kernels::moe_scatter_add(ctx, r, dxrows.data(), C, dx.data());
   std::vector<double> aux_dscore(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e)
-    aux_dscore[static_cast<size_t>(e)] = aux_coeff * E * static_cast<double>(r.routed[static_cast<size_t>(e)]) /
-                                         (static_cast<double>(N) * N * k);
+  kernels::moe_aux_dscore(aux_coeff, r.routed.data(), N, E, k, 1.0, aux_dscore.data());
   kernels::moe_route_backward(logits.data(), r, score, dprob.data(), aux_dscore.data(), z_coeff / N, dlogits.data());
   kernels::gemm(ctx, false, false, N, C, E, 1.0f, dlogits.data(), E, wr.data(), C, 1.0f, dx.data(), C);
   kernels::gemm(ctx, true, false, E, C, N, 1.0f, dlogits.data(), E, x.data(), C, 0.0f, dwr.data(), C);

@@ -90,14 +90,10 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
   if (!ctx.training) return;
   // Statistics of this micro-batch (recomputed blocks count twice: the means
   // and the bias rule's signs are unchanged by that).
-  std::vector<double> score_sum(static_cast<size_t>(E_), 0.0);
-  double z = 0;
-  for (int64_t t = 0; t < N; ++t) {
-    for (int64_t e = 0; e < E_; ++e) score_sum[static_cast<size_t>(e)] += r.score[static_cast<size_t>(t * E_ + e)];
-    z += static_cast<double>(r.lse[static_cast<size_t>(t)]) * r.lse[static_cast<size_t>(t)];
-  }
+  std::vector<double> score_sum(static_cast<size_t>(E_));
+  const double lse2 = kernels::moe_route_sums(r, score_sum.data());
   aux_sum_ += kernels::moe_aux_loss(1.0, r.routed.data(), score_sum.data(), N, E_, k_);
-  z_sum_ += z / static_cast<double>(N);
+  z_sum_ += lse2 / static_cast<double>(N);
   ++micro_batches_;
   for (int64_t e = 0; e < E_; ++e) {
     step_load_[static_cast<size_t>(e)] += r.load[static_cast<size_t>(e)];
@@ -140,10 +136,7 @@ void MoELayer::backward(const StepCtx& ctx, Saved& s, const float* x, const floa
   std::vector<double> aux_dscore;
   if (cfg_.moe.aux_loss_coeff > 0) {
     aux_dscore.resize(static_cast<size_t>(E_));
-    for (int64_t e = 0; e < E_; ++e)
-      aux_dscore[static_cast<size_t>(e)] = scale * cfg_.moe.aux_loss_coeff * static_cast<double>(E_) *
-                                           static_cast<double>(r.routed[static_cast<size_t>(e)]) /
-                                           (static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(k_));
+    kernels::moe_aux_dscore(cfg_.moe.aux_loss_coeff, r.routed.data(), N, E_, k_, scale, aux_dscore.data());
   }
   kernels::moe_route_backward(s.logits, r, score_, scratch.moe_dprob, aux_dscore.empty() ? nullptr : aux_dscore.data(),
                               scale * cfg_.moe.z_loss_coeff / static_cast<double>(N), scratch.moe_dlogits);

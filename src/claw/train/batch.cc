@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "claw/core/error.h"
-#include "claw/model/context_parallel.h"
 
 namespace claw::train {
 
@@ -17,6 +16,7 @@ GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data
       dp_rank_(dp_rank),
       cp_size_(cp_size),
       cp_rank_(cp_rank),
+      chunks_(model::CpChunks::of(T, cp_rank, cp_size)),  // refuses a T the chunks do not divide
       packing_(packing) {
   const int64_t n = micro_batches * B * T;
   rows_.tokens.resize(n);
@@ -24,11 +24,8 @@ GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data
   // Split rows carry every token's place in the full row.
   if (packing.reset_position_ids || cp_size > 1) rows_.positions.resize(n);
   if (packing.reset_attention_mask) rows_.seg_start.resize(n);
-  if (cp_size > 1) {
-    (void)model::CpChunks::of(T, cp_rank, cp_size);  // refuses a T the chunks do not divide
-    if (!packing.reset_position_ids)
-      for (int64_t i = 0; i < n; ++i) rows_.positions[i] = static_cast<int32_t>(i % T);
-  }
+  if (cp_size > 1 && !packing.reset_position_ids)
+    for (int64_t i = 0; i < n; ++i) rows_.positions[i] = static_cast<int32_t>(i % T);
 }
 
 void GlobalBatch::load(const data::SampleSource& source, int64_t first) {
@@ -57,12 +54,11 @@ void GlobalBatch::pack() {
                         rows_.seg_start.empty() ? nullptr : rows_.seg_start.data(),
                         packing_.reset_position_ids ? rows_.positions.data() : nullptr, rows_.targets.data());
   if (cp_size_ == 1) return;
-  const model::CpChunks c = model::CpChunks::of(T_full_, cp_rank_, cp_size_);
   const int64_t rows = micro_batches_ * B_;
-  local_.tokens = model::cp_slice(c, rows_.tokens.data(), rows, 1);
-  local_.targets = model::cp_slice(c, rows_.targets.data(), rows, 1);
-  local_.positions = model::cp_slice(c, rows_.positions.data(), rows, 1);
-  if (!rows_.seg_start.empty()) local_.seg_start = model::cp_slice(c, rows_.seg_start.data(), rows, 1);
+  local_.tokens = model::cp_slice(chunks_, rows_.tokens.data(), rows, 1);
+  local_.targets = model::cp_slice(chunks_, rows_.targets.data(), rows, 1);
+  local_.positions = model::cp_slice(chunks_, rows_.positions.data(), rows, 1);
+  if (!rows_.seg_start.empty()) local_.seg_start = model::cp_slice(chunks_, rows_.seg_start.data(), rows, 1);
 }
 
 void GlobalBatch::set_device(const kernels::cuda::Device* device) {

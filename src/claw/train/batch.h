@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "claw/data/packing.h"
+#include "claw/model/context_parallel.h"
 #include "claw/data/sample_source.h"
 
 namespace claw::train {
@@ -70,6 +71,7 @@ class GlobalBatch {
   Arena device_arrays_;  // tokens, targets, positions, seg_start: micro_batches x B x T each
   int64_t micro_batches_, B_, T_, T_full_;
   int dp_size_, dp_rank_, cp_size_, cp_rank_;
+  model::CpChunks chunks_;  // this CP rank's chunks of a row
   data::PackingOptions packing_;
   Arrays rows_, local_;
 };

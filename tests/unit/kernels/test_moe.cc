@@ -184,8 +184,11 @@ TEST(MoeDispatch, GatherCombineAndTheirAdjointsAgreeWithLoops) {
     for (int64_t c = 0; c < C; ++c) dot += static_cast<double>(dy[r.order[m] / k * C + c]) * out[m * C + c];
     EXPECT_NEAR(dprob[r.order[m]], dot, 1e-6);
   }
-  for (int64_t i = 0; i < N * k; ++i)
-    if (!r.kept[static_cast<size_t>(i)]) EXPECT_EQ(dprob[i], 0.0f);
+  for (int64_t i = 0; i < N * k; ++i) {
+    if (!r.kept[static_cast<size_t>(i)]) {
+      EXPECT_EQ(dprob[i], 0.0f);
+    }
+  }
   // scatter_add is gather's adjoint: <gather(x), g> = <x, scatter(g)>.
   const auto g = randn(static_cast<size_t>(M * C), 25);
   std::vector<float> dx(static_cast<size_t>(N * C), 0.0f);

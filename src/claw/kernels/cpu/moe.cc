@@ -114,6 +114,8 @@ void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int
     r.load[static_cast<size_t>(e)] = static_cast<int64_t>(list.size());
     r.offsets[static_cast<size_t>(e + 1)] = static_cast<int64_t>(r.order.size());
   }
+  r.row.assign(static_cast<size_t>(N * k), -1);
+  for (size_t m = 0; m < r.order.size(); ++m) r.row[static_cast<size_t>(r.order[m])] = static_cast<int64_t>(m);
 }
 
 void moe_route_backward(const float* logits, const MoeRouting& r, MoeScore score, const float* dprob,
@@ -173,6 +175,22 @@ void moe_route_backward(const float* logits, const MoeRouting& r, MoeScore score
   }
 }
 
+void moe_aux_dscore(double coeff, const int64_t* routed, int64_t N, int64_t E, int64_t k, double scale, double* out) {
+  for (int64_t e = 0; e < E; ++e)
+    out[e] = scale * coeff * static_cast<double>(E) * static_cast<double>(routed[e]) /
+             (static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(k));
+}
+
+double moe_route_sums(const MoeRouting& r, double* score_sum) {
+  std::fill_n(score_sum, r.E, 0.0);
+  double lse2 = 0;
+  for (int64_t t = 0; t < r.N; ++t) {
+    for (int64_t e = 0; e < r.E; ++e) score_sum[e] += r.score[static_cast<size_t>(t * r.E + e)];
+    lse2 += static_cast<double>(r.lse[static_cast<size_t>(t)]) * r.lse[static_cast<size_t>(t)];
+  }
+  return lse2;
+}
+
 double moe_aux_loss(double coeff, const int64_t* routed, const double* score_sum, int64_t N, int64_t E, int64_t k) {
   double sum = 0;
   for (int64_t e = 0; e < E; ++e) sum += static_cast<double>(routed[e]) * score_sum[e];
@@ -196,17 +214,8 @@ void moe_gather(const CpuCtx& ctx, const MoeRouting& r, const float* x, int64_t 
   });
 }
 
-namespace {
-// For each token, the dispatched row of each of its choices (-1: dropped).
-std::vector<int64_t> row_of(const MoeRouting& r) {
-  std::vector<int64_t> row(static_cast<size_t>(r.N * r.k), -1);
-  for (size_t m = 0; m < r.order.size(); ++m) row[static_cast<size_t>(r.order[m])] = static_cast<int64_t>(m);
-  return row;
-}
-}  // namespace
-
 void moe_combine(const CpuCtx& ctx, const MoeRouting& r, const float* rows, int64_t C, float* y, bool accumulate) {
-  const std::vector<int64_t> row = row_of(r);
+  const std::vector<int64_t>& row = r.row;
   parallel_for(ctx, r.N, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       float* yt = y + t * C;
@@ -224,7 +233,7 @@ void moe_combine(const CpuCtx& ctx, const MoeRouting& r, const float* rows, int6
 
 void moe_combine_backward(const CpuCtx& ctx, const MoeRouting& r, const float* dy, const float* rows, int64_t C,
                           float* drows, float* dprob) {
-  const std::vector<int64_t> row = row_of(r);
+  const std::vector<int64_t>& row = r.row;
   parallel_for(ctx, r.N, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const float* dyt = dy + t * C;
@@ -250,7 +259,7 @@ void moe_combine_backward(const CpuCtx& ctx, const MoeRouting& r, const float* d
 }
 
 void moe_scatter_add(const CpuCtx& ctx, const MoeRouting& r, const float* drows, int64_t C, float* dx) {
-  const std::vector<int64_t> row = row_of(r);
+  const std::vector<int64_t>& row = r.row;
   parallel_for(ctx, r.N, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
       for (int64_t j = 0; j < r.k; ++j) {

@@ -58,6 +58,7 @@ struct MoeRouting {
   // Dispatch: kept pairs by expert then token, as indices t * k + j.
   std::vector<int32_t> order;
   std::vector<int64_t> offsets;  // [E + 1]
+  std::vector<int64_t> row;      // [N, k] each choice's dispatched row (-1: dropped); order's inverse
 };
 
 // bias: [E] or null. capacity_factor <= 0: dropless.
@@ -72,6 +73,13 @@ void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int
 // times the loss scale).
 void moe_route_backward(const float* logits, const MoeRouting& r, MoeScore score, const float* dprob,
                         const double* aux_dscore, double z_scale, float* dlogits);
+
+// d aux / d score_ti for every token (the same for all t): coeff E routed_i /
+// (N^2 k), times `scale` (the loss's weight), into out [E] (moe_route_backward's aux_dscore).
+void moe_aux_dscore(double coeff, const int64_t* routed, int64_t N, int64_t E, int64_t k, double scale, double* out);
+// A routing's sums the auxiliary losses need: score_sum [E] = sum_t score_ti;
+// returns sum_t lse_t^2.
+double moe_route_sums(const MoeRouting& r, double* score_sum);
 
 // The load-balancing loss coeff E sum_i f_i P_i from routing stats that may
 // be sums over several ranks' tokens: routed [E], score_sum [E] (sum_t
