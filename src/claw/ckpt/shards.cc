@@ -1,6 +1,7 @@
 #include "claw/ckpt/shards.h"
 
 #include <algorithm>
+#include <map>
 
 #include "claw/core/error.h"
 #include "claw/model/gpt.h"
@@ -53,13 +54,17 @@ std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg) {
 std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& stores, const optim::AdamW* optimizer,
                                   const ShardOptions& opts) {
   std::vector<Shard> out;
-  // What every data-parallel rank holds goes to the rank with the fewest
-  // bytes so far; the same walk on every rank of the group gives the same deal.
-  std::vector<int64_t> load(opts.dp_size, 0);
-  const auto deal = [&](int64_t n) {
+  // What every rank of a reduction group holds ("dp", or "expert_dp" for
+  // experts under expert parallelism) goes to its rank with the fewest bytes
+  // so far; the same walk on every rank of the group gives the same deal.
+  std::map<std::string, std::vector<int64_t>> loads;
+  std::map<const model::Param*, const model::StoreRegion*> region_of;
+  const auto deal = [&](const model::StoreRegion& g, int64_t n) {
+    std::vector<int64_t>& load = loads[g.group];
+    load.resize(static_cast<size_t>(g.shards));
     const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     load[r] += n;
-    return r == opts.dp_rank;
+    return r == g.shard;
   };
   for (const model::ParamStore* store : stores) {
     const bool sharded = store->options().shard_values;
@@ -67,13 +72,14 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
       const model::Param* p = store->params()[k];
       const int r = store->slot(k).region;
       const model::StoreRegion& g = store->regions()[r];
+      region_of[p] = &g;
       const int64_t lo = g.shard_lo(), hi = g.shard_hi();
       float* base = sharded ? store->value_shard(r) - lo : store->values(r);
       const int64_t off = store->slot(k).offset;
       const int64_t numel = p->spec.local_shape().numel();
       const int64_t b = sharded ? std::max(lo, off) : off, e = sharded ? std::min(hi, off + numel) : off + numel;
       if (b >= e) continue;
-      const bool mine = sharded || opts.dp_size == 1 || deal(e - b);
+      const bool mine = sharded || g.shards == 1 || deal(g, e - b);
       out.push_back({.tensor = value_tensor(p->spec.name), .spec = &p->spec, .begin = b - off, .n = e - b,
                      .data = base + b, .write = p->spec.primary && mine});
     }
@@ -83,7 +89,8 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
     const auto& names = optim::AdamW::state_names();
     for (size_t i = 0; i < segs.size(); ++i) {
       const model::Segment& s = segs[i];
-      const bool mine = opts.zero_stage >= 1 || opts.dp_size == 1 || deal(static_cast<int64_t>(names.size()) * s.n);
+      const model::StoreRegion& g = *region_of.at(s.param);
+      const bool mine = opts.zero_stage >= 1 || g.shards == 1 || deal(g, static_cast<int64_t>(names.size()) * s.n);
       const bool write = s.param->spec.primary && mine;
       for (size_t k = 0; k < names.size(); ++k)
         out.push_back({.tensor = optimizer_tensor(names[k], s.param->spec.name), .spec = &s.param->spec,

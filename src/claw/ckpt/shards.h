@@ -57,8 +57,7 @@ std::string optimizer_tensor(const std::string& state, const std::string& param)
 std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg);
 
 struct ShardOptions {
-  int zero_stage = 0;
-  int dp_rank = 0, dp_size = 1;
+  int zero_stage = 0;  // the group sizes and ranks come from the stores' regions
   bool optimizer = true;  // include the optimizer's state
 };
 

@@ -161,6 +161,8 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.parallel.cp_comm_type; }),
       int_flag<A>("expert-model-parallel-size", "expert-parallel ranks (MoE)",
                   [](A& a) -> auto& { return a.parallel.sizes.ep; }),
+      int_flag<A>("expert-tensor-parallel-size", "tensor-parallel ranks of each expert (MoE; 0: the dense TP size)",
+                  [](A& a) -> auto& { return a.parallel.sizes.etp; }),
       string_flag<A>("parallel-order", "rank grid order, fastest-varying first",
                      [](A& a) -> auto& { return a.parallel.sizes.order; }),
       switch_flag<A>("use-distributed-optimizer", "shard AdamW state over data-parallel ranks (ZeRO stage 1)",

@@ -49,7 +49,7 @@ std::vector<bool> token_mask(const std::string& order, std::string_view token) {
 }
 
 std::array<int, 5> dense_sizes(const RankGrid& g) { return {g.tp, g.cp, 1, g.dp, g.pp}; }
-std::array<int, 5> expert_sizes(const RankGrid& g) { return {g.tp, 1, g.ep, g.expert_dp, g.pp}; }
+std::array<int, 5> expert_sizes(const RankGrid& g) { return {g.etp, 1, g.ep, g.expert_dp, g.pp}; }
 
 }  // namespace
 
@@ -100,12 +100,14 @@ RankGrid RankGrid::make(int world_size, const ParallelSizes& s) {
   positive(s.cp, "--context-parallel-size");
   positive(s.ep, "--expert-model-parallel-size");
   positive(s.pp, "--pipeline-model-parallel-size");
+  if (s.etp != 0) positive(s.etp, "--expert-tensor-parallel-size");
 
   RankGrid g;
   g.world = world_size;
   g.tp = s.tp;
   g.cp = s.cp;
   g.ep = s.ep;
+  g.etp = s.etp > 0 ? s.etp : s.tp;
   g.pp = s.pp;
   g.order = s.order;
   std::transform(g.order.begin(), g.order.end(), g.order.begin(),
@@ -124,11 +126,17 @@ RankGrid RankGrid::make(int world_size, const ParallelSizes& s) {
          "--pipeline-model-parallel-size {} = {}; use sizes whose product divides the {} ranks",
          world_size, g.tp, g.cp, g.pp, model, world_size);
   g.dp = world_size / model;
-  if (g.dp * g.cp % g.ep != 0)
-    fail("--expert-model-parallel-size {} must divide data-parallel x context-parallel = {} (data-parallel {} = "
-         "world {} / (tp {} x cp {} x pp {}), --context-parallel-size {})",
-         g.ep, g.dp * g.cp, g.dp, world_size, g.tp, g.cp, g.pp, g.cp);
-  g.expert_dp = g.dp * g.cp / g.ep;
+  const int expert_model = g.etp * g.ep * g.pp;
+  if (world_size % expert_model != 0) {
+    if (s.etp == 0)  // ETP = TP
+      fail("--expert-model-parallel-size {} must divide data-parallel x context-parallel = {} (data-parallel {} = "
+           "world {} / (tp {} x cp {} x pp {}), --context-parallel-size {})",
+           g.ep, g.dp * g.cp, g.dp, world_size, g.tp, g.cp, g.pp, g.cp);
+    fail("--expert-tensor-parallel-size {} x --expert-model-parallel-size {} x --pipeline-model-parallel-size {} = {} "
+         "does not divide the world size {}; the expert grid needs ETP x EP x PP to divide the ranks",
+         g.etp, g.ep, g.pp, expert_model, world_size);
+  }
+  g.expert_dp = world_size / expert_model;
 
   // Megatron-Core builds the expert grid with the same order and CP folded
   // into its data-parallel size; a pipeline stage must still be the same set
@@ -185,8 +193,8 @@ int RankGrid::dp_rank(int r) const { return coordinate("dp", r); }
 int RankGrid::pp_rank(int r) const { return coordinate("pp", r); }
 
 std::string RankGrid::describe() const {
-  std::string s = fmt::format("world {} = tp {} x cp {} x dp {} x pp {}, ep {} (expert dp {})", world, tp, cp, dp, pp,
-                              ep, expert_dp);
+  std::string s = fmt::format("world {} = tp {} x cp {} x dp {} x pp {}, ep {}{} (expert dp {})", world, tp, cp, dp,
+                              pp, ep, etp != tp ? fmt::format(" x etp {}", etp) : "", expert_dp);
   if (order != kDefaultOrder) s += fmt::format(", order {}", order);
   return s;
 }

@@ -3,9 +3,10 @@
 // World = TP x CP x EP x DP x PP in the order string "tp-cp-ep-dp-pp", the
 // first name varying fastest (Megatron-Core's RankGenerator): TP ranks are
 // neighbours, PP spans the farthest. DP is derived: world / (TP x CP x PP).
-// Expert parallelism splits the DP x CP ranks of the MoE layers: EP must
-// divide DP x CP, and expert-data-parallel = DP x CP / EP (the expert grid
-// is "tp-ep-dp-pp" with that DP and CP = 1, as Megatron-Core builds it).
+// The MoE layers' experts have a grid of their own over the same ranks
+// (Megatron-Core's expert RankGenerator): ETP x EP x expert-DP x PP, with
+// ETP (--expert-tensor-parallel-size, default TP) in tp's place, CP = 1 and
+// expert-DP = world / (ETP x EP x PP); with ETP = TP that is DP x CP / EP.
 //
 // RankGrid::groups() is the pure function behind it: for a token such as
 // "tp", "dp", "cp-dp" or "tp-pp", the lists of world ranks that vary only
@@ -28,6 +29,7 @@ struct ParallelSizes {
   int tp = 1;  // --tensor-model-parallel-size
   int cp = 1;  // --context-parallel-size
   int ep = 1;  // --expert-model-parallel-size
+  int etp = 0;  // --expert-tensor-parallel-size (0: the same as tp)
   int pp = 1;  // --pipeline-model-parallel-size
   std::string order = "tp-cp-ep-dp-pp";
 };
@@ -35,12 +37,13 @@ struct ParallelSizes {
 // The grid of a world: sizes resolved (dp derived) and validated. Throws
 // claw::Error naming the flags when the world does not factor: a size < 1,
 // an order that is not a permutation of tp, cp, ep, dp, pp, TP x CP x PP not
-// dividing the world, EP not dividing DP x CP, or (Megatron-Core's
+// dividing the world, ETP x EP x PP not dividing it, or (Megatron-Core's
 // assertions) pp > 1 with pipeline groups that would differ between the
 // dense and the expert grid (pp not last and expert dp != dp).
 struct RankGrid {
   int world = 1, tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
-  int expert_dp = 1;  // dp * cp / ep
+  int etp = 1;        // the experts' tensor-parallel size
+  int expert_dp = 1;  // world / (etp * ep * pp)
   std::string order;  // --parallel-order, lower case
   static RankGrid make(int world_size, const ParallelSizes& s);
   // Lists of world ranks for a token of the dense grid ("tp", "cp", "dp",
@@ -48,7 +51,7 @@ struct RankGrid {
   // RankGenerator.get_ranks with sizes tp, cp, ep = 1, dp, pp. Names in a
   // token may come in any order; an unknown name throws claw::Error.
   std::vector<std::vector<int>> groups(std::string_view token) const;
-  // Same over the expert grid: sizes tp, cp = 1, ep, expert_dp, pp in the
+  // Same over the expert grid: sizes etp, cp = 1, ep, expert_dp, pp in the
   // same order ("ep", "tp-ep", "dp" = expert data parallel, "pp").
   std::vector<std::vector<int>> expert_groups(std::string_view token) const;
   // The lists World::split needs for the embedding group: for each pipeline

@@ -17,7 +17,7 @@ void Block::Saved::layout_internal(ArenaLayout& L, const std::string& p, const M
   const bool moe_here = layer >= 0 ? cfg.moe.is_moe_layer(layer, cfg.num_layers) : moe_layers > 0;
   const bool dense_here = layer >= 0 ? !moe_here : moe_layers < cfg.num_layers;
   if (dense_here) mlp.layout(L, p + ".mlp", cfg, N, tp);
-  if (moe_here) moe.layout(L, p + ".mlp", cfg, N);
+  if (moe_here) moe.layout(L, p + ".mlp", cfg, N, tp);
 }
 
 void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp) {

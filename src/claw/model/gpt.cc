@@ -128,9 +128,10 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
              cfg_.kv_heads(), tp_.size(), tp_.dims().kv_replicas(cfg_));
   for (int64_t k = 0; k < stage_.num_layers; ++k)
     blocks_.push_back(std::make_unique<Block>(static_cast<int>(stage_.first_layer + k), cfg_, hf_, &rope_, tp_));
-  // Replicated parameters count once over the TP group (on its rank 0).
+  // Replicated parameters count once over the TP group (on its rank 0);
+  // experts reduced over their own group count there (ModelChunks).
   for (Param* p : params())
-    if (p->spec.shard_dim < 0) p->spec.primary = tp_.rank() == 0;
+    if (p->spec.shard_dim < 0 && p->spec.reduction_group == "dp") p->spec.primary = tp_.rank() == 0;
   // The last stage's copy of tied word embeddings counts once, on the first stage.
   if (cfg_.tied() && stage_.post_process && !stage_.pre_process) embedding_.word.spec.primary = false;
   // With LoRA adapters only they (and --lora-modules-to-save) train, and not those --freeze names.

@@ -11,14 +11,15 @@
 
 namespace claw::model {
 
-void MoELayer::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N) {
-  const int64_t M = N * cfg.moe.router_topk;
-  logits = L.take<float>(prefix + ".router_logits", N * cfg.moe.num_experts);
-  h = L.take<float>(prefix + ".experts.h", M * cfg.moe_ffn());
-  if (cfg.mlp == Mlp::swiglu) u = L.take<float>(prefix + ".experts.u", M * cfg.moe_ffn());
+void MoELayer::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp) {
+  const int64_t R = tp.rows(N), M = R * cfg.moe.router_topk, Rin = M * tp.ep;
+  logits = L.take<float>(prefix + ".router_logits", R * cfg.moe.num_experts);
+  h = L.take<float>(prefix + ".experts.h", Rin * cfg.moe_ffn());
+  if (cfg.mlp == Mlp::swiglu) u = L.take<float>(prefix + ".experts.u", Rin * cfg.moe_ffn());
   o = L.take<float>(prefix + ".experts.out", M * cfg.hidden_size);
+  if (tp.ep > 1) x_in = L.take<float>(prefix + ".experts.in", Rin * cfg.hidden_size);
   if (cfg.moe.shared_expert_intermediate_size > 0)
-    shared.layout(L, prefix + ".shared_experts", cfg, N, TpDims{}, cfg.moe.shared_expert_intermediate_size);
+    shared.layout(L, prefix + ".shared_experts", cfg, N, tp, cfg.moe.shared_expert_intermediate_size);
 }
 
 namespace {
@@ -27,15 +28,19 @@ std::string moe_name(int layer, const std::string& what) { return "layers." + st
 
 MoELayer::MoELayer(int l, const ModelConfig& cfg, const HfNames& hf, const TensorParallel& tp)
     : cfg_(cfg),
+      tp_(tp),
       C_(cfg.hidden_size),
       E_(cfg.moe.num_experts),
       k_(cfg.moe.router_topk),
       Fe_(cfg.moe_ffn()),
+      El_(cfg.moe.num_experts / tp.ep_size()),
       score_(kernels::parse_moe_score(cfg.moe.router_score_function)),
       drop_(kernels::parse_moe_drop(cfg.moe.token_drop_policy)),
       swiglu_(cfg.mlp == Mlp::swiglu) {
   (void)hf;
-  CLAW_CHECK(tp.size() == 1, "MoE layers run at tensor-parallel size 1 for now");
+  CLAW_CHECK(tp.size() == 1 || (tp.sp() && tp.expert_region),
+             "MoE layers under tensor parallelism need sequence parallelism and expert tensor parallelism 1");
+  CLAW_CHECK(E_ % tp.ep_size() == 0, "{} experts over {} expert-parallel ranks", E_, tp.ep_size());
   const double std = cfg.init_method_std;
   router.spec = {.name = moe_name(l, "router.weight"), .shape = {E_, C_}, .init_std = std};
   if (cfg.moe.router_enable_expert_bias)
@@ -46,6 +51,11 @@ MoELayer::MoELayer(int l, const ModelConfig& cfg, const HfNames& hf, const Tenso
   if (swiglu_) up.spec = {.name = moe_name(l, "experts.up_proj.weight"), .shape = {E_, Fe_, C_}, .init_std = std};
   proj.spec = {.name = moe_name(l, swiglu_ ? "experts.down_proj.weight" : "experts.proj.weight"),
                .shape = {E_, C_, Fe_}, .init_std = std / std::sqrt(2.0 * cfg.num_layers)};
+  for (Param* p : {&fc, &up, &proj}) {
+    if (p->spec.name.empty()) continue;
+    if (tp.ep_size() > 1) p->spec.split(0, tp.ep_size(), tp.ep_rank(), "ep");
+    if (tp.expert_region) p->spec.reduction_group = "expert_dp";
+  }
   if (cfg.moe.shared_expert_intermediate_size > 0)
     shared.emplace(moe_name(l, "shared_experts"), cfg.moe.shared_expert_intermediate_size, cfg,
                    "model.layers." + std::to_string(l) + ".mlp.shared_experts", tp);
@@ -69,80 +79,173 @@ void MoELayer::activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* 
     kernels::gelu_forward(cpu, a, s.h, rows * Fe_);
 }
 
+int64_t MoELayer::route(const float* logits, int64_t R, std::vector<int64_t>& routed) const {
+  kernels::moe_route(logits, cfg_.moe.router_enable_expert_bias ? expert_bias.data() : nullptr, R, E_, k_, score_,
+                     cfg_.moe.expert_capacity_factor, drop_, routing_);
+  routed = routing_.routed;
+  if (!tp_.moe_tokens || tp_.moe_tokens->size() == 1) return R;
+  routed.push_back(R);
+  tp_.moe_tokens->all_reduce(routed.data(), E_ + 1, DType::i64);
+  const int64_t N = routed.back();
+  routed.pop_back();
+  return N;
+}
+
+void MoELayer::exchange_counts(std::vector<int64_t>& recv) const {
+  const int ep = tp_.ep_size();
+  std::vector<int64_t> send(static_cast<size_t>(E_)), blocks(static_cast<size_t>(ep), El_);
+  for (int64_t e = 0; e < E_; ++e) send[static_cast<size_t>(e)] = routing_.offsets[e + 1] - routing_.offsets[e];
+  recv.resize(static_cast<size_t>(E_));
+  tp_.ep->all_to_all(send.data(), blocks, recv.data(), blocks, DType::i64);
+}
+
+void MoELayer::exchange_rows(const std::vector<int64_t>& recv, float* out, float* in, bool inverse) const {
+  const int ep = tp_.ep_size();
+  std::vector<int64_t> sent(static_cast<size_t>(ep)), got(static_cast<size_t>(ep), 0);
+  for (int q = 0; q < ep; ++q) {
+    sent[q] = (routing_.offsets[(q + 1) * El_] - routing_.offsets[q * El_]) * C_;
+    for (int64_t j = 0; j < El_; ++j) got[q] += recv[static_cast<size_t>(q * El_ + j)] * C_;
+  }
+  if (inverse)
+    tp_.ep->all_to_all(in, got, out, sent, DType::f32);
+  else
+    tp_.ep->all_to_all(out, sent, in, got, DType::f32);
+}
+
 void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const {
-  const int64_t N = ctx.tokens();
-  kernels::gemm(ctx.cpu, false, true, N, E_, C_, 1.0f, x, C_, router.data(), C_, 0.0f, s.logits, E_);
-  kernels::MoeRouting& r = routing_;
-  kernels::moe_route(s.logits, cfg_.moe.router_enable_expert_bias ? expert_bias.data() : nullptr, N, E_, k_, score_,
-                     cfg_.moe.expert_capacity_factor, drop_, r);
-  const int64_t* off = r.offsets.data();
-  kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_rows);
-  kernels::grouped_gemm(ctx.cpu, off, E_, Fe_, C_, scratch.moe_rows, fc.data(), 0.0f, s.h);
-  if (swiglu_) kernels::grouped_gemm(ctx.cpu, off, E_, Fe_, C_, scratch.moe_rows, up.data(), 0.0f, s.u);
+  const int64_t N = ctx.tokens(), R = tp_.rows(N);
+  kernels::gemm(ctx.cpu, false, true, R, E_, C_, 1.0f, x, C_, router.data(), C_, 0.0f, s.logits, E_);
+  const kernels::MoeRouting& r = routing_;
+  kernels::moe_route(s.logits, cfg_.moe.router_enable_expert_bias ? expert_bias.data() : nullptr, R, E_, k_, score_,
+                     cfg_.moe.expert_capacity_factor, drop_, routing_);
   const auto M = static_cast<int64_t>(r.order.size());
-  activate(ctx.cpu, s, M, scratch.moe_act);
-  kernels::grouped_gemm(ctx.cpu, off, E_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, s.o);
+  // The rows this rank's experts run (expert-major) and their cut.
+  const float* rows = scratch.moe_rows;
+  const int64_t* off = r.offsets.data();
+  int64_t Rin = M;
+  std::vector<int64_t> recv, local_off;
+  if (tp_.ep_size() == 1) {
+    kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_rows);
+  } else {
+    kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_drows);
+    exchange_counts(recv);
+    exchange_rows(recv, scratch.moe_drows, scratch.moe_rows, false);
+    local_off.resize(static_cast<size_t>(El_ + 1));
+    Rin = kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, scratch.moe_rows, s.x_in, true,
+                                        local_off.data());
+    rows = s.x_in;
+    off = local_off.data();
+  }
+  kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, fc.data(), 0.0f, s.h);
+  if (swiglu_) kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, up.data(), 0.0f, s.u);
+  activate(ctx.cpu, s, Rin, scratch.moe_act);
+  if (tp_.ep_size() == 1) {
+    kernels::grouped_gemm(ctx.cpu, off, El_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, s.o);
+  } else {
+    kernels::grouped_gemm(ctx.cpu, off, El_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, scratch.moe_rows);
+    kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, scratch.moe_rows, scratch.moe_drows,
+                                  false);
+    exchange_rows(recv, s.o, scratch.moe_drows, true);
+  }
   kernels::moe_combine(ctx.cpu, r, s.o, C_, y, false);
   if (shared) {
     shared->forward(ctx, x, scratch.moe_shared, s.shared, scratch);
-    kernels::add(ctx.cpu, y, y, scratch.moe_shared, N * C_);
+    kernels::add(ctx.cpu, y, y, scratch.moe_shared, R * C_);
   }
   if (!ctx.training) return;
-  // Statistics of this micro-batch (recomputed blocks count twice: the means
-  // and the bias rule's signs are unchanged by that).
-  std::vector<double> score_sum(static_cast<size_t>(E_));
-  const double lse2 = kernels::moe_route_sums(r, score_sum.data());
-  aux_sum_ += kernels::moe_aux_loss(1.0, r.routed.data(), score_sum.data(), N, E_, k_);
-  z_sum_ += lse2 / static_cast<double>(N);
-  ++micro_batches_;
+  // Statistics of this micro-batch over all its tokens (recomputed blocks
+  // count twice: the means and the bias rule's signs are unchanged by that).
+  std::vector<double> sums(static_cast<size_t>(3 * E_ + 2));
+  double* score_sum = sums.data();
+  sums[static_cast<size_t>(E_)] = kernels::moe_route_sums(r, score_sum);
+  sums[static_cast<size_t>(E_ + 1)] = static_cast<double>(R);
   for (int64_t e = 0; e < E_; ++e) {
-    step_load_[static_cast<size_t>(e)] += r.load[static_cast<size_t>(e)];
-    bias_load_[static_cast<size_t>(e)] += r.load[static_cast<size_t>(e)];
+    sums[static_cast<size_t>(E_ + 2 + e)] = static_cast<double>(r.routed[static_cast<size_t>(e)]);
+    sums[static_cast<size_t>(2 * E_ + 2 + e)] = static_cast<double>(r.load[static_cast<size_t>(e)]);
   }
+  if (tp_.moe_tokens && tp_.moe_tokens->size() > 1)
+    tp_.moe_tokens->all_reduce(sums.data(), static_cast<int64_t>(sums.size()), DType::f64);
+  const auto Ng = static_cast<int64_t>(sums[static_cast<size_t>(E_ + 1)]);
+  std::vector<int64_t> routed(static_cast<size_t>(E_));
+  for (int64_t e = 0; e < E_; ++e) {
+    routed[static_cast<size_t>(e)] = static_cast<int64_t>(sums[static_cast<size_t>(E_ + 2 + e)]);
+    const auto load = static_cast<int64_t>(sums[static_cast<size_t>(2 * E_ + 2 + e)]);
+    step_load_[static_cast<size_t>(e)] += load;
+    bias_load_[static_cast<size_t>(e)] += load;
+  }
+  aux_sum_ += kernels::moe_aux_loss(1.0, routed.data(), score_sum, Ng, E_, k_);
+  z_sum_ += sums[static_cast<size_t>(E_)] / static_cast<double>(Ng);
+  ++micro_batches_;
 }
 
 void MoELayer::backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch) {
-  const int64_t N = ctx.tokens();
+  const int64_t N = ctx.tokens(), R = tp_.rows(N);
   // The shared expert first: its backward overwrites dx.
   if (shared)
     shared->backward(ctx, s.shared, x, dy, dx, scratch);
   else
-    std::fill_n(dx, N * C_, 0.0f);
-  kernels::MoeRouting& r = routing_;
-  kernels::moe_route(s.logits, cfg_.moe.router_enable_expert_bias ? expert_bias.data() : nullptr, N, E_, k_, score_,
-                     cfg_.moe.expert_capacity_factor, drop_, r);
-  const int64_t* off = r.offsets.data();
+    std::fill_n(dx, R * C_, 0.0f);
+  std::vector<int64_t> routed;
+  const int64_t Ng = route(s.logits, R, routed);
+  const kernels::MoeRouting& r = routing_;
   const auto M = static_cast<int64_t>(r.order.size());
   kernels::moe_combine_backward(ctx.cpu, r, dy, s.o, C_, scratch.moe_drows, scratch.moe_dprob);
-  kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_rows);
-  activate(ctx.cpu, s, M, scratch.moe_act);  // recompute
+  // The received rows and their output gradients, expert-major.
+  const float* rows = scratch.moe_rows;
+  const int64_t* off = r.offsets.data();
+  int64_t Rin = M;
+  std::vector<int64_t> recv, local_off;
+  if (tp_.ep_size() == 1) {
+    kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_rows);
+  } else {
+    exchange_counts(recv);
+    exchange_rows(recv, scratch.moe_drows, scratch.moe_rows, false);
+    local_off.resize(static_cast<size_t>(El_ + 1));
+    Rin = kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, scratch.moe_rows,
+                                        scratch.moe_drows, true, local_off.data());
+    rows = s.x_in;
+    off = local_off.data();
+  }
+  activate(ctx.cpu, s, Rin, scratch.moe_act);  // recompute
   if (float* g = proj.gdata())
-    kernels::grouped_gemm_dw(ctx.cpu, off, E_, C_, Fe_, scratch.moe_drows, scratch.moe_act, 1.0f, g);
+    kernels::grouped_gemm_dw(ctx.cpu, off, El_, C_, Fe_, scratch.moe_drows, scratch.moe_act, 1.0f, g);
   float* da = scratch.moe_act;  // the activation is dead once proj's gradient has it
-  kernels::grouped_gemm_dx(ctx.cpu, off, E_, C_, Fe_, scratch.moe_drows, proj.data(), 0.0f, da);
+  kernels::grouped_gemm_dx(ctx.cpu, off, El_, C_, Fe_, scratch.moe_drows, proj.data(), 0.0f, da);
   if (swiglu_)
-    kernels::swiglu_backward(ctx.cpu, s.h, s.u, da, s.h, s.u, M * Fe_);  // dgate over gate, dup over up
+    kernels::swiglu_backward(ctx.cpu, s.h, s.u, da, s.h, s.u, Rin * Fe_);  // dgate over gate, dup over up
   else
-    kernels::gelu_backward(ctx.cpu, s.h, da, s.h, M * Fe_);
-  if (float* g = fc.gdata()) kernels::grouped_gemm_dw(ctx.cpu, off, E_, Fe_, C_, s.h, scratch.moe_rows, 1.0f, g);
+    kernels::gelu_backward(ctx.cpu, s.h, da, s.h, Rin * Fe_);
+  if (float* g = fc.gdata()) kernels::grouped_gemm_dw(ctx.cpu, off, El_, Fe_, C_, s.h, rows, 1.0f, g);
   if (swiglu_)
-    if (float* g = up.gdata()) kernels::grouped_gemm_dw(ctx.cpu, off, E_, Fe_, C_, s.u, scratch.moe_rows, 1.0f, g);
+    if (float* g = up.gdata()) kernels::grouped_gemm_dw(ctx.cpu, off, El_, Fe_, C_, s.u, rows, 1.0f, g);
   float* drows = scratch.moe_drows;  // the output gradient is dead: the rows' input gradients go here
-  kernels::grouped_gemm_dx(ctx.cpu, off, E_, Fe_, C_, s.h, fc.data(), 0.0f, drows);
-  if (swiglu_) kernels::grouped_gemm_dx(ctx.cpu, off, E_, Fe_, C_, s.u, up.data(), 1.0f, drows);
+  kernels::grouped_gemm_dx(ctx.cpu, off, El_, Fe_, C_, s.h, fc.data(), 0.0f, drows);
+  if (swiglu_) kernels::grouped_gemm_dx(ctx.cpu, off, El_, Fe_, C_, s.u, up.data(), 1.0f, drows);
+  if (tp_.ep_size() > 1) {  // back to the tokens' ranks
+    kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, drows, scratch.moe_rows, false);
+    exchange_rows(recv, drows, scratch.moe_rows, true);
+  }
   kernels::moe_scatter_add(ctx.cpu, r, drows, C_, dx);
   // The router: the combine weights' gradient and the auxiliary losses'.
   const double scale = ctx.moe_aux_scale;
   std::vector<double> aux_dscore;
   if (cfg_.moe.aux_loss_coeff > 0) {
     aux_dscore.resize(static_cast<size_t>(E_));
-    kernels::moe_aux_dscore(cfg_.moe.aux_loss_coeff, r.routed.data(), N, E_, k_, scale, aux_dscore.data());
+    kernels::moe_aux_dscore(cfg_.moe.aux_loss_coeff, routed.data(), Ng, E_, k_, scale, aux_dscore.data());
   }
   kernels::moe_route_backward(s.logits, r, score_, scratch.moe_dprob, aux_dscore.empty() ? nullptr : aux_dscore.data(),
-                              scale * cfg_.moe.z_loss_coeff / static_cast<double>(N), scratch.moe_dlogits);
-  kernels::gemm(ctx.cpu, false, false, N, C_, E_, 1.0f, scratch.moe_dlogits, E_, router.data(), C_, 1.0f, dx, C_);
-  if (float* g = router.gdata())
-    kernels::gemm(ctx.cpu, true, false, E_, C_, N, 1.0f, scratch.moe_dlogits, E_, x, C_, 1.0f, g, C_);
+                              scale * cfg_.moe.z_loss_coeff / static_cast<double>(Ng), scratch.moe_dlogits);
+  kernels::gemm(ctx.cpu, false, false, R, C_, E_, 1.0f, scratch.moe_dlogits, E_, router.data(), C_, 1.0f, dx, C_);
+  if (float* g = router.gdata()) {
+    if (!tp_.sp()) {
+      kernels::gemm(ctx.cpu, true, false, E_, C_, R, 1.0f, scratch.moe_dlogits, E_, x, C_, 1.0f, g, C_);
+    } else {  // replicated over TP, each rank's tokens a part of the sum
+      kernels::gemm(ctx.cpu, true, false, E_, C_, R, 1.0f, scratch.moe_dlogits, E_, x, C_, 0.0f, scratch.moe_drouter,
+                    C_);
+      tp_.group->all_reduce(scratch.moe_drouter, E_ * C_, DType::f32);
+      kernels::add(ctx.cpu, g, g, scratch.moe_drouter, E_ * C_);
+    }
+  }
 }
 
 void MoELayer::update_expert_bias(comm::Group* group) {

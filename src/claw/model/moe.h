@@ -24,8 +24,19 @@
 // mean load (update_expert_bias, the loads summed over the data-parallel
 // ranks), and it is saved with checkpoints.
 //
-// One rank per expert set for now: tensor, context and expert parallelism
-// of MoE layers are refused by the runtime's configuration check.
+// Parallelism. The layer works on the tokens its rank holds: a sequence-
+// parallel piece under TP (MoE with TP needs --sequence-parallel), a CP
+// rank's chunks. Routing statistics (the auxiliary losses' f_i, N, and the
+// loads) are summed over the ranks sharing a micro-batch's tokens
+// (TensorParallel::moe_tokens), so the losses and their gradients are the
+// one-rank ones. The router is replicated: under SP its gradient is summed
+// over TP in backward, as a norm's. Expert parallelism (TensorParallel::ep):
+// rank r holds experts [r El, (r + 1) El), El = E / EP; the dispatched rows
+// go to their experts' ranks by an all-to-all (first the per-expert row
+// counts, then the rows), run there as one grouped GEMM over the rows of
+// every source, and come back by the inverse all-to-all; backward sends the
+// output gradients the same way and the input gradients back. Experts are
+// whole on each rank (expert tensor parallelism 1).
 #pragma once
 
 #include <optional>
@@ -60,18 +71,20 @@ struct MoeStats {
 class MoELayer {
  public:
   struct Saved {
-    float* logits = nullptr;  // [N, E]
-    float* h = nullptr;       // [N k, Fe] fc (GELU) or gate (SwiGLU) output of the dispatched rows
-    float* u = nullptr;       // [N k, Fe] up output (SwiGLU)
-    float* o = nullptr;       // [N k, C] expert outputs
+    // R: this rank's tokens; Rin: rows its experts may receive (R k x EP).
+    float* logits = nullptr;  // [R, E]
+    float* h = nullptr;       // [Rin, Fe] fc (GELU) or gate (SwiGLU) output of the received rows
+    float* u = nullptr;       // [Rin, Fe] up output (SwiGLU)
+    float* o = nullptr;       // [R k, C] expert outputs of this rank's dispatched rows (back from their experts)
+    float* x_in = nullptr;    // [Rin, C] the received rows, expert-major (EP > 1; else gathered again)
     MLP::Saved shared;        // the shared expert's (when there is one)
-    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N);
+    void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t N, TpDims tp);
   };
   MoELayer(int layer, const ModelConfig& cfg, const HfNames& hf, const TensorParallel& tp);
 
-  // x [N, C]; y: [N, C] output.
+  // x [R, C] (R = tp.rows(N)); y: [N, C], the first R rows the output.
   void forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const;
-  // dy [N, C] -> dx [N, C] (overwritten). Clobbers s.h / s.u.
+  // dy [R, C] -> dx [N, C] (overwritten; the first R rows the gradient). Clobbers s.h / s.u.
   void backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
@@ -84,13 +97,25 @@ class MoELayer {
 
   Param router;       // [E, C]
   Param expert_bias;  // [E] (with --moe-router-enable-expert-bias)
-  Param fc, up, proj;  // stacked experts: [E, Fe, C], [E, Fe, C] (SwiGLU), [E, C, Fe]
+  Param fc, up, proj;  // stacked experts: [E, Fe, C], [E, Fe, C] (SwiGLU), [E, C, Fe]; this rank's El of them
   std::optional<MLP> shared;
 
  private:
   void activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* a) const;
+  // Routes this rank's R tokens (into routing_) and sums the auxiliary
+  // losses' counts over the token group: routed [E] and the tokens.
+  int64_t route(const float* logits, int64_t R, std::vector<int64_t>& routed) const;
+  // EP: the rows per (rank, local expert) this rank receives, from the
+  // routing's per-expert counts (an all-to-all of E / EP counts a rank).
+  void exchange_counts(std::vector<int64_t>& recv) const;
+  // EP: sends the dispatched rows `out` [M, C] (expert-major, so grouped by
+  // destination) to their experts' ranks; `in` gets the received rows
+  // rank-major (recv: exchange_counts'). inverse: the way back, in -> out.
+  void exchange_rows(const std::vector<int64_t>& recv, float* out, float* in, bool inverse) const;
   const ModelConfig& cfg_;
+  TensorParallel tp_;
   int64_t C_, E_, k_, Fe_;
+  int64_t El_;  // experts on this rank (E / EP)
   kernels::MoeScore score_;
   kernels::MoeDrop drop_;
   bool swiglu_;

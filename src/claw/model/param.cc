@@ -43,6 +43,8 @@ void check_patterns_match(const std::vector<std::string>& patterns, const std::v
 StoreLayout ParamStore::layout(const std::vector<const ParamSpec*>& specs, const StoreOptions& opts) {
   CLAW_CHECK(opts.shards >= 1 && opts.shard >= 0 && opts.shard < opts.shards, "shard {} of {}", opts.shard,
              opts.shards);
+  CLAW_CHECK(opts.expert_shards >= 1 && opts.expert_shard >= 0 && opts.expert_shard < opts.expert_shards,
+             "expert shard {} of {}", opts.expert_shard, opts.expert_shards);
   CLAW_CHECK(!opts.shard_values || opts.shard_grads, "sharded values need sharded gradients");
   StoreLayout l;
   l.slots.resize(specs.size());
@@ -52,14 +54,16 @@ StoreLayout ParamStore::layout(const std::vector<const ParamSpec*>& specs, const
     for (size_t k = 0; k < specs.size(); ++k) {
       const ParamSpec& s = *specs[k];
       if (s.trainable != trainable) continue;
-      CLAW_CHECK(s.reduction_group == "dp", "{}: reduction group '{}' is not available yet (only \"dp\")", s.name,
-                 s.reduction_group);
+      const bool expert = s.reduction_group == "expert_dp";
+      CLAW_CHECK(expert || s.reduction_group == "dp", "{}: unknown reduction group '{}' (\"dp\" or \"expert_dp\")",
+                 s.name, s.reduction_group);
       auto it = std::find_if(l.regions.begin(), l.regions.end(), [&](const StoreRegion& r) {
         return r.trainable == trainable && r.group == s.reduction_group;
       });
       if (it == l.regions.end()) {
-        l.regions.push_back({.group = s.reduction_group, .trainable = trainable, .shards = opts.shards,
-                             .shard = opts.shard});
+        l.regions.push_back({.group = s.reduction_group, .trainable = trainable,
+                             .shards = expert ? opts.expert_shards : opts.shards,
+                             .shard = expert ? opts.expert_shard : opts.shard});
         it = l.regions.end() - 1;
       }
       l.slots[k] = {.region = static_cast<int>(it - l.regions.begin()), .offset = it->total};

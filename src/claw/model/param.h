@@ -79,8 +79,9 @@ struct ParamSpec {
   // weight-gradient work (input gradients still flow through it).
   bool trainable = true;
   // The group its gradients are summed over and its ZeRO state is sharded
-  // across: "dp" (the data-parallel ranks). Context parallelism ("dp_cp")
-  // and MoE experts ("expert_dp") will add their groups here.
+  // across: "dp" (the ranks the dense parameters are replicated over: data-
+  // parallel, times context-parallel under CP), or "expert_dp" (MoE experts
+  // under expert parallelism: the ranks holding the same experts).
   std::string reduction_group = "dp";
   // MoE: the expert of its layer this parameter belongs to (-1: dense).
   int expert = -1;
@@ -156,6 +157,8 @@ struct StoreDtypes {
 struct StoreOptions {
   int shards = 1;  // ranks of the "dp" reduction group, and this rank's place in it
   int shard = 0;
+  int expert_shards = 1;  // the same for "expert_dp"
+  int expert_shard = 0;
   bool shard_values = false;  // ZeRO-3
   bool shard_grads = false;   // ZeRO-2 and 3
   // false: lay out only (offsets, shard range, byte counts) and allocate
@@ -191,7 +194,7 @@ void check_patterns_match(const std::vector<std::string>& patterns, const std::v
 // aligned, padded to 16 x shards) is split into equal shards over the
 // group's ranks. Coordinates inside a region are floats from its start.
 struct StoreRegion {
-  std::string group = "dp";  // the reduction group whose ranks share it
+  std::string group = "dp";  // the reduction group whose ranks share it ("dp" or "expert_dp")
   bool trainable = true;
   int shards = 1, shard = 0;
   std::vector<size_t> params;  // indices into the store's parameters, in order

@@ -16,13 +16,15 @@ void Scratch::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N, TpDims t
   datt = L.take<float>("scratch.datt", N * HD);
   logits = L.take<float>("scratch.logits", logits_chunk(N) * tp.vocab_rows(cfg));
   if (cfg.moe.enabled()) {
-    const int64_t M = N * cfg.moe.router_topk, C2 = cfg.hidden_size;
-    moe_rows = L.take<float>("scratch.moe_rows", M * C2);
-    moe_act = L.take<float>("scratch.moe_act", M * cfg.moe_ffn());
-    moe_drows = L.take<float>("scratch.moe_drows", M * C2);
+    // R tokens on this rank, M = R k dispatched rows, Rin = M EP received.
+    const int64_t R = tp.rows(N), M = R * cfg.moe.router_topk, Rin = M * tp.ep, C2 = cfg.hidden_size;
+    moe_rows = L.take<float>("scratch.moe_rows", Rin * C2);
+    moe_act = L.take<float>("scratch.moe_act", Rin * cfg.moe_ffn());
+    moe_drows = L.take<float>("scratch.moe_drows", Rin * C2);
     if (cfg.moe.shared_expert_intermediate_size > 0) moe_shared = L.take<float>("scratch.moe_shared", N * C2);
-    moe_dlogits = L.take<float>("scratch.moe_dlogits", N * cfg.moe.num_experts);
+    moe_dlogits = L.take<float>("scratch.moe_dlogits", R * cfg.moe.num_experts);
     moe_dprob = L.take<float>("scratch.moe_dprob", M);
+    if (tp.sp()) moe_drouter = L.take<float>("scratch.moe_drouter", cfg.moe.num_experts * C2);
   }
   if (tp.sp()) {
     gathered = L.take<float>("scratch.gathered", N * C);

@@ -26,13 +26,15 @@ struct Scratch {
   float* logits = nullptr;    // [chunk, Vl] one chunk of LM-head logits
   float* gathered = nullptr;  // [N, C]   sequence parallelism: an all-gathered input or output gradient
   float* dnorm_w = nullptr;   // [2C]     sequence parallelism: a norm's partial weight gradients
-  // MoE layers (model/moe.h; M = N k dispatched rows, Fe an expert's width):
-  float* moe_rows = nullptr;    // [M, C]  the dispatched tokens, then the rows' input gradients
-  float* moe_act = nullptr;     // [M, Fe] the experts' activations, then their gradient
-  float* moe_drows = nullptr;   // [M, C]  gradient of the expert outputs
+  // MoE layers (model/moe.h; R tokens on this rank, M = R k dispatched
+  // rows, Rin = M EP the rows its experts may receive, Fe an expert's width):
+  float* moe_rows = nullptr;    // [Rin, C]  the dispatched tokens, then the rows' input gradients
+  float* moe_act = nullptr;     // [Rin, Fe] the experts' activations, then their gradient
+  float* moe_drows = nullptr;   // [Rin, C]  gradient of the expert outputs
   float* moe_shared = nullptr;  // [N, C]  the shared expert's output, then its input gradient
-  float* moe_dlogits = nullptr; // [N, E]
-  float* moe_dprob = nullptr;   // [N, k]
+  float* moe_dlogits = nullptr; // [R, E]
+  float* moe_dprob = nullptr;   // [R, k]
+  float* moe_drouter = nullptr; // [E, C]  under SP: this rank's part of the router's gradient
 
   // Rows of LM-head logits computed at a time: bounds the logits buffer while
   // keeping the vocabulary GEMMs large.

@@ -52,6 +52,25 @@ void TensorParallel::reduce_rows(float* y, int64_t B, int64_t T, int64_t C) cons
     reduce_from_tp_forward(*group, y, y, B * T * C);
 }
 
+void validate_moe_layout(const ModelConfig& cfg, int tp, int ep, int etp, bool sequence_parallel) {
+  if (!cfg.moe.enabled()) {
+    if (ep > 1) fail("--expert-model-parallel-size {} needs a Mixture-of-Experts model (--num-experts)", ep);
+    return;
+  }
+  if (cfg.moe.num_experts % ep != 0)
+    fail("--expert-model-parallel-size {} must divide --num-experts {} (each expert-parallel rank holds "
+         "num-experts / EP experts)",
+         ep, cfg.moe.num_experts);
+  if (etp != 1)
+    fail("--expert-tensor-parallel-size {}: experts run whole on each rank for now; add "
+         "--expert-tensor-parallel-size 1 (its default is --tensor-model-parallel-size)",
+         etp);
+  if (tp > 1 && !sequence_parallel)
+    fail("--num-experts with --tensor-model-parallel-size {} needs --sequence-parallel (each TP rank routes its own "
+         "tokens)",
+         tp);
+}
+
 TpGroups make_tensor_parallel(comm::World& world, comm::ParallelState& ps, const ModelConfig& cfg,
                               bool sequence_parallel) {
   const int tp = ps.grid().tp;
@@ -65,6 +84,15 @@ TpGroups make_tensor_parallel(comm::World& world, comm::ParallelState& ps, const
   TpGroups g;
   g.kv = world.split("tp_kv", lists);
   g.tp = {.group = &ps.tp(), .kv_group = g.kv.get(), .sequence_parallel = sequence_parallel};
+  const comm::RankGrid& grid = ps.grid();
+  if (cfg.moe.enabled()) {
+    if (grid.ep > 1) g.tp.ep = &ps.ep();
+    g.tp.expert_region = grid.ep > 1 || grid.etp != grid.tp;
+    if (grid.tp > 1 || grid.cp > 1) {
+      g.moe_tokens = world.split("moe_tokens", grid.groups("tp-cp"));
+      g.tp.moe_tokens = g.moe_tokens.get();
+    }
+  }
   return g;
 }
 

@@ -35,6 +35,7 @@ namespace claw::model {
 struct TpDims {
   int size = 1;
   bool sequence_parallel = false;
+  int ep = 1;  // expert-parallel size: a MoE layer's experts receive up to ep x its own dispatched rows
 
   bool sp() const { return sequence_parallel && size > 1; }
   // Rows of the residual stream held for N tokens.
@@ -59,16 +60,32 @@ void validate_tensor_parallel(const ModelConfig& cfg, int tp, bool sequence_para
 // The KV-replica sets of one TP group of `tp` ranks for a model with `kv_heads`
 // groups: consecutive runs of tp / kv_heads members (each member alone when
 // kv_heads >= tp). Positions are TP ranks; map them to world ranks to split.
+// Expert parallelism of a model: EP only for a MoE model, dividing its
+// experts; MoE under TP > 1 needs sequence parallelism; experts whole on
+// each rank (expert TP 1). Throws claw::Error naming the flags.
+void validate_moe_layout(const ModelConfig& cfg, int tp, int ep, int etp, bool sequence_parallel);
+
 std::vector<std::vector<int>> kv_replica_sets(int tp, int64_t kv_heads);
 
 struct TensorParallel {
   comm::Group* group = nullptr;     // the TP group (never null once a model holds it)
   comm::Group* kv_group = nullptr;  // the ranks of `group` holding this rank's KV group
   bool sequence_parallel = false;
+  // MoE layers. ep: the expert-parallel group (null: one rank); this rank
+  // holds experts [r E / ep, (r + 1) E / ep) of each layer, r its rank there.
+  // expert_region: expert gradients reduce over "expert_dp" rather than with
+  // the dense parameters (EP > 1, or expert TP 1 under TP > 1).
+  // moe_tokens: the ranks sharing one micro-batch's tokens (tp x cp under
+  // SP / CP; null: this rank alone), over which routing statistics sum.
+  comm::Group* ep = nullptr;
+  bool expert_region = false;
+  comm::Group* moe_tokens = nullptr;
 
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }
-  TpDims dims() const { return {size(), sequence_parallel}; }
+  int ep_size() const { return ep ? ep->size() : 1; }
+  int ep_rank() const { return ep ? ep->rank() : 0; }
+  TpDims dims() const { return {size(), sequence_parallel, ep_size()}; }
   bool sp() const { return dims().sp(); }
   int64_t rows(int64_t N) const { return dims().rows(N); }
   int64_t first_row(int64_t N) const { return sp() ? rank() * rows(N) : 0; }
@@ -89,6 +106,7 @@ struct TensorParallel {
 // rank calls it with the same model); `kv` keeps the split group alive.
 struct TpGroups {
   std::shared_ptr<comm::Group> kv;
+  std::shared_ptr<comm::Group> moe_tokens;  // MoE under TP or CP: the tp x cp ranks
   TensorParallel tp;
 };
 TpGroups make_tensor_parallel(comm::World& world, comm::ParallelState& ps, const ModelConfig& cfg,

@@ -50,10 +50,11 @@ const std::vector<std::string>& AdamW::state_names() {
   return names;
 }
 
-double AdamW::grad_sum_squares(const CpuCtx& ctx) const {
+double AdamW::grad_sum_squares(const CpuCtx& ctx, std::string_view group) const {
   double s = 0;
   for (const Segment& seg : segments_)
-    if (seg.param->spec.primary) s += kernels::sum_squares(ctx, seg.grad, seg.n);
+    if (seg.param->spec.primary && (group.empty() || seg.param->spec.reduction_group == group))
+      s += kernels::sum_squares(ctx, seg.grad, seg.n);
   return s;
 }
 

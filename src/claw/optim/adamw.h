@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "claw/core/arena.h"
@@ -46,8 +47,9 @@ class AdamW {
 
   // Sum of squares of the gradients of this rank's segments, in double;
   // segments of non-primary copies (ParamSpec::primary: replicated over
-  // tensor parallelism, counted on one rank) are left out.
-  double grad_sum_squares(const CpuCtx& ctx) const;
+  // tensor parallelism, counted on one rank) are left out. `group`: only the
+  // parameters of that reduction group ("dp", "expert_dp"); empty: all.
+  double grad_sum_squares(const CpuCtx& ctx, std::string_view group = {}) const;
   // Clip coefficient for a global norm: min(1, clip / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_.
   double clip_coefficient(double grad_norm) const;
   // One update with learning rate lr; grads are multiplied by grad_scale first.

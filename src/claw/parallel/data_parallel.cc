@@ -45,8 +45,8 @@ void SlotAllocator::release(int64_t offset) {
   live_.erase(it);
 }
 
-DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg)
-    : model_(model), store_(model.store()), dp_(dp), cfg_(cfg), units_(model.units()) {
+DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg, comm::Group* expert_dp)
+    : model_(model), store_(model.store()), dp_(dp), expert_dp_(expert_dp), cfg_(cfg), units_(model.units()) {
   cfg_.validate(dp.size());
   const model::StoreOptions want = store_options(cfg_.zero_stage, dp.size(), dp.rank());
   const model::StoreOptions& have = store_.options();
@@ -65,9 +65,10 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
   }
   const auto& regions = store_.regions();
   for (size_t r = 0; r < regions.size(); ++r) {
-    // Only the data-parallel group exists yet (ParamStore::layout refuses others).
-    CLAW_CHECK(regions[r].group == "dp", "no communication group for reduction group '{}'", regions[r].group);
-    RegionSync sync{.group = &dp_, .trainable = regions[r].trainable};
+    comm::Group* group = regions[r].group == "dp" ? &dp_ : regions[r].group == "expert_dp" ? expert_dp_ : nullptr;
+    CLAW_CHECK(group && group->size() == regions[r].shards && group->rank() == regions[r].shard,
+               "no communication group of {} ranks for reduction group '{}'", regions[r].shards, regions[r].group);
+    RegionSync sync{.group = group, .trainable = regions[r].trainable};
     sync.bucket_of_unit.assign(U, -1);
     if (sync.trainable && cfg_.zero_stage <= 1) {
       // Buckets of whole units from the output end; the last bucket reaches

@@ -1,7 +1,8 @@
 // Data parallelism with ZeRO stages 0-3, run per region of the parameter
 // store (model/param.h): the trainable parameters of each reduction group
-// ("dp" today; context parallelism's "dp_cp" and MoE's "expert_dp" will
-// bring their own groups), and the frozen parameters, which have no
+// ("dp": the dense parameters' replicas, dp x cp ranks under context
+// parallelism; "expert_dp": MoE experts under expert parallelism, the ranks
+// holding the same experts), and the frozen parameters, which have no
 // gradients and no optimizer state and matter here only to ZeRO-3's
 // gathers. Each region is its own flat layout padded to a multiple of
 // 16 x its group's size; rank r of the group owns [r S, (r + 1) S),
@@ -93,7 +94,9 @@ class SlotAllocator {
 
 class DataParallel final : public model::UnitHooks {
  public:
-  DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg);
+  // dp: the dense parameters' group; expert_dp: the experts' (needed when the
+  // store has an "expert_dp" region).
+  DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg, comm::Group* expert_dp = nullptr);
   ~DataParallel() override;
 
   // Static memory of a model under a stage (values, grads, AdamW state, slots).
@@ -118,6 +121,8 @@ class DataParallel final : public model::UnitHooks {
   double all_reduce_sum(double v);
   // The ranks the parameters are replicated over (dp, or dp x cp).
   comm::Group& group() const { return dp_; }
+  // The experts' group under expert parallelism (null: none given).
+  comm::Group* expert_group() const { return expert_dp_; }
   // Gathers the whole flat value layout into `out` (the store's total()
   // floats) on every rank (tests, export).
   void gather_values(float* out);
@@ -178,6 +183,7 @@ class DataParallel final : public model::UnitHooks {
   model::GPT& model_;
   model::ParamStore& store_;
   comm::Group& dp_;
+  comm::Group* expert_dp_;
   DataParallelConfig cfg_;
   const std::vector<model::Unit>& units_;
   std::vector<std::vector<size_t>> unit_params_;  // per unit: its parameters' indices in the store

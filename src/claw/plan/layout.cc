@@ -22,7 +22,10 @@ std::string Layout::describe() const {
   if (virtual_stages > 1) s += fmt::format("x{}", virtual_stages);
   if (pp > 1 && schedule != parallel::ScheduleKind::one_f_one_b && schedule != parallel::ScheduleKind::interleaved)
     s += fmt::format(" {}", parallel::to_string(schedule));
-  s += fmt::format(" DP{} mb{} Z{}", dp, micro_batch_size, zero_stage);
+  s += fmt::format(" DP{}", dp);
+  if (ep > 1) s += fmt::format(" EP{}", ep);
+  if (expert_tp() != tp) s += fmt::format(" ETP{}", expert_tp());
+  s += fmt::format(" mb{} Z{}", micro_batch_size, zero_stage);
   if (recompute()) s += " RC";
   return s;
 }
@@ -31,6 +34,8 @@ std::string Layout::flags(const Job& job) const {
   std::string s = fmt::format("--tensor-model-parallel-size {}", tp);
   if (sequence_parallel && tp > 1) s += " --sequence-parallel";
   if (cp > 1) s += fmt::format(" --context-parallel-size {}", cp);
+  if (ep > 1) s += fmt::format(" --expert-model-parallel-size {}", ep);
+  if (expert_tp() != tp) s += fmt::format(" --expert-tensor-parallel-size {}", expert_tp());
   if (pp > 1) {
     s += fmt::format(" --pipeline-model-parallel-size {}", pp);
     if (virtual_stages > 1)
@@ -77,6 +82,13 @@ void validate_layout(const Job& job, const Layout& l, int world) {
     fail("--global-batch-size {} is not a multiple of --micro-batch-size {} x data-parallel size {}",
          job.global_batch_size, l.micro_batch_size, l.dp);
   model::validate_tensor_parallel(m, l.tp, l.sequence_parallel, job.seq_length);
+  if (l.ep < 1 || l.etp < 0) fail("--expert-model-parallel-size {} / --expert-tensor-parallel-size {} must be at least 1",
+                                  l.ep, l.etp);
+  if (l.ep > 1 || l.etp > 0) validate_moe_layout(m, l.tp, l.ep, l.expert_tp(), l.sequence_parallel);
+  if (world > 0 && l.world() % (l.expert_tp() * l.ep * l.pp) != 0)
+    fail("--expert-tensor-parallel-size {} x --expert-model-parallel-size {} x --pipeline-model-parallel-size {} = {} "
+         "does not divide the {} devices",
+         l.expert_tp(), l.ep, l.pp, l.expert_tp() * l.ep * l.pp, world);
   if (l.cp > 1 && job.seq_length % (2 * l.cp) != 0)
     fail("--seq-length {} is not a multiple of 2 x --context-parallel-size {} (each rank holds two balanced chunks)",
          job.seq_length, l.cp);

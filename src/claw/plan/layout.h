@@ -44,6 +44,8 @@ struct Job {
 
 struct Layout {
   int tp = 1, cp = 1, pp = 1, dp = 1;  // --tensor/context/pipeline-model-parallel-size; DP: the rest
+  int ep = 1;                          // --expert-model-parallel-size (MoE)
+  int etp = 0;                         // --expert-tensor-parallel-size (0: tp)
   bool sequence_parallel = false;      // --sequence-parallel
   int virtual_stages = 1;              // model chunks per stage (interleaved when > 1)
   parallel::ScheduleKind schedule = parallel::ScheduleKind::one_f_one_b;
@@ -57,6 +59,11 @@ struct Layout {
   int64_t last_stage_layers = -1;      // --decoder-last-pipeline-num-layers (-1: even)
 
   int world() const { return tp * cp * pp * dp; }
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  // Ranks holding the same experts (world / (ETP x EP x PP)).
+  int expert_dp() const { return world() / (expert_tp() * ep * pp); }
+  // Whether experts reduce over a group of their own ("expert_dp").
+  bool expert_region() const { return ep > 1 || expert_tp() != tp; }
   // Micro-batches per step on each data-parallel rank.
   int64_t microbatches(const Job& job) const { return job.global_batch_size / (micro_batch_size * dp); }
   int64_t layers_per_virtual_stage(const Job& job) const { return job.model.num_layers / (pp * virtual_stages); }

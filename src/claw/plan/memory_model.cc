@@ -26,10 +26,16 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
     out.slots = {1};
   }
   // One TP rank's shapes (rank 0; ranks differ only in which rows they hold).
-  const model::TpDims dims{l.tp, l.sequence_parallel};
-  comm::ShapeGroup tp_group("tp", l.tp, 0), kv_group("tp_kv", dims.kv_replicas(cfg), 0);
-  const model::TensorParallel tp{.group = &tp_group, .kv_group = &kv_group, .sequence_parallel = l.sequence_parallel};
+  const bool moe = cfg.moe.enabled();
+  const model::TpDims dims{l.tp, l.sequence_parallel, moe ? l.ep : 1};
+  comm::ShapeGroup tp_group("tp", l.tp, 0), kv_group("tp_kv", dims.kv_replicas(cfg), 0), ep_group("ep", l.ep, 0);
+  model::TensorParallel tp{.group = &tp_group, .kv_group = &kv_group, .sequence_parallel = l.sequence_parallel};
+  if (moe) {  // experts [0, E / EP) (rank 0's)
+    if (l.ep > 1) tp.ep = &ep_group;
+    tp.expert_region = l.expert_region();
+  }
   model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp * l.cp, 0);  // ZeRO shards over dp x cp
+  store.expert_shards = l.expert_dp();
   store.allocate = false;
   store.freeze = job.freeze;
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,

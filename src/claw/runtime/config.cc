@@ -14,18 +14,8 @@ namespace claw::runtime {
 
 void ParallelConfig::validate(const model::ModelConfig& model, const comm::RankGrid& grid, int64_t seq_length,
                               int64_t micro_batches, int64_t recompute_layers) const {
-  const auto not_yet = [](const char* flag, int v, const char* what) {
-    if (v > 1)
-      fail("{} {}: {} is not available in this build yet; claw trains data-, tensor- (with sequence parallelism), "
-           "pipeline- and context-parallel layouts",
-           flag, v, what);
-  };
-  not_yet("--expert-model-parallel-size", grid.ep, "expert parallelism");
+  model::validate_moe_layout(model, grid.tp, grid.ep, grid.etp, sequence_parallel);
   if (model.moe.enabled()) {
-    if (grid.tp > 1 || grid.cp > 1)
-      fail("--num-experts with --tensor-model-parallel-size {} / --context-parallel-size {}: MoE layers run without "
-           "tensor and context parallelism for now (use data and pipeline parallelism)",
-           grid.tp, grid.cp);
     if (model.add_bias_linear)
       fail("--num-experts: experts have no biases; add --disable-bias-linear (as Mixtral and DeepSeek do)");
     if (model.moe.router_enable_expert_bias && zero_stage() >= 3)

@@ -70,11 +70,15 @@ double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(
 
 double ModelChunks::pp_sum(double v) const { return pp_->size() > 1 ? pp_->all_reduce_value(v) : v; }
 
-double ModelChunks::reduce_grad_sum_squares(double sum_squares) const {
+double ModelChunks::reduce_grad_sum_squares(double sum_squares, double expert) const {
   if (dp() && dp()->sharded_optimizer()) sum_squares = dp()->all_reduce_sum(sum_squares);
   sum_squares = pp_sum(sum_squares);
   if (comm::Group& tp = *first().tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
-  return sum_squares;
+  if (!first().tp().expert_region) return sum_squares;
+  if (comm::Group* edp = dp() ? dp()->expert_group() : nullptr; edp && dp()->sharded_optimizer())
+    expert = edp->all_reduce_value(expert);
+  if (comm::Group* ep = first().tp().ep; ep && ep->size() > 1) expert = ep->all_reduce_value(expert);
+  return sum_squares + pp_sum(expert);
 }
 
 std::string ModelChunks::first_non_finite_grad(const CpuCtx& cpu) const {

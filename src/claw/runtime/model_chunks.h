@@ -78,7 +78,11 @@ class ModelChunks {
   // unsharded, the reduced gradients are whole everywhere), pipeline stages
   // (each holds other layers), tensor-parallel ranks (shards hold disjoint
   // parts; replicated copies count on one rank, ParamSpec::primary).
-  double reduce_grad_sum_squares(double local) const;
+  // Experts reduced over their own group ("expert_dp": expert parallelism)
+  // come as `expert`: summed over expert-data-parallel ranks when sharded,
+  // then over the expert-parallel ranks (each holds other experts) and the
+  // pipeline stages; never over TP (experts are whole on each rank).
+  double reduce_grad_sum_squares(double local, double expert = 0) const;
   // The first non-finite parameter gradient on this rank, "name (gradient)"; empty if none.
   std::string first_non_finite_grad(const CpuCtx& cpu) const;
 

@@ -21,7 +21,8 @@ namespace {
 // allocation, which check_memory verifies.
 plan::Layout plan_layout(const comm::RankGrid& grid, const RuntimeConfig& c, int chunks, parallel::ScheduleKind kind) {
   const ParallelConfig& p = c.parallel;
-  return {.tp = grid.tp, .cp = grid.cp, .pp = grid.pp, .dp = grid.dp, .sequence_parallel = p.sequence_parallel,
+  return {.tp = grid.tp, .cp = grid.cp, .pp = grid.pp, .dp = grid.dp, .ep = grid.ep, .etp = grid.etp,
+          .sequence_parallel = p.sequence_parallel,
           .virtual_stages = chunks, .schedule = kind, .micro_batch_size = c.micro_batch_size,
           .zero_stage = p.zero_stage(), .overlap_grad_reduce = p.dp.overlap_grad_reduce,
           .overlap_param_gather = p.dp.overlap_param_gather, .recompute_num_layers = c.recompute_layers,
@@ -71,6 +72,8 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   model::StoreOptions storage = parallel::store_options(par.dp.zero_stage, dp_group.size(), dp_group.rank());
   storage.device = device_.get();
   storage.freeze = cfg_.freeze;
+  storage.expert_shards = pstate_->expert_dp().size();
+  storage.expert_shard = pstate_->expert_dp().rank();
   const int stage = pstate_->pp().rank();
   const plan::Job job{.model = mc, .seq_length = cfg_.seq_length, .global_batch_size = cfg_.global_batch_size,
                       .freeze = cfg_.freeze};
@@ -100,7 +103,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
                              .post_process = stage == grid.pp - 1 && c == layout.chunks - 1}));
     chunks_.back()->init_weights(cpu_, cfg_.seed);
     chunks_.back()->set_context_parallel(&pstate_->cp(), model::parse_cp_comm_type(par.cp_comm_type));
-    dps_.push_back(std::make_unique<parallel::DataParallel>(*chunks_.back(), dp_group, par.dp));
+    dps_.push_back(std::make_unique<parallel::DataParallel>(*chunks_.back(), dp_group, par.dp, &pstate_->expert_dp()));
     chunks.push_back(chunks_.back().get());
     dps.push_back(dps_.back().get());
     ranges += fmt::format("{}[{}, {})", c ? " " : "", r.first, r.first + r.count);
@@ -159,8 +162,7 @@ void Runtime::check_memory(const optim::AdamW* optimizer) const {
 std::vector<ckpt::Shard> Runtime::checkpoint_shards(const optim::AdamW* optimizer) const {
   std::vector<ckpt::Shard> shards =
       ckpt::collect_shards(model_->stores(), optimizer,
-                           {.zero_stage = cfg_.parallel.zero_stage(), .dp_rank = first_dp().group().rank(),
-                            .dp_size = first_dp().group().size(), .optimizer = optimizer != nullptr});
+                           {.zero_stage = cfg_.parallel.zero_stage(), .optimizer = optimizer != nullptr});
   if (device_) {
     ensure_mirrors(optimizer);
     for (ckpt::Shard& s : shards) s.data = host_mirror(s.data);

@@ -185,6 +185,27 @@ TEST(RankGrid, EveryTokenPartitionsTheWorld) {
   }
 }
 
+// Expert tensor parallelism 1 under TP 2 (Megatron-Core's ETP != TP): the
+// expert grid is etp 1, ep, expert dp = world / (ep pp), so the dense TP
+// ranks hold different experts.
+TEST(RankGrid, ExpertTensorParallelDiffersFromTp) {
+  const RankGrid g = RankGrid::make(4, {.tp = 2, .ep = 2, .etp = 1});
+  EXPECT_EQ(g.dp, 2);
+  EXPECT_EQ(g.etp, 1);
+  EXPECT_EQ(g.expert_dp, 2);
+  EXPECT_EQ(g.expert_groups("ep"), (Lists{{0, 1}, {2, 3}}));  // = the dense TP groups
+  EXPECT_EQ(g.expert_groups("dp"), (Lists{{0, 2}, {1, 3}}));
+  EXPECT_EQ(g.describe(), "world 4 = tp 2 x cp 1 x dp 2 x pp 1, ep 2 x etp 1 (expert dp 2)");
+  // 8 ranks, tp 2 cp 2 pp 2, ep 2 etp 1: expert dp 2, ep groups within a stage.
+  const RankGrid h = RankGrid::make(8, {.tp = 2, .cp = 2, .ep = 2, .etp = 1, .pp = 2});
+  EXPECT_EQ(h.expert_dp, 2);
+  EXPECT_EQ(h.expert_groups("ep"), (Lists{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(h.expert_groups("pp"), h.groups("pp"));
+  EXPECT_CLAW_ERROR(RankGrid::make(4, {.tp = 2, .ep = 4, .etp = 2}), "--expert-tensor-parallel-size 2",
+                    "--expert-model-parallel-size 4", "= 8", "world size 4");
+  EXPECT_CLAW_ERROR(RankGrid::make(4, {.etp = -1}), "--expert-tensor-parallel-size -1");
+}
+
 TEST(RankGrid, ErrorsNameTheFlags) {
   EXPECT_CLAW_ERROR(grid(4, 3, 1, 1, 1), "world size 4", "--tensor-model-parallel-size 3",
                     "--context-parallel-size 1", "--pipeline-model-parallel-size 1", "= 3",

@@ -272,6 +272,33 @@ void moe_scatter_add(const CpuCtx& ctx, const MoeRouting& r, const float* drows,
   });
 }
 
+int64_t moe_permute_received(const CpuCtx& ctx, const int64_t* counts, int64_t ranks, int64_t El, int64_t C,
+                             const float* in, float* out, bool to_expert_major, int64_t* expert_offsets) {
+  // Block (q, e) starts at rank_at[q * El + e] rank-major and at
+  // expert_at[e * ranks + q] expert-major.
+  const auto n = static_cast<size_t>(ranks * El);
+  std::vector<int64_t> rank_at(n), expert_at(n);
+  int64_t at = 0;
+  for (int64_t q = 0; q < ranks; ++q)
+    for (int64_t e = 0; e < El; ++e) rank_at[static_cast<size_t>(q * El + e)] = at, at += counts[q * El + e];
+  int64_t total = 0;
+  for (int64_t e = 0; e < El; ++e) {
+    if (expert_offsets) expert_offsets[e] = total;
+    for (int64_t q = 0; q < ranks; ++q) expert_at[static_cast<size_t>(e * ranks + q)] = total, total += counts[q * El + e];
+  }
+  if (expert_offsets) expert_offsets[El] = total;
+  parallel_for(ctx, ranks * El, 1, [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) {
+      const int64_t q = i / El, e = i % El, rows = counts[i];
+      const int64_t r0 = rank_at[static_cast<size_t>(i)], x0 = expert_at[static_cast<size_t>(e * ranks + q)];
+      const float* src = in + (to_expert_major ? r0 : x0) * C;
+      float* dst = out + (to_expert_major ? x0 : r0) * C;
+      std::copy_n(src, rows * C, dst);
+    }
+  });
+  return total;
+}
+
 // The groups run one after another, each GEMM on the whole thread team (a
 // CPU's BLAS threads one product well once it has a few hundred rows).
 void grouped_gemm(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* X,

@@ -102,6 +102,16 @@ void moe_combine_backward(const CpuCtx& ctx, const MoeRouting& r, const float* d
 // Backward of gather: dx[t] += drows[m] over t's kept choices.
 void moe_scatter_add(const CpuCtx& ctx, const MoeRouting& r, const float* drows, int64_t C, float* dx);
 
+// Expert parallelism: rows received from `ranks` source ranks arrive
+// rank-major (source 0's rows for its local experts 0..El-1, then source
+// 1's, ...); the grouped GEMM wants them expert-major (expert 0's rows from
+// every source in source order, then expert 1's). counts [ranks, El] are the
+// rows per (source, local expert). to_expert_major: rank-major in ->
+// expert-major out; false: the inverse. Returns the rows; expert_offsets
+// [El + 1] (non-null) gets the expert-major cut.
+int64_t moe_permute_received(const CpuCtx& ctx, const int64_t* counts, int64_t ranks, int64_t El, int64_t C,
+                             const float* in, float* out, bool to_expert_major, int64_t* expert_offsets = nullptr);
+
 // Grouped GEMMs over the dispatched rows: group e is rows [offsets[e],
 // offsets[e + 1]) and has its own matrix; empty groups are skipped.
 // Y[rows e] = X[rows e] W_e^T + beta Y[rows e], X [M, K], Y [M, N], W
