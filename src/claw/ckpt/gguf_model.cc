@@ -108,6 +108,10 @@ uint32_t file_type_code(WeightType t) {
 GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConfig& cfg,
                                  const std::function<std::vector<float>(const std::string&)>& get,
                                  const GgufExportOptions& opts) {
+  if (cfg.moe.enabled())
+    fail("--num-experts {}: GGUF export of MoE models is not available (export --format hf gives "
+         "MixtralForCausalLM)",
+         cfg.moe.num_experts);
   const nlohmann::json config = hf_config(cfg);  // refuses models with no GPT-2 or Llama form
   const std::string arch = config["model_type"].get<std::string>();
   HfStateDict hf = to_hf(cfg, get);

@@ -22,6 +22,13 @@ namespace fs = std::filesystem;
 namespace {
 bool is_gpt2(const model::ModelConfig& c) { return model::HfNames(c).gpt2(); }
 
+// The HF name of index e of a stacked reference ("{}" replaced).
+std::string stacked_name(const model::HfRef& r, int64_t e) {
+  const size_t at = r.name.find("{}");
+  CLAW_CHECK(at != std::string::npos, "stacked Hugging Face name '{}' has no {{}}", r.name);
+  return r.name.substr(0, at) + std::to_string(e) + r.name.substr(at + 2);
+}
+
 
 std::vector<float> transpose2d(const std::vector<float>& x, int64_t rows, int64_t cols) {
   std::vector<float> y(x.size());
@@ -63,10 +70,6 @@ void fail_field_type(const std::string& path, const char* key, const std::string
 
 nlohmann::json hf_config(const model::ModelConfig& c) {
   c.validate();
-  if (c.moe.enabled())
-    fail("--num-experts {}: Hugging Face interchange of MoE models (MixtralForCausalLM) is not available yet; claw "
-         "checkpoints hold them (--save / --load)",
-         c.moe.num_experts);
   if (is_gpt2(c)) {
     if (!c.add_bias_linear)
       fail("GPT2LMHeadModel has biases in every linear layer; a model with --disable-bias-linear has no Hugging Face "
@@ -100,26 +103,49 @@ nlohmann::json hf_config(const model::ModelConfig& c) {
          "SwiGLU) only",
          model::to_string(c.normalization), model::to_string(c.position_embedding_type),
          c.mlp == model::Mlp::swiglu ? "on" : "off");
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"vocab_size", c.vocab_size},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.ffn()},
-          {"num_hidden_layers", c.num_layers},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_key_value_heads", c.kv_heads()},
-          {"head_dim", c.head_dim()},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"rms_norm_eps", c.norm_epsilon},
-          {"rope_theta", c.rotary_base},
-          {"rope_scaling", nullptr},
-          {"hidden_act", "silu"},
-          {"attention_bias", c.add_bias_linear},
-          {"mlp_bias", c.add_bias_linear},
-          {"attention_dropout", 0.0},
-          {"initializer_range", c.init_method_std},
-          {"tie_word_embeddings", c.tied()},
-          {"torch_dtype", "float32"}};
+  nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
+                      {"model_type", "llama"},
+                      {"vocab_size", c.vocab_size},
+                      {"hidden_size", c.hidden_size},
+                      {"intermediate_size", c.ffn()},
+                      {"num_hidden_layers", c.num_layers},
+                      {"num_attention_heads", c.num_attention_heads},
+                      {"num_key_value_heads", c.kv_heads()},
+                      {"head_dim", c.head_dim()},
+                      {"max_position_embeddings", c.max_position_embeddings},
+                      {"rms_norm_eps", c.norm_epsilon},
+                      {"rope_theta", c.rotary_base},
+                      {"rope_scaling", nullptr},
+                      {"hidden_act", "silu"},
+                      {"attention_bias", c.add_bias_linear},
+                      {"mlp_bias", c.add_bias_linear},
+                      {"attention_dropout", 0.0},
+                      {"initializer_range", c.init_method_std},
+                      {"tie_word_embeddings", c.tied()},
+                      {"torch_dtype", "float32"}};
+  if (!c.moe.enabled()) return j;
+  // MixtralForCausalLM: every layer a sparse MoE block of SwiGLU experts,
+  // softmax top-k routing renormalised over the k (claw's softmax router).
+  const model::MoeConfig& m = c.moe;
+  if (m.num_moe_layers(c.num_layers) != c.num_layers || m.shared_expert_intermediate_size > 0 ||
+      m.router_score_function != "softmax" || m.router_enable_expert_bias)
+    fail("--num-experts {}: Hugging Face has this MoE as MixtralForCausalLM only (every layer MoE, softmax routing, "
+         "no shared expert, no expert bias); this model has --moe-layer-freq {}, --moe-router-score-function {}{}{}",
+         m.num_experts, m.layer_freq, m.router_score_function,
+         m.shared_expert_intermediate_size > 0 ? ", a shared expert" : "",
+         m.router_enable_expert_bias ? ", --moe-router-enable-expert-bias" : "");
+  if (c.add_bias_linear) fail("MixtralForCausalLM has no linear biases; this model has them");
+  for (const char* key : {"attention_bias", "mlp_bias", "rope_scaling"}) j.erase(key);
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["model_type"] = "mixtral";
+  j["intermediate_size"] = c.moe_ffn();
+  j["num_local_experts"] = m.num_experts;
+  j["num_experts_per_tok"] = m.router_topk;
+  j["router_aux_loss_coef"] = m.aux_loss_coeff;
+  j["output_router_logits"] = false;
+  j["router_jitter_noise"] = 0.0;
+  j["sliding_window"] = nullptr;
+  return j;
 }
 
 model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::string& path) {
@@ -140,8 +166,8 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       fail("{}: activation_function '{}': claw's GELU is the tanh approximation (gelu_new, gelu_pytorch_tanh)", path,
            act);
-  } else if (type == "llama") {
-    c.name = "hf-llama";
+  } else if (type == "llama" || type == "mixtral") {
+    c.name = "hf-" + type;
     c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
     c.hidden_size = need<int64_t>(j, "hidden_size", path);
     c.num_attention_heads = need<int64_t>(j, "num_attention_heads", path);
@@ -165,8 +191,18 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
       fail("{}: rope_scaling {} is not supported (claw implements plain RoPE)", path, j["rope_scaling"].dump());
     const std::string act = get_or<std::string>(j, "hidden_act", "silu", path);
     if (act != "silu") fail("{}: hidden_act '{}': claw's SwiGLU uses silu", path, act);
+    if (type == "mixtral") {
+      c.moe.num_experts = need<int64_t>(j, "num_local_experts", path);
+      c.moe.router_topk = need<int64_t>(j, "num_experts_per_tok", path);
+      c.moe.aux_loss_coeff = get_or<double>(j, "router_aux_loss_coef", 0.0, path);
+      c.moe.ffn_hidden_size = c.ffn_hidden_size;
+      if (j.contains("sliding_window") && !j["sliding_window"].is_null() &&
+          get_or<int64_t>(j, "sliding_window", 0, path) < c.max_position_embeddings)
+        fail("{}: sliding_window {} is shorter than max_position_embeddings {}; claw's attention is full causal", path,
+             j["sliding_window"].dump(), c.max_position_embeddings);
+    }
   } else {
-    fail("{}: model_type '{}' is not supported (gpt2 or llama)", path, type);
+    fail("{}: model_type '{}' is not supported (gpt2, llama or mixtral)", path, type);
   }
   c.validate();
   return c;
@@ -184,7 +220,10 @@ HfStateDict gather_hf(const std::vector<model::ParamSpec>& specs,
   for (const model::ParamSpec& s : specs) {
     if (s.hf.name.empty()) fail("parameter '{}' has no Hugging Face counterpart", s.name);
     std::vector<int64_t> shape = hf_shape(s);
-    if (s.hf.slice_dim >= 0) {
+    if (s.hf.stack > 0) {  // one HF tensor per index of our dimension 0
+      shape.erase(shape.begin());
+      for (int64_t e = 0; e < s.hf.stack; ++e) shapes[prefix + stacked_name(s.hf, e)] = shape;
+    } else if (s.hf.slice_dim >= 0) {
       auto& full = shapes[prefix + s.hf.name];
       if (full.empty()) full = shape;
       full[s.hf.slice_dim] = std::max(full[s.hf.slice_dim], s.hf.end);
@@ -204,6 +243,12 @@ HfStateDict gather_hf(const std::vector<model::ParamSpec>& specs,
     int64_t n = 1;
     for (int64_t d : cs) n *= d;
     CLAW_CHECK(static_cast<int64_t>(x.size()) == n, "parameter '{}': {} values for {} elements", s.name, x.size(), n);
+    if (s.hf.stack > 0) {
+      const int64_t each = n / s.hf.stack;
+      for (int64_t e = 0; e < s.hf.stack; ++e)
+        out[prefix + stacked_name(s.hf, e)].data.assign(x.begin() + e * each, x.begin() + (e + 1) * each);
+      continue;
+    }
     if (s.hf.transpose) x = transpose2d(x, cs[0], cs[1]);
     HfTensor& t = out[prefix + s.hf.name];
     if (s.hf.slice_dim < 0) t.data = std::move(x);
@@ -220,6 +265,22 @@ HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector
 }
 
 std::vector<float> from_hf(const model::ParamSpec& s, const HfStateDict& hf, const std::string& source) {
+  if (s.hf.stack > 0) {  // our [e] is HF tensor e
+    std::vector<int64_t> want = checkpoint_shape(s);
+    want.erase(want.begin());
+    std::vector<float> x;
+    for (int64_t e = 0; e < s.hf.stack; ++e) {
+      const std::string name = stacked_name(s.hf, e);
+      auto it = hf.find(name);
+      if (it == hf.end()) fail("{}: no tensor '{}' (expert {} of claw's '{}')", source, name, e, s.name);
+      if (it->second.shape != want)
+        fail("{}: tensor '{}' has shape {}, but this model's '{}' needs {} per expert (does config.json match the "
+             "weights?)",
+             source, name, shape_string(it->second.shape), s.name, shape_string(want));
+      x.insert(x.end(), it->second.data.begin(), it->second.data.end());
+    }
+    return x;
+  }
   auto it = hf.find(s.hf.name);
   // The Hub's original GPT-2 files name GPT2Model's tensors without the
   // "transformer." prefix that GPT2LMHeadModel.save_pretrained writes.

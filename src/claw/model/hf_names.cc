@@ -60,4 +60,12 @@ HfRef HfNames::mlp(int l, const std::string& which, bool bias) const {
   return {fmt::format("transformer.h.{}.mlp.c_{}.{}", l, which, suffix(bias)), !bias};
 }
 
+HfRef HfNames::moe(int l, const std::string& which) const {
+  const std::string block = fmt::format("model.layers.{}.block_sparse_moe.", l);
+  if (which == "router") return {block + "gate.weight"};
+  HfRef r{block + "experts.{}." + (which == "gate" ? "w1" : which == "up" ? "w3" : "w2") + ".weight"};
+  r.stack = cfg_.moe.num_experts;
+  return r;
+}
+
 }  // namespace claw::model

@@ -29,6 +29,9 @@ class HfNames {
   HfRef attention(int layer, char which, bool bias) const;
   // which: "fc", "proj" (GELU MLP) or "gate", "up", "down" (SwiGLU).
   HfRef mlp(int layer, const std::string& which, bool bias) const;
+  // MixtralForCausalLM's sparse MoE block: which: "router", or "gate", "up",
+  // "down" (the stacked experts' w1, w3, w2).
+  HfRef moe(int layer, const std::string& which) const;
 
  private:
   const ModelConfig& cfg_;

@@ -37,20 +37,24 @@ MoELayer::MoELayer(int l, const ModelConfig& cfg, const HfNames& hf, const Tenso
       score_(kernels::parse_moe_score(cfg.moe.router_score_function)),
       drop_(kernels::parse_moe_drop(cfg.moe.token_drop_policy)),
       swiglu_(cfg.mlp == Mlp::swiglu) {
-  (void)hf;
   CLAW_CHECK(tp.size() == 1 || (tp.sp() && tp.expert_region),
              "MoE layers under tensor parallelism need sequence parallelism and expert tensor parallelism 1");
   CLAW_CHECK(E_ % tp.ep_size() == 0, "{} experts over {} expert-parallel ranks", E_, tp.ep_size());
   const double std = cfg.init_method_std;
-  router.spec = {.name = moe_name(l, "router.weight"), .shape = {E_, C_}, .init_std = std};
+  router.spec = {.name = moe_name(l, "router.weight"), .shape = {E_, C_}, .init_std = std, .hf = hf.moe(l, "router")};
   if (cfg.moe.router_enable_expert_bias)
     expert_bias.spec = {.name = moe_name(l, "router.expert_bias"), .shape = {E_}, .weight_decay = false,
                         .init = Init::zeros, .buffer = true};
+  // Mixtral's names where the model is a Mixtral (SwiGLU experts); a GELU
+  // expert has none (export refuses the model).
   fc.spec = {.name = moe_name(l, swiglu_ ? "experts.gate_proj.weight" : "experts.fc.weight"), .shape = {E_, Fe_, C_},
-             .init_std = std};
-  if (swiglu_) up.spec = {.name = moe_name(l, "experts.up_proj.weight"), .shape = {E_, Fe_, C_}, .init_std = std};
+             .init_std = std, .hf = swiglu_ ? hf.moe(l, "gate") : HfRef{}};
+  if (swiglu_)
+    up.spec = {.name = moe_name(l, "experts.up_proj.weight"), .shape = {E_, Fe_, C_}, .init_std = std,
+               .hf = hf.moe(l, "up")};
   proj.spec = {.name = moe_name(l, swiglu_ ? "experts.down_proj.weight" : "experts.proj.weight"),
-               .shape = {E_, C_, Fe_}, .init_std = std / std::sqrt(2.0 * cfg.num_layers)};
+               .shape = {E_, C_, Fe_}, .init_std = std / std::sqrt(2.0 * cfg.num_layers),
+               .hf = swiglu_ ? hf.moe(l, "down") : HfRef{}};
   for (Param* p : {&fc, &up, &proj}) {
     if (p->spec.name.empty()) continue;
     if (tp.ep_size() > 1) p->spec.split(0, tp.ep_size(), tp.ep_rank(), "ep");

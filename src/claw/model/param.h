@@ -49,6 +49,10 @@ struct HfRef {
   int slice_dim = -1;
   int64_t begin = 0, end = 0;
   int64_t rows = -1;
+  // > 0: our dimension 0 stacks that many HF tensors, each named by `name`
+  // with "{}" replaced by its index (Mixtral's experts.{}.w1.weight); our
+  // [e] is HF tensor e.
+  int64_t stack = 0;
 };
 
 // normal: N(0, init_std); uniform: U(-init_std, init_std) (LoRA's A).

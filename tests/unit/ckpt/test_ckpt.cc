@@ -15,6 +15,7 @@
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/model/gpt.h"
+#include "data/expect_error.h"
 
 namespace claw::ckpt {
 namespace {
@@ -328,6 +329,45 @@ TEST(Ckpt, HuggingFaceMappingRoundTripsBitwise) {
       EXPECT_EQ(hf.count("lm_head.weight"), 0u);  // tied: transformers saves wte only
     }
   }
+}
+
+// MixtralForCausalLM: each stacked expert matrix [E, F, C] is E HF tensors
+// experts.{e}.w1/w3/w2; the config round-trips the MoE fields.
+TEST(Ckpt, HuggingFaceMixtralStacksExperts) {
+  model::ModelConfig cfg = model::model_preset("mixtral-tiny");
+  cfg.num_layers = 2;
+  cfg.hidden_size = 64;
+  cfg.num_attention_heads = 4;
+  cfg.ffn_hidden_size = 96;
+  std::map<std::string, std::vector<float>> ours;
+  float v = 0;
+  for (const model::ParamSpec& s : model_param_specs(cfg)) {
+    int64_t n = 1;
+    for (int64_t d : checkpoint_shape(s)) n *= d;
+    for (int64_t i = 0; i < n; ++i) ours[s.name].push_back(v += 1e-3f);
+  }
+  const HfStateDict hf = to_hf(cfg, [&](const std::string& p) { return ours.at(p); });
+  for (const model::ParamSpec& s : model_param_specs(cfg)) EXPECT_EQ(from_hf(s, hf, "test"), ours.at(s.name)) << s.name;
+  const std::vector<float>& gate = ours.at("layers.1.mlp.experts.gate_proj.weight");  // [8, 96, 64]
+  const HfTensor& w1 = hf.at("model.layers.1.block_sparse_moe.experts.5.w1.weight");
+  EXPECT_EQ(w1.shape, (std::vector<int64_t>{96, 64}));
+  EXPECT_EQ(w1.data, std::vector<float>(gate.begin() + 5 * 96 * 64, gate.begin() + 6 * 96 * 64));
+  EXPECT_EQ(hf.at("model.layers.0.block_sparse_moe.experts.7.w2.weight").shape, (std::vector<int64_t>{64, 96}));
+  EXPECT_EQ(hf.at("model.layers.0.block_sparse_moe.gate.weight").data, ours.at("layers.0.mlp.router.weight"));
+  const nlohmann::json j = hf_config(cfg);
+  EXPECT_EQ(j["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(j["num_local_experts"], 8);
+  const model::ModelConfig back = model_from_hf_config(j, "config.json");
+  EXPECT_EQ(back.moe.num_experts, 8);
+  EXPECT_EQ(back.moe.router_topk, 2);
+  EXPECT_EQ(back.moe_ffn(), 96);
+  EXPECT_EQ(back.moe.aux_loss_coeff, cfg.moe.aux_loss_coeff);
+  // DeepSeek's shared expert and sigmoid routing have no Mixtral form.
+  EXPECT_CLAW_ERROR(hf_config(model::model_preset("deepseek-tiny")), "MixtralForCausalLM only", "sigmoid",
+                    "a shared expert");
+  nlohmann::json windowed = j;
+  windowed["sliding_window"] = 128;
+  EXPECT_CLAW_ERROR(model_from_hf_config(windowed, "config.json"), "sliding_window 128");
 }
 
 TEST(Ckpt, HuggingFaceRefusesWhatItCannotRepresent) {

@@ -199,6 +199,29 @@ TEST(MoeDispatch, GatherCombineAndTheirAdjointsAgreeWithLoops) {
   EXPECT_NEAR(lhs, rhs, 1e-5);
 }
 
+// Expert parallelism: rows arrive grouped by source rank, each source's by
+// local expert; expert-major order puts every source's rows of expert 0
+// first. Rows are tagged (source, expert, index) to check where each lands.
+TEST(MoeDispatch, ReceivedRowsPermuteToExpertMajorAndBack) {
+  const int64_t ranks = 3, El = 2, C = 2;
+  const std::vector<int64_t> counts = {1, 2, 0, 3, 2, 1};  // [source][expert]
+  std::vector<float> in;
+  for (int64_t q = 0; q < ranks; ++q)
+    for (int64_t e = 0; e < El; ++e)
+      for (int64_t i = 0; i < counts[q * El + e]; ++i) in.insert(in.end(), {float(100 * q + 10 * e + i), float(e)});
+  const CpuCtx ctx{2};
+  std::vector<float> out(in.size()), back(in.size());
+  std::vector<int64_t> off(El + 1);
+  EXPECT_EQ(moe_permute_received(ctx, counts.data(), ranks, El, C, in.data(), out.data(), true, off.data()), 9);
+  EXPECT_EQ(off, (std::vector<int64_t>{0, 3, 9}));  // expert 0: 1 + 0 + 2 rows; expert 1: 2 + 3 + 1
+  std::vector<float> tags;
+  for (int64_t m = 0; m < 9; ++m) tags.push_back(out[m * C]);
+  EXPECT_EQ(tags, (std::vector<float>{0, 200, 201, 10, 11, 110, 111, 112, 210}));
+  for (int64_t m = 0; m < 9; ++m) EXPECT_EQ(out[m * C + 1], m < 3 ? 0.0f : 1.0f);
+  moe_permute_received(ctx, counts.data(), ranks, El, C, out.data(), back.data(), false);
+  EXPECT_EQ(back, in);
+}
+
 TEST(MoeGroupedGemm, EachGroupIsItsExpertsProduct) {
   const int64_t E = 4, N = 5, K = 3;
   const std::vector<int64_t> offsets = {0, 3, 3, 7, 8};  // expert 1 has no rows
