@@ -32,7 +32,7 @@ struct PlanArgs {
   int data_centers = 1;
   double inter_dc_rtt_ms = 0, inter_dc_gbps = 0;
   // Pins (0 / -1 / "": searched).
-  int tp = 0, pp = 0, cp = 0, zero_stage = -1;
+  int tp = 0, pp = 0, cp = 0, ep = 0, zero_stage = -1;
   int64_t layers_per_virtual_stage = 0, micro_batch_size = 0;
   std::string recompute_granularity, pipeline_schedule;
   bool sequence_parallel = false, no_sequence_parallel = false, use_distributed_optimizer = false;
@@ -66,6 +66,7 @@ const std::vector<F>& plan_flags() {
       int_flag<A>("tensor-model-parallel-size", "pin TP (0: search)", [](A& a) -> auto& { return a.tp; }),
       int_flag<A>("pipeline-model-parallel-size", "pin PP (0: search)", [](A& a) -> auto& { return a.pp; }),
       int_flag<A>("context-parallel-size", "pin CP (0: search)", [](A& a) -> auto& { return a.cp; }),
+      int_flag<A>("expert-model-parallel-size", "pin EP (0: search; MoE models)", [](A& a) -> auto& { return a.ep; }),
       int_flag<A>("num-layers-per-virtual-pipeline-stage", "pin interleaving: layers per model chunk (0: search)",
                   [](A& a) -> auto& { return a.layers_per_virtual_stage; }),
       string_flag<A>("pipeline-schedule", "pin the schedule: gpipe, 1f1b, interleaved or zb-h1",
@@ -97,6 +98,8 @@ nlohmann::json to_json(const plan::Estimate& e, const plan::Job& job, int rank) 
           {"tensor_model_parallel_size", l.tp},
           {"pipeline_model_parallel_size", l.pp},
           {"context_parallel_size", l.cp},
+          {"expert_model_parallel_size", l.ep},
+          {"expert_tensor_parallel_size", l.expert_tp()},
           {"data_parallel_size", l.dp},
           {"virtual_pipeline_model_parallel_size", l.virtual_stages},
           {"pipeline_schedule", std::string(parallel::to_string(l.schedule))},
@@ -125,6 +128,7 @@ nlohmann::json to_json(const plan::Estimate& e, const plan::Job& job, int rank) 
             {"recompute", t.recompute},
             {"tp_comm", t.tp_comm},
             {"cp_comm", t.cp_comm},
+            {"ep_comm", t.ep_comm},
             {"pipeline_bubble", t.bubble},
             {"dp_comm_exposed", t.dp_comm},
             {"dp_comm_total", t.dp_comm_total},
@@ -206,6 +210,7 @@ struct PlanCommand {
     if (a.tp) pins.tp = a.tp;
     if (a.pp) pins.pp = a.pp;
     if (a.cp) pins.cp = a.cp;
+    if (a.ep) pins.ep = a.ep;
     if (a.micro_batch_size) pins.micro_batch_size = a.micro_batch_size;
     if (a.use_distributed_optimizer && a.zero_stage >= 0 && a.zero_stage != 1)
       fail("--use-distributed-optimizer means ZeRO stage 1 but --zero-stage {} was given; give one of them",
@@ -268,25 +273,25 @@ struct PlanCommand {
       std::fflush(stdout);  // the error comes last, after the counts
       fail("{}", r.none_fit);
     }
-    fmt::print("{:>3}  {:<28} {:>7} {:>26}  {:>8} {:>34}  {:>10} {:>9} {:>8} {:>6}\n", "#", "layout", "mem GiB",
-               "(params+grads+opt+act)", "step s", "(compute+tp+cp+bubble+dp+opt)", "tokens/s", "tok/s/dev",
+    fmt::print("{:>3}  {:<34} {:>7} {:>26}  {:>8} {:>39}  {:>10} {:>9} {:>8} {:>6}\n", "#", "layout", "mem GiB",
+               "(params+grads+opt+act)", "step s", "(compute+tp+cp+ep+bubble+dp+opt)", "tokens/s", "tok/s/dev",
                "TFLOP/s", "MFU");
     for (size_t k = 0; k < r.ranked.size() && static_cast<int>(k) < top; ++k) {
       const plan::Estimate& e = r.ranked[k];
       const plan::StageMemory& m = e.memory;
       const plan::StepTime& t = e.time;
-      fmt::print("{:>3}  {:<28} {:>7.1f} {:>26}  {:>8.3f} {:>34}  {:>10.0f} {:>9.0f} {:>8.1f} {:>5.1f}%\n", k + 1,
+      fmt::print("{:>3}  {:<34} {:>7.1f} {:>26}  {:>8.3f} {:>39}  {:>10.0f} {:>9.0f} {:>8.1f} {:>5.1f}%\n", k + 1,
                  e.layout.describe(), gib(m.total()),
                  fmt::format("({:.1f}+{:.1f}+{:.1f}+{:.1f})", gib(m.params), gib(m.grads),
                              gib(m.optimizer + m.zero_buffers), gib(m.activations + m.comm_buffers)),
                  t.total,
-                 fmt::format("({:.2f}+{:.2f}+{:.2f}+{:.2f}+{:.2f}+{:.2f})", t.compute, t.tp_comm, t.cp_comm,
-                             t.bubble, t.dp_comm, t.optimizer),
+                 fmt::format("({:.2f}+{:.2f}+{:.2f}+{:.2f}+{:.2f}+{:.2f}+{:.2f})", t.compute, t.tp_comm, t.cp_comm,
+                             t.ep_comm, t.bubble, t.dp_comm, t.optimizer),
                  e.tokens_per_s, e.tokens_per_s / a.num_gpus, e.model_tflops_per_device, 100 * e.mfu);
     }
     if (show_rejected)
       for (size_t k = 0; k < r.rejected.size() && static_cast<int>(k) < top; ++k)
-        fmt::print("  does not fit: {:<28} {}\n", r.rejected[k].layout.describe(), r.rejected[k].why_not);
+        fmt::print("  does not fit: {:<34} {}\n", r.rejected[k].layout.describe(), r.rejected[k].why_not);
     fmt::print("best: claw train {}\n", r.ranked.front().layout.flags(job));
   }
 };

@@ -237,6 +237,7 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
   if (given.given("tensor-model-parallel-size")) pins.tp = int_of("tensor-model-parallel-size");
   if (given.given("pipeline-model-parallel-size")) pins.pp = int_of("pipeline-model-parallel-size");
   if (given.given("context-parallel-size")) pins.cp = int_of("context-parallel-size");
+  if (given.given("expert-model-parallel-size")) pins.ep = int_of("expert-model-parallel-size");
   if (given.given("micro-batch-size")) pins.micro_batch_size = a.train.micro_batch_size;
   if (given.given("zero-stage") || given.given("use-distributed-optimizer")) pins.zero_stage = a.parallel.zero_stage();
   if (given.given("sequence-parallel")) pins.sequence_parallel = true;
@@ -254,6 +255,8 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
   a.parallel.sizes.tp = l.tp;
   a.parallel.sizes.pp = l.pp;
   a.parallel.sizes.cp = l.cp;
+  a.parallel.sizes.ep = l.ep;
+  a.parallel.sizes.etp = l.etp;
   a.parallel.sequence_parallel = l.sequence_parallel && l.tp > 1;
   a.parallel.pipeline_schedule = std::string(parallel::to_string(l.schedule));
   a.parallel.num_layers_per_virtual_pipeline_stage = l.virtual_stages > 1 ? l.layers_per_virtual_stage(job) : 0;

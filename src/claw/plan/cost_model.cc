@@ -61,9 +61,9 @@ Link link_for(const Cluster& c, int extent, int stride = 1) {
 
 // Seconds of one micro-batch's pass over parts of a stage on one rank.
 struct PassCost {
-  double gemm = 0, elementwise = 0, tp = 0, cp = 0, attention = 0;
+  double gemm = 0, elementwise = 0, tp = 0, cp = 0, ep = 0, attention = 0;
   double compute() const { return gemm + elementwise; }
-  double total() const { return gemm + elementwise + tp + cp; }
+  double total() const { return gemm + elementwise + tp + cp + ep; }
 };
 
 class BlockCosts {
@@ -84,6 +84,14 @@ class BlockCosts {
     swiglu_ = m.mlp == model::Mlp::swiglu;
     tp_link_ = link_for(c, l.tp);
     cp_link_ = link_for(c, l.tp * l.cp, l.tp);
+    if (m.moe.enabled()) {
+      moe_share_ = static_cast<double>(m.moe.num_moe_layers(m.num_layers)) / static_cast<double>(m.num_layers);
+      E_ = static_cast<double>(m.moe.num_experts);
+      k_ = static_cast<double>(m.moe.router_topk);
+      Fe_ = static_cast<double>(m.moe_ffn());
+      Fs_ = static_cast<double>(m.moe.shared_expert_intermediate_size) / l.tp;
+      ep_link_ = link_for(c, l.expert_tp() * l.ep, l.expert_tp());  // the expert grid's EP group
+    }
   }
 
   double gemm(double M, double N, double K) const {
@@ -92,8 +100,24 @@ class BlockCosts {
   // One block's forward.
   PassCost block_forward() const {
     PassCost pc;
-    pc.gemm = gemm(N_, (H_ + 2 * G_) * D_, C_) + gemm(N_, C_, H_ * D_) + gemm(N_, F_ * (swiglu_ ? 2 : 1), C_) +
-              gemm(N_, C_, F_);
+    const double up = swiglu_ ? 2 : 1;
+    const double dense_mlp = gemm(N_, F_ * up, C_) + gemm(N_, C_, F_);
+    pc.gemm = gemm(N_, (H_ + 2 * G_) * D_, C_) + gemm(N_, C_, H_ * D_) + (1 - moe_share_) * dense_mlp;
+    if (moe_share_ > 0) {
+      // A MoE layer on this rank's rows: the router, k expert FFNs per token
+      // (balanced loads: each rank's experts receive rows x k rows), the
+      // shared expert (TP-split like a dense MLP), and two all-to-alls (the
+      // dispatch and the combine) of rows x k x C values, (EP - 1) / EP of
+      // them leaving the rank.
+      const double M = rows_ * k_;
+      double moe = gemm(rows_, E_, C_) + gemm(M, Fe_ * up, C_) + gemm(M, C_, Fe_);
+      if (Fs_ > 0) moe += gemm(N_, Fs_ * up, C_) + gemm(N_, C_, Fs_);
+      pc.gemm += moe_share_ * moe;
+      if (l_.ep > 1) {
+        const double bytes = M * C_ * p_.activation_bytes * (l_.ep - 1) / l_.ep;
+        pc.ep = moe_share_ * 2 * (bytes / ep_link_.bw + (l_.ep - 1) * ep_link_.lat);
+      }
+    }
     // Scores and weighted values per head: [T/cp, D] x [D, T] and [T/cp, T] x [T, D], causal half.
     const double per_seq = N_ / l_.micro_batch_size;
     // Flash-style kernels skip the masked half; unfused ones compute the whole square and pass over the
@@ -107,7 +131,9 @@ class BlockCosts {
     // Memory-bound passes (reads + writes, in elements): two norms (2 each), two dropout + residual adds
     // (4 each, masks included), RoPE and the attention layout over q/k/v (4), the activation function (3 for
     // GELU on F, 4 for SwiGLU's two inputs and output), attention statistics (negligible).
-    const double elems = 12 * rows_ * C_ + 4 * N_ * (H_ + 2 * G_) * D_ + (swiglu_ ? 4 : 3) * N_ * F_;
+    double elems = 12 * rows_ * C_ + 4 * N_ * (H_ + 2 * G_) * D_ + (1 - moe_share_) * (swiglu_ ? 4 : 3) * N_ * F_;
+    // MoE: the activation over the dispatched rows, and the gather, permute and combine copies.
+    if (moe_share_ > 0) elems += moe_share_ * ((swiglu_ ? 4 : 3) * rows_ * k_ * Fe_ + 6 * rows_ * k_ * C_);
     pc.elementwise = elems * p_.activation_bytes / c_.device.memory_bandwidth;
     // Two TP collectives of the block's [N, C] output pieces.
     pc.tp = 2 * ring_all_reduce(N_ * C_ * p_.activation_bytes, l_.tp, tp_link_.bw, tp_link_.lat);
@@ -140,8 +166,9 @@ class BlockCosts {
   const Cluster& c_;
   const Precision& p_;
   double peak_, Tfull_, N_, C_, D_, H_, G_, F_, Vt_, rows_;
+  double moe_share_ = 0, E_ = 0, k_ = 0, Fe_ = 0, Fs_ = 0;  // MoE: the share of MoE layers, experts, top-k, widths
   bool swiglu_;
-  Link tp_link_, cp_link_;
+  Link tp_link_, cp_link_, ep_link_;
 };
 
 // Per stage and chunk: forward, backward (input part, weight part) seconds, and their breakdown.
@@ -200,6 +227,7 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
       f.elementwise = n * block.elementwise;
       f.tp = n * block.tp;
       f.cp = n * block.cp;
+      f.ep = n * block.ep;
       if (s == 0 && ch == 0) f.gemm += emb.gemm, f.elementwise += emb.elementwise, f.tp += emb.tp;
       if (s == l.pp - 1 && ch == pl.chunks - 1) f.gemm += head.gemm, f.elementwise += head.elementwise, f.tp += head.tp;
       const double rc = static_cast<double>(std::min(l.recompute_num_layers, r.count)) * block.total();
@@ -208,7 +236,7 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
       cc.forward = f.total();
       // Backward: input and weight gradients each cost one forward's GEMMs; elementwise and TP/CP
       // communication go with the input part.
-      cc.backward_input = rc + f.gemm + 2 * f.elementwise + f.tp + 2 * f.cp;
+      cc.backward_input = rc + f.gemm + 2 * f.elementwise + f.tp + 2 * f.cp + f.ep;
       cc.backward_weight = f.gemm;
     }
 
@@ -251,12 +279,20 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
     t.recompute += mm * cc.recompute;
     t.tp_comm += mm * 2 * cc.fwd_parts.tp;
     t.cp_comm += mm * 3 * cc.fwd_parts.cp;
+    t.ep_comm += mm * 2 * cc.fwd_parts.ep;
   }
   t.bubble = makespan - busy[busiest];
 
-  // Data parallelism over the busiest stage's parameters, which are
-  // replicated over dp x cp (the CP ranks hold other tokens of the samples).
-  const double P = static_cast<double>(e.memory.param_elements);
+  // Data parallelism over the busiest stage's parameters: the dense ones are
+  // replicated over dp x cp (the CP ranks hold other tokens of the samples);
+  // under expert parallelism the experts only over the expert-data-parallel
+  // ranks, a collective of their own (the two overlap nothing here: summed).
+  const model::ModelConfig& mc = job.model;
+  double expert_elems = 0;
+  if (mc.moe.enabled() && l.expert_region())
+    expert_elems = static_cast<double>(mc.moe.num_moe_layers(mc.num_layers)) / l.pp * mc.moe.num_experts / l.ep *
+                   static_cast<double>(mc.moe_ffn()) * mc.hidden_size * (mc.mlp == model::Mlp::swiglu ? 3 : 2);
+  const double P = static_cast<double>(e.memory.param_elements) - expert_elems;
   const int reps = l.dp * l.cp;
   const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp);
   const double grad_bytes = P * p.grad_bytes, param_bytes = P * p.param_bytes;
@@ -275,6 +311,16 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
     } else {
       reduce = ring_gather(grad_bytes, reps, dp_link.bw, dp_link.lat);
       gather = ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
+    }
+  }
+  if (const int edp = l.expert_dp(); expert_elems > 0 && edp > 1) {
+    const Link edp_link = link_for(c, l.world() / l.pp, l.expert_tp() * l.ep);
+    const double eg = expert_elems * p.grad_bytes, ep_bytes = expert_elems * p.param_bytes;
+    if (l.zero_stage == 0) {
+      reduce += ring_all_reduce(eg, edp, edp_link.bw, edp_link.lat);
+    } else {
+      reduce += ring_gather(eg, edp, edp_link.bw, edp_link.lat);
+      gather += ring_gather(ep_bytes, edp, edp_link.bw, edp_link.lat);
     }
   }
   t.dp_comm_total = reduce + gather;

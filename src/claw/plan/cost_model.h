@@ -58,6 +58,7 @@ struct StepTime {
   double recompute = 0;   // part of compute re-running forwards
   double tp_comm = 0;     // TP/SP collectives on the busiest stage (on the critical path)
   double cp_comm = 0;     // exposed ring-attention exchange on the busiest stage
+  double ep_comm = 0;     // MoE token all-to-alls (dispatch and combine) on the busiest stage
   double bubble = 0;      // pipeline: makespan - the busiest stage's busy time (p2p waits included)
   double dp_comm = 0;     // exposed DP/ZeRO communication
   double dp_comm_total = 0;

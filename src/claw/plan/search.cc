@@ -77,11 +77,17 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
             std::vector<int> zeros = {0};
             if (dp > 1) zeros.push_back(1);
             if (dp > 1 && pp == 1 && !pin.claw_trainer) zeros.insert(zeros.end(), {2, 3});
+            std::vector<int> eps = {1};
+            if (m.moe.enabled())
+              for (int e = 2; e <= dp * cp; e *= 2)
+                if (m.moe.num_experts % e == 0 && dp * cp % e == 0) eps.push_back(e);
             for (parallel::ScheduleKind kind : pinned_or(pin.schedule, kinds))
               for (int zero : pinned_or(pin.zero_stage, zeros))
+                for (int ep : pinned_or(pin.ep, eps))
                 for (bool rc : pinned_or(pin.recompute, std::vector<bool>{false, true})) {
                   Layout l;
-                  l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp;
+                  l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.ep = ep;
+                  if (m.moe.enabled() && tp > 1) l.etp = 1;  // experts whole on each rank
                   l.sequence_parallel = pin.sequence_parallel.value_or(tp > 1);
                   l.virtual_stages = v;
                   l.schedule = kind;

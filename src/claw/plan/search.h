@@ -8,7 +8,8 @@
 // is tried at 2 and 4 model chunks. Among layouts within 0.5% of each other's
 // throughput, the smaller TP (then the less model parallelism) wins, then the
 // distributed optimizer (ZeRO-1) over replication, then less memory.
-// Expert parallelism is not searched: ModelConfig has no MoE layers yet.
+// Expert parallelism (MoE models) is tried at each power of two dividing
+// both the experts and DP x CP; under TP the experts stay whole (expert TP 1).
 #pragma once
 
 #include <optional>
@@ -20,7 +21,7 @@
 namespace claw::plan {
 
 struct Constraints {
-  std::optional<int> tp, pp, cp, dp, virtual_stages, zero_stage;
+  std::optional<int> tp, pp, cp, dp, ep, virtual_stages, zero_stage;
   std::optional<int64_t> micro_batch_size;
   std::optional<bool> recompute, sequence_parallel;
   std::optional<parallel::ScheduleKind> schedule;

@@ -240,6 +240,35 @@ TEST(PlanCost, DataCentresAddTheInterDcLinkToTheReduction) {
   EXPECT_LT(estimate(job, l, two, precision("bf16")).time.dp_comm_total, b.time.dp_comm_total);
 }
 
+// Expert parallelism: each EP rank holds E / EP of every MoE layer's experts
+// (the dense part unchanged), pays two all-to-alls per MoE layer forward and
+// backward, and reduces the experts over E-DP = DP / EP ranks only.
+TEST(PlanCost, ExpertParallelismSplitsExpertsAndPaysAllToAll) {
+  const Job job = job_of("mixtral-8x7b", 4096, 256);
+  const Cluster c = cluster_of("h100", 64);
+  const model::ModelConfig& m = job.model;
+  const double expert_params = static_cast<double>(m.moe.num_moe_layers(m.num_layers)) * m.moe.num_experts *
+                               3.0 * m.moe_ffn() * m.hidden_size;
+  Layout l;
+  l.dp = 64;
+  l.zero_stage = 1;
+  const Estimate one = estimate(job, l, c, precision("bf16"));
+  l.ep = 8;
+  const Estimate eight = estimate(job, l, c, precision("bf16"));
+  EXPECT_NEAR(static_cast<double>(one.memory.param_elements - eight.memory.param_elements), expert_params * 7 / 8,
+              1e-6 * expert_params);
+  EXPECT_EQ(one.time.ep_comm, 0);
+  EXPECT_GT(eight.time.ep_comm, 0);
+  EXPECT_LT(eight.memory.total(), one.memory.total());
+  EXPECT_LT(eight.time.dp_comm_total, one.time.dp_comm_total);  // the experts reduce over 8 ranks, not 64
+  EXPECT_NE(eight.layout.flags(job).find("--expert-model-parallel-size 8"), std::string::npos);
+  // The search tries EP, and bad EP layouts are refused naming the flags.
+  const SearchResult r = search(job, c, precision("bf16"), {.tp = 1, .pp = 1});
+  EXPECT_TRUE(std::any_of(r.ranked.begin(), r.ranked.end(), [](const Estimate& e) { return e.layout.ep == 8; }));
+  l.ep = 3;
+  EXPECT_THROW(estimate(job, l, c, precision("bf16")), Error);
+}
+
 TEST(PlanSearch, AModelThatFitsOnlyAtTp8Pp4IsFound) {
   // 32 devices with the distributed optimizer and no recompute (Megatron's usual setting): a 30B-class
   // model whose weights and optimizer state need 32-way model parallelism and whose activations need TP 8.
