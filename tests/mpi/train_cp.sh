@@ -43,27 +43,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 # shellcheck source=refused.sh
 source "$here/refused.sh"
 
-# compare NAME EXTRA_ARGS... -- RUN...: the single-rank run of NAME, then each
-# "NP FLAGS" run, against it.
-compare() {
-  local name=$1
-  shift
-  local extra=()
-  while [[ $1 != -- ]]; do extra+=("$1"); shift; done
-  shift
-  "$claw" train "${common[@]}" "${extra[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
-    { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
-  for run in "$@"; do
-    read -r np flags <<<"$run"
-    run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/g; s/context-parallel-size /cp/; s/--//g' | tr -cd 'a-z0-9_')"
-    # shellcheck disable=SC2086
-    timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${extra[@]}" $flags \
-      --metrics-file "$tmp/$run_name.jsonl" >"$tmp/$run_name.log" 2>&1 ||
-      { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train ${extra[*]} $flags"; }
-    grep -q "cp [24] x" "$tmp/$run_name.log" || { head -5 "$tmp/$run_name.log"; fail "$run_name: no layout line"; }
-    grep -q "context parallel" "$tmp/$run_name.log" || fail "$run_name: the layout line does not name context parallelism"
-    /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" 20 --loss-rtol 1e-6 || exit 1
-  done
+# shellcheck source=compare_runs.sh
+source "$here/compare_runs.sh"
+check_layout() {  # LOG FLAGS
+  grep -q "cp [24] x" "$1" && grep -q "context parallel" "$1"
 }
 
 case $case_name in

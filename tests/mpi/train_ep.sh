@@ -42,29 +42,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 # shellcheck source=refused.sh
 source "$here/refused.sh"
 
-# compare NAME EXTRA_ARGS... -- RUN...: the single-rank run of NAME, then each
-# "NP FLAGS" run, against it.
-compare() {
-  local name=$1
-  shift
-  local extra=()
-  while [[ $1 != -- ]]; do extra+=("$1"); shift; done
-  shift
-  "$claw" train "${common[@]}" "${extra[@]}" --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
-    { cat "$tmp/$name.log"; fail "$name: single-rank run"; }
-  grep -q '"moe_load_max_over_mean"' "$tmp/$name.jsonl" || fail "$name: no tokens-per-expert metric"
-  for run in "$@"; do
-    read -r np flags <<<"$run"
-    run_name="${name}_np${np}_$(echo "$flags" | sed 's/-model-parallel-size /-/g; s/-parallel-size /-/g; s/--//g' | tr -cd 'a-z0-9_')"
-    # shellcheck disable=SC2086
-    timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" "${extra[@]}" $flags \
-      --metrics-file "$tmp/$run_name.jsonl" </dev/null >"$tmp/$run_name.log" 2>&1 ||
-      { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train ${extra[*]} $flags"; }
-    if [[ $flags == *expert-model-parallel-size* ]]; then
-      grep -q "ep [24]" "$tmp/$run_name.log" || { grep parallel "$tmp/$run_name.log"; fail "$run_name: the layout line does not name EP"; }
-    fi
-    /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" 20 --loss-rtol 1e-6 || exit 1
-  done
+# shellcheck source=compare_runs.sh
+source "$here/compare_runs.sh"
+check_layout() {  # LOG FLAGS
+  [[ $2 != *expert-model-parallel-size* ]] || grep -q "ep [24]" "$1"
 }
 
 case $case_name in
@@ -78,6 +59,7 @@ parity)
       "4 --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1 --expert-model-parallel-size 2" \
       "4 --context-parallel-size 2 --expert-model-parallel-size 2" \
       "8 --tensor-model-parallel-size 2 --sequence-parallel --context-parallel-size 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --expert-tensor-parallel-size 1"
+    grep -q '"moe_load_max_over_mean"' "$tmp/$model.jsonl" || fail "$model: no tokens-per-expert metric"
     unset -n arch
   done
   compare mixtral_zero3 "${mixtral[@]}" -- "2 --expert-model-parallel-size 2 --zero-stage 3"

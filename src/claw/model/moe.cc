@@ -95,20 +95,28 @@ int64_t MoELayer::route(const float* logits, int64_t R, std::vector<int64_t>& ro
   return N;
 }
 
-void MoELayer::exchange_counts(std::vector<int64_t>& recv) const {
+int64_t MoELayer::dispatch(const CpuCtx& cpu, float* out, float* staging, float* in, Received& d) const {
   const int ep = tp_.ep_size();
   std::vector<int64_t> send(static_cast<size_t>(E_)), blocks(static_cast<size_t>(ep), El_);
   for (int64_t e = 0; e < E_; ++e) send[static_cast<size_t>(e)] = routing_.offsets[e + 1] - routing_.offsets[e];
-  recv.resize(static_cast<size_t>(E_));
-  tp_.ep->all_to_all(send.data(), blocks, recv.data(), blocks, DType::i64);
+  d.counts.resize(static_cast<size_t>(E_));
+  tp_.ep->all_to_all(send.data(), blocks, d.counts.data(), blocks, DType::i64);
+  exchange_rows(d.counts, out, staging, false);
+  d.offsets.resize(static_cast<size_t>(El_ + 1));
+  return kernels::moe_permute_received(cpu, d.counts.data(), ep, El_, C_, staging, in, true, d.offsets.data());
 }
 
-void MoELayer::exchange_rows(const std::vector<int64_t>& recv, float* out, float* in, bool inverse) const {
+void MoELayer::undispatch(const CpuCtx& cpu, const Received& d, float* in, float* staging, float* out) const {
+  kernels::moe_permute_received(cpu, d.counts.data(), tp_.ep_size(), El_, C_, in, staging, false);
+  exchange_rows(d.counts, out, staging, true);
+}
+
+void MoELayer::exchange_rows(const std::vector<int64_t>& counts, float* out, float* in, bool inverse) const {
   const int ep = tp_.ep_size();
   std::vector<int64_t> sent(static_cast<size_t>(ep)), got(static_cast<size_t>(ep), 0);
   for (int q = 0; q < ep; ++q) {
     sent[q] = (routing_.offsets[(q + 1) * El_] - routing_.offsets[q * El_]) * C_;
-    for (int64_t j = 0; j < El_; ++j) got[q] += recv[static_cast<size_t>(q * El_ + j)] * C_;
+    for (int64_t j = 0; j < El_; ++j) got[q] += counts[static_cast<size_t>(q * El_ + j)] * C_;
   }
   if (inverse)
     tp_.ep->all_to_all(in, got, out, sent, DType::f32);
@@ -124,33 +132,17 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
                      cfg_.moe.expert_capacity_factor, drop_, routing_);
   const auto M = static_cast<int64_t>(r.order.size());
   // The rows this rank's experts run (expert-major) and their cut.
-  const float* rows = scratch.moe_rows;
-  const int64_t* off = r.offsets.data();
-  int64_t Rin = M;
-  std::vector<int64_t> recv, local_off;
-  if (tp_.ep_size() == 1) {
-    kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_rows);
-  } else {
-    kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_drows);
-    exchange_counts(recv);
-    exchange_rows(recv, scratch.moe_drows, scratch.moe_rows, false);
-    local_off.resize(static_cast<size_t>(El_ + 1));
-    Rin = kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, scratch.moe_rows, s.x_in, true,
-                                        local_off.data());
-    rows = s.x_in;
-    off = local_off.data();
-  }
+  const bool ep = tp_.ep_size() > 1;
+  Received d;
+  kernels::moe_gather(ctx.cpu, r, x, C_, ep ? scratch.moe_drows : scratch.moe_rows);
+  const int64_t Rin = ep ? dispatch(ctx.cpu, scratch.moe_drows, scratch.moe_rows, s.x_in, d) : M;
+  const float* rows = ep ? s.x_in : scratch.moe_rows;
+  const int64_t* off = ep ? d.offsets.data() : r.offsets.data();
   kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, fc.data(), 0.0f, s.h);
   if (swiglu_) kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, up.data(), 0.0f, s.u);
   activate(ctx.cpu, s, Rin, scratch.moe_act);
-  if (tp_.ep_size() == 1) {
-    kernels::grouped_gemm(ctx.cpu, off, El_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, s.o);
-  } else {
-    kernels::grouped_gemm(ctx.cpu, off, El_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, scratch.moe_rows);
-    kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, scratch.moe_rows, scratch.moe_drows,
-                                  false);
-    exchange_rows(recv, s.o, scratch.moe_drows, true);
-  }
+  kernels::grouped_gemm(ctx.cpu, off, El_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, ep ? scratch.moe_rows : s.o);
+  if (ep) undispatch(ctx.cpu, d, scratch.moe_rows, scratch.moe_drows, s.o);
   kernels::moe_combine(ctx.cpu, r, s.o, C_, y, false);
   if (shared) {
     shared->forward(ctx, x, scratch.moe_shared, s.shared, scratch);
@@ -194,22 +186,14 @@ void MoELayer::backward(const StepCtx& ctx, Saved& s, const float* x, const floa
   const kernels::MoeRouting& r = routing_;
   const auto M = static_cast<int64_t>(r.order.size());
   kernels::moe_combine_backward(ctx.cpu, r, dy, s.o, C_, scratch.moe_drows, scratch.moe_dprob);
-  // The received rows and their output gradients, expert-major.
-  const float* rows = scratch.moe_rows;
-  const int64_t* off = r.offsets.data();
-  int64_t Rin = M;
-  std::vector<int64_t> recv, local_off;
-  if (tp_.ep_size() == 1) {
-    kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_rows);
-  } else {
-    exchange_counts(recv);
-    exchange_rows(recv, scratch.moe_drows, scratch.moe_rows, false);
-    local_off.resize(static_cast<size_t>(El_ + 1));
-    Rin = kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, scratch.moe_rows,
-                                        scratch.moe_drows, true, local_off.data());
-    rows = s.x_in;
-    off = local_off.data();
-  }
+  // The received rows (saved under EP, else gathered again) and their
+  // output gradients, expert-major.
+  const bool ep = tp_.ep_size() > 1;
+  Received d;
+  if (!ep) kernels::moe_gather(ctx.cpu, r, x, C_, scratch.moe_rows);
+  const int64_t Rin = ep ? dispatch(ctx.cpu, scratch.moe_drows, scratch.moe_rows, scratch.moe_drows, d) : M;
+  const float* rows = ep ? s.x_in : scratch.moe_rows;
+  const int64_t* off = ep ? d.offsets.data() : r.offsets.data();
   activate(ctx.cpu, s, Rin, scratch.moe_act);  // recompute
   if (float* g = proj.gdata())
     kernels::grouped_gemm_dw(ctx.cpu, off, El_, C_, Fe_, scratch.moe_drows, scratch.moe_act, 1.0f, g);
@@ -225,10 +209,7 @@ void MoELayer::backward(const StepCtx& ctx, Saved& s, const float* x, const floa
   float* drows = scratch.moe_drows;  // the output gradient is dead: the rows' input gradients go here
   kernels::grouped_gemm_dx(ctx.cpu, off, El_, Fe_, C_, s.h, fc.data(), 0.0f, drows);
   if (swiglu_) kernels::grouped_gemm_dx(ctx.cpu, off, El_, Fe_, C_, s.u, up.data(), 1.0f, drows);
-  if (tp_.ep_size() > 1) {  // back to the tokens' ranks
-    kernels::moe_permute_received(ctx.cpu, recv.data(), tp_.ep_size(), El_, C_, drows, scratch.moe_rows, false);
-    exchange_rows(recv, drows, scratch.moe_rows, true);
-  }
+  if (ep) undispatch(ctx.cpu, d, drows, scratch.moe_rows, drows);  // back to the tokens' ranks
   kernels::moe_scatter_add(ctx.cpu, r, drows, C_, dx);
   // The router: the combine weights' gradient and the auxiliary losses'.
   const double scale = ctx.moe_aux_scale;

@@ -105,13 +105,22 @@ class MoELayer {
   // Routes this rank's R tokens (into routing_) and sums the auxiliary
   // losses' counts over the token group: routed [E] and the tokens.
   int64_t route(const float* logits, int64_t R, std::vector<int64_t>& routed) const;
-  // EP: the rows per (rank, local expert) this rank receives, from the
-  // routing's per-expert counts (an all-to-all of E / EP counts a rank).
-  void exchange_counts(std::vector<int64_t>& recv) const;
-  // EP: sends the dispatched rows `out` [M, C] (expert-major, so grouped by
-  // destination) to their experts' ranks; `in` gets the received rows
-  // rank-major (recv: exchange_counts'). inverse: the way back, in -> out.
-  void exchange_rows(const std::vector<int64_t>& recv, float* out, float* in, bool inverse) const;
+  // Expert parallelism: the rows of the routing's dispatched pairs `out`
+  // [M, C] (expert-major, so grouped by destination) go to their experts'
+  // ranks; they arrive rank-major in `staging` and are reordered expert-major
+  // into `in` (which may be `out`). Fills `d` (rows per (source, local
+  // expert), the expert-major cut) and returns the rows received.
+  struct Received {
+    std::vector<int64_t> counts;   // [EP, El]
+    std::vector<int64_t> offsets;  // [El + 1]
+  };
+  int64_t dispatch(const CpuCtx& cpu, float* out, float* staging, float* in, Received& d) const;
+  // The way back: rows `in` (expert-major, as dispatch left them) return to
+  // their tokens' ranks, into `out` in the routing's order; clobbers `staging`.
+  void undispatch(const CpuCtx& cpu, const Received& d, float* in, float* staging, float* out) const;
+  // The all-to-all of rows between `out` (this rank's dispatched pairs) and
+  // `in` (received, rank-major); inverse: in -> out.
+  void exchange_rows(const std::vector<int64_t>& counts, float* out, float* in, bool inverse) const;
   const ModelConfig& cfg_;
   TensorParallel tp_;
   int64_t C_, E_, k_, Fe_;
