@@ -5,7 +5,9 @@ wait_for_server() {
   local pid=$1 log=$2
   port=
   for _ in $(seq 300); do
-    port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log")
+    # The log may not exist yet: the server's shell opens it after the fork,
+    # and a failing substitution would end a `set -e` caller.
+    port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log" 2>/dev/null || true)
     [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
     kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
     sleep 0.2
