@@ -83,10 +83,14 @@ void MoELayer::activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* 
     kernels::gelu_forward(cpu, a, s.h, rows * Fe_);
 }
 
-int64_t MoELayer::route(const float* logits, int64_t R, std::vector<int64_t>& routed) const {
+void MoELayer::route(const float* logits, int64_t R) const {
   kernels::moe_route(logits, cfg_.moe.router_enable_expert_bias ? expert_bias.data() : nullptr, R, E_, k_, score_,
                      cfg_.moe.expert_capacity_factor, drop_, routing_);
+}
+
+int64_t MoELayer::token_counts(std::vector<int64_t>& routed) const {
   routed = routing_.routed;
+  const int64_t R = routing_.N;
   if (!tp_.moe_tokens || tp_.moe_tokens->size() == 1) return R;
   routed.push_back(R);
   tp_.moe_tokens->all_reduce(routed.data(), E_ + 1, DType::i64);
@@ -128,8 +132,7 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
   const int64_t N = ctx.tokens(), R = tp_.rows(N);
   kernels::gemm(ctx.cpu, false, true, R, E_, C_, 1.0f, x, C_, router.data(), C_, 0.0f, s.logits, E_);
   const kernels::MoeRouting& r = routing_;
-  kernels::moe_route(s.logits, cfg_.moe.router_enable_expert_bias ? expert_bias.data() : nullptr, R, E_, k_, score_,
-                     cfg_.moe.expert_capacity_factor, drop_, routing_);
+  route(s.logits, R);
   const auto M = static_cast<int64_t>(r.order.size());
   // The rows this rank's experts run (expert-major) and their cut.
   const bool ep = tp_.ep_size() > 1;
@@ -182,7 +185,8 @@ void MoELayer::backward(const StepCtx& ctx, Saved& s, const float* x, const floa
   else
     std::fill_n(dx, R * C_, 0.0f);
   std::vector<int64_t> routed;
-  const int64_t Ng = route(s.logits, R, routed);
+  route(s.logits, R);
+  const int64_t Ng = token_counts(routed);
   const kernels::MoeRouting& r = routing_;
   const auto M = static_cast<int64_t>(r.order.size());
   kernels::moe_combine_backward(ctx.cpu, r, dy, s.o, C_, scratch.moe_drows, scratch.moe_dprob);

@@ -102,9 +102,11 @@ class MoELayer {
 
  private:
   void activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* a) const;
-  // Routes this rank's R tokens (into routing_) and sums the auxiliary
-  // losses' counts over the token group: routed [E] and the tokens.
-  int64_t route(const float* logits, int64_t R, std::vector<int64_t>& routed) const;
+  // Routes this rank's R tokens into routing_.
+  void route(const float* logits, int64_t R) const;
+  // The auxiliary losses' counts over the micro-batch's tokens (summed over
+  // the token group): routed [E] into `routed`; returns the tokens.
+  int64_t token_counts(std::vector<int64_t>& routed) const;
   // Expert parallelism: the rows of the routing's dispatched pairs `out`
   // [M, C] (expert-major, so grouped by destination) go to their experts'
   // ranks; they arrive rank-major in `staging` and are reordered expert-major

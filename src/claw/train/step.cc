@@ -68,10 +68,9 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
   CLAW_CHECK(batch.micro_batches() == model.micro_batches(), "a batch of {} micro-batches for a schedule of {}",
              batch.micro_batches(), model.micro_batches());
   const double loss = loss_gradients(model, cpu, batch, step, seed, sample0, sequence_loss);
-  const bool experts = model.first().tp().expert_region;
-  const double sum_squares =
-      experts ? model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu, "dp"), optimizer.grad_sum_squares(cpu, "expert_dp"))
-              : model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu));
+  // Experts reduced over their own group add their squares over it (ModelChunks).
+  const double sum_squares = model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu, "dp"),
+                                                           optimizer.grad_sum_squares(cpu, "expert_dp"));
   StepResult r{loss, std::sqrt(sum_squares)};
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     fail<NonFiniteError>("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}{}", step + 1,
