@@ -131,6 +131,30 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
   };
 }
 
+// The FP8 flags (Megatron's names): how the linear layers compute, not the
+// model's shape, so a checkpoint's "model" section does not carry them.
+template <typename A, typename Get>
+std::vector<Flag<A>> fp8_flags(Get cfg_of) {
+  return {
+      string_flag<A>("fp8-format", "FP8 linear layers: e4m3, or hybrid (E4M3 forward, E5M2 gradients); off if unset",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.format; }),
+      string_flag<A>("fp8-recipe", "delayed (scales from the amax history), tensorwise (current amax) or mxfp8 "
+                     "(blocks of 32 with E8M0 scales)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.recipe; }),
+      int_flag<A>("fp8-amax-history-len", "steps of amax history (delayed scaling)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.amax_history_len; }),
+      string_flag<A>("fp8-amax-compute-algo", "max (over the history) or most_recent",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.amax_compute_algo; }),
+      int_flag<A>("fp8-margin", "scales are divided by 2^margin", [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.margin; }),
+      switch_flag<A>("first-last-layers-bf16", "keep the first and last transformer blocks out of FP8",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.first_last_layers_bf16; }),
+      int_flag<A>("num-layers-at-start-in-bf16", "blocks at the start kept out of FP8 (--first-last-layers-bf16)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.num_layers_at_start_in_bf16; }),
+      int_flag<A>("num-layers-at-end-in-bf16", "blocks at the end kept out of FP8 (--first-last-layers-bf16)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.num_layers_at_end_in_bf16; }),
+  };
+}
+
 // A model's shape as {flag: value} (what a checkpoint records in its "model"
 // section, with the preset name under "model"), and back.
 inline const std::vector<Flag<model::ModelConfig>>& model_config_flags() {

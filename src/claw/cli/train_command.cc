@@ -33,7 +33,10 @@ using F = Flag<TrainArgs>;
 
 const std::vector<F>& train_flags() {
   using A = TrainArgs;
-  static const std::vector<F> flags = concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }), {
+  static const std::vector<F> flags = concat(
+      concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }),
+             fp8_flags<A>([](A& a) -> model::ModelConfig& { return a.model; })),
+      {
       // Training.
       int_flag<A>("micro-batch-size", "sequences per forward/backward",
                   [](A& a) -> auto& { return a.train.micro_batch_size; }),

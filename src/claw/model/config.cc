@@ -92,7 +92,31 @@ void validate_moe(const MoeConfig& m, int64_t num_layers) {
 }
 }  // namespace
 
+bool Fp8Config::layer_in_fp8(int64_t l, int64_t num_layers) const {
+  if (!enabled()) return false;
+  if (first_last_layers_bf16 && (l < num_layers_at_start_in_bf16 || l >= num_layers - num_layers_at_end_in_bf16))
+    return false;
+  return true;
+}
+
+void Fp8Config::validate() const {
+  if (!enabled()) return;
+  if (format != "e4m3" && format != "hybrid")
+    fail("--fp8-format '{}' is not one of: e4m3, hybrid (E4M3 forward, E5M2 gradients)", format);
+  if (recipe != "delayed" && recipe != "tensorwise" && recipe != "mxfp8")
+    fail("--fp8-recipe '{}' is not one of: delayed, tensorwise, mxfp8 (blockwise and NVFP4 are not built yet)",
+         recipe);
+  if (amax_history_len < 1 || amax_history_len > 65536)
+    fail("--fp8-amax-history-len must be in [1, 65536], got {}", amax_history_len);
+  if (amax_compute_algo != "max" && amax_compute_algo != "most_recent")
+    fail("--fp8-amax-compute-algo '{}' is not one of: max, most_recent", amax_compute_algo);
+  if (margin < 0 || margin > 64) fail("--fp8-margin must be in [0, 64], got {}", margin);
+  if (num_layers_at_start_in_bf16 < 0 || num_layers_at_end_in_bf16 < 0)
+    fail("--num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16 must be >= 0");
+}
+
 void ModelConfig::validate() const {
+  fp8.validate();
   auto positive = [](int64_t v, const char* flag) {
     if (v <= 0) fail("{} must be positive (got {})", flag, v);
   };

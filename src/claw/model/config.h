@@ -80,6 +80,24 @@ struct MoeConfig {
   int64_t num_moe_layers(int64_t num_layers) const;
 };
 
+// FP8 and block-scaled formats for the transformer blocks' linear layers
+// (model/fp8.h): Megatron's --fp8-* flags. Off when recipe is empty.
+struct Fp8Config {
+  std::string format;                 // --fp8-format e4m3|hybrid (hybrid: E4M3 forward, E5M2 gradients); "" = off
+  std::string recipe = "delayed";     // --fp8-recipe delayed|tensorwise|mxfp8
+  int64_t amax_history_len = 1;       // --fp8-amax-history-len (delayed)
+  std::string amax_compute_algo = "most_recent";  // --fp8-amax-compute-algo max|most_recent (delayed)
+  int64_t margin = 0;                 // --fp8-margin: scales divided by 2^margin (delayed)
+  bool first_last_layers_bf16 = false;  // --first-last-layers-bf16: the first and last block stay in 16-bit
+  int64_t num_layers_at_start_in_bf16 = 1;  // --num-layers-at-start-in-bf16
+  int64_t num_layers_at_end_in_bf16 = 1;    // --num-layers-at-end-in-bf16
+  bool enabled() const { return !format.empty(); }
+  // Whether transformer block l of num_layers runs its linear layers in FP8.
+  bool layer_in_fp8(int64_t l, int64_t num_layers) const;
+  // Throws claw::Error naming the flag.
+  void validate() const;
+};
+
 struct ModelConfig {
   std::string name = "custom";             // preset it came from, for logs
   int64_t num_layers = 4;                  // --num-layers: transformer blocks (L)
@@ -102,6 +120,7 @@ struct ModelConfig {
   double init_method_std = 0.02;           // --init-method-std: N(0, std) init; output layers / sqrt(2L)
   LoraConfig lora;                         // --lora-*: adapters on the linear layers
   MoeConfig moe;                           // --num-experts, --moe-*: Mixture-of-Experts layers
+  Fp8Config fp8;                           // --fp8-*: FP8 linear layers (a training choice, not a shape)
 
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

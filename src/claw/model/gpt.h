@@ -116,6 +116,8 @@ class GPT {
 
   const ModelConfig& config() const { return cfg_; }
   const TensorParallel& tp() const { return tp_; }
+  // The FP8 state of the blocks' linear layers that run in FP8, in order.
+  std::vector<Fp8Linear*> fp8_layers() const;
   const PipelineStage& stage() const { return stage_; }  // resolved
   // Parameters held, in canonical order (embedding, blocks, final norm, output).
   std::vector<Param*> params();

@@ -152,10 +152,42 @@ void Linear::lora_weight_grad(const StepCtx& ctx, const float* dy, const float* 
   }
 }
 
+void Linear::enable_fp8(const Fp8Config& cfg) { fp8_ = std::make_unique<Fp8Linear>(cfg, weight.spec.name); }
+
+comm::Group* Linear::fp8_group(Fp8Role role) const {
+  if (role == Fp8Role::weight) return kind_ == TpSplit::none ? nullptr : tp_.group;
+  return tp_.moe_tokens ? tp_.moe_tokens : tp_.group;  // tokens split over cp, features over tp
+}
+
+namespace {
+thread_local std::vector<float> fp8_a, fp8_b;
+
+void add_bias_rows(const CpuCtx& cpu, float* y, const float* b, int64_t rows, int64_t C) {
+  parallel_for(cpu, rows, std::max<int64_t>(1, 4096 / C), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      float* yr = y + r * C;
+      for (int64_t c = 0; c < C; ++c) yr[c] += b[c];
+    }
+  });
+}
+}  // namespace
+
+void Linear::fp8_forward(const StepCtx& ctx, const float* x, float* y) const {
+  const int64_t N = ctx.tokens();
+  const Fp8Linear::Operand qx =
+      fp8_->quantize(ctx.cpu, Fp8Role::input, x, N, in_, false, fp8_a, fp8_group(Fp8Role::input), ctx.training);
+  const Fp8Linear::Operand qw = fp8_->quantize(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, fp8_b,
+                                               fp8_group(Fp8Role::weight), ctx.training);
+  kernels::gemm(ctx.cpu, false, true, N, out_, in_, qx.alpha * qw.alpha, qx.data, in_, qw.data, in_, 0.0f, y, out_);
+}
+
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   const float* b = has_bias_ ? bias.data() : nullptr;
   auto product = [&](const float* with_bias) {
-    if (ctx.batch_invariant && !ctx.cpu.gpu && !inference_weight.empty())
+    if (fp8_ && !ctx.batch_invariant) {
+      fp8_forward(ctx, x, y);
+      if (with_bias) add_bias_rows(ctx.cpu, y, with_bias, ctx.tokens(), out_);
+    } else if (ctx.batch_invariant && !ctx.cpu.gpu && !inference_weight.empty())
       kernels::weight_linear_forward(ctx.cpu, y, x, inference_weight, with_bias, ctx.tokens());
     else if (ctx.batch_invariant && !ctx.cpu.gpu)
       kernels::rowwise_linear_forward(ctx.cpu, y, x, weight.data(), with_bias, ctx.tokens(), in_, out_);
@@ -170,14 +202,7 @@ void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   product(nullptr);
   lora_forward(ctx, x, y);  // a partial sum too: reduced with the product
   tp_.reduce_rows(y, ctx.B, ctx.T, out_);
-  if (!b) return;
-  const int64_t rows = tp_.rows(ctx.tokens()), C = out_;
-  parallel_for(ctx.cpu, rows, std::max<int64_t>(1, 4096 / C), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      float* yr = y + r * C;
-      for (int64_t c = 0; c < C; ++c) yr[c] += b[c];
-    }
-  });
+  if (b) add_bias_rows(ctx.cpu, y, b, tp_.rows(ctx.tokens()), out_);
 }
 
 const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* full) const {
@@ -185,7 +210,17 @@ const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* ful
 }
 
 void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const {
-  kernels::linear_backward_input(ctx.cpu, dx, dy, weight.data(), ctx.tokens(), in_, out_, accumulate);
+  if (fp8_) {
+    const int64_t N = ctx.tokens();
+    const Fp8Linear::Operand qdy = fp8_->quantize(ctx.cpu, Fp8Role::grad_output, dy, N, out_, false, fp8_a,
+                                                  fp8_group(Fp8Role::grad_output), true);
+    const Fp8Linear::Operand qw = fp8_->quantize(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, true, fp8_b,
+                                                 fp8_group(Fp8Role::weight), true);
+    kernels::gemm(ctx.cpu, false, false, N, in_, out_, qdy.alpha * qw.alpha, qdy.data, out_, qw.data, in_,
+                  accumulate ? 1.0f : 0.0f, dx, in_);
+  } else {
+    kernels::linear_backward_input(ctx.cpu, dx, dy, weight.data(), ctx.tokens(), in_, out_, accumulate);
+  }
   if (!has_lora() || lora_merged_) return;
   // dx += (s dy B) A, through the dropout mask when there is one.
   const int64_t N = ctx.tokens(), r = lora_rank_;
@@ -224,6 +259,19 @@ void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x
 }
 
 void Linear::apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows) {
+  if (fp8_) {
+    if (weight.grad.defined()) {
+      const Fp8Linear::Operand qdy = fp8_->quantize(cpu, Fp8Role::grad_output, dy, rows, out_, true, fp8_a,
+                                                    fp8_group(Fp8Role::grad_output), true);
+      const Fp8Linear::Operand qx =
+          fp8_->quantize(cpu, Fp8Role::input, x, rows, in_, true, fp8_b, fp8_group(Fp8Role::input), true);
+      kernels::gemm(cpu, true, false, out_, in_, rows, qdy.alpha * qx.alpha, qdy.data, out_, qx.data, in_, 1.0f,
+                    weight.gdata(), in_);
+    }
+    if (has_bias_ && bias.grad.defined())
+      kernels::linear_backward_weight(cpu, static_cast<float*>(nullptr), bias.gdata(), dy, x, rows, in_, out_);
+    return;
+  }
   kernels::linear_backward_weight(cpu, weight.gdata(), has_bias_ ? bias.gdata() : nullptr, dy, x, rows, in_, out_);
 }
 

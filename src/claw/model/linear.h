@@ -28,12 +28,18 @@
 // when adapters are on (ModelConfig::lora). Layers that Hugging Face fuses
 // into one module (GPT-2's q, k, v in c_attn) share one A (share_lora_a), as
 // PEFT's single adapter on the fused module does: each adds its share of dA.
+//
+// enable_fp8 runs the layer's three GEMMs in FP8 (model/fp8.h): x, W and dy
+// are quantised to the recipe's format and scales and multiplied with fp32
+// accumulation; the bias, its gradient and the adapter stay in fp32.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "claw/kernels/cpu/quant.h"
+#include "claw/model/fp8.h"
 #include "claw/model/param.h"
 #include "claw/model/step.h"
 #include "claw/model/tensor_parallel.h"
@@ -88,6 +94,10 @@ class Linear {
   // its part of A's gradient there; its own A is not a parameter.
   void share_lora_a(Linear& owner);
   bool has_lora() const { return lora_rank_ > 0; }
+  // FP8 GEMMs from now on (training and evaluation; batch-invariant
+  // inference keeps its own kernels).
+  void enable_fp8(const Fp8Config& cfg);
+  Fp8Linear* fp8() const { return fp8_.get(); }
   // W += s B A on this rank's slice, and the adapter is gone from the
   // forward (generation merges adapters once; claw ckpt merge-lora).
   void merge_lora(const CpuCtx& cpu);
@@ -115,6 +125,11 @@ class Linear {
   void lora_forward(const StepCtx& ctx, const float* x, float* y) const;
   void lora_weight_grad(const StepCtx& ctx, const float* dy, const float* x, int64_t rows);
 
+  // The FP8 forward product y = x W^T (no bias).
+  void fp8_forward(const StepCtx& ctx, const float* x, float* y) const;
+  // The ranks holding other parts of a tensor of this role (tensorwise amax).
+  comm::Group* fp8_group(Fp8Role role) const;
+
   const TensorParallel& tp_;
   TpSplit kind_;
   int64_t in_, out_;
@@ -125,6 +140,7 @@ class Linear {
   bool lora_merged_ = false;
   Linear* lora_a_owner_ = nullptr;
   double lora_scale_ = 0, lora_dropout_ = 0;
+  std::unique_ptr<Fp8Linear> fp8_;
 };
 
 // Weight-gradient GEMMs recorded by a backward that computed input gradients

@@ -88,10 +88,10 @@ TpGroups make_tensor_parallel(comm::World& world, comm::ParallelState& ps, const
   if (cfg.moe.enabled()) {
     if (grid.ep > 1) g.tp.ep = &ps.ep();
     g.tp.expert_region = grid.ep > 1 || grid.etp != grid.tp;
-    if (grid.tp > 1 || grid.cp > 1) {
-      g.moe_tokens = world.split("moe_tokens", grid.groups("tp-cp"));
-      g.tp.moe_tokens = g.moe_tokens.get();
-    }
+  }
+  if ((cfg.moe.enabled() || cfg.fp8.enabled()) && (grid.tp > 1 || grid.cp > 1)) {
+    g.moe_tokens = world.split("moe_tokens", grid.groups("tp-cp"));
+    g.tp.moe_tokens = g.moe_tokens.get();
   }
   return g;
 }

@@ -76,7 +76,8 @@ struct TensorParallel {
   // expert_region: expert gradients reduce over "expert_dp" rather than with
   // the dense parameters (EP > 1, or expert TP 1 under TP > 1).
   // moe_tokens: the ranks sharing one micro-batch's tokens (tp x cp under
-  // SP / CP; null: this rank alone), over which routing statistics sum.
+  // SP / CP; null: this rank alone), over which routing statistics sum and
+  // FP8 activation amaxes reduce.
   comm::Group* ep = nullptr;
   bool expert_region = false;
   comm::Group* moe_tokens = nullptr;

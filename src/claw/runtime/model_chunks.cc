@@ -1,5 +1,8 @@
 #include "claw/runtime/model_chunks.h"
 
+#include <bit>
+#include <cmath>
+
 #include "claw/core/error.h"
 
 namespace claw::runtime {
@@ -64,6 +67,30 @@ model::MoeStats ModelChunks::take_moe_stats() {
   model::MoeStats s;
   for (model::GPT* c : chunks_) c->take_moe_stats(s);
   return s;
+}
+
+void ModelChunks::fp8_step_end() {
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    std::vector<model::Fp8Linear*> layers;
+    for (model::Fp8Linear* l : chunks_[c]->fp8_layers())
+      if (l->delayed()) layers.push_back(l);
+    if (layers.empty()) continue;
+    // Amaxes as their bit patterns: non-negative floats order like int32s,
+    // and a NaN (above inf) survives the max.
+    std::vector<int32_t> bits;
+    for (model::Fp8Linear* l : layers)
+      for (float a : l->step_amax()) bits.push_back(std::bit_cast<int32_t>(std::fabs(a)));
+    const model::TensorParallel& tp = chunks_[c]->tp();
+    const auto n = static_cast<int64_t>(bits.size());
+    if (comm::Group* g = tp.moe_tokens ? tp.moe_tokens : tp.group; g && g->size() > 1)
+      g->all_reduce(bits.data(), n, DType::i32, comm::ReduceOp::max);
+    if (!dps_.empty() && dps_[c]->group().size() > 1)
+      dps_[c]->group().all_reduce(bits.data(), n, DType::i32, comm::ReduceOp::max);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      for (int r = 0; r < 3; ++r) layers[i]->step_amax()[static_cast<size_t>(r)] = std::bit_cast<float>(bits[3 * i + r]);
+      layers[i]->update();
+    }
+  }
 }
 
 double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(v) : v; }

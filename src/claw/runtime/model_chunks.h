@@ -65,6 +65,11 @@ class ModelChunks {
   // After the optimizer: the engines gather updated values (ZeRO 1/2), and
   // each chunk's compute copy of its parameters is refreshed from them.
   void after_optimizer_step(const CpuCtx& cpu);
+  // Delayed FP8 scaling, after the last backward of a step: each FP8
+  // layer's amaxes of the step reduced (max) over the ranks holding the layer
+  // (tp x cp, then data-parallel), pushed into its history, next scales set
+  // (model/fp8.h). Throws NonFiniteError naming a layer whose amax is NaN/inf.
+  void fp8_step_end();
   // This stage's MoE routing statistics since the last call (model/moe.h).
   model::MoeStats take_moe_stats();
   // Sums over the data-parallel group (this rank's value without an engine).

@@ -58,6 +58,7 @@ double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const Glob
              where.empty() ? "none (overflow in the loss sum)" : where);
       });
   model.finish_grad_sync();
+  model.fp8_step_end();
   return model.dp_sum(model.pp_sum(loss_sum)) / static_cast<double>(counted);
 }
 

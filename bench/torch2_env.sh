@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A Python environment with PyTorch 2.x from PyPI, for the references that
+# Debian's torch 1.13 lacks (the float8 dtypes of tests/parity/fp_formats.py).
+#
+#   PY=$(bench/torch2_env.sh [VENV])    # default VENV: /tmp/claw-torch2-venv
+#
+# PyPI's Linux torch wheel is the CUDA build; it imports (and runs on the CPU)
+# only with its NVIDIA runtime wheels present, so pip installs them too
+# (~2.5 GB once; the venv is reused while it imports the pinned version).
+# Progress goes to stderr; stdout is only the python path.
+set -euo pipefail
+
+VENV=${1:-/tmp/claw-torch2-venv}
+TORCH=2.5.1
+BASE_PY=${TORCH2_ENV_BASE_PYTHON:-/usr/bin/python3}
+
+if ! "$VENV/bin/python" -c "import torch, numpy; assert torch.__version__.split('+')[0] == '$TORCH'" 2>/dev/null; then
+  echo "torch2_env.sh: creating $VENV with torch==$TORCH (PyPI, ~2.5 GB)" >&2
+  "$BASE_PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH" "numpy<2" >&2
+  "$VENV/bin/python" -c "import torch; assert hasattr(torch, 'float8_e4m3fn')" >&2
+fi
+echo "$VENV/bin/python"
