@@ -1,7 +1,8 @@
 # Sourced by the train_*.sh tests. compare NAME EXTRA_ARGS... -- RUN...: the
 # single-rank `claw train "${common[@]}" EXTRA_ARGS` of NAME, then each
 # "NP FLAGS" run under mpirun, whose per-step losses and validation losses
-# must equal it within 1e-6 (relative; grad norms 2e-5, compare_metrics.py).
+# must equal it within $loss_rtol (relative, default 1e-6; grad norms
+# $grad_rtol, default 2e-5; compare_metrics.py).
 # After each run, check_layout LOG FLAGS (defined by the caller) checks the
 # layout line. Uses the caller's $claw, $tmp, $here, common and mpirun
 # arrays, and fail().
@@ -22,6 +23,7 @@ compare() {
       --metrics-file "$tmp/$run_name.jsonl" </dev/null >"$tmp/$run_name.log" 2>&1 ||
       { cat "$tmp/$run_name.log"; fail "mpirun -np $np claw train ${extra[*]} $flags"; }
     check_layout "$tmp/$run_name.log" "$flags" || fail "$run_name: the layout line does not name the layout"
-    /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" 20 --loss-rtol 1e-6 || exit 1
+    /usr/bin/python3 "$here/compare_metrics.py" "$tmp/$name.jsonl" "$tmp/$run_name.jsonl" "$run_name" 20 \
+      --loss-rtol "${loss_rtol:-1e-6}" --grad-rtol "${grad_rtol:-2e-5}" || exit 1
   done
 }

@@ -245,6 +245,18 @@ TrainResult Trainer::run() {
     log::info("train", "MFU denominator: {:.1f} GFLOP/s per rank on {} thread(s) x {} rank(s), fp32 GEMM {}",
               mine.gflops, cpu.num_threads, world_.size(), mine.provenance);
   }
+  if (const model::Fp8Config& f = model_cfg_.fp8; f.enabled()) {
+    std::string fp8_layers;
+    for (int64_t l = 0; l < model_cfg_.num_layers; ++l)
+      if (f.layer_in_fp8(l, model_cfg_.num_layers)) fp8_layers += (fp8_layers.empty() ? "" : ",") + std::to_string(l);
+    log::info("train", "fp8: {} format ({}), {} recipe{}; blocks in FP8: {} of {} ({}), the rest in fp32",
+              f.format, f.format == "hybrid" ? "E4M3 forward, E5M2 gradients" : "E4M3 throughout", f.recipe,
+              f.recipe == "delayed" ? fmt::format(" (amax history {}, {}, margin {})", f.amax_history_len,
+                                                  f.amax_compute_algo, f.margin)
+                                    : std::string(),
+              std::count(fp8_layers.begin(), fp8_layers.end(), ',') + (fp8_layers.empty() ? 0 : 1),
+              model_cfg_.num_layers, fp8_layers.empty() ? "none" : fp8_layers);
+  }
   log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {} on each of {} data-parallel "
             "rank(s)), {:.2f} GFLOP per step",
             cfg_.train_iters, GB, T, accum, B, ps.dp().size(), flops_per_step / 1e9);
