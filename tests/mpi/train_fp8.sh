@@ -2,7 +2,7 @@
 # `claw train` with FP8 linear layers under mpirun: each layout against the
 # single-rank run of the same recipe.
 #
-#   train_fp8.sh CLAW_BINARY RECIPE     RECIPE: delayed | tensorwise | mxfp8
+#   train_fp8.sh CLAW_BINARY RECIPE     RECIPE: delayed | tensorwise | mxfp8 | auto
 #
 # 20 steps of a small gpt2-tiny (hybrid format: E4M3 forward, E5M2
 # gradients; delayed with a 4-step history, max algorithm) at TP 2, TP 2 +
@@ -15,9 +15,17 @@
 # then where a value lies within a rounding error of a midpoint between two
 # E4M3 values (one E4M3 step is 1/8 relative). Tolerance: per-step losses
 # 2e-5 relative, grad norms 2e-3 relative (fp32 layouts: 1e-6 and 2e-5).
+#
+# auto: --fp8-layer-selection auto on 4 blocks (tensorwise, budget 1): the
+# calibration picks the same block at TP 2 + SP, PP 2 and DP 2 as on one
+# rank and the runs match (losses to 2e-4); a run saved at step 10 and resumed on
+# one rank takes the choice from the checkpoint (no calibration) and its
+# steps 11-20 equal the uninterrupted run's.
 set -uo pipefail
 claw=$1
 recipe=$2
+fp8_recipe=$recipe
+[[ $recipe != auto ]] || fp8_recipe=tensorwise
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,13 +34,48 @@ mpirun=(mpirun --oversubscribe --bind-to none)
 common=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
         --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --eval-interval 10 --eval-iters 2 --lr 2e-3
         --lr-warmup-iters 3 --peak-gflops 100 --num-threads 1
-        --fp8-format hybrid --fp8-recipe "$recipe" --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
+        --fp8-format hybrid --fp8-recipe "$fp8_recipe" --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
 fail() { echo "FAIL: $*"; exit 1; }
 # shellcheck source=compare_runs.sh
 source "$here/compare_runs.sh"
 check_layout() { grep -q "fp8" "$1"; }
 loss_rtol=2e-5 grad_rtol=2e-3
-compare "fp8_$recipe" -- \
-  "2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --sequence-parallel" \
-  "2 --pipeline-model-parallel-size 2" "2 --use-distributed-optimizer"
-echo "PASS: $recipe FP8 at TP 2, TP 2 + SP, PP 2 and DP 2 + ZeRO-1 equals one rank"
+if [[ $recipe != auto ]]; then
+  compare "fp8_$recipe" -- \
+    "2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --sequence-parallel" \
+    "2 --pipeline-model-parallel-size 2" "2 --use-distributed-optimizer"
+  echo "PASS: $recipe FP8 at TP 2, TP 2 + SP, PP 2 and DP 2 + ZeRO-1 equals one rank"
+  exit 0
+fi
+
+loss_rtol=2e-4  # 4 blocks: more FP8 roundings to flip (measured up to 1e-4); the choice must be equal
+common+=(--num-layers 4 --lr-decay-iters 20 --fp8-layer-selection auto --fp8-bf16-layer-budget 1)
+choice() { grep -o "blocks kept out of FP8: .*" "$1" | tail -1; }
+compare fp8_auto -- "2 --tensor-model-parallel-size 2 --sequence-parallel" "2 --pipeline-model-parallel-size 2" \
+  "2 --use-distributed-optimizer"
+want=$(choice "$tmp/fp8_auto.log")
+[[ -n $want ]] || { cat "$tmp/fp8_auto.log"; fail "the single-rank run logged no layer selection"; }
+grep "calibration on" "$tmp/fp8_auto.log"
+echo "single rank: $want"
+for log in "$tmp"/fp8_auto_np2_*.log; do
+  got=$(choice "$log")
+  [[ $got == "$want" ]] || fail "$(basename "$log"): '$got', one rank: '$want'"
+done
+# Saved at step 10, resumed: the choice comes from the checkpoint.
+"$claw" train "${common[@]}" --save "$tmp/ckpt" --save-interval 10 --train-iters 10 >"$tmp/first.log" 2>&1 ||
+  { cat "$tmp/first.log"; fail "the run to step 10"; }
+"$claw" train "${common[@]}" --load "$tmp/ckpt" --metrics-file "$tmp/resumed.jsonl" >"$tmp/resumed.log" 2>&1 ||
+  { cat "$tmp/resumed.log"; fail "the resumed run"; }
+grep -qF "layer selection from the checkpoint: $want" "$tmp/resumed.log" ||
+  { cat "$tmp/resumed.log"; fail "the resumed run did not take the checkpoint's choice ($want)"; }
+! grep -q "calibration on" "$tmp/resumed.log" || fail "the resumed run calibrated again"
+/usr/bin/python3 - "$tmp/fp8_auto.jsonl" "$tmp/resumed.jsonl" <<'PY' || fail "resumed steps differ"
+import json, sys
+ref = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+got = [json.loads(line) for line in open(sys.argv[2])]
+assert [r["step"] for r in got] == list(range(11, 21)), [r["step"] for r in got]
+worst = max(abs(r["loss"] - ref[r["step"]]["loss"]) / ref[r["step"]]["loss"] for r in got)
+assert worst <= 1e-6, worst
+print(f"ok resumed: steps 11-20 within {worst:.1e} of the uninterrupted run")
+PY
+echo "PASS: the automatic FP8 layer choice is the same at TP 2 + SP, PP 2, DP 2 and after a resume"

@@ -138,14 +138,30 @@ std::vector<Flag<A>> fp8_flags(Get cfg_of) {
   return {
       string_flag<A>("fp8-format", "FP8 linear layers: e4m3, or hybrid (E4M3 forward, E5M2 gradients); off if unset",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.format; }),
-      string_flag<A>("fp8-recipe", "delayed (scales from the amax history), tensorwise (current amax) or mxfp8 "
-                     "(blocks of 32 with E8M0 scales)",
+      string_flag<A>("fp8-recipe", "delayed (scales from the amax history), tensorwise (current amax), mxfp8 "
+                     "(blocks of 32, E8M0 scales), blockwise (1x128 and 128x128, power-of-two scales) or nvfp4",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.recipe; }),
+      Flag<A>{"fp4", "NVFP4 linear layers: E2M1 in blocks of 16 with E4M3 scales (--fp8-recipe nvfp4)", true,
+              [cfg_of](A& a, const std::string& v) {
+                if (!parse_bool("fp4", v)) return;
+                cfg_of(a).fp8.recipe = "nvfp4";
+                if (cfg_of(a).fp8.format.empty()) cfg_of(a).fp8.format = "hybrid";
+              },
+              [cfg_of](const A& a) {
+                return std::string(cfg_of(const_cast<A&>(a)).fp8.recipe == "nvfp4" ? "true" : "false");
+              }},
       int_flag<A>("fp8-amax-history-len", "steps of amax history (delayed scaling)",
                   [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.amax_history_len; }),
       string_flag<A>("fp8-amax-compute-algo", "max (over the history) or most_recent",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.amax_compute_algo; }),
       int_flag<A>("fp8-margin", "scales are divided by 2^margin", [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.margin; }),
+      string_flag<A>("fp8-layer-selection", "manual (every block, or --first-last-layers-bf16), or auto: calibrate "
+                     "on the first batches and keep the blocks FP8 moves most out of FP8",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.layer_selection; }),
+      int_flag<A>("fp8-bf16-layer-budget", "blocks --fp8-layer-selection auto keeps out of FP8",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.bf16_layer_budget; }),
+      int_flag<A>("fp8-calibration-batches", "global batches the auto selection measures on",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.calibration_batches; }),
       switch_flag<A>("first-last-layers-bf16", "keep the first and last transformer blocks out of FP8",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).fp8.first_last_layers_bf16; }),
       int_flag<A>("num-layers-at-start-in-bf16", "blocks at the start kept out of FP8 (--first-last-layers-bf16)",

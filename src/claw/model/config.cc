@@ -96,21 +96,25 @@ bool Fp8Config::layer_in_fp8(int64_t l, int64_t num_layers) const {
   if (!enabled()) return false;
   if (first_last_layers_bf16 && (l < num_layers_at_start_in_bf16 || l >= num_layers - num_layers_at_end_in_bf16))
     return false;
-  return true;
+  return std::find(high_precision_layers.begin(), high_precision_layers.end(), l) == high_precision_layers.end();
 }
 
 void Fp8Config::validate() const {
   if (!enabled()) return;
   if (format != "e4m3" && format != "hybrid")
     fail("--fp8-format '{}' is not one of: e4m3, hybrid (E4M3 forward, E5M2 gradients)", format);
-  if (recipe != "delayed" && recipe != "tensorwise" && recipe != "mxfp8")
-    fail("--fp8-recipe '{}' is not one of: delayed, tensorwise, mxfp8 (blockwise and NVFP4 are not built yet)",
-         recipe);
+  if (recipe != "delayed" && recipe != "tensorwise" && recipe != "mxfp8" && recipe != "blockwise" &&
+      recipe != "nvfp4")
+    fail("--fp8-recipe '{}' is not one of: delayed, tensorwise, mxfp8, blockwise, nvfp4 (or --fp4)", recipe);
   if (amax_history_len < 1 || amax_history_len > 65536)
     fail("--fp8-amax-history-len must be in [1, 65536], got {}", amax_history_len);
   if (amax_compute_algo != "max" && amax_compute_algo != "most_recent")
     fail("--fp8-amax-compute-algo '{}' is not one of: max, most_recent", amax_compute_algo);
   if (margin < 0 || margin > 64) fail("--fp8-margin must be in [0, 64], got {}", margin);
+  if (layer_selection != "manual" && layer_selection != "auto")
+    fail("--fp8-layer-selection '{}' is not one of: manual, auto", layer_selection);
+  if (bf16_layer_budget < 0) fail("--fp8-bf16-layer-budget must be >= 0, got {}", bf16_layer_budget);
+  if (calibration_batches < 1) fail("--fp8-calibration-batches must be >= 1, got {}", calibration_batches);
   if (num_layers_at_start_in_bf16 < 0 || num_layers_at_end_in_bf16 < 0)
     fail("--num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16 must be >= 0");
 }

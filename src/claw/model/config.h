@@ -84,15 +84,21 @@ struct MoeConfig {
 // (model/fp8.h): Megatron's --fp8-* flags. Off when recipe is empty.
 struct Fp8Config {
   std::string format;                 // --fp8-format e4m3|hybrid (hybrid: E4M3 forward, E5M2 gradients); "" = off
-  std::string recipe = "delayed";     // --fp8-recipe delayed|tensorwise|mxfp8
+  std::string recipe = "delayed";     // --fp8-recipe delayed|tensorwise|mxfp8|blockwise; --fp4: nvfp4
   int64_t amax_history_len = 1;       // --fp8-amax-history-len (delayed)
   std::string amax_compute_algo = "most_recent";  // --fp8-amax-compute-algo max|most_recent (delayed)
   int64_t margin = 0;                 // --fp8-margin: scales divided by 2^margin (delayed)
   bool first_last_layers_bf16 = false;  // --first-last-layers-bf16: the first and last block stay in 16-bit
   int64_t num_layers_at_start_in_bf16 = 1;  // --num-layers-at-start-in-bf16
   int64_t num_layers_at_end_in_bf16 = 1;    // --num-layers-at-end-in-bf16
+  uint64_t seed = 0;                  // NVFP4's stochastic rounding (the run's --seed)
+  std::string layer_selection = "manual";  // --fp8-layer-selection manual|auto (calibrated per block)
+  int64_t bf16_layer_budget = 1;      // --fp8-bf16-layer-budget: blocks auto keeps out of FP8
+  int64_t calibration_batches = 2;    // --fp8-calibration-batches: global batches auto measures on
+  std::vector<int64_t> high_precision_layers;  // blocks kept out of FP8 (auto's choice, checkpointed)
   bool enabled() const { return !format.empty(); }
-  // Whether transformer block l of num_layers runs its linear layers in FP8.
+  // Whether transformer block l of num_layers runs its linear layers in FP8
+  // (auto: every block holds FP8 state; the calibration turns some off).
   bool layer_in_fp8(int64_t l, int64_t num_layers) const;
   // Throws claw::Error naming the flag.
   void validate() const;

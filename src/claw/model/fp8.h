@@ -21,6 +21,18 @@
 //               parts of it): s = max / amax.
 //   mxfp8       blocks of 32 along the contraction with an E8M0 scale each
 //               (the rceil rule: no element saturates); no per-tensor scale.
+//   blockwise   DeepSeek-V3's: 1 x 128 tiles along the contraction for
+//               activations and gradients, 128 x 128 blocks for weights,
+//               power-of-two scales 2^floor(log2(max / amax)).
+//   nvfp4       E2M1 elements in blocks of 16 along the contraction (16 x 16
+//               tiles for weights, so W and W^T quantise alike) with E4M3
+//               block scales and one fp32 scale per tensor (its amax over
+//               the ranks holding parts of it); gradients round
+//               stochastically (Philox keyed by the run seed and the layer);
+//               the weight gradient's operands, contracted over tokens, go
+//               through a random Hadamard transform of 16 tokens first.
+// Block recipes need the blocks along a TP-split dimension not to straddle
+// ranks (Linear::enable_fp8 refuses such shapes).
 // The first step of delayed scaling uses s = 1 (no history yet), as
 // Transformer Engine does. An amax that is NaN or inf when it enters the
 // history stops the run naming the layer and the tensor.
@@ -34,6 +46,7 @@
 #include "claw/comm/group.h"
 #include "claw/core/block_formats.h"
 #include "claw/core/parallel.h"
+#include "claw/core/philox.h"
 #include "claw/model/config.h"
 
 namespace claw::model {
@@ -67,11 +80,30 @@ class Fp8Linear {
   std::array<float, 3>& step_amax() { return amax_; }
   void update();
   float scale(Fp8Role r) const { return scale_[static_cast<int>(r)]; }
+
+  // Calibration (--fp8-layer-selection auto): the layer computes in fp32
+  // and also in FP8 (delayed scaling with the current amax, as there is no
+  // history yet), summing the squared differences of the FP8 products from
+  // the fp32 ones and the fp32 ones' squares, for the output, the input
+  // gradient and the weight gradient. Nothing enters the amax history.
+  struct Errors {
+    std::array<double, 3> diff{0, 0, 0}, ref{0, 0, 0};  // output, input grad, weight grad
+    // The largest relative error sqrt(diff / ref) of the three.
+    double worst() const;
+  };
+  bool calibrating() const { return calibrating_; }
+  void set_calibrating(bool on) { calibrating_ = on; }
+  Errors& errors() { return errors_; }
+  // Adds ||got - ref||^2 and ||ref||^2 of n values to product `which`.
+  void add_error(const CpuCtx& cpu, int which, const float* ref, const float* got, int64_t n);
+  // Whether the GEMMs run in FP8 (auto selection turns a layer off).
+  bool active() const { return active_; }
+  void set_active(bool on) { active_ = on; }
   ElemFormat format(Fp8Role r) const { return r == Fp8Role::grad_output ? bwd_ : fwd_; }
   const std::string& layer() const { return layer_; }
 
  private:
-  enum class Recipe : uint8_t { delayed, tensorwise, mxfp8 };
+  enum class Recipe : uint8_t { delayed, tensorwise, mxfp8, blockwise, nvfp4 };
   std::string layer_;
   Recipe recipe_;
   ElemFormat fwd_ = ElemFormat::e4m3, bwd_ = ElemFormat::e4m3;
@@ -81,6 +113,11 @@ class Fp8Linear {
   int64_t history_pos_ = 0;
   std::array<float, 3> amax_{0, 0, 0};
   std::array<float, 3> scale_{1, 1, 1};
+  bool calibrating_ = false, active_ = true;
+  Errors errors_;
+  RandomStream sr_{0, 0};     // NVFP4's stochastic rounding of gradients
+  uint64_t sr_counter_ = 0;   // uniforms drawn so far
+  std::vector<float> rht_;    // NVFP4's Hadamard-transformed operand
 };
 
 }  // namespace claw::model

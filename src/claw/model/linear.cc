@@ -152,7 +152,21 @@ void Linear::lora_weight_grad(const StepCtx& ctx, const float* dy, const float* 
   }
 }
 
-void Linear::enable_fp8(const Fp8Config& cfg) { fp8_ = std::make_unique<Fp8Linear>(cfg, weight.spec.name); }
+void Linear::enable_fp8(const Fp8Config& cfg) {
+  // Block recipes: a TP split must fall on block boundaries, or ranks would
+  // scale other groups of elements than one rank does.
+  const int64_t block = cfg.recipe == "mxfp8" ? 32 : cfg.recipe == "blockwise" ? 128 : cfg.recipe == "nvfp4" ? 16 : 0;
+  if (block > 0 && tp_.size() > 1 && kind_ != TpSplit::none) {
+    const bool column = kind_ == TpSplit::column;
+    const int64_t local = column ? out_ : in_;
+    if (local % block != 0)
+      fail("--fp8-recipe {}: {} is split over --tensor-model-parallel-size {} into {} {} per rank, not a multiple of "
+           "the recipe's block of {}; use a TP size that leaves a multiple of {}, or the delayed or tensorwise recipe",
+           cfg.recipe, weight.spec.name, tp_.size(), local, column ? "output features" : "input features", block,
+           block);
+  }
+  fp8_ = std::make_unique<Fp8Linear>(cfg, weight.spec.name);
+}
 
 comm::Group* Linear::fp8_group(Fp8Role role) const {
   if (role == Fp8Role::weight) return kind_ == TpSplit::none ? nullptr : tp_.group;
@@ -174,17 +188,54 @@ void add_bias_rows(const CpuCtx& cpu, float* y, const float* b, int64_t rows, in
 
 void Linear::fp8_forward(const StepCtx& ctx, const float* x, float* y) const {
   const int64_t N = ctx.tokens();
+  const bool record = ctx.training && !fp8_->calibrating();
   const Fp8Linear::Operand qx =
-      fp8_->quantize(ctx.cpu, Fp8Role::input, x, N, in_, false, fp8_a, fp8_group(Fp8Role::input), ctx.training);
+      fp8_->quantize(ctx.cpu, Fp8Role::input, x, N, in_, false, fp8_a, fp8_group(Fp8Role::input), record);
   const Fp8Linear::Operand qw = fp8_->quantize(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, fp8_b,
-                                               fp8_group(Fp8Role::weight), ctx.training);
+                                               fp8_group(Fp8Role::weight), record);
   kernels::gemm(ctx.cpu, false, true, N, out_, in_, qx.alpha * qw.alpha, qx.data, in_, qw.data, in_, 0.0f, y, out_);
+}
+
+void Linear::fp8_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const {
+  const bool record = !fp8_->calibrating();
+  const Fp8Linear::Operand qdy =
+      fp8_->quantize(cpu, Fp8Role::grad_output, dy, N, out_, false, fp8_a, fp8_group(Fp8Role::grad_output), record);
+  const Fp8Linear::Operand qw = fp8_->quantize(cpu, Fp8Role::weight, weight.data(), out_, in_, true, fp8_b,
+                                               fp8_group(Fp8Role::weight), record);
+  kernels::gemm(cpu, false, false, N, in_, out_, qdy.alpha * qw.alpha, qdy.data, out_, qw.data, in_, beta, dx, in_);
+}
+
+void Linear::fp8_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw,
+                             float beta) const {
+  const bool record = !fp8_->calibrating();
+  const Fp8Linear::Operand qdy = fp8_->quantize(cpu, Fp8Role::grad_output, dy, rows, out_, true, fp8_a,
+                                                fp8_group(Fp8Role::grad_output), record);
+  const Fp8Linear::Operand qx =
+      fp8_->quantize(cpu, Fp8Role::input, x, rows, in_, true, fp8_b, fp8_group(Fp8Role::input), record);
+  kernels::gemm(cpu, true, false, out_, in_, rows, qdy.alpha * qx.alpha, qdy.data, out_, qx.data, in_, beta, dw, in_);
+}
+
+// Calibration: the layer's output with FP8 products next to the fp32 one
+// in y, both whole (a row-parallel layer's partial sums reduced as the
+// output is), so that the error is the same in every layout.
+void Linear::fp8_calibrate_forward(const StepCtx& ctx, const float* x, const float* y) const {
+  thread_local std::vector<float> y8;
+  const int64_t N = ctx.tokens();
+  y8.resize(static_cast<size_t>(N * out_));
+  fp8_forward(ctx, x, y8.data());
+  lora_forward(ctx, x, y8.data());
+  if (kind_ == TpSplit::row) tp_.reduce_rows(y8.data(), ctx.B, ctx.T, out_);
+  const int64_t rows = kind_ == TpSplit::row ? tp_.rows(N) : N;
+  if (has_bias_) add_bias_rows(ctx.cpu, y8.data(), bias.data(), rows, out_);
+  fp8_->add_error(ctx.cpu, 0, y, y8.data(), rows * out_);
 }
 
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   const float* b = has_bias_ ? bias.data() : nullptr;
+  const bool fp8_gemm = fp8_ && fp8_->active() && !ctx.batch_invariant;
+  const bool calibrate = fp8_gemm && fp8_->calibrating();
   auto product = [&](const float* with_bias) {
-    if (fp8_ && !ctx.batch_invariant) {
+    if (fp8_gemm && !calibrate) {
       fp8_forward(ctx, x, y);
       if (with_bias) add_bias_rows(ctx.cpu, y, with_bias, ctx.tokens(), out_);
     } else if (ctx.batch_invariant && !ctx.cpu.gpu && !inference_weight.empty())
@@ -197,12 +248,13 @@ void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   if (kind_ != TpSplit::row) {
     product(b);
     lora_forward(ctx, x, y);
-    return;
+  } else {
+    product(nullptr);
+    lora_forward(ctx, x, y);  // a partial sum too: reduced with the product
+    tp_.reduce_rows(y, ctx.B, ctx.T, out_);
+    if (b) add_bias_rows(ctx.cpu, y, b, tp_.rows(ctx.tokens()), out_);
   }
-  product(nullptr);
-  lora_forward(ctx, x, y);  // a partial sum too: reduced with the product
-  tp_.reduce_rows(y, ctx.B, ctx.T, out_);
-  if (b) add_bias_rows(ctx.cpu, y, b, tp_.rows(ctx.tokens()), out_);
+  if (calibrate) fp8_calibrate_forward(ctx, x, y);
 }
 
 const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* full) const {
@@ -210,20 +262,32 @@ const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* ful
 }
 
 void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const {
-  if (fp8_) {
-    const int64_t N = ctx.tokens();
-    const Fp8Linear::Operand qdy = fp8_->quantize(ctx.cpu, Fp8Role::grad_output, dy, N, out_, false, fp8_a,
-                                                  fp8_group(Fp8Role::grad_output), true);
-    const Fp8Linear::Operand qw = fp8_->quantize(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, true, fp8_b,
-                                                 fp8_group(Fp8Role::weight), true);
-    kernels::gemm(ctx.cpu, false, false, N, in_, out_, qdy.alpha * qw.alpha, qdy.data, out_, qw.data, in_,
-                  accumulate ? 1.0f : 0.0f, dx, in_);
+  const int64_t N = ctx.tokens();
+  if (fp8_ && fp8_->active() && !fp8_->calibrating()) {
+    fp8_backward_input(ctx.cpu, dy, dx, N, accumulate ? 1.0f : 0.0f);
+  } else if (fp8_ && fp8_->active()) {  // calibrating: fp32 goes on, FP8 is measured against it
+    thread_local std::vector<float> d32, d8;
+    d32.resize(static_cast<size_t>(N * in_));
+    d8.resize(static_cast<size_t>(N * in_));
+    kernels::linear_backward_input(ctx.cpu, d32.data(), dy, weight.data(), N, in_, out_, false);
+    fp8_backward_input(ctx.cpu, dy, d8.data(), N, 0.0f);
+    if (kind_ == TpSplit::column && tp_.size() > 1) {  // partial sums: measured whole, as the caller reduces them
+      thread_local std::vector<float> s32, s8;
+      s32 = d32;
+      s8 = d8;
+      tp_.group->all_reduce(s32.data(), N * in_, DType::f32);
+      tp_.group->all_reduce(s8.data(), N * in_, DType::f32);
+      fp8_->add_error(ctx.cpu, 1, s32.data(), s8.data(), N * in_);  // each TP rank adds the whole: same ratio
+    } else {
+      fp8_->add_error(ctx.cpu, 1, d32.data(), d8.data(), N * in_);
+    }
+    for (int64_t i = 0; i < N * in_; ++i) dx[i] = accumulate ? dx[i] + d32[static_cast<size_t>(i)] : d32[static_cast<size_t>(i)];
   } else {
-    kernels::linear_backward_input(ctx.cpu, dx, dy, weight.data(), ctx.tokens(), in_, out_, accumulate);
+    kernels::linear_backward_input(ctx.cpu, dx, dy, weight.data(), N, in_, out_, accumulate);
   }
   if (!has_lora() || lora_merged_) return;
   // dx += (s dy B) A, through the dropout mask when there is one.
-  const int64_t N = ctx.tokens(), r = lora_rank_;
+  const int64_t r = lora_rank_;
   thread_local std::vector<float> dt, dxd;
   dt.resize(static_cast<size_t>(N * r));
   kernels::gemm(ctx.cpu, false, false, N, r, out_, static_cast<float>(lora_scale_), dy, out_, lora_b.data(), r, 0.0f,
@@ -259,14 +323,18 @@ void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x
 }
 
 void Linear::apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows) {
-  if (fp8_) {
-    if (weight.grad.defined()) {
-      const Fp8Linear::Operand qdy = fp8_->quantize(cpu, Fp8Role::grad_output, dy, rows, out_, true, fp8_a,
-                                                    fp8_group(Fp8Role::grad_output), true);
-      const Fp8Linear::Operand qx =
-          fp8_->quantize(cpu, Fp8Role::input, x, rows, in_, true, fp8_b, fp8_group(Fp8Role::input), true);
-      kernels::gemm(cpu, true, false, out_, in_, rows, qdy.alpha * qx.alpha, qdy.data, out_, qx.data, in_, 1.0f,
-                    weight.gdata(), in_);
+  if (fp8_ && fp8_->active()) {
+    if (weight.grad.defined() && !fp8_->calibrating()) {
+      fp8_weight_grad(cpu, dy, x, rows, weight.gdata(), 1.0f);
+    } else if (weight.grad.defined()) {  // calibrating
+      thread_local std::vector<float> w32, w8;
+      w32.assign(static_cast<size_t>(out_ * in_), 0.0f);
+      w8.resize(static_cast<size_t>(out_ * in_));
+      kernels::linear_backward_weight(cpu, w32.data(), static_cast<float*>(nullptr), dy, x, rows, in_, out_);
+      fp8_weight_grad(cpu, dy, x, rows, w8.data(), 0.0f);
+      fp8_->add_error(cpu, 2, w32.data(), w8.data(), out_ * in_);
+      float* g = weight.gdata();
+      for (int64_t i = 0; i < out_ * in_; ++i) g[i] += w32[static_cast<size_t>(i)];
     }
     if (has_bias_ && bias.grad.defined())
       kernels::linear_backward_weight(cpu, static_cast<float*>(nullptr), bias.gdata(), dy, x, rows, in_, out_);

@@ -125,8 +125,11 @@ class Linear {
   void lora_forward(const StepCtx& ctx, const float* x, float* y) const;
   void lora_weight_grad(const StepCtx& ctx, const float* dy, const float* x, int64_t rows);
 
-  // The FP8 forward product y = x W^T (no bias).
+  // The FP8 products: y = x W^T (no bias); dx = dy W + beta dx; dw = dy^T x + beta dw.
   void fp8_forward(const StepCtx& ctx, const float* x, float* y) const;
+  void fp8_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const;
+  void fp8_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw, float beta) const;
+  void fp8_calibrate_forward(const StepCtx& ctx, const float* x, const float* y) const;
   // The ranks holding other parts of a tensor of this role (tensorwise amax).
   comm::Group* fp8_group(Fp8Role role) const;
 

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 
 #include "claw/core/error.h"
 
@@ -91,6 +92,34 @@ void ModelChunks::fp8_step_end() {
       layers[i]->update();
     }
   }
+}
+
+std::vector<double> ModelChunks::fp8_block_errors(int64_t num_layers) const {
+  std::vector<double> score(static_cast<size_t>(num_layers), 0.0);
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const std::vector<model::Fp8Linear*> layers = chunks_[c]->fp8_layers();
+    if (layers.empty()) continue;
+    std::vector<double> sums;
+    for (model::Fp8Linear* l : layers)
+      for (int i = 0; i < 3; ++i) sums.insert(sums.end(), {l->errors().diff[static_cast<size_t>(i)], l->errors().ref[static_cast<size_t>(i)]});
+    const model::TensorParallel& tp = chunks_[c]->tp();
+    const auto n = static_cast<int64_t>(sums.size());
+    if (comm::Group* g = tp.moe_tokens ? tp.moe_tokens : tp.group; g && g->size() > 1) g->all_reduce(sums.data(), n, DType::f64);
+    if (!dps_.empty() && dps_[c]->group().size() > 1) dps_[c]->group().all_reduce(sums.data(), n, DType::f64);
+    for (size_t k = 0; k < layers.size(); ++k) {
+      model::Fp8Linear::Errors e;
+      for (size_t i = 0; i < 3; ++i) {
+        e.diff[i] = sums[6 * k + 2 * i];
+        e.ref[i] = sums[6 * k + 2 * i + 1];
+      }
+      int block = -1;
+      std::sscanf(layers[k]->layer().c_str(), "layers.%d.", &block);
+      CLAW_CHECK(block >= 0 && block < num_layers, "FP8 layer {} is in no block of {}", layers[k]->layer(), num_layers);
+      score[static_cast<size_t>(block)] = std::max(score[static_cast<size_t>(block)], e.worst());
+    }
+  }
+  if (pp_->size() > 1) pp_->all_reduce(score.data(), num_layers, DType::f64, comm::ReduceOp::max);
+  return score;
 }
 
 double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(v) : v; }

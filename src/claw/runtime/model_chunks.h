@@ -70,6 +70,12 @@ class ModelChunks {
   // (tp x cp, then data-parallel), pushed into its history, next scales set
   // (model/fp8.h). Throws NonFiniteError naming a layer whose amax is NaN/inf.
   void fp8_step_end();
+  // After FP8 calibration passes (model::Fp8Linear::set_calibrating): each
+  // transformer block's score, the largest relative error of an FP8
+  // product (output, input or weight gradient; errors summed over the ranks
+  // holding parts of the layer) among its FP8 linear layers; 0 for blocks
+  // without FP8 state. The same vector of num_layers on every rank.
+  std::vector<double> fp8_block_errors(int64_t num_layers) const;
   // This stage's MoE routing statistics since the last call (model/moe.h).
   model::MoeStats take_moe_stats();
   // Sums over the data-parallel group (this rank's value without an engine).

@@ -1,11 +1,13 @@
 #include "claw/train/trainer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/ckpt/checkpoint.h"
@@ -53,6 +55,7 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   // Everything is validated before any allocation or file is touched; every
   // rank validates the same configuration, so all refuse it together.
   cfg_.resolve_and_validate(comm::RankGrid::make(world_.size(), par_cfg_.sizes).dp);
+  model_cfg_.fp8.seed = cfg_.seed;
   if (cfg_.dpo.enabled && par_cfg_.sizes.cp > 1)
     fail("--dpo with --context-parallel-size {}: a pair's log-probabilities would be summed across the CP ranks; "
          "not available yet (train DPO with --context-parallel-size 1)",
@@ -171,6 +174,11 @@ void Trainer::load_checkpoint() {
   }
   const nlohmann::json& st = c.state;
   if (cfg_.dpo.enabled) dpo_reference_ = st.value("dpo_reference", std::string());
+  if (const auto it = st.find("fp8_high_precision_layers"); it != st.end()) {
+    if (!it->is_array() || !std::all_of(it->begin(), it->end(), [](const nlohmann::json& v) { return v.is_number_integer(); }))
+      fail("checkpoint {}: state.fp8_high_precision_layers must be a list of block indices", c.dir);
+    fp8_checkpoint_choice_ = it->get<std::vector<int64_t>>();
+  }
   start_iteration_ = c.iteration;
   consumed_train_samples_ = st.value("consumed_train_samples", start_iteration_ * cfg_.global_batch_size);
   consumed_valid_samples_ = st.value("consumed_valid_samples", int64_t{0});
@@ -190,6 +198,53 @@ void Trainer::load_checkpoint() {
             format_bytes(static_cast<double>(c.total_bytes)), start_iteration_ + 1);
 }
 
+void Trainer::select_fp8_layers() {
+  model::Fp8Config& f = model_cfg_.fp8;
+  if (!f.enabled() || f.layer_selection != "auto") return;
+  runtime::ModelChunks& model = runtime_->model();
+  std::vector<model::Fp8Linear*> layers;
+  for (model::GPT* chunk : model.chunks())
+    for (model::Fp8Linear* l : chunk->fp8_layers()) layers.push_back(l);
+  const int64_t L = model_cfg_.num_layers;
+  if (fp8_checkpoint_choice_) {
+    f.high_precision_layers = *fp8_checkpoint_choice_;
+    log::info("fp8", "layer selection from the checkpoint: blocks kept out of FP8: {}",
+              f.high_precision_layers.empty() ? "none" : fmt::format("{}", fmt::join(f.high_precision_layers, ",")));
+  } else {
+    // Calibration: fp32 forward and backward on the first batches, each FP8
+    // layer measuring its FP8 products against them; no optimizer step.
+    const auto t0 = clock::now();
+    for (model::Fp8Linear* l : layers) l->set_calibrating(true);
+    const int64_t GB = cfg_.global_batch_size;
+    for (int64_t k = 0; k < f.calibration_batches; ++k) {
+      batch_->load(*train_data_, k * GB);
+      loss_gradients(model, runtime_->cpu(), *batch_, 0, cfg_.seed, static_cast<uint64_t>(k * GB), dpo_train_.get());
+    }
+    for (model::Fp8Linear* l : layers) l->set_calibrating(false);
+    const std::vector<double> err = model.fp8_block_errors(L);
+    std::vector<int64_t> order;
+    for (int64_t l = 0; l < L; ++l)
+      if (f.layer_in_fp8(l, L)) order.push_back(l);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return err[static_cast<size_t>(a)] > err[static_cast<size_t>(b)]; });
+    order.resize(static_cast<size_t>(std::min<int64_t>(f.bf16_layer_budget, static_cast<int64_t>(order.size()))));
+    std::sort(order.begin(), order.end());
+    f.high_precision_layers = order;
+    std::string table;
+    for (int64_t l = 0; l < L; ++l)
+      table += fmt::format("{}{}: {:.4f}", l ? ", " : "", l, err[static_cast<size_t>(l)]);
+    log::info("fp8", "calibration on {} batch(es) in {:.1f} s: per block, the largest relative error of an FP8 "
+              "output or gradient against fp32: {}", f.calibration_batches, seconds_since(t0), table);
+    log::info("fp8", "layer selection (budget {}): blocks kept out of FP8: {}", f.bf16_layer_budget,
+              order.empty() ? "none" : fmt::format("{}", fmt::join(order, ",")));
+  }
+  for (model::Fp8Linear* l : layers) {
+    int block = -1;
+    std::sscanf(l->layer().c_str(), "layers.%d.", &block);
+    l->set_active(f.layer_in_fp8(block, L));
+  }
+}
+
 void Trainer::save_checkpoint(int64_t iteration) {
   const comm::RankGrid& grid = runtime_->parallel_state().grid();
   ckpt::SaveInfo info{.iteration = iteration, .model = ckpt_cfg_.model_flags, .args = ckpt_cfg_.args};
@@ -206,6 +261,8 @@ void Trainer::save_checkpoint(int64_t iteration) {
                  {{"world_size", world_.size()}, {"tp", grid.tp}, {"pp", grid.pp}, {"dp", grid.dp},
                   {"zero_stage", par_cfg_.zero_stage()}, {"sequence_parallel", par_cfg_.sequence_parallel}}}};
   if (!dpo_reference_.empty()) info.state["dpo_reference"] = dpo_reference_;
+  if (model_cfg_.fp8.enabled() && model_cfg_.fp8.layer_selection == "auto")
+    info.state["fp8_high_precision_layers"] = model_cfg_.fp8.high_precision_layers;
   runtime_->stage_to_host(optimizer_.get());  // a GPU's values and moments into their host mirrors
   saver_->save(runtime_->checkpoint_shards(optimizer_.get()), std::move(info));
 }
@@ -249,13 +306,18 @@ TrainResult Trainer::run() {
     std::string fp8_layers;
     for (int64_t l = 0; l < model_cfg_.num_layers; ++l)
       if (f.layer_in_fp8(l, model_cfg_.num_layers)) fp8_layers += (fp8_layers.empty() ? "" : ",") + std::to_string(l);
-    log::info("train", "fp8: {} format ({}), {} recipe{}; blocks in FP8: {} of {} ({}), the rest in fp32",
-              f.format, f.format == "hybrid" ? "E4M3 forward, E5M2 gradients" : "E4M3 throughout", f.recipe,
+    log::info("train", "fp8: {} format ({}), {} recipe{}; blocks in FP8: {} of {} ({}){}, the rest in fp32",
+              f.recipe == "nvfp4" ? "nvfp4" : f.format,
+              f.recipe == "nvfp4"    ? "E2M1 in blocks of 16 with E4M3 scales and an fp32 tensor scale"
+              : f.format == "hybrid" ? "E4M3 forward, E5M2 gradients"
+                                     : "E4M3 throughout",
+              f.recipe,
               f.recipe == "delayed" ? fmt::format(" (amax history {}, {}, margin {})", f.amax_history_len,
                                                   f.amax_compute_algo, f.margin)
                                     : std::string(),
               std::count(fp8_layers.begin(), fp8_layers.end(), ',') + (fp8_layers.empty() ? 0 : 1),
-              model_cfg_.num_layers, fp8_layers.empty() ? "none" : fp8_layers);
+              model_cfg_.num_layers, fp8_layers.empty() ? "none" : fp8_layers,
+              f.layer_selection == "auto" ? " before the automatic selection" : "");
   }
   log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {} on each of {} data-parallel "
             "rank(s)), {:.2f} GFLOP per step",
@@ -274,6 +336,7 @@ TrainResult Trainer::run() {
     saver_->wait_snapshot();
     ckpt_blocked_s += seconds_since(t);
   };
+  select_fp8_layers();
   if (start_iteration_ >= cfg_.train_iters)
     log::info("train", "the checkpoint is at iteration {}, --train-iters is {}: nothing to train", start_iteration_,
               cfg_.train_iters);

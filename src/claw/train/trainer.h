@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -69,6 +70,9 @@ class Trainer {
   void load_checkpoint();
   void setup_checkpointing();
   void save_checkpoint(int64_t iteration);
+  // --fp8-layer-selection auto: calibrates on the first batches (or takes
+  // the checkpoint's choice) and keeps the worst blocks out of FP8.
+  void select_fp8_layers();
   // --dpo: the reference log-probabilities (cached or computed with the
   // model as loaded) and the losses over the splits.
   void setup_dpo();
@@ -82,6 +86,7 @@ class Trainer {
   parallel::DataParallel& first_dp() { return runtime_->first_dp(); }
 
   model::ModelConfig model_cfg_;
+  std::optional<std::vector<int64_t>> fp8_checkpoint_choice_;  // auto selection read from a checkpoint
   TrainConfig cfg_;
   optim::LrSchedule lr_;
   optim::AdamWConfig adam_cfg_;
