@@ -54,6 +54,31 @@ const std::vector<F>& train_flags() {
                   [](A& a) -> auto& { return a.train.num_threads; }),
       string_flag<A>("device", "where the model runs: cpu, or cuda[:N] (a build with the CUDA backend)",
                      [](A& a) -> auto& { return a.train.device; }),
+      F{"bf16", "the blocks' linear layers multiply bf16 operands (fp32 accumulation; the rest stays fp32)", true,
+        [](A& a, const std::string& v) {
+          if (!parse_bool("bf16", v)) return;
+          if (a.train.fp16) fail("--bf16 and --fp16 exclude each other");
+          a.model.gemm_dtype = DType::bf16;
+        },
+        [](const A& a) { return std::string(a.model.gemm_dtype == DType::bf16 ? "true" : "false"); }},
+      F{"fp16", "the blocks' linear layers multiply f16 operands (IEEE overflow), with loss scaling", true,
+        [](A& a, const std::string& v) {
+          if (!parse_bool("fp16", v)) return;
+          if (a.model.gemm_dtype == DType::bf16) fail("--bf16 and --fp16 exclude each other");
+          a.model.gemm_dtype = DType::f16;
+          a.train.fp16 = true;
+        },
+        [](const A& a) { return std::string(a.train.fp16 ? "true" : "false"); }},
+      double_flag<A>("loss-scale", "--fp16: a static loss scale (0: dynamic)",
+                     [](A& a) -> auto& { return a.train.loss_scaling.loss_scale; }),
+      double_flag<A>("initial-loss-scale", "--fp16: the dynamic loss scale's start",
+                     [](A& a) -> auto& { return a.train.loss_scaling.initial_loss_scale; }),
+      double_flag<A>("min-loss-scale", "--fp16: the dynamic loss scale's floor",
+                     [](A& a) -> auto& { return a.train.loss_scaling.min_loss_scale; }),
+      int_flag<A>("loss-scale-window", "--fp16: steps without overflow before the scale doubles",
+                  [](A& a) -> auto& { return a.train.loss_scaling.loss_scale_window; }),
+      int_flag<A>("hysteresis", "--fp16: overflows tolerated before the scale halves",
+                  [](A& a) -> auto& { return a.train.loss_scaling.hysteresis; }),
       switch_flag<A>("allow-tf32", "with --device cuda: fp32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative)",
                      [](A& a) -> auto& { return a.train.allow_tf32; }),
       string_flag<A>("metrics-file", "write one JSON object per step to this file",

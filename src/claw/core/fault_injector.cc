@@ -1,5 +1,7 @@
 #include "claw/core/fault_injector.h"
 
+#include <algorithm>
+
 #include <charconv>
 
 #include "claw/core/error.h"
@@ -43,8 +45,13 @@ FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::s
       if (p.size() != 2 || !parse_number(p[1], it) || it < 0)
         fail("{} '{}': expected crash-in-save:ITER (a checkpoint iteration)", flag, spec);
       f.crash_in_save_.push_back(it);
+    } else if (p[0] == "inf-grad") {
+      int64_t step = 0;
+      if (p.size() != 2 || !parse_number(p[1], step) || step < 1)
+        fail("{} '{}': expected inf-grad:STEP (a training step from 1)", flag, spec);
+      f.inf_grad_.push_back(step);
     } else {
-      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER", flag, spec);
+      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP", flag, spec);
     }
   }
   return f;
@@ -61,6 +68,10 @@ bool FaultInjector::crashes_in_save(int64_t iteration, int rank, int size) const
   for (int64_t it : crash_in_save_)
     if (it == iteration) return true;
   return false;
+}
+
+bool FaultInjector::inf_grad(int64_t step) const {
+  return std::find(inf_grad_.begin(), inf_grad_.end(), step) != inf_grad_.end();
 }
 
 std::string FaultInjector::describe_hang(int world_rank, std::string_view group, uint64_t seq) {

@@ -12,6 +12,8 @@
 //   crash-in-save:ITER    the job's last rank SIGKILLs itself halfway through
 //                         writing its checkpoint file of iteration ITER, as a
 //                         lost node would
+//   inf-grad:STEP         after the backward of training step STEP (from 1) a
+//                         gradient element becomes inf, as an f16 overflow would
 //
 // Immutable once built, so one injector may be shared by every thread.
 #pragma once
@@ -28,11 +30,13 @@ class FaultInjector {
   // Throws claw::Error naming `flag` and the valid forms for a bad spec.
   static FaultInjector parse(const std::vector<std::string>& specs, std::string_view flag = "--test-fault");
 
-  bool empty() const { return hangs_.empty() && crash_in_save_.empty(); }
+  bool empty() const { return hangs_.empty() && crash_in_save_.empty() && inf_grad_.empty(); }
   // Whether world rank `world_rank` must hang before operation `seq` of `group`.
   bool hangs(int world_rank, std::string_view group, uint64_t seq) const;
   // Whether rank `rank` of a job of `size` ranks dies while writing iteration `iteration`.
   bool crashes_in_save(int64_t iteration, int rank, int size) const;
+  // Whether training step `step` (from 1) gets an infinite gradient.
+  bool inf_grad(int64_t step) const;
   // The spec behind a fault, for the log line of the rank that acts on it.
   static std::string describe_hang(int world_rank, std::string_view group, uint64_t seq);
 
@@ -44,6 +48,7 @@ class FaultInjector {
   };
   std::vector<Hang> hangs_;
   std::vector<int64_t> crash_in_save_;
+  std::vector<int64_t> inf_grad_;
 };
 
 }  // namespace claw

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "claw/core/dtype.h"
 #include <string_view>
 #include <vector>
 
@@ -127,6 +129,9 @@ struct ModelConfig {
   LoraConfig lora;                         // --lora-*: adapters on the linear layers
   MoeConfig moe;                           // --num-experts, --moe-*: Mixture-of-Experts layers
   Fp8Config fp8;                           // --fp8-*: FP8 linear layers (a training choice, not a shape)
+  // --bf16 / --fp16: the blocks' linear layers multiply 16-bit operands
+  // (fp32 accumulation; parameters, activations and the rest stay fp32).
+  DType gemm_dtype = DType::f32;
 
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

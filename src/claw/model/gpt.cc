@@ -128,13 +128,16 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
              cfg_.kv_heads(), tp_.size(), tp_.dims().kv_replicas(cfg_));
   for (int64_t k = 0; k < stage_.num_layers; ++k)
     blocks_.push_back(std::make_unique<Block>(static_cast<int>(stage_.first_layer + k), cfg_, hf_, &rope_, tp_));
-  // FP8 for the blocks' dense linear layers (MoE experts stay in fp32).
+  // FP8 and 16-bit GEMMs for the blocks' dense linear layers (MoE experts stay in fp32).
   for (int64_t k = 0; k < stage_.num_layers; ++k) {
-    if (!cfg_.fp8.layer_in_fp8(stage_.first_layer + k, cfg_.num_layers)) continue;
     std::vector<Linear*> ls;
     blocks_[static_cast<size_t>(k)]->attention.linears(ls);
     if (blocks_[static_cast<size_t>(k)]->mlp) blocks_[static_cast<size_t>(k)]->mlp->linears(ls);
-    for (Linear* l : ls) l->enable_fp8(cfg_.fp8);
+    const bool fp8 = cfg_.fp8.layer_in_fp8(stage_.first_layer + k, cfg_.num_layers);
+    for (Linear* l : ls) {
+      l->enable_half(cfg_.gemm_dtype);
+      if (fp8) l->enable_fp8(cfg_.fp8);
+    }
   }
   // Replicated parameters count once over the TP group (on its rank 0);
   // experts reduced over their own group count there (ModelChunks).

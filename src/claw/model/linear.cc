@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "claw/core/block_formats.h"
 #include "claw/core/error.h"
+#include "claw/core/storage.h"
 #include "claw/core/philox.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/dropout.h"
@@ -152,6 +154,11 @@ void Linear::lora_weight_grad(const StepCtx& ctx, const float* dy, const float* 
   }
 }
 
+void Linear::enable_half(DType t) {
+  CLAW_CHECK(t == DType::bf16 || t == DType::f16 || t == DType::f32, "16-bit GEMM operands of {}", dtype_name(t));
+  half_ = t;
+}
+
 void Linear::enable_fp8(const Fp8Config& cfg) {
   // Block recipes: a TP split must fall on block boundaries, or ranks would
   // scale other groups of elements than one rank does.
@@ -186,32 +193,46 @@ void add_bias_rows(const CpuCtx& cpu, float* y, const float* b, int64_t rows, in
 }
 }  // namespace
 
+Fp8Linear::Operand Linear::gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols,
+                                        bool along_rows, std::vector<float>& buf, bool record) const {
+  if (fp8_ && fp8_->active()) return fp8_->quantize(cpu, role, a, rows, cols, along_rows, buf, fp8_group(role), record);
+  // 16-bit operands: round to nearest even; f16 overflows to inf as IEEE does.
+  const int64_t n = rows * cols;
+  buf.resize(static_cast<size_t>(n));
+  const bool bf16 = half_ == DType::bf16;
+  parallel_for(cpu, n, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      if (bf16) {
+        buf[static_cast<size_t>(i)] = bf16_bits_to_f32(f32_to_bf16_bits(a[i]));
+      } else {
+        const float v = round_to_grid(a[i], 10, -14);
+        buf[static_cast<size_t>(i)] = std::fabs(v) > 65504.0f ? std::copysign(INFINITY, a[i]) : v;
+      }
+    }
+  });
+  return {buf.data(), 1.0f};
+}
+
 void Linear::fp8_forward(const StepCtx& ctx, const float* x, float* y) const {
   const int64_t N = ctx.tokens();
-  const bool record = ctx.training && !fp8_->calibrating();
-  const Fp8Linear::Operand qx =
-      fp8_->quantize(ctx.cpu, Fp8Role::input, x, N, in_, false, fp8_a, fp8_group(Fp8Role::input), record);
-  const Fp8Linear::Operand qw = fp8_->quantize(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, fp8_b,
-                                               fp8_group(Fp8Role::weight), record);
+  const bool record = ctx.training && !(fp8_ && fp8_->calibrating());
+  const Fp8Linear::Operand qx = gemm_operand(ctx.cpu, Fp8Role::input, x, N, in_, false, fp8_a, record);
+  const Fp8Linear::Operand qw = gemm_operand(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, fp8_b, record);
   kernels::gemm(ctx.cpu, false, true, N, out_, in_, qx.alpha * qw.alpha, qx.data, in_, qw.data, in_, 0.0f, y, out_);
 }
 
 void Linear::fp8_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const {
-  const bool record = !fp8_->calibrating();
-  const Fp8Linear::Operand qdy =
-      fp8_->quantize(cpu, Fp8Role::grad_output, dy, N, out_, false, fp8_a, fp8_group(Fp8Role::grad_output), record);
-  const Fp8Linear::Operand qw = fp8_->quantize(cpu, Fp8Role::weight, weight.data(), out_, in_, true, fp8_b,
-                                               fp8_group(Fp8Role::weight), record);
+  const bool record = !(fp8_ && fp8_->calibrating());
+  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, N, out_, false, fp8_a, record);
+  const Fp8Linear::Operand qw = gemm_operand(cpu, Fp8Role::weight, weight.data(), out_, in_, true, fp8_b, record);
   kernels::gemm(cpu, false, false, N, in_, out_, qdy.alpha * qw.alpha, qdy.data, out_, qw.data, in_, beta, dx, in_);
 }
 
 void Linear::fp8_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw,
                              float beta) const {
-  const bool record = !fp8_->calibrating();
-  const Fp8Linear::Operand qdy = fp8_->quantize(cpu, Fp8Role::grad_output, dy, rows, out_, true, fp8_a,
-                                                fp8_group(Fp8Role::grad_output), record);
-  const Fp8Linear::Operand qx =
-      fp8_->quantize(cpu, Fp8Role::input, x, rows, in_, true, fp8_b, fp8_group(Fp8Role::input), record);
+  const bool record = !(fp8_ && fp8_->calibrating());
+  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, rows, out_, true, fp8_a, record);
+  const Fp8Linear::Operand qx = gemm_operand(cpu, Fp8Role::input, x, rows, in_, true, fp8_b, record);
   kernels::gemm(cpu, true, false, out_, in_, rows, qdy.alpha * qx.alpha, qdy.data, out_, qx.data, in_, beta, dw, in_);
 }
 
@@ -232,8 +253,8 @@ void Linear::fp8_calibrate_forward(const StepCtx& ctx, const float* x, const flo
 
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   const float* b = has_bias_ ? bias.data() : nullptr;
-  const bool fp8_gemm = fp8_ && fp8_->active() && !ctx.batch_invariant;
-  const bool calibrate = fp8_gemm && fp8_->calibrating();
+  const bool fp8_gemm = low_precision() && !ctx.batch_invariant;
+  const bool calibrate = fp8_gemm && fp8_ && fp8_->active() && fp8_->calibrating();
   auto product = [&](const float* with_bias) {
     if (fp8_gemm && !calibrate) {
       fp8_forward(ctx, x, y);
@@ -263,7 +284,7 @@ const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* ful
 
 void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const {
   const int64_t N = ctx.tokens();
-  if (fp8_ && fp8_->active() && !fp8_->calibrating()) {
+  if (low_precision() && !(fp8_ && fp8_->calibrating())) {
     fp8_backward_input(ctx.cpu, dy, dx, N, accumulate ? 1.0f : 0.0f);
   } else if (fp8_ && fp8_->active()) {  // calibrating: fp32 goes on, FP8 is measured against it
     thread_local std::vector<float> d32, d8;
@@ -323,8 +344,8 @@ void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x
 }
 
 void Linear::apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows) {
-  if (fp8_ && fp8_->active()) {
-    if (weight.grad.defined() && !fp8_->calibrating()) {
+  if (low_precision()) {
+    if (weight.grad.defined() && !(fp8_ && fp8_->calibrating())) {
       fp8_weight_grad(cpu, dy, x, rows, weight.gdata(), 1.0f);
     } else if (weight.grad.defined()) {  // calibrating
       thread_local std::vector<float> w32, w8;

@@ -98,6 +98,11 @@ class Linear {
   // inference keeps its own kernels).
   void enable_fp8(const Fp8Config& cfg);
   Fp8Linear* fp8() const { return fp8_.get(); }
+  // 16-bit GEMM operands (--bf16, --fp16) where FP8 is off: x, W and dy
+  // rounded to bf16 or f16 (IEEE overflow to inf), fp32 accumulation.
+  void enable_half(DType t);
+  // Whether the GEMMs run on FP8 or 16-bit operands.
+  bool low_precision() const { return (fp8_ && fp8_->active()) || half_ != DType::f32; }
   // W += s B A on this rank's slice, and the adapter is gone from the
   // forward (generation merges adapters once; claw ckpt merge-lora).
   void merge_lora(const CpuCtx& cpu);
@@ -130,6 +135,9 @@ class Linear {
   void fp8_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const;
   void fp8_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw, float beta) const;
   void fp8_calibrate_forward(const StepCtx& ctx, const float* x, const float* y) const;
+  // A GEMM operand in this layer's precision (FP8 recipe or 16-bit).
+  Fp8Linear::Operand gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols,
+                                  bool along_rows, std::vector<float>& buf, bool record) const;
   // The ranks holding other parts of a tensor of this role (tensorwise amax).
   comm::Group* fp8_group(Fp8Role role) const;
 
@@ -144,6 +152,7 @@ class Linear {
   Linear* lora_a_owner_ = nullptr;
   double lora_scale_ = 0, lora_dropout_ = 0;
   std::unique_ptr<Fp8Linear> fp8_;
+  DType half_ = DType::f32;
 };
 
 // Weight-gradient GEMMs recorded by a backward that computed input gradients

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "claw/optim/loss_scaler.h"
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,8 @@ struct DpoConfig {
 };
 
 struct TrainConfig {
+  bool fp16 = false;                      // --fp16: f16 GEMM operands and loss scaling
+  optim::LossScaleConfig loss_scaling;    // --loss-scale, --initial-loss-scale, ...
   int64_t micro_batch_size = 8;   // --micro-batch-size: sequences per forward/backward
   int64_t global_batch_size = 0;  // --global-batch-size: sequences per optimizer step (0: = micro batch)
   int64_t seq_length = 256;       // --seq-length: tokens per sequence

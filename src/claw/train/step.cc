@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -44,12 +45,12 @@ double loss_count(const GlobalBatch& batch, const model::SequenceLoss* sequence_
 }  // namespace
 
 double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
-                      uint64_t seed, uint64_t sample0, model::SequenceLoss* sequence_loss) {
+                      uint64_t seed, uint64_t sample0, model::SequenceLoss* sequence_loss, double loss_scale) {
   const int64_t counted = static_cast<int64_t>(model.dp_sum(loss_count(batch, sequence_loss)));
   if (counted == 0) fail("step {}: every target of the global batch is masked; nothing to learn from", step + 1);
   model.begin_step();
   const double loss_sum = model.executor().run(
-      micro_batches(cpu, batch, true, seed, sample0, sequence_loss), 1.0 / static_cast<double>(counted),
+      micro_batches(cpu, batch, true, seed, sample0, sequence_loss), loss_scale / static_cast<double>(counted),
       [&](int k, double mb_loss) {
         if (std::isfinite(mb_loss)) return;
         std::string where = model.last().first_non_finite(cpu);
@@ -65,21 +66,35 @@ double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const Glob
 StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
                       const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
                       const std::function<void(const StepResult&)>& before_update,
-                      model::SequenceLoss* sequence_loss) {
+                      model::SequenceLoss* sequence_loss, optim::LossScaler* scaler, const FaultInjector* faults) {
   CLAW_CHECK(batch.micro_batches() == model.micro_batches(), "a batch of {} micro-batches for a schedule of {}",
              batch.micro_batches(), model.micro_batches());
-  const double loss = loss_gradients(model, cpu, batch, step, seed, sample0, sequence_loss);
+  const double scale = scaler ? scaler->scale() : 1.0;
+  const double loss = loss_gradients(model, cpu, batch, step, seed, sample0, sequence_loss, scale);
+  if (faults && faults->inf_grad(step + 1))  // the injected overflow: one gradient element becomes inf
+    for (model::Param* p : model.first().params())
+      if (p->grad.defined()) {
+        p->gdata()[0] = std::numeric_limits<float>::infinity();
+        break;
+      }
   // Experts reduced over their own group add their squares over it (ModelChunks).
   const double sum_squares = model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu, "dp"),
                                                            optimizer.grad_sum_squares(cpu, "expert_dp"));
-  StepResult r{loss, std::sqrt(sum_squares)};
+  StepResult r{loss, std::sqrt(sum_squares) / scale, scale};
+  // Loss scaling: an overflow (the global norm holds it, so every rank
+  // agrees) skips the update and moves the scale; the next step's
+  // begin_step zeroes the gradients.
+  if (scaler && !scaler->update(!std::isfinite(r.grad_norm)) && std::isfinite(r.loss)) {
+    r.skipped = true;
+    return r;
+  }
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     fail<NonFiniteError>("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}{}", step + 1,
                          non_finite(r.grad_norm), r.loss,
          model.first_non_finite_grad(cpu),
          model.pp().size() > 1 ? fmt::format(" (on pipeline stage {})", model.pp().rank()) : "");
   if (before_update) before_update(r);
-  optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm));
+  optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm) / scale);
   model.after_optimizer_step(cpu);
   return r;
 }

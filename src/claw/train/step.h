@@ -18,7 +18,9 @@
 #include <functional>
 
 #include "claw/model/gpt.h"
+#include "claw/core/fault_injector.h"
 #include "claw/optim/adamw.h"
+#include "claw/optim/loss_scaler.h"
 #include "claw/data/sample_source.h"
 #include "claw/runtime/model_chunks.h"
 #include "claw/train/batch.h"
@@ -27,7 +29,9 @@ namespace claw::train {
 
 struct StepResult {
   double loss = 0;       // mean token loss over the global batch
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping (unscaled: the loss scale divided out)
+  double loss_scale = 1;  // the scale this step's gradients carried
+  bool skipped = false;   // loss scaling: the gradients overflowed, the parameters did not move
 };
 
 // `model`: this rank's pipeline stage (the whole model without pipeline
@@ -48,13 +52,15 @@ struct StepResult {
 StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
                       const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
                       const std::function<void(const StepResult&)>& before_update = {},
-                      model::SequenceLoss* sequence_loss = nullptr);
+                      model::SequenceLoss* sequence_loss = nullptr, optim::LossScaler* scaler = nullptr,
+                      const FaultInjector* faults = nullptr);
 
 // train_step's first half: the mean loss over the global batch, with its
 // gradients accumulated (and reduced over data parallelism) in the
 // trainable parameters' gradient buffers; nothing is updated.
 double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const GlobalBatch& batch, int64_t step,
-                      uint64_t seed, uint64_t sample0, model::SequenceLoss* sequence_loss = nullptr);
+                      uint64_t seed, uint64_t sample0, model::SequenceLoss* sequence_loss = nullptr,
+                      double loss_scale = 1.0);
 
 // Mean loss over a batch without gradients (evaluation), summed as train_step sums.
 // sample0: the global index of the batch's first sample (as train_step's).

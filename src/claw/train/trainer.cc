@@ -56,6 +56,7 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   // rank validates the same configuration, so all refuse it together.
   cfg_.resolve_and_validate(comm::RankGrid::make(world_.size(), par_cfg_.sizes).dp);
   model_cfg_.fp8.seed = cfg_.seed;
+  if (cfg_.fp16) loss_scaler_ = std::make_unique<optim::LossScaler>(cfg_.loss_scaling);
   if (cfg_.dpo.enabled && par_cfg_.sizes.cp > 1)
     fail("--dpo with --context-parallel-size {}: a pair's log-probabilities would be summed across the CP ranks; "
          "not available yet (train DPO with --context-parallel-size 1)",
@@ -179,6 +180,7 @@ void Trainer::load_checkpoint() {
       fail("checkpoint {}: state.fp8_high_precision_layers must be a list of block indices", c.dir);
     fp8_checkpoint_choice_ = it->get<std::vector<int64_t>>();
   }
+  if (loss_scaler_ && st.contains("loss_scaler")) loss_scaler_->load(st["loss_scaler"]);
   start_iteration_ = c.iteration;
   consumed_train_samples_ = st.value("consumed_train_samples", start_iteration_ * cfg_.global_batch_size);
   consumed_valid_samples_ = st.value("consumed_valid_samples", int64_t{0});
@@ -261,6 +263,7 @@ void Trainer::save_checkpoint(int64_t iteration) {
                  {{"world_size", world_.size()}, {"tp", grid.tp}, {"pp", grid.pp}, {"dp", grid.dp},
                   {"zero_stage", par_cfg_.zero_stage()}, {"sequence_parallel", par_cfg_.sequence_parallel}}}};
   if (!dpo_reference_.empty()) info.state["dpo_reference"] = dpo_reference_;
+  if (loss_scaler_) info.state["loss_scaler"] = loss_scaler_->state();
   if (model_cfg_.fp8.enabled() && model_cfg_.fp8.layer_selection == "auto")
     info.state["fp8_high_precision_layers"] = model_cfg_.fp8.high_precision_layers;
   runtime_->stage_to_host(optimizer_.get());  // a GPU's values and moments into their host mirrors
@@ -347,7 +350,10 @@ TrainResult Trainer::run() {
     const uint64_t sample0 = static_cast<uint64_t>(consumed_train_samples_);
     batch_->load(*train_data_, consumed_train_samples_);
     StepResult r = train_step(runtime_->model(), *optimizer_, cpu, *batch_, step, lr, cfg_.seed, sample0,
-                              before_update, dpo_train_.get());
+                              before_update, dpo_train_.get(), loss_scaler_.get(), ckpt_cfg_.faults.get());
+    if (r.skipped)
+      log::warn("train", "step {}: gradients overflowed at loss scale {:g}: step skipped (parameters unchanged); "
+                "loss scale now {:g}", step + 1, r.loss_scale, loss_scaler_->scale());
     consumed_train_samples_ += GB;
     if (runtime_->device()) runtime_->device()->synchronize();  // the update has run: the step's time is whole
     const double loss = r.loss, grad_norm = r.grad_norm;
@@ -401,6 +407,11 @@ TrainResult Trainer::run() {
     }
     if (dpo_train_) dpo_metrics(*dpo_train_, "", rec);
     if (model_cfg_.moe.enabled()) moe_metrics(rec);
+    if (loss_scaler_) {
+      rec["loss_scale"] = r.loss_scale;
+      rec["skipped"] = r.skipped;
+      if (r.skipped) rec["grad_norm"] = nullptr;  // not finite: JSON has no inf
+    }
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
       double val = evaluate(consumed_valid_samples_);

@@ -29,6 +29,7 @@
 
 #include "claw/model/config.h"
 #include "claw/optim/adamw.h"
+#include "claw/optim/loss_scaler.h"
 #include "claw/optim/lr_schedule.h"
 #include "claw/runtime/runtime.h"
 #include "claw/train/batch.h"
@@ -86,7 +87,8 @@ class Trainer {
   parallel::DataParallel& first_dp() { return runtime_->first_dp(); }
 
   model::ModelConfig model_cfg_;
-  std::optional<std::vector<int64_t>> fp8_checkpoint_choice_;  // auto selection read from a checkpoint
+  std::optional<std::vector<int64_t>> fp8_checkpoint_choice_;
+  std::unique_ptr<optim::LossScaler> loss_scaler_;  // --fp16  // auto selection read from a checkpoint
   TrainConfig cfg_;
   optim::LrSchedule lr_;
   optim::AdamWConfig adam_cfg_;
