@@ -4,7 +4,8 @@ recipe (exact emulation, model/fp8.h), on the built-in corpus.
   /usr/bin/python3 bench/bench_fp8.py --claw build/bin/claw [--models gpt2-tiny,gpt2-124m]
       [--steps 200] [--seq-length 64] [--out /tmp/bench_fp8.json]
 
-For each model: fp32, then FP8 hybrid (E4M3 forward, E5M2 gradients) with
+For each model: fp32, bf16 and fp16 GEMM operands (fp16 with dynamic loss
+scaling), then FP8 hybrid (E4M3 forward, E5M2 gradients) with
 delayed scaling (Megatron's defaults: history 1, most_recent; and TE's:
 history 1024, max), tensorwise scaling, MXFP8, delayed scaling with the
 first and last blocks out of FP8 and with the automatic per-block choice
@@ -25,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 RUNS = [
     ("fp32", []),
+    ("bf16 GEMMs", ["--bf16"]),
+    ("fp16 GEMMs + loss scaling", ["--fp16"]),
     ("fp8 delayed (history 1, most_recent)", ["--fp8-format", "hybrid"]),
     ("fp8 delayed (history 1024, max)", ["--fp8-format", "hybrid", "--fp8-amax-history-len", "1024",
                                          "--fp8-amax-compute-algo", "max"]),
@@ -85,13 +88,17 @@ def main():
     ap.add_argument("--seq-length", type=int, default=64)
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "bench_fp8.json"))
     ap.add_argument("--png", default=os.path.join(HERE, "fp8_convergence.png"))
+    ap.add_argument("--runs", default="", help="comma-separated run names to do (default: all); fp32 always runs")
     a = ap.parse_args()
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(" :\t")
     results = {}
     with tempfile.TemporaryDirectory() as d:
         for model in a.models.split(","):
             results[model] = {}
+            wanted = set(filter(None, a.runs.split(",")))
             for name, flags in RUNS:
+                if wanted and name != "fp32" and name not in wanted:
+                    continue
                 r = run(a.claw, model, a.steps, a.seq_length, flags, d)
                 r["final"] = sum(r["loss"][-10:]) / len(r["loss"][-10:])
                 results[model][name] = r
