@@ -2,7 +2,7 @@
 # `claw train` with FP8 linear layers under mpirun: each layout against the
 # single-rank run of the same recipe.
 #
-#   train_fp8.sh CLAW_BINARY RECIPE     RECIPE: delayed | tensorwise | mxfp8 | auto
+#   train_fp8.sh CLAW_BINARY RECIPE     RECIPE: delayed | tensorwise | mxfp8 | auto | bf16
 #
 # 20 steps of a small gpt2-tiny (hybrid format: E4M3 forward, E5M2
 # gradients; delayed with a 4-step history, max algorithm) at TP 2, TP 2 +
@@ -15,6 +15,8 @@
 # then where a value lies within a rounding error of a midpoint between two
 # E4M3 values (one E4M3 step is 1/8 relative). Tolerance: per-step losses
 # 2e-5 relative, grad norms 2e-3 relative (fp32 layouts: 1e-6 and 2e-5).
+#
+# bf16: --bf16 (bf16 GEMM operands) at the same layouts, same tolerances.
 #
 # auto: --fp8-layer-selection auto on 4 blocks (tensorwise, budget 1): the
 # calibration picks the same block at TP 2 + SP, PP 2 and DP 2 as on one
@@ -33,18 +35,22 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe --bind-to none)
 common=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
         --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --eval-interval 10 --eval-iters 2 --lr 2e-3
-        --lr-warmup-iters 3 --peak-gflops 100 --num-threads 1
-        --fp8-format hybrid --fp8-recipe "$fp8_recipe" --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
+        --lr-warmup-iters 3 --peak-gflops 100 --num-threads 1)
+if [[ $recipe == bf16 ]]; then
+  common+=(--bf16)
+else
+  common+=(--fp8-format hybrid --fp8-recipe "$fp8_recipe" --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
+fi
 fail() { echo "FAIL: $*"; exit 1; }
 # shellcheck source=compare_runs.sh
 source "$here/compare_runs.sh"
-check_layout() { grep -q "fp8" "$1"; }
+check_layout() { [[ $recipe == bf16 ]] || grep -q "fp8" "$1"; }
 loss_rtol=2e-5 grad_rtol=2e-3
 if [[ $recipe != auto ]]; then
   compare "fp8_$recipe" -- \
     "2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --sequence-parallel" \
     "2 --pipeline-model-parallel-size 2" "2 --use-distributed-optimizer"
-  echo "PASS: $recipe FP8 at TP 2, TP 2 + SP, PP 2 and DP 2 + ZeRO-1 equals one rank"
+  echo "PASS: $recipe at TP 2, TP 2 + SP, PP 2 and DP 2 + ZeRO-1 equals one rank"
   exit 0
 fi
 
