@@ -43,6 +43,7 @@ void TrainConfig::resolve_and_validate(int dp) {
            micro_batch_size);
     if (device != "cpu") fail("--dpo runs on the CPU backend for now (--device cpu, not {})", device);
   }
+  if (fp16) loss_scaling.validate();
 }
 
 DpoLossType DpoConfig::type() const {
