@@ -9,6 +9,9 @@
 # narrowing a bf16 value gives it back). `ckpt inspect --tensors` shows BF16
 # chunks; `claw eval` loads A into the fp32 model and B gives the same loss as
 # A to the last digit (the same values); the f32 original's loss is close.
+# Hugging Face export in bf16 (--type bf16): every tensor BF16 in
+# model.safetensors, torch_dtype bfloat16, each value the f32 export's
+# rounded to nearest even; imported back it evaluates as A.
 set -uo pipefail
 claw=$1
 tmp=$(mktemp -d)
@@ -37,4 +40,31 @@ import sys
 f, a = (float(s) for s in sys.argv[1:])
 assert abs(f - a) < 0.05 * abs(f), (f, a)
 PY
+"$claw" ckpt export --load "$tmp/f32" --format hf --output "$tmp/hf32" >/dev/null 2>"$tmp/x.log" || { cat "$tmp/x.log"; fail "export f32"; }
+"$claw" ckpt export --load "$tmp/f32" --format hf --type bf16 --output "$tmp/hf16" >/dev/null 2>"$tmp/x.log" ||
+  { cat "$tmp/x.log"; fail "export bf16"; }
+/usr/bin/python3 - "$tmp/hf32" "$tmp/hf16" <<'PY' || fail "the bf16 Hugging Face export"
+import json, struct, sys
+import numpy as np
+def read(d):
+    raw = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n]); body = raw[8 + n:]
+    head.pop("__metadata__", None)
+    return {k: (v["dtype"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in head.items()}
+f32, b16 = read(sys.argv[1]), read(sys.argv[2])
+assert json.load(open(sys.argv[2] + "/config.json"))["torch_dtype"] == "bfloat16"
+assert f32.keys() == b16.keys()
+for k in f32:
+    assert b16[k][0] == "BF16" and f32[k][0] == "F32", (k, b16[k][0])
+    u = np.frombuffer(f32[k][1], np.uint32).astype(np.uint64)
+    want = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even (finite values)
+    got = np.frombuffer(b16[k][1], np.uint16)
+    assert np.array_equal(got, want), k
+print(f"ok: {len(f32)} tensors exported as BF16, each the f32 value rounded to nearest even")
+PY
+"$claw" ckpt import --format hf --input "$tmp/hf16" --save "$tmp/fromhf" >"$tmp/x.log" 2>&1 || { cat "$tmp/x.log"; fail "import bf16"; }
+lh=$(loss "$tmp/fromhf")
+echo "eval: imported bf16 Hugging Face export '$lh'"
+[[ -n $lh && $lh == "$la" ]] || fail "the imported bf16 export evaluates to '$lh', the bf16 checkpoint to '$la'"
 echo "PASS"

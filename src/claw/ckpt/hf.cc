@@ -11,6 +11,7 @@
 #include "claw/ckpt/format.h"
 #include "claw/ckpt/safetensors.h"
 #include "claw/ckpt/shards.h"
+#include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/dtype_convert.h"
 #include "claw/model/hf_names.h"
@@ -314,7 +315,8 @@ std::vector<float> from_hf(const model::ParamSpec& s, const HfStateDict& hf, con
 }
 
 void write_hf_dir(const std::string& dir, const nlohmann::json& config, const HfStateDict& tensors,
-                  uint64_t max_shard_bytes) {
+                  uint64_t max_shard_bytes, DType dtype) {
+  CLAW_CHECK(dtype == DType::f32 || dtype == DType::bf16, "Hugging Face export in {}", dtype_name(dtype));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("--output {}: cannot create the directory: {}", dir, ec.message());
@@ -323,7 +325,7 @@ void write_hf_dir(const std::string& dir, const nlohmann::json& config, const Hf
   std::vector<std::vector<const std::string*>> shards(1);
   uint64_t in_shard = 0, total = 0;
   for (const auto& [name, t] : tensors) {
-    const uint64_t bytes = t.data.size() * sizeof(float);
+    const uint64_t bytes = t.data.size() * dtype_size(dtype);
     if (in_shard > 0 && max_shard_bytes > 0 && in_shard + bytes > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -338,9 +340,17 @@ void write_hf_dir(const std::string& dir, const nlohmann::json& config, const Hf
     const std::string file = shards.size() == 1 ? "model.safetensors"
                                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
     std::vector<TensorView> views;
+    std::vector<std::vector<uint16_t>> narrowed;  // bf16 copies, alive until the file is written
+    narrowed.reserve(shards[k].size());
     for (const std::string* name : shards[k]) {
       const HfTensor& t = tensors.at(*name);
-      views.push_back({*name, DType::f32, t.shape, t.data.data()});
+      if (dtype == DType::bf16) {
+        narrowed.emplace_back(t.data.size());
+        convert(DType::f32, t.data.data(), DType::bf16, narrowed.back().data(), static_cast<int64_t>(t.data.size()));
+        views.push_back({*name, DType::bf16, t.shape, narrowed.back().data()});
+      } else {
+        views.push_back({*name, DType::f32, t.shape, t.data.data()});
+      }
       weight_map[*name] = file;
     }
     write_safetensors(dir + "/" + file, views, meta);
@@ -348,7 +358,9 @@ void write_hf_dir(const std::string& dir, const nlohmann::json& config, const Hf
   if (shards.size() > 1)
     write_file_atomic(dir + "/model.safetensors.index.json",
                       nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
-  write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+  nlohmann::json cfg = config;
+  if (dtype == DType::bf16) cfg["torch_dtype"] = "bfloat16";
+  write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
 }
 
 nlohmann::json read_hf_config(const std::string& dir, const std::string& flag) {

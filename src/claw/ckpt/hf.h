@@ -69,9 +69,10 @@ std::vector<float> from_hf(const model::ParamSpec& spec, const HfStateDict& hf, 
 void load_hf_params(const std::vector<model::Param*>& params, const HfStateDict& hf, const std::string& source);
 
 // Writes config.json and the weights (one file, or shards of at most
-// max_shard_bytes with an index); each file via a temporary name.
+// max_shard_bytes with an index); each file via a temporary name. dtype:
+// f32, or bf16 (rounded to nearest even; config.json's torch_dtype says so).
 void write_hf_dir(const std::string& dir, const nlohmann::json& config, const HfStateDict& tensors,
-                  uint64_t max_shard_bytes);
+                  uint64_t max_shard_bytes, DType dtype = DType::f32);
 // Reads config.json and every tensor (F32, BF16 or F16, as f32).
 struct HfModel {
   nlohmann::json config;

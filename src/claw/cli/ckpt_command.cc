@@ -220,13 +220,14 @@ struct Export {
                  mib(static_cast<double>(r.bytes)), o.tokenizer.empty() ? "none (no_vocab)" : "GPT-2 BPE");
       return;
     }
-    if (type != "f32") fail("--type {} is for --format gguf; Hugging Face exports are fp32", type);
+    if (type != "f32" && type != "bf16")
+      fail("--type {}: Hugging Face exports are f32 or bf16 (q8_0 and q4_0 are for --format gguf)", type);
     const ckpt::HfStateDict hf =
         ckpt::to_hf(cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); });
     const nlohmann::json config = ckpt::hf_config(cfg);
-    ckpt::write_hf_dir(output, config, hf, max_shard_bytes);
-    fmt::print("exported {} (iteration {}) to {}: {} ({} tensors), config.json\n", d, meta.iteration, output,
-               config["architectures"][0].get<std::string>(), hf.size());
+    ckpt::write_hf_dir(output, config, hf, max_shard_bytes, type == "bf16" ? DType::bf16 : DType::f32);
+    fmt::print("exported {} (iteration {}) to {}: {} ({} tensors, {}), config.json\n", d, meta.iteration, output,
+               config["architectures"][0].get<std::string>(), hf.size(), type);
   }
 };
 
@@ -419,7 +420,8 @@ void add_ckpt_command(CLI::App& app) {
                 "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM); peft: a LoRA checkpoint's "
                 "adapters (adapter_config.json + adapter_model.safetensors); gguf: one llama.cpp file")
       ->default_str("hf");
-  e->add_option("--type", ex->type, "gguf: the matrices' type, f32, bf16, q8_0 or q4_0")->default_str("f32");
+  e->add_option("--type", ex->type, "hf: the tensors' type, f32 or bf16; gguf: the matrices', f32, bf16, q8_0 or q4_0")
+      ->default_str("f32");
   e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
   e->add_option("--max-shard-size", ex->max_shard, "largest safetensors file before sharding with an index")
       ->default_str("5GB");
