@@ -116,7 +116,8 @@ const char* fp8_role_name(Fp8Role r) {
   return "?";
 }
 
-Fp8Linear::Fp8Linear(const Fp8Config& cfg, std::string layer) : layer_(std::move(layer)) {
+Fp8Linear::Fp8Linear(const Fp8Config& cfg, std::string layer, int64_t block)
+    : layer_(std::move(layer)), block_(block) {
   cfg.validate();
   CLAW_CHECK(cfg.enabled(), "FP8 state for {} without --fp8-format", layer_);
   recipe_ = cfg.recipe == "tensorwise" ? Recipe::tensorwise
@@ -213,8 +214,7 @@ double Fp8Linear::Errors::worst() const {
   return w;
 }
 
-void Fp8Linear::add_error(const CpuCtx& cpu, int which, const float* ref, const float* got, int64_t n) {
-  (void)cpu;
+void Fp8Linear::add_error(int which, const float* ref, const float* got, int64_t n) {
   double d = 0, r = 0;
   for (int64_t i = 0; i < n; ++i) {
     const double e = static_cast<double>(got[i]) - ref[i];

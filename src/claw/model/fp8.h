@@ -56,7 +56,8 @@ const char* fp8_role_name(Fp8Role r);
 
 class Fp8Linear {
  public:
-  Fp8Linear(const Fp8Config& cfg, std::string layer);
+  // layer: the weight's name (for errors); block: its transformer block.
+  Fp8Linear(const Fp8Config& cfg, std::string layer, int64_t block = -1);
 
   // A GEMM operand: values exactly representable in fp32, and the factor
   // (1 / its scale) that the product is multiplied by.
@@ -95,16 +96,18 @@ class Fp8Linear {
   void set_calibrating(bool on) { calibrating_ = on; }
   Errors& errors() { return errors_; }
   // Adds ||got - ref||^2 and ||ref||^2 of n values to product `which`.
-  void add_error(const CpuCtx& cpu, int which, const float* ref, const float* got, int64_t n);
+  void add_error(int which, const float* ref, const float* got, int64_t n);
   // Whether the GEMMs run in FP8 (auto selection turns a layer off).
   bool active() const { return active_; }
   void set_active(bool on) { active_ = on; }
   ElemFormat format(Fp8Role r) const { return r == Fp8Role::grad_output ? bwd_ : fwd_; }
   const std::string& layer() const { return layer_; }
+  int64_t block() const { return block_; }
 
  private:
   enum class Recipe : uint8_t { delayed, tensorwise, mxfp8, blockwise, nvfp4 };
   std::string layer_;
+  int64_t block_;
   Recipe recipe_;
   ElemFormat fwd_ = ElemFormat::e4m3, bwd_ = ElemFormat::e4m3;
   bool amax_max_ = false;

@@ -136,7 +136,7 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
     const bool fp8 = cfg_.fp8.layer_in_fp8(stage_.first_layer + k, cfg_.num_layers);
     for (Linear* l : ls) {
       l->enable_half(cfg_.gemm_dtype);
-      if (fp8) l->enable_fp8(cfg_.fp8);
+      if (fp8) l->enable_fp8(cfg_.fp8, stage_.first_layer + k);
     }
   }
   // Replicated parameters count once over the TP group (on its rank 0);

@@ -159,7 +159,7 @@ void Linear::enable_half(DType t) {
   half_ = t;
 }
 
-void Linear::enable_fp8(const Fp8Config& cfg) {
+void Linear::enable_fp8(const Fp8Config& cfg, int64_t layer_index) {
   // Block recipes: a TP split must fall on block boundaries, or ranks would
   // scale other groups of elements than one rank does.
   const int64_t block = cfg.recipe == "mxfp8" ? 32 : cfg.recipe == "blockwise" ? 128 : cfg.recipe == "nvfp4" ? 16 : 0;
@@ -172,7 +172,7 @@ void Linear::enable_fp8(const Fp8Config& cfg) {
            cfg.recipe, weight.spec.name, tp_.size(), local, column ? "output features" : "input features", block,
            block);
   }
-  fp8_ = std::make_unique<Fp8Linear>(cfg, weight.spec.name);
+  fp8_ = std::make_unique<Fp8Linear>(cfg, weight.spec.name, layer_index);
 }
 
 comm::Group* Linear::fp8_group(Fp8Role role) const {
@@ -181,7 +181,7 @@ comm::Group* Linear::fp8_group(Fp8Role role) const {
 }
 
 namespace {
-thread_local std::vector<float> fp8_a, fp8_b;
+thread_local std::vector<float> operand_a, operand_b;
 
 void add_bias_rows(const CpuCtx& cpu, float* y, const float* b, int64_t rows, int64_t C) {
   parallel_for(cpu, rows, std::max<int64_t>(1, 4096 / C), [&](int64_t lo, int64_t hi) {
@@ -213,26 +213,26 @@ Fp8Linear::Operand Linear::gemm_operand(const CpuCtx& cpu, Fp8Role role, const f
   return {buf.data(), 1.0f};
 }
 
-void Linear::fp8_forward(const StepCtx& ctx, const float* x, float* y) const {
+void Linear::quantized_forward(const StepCtx& ctx, const float* x, float* y) const {
   const int64_t N = ctx.tokens();
   const bool record = ctx.training && !(fp8_ && fp8_->calibrating());
-  const Fp8Linear::Operand qx = gemm_operand(ctx.cpu, Fp8Role::input, x, N, in_, false, fp8_a, record);
-  const Fp8Linear::Operand qw = gemm_operand(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, fp8_b, record);
+  const Fp8Linear::Operand qx = gemm_operand(ctx.cpu, Fp8Role::input, x, N, in_, false, operand_a, record);
+  const Fp8Linear::Operand qw = gemm_operand(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, operand_b, record);
   kernels::gemm(ctx.cpu, false, true, N, out_, in_, qx.alpha * qw.alpha, qx.data, in_, qw.data, in_, 0.0f, y, out_);
 }
 
-void Linear::fp8_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const {
+void Linear::quantized_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const {
   const bool record = !(fp8_ && fp8_->calibrating());
-  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, N, out_, false, fp8_a, record);
-  const Fp8Linear::Operand qw = gemm_operand(cpu, Fp8Role::weight, weight.data(), out_, in_, true, fp8_b, record);
+  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, N, out_, false, operand_a, record);
+  const Fp8Linear::Operand qw = gemm_operand(cpu, Fp8Role::weight, weight.data(), out_, in_, true, operand_b, record);
   kernels::gemm(cpu, false, false, N, in_, out_, qdy.alpha * qw.alpha, qdy.data, out_, qw.data, in_, beta, dx, in_);
 }
 
-void Linear::fp8_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw,
+void Linear::quantized_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw,
                              float beta) const {
   const bool record = !(fp8_ && fp8_->calibrating());
-  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, rows, out_, true, fp8_a, record);
-  const Fp8Linear::Operand qx = gemm_operand(cpu, Fp8Role::input, x, rows, in_, true, fp8_b, record);
+  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, rows, out_, true, operand_a, record);
+  const Fp8Linear::Operand qx = gemm_operand(cpu, Fp8Role::input, x, rows, in_, true, operand_b, record);
   kernels::gemm(cpu, true, false, out_, in_, rows, qdy.alpha * qx.alpha, qdy.data, out_, qx.data, in_, beta, dw, in_);
 }
 
@@ -243,21 +243,21 @@ void Linear::fp8_calibrate_forward(const StepCtx& ctx, const float* x, const flo
   thread_local std::vector<float> y8;
   const int64_t N = ctx.tokens();
   y8.resize(static_cast<size_t>(N * out_));
-  fp8_forward(ctx, x, y8.data());
+  quantized_forward(ctx, x, y8.data());
   lora_forward(ctx, x, y8.data());
   if (kind_ == TpSplit::row) tp_.reduce_rows(y8.data(), ctx.B, ctx.T, out_);
   const int64_t rows = kind_ == TpSplit::row ? tp_.rows(N) : N;
   if (has_bias_) add_bias_rows(ctx.cpu, y8.data(), bias.data(), rows, out_);
-  fp8_->add_error(ctx.cpu, 0, y, y8.data(), rows * out_);
+  fp8_->add_error(0, y, y8.data(), rows * out_);
 }
 
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   const float* b = has_bias_ ? bias.data() : nullptr;
-  const bool fp8_gemm = low_precision() && !ctx.batch_invariant;
-  const bool calibrate = fp8_gemm && fp8_ && fp8_->active() && fp8_->calibrating();
+  const bool quantized = low_precision() && !ctx.batch_invariant;
+  const bool calibrate = quantized && fp8_ && fp8_->active() && fp8_->calibrating();
   auto product = [&](const float* with_bias) {
-    if (fp8_gemm && !calibrate) {
-      fp8_forward(ctx, x, y);
+    if (quantized && !calibrate) {
+      quantized_forward(ctx, x, y);
       if (with_bias) add_bias_rows(ctx.cpu, y, with_bias, ctx.tokens(), out_);
     } else if (ctx.batch_invariant && !ctx.cpu.gpu && !inference_weight.empty())
       kernels::weight_linear_forward(ctx.cpu, y, x, inference_weight, with_bias, ctx.tokens());
@@ -285,22 +285,22 @@ const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* ful
 void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const {
   const int64_t N = ctx.tokens();
   if (low_precision() && !(fp8_ && fp8_->calibrating())) {
-    fp8_backward_input(ctx.cpu, dy, dx, N, accumulate ? 1.0f : 0.0f);
+    quantized_backward_input(ctx.cpu, dy, dx, N, accumulate ? 1.0f : 0.0f);
   } else if (fp8_ && fp8_->active()) {  // calibrating: fp32 goes on, FP8 is measured against it
     thread_local std::vector<float> d32, d8;
     d32.resize(static_cast<size_t>(N * in_));
     d8.resize(static_cast<size_t>(N * in_));
     kernels::linear_backward_input(ctx.cpu, d32.data(), dy, weight.data(), N, in_, out_, false);
-    fp8_backward_input(ctx.cpu, dy, d8.data(), N, 0.0f);
+    quantized_backward_input(ctx.cpu, dy, d8.data(), N, 0.0f);
     if (kind_ == TpSplit::column && tp_.size() > 1) {  // partial sums: measured whole, as the caller reduces them
       thread_local std::vector<float> s32, s8;
       s32 = d32;
       s8 = d8;
       tp_.group->all_reduce(s32.data(), N * in_, DType::f32);
       tp_.group->all_reduce(s8.data(), N * in_, DType::f32);
-      fp8_->add_error(ctx.cpu, 1, s32.data(), s8.data(), N * in_);  // each TP rank adds the whole: same ratio
+      fp8_->add_error(1, s32.data(), s8.data(), N * in_);  // each TP rank adds the whole: same ratio
     } else {
-      fp8_->add_error(ctx.cpu, 1, d32.data(), d8.data(), N * in_);
+      fp8_->add_error(1, d32.data(), d8.data(), N * in_);
     }
     for (int64_t i = 0; i < N * in_; ++i) dx[i] = accumulate ? dx[i] + d32[static_cast<size_t>(i)] : d32[static_cast<size_t>(i)];
   } else {
@@ -346,14 +346,14 @@ void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x
 void Linear::apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows) {
   if (low_precision()) {
     if (weight.grad.defined() && !(fp8_ && fp8_->calibrating())) {
-      fp8_weight_grad(cpu, dy, x, rows, weight.gdata(), 1.0f);
+      quantized_weight_grad(cpu, dy, x, rows, weight.gdata(), 1.0f);
     } else if (weight.grad.defined()) {  // calibrating
       thread_local std::vector<float> w32, w8;
       w32.assign(static_cast<size_t>(out_ * in_), 0.0f);
       w8.resize(static_cast<size_t>(out_ * in_));
       kernels::linear_backward_weight(cpu, w32.data(), static_cast<float*>(nullptr), dy, x, rows, in_, out_);
-      fp8_weight_grad(cpu, dy, x, rows, w8.data(), 0.0f);
-      fp8_->add_error(cpu, 2, w32.data(), w8.data(), out_ * in_);
+      quantized_weight_grad(cpu, dy, x, rows, w8.data(), 0.0f);
+      fp8_->add_error(2, w32.data(), w8.data(), out_ * in_);
       float* g = weight.gdata();
       for (int64_t i = 0; i < out_ * in_; ++i) g[i] += w32[static_cast<size_t>(i)];
     }

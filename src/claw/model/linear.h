@@ -96,7 +96,8 @@ class Linear {
   bool has_lora() const { return lora_rank_ > 0; }
   // FP8 GEMMs from now on (training and evaluation; batch-invariant
   // inference keeps its own kernels).
-  void enable_fp8(const Fp8Config& cfg);
+  // layer_index: the transformer block the layer belongs to.
+  void enable_fp8(const Fp8Config& cfg, int64_t layer_index);
   Fp8Linear* fp8() const { return fp8_.get(); }
   // 16-bit GEMM operands (--bf16, --fp16) where FP8 is off: x, W and dy
   // rounded to bf16 or f16 (IEEE overflow to inf), fp32 accumulation.
@@ -130,10 +131,11 @@ class Linear {
   void lora_forward(const StepCtx& ctx, const float* x, float* y) const;
   void lora_weight_grad(const StepCtx& ctx, const float* dy, const float* x, int64_t rows);
 
-  // The FP8 products: y = x W^T (no bias); dx = dy W + beta dx; dw = dy^T x + beta dw.
-  void fp8_forward(const StepCtx& ctx, const float* x, float* y) const;
-  void fp8_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const;
-  void fp8_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw, float beta) const;
+  // The products on FP8 or 16-bit operands (gemm_operand): y = x W^T (no
+  // bias); dx = dy W + beta dx; dw = dy^T x + beta dw.
+  void quantized_forward(const StepCtx& ctx, const float* x, float* y) const;
+  void quantized_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const;
+  void quantized_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw, float beta) const;
   void fp8_calibrate_forward(const StepCtx& ctx, const float* x, const float* y) const;
   // A GEMM operand in this layer's precision (FP8 recipe or 16-bit).
   Fp8Linear::Operand gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols,

@@ -2,7 +2,6 @@
 
 #include <bit>
 #include <cmath>
-#include <cstdio>
 
 #include "claw/core/error.h"
 
@@ -70,6 +69,12 @@ model::MoeStats ModelChunks::take_moe_stats() {
   return s;
 }
 
+void ModelChunks::reduce_over_layer_replicas(size_t c, void* buf, int64_t n, DType dt, comm::ReduceOp op) const {
+  const model::TensorParallel& tp = chunks_[c]->tp();
+  if (comm::Group* g = tp.moe_tokens ? tp.moe_tokens : tp.group; g && g->size() > 1) g->all_reduce(buf, n, dt, op);
+  if (!dps_.empty() && dps_[c]->group().size() > 1) dps_[c]->group().all_reduce(buf, n, dt, op);
+}
+
 void ModelChunks::fp8_step_end() {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     std::vector<model::Fp8Linear*> layers;
@@ -81,12 +86,7 @@ void ModelChunks::fp8_step_end() {
     std::vector<int32_t> bits;
     for (model::Fp8Linear* l : layers)
       for (float a : l->step_amax()) bits.push_back(std::bit_cast<int32_t>(std::fabs(a)));
-    const model::TensorParallel& tp = chunks_[c]->tp();
-    const auto n = static_cast<int64_t>(bits.size());
-    if (comm::Group* g = tp.moe_tokens ? tp.moe_tokens : tp.group; g && g->size() > 1)
-      g->all_reduce(bits.data(), n, DType::i32, comm::ReduceOp::max);
-    if (!dps_.empty() && dps_[c]->group().size() > 1)
-      dps_[c]->group().all_reduce(bits.data(), n, DType::i32, comm::ReduceOp::max);
+    reduce_over_layer_replicas(c, bits.data(), static_cast<int64_t>(bits.size()), DType::i32, comm::ReduceOp::max);
     for (size_t i = 0; i < layers.size(); ++i) {
       for (int r = 0; r < 3; ++r) layers[i]->step_amax()[static_cast<size_t>(r)] = std::bit_cast<float>(bits[3 * i + r]);
       layers[i]->update();
@@ -99,21 +99,17 @@ std::vector<double> ModelChunks::fp8_block_errors(int64_t num_layers) const {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const std::vector<model::Fp8Linear*> layers = chunks_[c]->fp8_layers();
     if (layers.empty()) continue;
-    std::vector<double> sums;
+    std::vector<double> sums;  // per layer and product: diff, ref
     for (model::Fp8Linear* l : layers)
-      for (int i = 0; i < 3; ++i) sums.insert(sums.end(), {l->errors().diff[static_cast<size_t>(i)], l->errors().ref[static_cast<size_t>(i)]});
-    const model::TensorParallel& tp = chunks_[c]->tp();
-    const auto n = static_cast<int64_t>(sums.size());
-    if (comm::Group* g = tp.moe_tokens ? tp.moe_tokens : tp.group; g && g->size() > 1) g->all_reduce(sums.data(), n, DType::f64);
-    if (!dps_.empty() && dps_[c]->group().size() > 1) dps_[c]->group().all_reduce(sums.data(), n, DType::f64);
+      for (size_t i = 0; i < 3; ++i) sums.insert(sums.end(), {l->errors().diff[i], l->errors().ref[i]});
+    reduce_over_layer_replicas(c, sums.data(), static_cast<int64_t>(sums.size()), DType::f64, comm::ReduceOp::sum);
     for (size_t k = 0; k < layers.size(); ++k) {
       model::Fp8Linear::Errors e;
       for (size_t i = 0; i < 3; ++i) {
         e.diff[i] = sums[6 * k + 2 * i];
         e.ref[i] = sums[6 * k + 2 * i + 1];
       }
-      int block = -1;
-      std::sscanf(layers[k]->layer().c_str(), "layers.%d.", &block);
+      const int64_t block = layers[k]->block();
       CLAW_CHECK(block >= 0 && block < num_layers, "FP8 layer {} is in no block of {}", layers[k]->layer(), num_layers);
       score[static_cast<size_t>(block)] = std::max(score[static_cast<size_t>(block)], e.worst());
     }

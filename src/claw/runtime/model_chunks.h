@@ -76,6 +76,9 @@ class ModelChunks {
   // holding parts of the layer) among its FP8 linear layers; 0 for blocks
   // without FP8 state. The same vector of num_layers on every rank.
   std::vector<double> fp8_block_errors(int64_t num_layers) const;
+  // Reduces n values of chunk c's layers over the ranks holding the same
+  // layers: tp x cp, then data-parallel (FP8 amaxes and calibration errors).
+  void reduce_over_layer_replicas(size_t c, void* buf, int64_t n, DType dt, comm::ReduceOp op) const;
   // This stage's MoE routing statistics since the last call (model/moe.h).
   model::MoeStats take_moe_stats();
   // Sums over the data-parallel group (this rank's value without an engine).

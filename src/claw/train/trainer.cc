@@ -1,7 +1,6 @@
 #include "claw/train/trainer.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -243,11 +242,7 @@ void Trainer::select_fp8_layers() {
     log::info("fp8", "layer selection (budget {}): blocks kept out of FP8: {}", f.bf16_layer_budget,
               order.empty() ? "none" : fmt::format("{}", fmt::join(order, ",")));
   }
-  for (model::Fp8Linear* l : layers) {
-    int block = -1;
-    std::sscanf(l->layer().c_str(), "layers.%d.", &block);
-    l->set_active(f.layer_in_fp8(block, L));
-  }
+  for (model::Fp8Linear* l : layers) l->set_active(f.layer_in_fp8(l->block(), L));
 }
 
 void Trainer::save_checkpoint(int64_t iteration) {
@@ -309,9 +304,9 @@ TrainResult Trainer::run() {
               mine.gflops, cpu.num_threads, world_.size(), mine.provenance);
   }
   if (const model::Fp8Config& f = model_cfg_.fp8; f.enabled()) {
-    std::string fp8_layers;
+    std::vector<int64_t> fp8_blocks;
     for (int64_t l = 0; l < model_cfg_.num_layers; ++l)
-      if (f.layer_in_fp8(l, model_cfg_.num_layers)) fp8_layers += (fp8_layers.empty() ? "" : ",") + std::to_string(l);
+      if (f.layer_in_fp8(l, model_cfg_.num_layers)) fp8_blocks.push_back(l);
     log::info("train", "fp8: {} format ({}), {} recipe{}; blocks in FP8: {} of {} ({}){}, the rest in fp32",
               f.recipe == "nvfp4" ? "nvfp4" : f.format,
               f.recipe == "nvfp4"    ? "E2M1 in blocks of 16 with E4M3 scales and an fp32 tensor scale"
@@ -321,8 +316,8 @@ TrainResult Trainer::run() {
               f.recipe == "delayed" ? fmt::format(" (amax history {}, {}, margin {})", f.amax_history_len,
                                                   f.amax_compute_algo, f.margin)
                                     : std::string(),
-              std::count(fp8_layers.begin(), fp8_layers.end(), ',') + (fp8_layers.empty() ? 0 : 1),
-              model_cfg_.num_layers, fp8_layers.empty() ? "none" : fp8_layers,
+              fp8_blocks.size(), model_cfg_.num_layers,
+              fp8_blocks.empty() ? "none" : fmt::format("{}", fmt::join(fp8_blocks, ",")),
               f.layer_selection == "auto" ? " before the automatic selection" : "");
   }
   log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {} on each of {} data-parallel "
