@@ -18,3 +18,16 @@ add_library(claw_blas INTERFACE)
 target_include_directories(claw_blas SYSTEM INTERFACE "${CLAW_OPENBLAS_INCLUDE}")
 target_link_libraries(claw_blas INTERFACE "${CLAW_OPENBLAS_LIB}" "-Wl,-rpath,${_blas_dir}")
 message(STATUS "claw BLAS: ${CLAW_OPENBLAS_LIB}")
+
+# BF16 GEMMs: oneDNN's matmul (Debian's libdnnl, OpenMP runtime, so it shares
+# the one thread team too). Linked by library path: its CMake package wants
+# OpenCL's development files for a GPU runtime claw does not use.
+find_library(CLAW_DNNL_LIB NAMES dnnl)
+find_path(CLAW_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
+if(NOT CLAW_DNNL_LIB OR NOT CLAW_DNNL_INCLUDE)
+  message(FATAL_ERROR "oneDNN not found: run scripts/setup (installs libdnnl-dev)")
+endif()
+add_library(claw_dnnl INTERFACE)
+target_include_directories(claw_dnnl SYSTEM INTERFACE "${CLAW_DNNL_INCLUDE}")
+target_link_libraries(claw_dnnl INTERFACE "${CLAW_DNNL_LIB}")
+message(STATUS "claw oneDNN: ${CLAW_DNNL_LIB}")

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/peak.h"
 #include "claw/kernels/cuda/context.h"
@@ -34,6 +35,8 @@ void add_info_command(CLI::App& app) {
                b.core, b.best_core.empty() ? "(generic)" : b.best_core,
                b.parallel == 2 ? "openmp" : b.parallel == 1 ? "pthreads" : "sequential", n);
     fmt::print("sgemm_2048_gflops: {:.1f}\n", kernels::measure_sgemm_gflops(2048, 1.0));
+    fmt::print("cpu_precision_flags: {}\nbf16_gemm: {}\nbf16_gemm_2048_gflops: {:.1f}\n", kernels::cpu_precision_flags(),
+               kernels::bf16_gemm_kernel(), kernels::measure_bf16_gemm_gflops(2048, 1.0));
     // The figure `claw train` divides by at this thread count (calibrated now if nothing is cached).
     const kernels::Peak p = kernels::calibrated_gemm_peak(kernels::PeakKey::current(n), {}, {.dir = *cache_dir, .remeasure = *recalibrate});
     fmt::print("gemm_peak_gflops: {:.1f}\ngemm_peak_provenance: {}\n", p.gflops, p.provenance);

@@ -139,6 +139,7 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
       if (fp8) l->enable_fp8(cfg_.fp8, stage_.first_layer + k);
     }
   }
+  output_.enable_half(cfg_.gemm_dtype);
   // Replicated parameters count once over the TP group (on its rank 0);
   // experts reduced over their own group count there (ModelChunks).
   for (Param* p : params())

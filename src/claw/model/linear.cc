@@ -7,6 +7,7 @@
 #include "claw/core/error.h"
 #include "claw/core/storage.h"
 #include "claw/core/philox.h"
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/dropout.h"
 #include "claw/kernels/cpu/linear.h"
@@ -181,7 +182,9 @@ comm::Group* Linear::fp8_group(Fp8Role role) const {
 }
 
 namespace {
-thread_local std::vector<float> operand_a, operand_b;
+// The operands' buffers: fp32 values and bf16 bit patterns, two of each.
+thread_local std::vector<float> operand_f32[2];
+thread_local std::vector<uint16_t> operand_bf16[2];
 
 void add_bias_rows(const CpuCtx& cpu, float* y, const float* b, int64_t rows, int64_t C) {
   parallel_for(cpu, rows, std::max<int64_t>(1, 4096 / C), [&](int64_t lo, int64_t hi) {
@@ -191,49 +194,57 @@ void add_bias_rows(const CpuCtx& cpu, float* y, const float* b, int64_t rows, in
     }
   });
 }
+
+// C = alpha_a alpha_b op(A) op(B) + beta C.
+void multiply(const CpuCtx& cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const auto& a, int64_t lda,
+              const auto& b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  kernels::gemm_bf16(cpu, ta, tb, M, N, K, a.alpha * b.alpha, a.values, lda, b.values, ldb, beta, c, ldc);
+}
+
 }  // namespace
 
-Fp8Linear::Operand Linear::gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols,
-                                        bool along_rows, std::vector<float>& buf, bool record) const {
-  if (fp8_ && fp8_->active()) return fp8_->quantize(cpu, role, a, rows, cols, along_rows, buf, fp8_group(role), record);
-  // 16-bit operands: round to nearest even; f16 overflows to inf as IEEE does.
+Linear::Operand Linear::gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols,
+                                     bool along_rows, int slot, bool record) const {
+  std::vector<float>& buf = operand_f32[slot];
+  std::vector<uint16_t>& bits = operand_bf16[slot];
   const int64_t n = rows * cols;
+  if (fp8_ && fp8_->active()) {
+    const Fp8Linear::Operand q = fp8_->quantize(cpu, role, a, rows, cols, along_rows, buf, fp8_group(role), record);
+    return {kernels::exact_bf16(cpu, q.data, n, bits), q.alpha};
+  }
+  if (half_ == DType::bf16) return {kernels::round_to_bf16(cpu, a, n, buf, bits)};
+  // f16 values in fp32 (no f16 GEMM here): round to nearest even, overflow to inf as IEEE does.
   buf.resize(static_cast<size_t>(n));
-  const bool bf16 = half_ == DType::bf16;
   parallel_for(cpu, n, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      if (bf16) {
-        buf[static_cast<size_t>(i)] = bf16_bits_to_f32(f32_to_bf16_bits(a[i]));
-      } else {
-        const float v = round_to_grid(a[i], 10, -14);
-        buf[static_cast<size_t>(i)] = std::fabs(v) > 65504.0f ? std::copysign(INFINITY, a[i]) : v;
-      }
+      const float v = round_to_grid(a[i], 10, -14);
+      buf[static_cast<size_t>(i)] = std::fabs(v) > 65504.0f ? std::copysign(INFINITY, a[i]) : v;
     }
   });
-  return {buf.data(), 1.0f};
+  return {{.f32 = buf.data()}};
 }
 
 void Linear::quantized_forward(const StepCtx& ctx, const float* x, float* y) const {
   const int64_t N = ctx.tokens();
   const bool record = ctx.training && !(fp8_ && fp8_->calibrating());
-  const Fp8Linear::Operand qx = gemm_operand(ctx.cpu, Fp8Role::input, x, N, in_, false, operand_a, record);
-  const Fp8Linear::Operand qw = gemm_operand(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, operand_b, record);
-  kernels::gemm(ctx.cpu, false, true, N, out_, in_, qx.alpha * qw.alpha, qx.data, in_, qw.data, in_, 0.0f, y, out_);
+  const Operand qx = gemm_operand(ctx.cpu, Fp8Role::input, x, N, in_, false, 0, record);
+  const Operand qw = gemm_operand(ctx.cpu, Fp8Role::weight, weight.data(), out_, in_, false, 1, record);
+  multiply(ctx.cpu, false, true, N, out_, in_, qx, in_, qw, in_, 0.0f, y, out_);
 }
 
 void Linear::quantized_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const {
   const bool record = !(fp8_ && fp8_->calibrating());
-  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, N, out_, false, operand_a, record);
-  const Fp8Linear::Operand qw = gemm_operand(cpu, Fp8Role::weight, weight.data(), out_, in_, true, operand_b, record);
-  kernels::gemm(cpu, false, false, N, in_, out_, qdy.alpha * qw.alpha, qdy.data, out_, qw.data, in_, beta, dx, in_);
+  const Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, N, out_, false, 0, record);
+  const Operand qw = gemm_operand(cpu, Fp8Role::weight, weight.data(), out_, in_, true, 1, record);
+  multiply(cpu, false, false, N, in_, out_, qdy, out_, qw, in_, beta, dx, in_);
 }
 
 void Linear::quantized_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw,
-                             float beta) const {
+                                   float beta) const {
   const bool record = !(fp8_ && fp8_->calibrating());
-  const Fp8Linear::Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, rows, out_, true, operand_a, record);
-  const Fp8Linear::Operand qx = gemm_operand(cpu, Fp8Role::input, x, rows, in_, true, operand_b, record);
-  kernels::gemm(cpu, true, false, out_, in_, rows, qdy.alpha * qx.alpha, qdy.data, out_, qx.data, in_, beta, dw, in_);
+  const Operand qdy = gemm_operand(cpu, Fp8Role::grad_output, dy, rows, out_, true, 0, record);
+  const Operand qx = gemm_operand(cpu, Fp8Role::input, x, rows, in_, true, 1, record);
+  multiply(cpu, true, false, out_, in_, rows, qdy, out_, qx, in_, beta, dw, in_);
 }
 
 // Calibration: the layer's output with FP8 products next to the fp32 one

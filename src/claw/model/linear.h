@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/quant.h"
 #include "claw/model/fp8.h"
 #include "claw/model/param.h"
@@ -131,15 +132,23 @@ class Linear {
   void lora_forward(const StepCtx& ctx, const float* x, float* y) const;
   void lora_weight_grad(const StepCtx& ctx, const float* dy, const float* x, int64_t rows);
 
+  // A GEMM operand in this layer's precision: fp32 values (FP8 codes or
+  // 16-bit values, exactly), or their bf16 bit patterns where products run
+  // on bf16 hardware (kernels/cpu/bf16_gemm.h); times alpha (1 / scale).
+  struct Operand {
+    kernels::Bf16Operand values;  // f32 only for f16 values
+    float alpha = 1.0f;
+  };
   // The products on FP8 or 16-bit operands (gemm_operand): y = x W^T (no
   // bias); dx = dy W + beta dx; dw = dy^T x + beta dw.
   void quantized_forward(const StepCtx& ctx, const float* x, float* y) const;
   void quantized_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const;
   void quantized_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw, float beta) const;
   void fp8_calibrate_forward(const StepCtx& ctx, const float* x, const float* y) const;
-  // A GEMM operand in this layer's precision (FP8 recipe or 16-bit).
-  Fp8Linear::Operand gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols,
-                                  bool along_rows, std::vector<float>& buf, bool record) const;
+  // A GEMM operand in this layer's precision (FP8 recipe or 16-bit); `slot`
+  // picks one of two sets of buffers (the product's two operands).
+  Operand gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols, bool along_rows,
+                       int slot, bool record) const;
   // The ranks holding other parts of a tensor of this role (tensorwise amax).
   comm::Group* fp8_group(Fp8Role role) const;
 

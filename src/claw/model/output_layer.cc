@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "claw/core/error.h"
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/reduce.h"
@@ -73,12 +74,21 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
   const Rows p = pack(ctx, tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_), targets, ctx.loss_weight);
   const int64_t chunk = Scratch::logits_chunk(p.n);
   const float* W = weight_->data();
+  const bool bf16 = gemm_dtype_ == DType::bf16 && !ctx.cpu.gpu;
+  kernels::Bf16Operand wq;  // the weight once per call, each chunk's x and logit gradients as they come
+  if (bf16) wq = kernels::round_to_bf16(ctx.cpu, W, Vl * C_, half_.w32, half_.w16);
   for (int64_t r0 = 0; r0 < p.n; r0 += chunk) {
     const int64_t rows = std::min(chunk, p.n - r0);
     const float* xc = p.x + r0 * C_;
     const int32_t* tc = p.targets + r0;
     float* logits = scratch.logits;
-    kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xc, C_, W, C_, 0.0f, logits, Vl);
+    kernels::Bf16Operand xq;
+    if (bf16) {
+      xq = kernels::round_to_bf16(ctx.cpu, xc, rows * C_, half_.x32, half_.x16);
+      kernels::gemm_bf16(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xq, C_, wq, C_, 0.0f, logits, Vl);
+    } else {
+      kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xc, C_, W, C_, 0.0f, logits, Vl);
+    }
     if (tp_.size() == 1)
       kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, tc, rows, vocab_.V, Vl);
     else
@@ -92,6 +102,13 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
     else
       vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, tc, scale, vocab_, rows);
     if (w) kernels::scale_rows(ctx.cpu, logits, w, rows, Vl);
+    if (bf16) {
+      const kernels::Bf16Operand gq = kernels::round_to_bf16_in_place(ctx.cpu, logits, rows * Vl, half_.g16);
+      kernels::gemm_bf16(ctx.cpu, false, false, rows, C_, Vl, 1.0f, gq, Vl, wq, C_, 0.0f, s.dx + r0 * C_, C_);
+      if (weight_->grad.defined())
+        kernels::gemm_bf16(ctx.cpu, true, false, Vl, C_, rows, 1.0f, gq, Vl, xq, C_, 1.0f, weight_->gdata(), C_);
+      continue;
+    }
     kernels::gemm(ctx.cpu, false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
     if (weight_->grad.defined())  // not frozen
       kernels::gemm(ctx.cpu, true, false, Vl, C_, rows, 1.0f, logits, Vl, xc, C_, 1.0f, weight_->gdata(), C_);

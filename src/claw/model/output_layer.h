@@ -75,6 +75,10 @@ class OutputLayer {
   void full_logits(const StepCtx& ctx, const float* x, float* out) const;
 
   void collect(std::vector<Param*>& out);
+  // --bf16: the training products (logits, input and weight gradients) on
+  // bf16 operands with fp32 accumulation (kernels/cpu/bf16_gemm.h); the
+  // logits, softmax and loss stay fp32. Other types: fp32 products.
+  void enable_half(DType t) { gemm_dtype_ = t; }
   // The [Vp/TP, C] matrix the logits are computed with: own_weight, or the
   // tied word embeddings.
   const Param& weight() const { return *weight_; }
@@ -104,6 +108,11 @@ class OutputLayer {
   void scatter(float* a, int64_t width) const;
 
   Param* weight_;
+  DType gemm_dtype_ = DType::f32;
+  struct HalfBuffers {  // --bf16 operands: fp32 or bf16 bits (kernels::round_to_bf16)
+    std::vector<float> w32, x32;
+    std::vector<uint16_t> w16, x16, g16;
+  } half_;
   std::vector<float> sequence_weights_;
   bool packed_ = false;
   int64_t rows_total_ = 0;  // N of the packed batch

@@ -14,6 +14,7 @@
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/data/sample_source.h"
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/peak.h"
 #include "claw/data/dpo_dataset.h"
@@ -303,11 +304,14 @@ TrainResult Trainer::run() {
     log::info("train", "MFU denominator: {:.1f} GFLOP/s per rank on {} thread(s) x {} rank(s), fp32 GEMM {}",
               mine.gflops, cpu.num_threads, world_.size(), mine.provenance);
   }
+  if (const DType g = model_cfg_.gemm_dtype; (g != DType::f32 || model_cfg_.fp8.enabled()) && !cpu.gpu)
+    log::info("train", "precision: {} GEMM operands{}; bf16 and FP8 values multiply on {}", dtype_name(g),
+              model_cfg_.fp8.enabled() ? " (FP8 in the FP8 blocks)" : "", kernels::bf16_gemm_kernel());
   if (const model::Fp8Config& f = model_cfg_.fp8; f.enabled()) {
     std::vector<int64_t> fp8_blocks;
     for (int64_t l = 0; l < model_cfg_.num_layers; ++l)
       if (f.layer_in_fp8(l, model_cfg_.num_layers)) fp8_blocks.push_back(l);
-    log::info("train", "fp8: {} format ({}), {} recipe{}; blocks in FP8: {} of {} ({}){}, the rest in fp32",
+    log::info("train", "fp8: {} format ({}), {} recipe{}; blocks in FP8: {} of {} ({}){}, the rest in {}",
               f.recipe == "nvfp4" ? "nvfp4" : f.format,
               f.recipe == "nvfp4"    ? "E2M1 in blocks of 16 with E4M3 scales and an fp32 tensor scale"
               : f.format == "hybrid" ? "E4M3 forward, E5M2 gradients"
@@ -318,7 +322,7 @@ TrainResult Trainer::run() {
                                     : std::string(),
               fp8_blocks.size(), model_cfg_.num_layers,
               fp8_blocks.empty() ? "none" : fmt::format("{}", fmt::join(fp8_blocks, ",")),
-              f.layer_selection == "auto" ? " before the automatic selection" : "");
+              f.layer_selection == "auto" ? " before the automatic selection" : "", dtype_name(model_cfg_.gemm_dtype));
   }
   log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {} on each of {} data-parallel "
             "rank(s)), {:.2f} GFLOP per step",
