@@ -14,6 +14,11 @@ the padded rows never produce logits, so the loss needs no slice of the
 backward) and gives exactly the same numbers.
 
   torch_gpt.py --layers 12 --hidden 768 --heads 12 --batch 4 --seq 256 --threads 2,1 --steps 8
+
+--autocast bf16 runs forward and loss under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's mixed precision on the CPU: linear layers
+and attention products on bf16 copies of their operands (oneDNN), fp32
+parameters, gradients and AdamW state.
 """
 import argparse
 import json
@@ -88,7 +93,10 @@ def main():
                          "the fastest; 0: leave torch's default")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
     args = ap.parse_args()
+    import contextlib
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.autocast == "bf16" else contextlib.nullcontext
     counts = [int(t) for t in args.threads.split(",")]
     torch.manual_seed(0)
     model = GPT(args.layers, args.hidden, args.heads, args.padded_vocab, args.positions)
@@ -106,7 +114,8 @@ def main():
                 torch.set_num_threads(n)
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = model(idx, tgt, args.vocab)
+            with autocast():
+                loss = model(idx, tgt, args.vocab)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -118,6 +127,7 @@ def main():
     times.sort()
     print(json.dumps({
         "torch": torch.__version__,
+        "autocast": args.autocast,
         "threads": best,
         "ms_per_step": 1e3 * times[len(times) // 2],
         "ms_per_step_by_threads": {str(n): 1e3 * m for n, m in median.items()},

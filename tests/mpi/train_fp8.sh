@@ -2,7 +2,7 @@
 # `claw train` with FP8 linear layers under mpirun: each layout against the
 # single-rank run of the same recipe.
 #
-#   train_fp8.sh CLAW_BINARY RECIPE     RECIPE: delayed | tensorwise | mxfp8 | auto | bf16
+#   train_fp8.sh CLAW_BINARY RECIPE     RECIPE: delayed | tensorwise | mxfp8 | auto | bf16 | bf16_moments
 #
 # 20 steps of a small gpt2-tiny (hybrid format: E4M3 forward, E5M2
 # gradients; delayed with a 4-step history, max algorithm) at TP 2, TP 2 +
@@ -17,6 +17,8 @@
 # 2e-5 relative, grad norms 2e-3 relative (fp32 layouts: 1e-6 and 2e-5).
 #
 # bf16: --bf16 (bf16 GEMM operands) at the same layouts, same tolerances.
+# bf16_moments: --bf16 with the precision-aware optimizer (exp_avg in fp16,
+# exp_avg_sq in bf16), ZeRO-1 sharding the 16-bit moments; same tolerances.
 #
 # auto: --fp8-layer-selection auto on 4 blocks (tensorwise, budget 1): the
 # calibration picks the same block at TP 2 + SP, PP 2 and DP 2 as on one
@@ -38,13 +40,15 @@ common=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 
         --lr-warmup-iters 3 --peak-gflops 100 --num-threads 1)
 if [[ $recipe == bf16 ]]; then
   common+=(--bf16)
+elif [[ $recipe == bf16_moments ]]; then
+  common+=(--bf16 --use-precision-aware-optimizer --exp-avg-dtype fp16 --exp-avg-sq-dtype bf16)
 else
   common+=(--fp8-format hybrid --fp8-recipe "$fp8_recipe" --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
 fi
 fail() { echo "FAIL: $*"; exit 1; }
 # shellcheck source=compare_runs.sh
 source "$here/compare_runs.sh"
-check_layout() { [[ $recipe == bf16 ]] || grep -q "fp8" "$1"; }
+check_layout() { [[ $recipe == bf16* ]] || grep -q "fp8" "$1"; }
 loss_rtol=2e-5 grad_rtol=2e-3
 if [[ $recipe != auto ]]; then
   compare "fp8_$recipe" -- \

@@ -94,7 +94,8 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
       const bool write = s.param->spec.primary && mine;
       for (size_t k = 0; k < names.size(); ++k)
         out.push_back({.tensor = optimizer_tensor(names[k], s.param->spec.name), .spec = &s.param->spec,
-                       .begin = s.begin, .n = s.n, .data = optimizer->state(k, i), .write = write});
+                       .begin = s.begin, .n = s.n, .data = optimizer->state(k, i), .write = write,
+                       .dtype = optimizer->state_dtype(k)});
     }
   }
   return out;

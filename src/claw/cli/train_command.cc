@@ -54,7 +54,7 @@ const std::vector<F>& train_flags() {
                   [](A& a) -> auto& { return a.train.num_threads; }),
       string_flag<A>("device", "where the model runs: cpu, or cuda[:N] (a build with the CUDA backend)",
                      [](A& a) -> auto& { return a.train.device; }),
-      F{"bf16", "the blocks' linear layers multiply bf16 operands (fp32 accumulation; the rest stays fp32)", true,
+      F{"bf16", "the linear layers and the output layer multiply bf16 operands (fp32 accumulation and parameters)", true,
         [](A& a, const std::string& v) {
           if (!parse_bool("bf16", v)) return;
           if (a.train.fp16) fail("--bf16 and --fp16 exclude each other");
@@ -125,6 +125,26 @@ const std::vector<F>& train_flags() {
       double_flag<A>("adam-eps", "AdamW epsilon", [](A& a) -> auto& { return a.adam.eps; }),
       double_flag<A>("clip-grad", "clip the global gradient norm to this (0: off)",
                      [](A& a) -> auto& { return a.adam.clip_grad; }),
+      F{"use-precision-aware-optimizer", "AdamW's moments in the dtypes --exp-avg-dtype and --exp-avg-sq-dtype name",
+        true, [](A& a, const std::string& v) { a.adam.precision_aware = parse_bool("use-precision-aware-optimizer", v); },
+        [](const A& a) { return std::string(a.adam.precision_aware ? "true" : "false"); }},
+      F{"exp-avg-dtype", "dtype AdamW stores its first moment in (with --use-precision-aware-optimizer)", false,
+        [](A& a, const std::string& v) { a.adam.exp_avg_dtype = optim::parse_optimizer_dtype("exp-avg-dtype", v); },
+        [](const A& a) { return optim::optimizer_dtype_name(a.adam.exp_avg_dtype); }, "{fp32,bf16,fp16}"},
+      F{"exp-avg-sq-dtype", "dtype AdamW stores its second moment in (with --use-precision-aware-optimizer)", false,
+        [](A& a, const std::string& v) {
+          a.adam.exp_avg_sq_dtype = optim::parse_optimizer_dtype("exp-avg-sq-dtype", v);
+        },
+        [](const A& a) { return optim::optimizer_dtype_name(a.adam.exp_avg_sq_dtype); }, "{fp32,bf16}"},
+      F{"main-params-dtype", "dtype of the parameters the optimizer updates: fp32", false,
+        [](A&, const std::string& v) {
+          if (v == "fp32") return;
+          if (v == "fp16")
+            fail("--main-params-dtype fp16: claw keeps one fp32 copy of the parameters (the 16-bit GEMM operands are "
+                 "rounded from it per product); fp16 main parameters are not implemented, use fp32");
+          fail("--main-params-dtype {}: expected fp32", v);
+        },
+        [](const A&) { return std::string("fp32"); }, "{fp32}"},
       // Data.
       words_flag<A>("data-path",
                     "Megatron .bin/.idx prefix, or a blend W1 PREFIX1 W2 PREFIX2 ... (default: the built-in corpus)",

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "claw/core/error.h"
+#include "claw/core/storage.h"
 #include "claw/kernels/cpu/adamw.h"
 #include "claw/kernels/cpu/reduce.h"
 
@@ -14,6 +15,33 @@ void AdamWConfig::validate() const {
   if (!(eps > 0)) fail("--adam-eps must be positive, got {}", eps);
   if (!(weight_decay >= 0)) fail("--weight-decay must be >= 0, got {}", weight_decay);
   if (!(clip_grad >= 0)) fail("--clip-grad must be >= 0 (0 disables clipping), got {}", clip_grad);
+  for (auto [flag, t] : {std::pair{"--exp-avg-dtype", exp_avg_dtype}, std::pair{"--exp-avg-sq-dtype", exp_avg_sq_dtype}}) {
+    if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
+      fail("{} {}: the moments are stored in fp32, bf16 or fp16", flag, optimizer_dtype_name(t));
+    if (t == DType::f16 && flag == std::string_view("--exp-avg-sq-dtype"))
+      fail("--exp-avg-sq-dtype fp16: squared gradients below fp16's 6e-8 flush to zero and the update then divides "
+           "by eps alone (per-tensor scaled fp16 moments are not implemented); use bf16 or fp32");
+    if (t != DType::f32 && !precision_aware)
+      fail("{} {} needs --use-precision-aware-optimizer (as in Megatron)", flag, optimizer_dtype_name(t));
+  }
+}
+
+DType parse_optimizer_dtype(const std::string& flag, const std::string& name) {
+  if (name == "fp32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "fp16") return DType::f16;
+  if (name == "fp8")
+    fail("--{} fp8: FP8 optimizer state (scaled E4M3 moments) is not implemented; use fp32, bf16 or fp16", flag);
+  fail("--{} {}: expected fp32, bf16 or fp16", flag, name);
+}
+
+std::string optimizer_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "fp32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "fp16";
+    default: return std::string(dtype_name(t));
+  }
 }
 
 namespace {
@@ -38,9 +66,11 @@ int64_t state_floats(const std::vector<Segment>& segs) {
 AdamW::AdamW(std::vector<Segment> segments, AdamWConfig cfg, const MemoryResource& memory)
     : segments_(std::move(segments)),
       cfg_(cfg),
-      m_("adam.exp_avg", static_cast<size_t>(state_floats(segments_)) * sizeof(float), memory),
-      v_("adam.exp_avg_sq", static_cast<size_t>(state_floats(segments_)) * sizeof(float), memory) {
+      m_("adam.exp_avg", static_cast<size_t>(state_floats(segments_)) * dtype_size(cfg.exp_avg_dtype), memory),
+      v_("adam.exp_avg_sq", static_cast<size_t>(state_floats(segments_)) * dtype_size(cfg.exp_avg_sq_dtype), memory) {
   cfg_.validate();
+  if (!memory.host_accessible() && (cfg_.exp_avg_dtype != DType::f32 || cfg_.exp_avg_sq_dtype != DType::f32))
+    fail("--exp-avg-dtype/--exp-avg-sq-dtype other than fp32 run on the CPU backend for now (--device cpu)");
   int64_t total = 0;
   state_offsets_ = state_layout(segments_, &total);
 }
@@ -74,8 +104,22 @@ void AdamW::step(const CpuCtx& ctx, double lr, double grad_scale) {
                           .weight_decay = seg.param->spec.weight_decay ? cfg_.weight_decay : 0.0,
                           .grad_scale = grad_scale,
                           .step = step_};
-    const int64_t off = state_offsets_[i];
-    kernels::adamw_update(ctx, seg.value, exp_avg() + off, exp_avg_sq() + off, seg.grad, seg.n, h);
+    void* m = state(0, i);
+    void* v = state(1, i);
+    // The moments' storage types, as the kernel's template arguments.
+    const auto with_type = [](DType t, auto&& fn) {
+      if (t == DType::bf16) return fn(bfloat16{});
+      if (t == DType::f16) return fn(float16{});
+      return fn(float{});
+    };
+    with_type(cfg_.exp_avg_dtype, [&](auto mt) {
+      with_type(cfg_.exp_avg_sq_dtype, [&](auto vt) {
+        using M = decltype(mt);
+        using V = decltype(vt);
+        kernels::adamw_update<float, float, M, V>(ctx, seg.value, static_cast<M*>(m), static_cast<V*>(v), seg.grad,
+                                                  seg.n, h);
+      });
+    });
   }
 }
 

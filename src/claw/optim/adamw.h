@@ -14,7 +14,12 @@
 // Defaults are Megatron's.
 //
 // The optimizer names its state (state_names(): one tensor per name and
-// segment); checkpoints store it as "optim.<state name>.<parameter>".
+// segment); checkpoints store it as "optim.<state name>.<parameter>", in
+// the moment's dtype (a load converts from whatever the checkpoint holds).
+//
+// Precision-aware (Megatron's --use-precision-aware-optimizer): the moments
+// may be stored in bf16 or fp16 (--exp-avg-dtype, --exp-avg-sq-dtype), the
+// arithmetic staying fp32 (kernels/cpu/adamw.h); ZeRO shards them alike.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +39,16 @@ struct AdamWConfig {
   double eps = 1e-8;          // --adam-eps
   double weight_decay = 0.01; // --weight-decay
   double clip_grad = 1.0;     // --clip-grad (global norm; 0 disables)
+  bool precision_aware = false;      // --use-precision-aware-optimizer
+  DType exp_avg_dtype = DType::f32;     // --exp-avg-dtype: f32, bf16 or f16
+  DType exp_avg_sq_dtype = DType::f32;  // --exp-avg-sq-dtype: f32 or bf16 (f16 would flush small g^2 to zero)
   void validate() const;
 };
+
+// Megatron's names of the optimizer's dtypes ("fp32", "bf16", "fp16", "fp8")
+// to DType; `flag` names the flag in errors.
+DType parse_optimizer_dtype(const std::string& flag, const std::string& name);
+std::string optimizer_dtype_name(DType t);
 
 using model::Segment;
 
@@ -61,14 +74,20 @@ class AdamW {
   const std::vector<Segment>& segments() const { return segments_; }
   // The per-element state it keeps, by name: {"exp_avg", "exp_avg_sq"}.
   static const std::vector<std::string>& state_names();
-  // State `s` (an index into state_names()) of segment i: segments()[i].n floats.
-  float* state(size_t s, size_t i) const { return (s == 0 ? exp_avg() : exp_avg_sq()) + state_offsets_[i]; }
-  // Segment i's moments.
-  float* exp_avg(size_t i) const { return exp_avg() + state_offsets_[i]; }
-  float* exp_avg_sq(size_t i) const { return exp_avg_sq() + state_offsets_[i]; }
+  // State `s` (an index into state_names()) of segment i: segments()[i].n
+  // elements of state_dtype(s).
+  void* state(size_t s, size_t i) const {
+    return (s == 0 ? m_ : v_).base() + state_offsets_[i] * static_cast<int64_t>(dtype_size(state_dtype(s)));
+  }
+  DType state_dtype(size_t s) const { return s == 0 ? cfg_.exp_avg_dtype : cfg_.exp_avg_sq_dtype; }
   size_t state_bytes() const { return m_.size() + v_.size(); }
-  float* exp_avg() const { return m_.ptr<float>(0); }
-  float* exp_avg_sq() const { return v_.ptr<float>(0); }
+  // The two moments' arenas.
+  const Arena& exp_avg_arena() const { return m_; }
+  const Arena& exp_avg_sq_arena() const { return v_; }
+  // Bytes of state per element of a segment.
+  static size_t bytes_per_element(const AdamWConfig& cfg) {
+    return dtype_size(cfg.exp_avg_dtype) + dtype_size(cfg.exp_avg_sq_dtype);
+  }
 
  private:
   std::vector<Segment> segments_;

@@ -131,7 +131,7 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
   DataParallelMemory m;
   m.values = store.value_bytes();
   m.grads = store.grad_bytes();
-  // AdamW's exp_avg + exp_avg_sq over this rank's segments (segments()).
+  // AdamW's exp_avg + exp_avg_sq over this rank's segments (segments()), in their dtypes.
   int64_t state = 0;
   for (const model::StoreRegion& g : regions) {
     if (!g.trainable) continue;
@@ -142,7 +142,7 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
       if (b < e) state += align16(e - b);
     }
   }
-  m.optimizer = 2 * static_cast<size_t>(state) * sizeof(float);
+  m.optimizer = static_cast<size_t>(state) * cfg.optimizer_bytes_per_element;
   const int64_t bucket = cfg.bucket_size > 0 ? cfg.bucket_size
                                              : std::max<int64_t>(40'000'000, 1'000'000 * int64_t{store.options().shards});
   const int U = static_cast<int>(units.size());

@@ -57,6 +57,9 @@ struct DataParallelConfig {
   bool overlap_grad_reduce = false;   // --overlap-grad-reduce
   bool overlap_param_gather = false;  // --overlap-param-gather
   int max_inflight_reductions = 2;    // stage 2/3: staged units whose reduce-scatter may be pending
+  // Optimizer state per element of the rank's segments (AdamW::bytes_per_element:
+  // two fp32 moments, less with 16-bit ones); plan_memory's optimizer bytes.
+  size_t optimizer_bytes_per_element = 8;
   void validate(int dp) const;
 };
 

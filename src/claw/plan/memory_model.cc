@@ -1,6 +1,7 @@
 #include "claw/plan/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -39,7 +40,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   store.allocate = false;
   store.freeze = job.freeze;
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
-                                         .overlap_param_gather = l.overlap_param_gather};
+                                         .overlap_param_gather = l.overlap_param_gather,
+                                         .optimizer_bytes_per_element = static_cast<size_t>(std::lround(2 * prec.moment_bytes))};
   const int64_t T = job.seq_length / l.cp;
   double unfused_scores = 0;
   int64_t largest_all_reduce = 0, largest_reduce_scatter = 0;  // bytes, at the stack's 16-bit precision (Korthikanti et al.'s 5 a s^2 b)
@@ -69,8 +71,9 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   const auto scaled = [](size_t fp32_bytes, double bytes) { return static_cast<double>(fp32_bytes) / 4.0 * bytes; };
   out.params = scaled(out.arenas.values, prec.param_bytes);
   out.grads = scaled(out.arenas.grads, prec.grad_bytes);
-  // The optimizer arena holds two fp32 moments per element; a master copy adds master_bytes.
-  out.optimizer = static_cast<double>(out.arenas.optimizer) / 8.0 * (2 * prec.moment_bytes + prec.master_bytes);
+  // The optimizer arena holds the two moments per element; a master copy adds master_bytes.
+  out.optimizer = static_cast<double>(out.arenas.optimizer) / std::round(2 * prec.moment_bytes) *
+                  (std::round(2 * prec.moment_bytes) + prec.master_bytes);
   out.zero_buffers = scaled(out.arenas.gathered, prec.param_bytes) + scaled(out.arenas.staging, prec.grad_bytes);
   out.activations = scaled(out.arenas.activations, prec.activation_bytes) + unfused_scores;
   if (device) {

@@ -77,14 +77,16 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   const int stage = pstate_->pp().rank();
   const plan::Job job{.model = mc, .seq_length = cfg_.seq_length, .global_batch_size = cfg_.global_batch_size,
                       .freeze = cfg_.freeze};
-  planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage,
-                                plan::precision("fp32"));
+  // claw's CPU storage: fp32 values and gradients, the moments in their dtypes.
+  plan::Precision storage_precision = plan::precision("fp32");
+  storage_precision.moment_bytes = static_cast<double>(par.dp.optimizer_bytes_per_element) / 2;
+  planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, storage_precision);
   // Before any allocation: a plan larger than the node would end in the OOM
   // killer, without a word. The device adds the runtime's own overhead.
   {
     const plan::Device device = plan::Catalog::builtin().device("cpu");
     plan::StageMemory node = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage,
-                                                plan::precision("fp32"), &device);
+                                                storage_precision, &device);
     if (!cfg_.training) node.optimizer = 0;
     if (device_)
       check_device_memory(node, device_->info());
@@ -175,8 +177,8 @@ std::vector<std::pair<const void*, size_t>> Runtime::device_arenas(const optim::
   std::vector<std::pair<const void*, size_t>> out;
   for (const auto& c : chunks_) out.emplace_back(c->store().values(), c->store().value_bytes());
   if (optimizer && optimizer->state_bytes() > 0) {
-    out.emplace_back(optimizer->exp_avg(), optimizer->state_bytes() / 2);
-    out.emplace_back(optimizer->exp_avg_sq(), optimizer->state_bytes() / 2);
+    out.emplace_back(optimizer->exp_avg_arena().base(), optimizer->exp_avg_arena().size());
+    out.emplace_back(optimizer->exp_avg_sq_arena().base(), optimizer->exp_avg_sq_arena().size());
   }
   return out;
 }

@@ -64,7 +64,9 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
     fail("--dpo with --context-parallel-size {}: a pair's log-probabilities would be summed across the CP ranks; "
          "not available yet (train DPO with --context-parallel-size 1)",
          par_cfg_.sizes.cp);
+  adam_cfg_.validate();
   runtime::RuntimeConfig rt = runtime_config(model_cfg_, cfg_, par_cfg_, /*training=*/true);
+  rt.parallel.dp.optimizer_bytes_per_element = optim::AdamW::bytes_per_element(adam_cfg_);
   rt.resolve_and_validate(world_.size());
   par_cfg_ = rt.parallel;
   // Default decay length: the whole run (at least past warmup, so a short

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "claw/core/storage.h"
 #include "claw/kernels/cpu/adamw.h"
 #include "fd.h"
 
@@ -107,6 +108,49 @@ TEST(AdamW, GradScaleScalesTheGradient) {
   EXPECT_EQ(p1, p2);
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(v1, v2);
+}
+
+}  // namespace
+}  // namespace claw::kernels
+
+namespace claw::kernels {
+namespace {
+
+// 16-bit moments (the precision-aware optimizer): each step equals the fp32
+// update from the widened moments, with the new moments then rounded to
+// nearest even and the parameter updated from the unrounded ones.
+template <typename M, typename V>
+void check_16bit_moments() {
+  const int64_t n = 1000;
+  std::vector<float> p(n), g(n), p32(n), m32(n), v32(n);
+  std::vector<M> m(n);
+  std::vector<V> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = p32[i] = std::sin(0.37f * i);
+    m[i] = narrow<M>(0);
+    v[i] = narrow<V>(0);
+  }
+  for (int64_t step = 1; step <= 5; ++step) {
+    for (int64_t i = 0; i < n; ++i) g[i] = 1e-3f * std::cos(0.11f * i * step) + 1e-6f * step;
+    for (int64_t i = 0; i < n; ++i) {
+      m32[i] = widen(m[i]);
+      v32[i] = widen(v[i]);
+    }
+    const AdamWHyper h{.lr = 1e-2, .weight_decay = 0.1, .step = step};
+    adamw_update<float>(CpuCtx{1}, p32.data(), m32.data(), v32.data(), g.data(), n, h);
+    adamw_update<float, float, M, V>(CpuCtx{2}, p.data(), m.data(), v.data(), g.data(), n, h);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(p[i], p32[i]) << "step " << step << " element " << i;
+      ASSERT_EQ(widen(m[i]), widen(narrow<M>(m32[i])));
+      ASSERT_EQ(widen(v[i]), widen(narrow<V>(v32[i])));
+    }
+  }
+}
+
+TEST(AdamW, SixteenBitMomentsRoundTheFp32Update) {
+  check_16bit_moments<bfloat16, bfloat16>();
+  check_16bit_moments<float16, bfloat16>();
+  check_16bit_moments<bfloat16, float>();
 }
 
 }  // namespace

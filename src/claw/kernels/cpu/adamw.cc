@@ -10,9 +10,9 @@
 
 namespace claw::kernels {
 
-template <typename T, typename G>
-void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const G* grad, int64_t n, const AdamWHyper& h) {
-  if constexpr (std::is_same_v<G, T>) {
+template <typename T, typename G, typename M, typename V>
+void adamw_update(const CpuCtx& ctx, T* param, M* m, V* v, const G* grad, int64_t n, const AdamWHyper& h) {
+  if constexpr (std::is_same_v<G, T> && std::is_same_v<M, T> && std::is_same_v<V, T>) {
     CLAW_ROUTE_TO_GPU(ctx, T, adamw_update, param, m, v, grad, n,
                       cuda::AdamWArgs{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, h.step});
   } else {
@@ -37,12 +37,12 @@ void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const G* grad, int64_
       // One statement per PyTorch tensor op, each rounded to T in the same order.
       T g = static_cast<T>(widen(grad[i])) * grad_scale;
       T p = param[i] * decay;                                       // param.mul_(1 - lr * wd)
-      T mi = m[i] * beta1 + one_minus_beta1 * g;                    // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-      T vi = v[i] * beta2 + one_minus_beta2 * g * g;                // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
+      T mi = static_cast<T>(widen(m[i])) * beta1 + one_minus_beta1 * g;      // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+      T vi = static_cast<T>(widen(v[i])) * beta2 + one_minus_beta2 * g * g;  // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
       T denom = std::sqrt(vi) / bias_correction2_sqrt + eps;        // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
       param[i] = p + neg_step_size * mi / denom;                    // param.addcdiv_(exp_avg, denom, value=-step_size)
-      m[i] = mi;
-      v[i] = vi;
+      m[i] = narrow<M>(mi);
+      v[i] = narrow<V>(vi);
     }
   });
 }
@@ -55,5 +55,17 @@ template void adamw_update<float, bfloat16>(const CpuCtx&, float*, float*, float
                                             const AdamWHyper&);
 template void adamw_update<float, float16>(const CpuCtx&, float*, float*, float*, const float16*, int64_t,
                                            const AdamWHyper&);
+// The precision-aware optimizer's 16-bit moments (fp32 gradients).
+#define CLAW_ADAMW_MOMENTS(M, V) \
+  template void adamw_update<float, float, M, V>(const CpuCtx&, float*, M*, V*, const float*, int64_t, const AdamWHyper&);
+CLAW_ADAMW_MOMENTS(float, bfloat16)
+CLAW_ADAMW_MOMENTS(float, float16)
+CLAW_ADAMW_MOMENTS(bfloat16, float)
+CLAW_ADAMW_MOMENTS(bfloat16, bfloat16)
+CLAW_ADAMW_MOMENTS(bfloat16, float16)
+CLAW_ADAMW_MOMENTS(float16, float)
+CLAW_ADAMW_MOMENTS(float16, bfloat16)
+CLAW_ADAMW_MOMENTS(float16, float16)
+#undef CLAW_ADAMW_MOMENTS
 
 }  // namespace claw::kernels

@@ -17,9 +17,12 @@
 //
 // Shapes: param, grad, m, v [n] (one flat range; a caller passes each
 // parameter, or each ZeRO shard, with its own weight_decay from ParamSpec).
-// step counts from 1. T is the type of param, m and v (the fp32 master
-// weights and moments, or fp64 in tests); G the storage type of the
-// gradients (T, or bf16/f16 gradients widened exactly on load).
+// step counts from 1. T is the type of param and of the arithmetic (fp32,
+// or fp64 in tests); G the storage type of the gradients (T, or bf16/f16
+// widened exactly on load); M and V the storage types of m and v (T, or
+// bf16/f16 under --use-precision-aware-optimizer: widened on load, the new
+// moment rounded to nearest even on store, the update reading the moment
+// before that rounding).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +41,7 @@ struct AdamWHyper {
   int64_t step = 1;
 };
 
-template <typename T, typename G = T>
-void adamw_update(const CpuCtx& ctx, T* param, T* m, T* v, const G* grad, int64_t n, const AdamWHyper& h);
+template <typename T, typename G = T, typename M = T, typename V = T>
+void adamw_update(const CpuCtx& ctx, T* param, M* m, V* v, const G* grad, int64_t n, const AdamWHyper& h);
 
 }  // namespace claw::kernels
