@@ -88,14 +88,14 @@ def main():
     ap.add_argument("--seq-length", type=int, default=64)
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "bench_fp8.json"))
     ap.add_argument("--png", default=os.path.join(HERE, "fp8_convergence.png"))
-    ap.add_argument("--runs", default="", help="comma-separated run names to do (default: all); fp32 always runs")
+    ap.add_argument("--runs", default="", help="semicolon-separated run names to do (default: all); fp32 always runs")
     a = ap.parse_args()
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(" :\t")
     results = {}
     with tempfile.TemporaryDirectory() as d:
         for model in a.models.split(","):
             results[model] = {}
-            wanted = set(filter(None, a.runs.split(",")))
+            wanted = set(filter(None, a.runs.split(";")))
             for name, flags in RUNS:
                 if wanted and name != "fp32" and name not in wanted:
                     continue
