@@ -207,6 +207,25 @@ Fp8Linear::Operand Fp8Linear::quantize(const CpuCtx& cpu, Fp8Role role, const fl
   return {a, 1.0f};
 }
 
+std::vector<double> Fp8Linear::scaling_state() const {
+  std::vector<double> s(scale_.begin(), scale_.end());
+  s.push_back(static_cast<double>(history_pos_));
+  s.push_back(static_cast<double>(sr_counter_));
+  for (const auto& h : history_) s.insert(s.end(), h.begin(), h.end());
+  return s;
+}
+
+void Fp8Linear::load_scaling_state(const std::vector<double>& s) {
+  const auto len = static_cast<int64_t>(history_[0].size());
+  CLAW_CHECK(static_cast<int64_t>(s.size()) == scaling_state_size(len), "{}: FP8 scaling state of {} values for a "
+             "history of {}", layer_, s.size(), len);
+  for (size_t r = 0; r < 3; ++r) scale_[r] = static_cast<float>(s[r]);
+  history_pos_ = static_cast<int64_t>(s[3]);
+  sr_counter_ = static_cast<uint64_t>(s[4]);
+  for (size_t r = 0; r < 3; ++r)
+    for (int64_t i = 0; i < len; ++i) history_[r][static_cast<size_t>(i)] = static_cast<float>(s[5 + r * len + i]);
+}
+
 double Fp8Linear::Errors::worst() const {
   double w = 0;
   for (int i = 0; i < 3; ++i)

@@ -81,6 +81,12 @@ class Fp8Linear {
   std::array<float, 3>& step_amax() { return amax_; }
   void update();
   float scale(Fp8Role r) const { return scale_[static_cast<int>(r)]; }
+  // What a resumed run needs to quantise as the uninterrupted one would, as
+  // doubles: the three scales, the history position, NVFP4's stochastic
+  // rounding counter, then the three amax histories.
+  std::vector<double> scaling_state() const;
+  void load_scaling_state(const std::vector<double>& s);  // s.size() == scaling_state_size(history length)
+  static int64_t scaling_state_size(int64_t history_len) { return 5 + 3 * history_len; }
 
   // Calibration (--fp8-layer-selection auto): the layer computes in fp32
   // and also in FP8 (delayed scaling with the current amax, as there is no

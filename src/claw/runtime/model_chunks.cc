@@ -2,6 +2,8 @@
 
 #include <bit>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "claw/core/error.h"
 
@@ -91,6 +93,47 @@ void ModelChunks::fp8_step_end() {
       for (int r = 0; r < 3; ++r) layers[i]->step_amax()[static_cast<size_t>(r)] = std::bit_cast<float>(bits[3 * i + r]);
       layers[i]->update();
     }
+  }
+}
+
+namespace {
+// This rank's FP8 layers with their (block, slot) places.
+std::vector<std::tuple<model::Fp8Linear*, int64_t, int64_t>> fp8_places(const std::vector<model::GPT*>& chunks) {
+  std::vector<std::tuple<model::Fp8Linear*, int64_t, int64_t>> out;
+  std::map<int64_t, int64_t> next;
+  for (model::GPT* c : chunks)
+    for (model::Fp8Linear* l : c->fp8_layers()) out.emplace_back(l, l->block(), next[l->block()]++);
+  return out;
+}
+}  // namespace
+
+int64_t ModelChunks::fp8_slots_per_block() const {
+  std::map<int64_t, int64_t> count;
+  for (const auto& [l, block, slot] : fp8_places(chunks_)) count[block] = std::max(count[block], slot + 1);
+  int64_t slots = 0;
+  for (const auto& [block, n] : count) slots = std::max(slots, n);
+  if (pp_->size() > 1) slots = static_cast<int64_t>(pp_->all_reduce_value(static_cast<double>(slots), comm::ReduceOp::max));
+  return slots;
+}
+
+std::vector<double> ModelChunks::fp8_scaling_state(int64_t num_layers, int64_t slots, int64_t history_len) const {
+  const int64_t size = model::Fp8Linear::scaling_state_size(history_len);
+  std::vector<double> out(static_cast<size_t>(num_layers * slots * size), 0.0);
+  for (const auto& [l, block, slot] : fp8_places(chunks_)) {
+    const std::vector<double> s = l->scaling_state();
+    std::copy(s.begin(), s.end(), out.begin() + (block * slots + slot) * size);
+  }
+  if (pp_->size() > 1) pp_->all_reduce(out.data(), static_cast<int64_t>(out.size()), DType::f64, comm::ReduceOp::sum);
+  return out;
+}
+
+void ModelChunks::load_fp8_scaling_state(const std::vector<double>& state, int64_t slots, int64_t history_len) {
+  const int64_t size = model::Fp8Linear::scaling_state_size(history_len);
+  for (const auto& [l, block, slot] : fp8_places(chunks_)) {
+    const int64_t at = (block * slots + slot) * size;
+    CLAW_CHECK(slot < slots && at + size <= static_cast<int64_t>(state.size()), "FP8 scaling state has no slot for {}",
+               l->layer());
+    l->load_scaling_state(std::vector<double>(state.begin() + at, state.begin() + at + size));
   }
 }
 

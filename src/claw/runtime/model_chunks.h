@@ -70,6 +70,14 @@ class ModelChunks {
   // (tp x cp, then data-parallel), pushed into its history, next scales set
   // (model/fp8.h). Throws NonFiniteError naming a layer whose amax is NaN/inf.
   void fp8_step_end();
+  // Every block's FP8 scaling state on every rank (collective over the
+  // pipeline group): [num_layers][slots][Fp8Linear::scaling_state_size],
+  // a slot being a layer's place among its block's FP8 layers, each filled
+  // by the one stage holding the block (the others add zeros). `slots`:
+  // fp8_slots_per_block(), also collective.
+  int64_t fp8_slots_per_block() const;
+  std::vector<double> fp8_scaling_state(int64_t num_layers, int64_t slots, int64_t history_len) const;
+  void load_fp8_scaling_state(const std::vector<double>& state, int64_t slots, int64_t history_len);
   // After FP8 calibration passes (model::Fp8Linear::set_calibrating): each
   // transformer block's score, the largest relative error of an FP8
   // product (output, input or weight gradient; errors summed over the ranks

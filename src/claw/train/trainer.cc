@@ -186,6 +186,16 @@ void Trainer::load_checkpoint() {
     fp8_checkpoint_choice_ = it->get<std::vector<int64_t>>();
   }
   if (loss_scaler_ && st.contains("loss_scaler")) loss_scaler_->load(st["loss_scaler"]);
+  if (const model::Fp8Config& f = model_cfg_.fp8; f.enabled() && st.contains("fp8_scaling")) {
+    const nlohmann::json& s = st["fp8_scaling"];
+    const int64_t len = s.value("amax_history_len", int64_t{-1}), slots = s.value("slots_per_block", int64_t{-1});
+    if (len == f.amax_history_len && slots == runtime_->model().fp8_slots_per_block() &&
+        s.value("num_layers", int64_t{-1}) == model_cfg_.num_layers)
+      runtime_->model().load_fp8_scaling_state(s.at("values").get<std::vector<double>>(), slots, len);
+    else
+      log::warn("ckpt", "the checkpoint's FP8 scaling state (amax history {}, {} FP8 layers per block) does not fit "
+                "this run's (--fp8-amax-history-len {}): scales start afresh", len, slots, f.amax_history_len);
+  }
   start_iteration_ = c.iteration;
   consumed_train_samples_ = st.value("consumed_train_samples", start_iteration_ * cfg_.global_batch_size);
   consumed_valid_samples_ = st.value("consumed_valid_samples", int64_t{0});
@@ -267,6 +277,14 @@ void Trainer::save_checkpoint(int64_t iteration) {
   if (loss_scaler_) info.state["loss_scaler"] = loss_scaler_->state();
   if (model_cfg_.fp8.enabled() && model_cfg_.fp8.layer_selection == "auto")
     info.state["fp8_high_precision_layers"] = model_cfg_.fp8.high_precision_layers;
+  if (const model::Fp8Config& f = model_cfg_.fp8; f.enabled()) {  // amax histories and scales, every block's
+    runtime::ModelChunks& model = runtime_->model();
+    const int64_t slots = model.fp8_slots_per_block();
+    info.state["fp8_scaling"] = {{"amax_history_len", f.amax_history_len},
+                                 {"slots_per_block", slots},
+                                 {"num_layers", model_cfg_.num_layers},
+                                 {"values", model.fp8_scaling_state(model_cfg_.num_layers, slots, f.amax_history_len)}};
+  }
   runtime_->stage_to_host(optimizer_.get());  // a GPU's values and moments into their host mirrors
   saver_->save(runtime_->checkpoint_shards(optimizer_.get()), std::move(info));
 }
