@@ -9,6 +9,12 @@
 # bad_input   one-line errors naming the flag: unknown device or model, counts
 #             that do not factor, contradictory flags, an impossible request
 #             (what is missing, and the largest device in the catalog).
+# precision   the planner reads the dtypes: under --precision fp8, blocks
+#             kept in bf16 (--fp8-high-precision-layers, or --load's
+#             checkpoint choice from --fp8-layer-selection auto) cost bf16
+#             time, so tokens/s falls as more blocks leave FP8; 16-bit
+#             moments (--exp-avg-dtype, --exp-avg-sq-dtype) shrink the
+#             optimizer's bytes by their share; bad lists name the flag.
 # train_auto  mpirun -np 4 claw train --parallel auto: the planner picks a
 #             layout for 4 ranks, which trains to the single-rank losses; a
 #             pinned PP or CP size is kept.
@@ -134,6 +140,45 @@ train_auto)
     --context-parallel-size 2 --train-iters 2 --eval-interval 0 </dev/null >"$tmp/cp.log" 2>&1 ||
     { cat "$tmp/cp.log"; fail "--parallel auto with CP pinned"; }
   grep -qE "plan: --parallel auto: .*CP2" "$tmp/cp.log" || { grep plan: "$tmp/cp.log"; fail "CP 2 was not kept"; }
+  ;;
+precision)
+  pinned=(--model gpt2-124m --num-gpus 8 --global-batch-size 64 --tensor-model-parallel-size 1
+          --pipeline-model-parallel-size 1 --micro-batch-size 8 --json)
+  "$claw" plan "${pinned[@]}" --precision fp8 >"$tmp/fp8.json" || fail "fp8"
+  "$claw" plan "${pinned[@]}" --precision fp8 --fp8-high-precision-layers 0,11 >"$tmp/fp8_2.json" || fail "fp8, 2 in bf16"
+  "$claw" plan "${pinned[@]}" --precision fp8 --fp8-high-precision-layers 0,1,2,3,4,5,6,7,8,9,10,11 \
+    >"$tmp/fp8_12.json" || fail "fp8, all blocks in bf16"
+  "$claw" plan "${pinned[@]}" --precision bf16 >"$tmp/bf16.json" || fail "bf16"
+  "$claw" plan "${pinned[@]}" --precision bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 >"$tmp/bf16m.json" ||
+    fail "bf16 moments"
+  /usr/bin/python3 - "$tmp" <<'PY' || fail "the planner's precision model"
+import json, sys
+d = sys.argv[1]
+tps = {k: json.load(open(f"{d}/{k}.json"))["layouts"][0]["tokens_per_s"] for k in ("fp8", "fp8_2", "fp8_12", "bf16")}
+print("tokens/s:", tps)
+assert tps["fp8"] > tps["fp8_2"] > tps["fp8_12"] >= tps["bf16"], tps
+opt = {k: json.load(open(f"{d}/{k}.json"))["layouts"][0]["memory_breakdown_bytes"]["optimizer"] for k in ("bf16", "bf16m")}
+# Megatron's bf16: 4 B main params + 8 B moments per parameter; bf16 moments make it 4 + 4.
+assert abs(opt["bf16m"] / opt["bf16"] - 8 / 12) < 1e-6, opt
+print("optimizer bytes, fp32 and bf16 moments:", opt)
+PY
+  # The choice saved by --fp8-layer-selection auto, read back by --load.
+  "$claw" train --model gpt2-tiny --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
+    --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --eval-interval 0 --num-threads 1 --peak-gflops 100 \
+    --fp8-format hybrid --fp8-layer-selection auto --fp8-bf16-layer-budget 1 --save "$tmp/ckpt" >"$tmp/train.log" 2>&1 ||
+    { cat "$tmp/train.log"; fail "train with the automatic FP8 choice"; }
+  chosen=$(grep -o "blocks kept out of FP8: .*" "$tmp/train.log" | tail -1 | sed 's/.*: //')
+  "$claw" plan --model gpt2-tiny --num-layers 4 --hidden-size 64 --num-attention-heads 4 --num-gpus 8 \
+    --global-batch-size 64 --precision fp8 --load "$tmp/ckpt" >"$tmp/plan.log" 2>&1 || { cat "$tmp/plan.log"; fail "--load"; }
+  grep -q "FP8 layer choice from .*: blocks kept in bf16: $chosen\$" "$tmp/plan.log" ||
+    { head -3 "$tmp/plan.log"; fail "--load did not read the choice '$chosen'"; }
+  echo "ok: the planner read the checkpoint's choice (blocks $chosen in bf16)"
+  base=(--model gpt2-124m --num-gpus 8 --global-batch-size 64)
+  expect_error "fp8-high-precision-layers 0,x: 'x' is not a block index" "${base[@]}" --precision fp8 \
+    --fp8-high-precision-layers 0,x
+  expect_error "needs --precision fp8" "${base[@]}" --precision bf16 --fp8-high-precision-layers 0
+  expect_error "block 12 is not one of the model's 12 layers" "${base[@]}" --precision fp8 --fp8-high-precision-layers 12
+  expect_error "exp-avg-dtype fp8: FP8 optimizer state" "${base[@]}" --exp-avg-dtype fp8
   ;;
 *) fail "unknown case $case_name" ;;
 esac

@@ -7,13 +7,17 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/cli/flags.h"
 #include "claw/cli/model_flags.h"
 #include "claw/cli/train_command.h"
+#include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/format.h"
 #include "claw/core/error.h"
 #include "claw/model/config.h"
+#include "claw/optim/adamw.h"
 #include "claw/plan/search.h"
 
 namespace claw::cli {
@@ -29,6 +33,9 @@ struct PlanArgs {
   std::string device = "h100";
   std::string precision;  // "": bf16 on a GPU, fp32 on the CPU
   std::string attention_kernel = "flash";
+  std::string fp8_high_precision_layers;  // "0,11"
+  std::string load;                       // a checkpoint whose FP8 layer choice to read
+  std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32";
   int data_centers = 1;
   double inter_dc_rtt_ms = 0, inter_dc_gbps = 0;
   // Pins (0 / -1 / "": searched).
@@ -39,6 +46,25 @@ struct PlanArgs {
 };
 
 using F = Flag<PlanArgs>;
+
+// "0,11" -> {0, 11}; names the flag in errors.
+std::vector<int64_t> parse_layer_list(const std::string& flag, const std::string& v) {
+  std::vector<int64_t> out;
+  size_t b = 0;
+  while (b <= v.size()) {
+    const size_t e = std::min(v.find(',', b), v.size());
+    const std::string piece = v.substr(b, e - b);
+    try {
+      size_t used = 0;
+      out.push_back(std::stoll(piece, &used));
+      if (used != piece.size()) throw std::invalid_argument(piece);
+    } catch (const std::exception&) {
+      fail("{} {}: '{}' is not a block index (a comma-separated list like 0,11)", flag, v, piece);
+    }
+    b = e + 1;
+  }
+  return out;
+}
 
 const std::vector<F>& plan_flags() {
   using A = PlanArgs;
@@ -53,6 +79,16 @@ const std::vector<F>& plan_flags() {
                      [](A& a) -> auto& { return a.device; }),
       string_flag<A>("precision", "fp32, bf16, fp16 or fp8 (default: bf16 on GPUs, fp32 on the CPU)",
                      [](A& a) -> auto& { return a.precision; }),
+      string_flag<A>("fp8-high-precision-layers",
+                     "with --precision fp8: blocks whose GEMMs stay bf16 (e.g. 0,11; --fp8-layer-selection auto's "
+                     "choice, which --load reads from a checkpoint)",
+                     [](A& a) -> auto& { return a.fp8_high_precision_layers; }),
+      string_flag<A>("load", "checkpoint directory: read its FP8 per-block choice (state.fp8_high_precision_layers)",
+                     [](A& a) -> auto& { return a.load; }),
+      string_flag<A>("exp-avg-dtype", "AdamW first moment's dtype for the memory model: fp32, bf16 or fp16",
+                     [](A& a) -> auto& { return a.exp_avg_dtype; }),
+      string_flag<A>("exp-avg-sq-dtype", "AdamW second moment's dtype for the memory model: fp32 or bf16",
+                     [](A& a) -> auto& { return a.exp_avg_sq_dtype; }),
       string_flag<A>("attention-kernel",
                      "flash (claw's: scores never stored) or unfused (Megatron before flash attention: scores, "
                      "softmax and dropout mask materialised)",
@@ -203,6 +239,30 @@ struct PlanCommand {
     if (a.attention_kernel != "flash" && a.attention_kernel != "unfused")
       fail("--attention-kernel {}: not one of flash, unfused", a.attention_kernel);
     prec.flash_attention = a.attention_kernel == "flash";
+    prec.moment_bytes = static_cast<double>(dtype_size(optim::parse_optimizer_dtype("exp-avg-dtype", a.exp_avg_dtype)) +
+                                            dtype_size(optim::parse_optimizer_dtype("exp-avg-sq-dtype", a.exp_avg_sq_dtype))) / 2;
+    if (a.exp_avg_sq_dtype == "fp16") fail("--exp-avg-sq-dtype fp16: claw's optimizer stores the second moment in fp32 or bf16");
+    if (!a.fp8_high_precision_layers.empty() && !a.load.empty())
+      fail("--fp8-high-precision-layers and --load both name the FP8 choice; give one");
+    if (!a.fp8_high_precision_layers.empty())
+      prec.high_precision_layers = parse_layer_list("--fp8-high-precision-layers", a.fp8_high_precision_layers);
+    if (!a.load.empty()) {
+      const std::string dir = ckpt::resolve_load_dir(a.load);
+      const ckpt::Metadata meta = ckpt::Metadata::read(dir);
+      const auto it = meta.state.find("fp8_high_precision_layers");
+      if (it == meta.state.end())
+        fail("--load {}: the checkpoint holds no FP8 layer choice (state.fp8_high_precision_layers: saved by runs with "
+             "--fp8-layer-selection auto)", dir);
+      prec.high_precision_layers = it->get<std::vector<int64_t>>();
+      fmt::print("FP8 layer choice from {}: blocks kept in bf16: {}\n", dir,
+                 prec.high_precision_layers.empty() ? "none" : fmt::format("{}", fmt::join(prec.high_precision_layers, ",")));
+    }
+    if (!prec.high_precision_layers.empty()) {
+      if (prec.compute != "fp8") fail("--fp8-high-precision-layers / --load's FP8 choice needs --precision fp8");
+      for (int64_t b : prec.high_precision_layers)
+        if (b < 0 || b >= a.model.num_layers)
+          fail("FP8 choice: block {} is not one of the model's {} layers", b, a.model.num_layers);
+    }
     cluster.device.peak_flops(prec.compute);  // the device must have a peak for the precision
 
     plan::Constraints pins;

@@ -215,6 +215,11 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
 
   const BlockCosts bc(job, l, c, p);
   const PassCost block = bc.block_forward(), head = bc.head_forward(), emb = bc.embedding_forward();
+  // FP8 runs keep some blocks' GEMMs in bf16: those blocks cost what a bf16 block does.
+  Precision bf16 = p;
+  bf16.compute = "bf16";
+  const bool mixed = p.compute == "fp8" && !p.high_precision_layers.empty();
+  const PassCost block16 = mixed ? BlockCosts(job, l, c, bf16).block_forward() : block;
   const parallel::PipelineLayout pl = pipeline_layout(job, l);
   std::vector<std::vector<ChunkCost>> cost(l.pp, std::vector<ChunkCost>(pl.chunks));
   for (int s = 0; s < l.pp; ++s)
@@ -222,8 +227,11 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
       const parallel::LayerRange r = pl.at(s, ch);
       ChunkCost& cc = cost[s][ch];
       const double n = static_cast<double>(r.count);
+      double n16 = 0;  // blocks of this chunk kept in bf16
+      for (int64_t b : p.high_precision_layers)
+        if (mixed && b >= r.first && b < r.first + r.count) ++n16;
       PassCost f;
-      f.gemm = n * block.gemm;
+      f.gemm = (n - n16) * block.gemm + n16 * block16.gemm;
       f.elementwise = n * block.elementwise;
       f.tp = n * block.tp;
       f.cp = n * block.cp;

@@ -28,6 +28,9 @@ struct Precision {
   // skipped), or unfused as in Megatron before flash attention (scores, softmax and dropout mask
   // materialised: 5 a s^2 b bytes per layer, Korthikanti et al. 2022, and memory-bound passes over them).
   bool flash_attention = true;
+  // Under "fp8": the blocks whose GEMMs stay bf16 (--fp8-layer-selection
+  // auto's choice, or --first-last-layers-bf16): they run at the bf16 peak.
+  std::vector<int64_t> high_precision_layers;
 };
 // "fp32" (claw's CPU trainer), "bf16"/"fp16" (mixed precision as above),
 // "fp8" (bf16 storage, fp8 GEMMs); throws naming the valid names.
