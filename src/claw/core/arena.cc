@@ -79,6 +79,13 @@ Arena& Arena::operator=(Arena&& o) noexcept {
 }
 
 void* ArenaLayout::take_bytes(const std::string& base, size_t bytes) {
+  if (hook_) {
+    TakeHook hook = std::move(hook_);  // the hook's own takes go straight through
+    hook_ = nullptr;
+    const std::optional<void*> got = hook(base, bytes);
+    hook_ = std::move(hook);
+    if (got) return *got;
+  }
   const std::string name = prefix_.empty() ? base : prefix_ + base;
   if (!arena_) {
     plan_->add(name, bytes);

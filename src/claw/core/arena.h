@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,11 @@ class ArenaLayout {
   bool binding_mode() const { return arena_ != nullptr; }
   // Names taken from now on start with `prefix` (several copies of one layout in a plan).
   void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
+  // While set, every take is first offered to the hook with its name (before
+  // the prefix) and size: a value it returns is the take's memory, nothing
+  // being reserved for it here (the hook may take other memory itself).
+  using TakeHook = std::function<std::optional<void*>(const std::string& name, size_t bytes)>;
+  void set_take_hook(TakeHook hook) { hook_ = std::move(hook); }
 
  private:
   ArenaLayout(ArenaPlan* plan, const Arena* arena) : plan_(plan), arena_(arena) {}
@@ -103,6 +110,7 @@ class ArenaLayout {
   const Arena* arena_;
   size_t next_ = 0;
   std::string prefix_;
+  TakeHook hook_;
 };
 
 // "12.3 MiB"-style formatting for memory reports.

@@ -1,5 +1,7 @@
 #include "claw/model/attention.h"
 
+#include "claw/kernels/cpu/bf16_gemm.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -104,6 +106,12 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
     kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
+  const bool round = bf16_activations_ && !ctx.kv_cache && !ctx.batch_invariant;
+  if (round) {
+    kernels::round_bf16_values(ctx.cpu, s.q, ctx.tokens() * H_ * D_);
+    kernels::round_bf16_values(ctx.cpu, s.k, ctx.tokens() * G_ * D_);
+    kernels::round_bf16_values(ctx.cpu, s.v, ctx.tokens() * G_ * D_);
+  }
   if (cp_)
     cp_->forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.seg_start);
   else if (ctx.kv_cache)
@@ -114,6 +122,7 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   else
     kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
                                1.0 / std::sqrt(double(D_)), ctx.seg_start);
+  if (round) kernels::round_bf16_values(ctx.cpu, s.out, ctx.tokens() * H_ * D_);
   o_proj.forward(ctx, s.out, y);
 }
 

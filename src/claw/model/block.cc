@@ -1,6 +1,7 @@
 #include "claw/model/block.h"
 
 #include "claw/core/philox.h"
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/dropout.h"
 #include "claw/kernels/cpu/reduce.h"
 
@@ -39,6 +40,8 @@ Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables*
     moe.emplace(l, cfg, hf, tp);
   else
     mlp.emplace(l, cfg, hf, tp);
+  attention.set_bf16_activations(cfg.bf16_activations());
+  if (mlp) mlp->set_bf16_activations(cfg.bf16_activations());
 }
 
 // Hidden dropout on a branch output before the residual add. The stream is
@@ -64,11 +67,19 @@ const float* Block::branch_grad(const StepCtx& ctx, Scratch& scratch, const char
 
 void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
   const int64_t n = tp_.rows(ctx.tokens()) * C_;
+  // bf16 activations: the saved tensors are rounded where they are made.
+  const bool round = cfg_.bf16_activations() && !ctx.kv_cache && !ctx.batch_invariant;
+  const auto rounded = [&](float* a) {
+    if (round) kernels::round_bf16_values(ctx.cpu, a, n);
+  };
   norm1.forward(ctx, s.x, s.norm1);
+  rounded(s.norm1.out);
   attention.forward(ctx, s.norm1.out, scratch.tmp, s.attn, scratch);
   dropout_fwd(ctx, scratch.tmp, ".attention.dropout");
   kernels::add(ctx.cpu, s.x_mid, s.x, scratch.tmp, n);
+  rounded(s.x_mid);
   norm2.forward(ctx, s.x_mid, s.norm2);
+  rounded(s.norm2.out);
   if (moe)
     moe->forward(ctx, s.norm2.out, scratch.tmp, s.moe, scratch);
   else

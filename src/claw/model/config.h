@@ -129,9 +129,13 @@ struct ModelConfig {
   LoraConfig lora;                         // --lora-*: adapters on the linear layers
   MoeConfig moe;                           // --num-experts, --moe-*: Mixture-of-Experts layers
   Fp8Config fp8;                           // --fp8-*: FP8 linear layers (a training choice, not a shape)
-  // --bf16 / --fp16: the blocks' linear layers multiply 16-bit operands
-  // (fp32 accumulation; parameters, activations and the rest stay fp32).
+  // --bf16 / --fp16: the linear layers multiply 16-bit operands (fp32
+  // accumulation; parameters and the rest stay fp32).
   DType gemm_dtype = DType::f32;
+  // --bf16 on dense models: the blocks' large saved activations are bf16
+  // values, rounded where they are made (so forward and backward see the same
+  // values) and kept in bf16 between the passes (Activations::packed).
+  bool bf16_activations() const { return gemm_dtype == DType::bf16 && !moe.enabled(); }
 
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

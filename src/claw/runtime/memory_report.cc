@@ -31,6 +31,7 @@ MemoryPlan make_memory_plan(const parallel::DataParallelMemory& m, int zero_stag
     if (e.name.rfind("layers.", 0) == 0) layer_bytes[e.name.substr(0, e.name.find('.', 7))] += bytes;
     if (e.name.rfind("scratch.", 0) == 0) p.scratch += bytes;
     if (e.name.rfind("recompute.", 0) == 0) p.recompute_region += bytes;
+    if (e.name.rfind("bf16_work.", 0) == 0) p.bf16_work += bytes;
   }
   for (const auto& [name, bytes] : layer_bytes) p.per_layer_activations = std::max(p.per_layer_activations, bytes);
   return p;
@@ -64,6 +65,8 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
                             : fmt::format("{} layers x {} + ", cfg.num_layers - recomputed_layers,
                                           format_bytes(static_cast<double>(p.per_layer_activations))),
                         recomputed_layers, format_bytes(static_cast<double>(p.recompute_region)));
+  if (p.bf16_work > 0)
+    layers = fmt::format("{} (bf16) + fp32 working region {}", layers, format_bytes(static_cast<double>(p.bf16_work)));
   s += row("activations", p.activations,
            fmt::format("micro-batch {}x{}: {} + scratch {}", B, T, layers, format_bytes(static_cast<double>(p.scratch))));
   s += row("total", p.total(), "");

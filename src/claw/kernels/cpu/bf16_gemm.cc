@@ -207,6 +207,24 @@ void gemm_bf16(const CpuCtx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t
   gemm(ctx, trans_a, trans_b, M, N, K, alpha, A.f32, lda, B.f32, ldb, beta, C, ldc);
 }
 
+void round_bf16_values(const CpuCtx& ctx, float* x, int64_t n) {
+  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
+  });
+}
+
+void pack_bf16(const CpuCtx& ctx, const float* x, uint16_t* y, int64_t n) {
+  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = f32_to_bf16_bits(x[i]);
+  });
+}
+
+void unpack_bf16(const CpuCtx& ctx, const uint16_t* x, float* y, int64_t n) {
+  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = bf16_bits_to_f32(x[i]);
+  });
+}
+
 std::string cpu_precision_flags() {
   std::ifstream in("/proc/cpuinfo");
   std::set<std::string> have;

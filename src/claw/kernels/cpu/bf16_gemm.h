@@ -49,6 +49,13 @@ Bf16Operand exact_bf16(const CpuCtx& ctx, const float* x, int64_t n, std::vector
 void onednn_bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// bf16 activation storage (--bf16): x rounded to bf16 values in place; x
+// packed into bf16 bit patterns (exact for values already rounded); and
+// widened back.
+void round_bf16_values(const CpuCtx& ctx, float* x, int64_t n);
+void pack_bf16(const CpuCtx& ctx, const float* x, uint16_t* y, int64_t n);
+void unpack_bf16(const CpuCtx& ctx, const uint16_t* x, float* y, int64_t n);
+
 // The CPU's instruction sets that matter to low precision, from
 // /proc/cpuinfo: those of avx2 fma f16c avx512f avx512_vnni avx512_bf16
 // avx512_fp16 amx_tile amx_bf16 amx_int8 it has, space-separated.
