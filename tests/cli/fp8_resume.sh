@@ -28,17 +28,8 @@ for recipe in delayed nvfp4; do
     { cat "$d/first.log"; fail "$recipe: the run saved at step 3"; }
   "$claw" train "${base[@]}" "${flags[@]}" --load "$d/ckpt" --metrics-file "$d/resumed.jsonl" >"$d/resumed.log" 2>&1 ||
     { cat "$d/resumed.log"; fail "$recipe: the resumed run"; }
-  /usr/bin/python3 - "$recipe" "$d/full.jsonl" "$d/resumed.jsonl" <<'PY'
-import json, sys
-recipe = sys.argv[1]
-full = {r["step"]: r for r in map(json.loads, open(sys.argv[2]))}
-resumed = [json.loads(l) for l in open(sys.argv[3])]
-assert [r["step"] for r in resumed] == [4, 5, 6], [r["step"] for r in resumed]
-for r in resumed:
-    f = full[r["step"]]
-    assert (r["loss"], r["grad_norm"]) == (f["loss"], f["grad_norm"]), (recipe, r["step"], r["loss"], f["loss"])
-print(f"ok: {recipe}: steps 4-6 resumed equal the uninterrupted run's")
-PY
+  /usr/bin/python3 "$(dirname "$0")/resumed_equal.py" "$d/full.jsonl" "$d/resumed.jsonl" 4 6 ||
+    fail "$recipe: the resumed run"
 done
 # Another history length: a warning, and the run goes on.
 "$claw" train "${base[@]}" --fp8-format hybrid --fp8-amax-history-len 8 --load "$tmp/delayed/ckpt" >"$tmp/other.log" 2>&1 ||

@@ -51,16 +51,8 @@ PY
   --exit-interval 3 >"$tmp/first.log" 2>&1 || { cat "$tmp/first.log"; fail "the run saved at step 3"; }
 "$claw" train "${common[@]}" "${pao[@]}" --train-iters 6 --lr-decay-iters 6 --load "$tmp/ckpt" \
   --metrics-file "$tmp/resumed.jsonl" >"$tmp/resumed.log" 2>&1 || { cat "$tmp/resumed.log"; fail "the resumed run"; }
-/usr/bin/python3 - "$tmp/full.jsonl" "$tmp/resumed.jsonl" <<'PY'
-import json, sys
-full = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
-resumed = [json.loads(l) for l in open(sys.argv[2])]
-assert [r["step"] for r in resumed] == [4, 5, 6], [r["step"] for r in resumed]
-for r in resumed:
-    f = full[r["step"]]
-    assert (r["loss"], r["grad_norm"]) == (f["loss"], f["grad_norm"]), (r["step"], r["loss"], f["loss"])
-print("ok: steps 4-6 resumed from the 16-bit moments equal the uninterrupted run's")
-PY
+/usr/bin/python3 "$(dirname "$0")/resumed_equal.py" "$tmp/full.jsonl" "$tmp/resumed.jsonl" 4 6 ||
+  fail "the run resumed from 16-bit moments"
 "$claw" ckpt inspect --tensors "$tmp/ckpt" >"$tmp/inspect.txt" 2>&1 || { cat "$tmp/inspect.txt"; fail "inspect"; }
 grep -E "^ *optim\.exp_avg\.[^ ]+ .* f16 " "$tmp/inspect.txt" >/dev/null || { cat "$tmp/inspect.txt"; fail "exp_avg not f16"; }
 grep -E "^ *optim\.exp_avg_sq\.[^ ]+ .* bf16 " "$tmp/inspect.txt" >/dev/null || { cat "$tmp/inspect.txt"; fail "exp_avg_sq not bf16"; }
