@@ -1,7 +1,6 @@
 #include "claw/kernels/cpu/bf16_gemm.h"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -161,11 +160,8 @@ Bf16Operand round_to_bf16(const CpuCtx& ctx, const float* x, int64_t n, std::vec
                           std::vector<uint16_t>& bits) {
   if (bf16_gemm_fast()) {
     bits.resize(static_cast<size_t>(n));
-    uint16_t* y = bits.data();
-    parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) y[i] = f32_to_bf16_bits(x[i]);
-    });
-    return {.bits = y};
+    pack_bf16(ctx, x, bits.data(), n);
+    return {.bits = bits.data()};
   }
   f32.resize(static_cast<size_t>(n));
   float* y = f32.data();
@@ -177,23 +173,19 @@ Bf16Operand round_to_bf16(const CpuCtx& ctx, const float* x, int64_t n, std::vec
 
 Bf16Operand round_to_bf16_in_place(const CpuCtx& ctx, float* x, int64_t n, std::vector<uint16_t>& bits) {
   if (bf16_gemm_fast()) {
-    std::vector<float> unused;
-    return round_to_bf16(ctx, x, n, unused, bits);
+    bits.resize(static_cast<size_t>(n));
+    pack_bf16(ctx, x, bits.data(), n);
+    return {.bits = bits.data()};
   }
-  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
-  });
+  round_bf16_values(ctx, x, n);
   return {.f32 = x};
 }
 
 Bf16Operand exact_bf16(const CpuCtx& ctx, const float* x, int64_t n, std::vector<uint16_t>& bits) {
   if (!bf16_gemm_fast()) return {.f32 = x};
   bits.resize(static_cast<size_t>(n));
-  uint16_t* y = bits.data();
-  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) y[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(x[i]) >> 16);
-  });
-  return {.bits = y};
+  pack_bf16(ctx, x, bits.data(), n);  // bf16 values: rounding gives their bits back
+  return {.bits = bits.data()};
 }
 
 void gemm_bf16(const CpuCtx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
