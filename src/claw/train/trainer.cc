@@ -73,7 +73,6 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   // run with the default warmup is valid and simply ends while warming up).
   if (lr_.decay_iters == 0) lr_.decay_iters = std::max(cfg_.train_iters, lr_.warmup_iters + 1);
   lr_.validate();
-  adam_cfg_.validate();
   ckpt_cfg_.validate();
 
   // The groups and this rank's model chunks, their engines and executor.
