@@ -89,15 +89,21 @@ def main():
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "bench_fp8.json"))
     ap.add_argument("--png", default=os.path.join(HERE, "fp8_convergence.png"))
     ap.add_argument("--runs", default="", help="semicolon-separated run names to do (default: all); fp32 always runs")
+    ap.add_argument("--reuse", default="", help="a JSON written by an earlier run: its runs are taken as they are "
+                    "instead of being run again (same --steps and --seq-length)")
     a = ap.parse_args()
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(" :\t")
     results = {}
+    earlier = json.load(open(a.reuse)) if a.reuse else {}
     with tempfile.TemporaryDirectory() as d:
         for model in a.models.split(","):
             results[model] = {}
             wanted = set(filter(None, a.runs.split(";")))
             for name, flags in RUNS:
-                if wanted and name != "fp32" and name not in wanted:
+                if wanted and name != "fp32" and name not in wanted and name not in earlier.get(model, {}):
+                    continue
+                if name in earlier.get(model, {}):
+                    results[model][name] = earlier[model][name]
                     continue
                 r = run(a.claw, model, a.steps, a.seq_length, flags, d)
                 r["final"] = sum(r["loss"][-10:]) / len(r["loss"][-10:])

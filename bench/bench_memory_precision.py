@@ -12,7 +12,10 @@ column is the difference of each run's peak RSS from the fp32 run's, per
 parameter, next to the plan's difference (what the state saves in
 practice). claw keeps one fp32 copy of the parameters and forms the 16-bit
 GEMM operands per product, so --bf16 holds no 2-byte parameter copy: its
-main parameters are the parameters.
+main parameters are the parameters. With --main-params-dtype fp16 the store
+holds only the 2-byte masters and each unit in use gets an fp32 working copy
+(the plan's "working copies" row, counted in the state here: the largest
+unit, the tied embedding, dominates it).
 """
 import argparse
 import re
@@ -29,6 +32,11 @@ CONFIGS = [
                                                "fp16", "--exp-avg-sq-dtype", "bf16"], 14, "2 + 4 + 4 + 2 + 2"),
     ("--bf16, bf16 exp_avg, fp32 exp_avg_sq", ["--bf16", "--use-precision-aware-optimizer", "--exp-avg-dtype",
                                                "bf16"], 16, "2 + 4 + 4 + 2 + 4"),
+    ("--bf16, fp16 main params", ["--bf16", "--use-precision-aware-optimizer", "--main-params-dtype", "fp16"], 16,
+     "2 bf16 param + 4 grad + 2 fp16 main param + 4 + 4"),
+    ("--bf16, fp16 main params, bf16 moments", ["--bf16", "--use-precision-aware-optimizer", "--main-params-dtype",
+                                                "fp16", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"], 12,
+     "2 + 4 + 2 + 2 + 2"),
 ]
 
 MIB = 1024 * 1024
@@ -57,8 +65,10 @@ def main():
         log = out.stdout + out.stderr
         if out.returncode != 0:
             raise RuntimeError(f"{name}: claw train failed:\n{log[-2000:]}")
-        params = float(re.search(r"([0-9.]+)M fp32 parameters", log).group(1)) * 1e6
+        params = float(re.search(r"([0-9.]+)M (?:fp32|fp16 master) parameters", log).group(1)) * 1e6
         state = sum(row_bytes(log, r) for r in ("parameters", "gradients", "optimizer"))
+        if "working copies" in log:
+            state += row_bytes(log, "working copies")
         m = re.search(r"peak RSS ([0-9.]+) (B|KiB|MiB|GiB)\b", log)
         rss = float(m.group(1)) * UNITS[m.group(2)]
         rows.append((name, megatron, terms, state / params, state, rss, params))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bf16 activations (--bf16 on a dense model): each block's large saved
-# tensors are bf16 values where they are made and sit in bf16 between the
-# forward and the backward (Activations::packed).
+# 16-bit activations (--bf16 or --fp16 on a dense model): each block's large
+# saved tensors are 16-bit values where they are made and sit in 16 bits
+# between the forward and the backward (Activations::packed). For each of
+# bf16 and fp16 (with its dynamic loss scaling):
 #   - exact: a --bf16 run equals, bit for bit, the same run with every block
 #     recomputed in backward instead of stored (losses, grad norms,
 #     validation losses over 10 steps), so the bf16 copies lose nothing;
@@ -19,25 +20,32 @@ common=(--model gpt2-tiny --num-layers 4 --hidden-size 64 --num-attention-heads 
         --global-batch-size 4 --train-iters 10 --eval-interval 5 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 1
         --num-threads 1 --peak-gflops 100)
 "$claw" train "${common[@]}" --metrics-file "$tmp/f32.jsonl" >"$tmp/f32.log" 2>&1 || { cat "$tmp/f32.log"; fail "fp32"; }
-"$claw" train "${common[@]}" --bf16 --metrics-file "$tmp/bf16.jsonl" >"$tmp/bf16.log" 2>&1 ||
-  { cat "$tmp/bf16.log"; fail "--bf16"; }
-"$claw" train "${common[@]}" --bf16 --recompute-granularity full --metrics-file "$tmp/rc.jsonl" >"$tmp/rc.log" 2>&1 ||
-  { cat "$tmp/rc.log"; fail "--bf16 with recompute"; }
-grep -q "as the planner's memory model predicts" "$tmp/bf16.log" || fail "the allocation differs from the plan"
 per_layer() { sed -n 's/.* layers x \([0-9.]*\) \(KiB\|MiB\).*/\1 \2/p' "$1" | head -n 1; }
-/usr/bin/python3 - "$(per_layer "$tmp/f32.log")" "$(per_layer "$tmp/bf16.log")" "$tmp" <<'PY'
+for prec in bf16 fp16; do
+  # fp16 starts at a loss scale that overflows no step of these 10 (the
+  # default 2^32 would skip the first ones while it comes down).
+  flags=("--$prec")
+  [[ $prec == bf16 ]] || flags+=(--initial-loss-scale 1024)
+  "$claw" train "${common[@]}" "${flags[@]}" --metrics-file "$tmp/$prec.jsonl" >"$tmp/$prec.log" 2>&1 ||
+    { cat "$tmp/$prec.log"; fail "--$prec"; }
+  "$claw" train "${common[@]}" "${flags[@]}" --recompute-granularity full --metrics-file "$tmp/rc.jsonl" \
+    >"$tmp/rc.log" 2>&1 || { cat "$tmp/rc.log"; fail "--$prec with recompute"; }
+  grep -q "as the planner's memory model predicts" "$tmp/$prec.log" || fail "--$prec: the allocation differs from the plan"
+  grep -q "($prec) + fp32 working region" "$tmp/$prec.log" || { cat "$tmp/$prec.log"; fail "--$prec: no $prec activations"; }
+  /usr/bin/python3 - "$(per_layer "$tmp/f32.log")" "$(per_layer "$tmp/$prec.log")" "$tmp" "$prec" <<'PY'
 import json, sys
 def size(s):
     v, u = s.split()
     return float(v) * (1024 if u == "MiB" else 1)
-f32, bf16, tmp = size(sys.argv[1]), size(sys.argv[2]), sys.argv[3]
-print(f"a stored layer's activations: fp32 {f32:.1f} KiB, bf16 {bf16:.1f} KiB ({bf16 / f32:.1%})")
-assert bf16 <= 0.55 * f32, (f32, bf16)
-runs = {k: [json.loads(l) for l in open(f"{tmp}/{k}.jsonl")] for k in ("f32", "bf16", "rc")}
+f32, half, tmp, prec = size(sys.argv[1]), size(sys.argv[2]), sys.argv[3], sys.argv[4]
+print(f"a stored layer's activations: fp32 {f32:.1f} KiB, {prec} {half:.1f} KiB ({half / f32:.1%})")
+assert half <= 0.55 * f32, (f32, half)
+runs = {k: [json.loads(l) for l in open(f"{tmp}/{k}.jsonl")] for k in ("f32", prec, "rc")}
 key = lambda r: (r["loss"], r["grad_norm"], r.get("val_loss"))
-assert [key(r) for r in runs["bf16"]] == [key(r) for r in runs["rc"]], "bf16 copies are not exact"
-a, b = runs["f32"][-1]["val_loss"], runs["bf16"][-1]["val_loss"]
-print(f"validation loss after 10 steps: fp32 {a:.6f}, bf16 {b:.6f}")
+assert [key(r) for r in runs[prec]] == [key(r) for r in runs["rc"]], f"{prec} copies are not exact"
+a, b = runs["f32"][-1]["val_loss"], runs[prec][-1]["val_loss"]
+print(f"validation loss after 10 steps: fp32 {a:.6f}, {prec} {b:.6f}")
 assert a != b and abs(a - b) <= 0.01 * a, (a, b)
-print("ok: stored bf16 activations equal recomputation bit for bit")
+print(f"ok: stored {prec} activations equal recomputation bit for bit")
 PY
+done

@@ -151,6 +151,10 @@ precision)
   "$claw" plan "${pinned[@]}" --precision bf16 >"$tmp/bf16.json" || fail "bf16"
   "$claw" plan "${pinned[@]}" --precision bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 >"$tmp/bf16m.json" ||
     fail "bf16 moments"
+  "$claw" plan "${pinned[@]}" --precision bf16 --main-params-dtype fp16 >"$tmp/bf16f16.json" || fail "fp16 main params"
+  cpu=(--model gpt2-tiny --device cpu --num-gpus 1 --global-batch-size 8 --micro-batch-size 8 --json)
+  "$claw" plan "${cpu[@]}" >"$tmp/cpu.json" || fail "claw's trainer, fp32"
+  "$claw" plan "${cpu[@]}" --main-params-dtype fp16 >"$tmp/cpuf16.json" || fail "claw's trainer, fp16 masters"
   /usr/bin/python3 - "$tmp" <<'PY' || fail "the planner's precision model"
 import json, sys
 d = sys.argv[1]
@@ -161,6 +165,14 @@ opt = {k: json.load(open(f"{d}/{k}.json"))["layouts"][0]["memory_breakdown_bytes
 # Megatron's bf16: 4 B main params + 8 B moments per parameter; bf16 moments make it 4 + 4.
 assert abs(opt["bf16m"] / opt["bf16"] - 8 / 12) < 1e-6, opt
 print("optimizer bytes, fp32 and bf16 moments:", opt)
+# fp16 main params: Megatron's master copy 4 -> 2 B of the 12 in the optimizer row.
+f16 = json.load(open(f"{d}/bf16f16.json"))["layouts"][0]["memory_breakdown_bytes"]["optimizer"]
+assert abs(f16 / opt["bf16"] - 10 / 12) < 1e-6, (f16, opt)
+# claw's trainer: the parameters are the masters; fp16 halves them and adds fp32 working copies.
+cpu = {k: json.load(open(f"{d}/{k}.json"))["layouts"][0]["memory_breakdown_bytes"] for k in ("cpu", "cpuf16")}
+assert abs(cpu["cpuf16"]["params"] / cpu["cpu"]["params"] - 0.5) < 1e-6, cpu
+assert cpu["cpuf16"]["zero_buffers"] > cpu["cpu"]["zero_buffers"], cpu
+print("claw's trainer, fp32 and fp16 masters:", {k: (v["params"], v["zero_buffers"]) for k, v in cpu.items()})
 PY
   # The choice saved by --fp8-layer-selection auto, read back by --load.
   "$claw" train --model gpt2-tiny --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
@@ -179,6 +191,7 @@ PY
   expect_error "needs --precision fp8" "${base[@]}" --precision bf16 --fp8-high-precision-layers 0
   expect_error "block 12 is not one of the model's 12 layers" "${base[@]}" --precision fp8 --fp8-high-precision-layers 12
   expect_error "exp-avg-dtype fp8: FP8 optimizer state" "${base[@]}" --exp-avg-dtype fp8
+  expect_error "main-params-dtype bf16: expected fp32 or fp16" "${base[@]}" --main-params-dtype bf16
   ;;
 *) fail "unknown case $case_name" ;;
 esac

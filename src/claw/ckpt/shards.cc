@@ -74,14 +74,13 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
       const model::StoreRegion& g = store->regions()[r];
       region_of[p] = &g;
       const int64_t lo = g.shard_lo(), hi = g.shard_hi();
-      float* base = sharded ? store->value_shard(r) - lo : store->values(r);
       const int64_t off = store->slot(k).offset;
       const int64_t numel = p->spec.local_shape().numel();
       const int64_t b = sharded ? std::max(lo, off) : off, e = sharded ? std::min(hi, off + numel) : off + numel;
       if (b >= e) continue;
       const bool mine = sharded || g.shards == 1 || deal(g, e - b);
       out.push_back({.tensor = value_tensor(p->spec.name), .spec = &p->spec, .begin = b - off, .n = e - b,
-                     .data = base + b, .write = p->spec.primary && mine});
+                     .data = store->value_at(r, b), .write = p->spec.primary && mine, .dtype = store->master_dtype()});
     }
   }
   if (optimizer && opts.optimizer) {

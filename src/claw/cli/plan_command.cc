@@ -35,7 +35,7 @@ struct PlanArgs {
   std::string attention_kernel = "flash";
   std::string fp8_high_precision_layers;  // "0,11"
   std::string load;                       // a checkpoint whose FP8 layer choice to read
-  std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32";
+  std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_params_dtype = "fp32";
   int data_centers = 1;
   double inter_dc_rtt_ms = 0, inter_dc_gbps = 0;
   // Pins (0 / -1 / "": searched).
@@ -89,6 +89,10 @@ const std::vector<F>& plan_flags() {
                      [](A& a) -> auto& { return a.exp_avg_dtype; }),
       string_flag<A>("exp-avg-sq-dtype", "AdamW second moment's dtype for the memory model: fp32 or bf16",
                      [](A& a) -> auto& { return a.exp_avg_sq_dtype; }),
+      string_flag<A>("main-params-dtype",
+                     "master weights' dtype for the memory model: fp32 or fp16 (claw's trainer: the parameters "
+                     "themselves, with fp32 working copies of the layers in use; 16-bit stacks: the master copy)",
+                     [](A& a) -> auto& { return a.main_params_dtype; }),
       string_flag<A>("attention-kernel",
                      "flash (claw's: scores never stored) or unfused (Megatron before flash attention: scores, "
                      "softmax and dropout mask materialised)",
@@ -242,6 +246,14 @@ struct PlanCommand {
     prec.moment_bytes = static_cast<double>(dtype_size(optim::parse_optimizer_dtype("exp-avg-dtype", a.exp_avg_dtype)) +
                                             dtype_size(optim::parse_optimizer_dtype("exp-avg-sq-dtype", a.exp_avg_sq_dtype))) / 2;
     if (a.exp_avg_sq_dtype == "fp16") fail("--exp-avg-sq-dtype fp16: claw's optimizer stores the second moment in fp32 or bf16");
+    if (a.main_params_dtype != "fp32" && a.main_params_dtype != "fp16")
+      fail("--main-params-dtype {}: expected fp32 or fp16", a.main_params_dtype);
+    if (a.main_params_dtype == "fp16") {
+      if (prec.master_bytes > 0)
+        prec.master_bytes = 2;  // a 16-bit stack's master copy
+      else
+        prec.main_params_dtype = DType::f16;  // claw's trainer: the parameters are the masters
+    }
     if (!a.fp8_high_precision_layers.empty() && !a.load.empty())
       fail("--fp8-high-precision-layers and --load both name the FP8 choice; give one");
     if (!a.fp8_high_precision_layers.empty())

@@ -136,15 +136,15 @@ const std::vector<F>& train_flags() {
           a.adam.exp_avg_sq_dtype = optim::parse_optimizer_dtype("exp-avg-sq-dtype", v);
         },
         [](const A& a) { return optim::optimizer_dtype_name(a.adam.exp_avg_sq_dtype); }, "{fp32,bf16}"},
-      F{"main-params-dtype", "dtype of the parameters the optimizer updates: fp32", false,
-        [](A&, const std::string& v) {
-          if (v == "fp32") return;
-          if (v == "fp16")
-            fail("--main-params-dtype fp16: claw keeps one fp32 copy of the parameters (the 16-bit GEMM operands are "
-                 "rounded from it per product); fp16 main parameters are not implemented, use fp32");
-          fail("--main-params-dtype {}: expected fp32", v);
+      F{"main-params-dtype",
+        "dtype the master weights are stored in (fp16: with --use-precision-aware-optimizer; the layers read an fp32 "
+        "working copy of each layer while it runs)",
+        false,
+        [](A& a, const std::string& v) {
+          if (v != "fp32" && v != "fp16") fail("--main-params-dtype {}: expected fp32 or fp16", v);
+          a.adam.main_params_dtype = optim::parse_optimizer_dtype("main-params-dtype", v);
         },
-        [](const A&) { return std::string("fp32"); }, "{fp32}"},
+        [](const A& a) { return optim::optimizer_dtype_name(a.adam.main_params_dtype); }, "{fp32,fp16}"},
       // Data.
       words_flag<A>("data-path",
                     "Megatron .bin/.idx prefix, or a blend W1 PREFIX1 W2 PREFIX2 ... (default: the built-in corpus)",

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "claw/core/error.h"
 #include "claw/core/storage.h"
@@ -61,6 +64,39 @@ void map(const void* src, void* dst, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) d[i] = f(s[i]);
 }
 
+// Bulk f16 <-> f32 with the F16C instructions where the build targets them
+// (round to nearest even, subnormals and infinities as IEEE); eight lanes
+// holding a NaN take the scalar path, which gives the codec's NaN bits.
+void f16_to_f32_bulk(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+      for (int k = 0; k < 8; ++k) d[i + k] = f16_to_f32(s[i + k]);
+      continue;
+    }
+    _mm256_storeu_ps(d + i, v);
+  }
+#endif
+  for (; i < n; ++i) d[i] = f16_to_f32(s[i]);
+}
+
+void f32_to_f16_bulk(const float* s, uint16_t* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(s + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+      for (int k = 0; k < 8; ++k) d[i + k] = f32_to_f16(s[i + k]);
+      continue;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < n; ++i) d[i] = f32_to_f16(s[i]);
+}
+
 float load(DType t, const void* p, int64_t i) {
   switch (t) {
     case DType::f32: return static_cast<const float*>(p)[i];
@@ -88,8 +124,8 @@ bool is_float_dtype(DType t) {
 float bf16_to_f32(uint16_t h) { return bf16_bits_to_f32(h); }
 uint16_t f32_to_bf16(float x) { return f32_to_bf16_bits(x); }
 
-float f16_to_f32(uint16_t h) { return decode(kF16, h); }
-uint16_t f32_to_f16(float x) { return static_cast<uint16_t>(encode(kF16, x)); }
+float f16_to_f32_reference(uint16_t h) { return decode(kF16, h); }
+uint16_t f32_to_f16_reference(float x) { return static_cast<uint16_t>(encode(kF16, x)); }
 float e4m3_to_f32(uint8_t h) { return decode(kE4M3, h); }
 uint8_t f32_to_e4m3(float x) { return static_cast<uint8_t>(encode(kE4M3, x)); }
 float e5m2_to_f32(uint8_t h) { return decode(kE5M2, h); }
@@ -104,6 +140,13 @@ void convert(DType from, const void* src, DType to, void* dst, int64_t n) {
     return;
   }
   if (from == DType::f64 && to == DType::f32) return map<double, float>(src, dst, n, [](double v) { return float(v); });
+  // The 16-bit pairs the trainer converts in bulk, without the per-element switch.
+  if (from == DType::f16 && to == DType::f32)
+    return f16_to_f32_bulk(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  if (from == DType::f32 && to == DType::f16)
+    return f32_to_f16_bulk(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  if (from == DType::bf16 && to == DType::f32) return map<uint16_t, float>(src, dst, n, bf16_bits_to_f32);
+  if (from == DType::f32 && to == DType::bf16) return map<float, uint16_t>(src, dst, n, f32_to_bf16_bits);
   switch (to) {
     case DType::f32: for (int64_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = load(from, src, i); return;
     case DType::f64:

@@ -106,11 +106,11 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
     kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
-  const bool round = bf16_activations_ && !ctx.kv_cache && !ctx.batch_invariant;
+  const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
   if (round) {
-    kernels::round_bf16_values(ctx.cpu, s.q, ctx.tokens() * H_ * D_);
-    kernels::round_bf16_values(ctx.cpu, s.k, ctx.tokens() * G_ * D_);
-    kernels::round_bf16_values(ctx.cpu, s.v, ctx.tokens() * G_ * D_);
+    kernels::round_half_values(ctx.cpu, activation_dtype_, s.q, ctx.tokens() * H_ * D_);
+    kernels::round_half_values(ctx.cpu, activation_dtype_, s.k, ctx.tokens() * G_ * D_);
+    kernels::round_half_values(ctx.cpu, activation_dtype_, s.v, ctx.tokens() * G_ * D_);
   }
   if (cp_)
     cp_->forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.seg_start);
@@ -122,7 +122,7 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   else
     kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
                                1.0 / std::sqrt(double(D_)), ctx.seg_start);
-  if (round) kernels::round_bf16_values(ctx.cpu, s.out, ctx.tokens() * H_ * D_);
+  if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.out, ctx.tokens() * H_ * D_);
   o_proj.forward(ctx, s.out, y);
 }
 

@@ -67,8 +67,8 @@ class Attention {
   };
 
   Attention(int layer, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope, const TensorParallel& tp);
-  // q, k, v and out rounded to bf16 values where they are made (ModelConfig::bf16_activations).
-  void set_bf16_activations(bool on) { bf16_activations_ = on; }
+  // q, k, v and out rounded to 16-bit values where they are made (ModelConfig::activation_dtype).
+  void set_activation_dtype(DType t) { activation_dtype_ = t; }
 
   // x: normed input [R, C] (the rows held); y: room for [N, C], of which the
   // first R rows receive the output projection. With ctx.kv_cache set the
@@ -92,7 +92,7 @@ class Attention {
   int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups
   const RopeTables* rope_;
   CpAttention* cp_ = nullptr;
-  bool bf16_activations_ = false;
+  DType activation_dtype_ = DType::f32;  // f32: not rounded
 };
 
 }  // namespace claw::model

@@ -40,8 +40,8 @@ Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables*
     moe.emplace(l, cfg, hf, tp);
   else
     mlp.emplace(l, cfg, hf, tp);
-  attention.set_bf16_activations(cfg.bf16_activations());
-  if (mlp) mlp->set_bf16_activations(cfg.bf16_activations());
+  attention.set_activation_dtype(cfg.activation_dtype());
+  if (mlp) mlp->set_activation_dtype(cfg.activation_dtype());
 }
 
 // Hidden dropout on a branch output before the residual add. The stream is
@@ -67,10 +67,10 @@ const float* Block::branch_grad(const StepCtx& ctx, Scratch& scratch, const char
 
 void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
   const int64_t n = tp_.rows(ctx.tokens()) * C_;
-  // bf16 activations: the saved tensors are rounded where they are made.
-  const bool round = cfg_.bf16_activations() && !ctx.kv_cache && !ctx.batch_invariant;
+  // 16-bit activations: the saved tensors are rounded where they are made.
+  const bool round = cfg_.half_activations() && !ctx.kv_cache && !ctx.batch_invariant;
   const auto rounded = [&](float* a) {
-    if (round) kernels::round_bf16_values(ctx.cpu, a, n);
+    if (round) kernels::round_half_values(ctx.cpu, cfg_.activation_dtype(), a, n);
   };
   norm1.forward(ctx, s.x, s.norm1);
   rounded(s.norm1.out);

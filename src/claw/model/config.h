@@ -132,10 +132,14 @@ struct ModelConfig {
   // --bf16 / --fp16: the linear layers multiply 16-bit operands (fp32
   // accumulation; parameters and the rest stay fp32).
   DType gemm_dtype = DType::f32;
-  // --bf16 on dense models: the blocks' large saved activations are bf16
-  // values, rounded where they are made (so forward and backward see the same
-  // values) and kept in bf16 between the passes (Activations::packed).
-  bool bf16_activations() const { return gemm_dtype == DType::bf16 && !moe.enabled(); }
+  // --bf16 / --fp16 on dense models: the blocks' large saved activations are
+  // 16-bit values of gemm_dtype, rounded where they are made (so forward and
+  // backward see the same values) and kept in 16 bits between the passes
+  // (Activations::packed); f32: none.
+  DType activation_dtype() const {
+    return (gemm_dtype == DType::bf16 || gemm_dtype == DType::f16) && !moe.enabled() ? gemm_dtype : DType::f32;
+  }
+  bool half_activations() const { return activation_dtype() != DType::f32; }
 
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

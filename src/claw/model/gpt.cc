@@ -44,20 +44,20 @@ void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int6
     else
       recompute_region.layout_internal(L, "recompute", cfg, B, T, tp);
   }
-  const bool pack = cfg.bf16_activations() && recompute.layers < stage.num_layers;
+  const bool pack = cfg.half_activations() && recompute.layers < stage.num_layers;
   if (pack) {
     if (shared)
-      bf16_work = shared->bf16_work;
+      half_work = shared->half_work;
     else
-      bf16_work.layout_internal(L, "bf16_work", cfg, B, T, tp);
+      half_work.layout_internal(L, "half_work", cfg, B, T, tp);
   }
   // The large saved tensors a stored block keeps in bf16, by name within the block.
   const std::map<std::string, float*> to_pack = {
-      {"input_norm.out", bf16_work.norm1.out}, {"attention.q", bf16_work.attn.q},
-      {"attention.k", bf16_work.attn.k},       {"attention.v", bf16_work.attn.v},
-      {"attention.out", bf16_work.attn.out},   {"x_mid", bf16_work.x_mid},
-      {"post_attention_norm.out", bf16_work.norm2.out}, {"mlp.h", bf16_work.mlp.h},
-      {"mlp.u", bf16_work.mlp.u}};
+      {"input_norm.out", half_work.norm1.out}, {"attention.q", half_work.attn.q},
+      {"attention.k", half_work.attn.k},       {"attention.v", half_work.attn.v},
+      {"attention.out", half_work.attn.out},   {"x_mid", half_work.x_mid},
+      {"post_attention_norm.out", half_work.norm2.out}, {"mlp.h", half_work.mlp.h},
+      {"mlp.u", half_work.mlp.u}};
   blocks.resize(stage.num_layers);
   packed.assign(stage.num_layers, {});
   const float* x = input;
@@ -75,7 +75,7 @@ void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int6
         const auto it = to_pack.find(name.substr(p.size()));
         if (it == to_pack.end()) return std::nullopt;
         const auto n = static_cast<int64_t>(bytes / sizeof(float));
-        list.push_back({it->second, L.take<uint16_t>(name + ".bf16", n), n});
+        list.push_back({it->second, L.take<uint16_t>(name + ".half", n), n});
         return it->second;
       });
       blocks[k].layout(L, static_cast<int>(l), cfg, B, T, tp);
@@ -370,9 +370,9 @@ void GPT::forward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor&
   for (int k = 0; k < num_blocks(); ++k) {
     h.before_use(block_unit0_ + k);
     blocks_[k]->forward(ctx, acts().blocks[k], acts().scratch);
-    if (ctx.training)  // bf16 activations: the working region into the block's copies
+    if (ctx.training)  // 16-bit activations: the working region into the block's copies
       for (const Activations::PackedTensor& t : acts().packed[static_cast<size_t>(k)])
-        kernels::pack_bf16(ctx.cpu, t.work, t.bf16, t.n);
+        kernels::pack_half(ctx.cpu, cfg_.activation_dtype(), t.work, t.bits, t.n);
     h.after_use(block_unit0_ + k);
   }
   if (!stage_.post_process) return;
@@ -414,7 +414,7 @@ void GPT::backward_stage(const StepCtx& ctx, const int32_t* tokens, const Tensor
     if (k + 1 < recompute_.layers || (slots() > 1 && k < recompute_.layers))
       blocks_[k]->forward(ctx, acts().blocks[k], acts().scratch);
     for (const Activations::PackedTensor& t : acts().packed[static_cast<size_t>(k)])
-      kernels::unpack_bf16(ctx.cpu, t.bf16, t.work, t.n);
+      kernels::unpack_half(ctx.cpu, cfg_.activation_dtype(), t.bits, t.work, t.n);
     blocks_[k]->backward(ctx, acts().blocks[k], acts().scratch);
     h.grads_end(u);
     h.after_use(u);
@@ -578,13 +578,14 @@ std::string GPT::first_non_finite(const CpuCtx& ctx) const {
       // A recomputed block's internals live in the shared region (they hold
       // the last recomputed block's values); only its output is its own.
       bool own = static_cast<int64_t>(l) >= recompute_.layers || t.data == acts().blocks[l].out;
-      // A packed tensor's own values are its bf16 copy (the working region holds the last block run).
+      // A packed tensor's own values are its 16-bit copy (the working region holds the last block run).
       const auto& packed = acts().packed[l];
       const auto copy = std::find_if(packed.begin(), packed.end(),
                                      [&](const Activations::PackedTensor& p) { return p.work == t.data; });
       if (copy != packed.end()) {
+        const uint16_t exp = cfg_.activation_dtype() == DType::f16 ? 0x7c00 : 0x7f80;  // all-ones exponent: inf, NaN
         for (int64_t i = 0; i < copy->n; ++i)
-          if ((copy->bf16[i] & 0x7f80) == 0x7f80) return t.name + " (activation)";
+          if ((copy->bits[i] & exp) == exp) return t.name + " (activation)";
         continue;
       }
       if (own && !finite(ctx, t.data, t.numel)) return t.name + " (activation)";

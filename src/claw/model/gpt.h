@@ -87,18 +87,19 @@ struct Activations {
   Scratch scratch;
   // Internals of the block being recomputed, shared by all recomputed blocks.
   Block::Saved recompute_region;
-  // bf16 activations (ModelConfig::bf16_activations): a stored block's large
-  // saved tensors (norm outputs, q, k, v, attention output, x_mid, MLP
-  // pre-activations) are in `bf16_work` while the block runs, shared by all
-  // blocks like the recompute region, and in bf16 copies between its forward
-  // and its backward: packed[k] lists block k's (working buffer, copy,
-  // elements). Their values are bf16 already, so the copies are exact.
+  // 16-bit activations (ModelConfig::activation_dtype, bf16 or f16): a
+  // stored block's large saved tensors (norm outputs, q, k, v, attention
+  // output, x_mid, MLP pre-activations) are in `half_work` while the block
+  // runs, shared by all blocks like the recompute region, and in 16-bit
+  // copies between its forward and its backward: packed[k] lists block k's
+  // (working buffer, copy, elements). Their values are 16-bit values
+  // already, so the copies are exact.
   struct PackedTensor {
     float* work;
-    uint16_t* bf16;
+    uint16_t* bits;
     int64_t n;
   };
-  Block::Saved bf16_work;
+  Block::Saved half_work;
   std::vector<std::vector<PackedTensor>> packed;
   // shared: another set whose scratch and recompute region this one uses
   // (micro-batches in flight run one at a time) instead of laying out its own.

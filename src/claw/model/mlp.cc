@@ -76,9 +76,9 @@ void MLP::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved& s, S
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
   fc.forward(ctx, x, s.h);
   if (up) up->forward(ctx, x, s.u);
-  if (bf16_activations_ && !ctx.kv_cache && !ctx.batch_invariant) {
-    kernels::round_bf16_values(ctx.cpu, s.h, ctx.tokens() * F_);
-    if (up) kernels::round_bf16_values(ctx.cpu, s.u, ctx.tokens() * F_);
+  if (activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant) {
+    kernels::round_half_values(ctx.cpu, activation_dtype_, s.h, ctx.tokens() * F_);
+    if (up) kernels::round_half_values(ctx.cpu, activation_dtype_, s.u, ctx.tokens() * F_);
   }
   activate(ctx, s, scratch.act);
   proj.forward(ctx, scratch.act, y);

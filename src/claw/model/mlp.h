@@ -50,8 +50,8 @@ class MLP {
   void backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
-  // h (and u) rounded to bf16 values where they are made (ModelConfig::bf16_activations).
-  void set_bf16_activations(bool on) { bf16_activations_ = on; }
+  // h (and u) rounded to 16-bit values where they are made (ModelConfig::activation_dtype).
+  void set_activation_dtype(DType t) { activation_dtype_ = t; }
   void linears(std::vector<Linear*>& out) {
     out.push_back(&fc);
     if (up) out.push_back(&*up);
@@ -67,7 +67,7 @@ class MLP {
   const TensorParallel& tp_;
   Mlp kind_;
   int64_t C_, F_;  // F_: local columns
-  bool bf16_activations_ = false;
+  DType activation_dtype_ = DType::f32;  // f32: not rounded
 };
 
 }  // namespace claw::model

@@ -108,6 +108,9 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
          dtype_name(opts_.dtypes.compute));
   if (opts_.device && (opts_.shard_values || opts_.shard_grads))
     fail("--device cuda supports ZeRO stages 0 and 1 for now (sharded gradients and values stay on the CPU backend)");
+  if (opts_.device && opts_.dtypes.master != DType::f32)
+    fail("--main-params-dtype {}: fp16 master weights run on the CPU backend for now (--device cpu)",
+         dtype_name(opts_.dtypes.master));
   values_ = Arena("parameters", layout_.value_bytes, memory());
   grads_ = Arena("gradients", layout_.grad_bytes, memory());
   if (layout_.compute_bytes > 0) compute_ = Arena("parameters (compute copy)", layout_.compute_bytes, memory());
@@ -115,7 +118,8 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
     const Shape local = params_[i]->spec.local_shape();
     const StoreRegion& r = layout_.regions[layout_.slots[i].region];
     const int64_t at = layout_.slots[i].offset;
-    params_[i]->value = opts_.shard_values ? Tensor() : Tensor(values(layout_.slots[i].region) + at, DType::f32, local);
+    params_[i]->value = opts_.values_in_slots() ? Tensor()
+                                                : Tensor(values(layout_.slots[i].region) + at, DType::f32, local);
     params_[i]->grad = opts_.shard_grads || !r.trainable ? Tensor()
                                                          : Tensor(grads(layout_.slots[i].region) + at, DType::f32, local);
     params_[i]->compute = params_[i]->value;
@@ -128,7 +132,11 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
 }
 
 void StoreDtypes::validate() const {
-  if (master != DType::f32) fail("the master weights must be f32 (got {}): the optimizer updates fp32", dtype_name(master));
+  if (master != DType::f32 && master != DType::f16)
+    fail("the master weights must be f32 or f16 (got {})", dtype_name(master));
+  if (master != DType::f32 && compute != DType::f32)
+    fail("{} master weights are read through fp32 working copies: the compute dtype must be f32 (got {})",
+         dtype_name(master), dtype_name(compute));
   if (grad != DType::f32)
     fail("the gradients must be f32 (got {}): the data-parallel reduction and the optimizer read fp32 gradients",
          dtype_name(grad));
@@ -154,8 +162,22 @@ int64_t ParamStore::grad_offset(size_t k) const {
   return r.trainable ? r.grad_base + slot(k).offset : -1;
 }
 
+float* ParamStore::values() const {
+  CLAW_CHECK(master_dtype() == DType::f32, "float view of {} master weights", dtype_name(master_dtype()));
+  return opts_.shard_values ? nullptr : values_.ptr<float>(0);
+}
+
 float* ParamStore::values(int r) const {
+  CLAW_CHECK(master_dtype() == DType::f32, "float view of {} master weights", dtype_name(master_dtype()));
   return opts_.shard_values ? nullptr : values_.ptr<float>(0) + regions()[r].value_base;
+}
+
+uint8_t* ParamStore::value_at(int r, int64_t i) const {
+  const StoreRegion& g = regions()[r];
+  CLAW_CHECK(!opts_.shard_values || (i >= g.shard_lo() && i <= g.shard_hi()), "element {} of region {} is not held here",
+             i, r);
+  const int64_t at = opts_.shard_values ? g.value_held_base + (i - g.shard_lo()) : g.value_base + i;
+  return values_.base() + static_cast<size_t>(at) * dtype_size(master_dtype());
 }
 
 float* ParamStore::grads(int r) const {
@@ -165,6 +187,7 @@ float* ParamStore::grads(int r) const {
 
 float* ParamStore::value_shard(int r) const {
   const StoreRegion& g = regions()[r];
+  CLAW_CHECK(master_dtype() == DType::f32, "float view of {} master weights", dtype_name(master_dtype()));
   return values_.ptr<float>(0) + (opts_.shard_values ? g.value_held_base : g.value_base + g.shard_lo());
 }
 
@@ -199,53 +222,68 @@ void ParamStore::values_from_host(const float* in) {
     std::memcpy(values_.base(), in, layout_.value_bytes);
 }
 
+namespace {
+// Parameter s's initial values for its local elements [i0, i1), into
+// out[0, i1 - i0). Rows past init_rows (global rows) are zero; Philox is
+// keyed by the global element index, so every sharding draws the same
+// numbers.
+void draw(const CpuCtx& ctx, const ParamSpec& s, uint64_t seed, float* out, int64_t i0, int64_t i1) {
+  const int64_t row = s.shape.ndim() > 1 ? s.shape.numel() / s.shape[0] : s.shape.numel();
+  const int64_t live = s.init_rows >= 0 ? s.init_rows * row : s.shape.numel();
+  switch (s.init) {
+    case Init::zeros: std::memset(out, 0, (i1 - i0) * sizeof(float)); break;
+    case Init::ones: std::fill(out, out + (i1 - i0), 1.0f); break;
+    case Init::uniform: {
+      RandomStream rng(seed, hash_name(s.name));
+      for (int64_t i = i0; i < i1; ++i)
+        out[i - i0] = static_cast<float>(s.init_std * (2.0 * rng.uniform(s.global_index(i)) - 1.0));
+      break;
+    }
+    case Init::normal: {
+      RandomStream rng(seed, hash_name(s.name));
+      parallel_for(ctx, i1 - i0, 1 << 14, [&](int64_t cb, int64_t ce) {
+        for (int64_t i = i0 + cb; i < i0 + ce; ++i) {
+          const int64_t g = s.global_index(i);
+          out[i - i0] = g < live ? static_cast<float>(s.init_std * rng.normal(g)) : 0.0f;
+        }
+      });
+      break;
+    }
+  }
+}
+}  // namespace
+
 void ParamStore::init(const CpuCtx& ctx_in, uint64_t seed) {
   // On a GPU the values are drawn into host memory (the same Philox numbers)
-  // laid out as the device buffer, then copied over in one piece.
+  // laid out as the device buffer, then copied over in one piece; 16-bit
+  // masters are drawn in fp32 a block at a time and rounded to nearest even.
+  const bool f32 = master_dtype() == DType::f32;
   Arena staging;
   if (opts_.device) staging = Arena("parameters (host staging)", layout_.value_bytes);
-  auto host = [&](float* p) {
-    if (!opts_.device) return p;
-    return reinterpret_cast<float*>(staging.base() + (reinterpret_cast<uint8_t*>(p) - values_.base()));
-  };
+  std::vector<float> block;
   CpuCtx ctx = ctx_in;
   ctx.gpu = nullptr;
   for (size_t k = 0; k < params_.size(); ++k) {
     const ParamSpec& s = params_[k]->spec;
     const int r = slot(k).region;
     const StoreRegion& g = regions()[r];
-    // The region's range this rank holds, and where the region starts in memory.
+    // The region's range this rank holds.
     const int64_t lo = opts_.shard_values ? g.shard_lo() : 0, hi = opts_.shard_values ? g.shard_hi() : g.total;
-    float* base = opts_.shard_values ? host(value_shard(r)) - lo : host(values(r));
     const int64_t n = s.local_shape().numel(), off = slot(k).offset;
     const int64_t b = std::max(lo, off), e = std::min(hi, off + n);  // region elements held here
     if (b >= e) continue;
-    float* v = base + off;  // element i of the parameter is v[i], for i in [b - off, e - off)
-    // Rows past init_rows (global rows) are zero; Philox is keyed by the
-    // global element index, so every sharding draws the same numbers.
-    const int64_t row = s.shape.ndim() > 1 ? s.shape.numel() / s.shape[0] : s.shape.numel();
-    const int64_t live = s.init_rows >= 0 ? s.init_rows * row : s.shape.numel();
-    switch (s.init) {
-      case Init::zeros: std::memset(v + (b - off), 0, (e - b) * sizeof(float)); break;
-      case Init::ones:
-        for (int64_t i = b - off; i < e - off; ++i) v[i] = 1.0f;
-        break;
-      case Init::uniform: {
-        RandomStream rng(seed, hash_name(s.name));
-        for (int64_t i = b - off; i < e - off; ++i)
-          v[i] = static_cast<float>(s.init_std * (2.0 * rng.uniform(s.global_index(i)) - 1.0));
-        break;
-      }
-      case Init::normal: {
-        RandomStream rng(seed, hash_name(s.name));
-        parallel_for(ctx, e - b, 1 << 14, [&](int64_t cb, int64_t ce) {
-          for (int64_t i = b - off + cb; i < b - off + ce; ++i) {
-            const int64_t g = s.global_index(i);
-            v[i] = g < live ? static_cast<float>(s.init_std * rng.normal(g)) : 0.0f;
-          }
-        });
-        break;
-      }
+    if (f32) {
+      float* at = reinterpret_cast<float*>(value_at(r, b));
+      if (opts_.device) at = reinterpret_cast<float*>(staging.base() + (value_at(r, b) - values_.base()));
+      draw(ctx, s, seed, at, b - off, e - off);
+      continue;
+    }
+    constexpr int64_t kBlock = int64_t{1} << 16;
+    block.resize(static_cast<size_t>(std::min(kBlock, e - b)));
+    for (int64_t c = b; c < e; c += kBlock) {
+      const int64_t m = std::min(kBlock, e - c);
+      draw(ctx, s, seed, block.data(), c - off, c - off + m);
+      convert(DType::f32, block.data(), master_dtype(), value_at(r, c), m);
     }
   }
   if (opts_.device) values_from_host(staging.ptr<float>(0));
@@ -255,11 +293,12 @@ void ParamStore::init(const CpuCtx& ctx_in, uint64_t seed) {
 std::vector<Segment> ParamStore::full_segments() const {
   CLAW_CHECK(!opts_.shard_values && !opts_.shard_grads, "full segments of a sharded store");
   std::vector<Segment> out;
-  for (const StoreRegion& r : regions()) {
-    if (!r.trainable) continue;
-    for (size_t k : r.params) {
+  for (int r = 0; r < static_cast<int>(regions().size()); ++r) {
+    if (!regions()[r].trainable) continue;
+    for (size_t k : regions()[r].params) {
       const Param* p = params_[k];
-      out.push_back({.param = p, .value = p->data(), .grad = p->gdata(), .n = p->spec.local_shape().numel()});
+      out.push_back({.param = p, .value = value_at(r, slot(k).offset), .grad = p->gdata(),
+                     .n = p->spec.local_shape().numel(), .value_dtype = master_dtype()});
     }
   }
   return out;

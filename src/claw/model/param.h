@@ -31,6 +31,7 @@
 
 #include "claw/core/arena.h"
 #include "claw/core/dtype.h"
+#include "claw/core/error.h"
 #include "claw/core/parallel.h"
 #include "claw/core/tensor.h"
 #include "claw/kernels/cuda/context.h"
@@ -129,24 +130,32 @@ struct Param {
 // piece of it inside the rank's shard under ZeRO).
 struct Segment {
   const Param* param;  // for weight decay and messages
-  float* value;
+  void* value;         // n elements of value_dtype: the master weights
   const float* grad;
   int64_t n;
   int64_t begin = 0;  // offset of value[0] among the parameter's local elements (checkpoints)
+  DType value_dtype = DType::f32;
+  float* f32_value() const {
+    CLAW_CHECK(value_dtype == DType::f32, "{}: the master weights are {}", param->spec.name, dtype_name(value_dtype));
+    return static_cast<float*>(value);
+  }
 };
 
-// The dtype of each role of a ParamStore. fp32 everywhere is the default
-// and the only combination the layers run today; a bf16 or f16 compute copy
-// is the BF16/FP16 training's (the kernels take 16-bit storage already).
-// Masters and gradients are f32: the optimizer and the data-parallel
-// reduction work on fp32.
+// The dtype of each role of a ParamStore. fp32 everywhere is the default;
+// a bf16 or f16 compute copy is laid out like the values and refreshed from
+// them (the kernels take 16-bit storage already). The master weights are
+// f32, or f16 (--main-params-dtype fp16): then the store holds only the
+// 2-byte masters and the layers read an fp32 working copy of each unit,
+// made by the data-parallel engine before the unit runs and dropped after
+// (the same slots as ZeRO-3's gathers; compute stays f32). Gradients are
+// f32: the data-parallel reduction and the optimizer read fp32 gradients.
 enum class ParamRole { master, compute, grad };
 struct StoreDtypes {
   DType master = DType::f32;
   DType compute = DType::f32;
   DType grad = DType::f32;
   DType of(ParamRole r) const { return r == ParamRole::master ? master : r == ParamRole::compute ? compute : grad; }
-  bool separate_compute() const { return compute != master; }
+  bool separate_compute() const { return master == DType::f32 && compute != master; }
   // Throws claw::Error naming the role and the dtypes it may have.
   void validate() const;
 };
@@ -175,6 +184,11 @@ struct StoreOptions {
   // not train (--freeze); the GPT sets ParamSpec::trainable from them.
   std::vector<std::string> freeze;
   StoreDtypes dtypes;
+  // Whether the parameters' value tensors are unbound outside a unit's use:
+  // the values are sharded (ZeRO-3) or stored in a dtype the layers do not
+  // read (fp16 masters); the data-parallel engine binds each unit to an
+  // fp32 slot while it runs.
+  bool values_in_slots() const { return shard_values || dtypes.master != DType::f32; }
 };
 
 // Whether `name` matches one of the glob patterns.
@@ -250,8 +264,8 @@ class ParamStore {
   // Floats of the whole value and gradient layouts.
   int64_t total() const { return layout_.value_total; }
   int64_t grad_total() const { return layout_.grad_total; }
-  // Full buffers (null when sharded).
-  float* values() const { return opts_.shard_values ? nullptr : values_.ptr<float>(0); }
+  // Full buffers (null when sharded); the float views need fp32 masters.
+  float* values() const;
   float* grads() const { return opts_.shard_grads ? nullptr : grads_.ptr<float>(0); }
   // Region r's element 0 in the full buffers (null when sharded).
   float* values(int r) const;
@@ -260,6 +274,10 @@ class ParamStore {
   // full buffer when not sharded).
   float* value_shard(int r) const;
   float* grad_shard(int r) const;
+  // Element i (region coordinates) of region r's values, in the master
+  // dtype; this rank must hold it (any element, unless values are sharded).
+  uint8_t* value_at(int r, int64_t i) const;
+  DType master_dtype() const { return opts_.dtypes.master; }
   size_t bytes() const { return static_cast<size_t>(total()) * sizeof(float); }  // the whole value buffer
   size_t value_bytes() const { return layout_.value_bytes; }  // held by this rank (allocated unless planning)
   size_t grad_bytes() const { return layout_.grad_bytes; }

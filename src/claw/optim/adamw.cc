@@ -24,6 +24,11 @@ void AdamWConfig::validate() const {
     if (t != DType::f32 && !precision_aware)
       fail("{} {} needs --use-precision-aware-optimizer (as in Megatron)", flag, optimizer_dtype_name(t));
   }
+  if (main_params_dtype != DType::f32 && main_params_dtype != DType::f16)
+    fail("--main-params-dtype {}: the master weights are stored in fp32 or fp16", optimizer_dtype_name(main_params_dtype));
+  if (main_params_dtype != DType::f32 && !precision_aware)
+    fail("--main-params-dtype {} needs --use-precision-aware-optimizer (as in Megatron)",
+         optimizer_dtype_name(main_params_dtype));
 }
 
 DType parse_optimizer_dtype(const std::string& flag, const std::string& name) {
@@ -116,8 +121,12 @@ void AdamW::step(const CpuCtx& ctx, double lr, double grad_scale) {
       with_type(cfg_.exp_avg_sq_dtype, [&](auto vt) {
         using M = decltype(mt);
         using V = decltype(vt);
-        kernels::adamw_update<float, float, M, V>(ctx, seg.value, static_cast<M*>(m), static_cast<V*>(v), seg.grad,
-                                                  seg.n, h);
+        if (seg.value_dtype == DType::f16)
+          kernels::adamw_update<float16, float, M, V>(ctx, static_cast<float16*>(seg.value), static_cast<M*>(m),
+                                                      static_cast<V*>(v), seg.grad, seg.n, h);
+        else
+          kernels::adamw_update<float, float, M, V>(ctx, seg.f32_value(), static_cast<M*>(m), static_cast<V*>(v),
+                                                    seg.grad, seg.n, h);
       });
     });
   }

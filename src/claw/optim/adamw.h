@@ -42,6 +42,9 @@ struct AdamWConfig {
   bool precision_aware = false;      // --use-precision-aware-optimizer
   DType exp_avg_dtype = DType::f32;     // --exp-avg-dtype: f32, bf16 or f16
   DType exp_avg_sq_dtype = DType::f32;  // --exp-avg-sq-dtype: f32 or bf16 (f16 would flush small g^2 to zero)
+  // --main-params-dtype: the master weights the update reads and writes, f32
+  // or f16 (stored in the parameter store; model/param.h StoreDtypes).
+  DType main_params_dtype = DType::f32;
   void validate() const;
 };
 

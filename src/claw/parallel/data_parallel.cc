@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 
@@ -189,7 +190,7 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
     }
     m.staging_slots = static_cast<size_t>(a.high_water()) * sizeof(float);
   }
-  if (cfg.zero_stage >= 3) {
+  if (store.options().values_in_slots()) {
     int64_t cap = 0;
     for (bool training : {true, false}) {
       SlotAllocator a;
@@ -198,7 +199,7 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
       for (size_t i = 0; i < order.size(); ++i) {
         const int u = order[i];
         if (res[u] < 0) res[u] = a.allocate(values_size(u));
-        if (cfg.overlap_param_gather && i + 1 < order.size() && res[order[i + 1]] < 0)
+        if (cfg.overlap_param_gather && store.options().shard_values && i + 1 < order.size() && res[order[i + 1]] < 0)
           res[order[i + 1]] = a.allocate(values_size(order[i + 1]));
         a.release(res[u]);
         res[u] = -1;
@@ -218,13 +219,13 @@ std::vector<model::Segment> DataParallel::segments() const {
     const model::StoreRegion& g = regions[r];
     if (!g.trainable) continue;
     const int64_t lo = cfg_.zero_stage == 0 ? 0 : g.shard_lo(), hi = cfg_.zero_stage == 0 ? g.total : g.shard_hi();
-    float* values = cfg_.zero_stage >= 3 ? store_.value_shard(r) - lo : store_.values(r);
     float* grads = cfg_.zero_stage >= 2 ? store_.grad_shard(r) - lo : store_.grads(r);
     for (size_t k : g.params) {
       const int64_t off = store_.slot(k).offset;
       const int64_t b = std::max(lo, off), e = std::min(hi, off + params[k]->spec.local_shape().numel());
       if (b < e)
-        out.push_back({.param = params[k], .value = values + b, .grad = grads + b, .n = e - b, .begin = b - off});
+        out.push_back({.param = params[k], .value = store_.value_at(r, b), .grad = grads + b, .n = e - b,
+                       .begin = b - off, .value_dtype = store_.master_dtype()});
     }
   }
   return out;
@@ -284,15 +285,25 @@ void DataParallel::issue_gather(int unit) {
     const model::StoreRegion& reg = store_.regions()[r];
     const auto [lo, hi] = u.ranges[r];
     float* dst = gathered_.ptr<float>(0) + g.slot + slot_offset(store_, u, r, false);
-    // This rank's part of the unit goes in place; the gather fills the rest.
-    const int64_t b = std::max(lo, reg.shard_lo()), e = std::min(hi, reg.shard_hi());
-    if (b < e) std::memcpy(dst + (b - lo), store_.value_shard(r) + (b - reg.shard_lo()), (e - b) * sizeof(float));
-    g.work.push_back(regions_[r].group->all_gather_async(nullptr, dst, counts_of(r, lo, hi), DType::f32));
+    // This rank's part of the unit goes in place, in fp32; under ZeRO-3 the
+    // gather fills the rest.
+    const bool sharded = store_.options().shard_values;
+    const int64_t b = sharded ? std::max(lo, reg.shard_lo()) : lo, e = sharded ? std::min(hi, reg.shard_hi()) : hi;
+    if (b < e) convert(store_.master_dtype(), store_.value_at(r, b), DType::f32, dst + (b - lo), e - b);
+    if (sharded) g.work.push_back(regions_[r].group->all_gather_async(nullptr, dst, counts_of(r, lo, hi), DType::f32));
   }
 }
 
 void DataParallel::before_use(int unit) {
-  if (cfg_.zero_stage < 3) return;
+  if (!store_.options().values_in_slots()) return;
+  if (!store_.options().shard_values) {
+    // fp16 masters, unsharded: the unit's working copy is widened on the
+    // spot, in whatever order the schedule uses units (pipelines interleave
+    // micro-batches), one unit at a time.
+    if (resident_[unit].slot < 0) issue_gather(unit);
+    bind(unit, gathered_.ptr<float>(0) + resident_[unit].slot, false);
+    return;
+  }
   CLAW_CHECK(use_cursor_ < use_order_.size() && use_order_[use_cursor_] == unit,
              "unit {} used out of the planned order", units_[unit].name);
   if (resident_[unit].slot < 0) issue_gather(unit);
@@ -306,7 +317,7 @@ void DataParallel::before_use(int unit) {
 }
 
 void DataParallel::after_use(int unit) {
-  if (cfg_.zero_stage < 3) return;
+  if (!store_.options().values_in_slots()) return;
   bind(unit, nullptr, false);
   gather_alloc_.release(resident_[unit].slot);
   resident_[unit] = Gathered{};
@@ -408,19 +419,27 @@ void DataParallel::after_optimizer_step() {
   // Frozen regions never change: only the trainable ones are gathered.
   for (int r = 0; r < static_cast<int>(regions_.size()); ++r)
     if (regions_[r].trainable)
-      regions_[r].group->all_gather(nullptr, store_.values(r), store_.regions()[r].shard_size(), DType::f32);
+      regions_[r].group->all_gather(nullptr, store_.value_at(r, 0), store_.regions()[r].shard_size(),
+                                    store_.master_dtype());
 }
 
 double DataParallel::all_reduce_sum(double v) { return dp_.all_reduce_value(v); }
 
 void DataParallel::gather_values(float* out) {
-  if (cfg_.zero_stage < 3) {
-    std::memcpy(out, store_.values(), store_.bytes());
-    return;
-  }
+  const DType master = store_.master_dtype();
+  std::vector<uint8_t> whole;  // a 16-bit region, before it is widened into `out`
   for (int r = 0; r < static_cast<int>(regions_.size()); ++r) {
     const model::StoreRegion& g = store_.regions()[r];
-    regions_[r].group->all_gather(store_.value_shard(r), out + g.value_base, g.shard_size(), DType::f32);
+    uint8_t* dst = reinterpret_cast<uint8_t*>(out + g.value_base);
+    if (master != DType::f32) {
+      whole.resize(static_cast<size_t>(g.total) * dtype_size(master));
+      dst = whole.data();
+    }
+    if (store_.options().shard_values)
+      regions_[r].group->all_gather(store_.value_at(r, g.shard_lo()), dst, g.shard_size(), master);
+    else
+      std::memcpy(dst, store_.value_at(r, 0), static_cast<size_t>(g.total) * dtype_size(master));
+    if (master != DType::f32) convert(master, whole.data(), DType::f32, out + g.value_base, g.total);
   }
 }
 

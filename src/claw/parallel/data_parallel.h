@@ -29,6 +29,12 @@
 //            into a slot and freed after use; with --overlap-param-gather
 //            the next unit's gather is issued before the current unit runs.
 //
+// fp16 master weights (--main-params-dtype fp16) use the same slots at any
+// stage: the store holds the values in fp16 (the owned range at stage 3),
+// and before a unit is used its values are widened into an fp32 slot (and at
+// stage 3 all-gathered there), freed after use; stage 1/2's in-place gather
+// after the update moves fp16.
+//
 // A unit's staging slot holds its ranges of the trainable regions one after
 // another, its gather slot its ranges of every region. Staging and gather
 // slots come from two planned arenas whose sizes are found by running the

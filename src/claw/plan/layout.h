@@ -31,6 +31,9 @@ struct Precision {
   // Under "fp8": the blocks whose GEMMs stay bf16 (--fp8-layer-selection
   // auto's choice, or --first-last-layers-bf16): they run at the bf16 peak.
   std::vector<int64_t> high_precision_layers;
+  // The stored master weights of claw's trainer (--main-params-dtype): f16
+  // halves the parameter arena and adds an fp32 working slot per unit in use.
+  DType main_params_dtype = DType::f32;
 };
 // "fp32" (claw's CPU trainer), "bf16"/"fp16" (mixed precision as above),
 // "fp8" (bf16 storage, fp8 GEMMs); throws naming the valid names.

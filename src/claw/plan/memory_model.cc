@@ -39,6 +39,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   store.expert_shards = l.expert_dp();
   store.allocate = false;
   store.freeze = job.freeze;
+  store.dtypes.master = prec.main_params_dtype;
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
                                          .overlap_param_gather = l.overlap_param_gather,
                                          .optimizer_bytes_per_element = static_cast<size_t>(std::lround(2 * prec.moment_bytes))};

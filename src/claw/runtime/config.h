@@ -60,6 +60,9 @@ struct RuntimeConfig {
   int num_threads = 0;            // --num-threads (0: this node's threads shared by its ranks)
   std::string device = "cpu";     // --device cpu | cuda | cuda:N (kernels, arenas and the optimizer on that GPU)
   bool allow_tf32 = false;        // --allow-tf32: the GPU's fp32 GEMMs round operands to TF32 (PyTorch's allow_tf32)
+  // --main-params-dtype: the master weights the store keeps (f32, or f16 with
+  // an fp32 working copy per unit in use; model/param.h StoreDtypes).
+  DType main_params_dtype = DType::f32;
   // false: the model only runs forward (evaluation); no optimizer state is
   // expected in the memory check.
   bool training = true;

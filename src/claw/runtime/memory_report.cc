@@ -31,7 +31,7 @@ MemoryPlan make_memory_plan(const parallel::DataParallelMemory& m, int zero_stag
     if (e.name.rfind("layers.", 0) == 0) layer_bytes[e.name.substr(0, e.name.find('.', 7))] += bytes;
     if (e.name.rfind("scratch.", 0) == 0) p.scratch += bytes;
     if (e.name.rfind("recompute.", 0) == 0) p.recompute_region += bytes;
-    if (e.name.rfind("bf16_work.", 0) == 0) p.bf16_work += bytes;
+    if (e.name.rfind("half_work.", 0) == 0) p.half_work += bytes;
   }
   for (const auto& [name, bytes] : layer_bytes) p.per_layer_activations = std::max(p.per_layer_activations, bytes);
   return p;
@@ -47,14 +47,21 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
   const std::string frozen =
       p.frozen_params > 0 ? fmt::format(" ({:.2f}M frozen: no gradients or optimizer state)", p.frozen_params / 1e6)
                           : "";
+  const std::string master = p.master == DType::f16 ? "fp16 master" : "fp32";
   s += row("parameters", p.params,
-           fmt::format("{:.2f}M fp32 parameters{}{}", num_params / 1e6, frozen, p.zero_stage >= 3 ? ", " + shard : ""));
+           fmt::format("{:.2f}M {} parameters{}{}", num_params / 1e6, master, frozen,
+                       p.zero_stage >= 3 ? ", " + shard : ""));
   const std::string grads_of = p.frozen_params > 0 ? "trainable parameters" : "same layout";
   s += row("gradients", p.grads, p.zero_stage >= 2 ? "fp32, " + grads_of + ", " + shard : "fp32, " + grads_of);
   if (p.optimizer)  // none when the model only runs forward (claw eval)
     s += row("optimizer", p.optimizer,
              p.zero_stage >= 1 ? "AdamW exp_avg + exp_avg_sq, " + shard : "AdamW exp_avg + exp_avg_sq");
-  if (p.gathered) s += row("gathered", p.gathered, "ZeRO-3: units all-gathered just before use");
+  if (p.gathered && p.zero_stage >= 3)
+    s += row("gathered", p.gathered,
+             p.master == DType::f32 ? "ZeRO-3: units all-gathered just before use"
+                                    : "ZeRO-3: units all-gathered and widened to fp32 just before use");
+  else if (p.gathered)
+    s += row("working copies", p.gathered, "fp32 copies of the units in use, widened from the fp16 masters");
   if (p.staging) s += row("grad staging", p.staging, "ZeRO-2/3: unit gradients until reduce-scattered");
   std::string layers =
       recomputed_layers == 0
@@ -65,8 +72,9 @@ std::string format_memory_plan(const MemoryPlan& p, const model::ModelConfig& cf
                             : fmt::format("{} layers x {} + ", cfg.num_layers - recomputed_layers,
                                           format_bytes(static_cast<double>(p.per_layer_activations))),
                         recomputed_layers, format_bytes(static_cast<double>(p.recompute_region)));
-  if (p.bf16_work > 0)
-    layers = fmt::format("{} (bf16) + fp32 working region {}", layers, format_bytes(static_cast<double>(p.bf16_work)));
+  if (p.half_work > 0)
+    layers = fmt::format("{} ({}) + fp32 working region {}", layers, p.activation_dtype == DType::f16 ? "fp16" : "bf16",
+                         format_bytes(static_cast<double>(p.half_work)));
   s += row("activations", p.activations,
            fmt::format("micro-batch {}x{}: {} + scratch {}", B, T, layers, format_bytes(static_cast<double>(p.scratch))));
   s += row("total", p.total(), "");

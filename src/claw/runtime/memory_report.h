@@ -27,9 +27,11 @@ struct MemoryPlan {
   int zero_stage = 0, dp = 1;
   size_t per_layer_activations = 0;  // one (not recomputed) block's saved tensors
   size_t recompute_region = 0;       // shared by recomputed blocks (they keep only their output)
-  size_t bf16_work = 0;              // bf16 activations: the fp32 working region stored blocks share
+  size_t half_work = 0;              // 16-bit activations: the fp32 working region stored blocks share
+  DType activation_dtype = DType::f32;  // the stored blocks' saved tensors
   size_t scratch = 0;                // shared buffers (incl. the logits chunk)
   int64_t frozen_params = 0;         // elements of frozen parameters (no gradients, no optimizer state)
+  DType master = DType::f32;         // the stored master weights (--main-params-dtype)
   size_t total() const { return params + grads + optimizer + gathered + staging + activations; }
 };
 

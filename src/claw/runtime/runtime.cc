@@ -74,12 +74,14 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   storage.freeze = cfg_.freeze;
   storage.expert_shards = pstate_->expert_dp().size();
   storage.expert_shard = pstate_->expert_dp().rank();
+  storage.dtypes.master = cfg_.main_params_dtype;
   const int stage = pstate_->pp().rank();
   const plan::Job job{.model = mc, .seq_length = cfg_.seq_length, .global_batch_size = cfg_.global_batch_size,
                       .freeze = cfg_.freeze};
   // claw's CPU storage: fp32 values and gradients, the moments in their dtypes.
   plan::Precision storage_precision = plan::precision("fp32");
   storage_precision.moment_bytes = static_cast<double>(par.dp.optimizer_bytes_per_element) / 2;
+  storage_precision.main_params_dtype = cfg_.main_params_dtype;
   planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, storage_precision);
   // Before any allocation: a plan larger than the node would end in the OOM
   // killer, without a word. The device adds the runtime's own overhead.
@@ -115,6 +117,8 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
     MemoryPlan plan = make_memory_plan(dps_.front()->memory(), par.dp.zero_stage, dp_group.size(), acts);
     if (!cfg_.training) plan.optimizer = 0;
     plan.frozen_params = chunks_.front()->store().frozen_numel();
+    plan.master = chunks_.front()->store().master_dtype();
+    plan.activation_dtype = mc.activation_dtype();
     log::info("memory", "{}", format_memory_plan(plan, mc, chunks_.front()->store().numel(), B, T, recompute.layers));
   }
   model_ = std::make_unique<ModelChunks>(chunks, dps, pstate_->pp(), pstate_->embedding(), schedule, B, T, recompute);

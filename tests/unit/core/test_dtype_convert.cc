@@ -40,6 +40,45 @@ TEST(DtypeConvert, EveryValueRoundTrips) {
     }
 }
 
+// The inline f16 bit arithmetic equals the generic codec: every f16 pattern
+// widens to the same float (bit for bit, NaN to a NaN), and every float whose
+// low 12 bits are 0x000, 0x800 (the f16 ties), 0xfff or 0x001 narrows to the
+// same pattern, which covers each rounding case in every binade.
+TEST(DtypeConvert, FastF16EqualsTheReferenceCodec) {
+  for (uint32_t h = 0; h < (1u << 16); ++h) {
+    const float a = f16_to_f32(uint16_t(h)), b = f16_to_f32_reference(uint16_t(h));
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(a)) << h;
+      continue;
+    }
+    uint32_t ua, ub;
+    std::memcpy(&ua, &a, 4);
+    std::memcpy(&ub, &b, 4);
+    ASSERT_EQ(ua, ub) << "f16 pattern " << h;
+  }
+  std::vector<float> xs;
+  for (uint32_t hi = 0; hi < (1u << 20); ++hi)
+    for (uint32_t lo : {0x000u, 0x001u, 0x7ffu, 0x800u, 0x801u, 0xfffu}) {
+      const uint32_t u = hi << 12 | lo;
+      float x;
+      std::memcpy(&x, &u, 4);
+      xs.push_back(x);
+      ASSERT_EQ(f32_to_f16(x), f32_to_f16_reference(x)) << "f32 bits " << std::hex << u;
+    }
+  // The bulk conversions (F16C where built for it) agree with the scalars.
+  std::vector<uint16_t> hs(xs.size());
+  convert(DType::f32, xs.data(), DType::f16, hs.data(), static_cast<int64_t>(xs.size()));
+  for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(hs[i], f32_to_f16(xs[i])) << "f32 " << xs[i];
+  std::vector<uint16_t> every(1u << 16);
+  for (uint32_t h = 0; h < every.size(); ++h) every[h] = uint16_t(h);
+  std::vector<float> wide(every.size());
+  convert(DType::f16, every.data(), DType::f32, wide.data(), static_cast<int64_t>(every.size()));
+  for (uint32_t h = 0; h < every.size(); ++h) {
+    const float want = f16_to_f32(uint16_t(h));
+    ASSERT_EQ(std::memcmp(&wide[h], &want, 4), 0) << "f16 pattern " << h;
+  }
+}
+
 // Narrowing picks the nearest representable value, ties to the even pattern:
 // checked on random floats against the sorted finite values of each format.
 TEST(DtypeConvert, NarrowingRoundsToNearestEven) {

@@ -153,5 +153,35 @@ TEST(AdamW, SixteenBitMomentsRoundTheFp32Update) {
   check_16bit_moments<bfloat16, float>();
 }
 
+// fp16 masters (--main-params-dtype fp16): each step is the fp32 step of
+// the widened master, rounded to nearest even into fp16; the moments, never
+// rounded here, equal the fp32 kernel's bit for bit.
+TEST(AdamW, Fp16MastersRoundTheFp32Update) {
+  const int64_t n = 5003;  // several 1024-element blocks and a tail
+  std::vector<float> g(n);
+  std::vector<float16> p(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = narrow<float16>(std::sin(0.37f * i));
+    g[i] = 1e-2f * std::cos(0.11f * i);
+  }
+  std::vector<float> m(n, 0.0f), v(n, 0.0f), m32(n, 0.0f), v32(n, 0.0f);
+  bool moved = false;
+  for (int step = 1; step <= kSteps; ++step) {
+    const AdamWHyper h = hyper(step);
+    std::vector<float> want(n);
+    for (int64_t i = 0; i < n; ++i) want[i] = widen(p[i]);
+    const std::vector<float> before = want;
+    adamw_update<float>(CpuCtx{1}, want.data(), m32.data(), v32.data(), g.data(), n, h);
+    adamw_update<float16, float, float, float>(ctx, p.data(), m.data(), v.data(), g.data(), n, h);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(p[i].bits, narrow<float16>(want[i]).bits) << "step " << step << " element " << i;
+      ASSERT_EQ(m[i], m32[i]);
+      ASSERT_EQ(v[i], v32[i]);
+      moved |= widen(p[i]) != before[i];
+    }
+  }
+  EXPECT_TRUE(moved);
+}
+
 }  // namespace
 }  // namespace claw::kernels

@@ -17,12 +17,14 @@
 //
 // Shapes: param, grad, m, v [n] (one flat range; a caller passes each
 // parameter, or each ZeRO shard, with its own weight_decay from ParamSpec).
-// step counts from 1. T is the type of param and of the arithmetic (fp32,
-// or fp64 in tests); G the storage type of the gradients (T, or bf16/f16
-// widened exactly on load); M and V the storage types of m and v (T, or
-// bf16/f16 under --use-precision-aware-optimizer: widened on load, the new
-// moment rounded to nearest even on store, the update reading the moment
-// before that rounding).
+// step counts from 1. P is the storage type of param, and T = acc_t<P> the
+// type of the arithmetic: fp32 (fp64 in tests), or f16 masters under
+// --main-params-dtype fp16 (widened on load, the updated value rounded to
+// nearest even on store) with fp32 arithmetic; G the storage type of the
+// gradients (T, or bf16/f16 widened exactly on load); M and V the storage
+// types of m and v (T, or bf16/f16 under --use-precision-aware-optimizer:
+// widened on load, the new moment rounded to nearest even on store, the
+// update reading the moment before that rounding).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +43,7 @@ struct AdamWHyper {
   int64_t step = 1;
 };
 
-template <typename T, typename G = T, typename M = T, typename V = T>
-void adamw_update(const CpuCtx& ctx, T* param, M* m, V* v, const G* grad, int64_t n, const AdamWHyper& h);
+template <typename P, typename G = P, typename M = P, typename V = P>
+void adamw_update(const CpuCtx& ctx, P* param, M* m, V* v, const G* grad, int64_t n, const AdamWHyper& h);
 
 }  // namespace claw::kernels

@@ -14,6 +14,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/storage.h"
 #include "claw/kernels/cpu/blas.h"
@@ -215,6 +216,31 @@ void unpack_bf16(const CpuCtx& ctx, const uint16_t* x, float* y, int64_t n) {
   parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) y[i] = bf16_bits_to_f32(x[i]);
   });
+}
+
+void round_half_values(const CpuCtx& ctx, DType t, float* x, int64_t n) {
+  if (t == DType::bf16) return round_bf16_values(ctx, x, n);
+  CLAW_CHECK(t == DType::f16, "16-bit activations are bf16 or f16, not {}", dtype_name(t));
+  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
+    uint16_t bits[1024];
+    for (int64_t b = lo; b < hi; b += 1024) {
+      const int64_t k = std::min<int64_t>(1024, hi - b);
+      convert(DType::f32, x + b, DType::f16, bits, k);
+      convert(DType::f16, bits, DType::f32, x + b, k);
+    }
+  });
+}
+
+void pack_half(const CpuCtx& ctx, DType t, const float* x, uint16_t* y, int64_t n) {
+  if (t == DType::bf16) return pack_bf16(ctx, x, y, n);
+  CLAW_CHECK(t == DType::f16, "16-bit activations are bf16 or f16, not {}", dtype_name(t));
+  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) { convert(DType::f32, x + lo, DType::f16, y + lo, hi - lo); });
+}
+
+void unpack_half(const CpuCtx& ctx, DType t, const uint16_t* x, float* y, int64_t n) {
+  if (t == DType::bf16) return unpack_bf16(ctx, x, y, n);
+  CLAW_CHECK(t == DType::f16, "16-bit activations are bf16 or f16, not {}", dtype_name(t));
+  parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) { convert(DType::f16, x + lo, DType::f32, y + lo, hi - lo); });
 }
 
 std::string cpu_precision_flags() {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "claw/core/dtype.h"
 #include "claw/core/parallel.h"
 
 namespace claw::kernels {
@@ -55,6 +56,11 @@ void onednn_bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 void round_bf16_values(const CpuCtx& ctx, float* x, int64_t n);
 void pack_bf16(const CpuCtx& ctx, const float* x, uint16_t* y, int64_t n);
 void unpack_bf16(const CpuCtx& ctx, const uint16_t* x, float* y, int64_t n);
+// The same for 16-bit activations of either kind (t: bf16, or f16 under
+// --fp16: rounded to nearest even, overflowing to inf as IEEE does).
+void round_half_values(const CpuCtx& ctx, DType t, float* x, int64_t n);
+void pack_half(const CpuCtx& ctx, DType t, const float* x, uint16_t* y, int64_t n);
+void unpack_half(const CpuCtx& ctx, DType t, const uint16_t* x, float* y, int64_t n);
 
 // The CPU's instruction sets that matter to low precision, from
 // /proc/cpuinfo: those of avx2 fma f16c avx512f avx512_vnni avx512_bf16
