@@ -16,6 +16,8 @@ claw=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=precision_checks.sh
+source "$(dirname "$0")/precision_checks.sh"
 common=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
         --micro-batch-size 4 --global-batch-size 4 --eval-interval 1000 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 1
         --num-threads 1 --peak-gflops 100)
@@ -35,37 +37,17 @@ print(f"optimizer arena: fp32 moments {f32} MiB, fp16 + bf16 {half} MiB, bf16 + 
 assert abs(half - f32 / 2) <= 0.01 and abs(mixed - f32 * 3 / 4) <= 0.01, (f32, half, mixed)
 PY
 grep -q "as the planner's memory model predicts" "$tmp/pao20.log" || fail "the plan and the allocation differ"
-/usr/bin/python3 - "$tmp/f32.jsonl" "$tmp/pao20.jsonl" <<'PY'
-import json, sys
-a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
-la, lb = a[-1]["loss"], b[-1]["loss"]
-print(f"final loss after 20 steps: fp32 moments {la:.6f}, fp16/bf16 moments {lb:.6f}")
-assert any(x["loss"] != y["loss"] for x, y in zip(a, b)), "16-bit moments changed nothing: are they stored in 16 bits?"
-assert abs(lb - la) <= 0.01 * la, (la, lb)
-PY
+close_but_different "$tmp/f32.jsonl" "$tmp/pao20.jsonl" "fp16/bf16 moments"
 
 # Resume: saved after step 3, steps 4-6 continue bitwise.
-"$claw" train "${common[@]}" "${pao[@]}" --train-iters 6 --lr-decay-iters 6 --metrics-file "$tmp/full.jsonl" \
-  >"$tmp/full.log" 2>&1 || { cat "$tmp/full.log"; fail "6 steps"; }
-"$claw" train "${common[@]}" "${pao[@]}" --train-iters 6 --lr-decay-iters 6 --save "$tmp/ckpt" --save-interval 3 \
-  --exit-interval 3 >"$tmp/first.log" 2>&1 || { cat "$tmp/first.log"; fail "the run saved at step 3"; }
-"$claw" train "${common[@]}" "${pao[@]}" --train-iters 6 --lr-decay-iters 6 --load "$tmp/ckpt" \
-  --metrics-file "$tmp/resumed.jsonl" >"$tmp/resumed.log" 2>&1 || { cat "$tmp/resumed.log"; fail "the resumed run"; }
-/usr/bin/python3 "$(dirname "$0")/resumed_equal.py" "$tmp/full.jsonl" "$tmp/resumed.jsonl" 4 6 ||
-  fail "the run resumed from 16-bit moments"
-"$claw" ckpt inspect --tensors "$tmp/ckpt" >"$tmp/inspect.txt" 2>&1 || { cat "$tmp/inspect.txt"; fail "inspect"; }
+resumes_bitwise "16-bit moments" "${pao[@]}"
 grep -E "^ *optim\.exp_avg\.[^ ]+ .* f16 " "$tmp/inspect.txt" >/dev/null || { cat "$tmp/inspect.txt"; fail "exp_avg not f16"; }
 grep -E "^ *optim\.exp_avg_sq\.[^ ]+ .* bf16 " "$tmp/inspect.txt" >/dev/null || { cat "$tmp/inspect.txt"; fail "exp_avg_sq not bf16"; }
 if grep -E "^ *optim\..* f32 " "$tmp/inspect.txt"; then fail "a moment stored in f32"; fi
 grep -E "^ *model\..* f32 " "$tmp/inspect.txt" >/dev/null || fail "parameter values not f32"
 
 # Across optimizer precisions: the 16-bit checkpoint into fp32 moments and back.
-"$claw" train "${common[@]}" --train-iters 6 --lr-decay-iters 6 --load "$tmp/ckpt" >"$tmp/widen.log" 2>&1 ||
-  { cat "$tmp/widen.log"; fail "16-bit moments into fp32"; }
-"$claw" train "${common[@]}" --train-iters 4 --lr-decay-iters 6 --save "$tmp/f32ckpt" --save-interval 3 \
-  --exit-interval 3 >"$tmp/f32first.log" 2>&1 || { cat "$tmp/f32first.log"; fail "fp32 save"; }
-"$claw" train "${common[@]}" "${pao[@]}" --train-iters 6 --lr-decay-iters 6 --load "$tmp/f32ckpt" >"$tmp/narrow.log" 2>&1 ||
-  { cat "$tmp/narrow.log"; fail "fp32 moments into 16-bit"; }
+loads_across "16-bit moments" "${pao[@]}"
 grep -q "optimizer" "$tmp/narrow.log"
 
 # Bad input names the flag; fp16 squares are refused with the reason.
