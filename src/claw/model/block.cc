@@ -42,6 +42,7 @@ Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables*
     mlp.emplace(l, cfg, hf, tp);
   attention.set_activation_dtype(cfg.activation_dtype());
   if (mlp) mlp->set_activation_dtype(cfg.activation_dtype());
+  if (moe) moe->set_activation_dtype(cfg.activation_dtype());
 }
 
 // Hidden dropout on a branch output before the residual add. The stream is

@@ -132,12 +132,12 @@ struct ModelConfig {
   // --bf16 / --fp16: the linear layers multiply 16-bit operands (fp32
   // accumulation; parameters and the rest stay fp32).
   DType gemm_dtype = DType::f32;
-  // --bf16 / --fp16 on dense models: the blocks' large saved activations are
+  // --bf16 / --fp16: the blocks' large saved activations (MoE experts' too) are
   // 16-bit values of gemm_dtype, rounded where they are made (so forward and
   // backward see the same values) and kept in 16 bits between the passes
   // (Activations::packed); f32: none.
   DType activation_dtype() const {
-    return (gemm_dtype == DType::bf16 || gemm_dtype == DType::f16) && !moe.enabled() ? gemm_dtype : DType::f32;
+    return gemm_dtype == DType::bf16 || gemm_dtype == DType::f16 ? gemm_dtype : DType::f32;
   }
   bool half_activations() const { return activation_dtype() != DType::f32; }
 

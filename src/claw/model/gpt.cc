@@ -57,7 +57,8 @@ void Activations::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t B, int6
       {"attention.k", half_work.attn.k},       {"attention.v", half_work.attn.v},
       {"attention.out", half_work.attn.out},   {"x_mid", half_work.x_mid},
       {"post_attention_norm.out", half_work.norm2.out}, {"mlp.h", half_work.mlp.h},
-      {"mlp.u", half_work.mlp.u}};
+      {"mlp.u", half_work.mlp.u},              {"mlp.experts.h", half_work.moe.h},
+      {"mlp.experts.u", half_work.moe.u},      {"mlp.experts.out", half_work.moe.o}};
   blocks.resize(stage.num_layers);
   packed.assign(stage.num_layers, {});
   const float* x = input;

@@ -6,6 +6,7 @@
 #include "claw/comm/group.h"
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/activations.h"
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/reduce.h"
 
@@ -143,9 +144,15 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
   const int64_t* off = ep ? d.offsets.data() : r.offsets.data();
   kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, fc.data(), 0.0f, s.h);
   if (swiglu_) kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, up.data(), 0.0f, s.u);
+  const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
+  if (round) {
+    kernels::round_half_values(ctx.cpu, activation_dtype_, s.h, Rin * Fe_);
+    if (swiglu_) kernels::round_half_values(ctx.cpu, activation_dtype_, s.u, Rin * Fe_);
+  }
   activate(ctx.cpu, s, Rin, scratch.moe_act);
   kernels::grouped_gemm(ctx.cpu, off, El_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, ep ? scratch.moe_rows : s.o);
   if (ep) undispatch(ctx.cpu, d, scratch.moe_rows, scratch.moe_drows, s.o);
+  if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.o, M * C_);
   kernels::moe_combine(ctx.cpu, r, s.o, C_, y, false);
   if (shared) {
     shared->forward(ctx, x, scratch.moe_shared, s.shared, scratch);

@@ -88,6 +88,9 @@ class MoELayer {
   void backward(const StepCtx& ctx, Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
+  // The experts' h (and u) and outputs o rounded to 16-bit values where they
+  // are made (ModelConfig::activation_dtype), so that they can be stored in 16 bits.
+  void set_activation_dtype(DType t) { activation_dtype_ = t; }
   // After the optimizer step: the expert bias moves toward the mean of the
   // step's loads, summed over `group` (the ranks the parameters are
   // replicated over); a no-op without the bias.
@@ -101,6 +104,7 @@ class MoELayer {
   std::optional<MLP> shared;
 
  private:
+  DType activation_dtype_ = DType::f32;  // f32: not rounded
   void activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* a) const;
   // Routes this rank's R tokens into routing_.
   void route(const float* logits, int64_t R) const;
