@@ -1,11 +1,13 @@
 """Does the automatic per-layer FP8 choice pay? The same training run in
-fp32, all-FP8 (delayed scaling, hybrid format), with the automatic choice
-(--fp8-layer-selection auto: a calibration pass measures each block's FP8
-error and keeps the worst --fp8-bf16-layer-budget blocks in bf16) and with
-the manual first/last choice, over several seeds, on the built-in corpus.
+fp32, all-FP8 (delayed scaling, hybrid format; or all-NVFP4 with --format
+nvfp4), with the automatic choice (--fp8-layer-selection auto: calibration
+passes measure how far each block alone in FP8 moves the model's gradient
+and keep the worst --fp8-bf16-layer-budget blocks in 16-bit) and with the
+manual first/last choice, over several seeds, on the built-in corpus.
 
   /usr/bin/python3 bench/bench_fp8_selection.py --claw build/bin/claw [--model gpt2-tiny]
-      [--seeds 1,2,3] [--steps 200] [--budget 1] [--out /tmp/bench_fp8_selection.json]
+      [--format fp8|nvfp4] [--seeds 1,2,3] [--steps 200] [--budget 1] [--out /tmp/bench_fp8_selection.json]
+      [--reuse earlier.json --rerun "auto choice"]
 
 At 200 steps the runs' final losses differ from one another by less than
 the spread between seeds, so each seed's FP8 run is compared with the fp32
@@ -25,12 +27,16 @@ import subprocess
 import sys
 import tempfile
 
-RUNS = [
-    ("fp32", []),
-    ("all-FP8 (delayed)", ["--fp8-format", "hybrid"]),
-    ("auto choice", ["--fp8-format", "hybrid", "--fp8-layer-selection", "auto"]),
-    ("first/last blocks bf16", ["--fp8-format", "hybrid", "--first-last-layers-bf16"]),
-]
+FORMATS = {  # --format: the low-precision flags and the name of the all-low-precision run
+    "fp8": (["--fp8-format", "hybrid"], "all-FP8 (delayed)"),
+    "nvfp4": (["--fp4"], "all-NVFP4"),
+}
+
+
+def runs_for(fmt):
+    flags, name = FORMATS[fmt]
+    return [("fp32", []), (name, flags), ("auto choice", flags + ["--fp8-layer-selection", "auto"]),
+            ("first/last blocks bf16", flags + ["--first-last-layers-bf16"])]
 
 
 def run(claw, model, steps, seq, seed, flags, budget, workdir):
@@ -63,19 +69,30 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--seq-length", type=int, default=64)
     ap.add_argument("--budget", type=int, default=1)
+    ap.add_argument("--format", choices=sorted(FORMATS), default="fp8")
+    ap.add_argument("--reuse", help="a JSON this script wrote: its runs are taken instead of run again, "
+                    "except those named in --rerun")
+    ap.add_argument("--rerun", default="", help="';'-separated run names to run even if --reuse has them")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "bench_fp8_selection.json"))
     a = ap.parse_args()
     seeds = [int(s) for s in a.seeds.split(",")]
+    RUNS = runs_for(a.format)
+    old = json.load(open(a.reuse)) if a.reuse else {}
+    rerun = {n for n in a.rerun.split(";") if n}
     res = {}
     with tempfile.TemporaryDirectory() as d:
         for seed in seeds:
             for name, flags in RUNS:
+                if f"{seed}/{name}" in old and name not in rerun:
+                    res[(seed, name)] = old[f"{seed}/{name}"]
+                    continue
                 r = run(a.claw, a.model, a.steps, a.seq_length, seed, flags, a.budget, d)
                 r["final"] = sum(r["loss"][-10:]) / 10
                 res[(seed, name)] = r
                 print(f"seed {seed} {name}: final {r['final']:.4f} val {r['val_loss']:.4f} {r['kept']}", file=sys.stderr)
     half = a.steps // 2
-    print(f"{a.model}, {a.steps} steps at sequence {a.seq_length}, batch 8, lr 1e-3; auto budget {a.budget} block(s)\n")
+    print(f"{a.model}, {a.steps} steps at sequence {a.seq_length}, batch 8, lr 1e-3; {a.format}; auto budget {a.budget} "
+          "block(s)\n")
     print("| seed | run | blocks in bf16 | final loss | vs fp32 | validation | vs fp32 | mean abs gap to fp32 curve, "
           "last half | arena bytes |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")

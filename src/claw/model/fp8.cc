@@ -226,24 +226,6 @@ void Fp8Linear::load_scaling_state(const std::vector<double>& s) {
     for (int64_t i = 0; i < len; ++i) history_[r][static_cast<size_t>(i)] = static_cast<float>(s[5 + r * len + i]);
 }
 
-double Fp8Linear::Errors::worst() const {
-  double w = 0;
-  for (int i = 0; i < 3; ++i)
-    if (ref[static_cast<size_t>(i)] > 0) w = std::max(w, std::sqrt(diff[static_cast<size_t>(i)] / ref[static_cast<size_t>(i)]));
-  return w;
-}
-
-void Fp8Linear::add_error(int which, const float* ref, const float* got, int64_t n) {
-  double d = 0, r = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(got[i]) - ref[i];
-    d += e * e;
-    r += static_cast<double>(ref[i]) * ref[i];
-  }
-  errors_.diff[static_cast<size_t>(which)] += d;
-  errors_.ref[static_cast<size_t>(which)] += r;
-}
-
 void Fp8Linear::update() {
   if (calibrating_) return;
   const int64_t len = static_cast<int64_t>(history_[0].size());

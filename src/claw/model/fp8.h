@@ -88,21 +88,13 @@ class Fp8Linear {
   void load_scaling_state(const std::vector<double>& s);  // s.size() == scaling_state_size(history length)
   static int64_t scaling_state_size(int64_t history_len) { return 5 + 3 * history_len; }
 
-  // Calibration (--fp8-layer-selection auto): the layer computes in fp32
-  // and also in FP8 (delayed scaling with the current amax, as there is no
-  // history yet), summing the squared differences of the FP8 products from
-  // the fp32 ones and the fp32 ones' squares, for the output, the input
-  // gradient and the weight gradient. Nothing enters the amax history.
-  struct Errors {
-    std::array<double, 3> diff{0, 0, 0}, ref{0, 0, 0};  // output, input grad, weight grad
-    // The largest relative error sqrt(diff / ref) of the three.
-    double worst() const;
-  };
+  // Calibration (--fp8-layer-selection auto, train/trainer.cc): passes
+  // that measure what FP8 in one block does to the model's gradients. A
+  // calibrating layer quantises as a training pass does, except that
+  // delayed scaling uses the current amax (there is no history yet) and
+  // nothing enters the amax history.
   bool calibrating() const { return calibrating_; }
   void set_calibrating(bool on) { calibrating_ = on; }
-  Errors& errors() { return errors_; }
-  // Adds ||got - ref||^2 and ||ref||^2 of n values to product `which`.
-  void add_error(int which, const float* ref, const float* got, int64_t n);
   // Whether the GEMMs run in FP8 (auto selection turns a layer off).
   bool active() const { return active_; }
   void set_active(bool on) { active_ = on; }
@@ -123,7 +115,6 @@ class Fp8Linear {
   std::array<float, 3> amax_{0, 0, 0};
   std::array<float, 3> scale_{1, 1, 1};
   bool calibrating_ = false, active_ = true;
-  Errors errors_;
   RandomStream sr_{0, 0};     // NVFP4's stochastic rounding of gradients
   uint64_t sr_counter_ = 0;   // uniforms drawn so far
   std::vector<float> rht_;    // NVFP4's Hadamard-transformed operand

@@ -247,27 +247,11 @@ void Linear::quantized_weight_grad(const CpuCtx& cpu, const float* dy, const flo
   multiply(cpu, true, false, out_, in_, rows, qdy, out_, qx, in_, beta, dw, in_);
 }
 
-// Calibration: the layer's output with FP8 products next to the fp32 one
-// in y, both whole (a row-parallel layer's partial sums reduced as the
-// output is), so that the error is the same in every layout.
-void Linear::fp8_calibrate_forward(const StepCtx& ctx, const float* x, const float* y) const {
-  thread_local std::vector<float> y8;
-  const int64_t N = ctx.tokens();
-  y8.resize(static_cast<size_t>(N * out_));
-  quantized_forward(ctx, x, y8.data());
-  lora_forward(ctx, x, y8.data());
-  if (kind_ == TpSplit::row) tp_.reduce_rows(y8.data(), ctx.B, ctx.T, out_);
-  const int64_t rows = kind_ == TpSplit::row ? tp_.rows(N) : N;
-  if (has_bias_) add_bias_rows(ctx.cpu, y8.data(), bias.data(), rows, out_);
-  fp8_->add_error(0, y, y8.data(), rows * out_);
-}
-
 void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
   const float* b = has_bias_ ? bias.data() : nullptr;
   const bool quantized = low_precision() && !ctx.batch_invariant;
-  const bool calibrate = quantized && fp8_ && fp8_->active() && fp8_->calibrating();
   auto product = [&](const float* with_bias) {
-    if (quantized && !calibrate) {
+    if (quantized) {
       quantized_forward(ctx, x, y);
       if (with_bias) add_bias_rows(ctx.cpu, y, with_bias, ctx.tokens(), out_);
     } else if (ctx.batch_invariant && !ctx.cpu.gpu && !inference_weight.empty())
@@ -286,7 +270,6 @@ void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
     tp_.reduce_rows(y, ctx.B, ctx.T, out_);
     if (b) add_bias_rows(ctx.cpu, y, b, tp_.rows(ctx.tokens()), out_);
   }
-  if (calibrate) fp8_calibrate_forward(ctx, x, y);
 }
 
 const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* full) const {
@@ -295,28 +278,10 @@ const float* Linear::output_grad(const StepCtx& ctx, const float* dy, float* ful
 
 void Linear::backward_input(const StepCtx& ctx, const float* dy, float* dx, bool accumulate) const {
   const int64_t N = ctx.tokens();
-  if (low_precision() && !(fp8_ && fp8_->calibrating())) {
+  if (low_precision())
     quantized_backward_input(ctx.cpu, dy, dx, N, accumulate ? 1.0f : 0.0f);
-  } else if (fp8_ && fp8_->active()) {  // calibrating: fp32 goes on, FP8 is measured against it
-    thread_local std::vector<float> d32, d8;
-    d32.resize(static_cast<size_t>(N * in_));
-    d8.resize(static_cast<size_t>(N * in_));
-    kernels::linear_backward_input(ctx.cpu, d32.data(), dy, weight.data(), N, in_, out_, false);
-    quantized_backward_input(ctx.cpu, dy, d8.data(), N, 0.0f);
-    if (kind_ == TpSplit::column && tp_.size() > 1) {  // partial sums: measured whole, as the caller reduces them
-      thread_local std::vector<float> s32, s8;
-      s32 = d32;
-      s8 = d8;
-      tp_.group->all_reduce(s32.data(), N * in_, DType::f32);
-      tp_.group->all_reduce(s8.data(), N * in_, DType::f32);
-      fp8_->add_error(1, s32.data(), s8.data(), N * in_);  // each TP rank adds the whole: same ratio
-    } else {
-      fp8_->add_error(1, d32.data(), d8.data(), N * in_);
-    }
-    for (int64_t i = 0; i < N * in_; ++i) dx[i] = accumulate ? dx[i] + d32[static_cast<size_t>(i)] : d32[static_cast<size_t>(i)];
-  } else {
+  else
     kernels::linear_backward_input(ctx.cpu, dx, dy, weight.data(), N, in_, out_, accumulate);
-  }
   if (!has_lora() || lora_merged_) return;
   // dx += (s dy B) A, through the dropout mask when there is one.
   const int64_t r = lora_rank_;
@@ -356,18 +321,7 @@ void Linear::backward_weight(const StepCtx& ctx, const float* dy, const float* x
 
 void Linear::apply_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows) {
   if (low_precision()) {
-    if (weight.grad.defined() && !(fp8_ && fp8_->calibrating())) {
-      quantized_weight_grad(cpu, dy, x, rows, weight.gdata(), 1.0f);
-    } else if (weight.grad.defined()) {  // calibrating
-      thread_local std::vector<float> w32, w8;
-      w32.assign(static_cast<size_t>(out_ * in_), 0.0f);
-      w8.resize(static_cast<size_t>(out_ * in_));
-      kernels::linear_backward_weight(cpu, w32.data(), static_cast<float*>(nullptr), dy, x, rows, in_, out_);
-      quantized_weight_grad(cpu, dy, x, rows, w8.data(), 0.0f);
-      fp8_->add_error(2, w32.data(), w8.data(), out_ * in_);
-      float* g = weight.gdata();
-      for (int64_t i = 0; i < out_ * in_; ++i) g[i] += w32[static_cast<size_t>(i)];
-    }
+    if (weight.grad.defined()) quantized_weight_grad(cpu, dy, x, rows, weight.gdata(), 1.0f);
     if (has_bias_ && bias.grad.defined())
       kernels::linear_backward_weight(cpu, static_cast<float*>(nullptr), bias.gdata(), dy, x, rows, in_, out_);
     return;

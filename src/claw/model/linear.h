@@ -144,7 +144,6 @@ class Linear {
   void quantized_forward(const StepCtx& ctx, const float* x, float* y) const;
   void quantized_backward_input(const CpuCtx& cpu, const float* dy, float* dx, int64_t N, float beta) const;
   void quantized_weight_grad(const CpuCtx& cpu, const float* dy, const float* x, int64_t rows, float* dw, float beta) const;
-  void fp8_calibrate_forward(const StepCtx& ctx, const float* x, const float* y) const;
   // A GEMM operand in this layer's precision (FP8 recipe or 16-bit); `slot`
   // picks one of two sets of buffers (the product's two operands).
   Operand gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols, bool along_rows,

@@ -137,30 +137,6 @@ void ModelChunks::load_fp8_scaling_state(const std::vector<double>& state, int64
   }
 }
 
-std::vector<double> ModelChunks::fp8_block_errors(int64_t num_layers) const {
-  std::vector<double> score(static_cast<size_t>(num_layers), 0.0);
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    const std::vector<model::Fp8Linear*> layers = chunks_[c]->fp8_layers();
-    if (layers.empty()) continue;
-    std::vector<double> sums;  // per layer and product: diff, ref
-    for (model::Fp8Linear* l : layers)
-      for (size_t i = 0; i < 3; ++i) sums.insert(sums.end(), {l->errors().diff[i], l->errors().ref[i]});
-    reduce_over_layer_replicas(c, sums.data(), static_cast<int64_t>(sums.size()), DType::f64, comm::ReduceOp::sum);
-    for (size_t k = 0; k < layers.size(); ++k) {
-      model::Fp8Linear::Errors e;
-      for (size_t i = 0; i < 3; ++i) {
-        e.diff[i] = sums[6 * k + 2 * i];
-        e.ref[i] = sums[6 * k + 2 * i + 1];
-      }
-      const int64_t block = layers[k]->block();
-      CLAW_CHECK(block >= 0 && block < num_layers, "FP8 layer {} is in no block of {}", layers[k]->layer(), num_layers);
-      score[static_cast<size_t>(block)] = std::max(score[static_cast<size_t>(block)], e.worst());
-    }
-  }
-  if (pp_->size() > 1) pp_->all_reduce(score.data(), num_layers, DType::f64, comm::ReduceOp::max);
-  return score;
-}
-
 double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(v) : v; }
 
 double ModelChunks::pp_sum(double v) const { return pp_->size() > 1 ? pp_->all_reduce_value(v) : v; }

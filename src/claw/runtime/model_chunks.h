@@ -78,14 +78,8 @@ class ModelChunks {
   int64_t fp8_slots_per_block() const;
   std::vector<double> fp8_scaling_state(int64_t num_layers, int64_t slots, int64_t history_len) const;
   void load_fp8_scaling_state(const std::vector<double>& state, int64_t slots, int64_t history_len);
-  // After FP8 calibration passes (model::Fp8Linear::set_calibrating): each
-  // transformer block's score, the largest relative error of an FP8
-  // product (output, input or weight gradient; errors summed over the ranks
-  // holding parts of the layer) among its FP8 linear layers; 0 for blocks
-  // without FP8 state. The same vector of num_layers on every rank.
-  std::vector<double> fp8_block_errors(int64_t num_layers) const;
   // Reduces n values of chunk c's layers over the ranks holding the same
-  // layers: tp x cp, then data-parallel (FP8 amaxes and calibration errors).
+  // layers: tp x cp, then data-parallel (FP8 amaxes).
   void reduce_over_layer_replicas(size_t c, void* buf, int64_t n, DType dt, comm::ReduceOp op) const;
   // This stage's MoE routing statistics since the last call (model/moe.h).
   model::MoeStats take_moe_stats();

@@ -215,6 +215,19 @@ void Trainer::load_checkpoint() {
             format_bytes(static_cast<double>(c.total_bytes)), start_iteration_ + 1);
 }
 
+// The automatic per-block FP8 choice. The error a single FP8 GEMM makes is
+// the format's rounding, nearly the same in every layer (E5M2 gradients:
+// about 6% relative); what differs between blocks is how far that error
+// travels. So the calibration measures it where it ends up, in the model's
+// gradients: on each calibration batch one pass with every block in 16-bit
+// (the reference) and one pass per block with only that block in FP8, and
+// a block's score is the relative distance of the whole gradient from the
+// reference, sqrt(sum |g_b - g|^2 / sum |g|^2) over the batches. The
+// gradients are those the optimizer reads (after the data-parallel
+// reduction, a ZeRO rank's shard), their squares reduced as the gradient
+// norm's are, so every layout scores alike. The budget's worst blocks stay
+// in 16-bit. No optimizer step: the first training step zeroes the
+// gradients.
 void Trainer::select_fp8_layers() {
   model::Fp8Config& f = model_cfg_.fp8;
   if (!f.enabled() || f.layer_selection != "auto") return;
@@ -228,30 +241,71 @@ void Trainer::select_fp8_layers() {
     log::info("fp8", "layer selection from the checkpoint: blocks kept out of FP8: {}",
               f.high_precision_layers.empty() ? "none" : fmt::format("{}", fmt::join(f.high_precision_layers, ",")));
   } else {
-    // Calibration: fp32 forward and backward on the first batches, each FP8
-    // layer measuring its FP8 products against them; no optimizer step.
     const auto t0 = clock::now();
+    const CpuCtx& cpu = runtime_->cpu();
+    std::vector<int64_t> candidates;
+    for (int64_t l = 0; l < L; ++l)
+      if (f.layer_in_fp8(l, L)) candidates.push_back(l);
+    const auto only_in_fp8 = [&](int64_t block) {
+      for (model::Fp8Linear* l : layers) l->set_active(l->block() == block);
+    };
+    // This rank's gradients (primary copies), as the optimizer's segments hold them.
+    const auto is_primary = [](const model::Segment& s) { return s.param->spec.primary; };
+    std::vector<float> reference;
+    const auto squared_distance = [&]() {  // to the reference, reduced: sum |g - g_ref|^2
+      double dense = 0, expert = 0;
+      size_t at = 0;
+      for (const model::Segment& s : optimizer_->segments()) {
+        if (!is_primary(s)) continue;
+        double d = 0;
+        for (int64_t i = 0; i < s.n; ++i) {
+          const double e = static_cast<double>(s.grad[i]) - reference[at + static_cast<size_t>(i)];
+          d += e * e;
+        }
+        at += static_cast<size_t>(s.n);
+        (s.param->spec.reduction_group == "expert_dp" ? expert : dense) += d;
+      }
+      return model.reduce_grad_sum_squares(dense, expert);
+    };
+    std::vector<double> dist(static_cast<size_t>(L), 0.0), dloss(static_cast<size_t>(L), 0.0);
+    double norm2 = 0;
     for (model::Fp8Linear* l : layers) l->set_calibrating(true);
     const int64_t GB = cfg_.global_batch_size;
     for (int64_t k = 0; k < f.calibration_batches; ++k) {
       batch_->load(*train_data_, k * GB);
-      loss_gradients(model, runtime_->cpu(), *batch_, 0, cfg_.seed, static_cast<uint64_t>(k * GB), dpo_train_.get());
+      const auto pass = [&] {
+        return loss_gradients(model, cpu, *batch_, 0, cfg_.seed, static_cast<uint64_t>(k * GB), dpo_train_.get());
+      };
+      only_in_fp8(-1);
+      const double loss = pass();
+      reference.clear();
+      for (const model::Segment& s : optimizer_->segments())
+        if (is_primary(s)) reference.insert(reference.end(), s.grad, s.grad + s.n);
+      norm2 += model.reduce_grad_sum_squares(optimizer_->grad_sum_squares(cpu, "dp"),
+                                             optimizer_->grad_sum_squares(cpu, "expert_dp"));
+      for (int64_t b : candidates) {
+        only_in_fp8(b);
+        dloss[static_cast<size_t>(b)] += (pass() - loss) / static_cast<double>(f.calibration_batches);
+        dist[static_cast<size_t>(b)] += squared_distance();
+      }
     }
     for (model::Fp8Linear* l : layers) l->set_calibrating(false);
-    const std::vector<double> err = model.fp8_block_errors(L);
-    std::vector<int64_t> order;
-    for (int64_t l = 0; l < L; ++l)
-      if (f.layer_in_fp8(l, L)) order.push_back(l);
+    std::vector<double> score(static_cast<size_t>(L), 0.0);
+    for (int64_t b : candidates) score[static_cast<size_t>(b)] = norm2 > 0 ? std::sqrt(dist[static_cast<size_t>(b)] / norm2) : 0;
+    std::vector<int64_t> order = candidates;
     std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return err[static_cast<size_t>(a)] > err[static_cast<size_t>(b)]; });
+                     [&](int64_t a, int64_t b) { return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)]; });
     order.resize(static_cast<size_t>(std::min<int64_t>(f.bf16_layer_budget, static_cast<int64_t>(order.size()))));
     std::sort(order.begin(), order.end());
     f.high_precision_layers = order;
     std::string table;
-    for (int64_t l = 0; l < L; ++l)
-      table += fmt::format("{}{}: {:.4f}", l ? ", " : "", l, err[static_cast<size_t>(l)]);
-    log::info("fp8", "calibration on {} batch(es) in {:.1f} s: per block, the largest relative error of an FP8 "
-              "output or gradient against fp32: {}", f.calibration_batches, seconds_since(t0), table);
+    for (int64_t b : candidates)
+      table += fmt::format("{}{}: {:.4f} ({:+.1e})", table.empty() ? "" : ", ", b, score[static_cast<size_t>(b)],
+                           dloss[static_cast<size_t>(b)]);
+    log::info("fp8", "calibration on {} batch(es), {} passes, in {:.1f} s: per block in FP8 alone, the relative "
+              "distance of the model's gradient from the {} one (and the loss change): {}",
+              f.calibration_batches, f.calibration_batches * static_cast<int64_t>(candidates.size() + 1),
+              seconds_since(t0), dtype_name(model_cfg_.gemm_dtype), table);
     log::info("fp8", "layer selection (budget {}): blocks kept out of FP8: {}", f.bf16_layer_budget,
               order.empty() ? "none" : fmt::format("{}", fmt::join(order, ",")));
   }
