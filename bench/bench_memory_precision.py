@@ -37,6 +37,11 @@ CONFIGS = [
     ("--bf16, fp16 main params, bf16 moments", ["--bf16", "--use-precision-aware-optimizer", "--main-params-dtype",
                                                 "fp16", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"], 12,
      "2 + 4 + 2 + 2 + 2"),
+    ("--bf16, fp8 moments", ["--bf16", "--use-precision-aware-optimizer", "--exp-avg-dtype", "fp8",
+                             "--exp-avg-sq-dtype", "fp8"], 12, "2 + 4 + 4 + 1 + 1 (per-tensor scales)"),
+    ("--bf16, fp16 main params, fp8 moments", ["--bf16", "--use-precision-aware-optimizer", "--main-params-dtype",
+                                               "fp16", "--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8"], 10,
+     "2 + 4 + 2 + 1 + 1"),
 ]
 
 MIB = 1024 * 1024

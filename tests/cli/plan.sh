@@ -151,6 +151,8 @@ precision)
   "$claw" plan "${pinned[@]}" --precision bf16 >"$tmp/bf16.json" || fail "bf16"
   "$claw" plan "${pinned[@]}" --precision bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 >"$tmp/bf16m.json" ||
     fail "bf16 moments"
+  "$claw" plan "${pinned[@]}" --precision bf16 --exp-avg-dtype fp8 --exp-avg-sq-dtype fp8 >"$tmp/bf16m8.json" ||
+    fail "fp8 moments"
   "$claw" plan "${pinned[@]}" --precision bf16 --main-params-dtype fp16 >"$tmp/bf16f16.json" || fail "fp16 main params"
   cpu=(--model gpt2-tiny --device cpu --num-gpus 1 --global-batch-size 8 --micro-batch-size 8 --json)
   "$claw" plan "${cpu[@]}" >"$tmp/cpu.json" || fail "claw's trainer, fp32"
@@ -165,6 +167,9 @@ opt = {k: json.load(open(f"{d}/{k}.json"))["layouts"][0]["memory_breakdown_bytes
 # Megatron's bf16: 4 B main params + 8 B moments per parameter; bf16 moments make it 4 + 4.
 assert abs(opt["bf16m"] / opt["bf16"] - 8 / 12) < 1e-6, opt
 print("optimizer bytes, fp32 and bf16 moments:", opt)
+# FP8 moments: 1 B each plus a 4 B scale per 128 elements.
+f8 = json.load(open(f"{d}/bf16m8.json"))["layouts"][0]["memory_breakdown_bytes"]["optimizer"]
+assert abs(f8 / opt["bf16"] - (4 + 2 * (1 + 4 / 128)) / 12) < 1e-5, (f8, opt)
 # fp16 main params: Megatron's master copy 4 -> 2 B of the 12 in the optimizer row.
 f16 = json.load(open(f"{d}/bf16f16.json"))["layouts"][0]["memory_breakdown_bytes"]["optimizer"]
 assert abs(f16 / opt["bf16"] - 10 / 12) < 1e-6, (f16, opt)
@@ -190,7 +195,7 @@ PY
     --fp8-high-precision-layers 0,x
   expect_error "needs --precision fp8" "${base[@]}" --precision bf16 --fp8-high-precision-layers 0
   expect_error "block 12 is not one of the model's 12 layers" "${base[@]}" --precision fp8 --fp8-high-precision-layers 12
-  expect_error "exp-avg-dtype fp8: FP8 optimizer state" "${base[@]}" --exp-avg-dtype fp8
+  expect_error "exp-avg-dtype fp4: expected fp32, bf16, fp16 or fp8" "${base[@]}" --exp-avg-dtype fp4
   expect_error "main-params-dtype bf16: expected fp32 or fp16" "${base[@]}" --main-params-dtype bf16
   ;;
 *) fail "unknown case $case_name" ;;

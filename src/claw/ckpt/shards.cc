@@ -86,6 +86,7 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
   if (optimizer && opts.optimizer) {
     const auto& segs = optimizer->segments();
     const auto& names = optim::AdamW::state_names();
+    optimizer->open_checkpoint_view();  // FP8 moments: as bf16 until the next step
     for (size_t i = 0; i < segs.size(); ++i) {
       const model::Segment& s = segs[i];
       const model::StoreRegion& g = *region_of.at(s.param);
@@ -93,8 +94,8 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
       const bool write = s.param->spec.primary && mine;
       for (size_t k = 0; k < names.size(); ++k)
         out.push_back({.tensor = optimizer_tensor(names[k], s.param->spec.name), .spec = &s.param->spec,
-                       .begin = s.begin, .n = s.n, .data = optimizer->state(k, i), .write = write,
-                       .dtype = optimizer->state_dtype(k)});
+                       .begin = s.begin, .n = s.n, .data = optimizer->checkpoint_state(k, i), .write = write,
+                       .dtype = optimizer->checkpoint_dtype(k)});
     }
   }
   return out;

@@ -85,9 +85,9 @@ const std::vector<F>& plan_flags() {
                      [](A& a) -> auto& { return a.fp8_high_precision_layers; }),
       string_flag<A>("load", "checkpoint directory: read its FP8 per-block choice (state.fp8_high_precision_layers)",
                      [](A& a) -> auto& { return a.load; }),
-      string_flag<A>("exp-avg-dtype", "AdamW first moment's dtype for the memory model: fp32, bf16 or fp16",
+      string_flag<A>("exp-avg-dtype", "AdamW first moment's dtype for the memory model: fp32, bf16, fp16 or fp8",
                      [](A& a) -> auto& { return a.exp_avg_dtype; }),
-      string_flag<A>("exp-avg-sq-dtype", "AdamW second moment's dtype for the memory model: fp32 or bf16",
+      string_flag<A>("exp-avg-sq-dtype", "AdamW second moment's dtype for the memory model: fp32, bf16 or fp8",
                      [](A& a) -> auto& { return a.exp_avg_sq_dtype; }),
       string_flag<A>("main-params-dtype",
                      "master weights' dtype for the memory model: fp32 or fp16 (claw's trainer: the parameters "
@@ -243,8 +243,13 @@ struct PlanCommand {
     if (a.attention_kernel != "flash" && a.attention_kernel != "unfused")
       fail("--attention-kernel {}: not one of flash, unfused", a.attention_kernel);
     prec.flash_attention = a.attention_kernel == "flash";
-    prec.moment_bytes = static_cast<double>(dtype_size(optim::parse_optimizer_dtype("exp-avg-dtype", a.exp_avg_dtype)) +
-                                            dtype_size(optim::parse_optimizer_dtype("exp-avg-sq-dtype", a.exp_avg_sq_dtype))) / 2;
+    {
+      optim::AdamWConfig adam{.precision_aware = true};
+      adam.exp_avg_dtype = optim::parse_optimizer_dtype("exp-avg-dtype", a.exp_avg_dtype);
+      adam.exp_avg_sq_dtype = optim::parse_optimizer_dtype("exp-avg-sq-dtype", a.exp_avg_sq_dtype);
+      prec.moment_bytes = static_cast<double>(optim::AdamW::bytes_per_element(adam)) / 2;
+      prec.fp8_moments = optim::AdamW::fp8_moments(adam);
+    }
     if (a.exp_avg_sq_dtype == "fp16") fail("--exp-avg-sq-dtype fp16: claw's optimizer stores the second moment in fp32 or bf16");
     if (a.main_params_dtype != "fp32" && a.main_params_dtype != "fp16")
       fail("--main-params-dtype {}: expected fp32 or fp16", a.main_params_dtype);

@@ -128,14 +128,14 @@ const std::vector<F>& train_flags() {
       F{"use-precision-aware-optimizer", "AdamW's moments in the dtypes --exp-avg-dtype and --exp-avg-sq-dtype name",
         true, [](A& a, const std::string& v) { a.adam.precision_aware = parse_bool("use-precision-aware-optimizer", v); },
         [](const A& a) { return std::string(a.adam.precision_aware ? "true" : "false"); }},
-      F{"exp-avg-dtype", "dtype AdamW stores its first moment in (with --use-precision-aware-optimizer)", false,
+      F{"exp-avg-dtype", "dtype AdamW stores its first moment in (with --use-precision-aware-optimizer; fp8: E4M3 with a scale per 128)", false,
         [](A& a, const std::string& v) { a.adam.exp_avg_dtype = optim::parse_optimizer_dtype("exp-avg-dtype", v); },
-        [](const A& a) { return optim::optimizer_dtype_name(a.adam.exp_avg_dtype); }, "{fp32,bf16,fp16}"},
-      F{"exp-avg-sq-dtype", "dtype AdamW stores its second moment in (with --use-precision-aware-optimizer)", false,
+        [](const A& a) { return optim::optimizer_dtype_name(a.adam.exp_avg_dtype); }, "{fp32,bf16,fp16,fp8}"},
+      F{"exp-avg-sq-dtype", "dtype AdamW stores its second moment in (with --use-precision-aware-optimizer; fp8: E5M2 with a scale per 128)", false,
         [](A& a, const std::string& v) {
           a.adam.exp_avg_sq_dtype = optim::parse_optimizer_dtype("exp-avg-sq-dtype", v);
         },
-        [](const A& a) { return optim::optimizer_dtype_name(a.adam.exp_avg_sq_dtype); }, "{fp32,bf16}"},
+        [](const A& a) { return optim::optimizer_dtype_name(a.adam.exp_avg_sq_dtype); }, "{fp32,bf16,fp8}"},
       F{"main-params-dtype",
         "dtype the master weights are stored in (fp16: with --use-precision-aware-optimizer; the layers read an fp32 "
         "working copy of each layer while it runs)",

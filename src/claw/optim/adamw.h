@@ -20,8 +20,23 @@
 // Precision-aware (Megatron's --use-precision-aware-optimizer): the moments
 // may be stored in bf16 or fp16 (--exp-avg-dtype, --exp-avg-sq-dtype), the
 // arithmetic staying fp32 (kernels/cpu/adamw.h); ZeRO shards them alike.
+//
+// Or in FP8 (fp8): exp_avg in E4M3, exp_avg_sq in E5M2 (the squares span
+// twice the exponent range of the gradients), one byte per element plus a
+// power-of-two fp32 scale per block of kFp8Block elements of the rank's
+// state (the segments laid end to end, each 16-aligned; a block may hold
+// the ends of two segments): 1.03 bytes per element. A step widens a block into fp32, updates it as
+// the fp32 moments would be, takes the block's new amax and rounds the
+// block to nearest even under the scale 2^floor(log2(max / amax)). A
+// non-zero exp_avg_sq never rounds to zero (it would turn the update into
+// exp_avg / eps): it keeps the smallest subnormal instead. Checkpoints see
+// an FP8 moment as bf16, which holds every scaled E4M3/E5M2 value exactly:
+// a save widens the blocks into a bf16 view and the next step rounds the
+// view back (exactly, or after a load, from whatever was loaded), so a
+// resumed run continues bitwise and the moments load into any layout.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -78,25 +93,43 @@ class AdamW {
   // The per-element state it keeps, by name: {"exp_avg", "exp_avg_sq"}.
   static const std::vector<std::string>& state_names();
   // State `s` (an index into state_names()) of segment i: segments()[i].n
-  // elements of state_dtype(s).
+  // elements of state_dtype(s) (FP8: the codes, without their scales).
   void* state(size_t s, size_t i) const {
     return (s == 0 ? m_ : v_).base() + state_offsets_[i] * static_cast<int64_t>(dtype_size(state_dtype(s)));
   }
   DType state_dtype(size_t s) const { return s == 0 ? cfg_.exp_avg_dtype : cfg_.exp_avg_sq_dtype; }
-  size_t state_bytes() const { return m_.size() + v_.size(); }
-  // The two moments' arenas.
+  // What a checkpoint reads and writes: state(s, i) in state_dtype(s), or
+  // for an FP8 moment its bf16 view (open_checkpoint_view first).
+  void* checkpoint_state(size_t s, size_t i) const;
+  DType checkpoint_dtype(size_t s) const { return is_fp8(state_dtype(s)) ? DType::bf16 : state_dtype(s); }
+  // Widens the FP8 moments into their bf16 view, unless it is open already
+  // (then the view holds the state: a load wrote it). The next step() rounds
+  // the view back into FP8 and drops it. No-op without FP8 moments.
+  void open_checkpoint_view() const;
+  size_t state_bytes() const { return m_.size() + v_.size() + scales_[0].size() + scales_[1].size(); }
+  // The two moments' arenas (FP8: the codes).
   const Arena& exp_avg_arena() const { return m_; }
   const Arena& exp_avg_sq_arena() const { return v_; }
-  // Bytes of state per element of a segment.
+  static constexpr int64_t kFp8Block = 128;
+  // Bytes of state per element of a segment, without FP8 block scales; and
+  // how many moments are FP8 (each adds a 4-byte scale per kFp8Block
+  // elements of the state, fp8_blocks(elements)).
   static size_t bytes_per_element(const AdamWConfig& cfg) {
     return dtype_size(cfg.exp_avg_dtype) + dtype_size(cfg.exp_avg_sq_dtype);
   }
+  static int fp8_moments(const AdamWConfig& cfg) { return is_fp8(cfg.exp_avg_dtype) + is_fp8(cfg.exp_avg_sq_dtype); }
+  static bool is_fp8(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
+  static int64_t fp8_blocks(int64_t elements) { return (elements + kFp8Block - 1) / kFp8Block; }
 
  private:
+  void close_checkpoint_view(const CpuCtx& ctx);
   std::vector<Segment> segments_;
   std::vector<int64_t> state_offsets_;  // floats, parallel to segments_
   AdamWConfig cfg_;
   Arena m_, v_;
+  std::array<Arena, 2> scales_;  // FP8 moments' block scales (empty otherwise)
+  mutable std::array<std::vector<uint16_t>, 2> view_;  // FP8 moments as bf16 for a checkpoint
+  mutable bool view_open_ = false;
   int64_t step_ = 0;
 };
 

@@ -66,6 +66,9 @@ struct DataParallelConfig {
   // Optimizer state per element of the rank's segments (AdamW::bytes_per_element:
   // two fp32 moments, less with 16-bit ones); plan_memory's optimizer bytes.
   size_t optimizer_bytes_per_element = 8;
+  // FP8 moments (AdamW::fp8_moments): each adds a 4-byte scale per
+  // AdamW::kFp8Block elements of the state.
+  int optimizer_fp8_moments = 0;
   void validate(int dp) const;
 };
 

@@ -34,6 +34,9 @@ struct Precision {
   // The stored master weights of claw's trainer (--main-params-dtype): f16
   // halves the parameter arena and adds an fp32 working slot per unit in use.
   DType main_params_dtype = DType::f32;
+  // Moments stored in FP8 (moment_bytes counts their 1-byte codes): each adds
+  // a 4-byte scale per 128 elements (optim/adamw.h).
+  int fp8_moments = 0;
 };
 // "fp32" (claw's CPU trainer), "bf16"/"fp16" (mixed precision as above),
 // "fp8" (bf16 storage, fp8 GEMMs); throws naming the valid names.

@@ -81,6 +81,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   // claw's CPU storage: fp32 values and gradients, the moments in their dtypes.
   plan::Precision storage_precision = plan::precision("fp32");
   storage_precision.moment_bytes = static_cast<double>(par.dp.optimizer_bytes_per_element) / 2;
+  storage_precision.fp8_moments = par.dp.optimizer_fp8_moments;
   storage_precision.main_params_dtype = cfg_.main_params_dtype;
   planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, storage_precision);
   // Before any allocation: a plan larger than the node would end in the OOM
