@@ -71,6 +71,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "claw: error: %s (see --help)\n", what.c_str());
     }
     return static_cast<int>(claw::ExitCode::usage);
+  } catch (const claw::CleanExit& e) {
+    std::fprintf(stderr, "claw%s: %s\n", claw::log::rank_tag().c_str(), e.what());
+    return static_cast<int>(e.exit_code());
   } catch (const claw::Error& e) {
     const claw::ExitCode code = e.exit_code();
     const char* kind = code == claw::ExitCode::internal ? "internal error"

@@ -17,6 +17,8 @@
 #include "claw/cli/model_flags.h"
 #include "claw/cli/train_args.h"
 #include "claw/comm/world.h"
+#include "claw/core/error.h"
+#include "claw/core/exit_signal.h"
 #include "claw/core/fault_injector.h"
 #include "claw/core/log.h"
 #include "claw/model/config.h"
@@ -425,7 +427,12 @@ struct TrainCommand {
     for (const F& f : train_flags()) args.ckpt.args[f.name] = f.get(args);
     args.ckpt.args["model"] = args.model.name;
     train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world, args.ckpt);
-    trainer.run();
+    const train::TrainResult r = trainer.run();
+    if (r.stopped_by)
+      throw CleanExit(ExitCode::stopped,
+                      fmt::format("stopped by {} after step {}{} (exit code {})", ExitSignalGuard::name(r.stopped_by),
+                                  r.steps, args.ckpt.save.empty() ? "" : "; resume with --load " + args.ckpt.save,
+                                  static_cast<int>(ExitCode::stopped)));
   }
 };
 

@@ -25,6 +25,7 @@ enum class ExitCode : int {
   internal = 3,    // CLAW_CHECK or an unexpected exception: a bug
   comm = 4,        // a peer died or hung, a timeout, an MPI failure: retryable (resume from the last checkpoint)
   non_finite = 5,  // the loss or gradient norm is not finite: resume from an earlier checkpoint or change the run
+  stopped = 6,     // SIGTERM/SIGUSR1 asked the run to stop: it finished its step and saved; resume with --load
 };
 
 class Error : public std::runtime_error {
@@ -53,6 +54,18 @@ class NonFiniteError : public Error {
  public:
   using Error::Error;
   ExitCode exit_code() const noexcept override { return ExitCode::non_finite; }
+};
+
+// Not a failure: the command stopped early on request, cleanly on every
+// rank (they agreed), after saving what it had. main ends with `code`
+// without aborting the job.
+class CleanExit : public std::runtime_error {
+ public:
+  CleanExit(ExitCode code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  ExitCode exit_code() const noexcept { return code_; }
+
+ private:
+  ExitCode code_;
 };
 
 // Throws E (claw::Error unless given: fail<NonFiniteError>(...)) with a

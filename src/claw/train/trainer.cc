@@ -12,6 +12,7 @@
 #include "claw/ckpt/checkpoint.h"
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
+#include "claw/core/exit_signal.h"
 #include "claw/core/log.h"
 #include "claw/data/sample_source.h"
 #include "claw/kernels/cpu/bf16_gemm.h"
@@ -417,6 +418,8 @@ TrainResult Trainer::run() {
     ckpt_blocked_s += seconds_since(t);
   };
   select_fp8_layers();
+  // SIGTERM/SIGUSR1 (preemption, a supervisor): finish the step, save, stop.
+  const ExitSignalGuard exit_signals;
   if (start_iteration_ >= cfg_.train_iters)
     log::info("train", "the checkpoint is at iteration {}, --train-iters is {}: nothing to train", start_iteration_,
               cfg_.train_iters);
@@ -503,7 +506,11 @@ TrainResult Trainer::run() {
         log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));
       }
     }
-    const bool exiting = ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0 && !last;
+    // A signal reaches the ranks at different moments: they agree after
+    // each step (the largest signal number any of them saw) and stop together.
+    const int signal = static_cast<int>(everyone.all_reduce_value(ExitSignalGuard::received(), comm::ReduceOp::max));
+    const bool exiting =
+        !last && ((ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0) || signal != 0);
     if (saver_) {
       const auto t = clock::now();
       saver_->poll();
@@ -534,6 +541,13 @@ TrainResult Trainer::run() {
                                                 .elapsed_seconds = seconds_since(start)}));
     result.steps = step + 1;
     result.final_loss = loss;
+    if (exiting && signal != 0) {
+      result.stopped_by = signal;
+      log::info("train", "{} received: stopping after step {}{}", ExitSignalGuard::name(signal), step + 1,
+                saver_ ? fmt::format(", saving iteration {} to {}", step + 1, ckpt_cfg_.save)
+                       : " (no --save: nothing is saved)");
+      break;
+    }
     if (exiting) {
       log::info("train", "--exit-interval {}: stopping after step {}", ckpt_cfg_.exit_interval, step + 1);
       break;

@@ -48,6 +48,7 @@ class DpoLoss;
 
 struct TrainResult {
   int64_t steps = 0;
+  int stopped_by = 0;  // SIGTERM/SIGUSR1 stopped the run after `steps` (saved if --save): ExitCode::stopped
   double final_loss = 0;
   double final_val_loss = -1;  // < 0: no validation ran
   double seconds = 0;
