@@ -4,6 +4,7 @@
 #include "claw/core/dtype_convert.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,10 +14,12 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <utility>
 
+#include <fmt/chrono.h>
 #include <fmt/ranges.h>
 
 #include "claw/core/error.h"
@@ -79,12 +82,44 @@ std::vector<std::string> all_gather_strings(comm::Group& g, const std::string& m
 Saver::Saver(comm::Group& world, SaveConfig cfg) : world_(world), cfg_(std::move(cfg)) {
   if (cfg_.root.empty()) fail("--save: no directory given");
   if (cfg_.keep_last < 0) fail("--keep-last-checkpoints must be >= 0 (0 keeps all), got {}", cfg_.keep_last);
+  std::error_code ec;
+  std::filesystem::create_directories(cfg_.root, ec);
+  if (ec) fail("--save {}: cannot create the directory ({}); checked before step 1", cfg_.root, ec.message());
+  const std::string probe = fmt::format("{}/.claw_write_probe.{}", cfg_.root, world_.rank());
+  const int pfd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool wrote = pfd >= 0 && ::write(pfd, "x", 1) == 1;
+  const int err = errno;
+  if (pfd >= 0) ::close(pfd);
+  ::unlink(probe.c_str());
+  if (!wrote) fail("--save {}: cannot write there ({}); checked before step 1", cfg_.root, std::strerror(err));
+  if (world_.rank() != 0) return;
+  const std::string lock = cfg_.root + "/.claw_save.lock";
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) fail("--save {}: cannot open {} ({})", cfg_.root, lock, std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    std::string owner(512, '\0');
+    const ssize_t n = ::pread(lock_fd_, owner.data(), owner.size(), 0);
+    owner.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    while (!owner.empty() && (owner.back() == '\n' || owner.back() == '\0')) owner.pop_back();
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    fail("--save {}: another job is saving checkpoints there ({}); give this one its own --save directory or stop "
+         "that job",
+         cfg_.root, owner.empty() ? "its owner is not recorded" : owner);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string owner =
+      fmt::format("held by pid {} on host {} since {:%Y-%m-%d %H:%M:%S} UTC\n", ::getpid(), host, fmt::gmtime(std::time(nullptr)));
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, owner.data(), owner.size(), 0) < 0)
+    log::warn("ckpt", "--save {}: could not record the lock's owner in {} ({})", cfg_.root, lock, std::strerror(errno));
 }
 
 Saver::~Saver() {
   // A save still pending at destruction (an error unwinding the trainer) is
   // abandoned: its thread finishes writing, nothing is committed.
   if (thread_.joinable()) thread_.join();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 
 std::optional<std::pair<int64_t, Saver::Timing>> Saver::take_committed() {

@@ -55,6 +55,12 @@ struct SaveInfo {
   nlohmann::json model, args, state;
 };
 
+// A saver checks its directory when it is made, before any training: every
+// rank creates it if needed and writes and removes a probe file there (a
+// read-only or missing mount fails now, not at the first save), and rank 0
+// takes an exclusive lock on DIR/.claw_save.lock, held until the saver goes
+// (the kernel drops it when the process dies), so a second job given the
+// same --save is refused, naming the job that holds it.
 class Saver {
  public:
   Saver(comm::Group& world, SaveConfig cfg);
@@ -89,6 +95,7 @@ class Saver {
   std::optional<std::pair<int64_t, Timing>> take_committed();
 
  private:
+  int lock_fd_ = -1;  // rank 0: DIR/.claw_save.lock, flock'ed while the saver lives
   enum class Phase { idle, snapshot, writing, durable, failed };
   struct Piece {
     const void* src;
