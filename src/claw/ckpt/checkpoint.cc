@@ -127,6 +127,11 @@ std::optional<std::pair<int64_t, Saver::Timing>> Saver::take_committed() {
   return std::exchange(committed_, std::nullopt);
 }
 
+std::optional<std::pair<int64_t, std::string>> Saver::take_failed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(failed_, std::nullopt);
+}
+
 Saver::Timing Saver::last_timing() const {
   std::lock_guard<std::mutex> lock(mu_);
   return timing_;
@@ -310,13 +315,30 @@ void Saver::commit() {
     std::lock_guard<std::mutex> lock(mu_);
     error = error_;
   }
-  // Every rank learns whether every part is durable; a failed rank names its error.
+  // Every rank learns whether every part is durable; a failed rank names its
+  // error. A failure costs this checkpoint, not the job: the partial files
+  // go (a full disk stays usable) and the next save tries again.
   const double ok = world_.all_reduce_value(error.empty() ? 1.0 : 0.0, comm::ReduceOp::min);
   if (ok == 0) {
-    if (!error.empty()) fail("checkpoint {} not saved: {}", iteration_dir(cfg_.root, info_.iteration), error);
-    fail("checkpoint {} not saved: another rank could not write its part (its log says why)",
-         iteration_dir(cfg_.root, info_.iteration));
+    const std::string dir = iteration_dir(cfg_.root, info_.iteration);
+    if (!error.empty()) log::warn("ckpt", "checkpoint {}: this rank's part failed: {}", dir, error);
+    if (world_.rank() == 0) {
+      std::error_code ec;
+      fs::remove_all(partial_dir(cfg_.root, info_.iteration), ec);
+    }
+    world_.barrier();
+    const std::string why = error.empty() ? "another rank could not write its part (its log says why)" : error;
+    if (++failures_ >= cfg_.max_consecutive_failures)
+      fail("checkpoint {} not saved: {}; {} saves in a row have failed, stopping", dir, why, failures_);
+    if (world_.rank() == 0)
+      log::warn("ckpt", "checkpoint {} not saved ({} in a row; the job stops at {}); its partial files are removed, "
+                "training goes on and the next save tries again", dir, failures_, cfg_.max_consecutive_failures);
+    std::lock_guard<std::mutex> lock(mu_);
+    phase_ = Phase::idle;
+    failed_ = {info_.iteration, why};
+    return;
   }
+  failures_ = 0;
   nlohmann::json mine = {{"chunks", nlohmann::json::array()}, {"tensors", nlohmann::json::array()}};
   for (const ChunkMeta& c : chunks_) mine["chunks"].push_back(chunk_to_json(c));
   for (const TensorMeta& t : tensors_)

@@ -47,6 +47,10 @@ struct SaveConfig {
   bool async = false;  // --async-save
   int keep_last = 0;   // --keep-last-checkpoints (0: keep all)
   std::shared_ptr<const FaultInjector> faults;  // tests only: crash-in-save (null: none)
+  // A save that fails (a full disk, an I/O error on any rank) removes its
+  // partial files and is logged; training goes on and the next save tries
+  // again. This many failures in a row end the job.
+  int max_consecutive_failures = 3;
 };
 
 // What a checkpoint records besides its tensors (Metadata's free-form sections).
@@ -93,9 +97,13 @@ class Saver {
   Timing last_timing() const;
   // The iteration and timing of a save committed since the last call, if any.
   std::optional<std::pair<int64_t, Timing>> take_committed();
+  // The iteration and reason of a save that failed since the last call, if any.
+  std::optional<std::pair<int64_t, std::string>> take_failed();
 
  private:
   int lock_fd_ = -1;  // rank 0: DIR/.claw_save.lock, flock'ed while the saver lives
+  int failures_ = 0;  // consecutive failed saves
+  std::optional<std::pair<int64_t, std::string>> failed_;
   enum class Phase { idle, snapshot, writing, durable, failed };
   struct Piece {
     const void* src;

@@ -411,6 +411,7 @@ TrainResult Trainer::run() {
   // An asynchronous save's snapshot reads the values and moments while the
   // next step's forward and backward run; the update waits for it.
   double ckpt_blocked_s = 0;  // this step's time in the saver
+  std::optional<std::pair<int64_t, std::string>> save_failed;  // the latest save that failed
   const auto before_update = [&](const StepResult&) {
     if (!saver_) return;
     const auto t = clock::now();
@@ -526,6 +527,7 @@ TrainResult Trainer::run() {
         rec["ckpt_snapshot_s"] = c->second.snapshot_s;
         rec["ckpt_write_s"] = c->second.write_s;
       }
+      if ((save_failed = saver_->take_failed())) rec["ckpt_failed"] = save_failed->first;
       ckpt_blocked_s = 0;
     }
     metrics.write(rec);
@@ -558,6 +560,9 @@ TrainResult Trainer::run() {
     saver_->finish();
     if (const auto c = saver_->take_committed())
       log::info("ckpt", "waited {:.3f} s at exit for the save of iteration {}", seconds_since(t), c->first);
+    if (auto f = saver_->take_failed()) save_failed = std::move(f);
+    if (save_failed && save_failed->first == result.steps)
+      fail("the last checkpoint (iteration {}) was not saved: {}", save_failed->first, save_failed->second);
   }
   result.seconds = seconds_since(start);
   log::info("train", "done: {} steps in {}, final loss {:.4f}{}, peak RSS {}", result.steps,
