@@ -16,7 +16,8 @@
 #          its file of that iteration) leaves the previous checkpoint as
 #          latest, and resuming from it is exact; a truncated and a
 #          bit-flipped shard are refused naming the file and tensor, and
-#          --load-fallback takes the previous checkpoint; another model shape
+#          --load-fallback takes the previous checkpoint (also over a
+#          missing or unparseable metadata.json); another model shape
 #          is refused naming the tensor; --keep-last-checkpoints.
 # frozen   --freeze: a run with the attention frozen stops after step 10 and
 #          resumes bitwise (one rank; DP 2 ZeRO-1); its checkpoint holds every
@@ -158,6 +159,21 @@ faults)
   run fallback 1 --train-iters 16 --load "$tmp/trunc" --load-fallback || { cat "$tmp/fallback.log"; fail "fallback"; }
   grep -q "loaded .*iter_0000015" "$tmp/fallback.log" || { cat "$tmp/fallback.log"; fail "no fallback to 15"; }
   echo "ok fallback: $(grep -m1 -o "checkpoint .*unreadable.*" "$tmp/fallback.log")"
+  # The latest checkpoint's metadata.json missing, or unparseable: refused, or 15 with --load-fallback.
+  cp -r "$tmp/ck" "$tmp/nometa"
+  rm "$tmp/nometa/iter_0000020/metadata.json"
+  must_refuse nometa "no complete checkpoint of iteration 20 (complete checkpoints: 5, 10, 15)" --train-iters 25 \
+    --load "$tmp/nometa"
+  run nometa_fallback 1 --train-iters 16 --load "$tmp/nometa" --load-fallback ||
+    { cat "$tmp/nometa_fallback.log"; fail "fallback over a missing metadata.json"; }
+  grep -q "loaded .*iter_0000015" "$tmp/nometa_fallback.log" || { cat "$tmp/nometa_fallback.log"; fail "no fallback to 15"; }
+  echo "ok fallback: $(grep -m1 -o "iteration 20 (the latest) has no metadata.json.*" "$tmp/nometa_fallback.log")"
+  cp -r "$tmp/ck" "$tmp/badmeta"
+  echo '{"iteration": 20, ' >"$tmp/badmeta/iter_0000020/metadata.json"
+  run badmeta_fallback 1 --train-iters 16 --load "$tmp/badmeta" --load-fallback ||
+    { cat "$tmp/badmeta_fallback.log"; fail "fallback over an unparseable metadata.json"; }
+  grep -q "loaded .*iter_0000015" "$tmp/badmeta_fallback.log" || { cat "$tmp/badmeta_fallback.log"; fail "no fallback to 15"; }
+  echo "ok fallback over an unparseable metadata.json"
   cp -r "$tmp/ck" "$tmp/flip"
   f=$tmp/flip/iter_0000020/rank_00000.bin
   /usr/bin/python3 - "$f" <<'EOF'

@@ -226,7 +226,27 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     log::info("ckpt", "--load {}: no checkpoint there yet; starting from iteration 0", root);
     return out;
   }
-  std::string dir = ckpt::resolve_load_dir(root, opts.step);
+  // The complete iteration before `it` (a checkpoint whose metadata.json
+  // is missing is not complete).
+  const auto previous_complete = [&](int64_t it) {
+    std::optional<int64_t> previous;
+    for (int64_t c : ckpt::complete_iterations(root))
+      if (c < it) previous = c;
+    return previous;
+  };
+  std::string dir;
+  if (const std::optional<int64_t> latest = ckpt::read_latest(root); opts.fallback && opts.step < 0 && latest) {
+    const std::vector<int64_t> its = ckpt::complete_iterations(root);
+    if (std::find(its.begin(), its.end(), *latest) == its.end()) {
+      const std::optional<int64_t> previous = previous_complete(*latest);
+      if (!previous) fail("--load {}: iteration {} is the latest but has no metadata.json, and no complete checkpoint "
+                          "precedes it", root, *latest);
+      log::warn("ckpt", "--load {}: iteration {} (the latest) has no metadata.json; --load-fallback: loading iteration "
+                "{} instead", root, *latest, *previous);
+      dir = ckpt::iteration_dir(root, *previous);
+    }
+  }
+  if (dir.empty()) dir = ckpt::resolve_load_dir(root, opts.step);
   // On a GPU the chunks read into host mirrors holding the current values
   // (so what no chunk covers, such as padding, keeps them), then go over.
   stage_to_host(optimizer);
@@ -234,7 +254,18 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
   for (const model::ParamSpec& s : ckpt::model_param_specs(cfg_.model)) all_params.push_back(s.name);
   ckpt::Metadata meta;
   while (true) {
-    meta = ckpt::Metadata::read(dir);
+    try {
+      meta = ckpt::Metadata::read(dir);
+    } catch (const Error& e) {  // unparseable: the same on every rank
+      const std::string base = std::filesystem::path(dir).filename().string();
+      std::optional<int64_t> previous;
+      if (opts.fallback && base.size() == 12 && base.rfind("iter_", 0) == 0)
+        previous = previous_complete(std::stoll(base.substr(5)));
+      if (!previous) throw;
+      log::warn("ckpt", "{}; --load-fallback: loading iteration {} instead", e.what(), *previous);
+      dir = ckpt::iteration_dir(root, *previous);
+      continue;
+    }
     // A checkpoint without optimizer state (an import) loads its parameters;
     // the optimizer starts fresh.
     const bool has_optimizer = std::any_of(meta.tensors.begin(), meta.tensors.end(), [](const ckpt::TensorMeta& t) {
@@ -283,9 +314,7 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     }
     const bool ok = everyone.all_reduce_value(error.empty() ? 1.0 : 0.0, comm::ReduceOp::min) == 1.0;
     if (ok) break;
-    std::optional<int64_t> previous;
-    for (int64_t it : ckpt::complete_iterations(root))
-      if (it < meta.iteration) previous = it;
+    const std::optional<int64_t> previous = previous_complete(meta.iteration);
     if (!opts.fallback || !previous) {
       if (!error.empty())
         fail("--load {}: {}{}", root, error,
