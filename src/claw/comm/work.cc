@@ -2,6 +2,9 @@
 
 #include <sched.h>
 
+#include <atomic>
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include "claw/comm/op_state.h"
@@ -56,12 +59,28 @@ void Work::wait() const {
   if (state_) wait(state_->timeout);
 }
 
+namespace {
+std::atomic<int64_t> g_blocked_ns{0};
+
+// Adds the time from construction to destruction to g_blocked_ns.
+struct BlockedTimer {
+  detail::Clock::time_point t0 = detail::Clock::now();
+  ~BlockedTimer() {
+    g_blocked_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(detail::Clock::now() - t0).count(),
+                           std::memory_order_relaxed);
+  }
+};
+}  // namespace
+
+double blocked_seconds() { return static_cast<double>(g_blocked_ns.load(std::memory_order_relaxed)) * 1e-9; }
+
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return;
   const auto finished = [&] {
     return state_->done.load(std::memory_order_acquire) || state_->failed.load(std::memory_order_acquire);
   };
   if (!finished()) {
+    const BlockedTimer blocked;
     const bool own_deadline = timeout >= state_->timeout;
     const auto limit = std::min(timeout, state_->timeout);
     const auto deadline = detail::Clock::now() + limit;

@@ -70,4 +70,9 @@ class Work {
   std::shared_ptr<detail::OpState> state_;
 };
 
+// Seconds this process's threads have spent blocked in Work::wait on an
+// unfinished operation, since the start: what the straggler report takes
+// off a step's wall time to leave the rank's own work.
+double blocked_seconds();
+
 }  // namespace claw::comm

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <charconv>
+#include <cstdlib>
 
 #include "claw/core/error.h"
 
@@ -50,8 +51,17 @@ FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::s
       if (p.size() != 2 || !parse_number(p[1], step) || step < 1)
         fail("{} '{}': expected inf-grad:STEP (a training step from 1)", flag, spec);
       f.inf_grad_.push_back(step);
+    } else if (p[0] == "slow") {
+      int rank = -1;
+      const std::string factor = p.size() == 3 ? std::string(p[2]) : std::string();
+      char* end = nullptr;
+      const double times = std::strtod(factor.c_str(), &end);
+      if (p.size() != 3 || !parse_number(p[1], rank) || rank < 0 || factor.empty() || *end != '\0' || !(times >= 1))
+        fail("{} '{}': expected slow:RANK:FACTOR (a world rank, a slowdown >= 1)", flag, spec);
+      f.slow_.emplace_back(rank, times);
     } else {
-      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP", flag, spec);
+      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP, slow:RANK:FACTOR",
+           flag, spec);
     }
   }
   return f;
@@ -68,6 +78,12 @@ bool FaultInjector::crashes_in_save(int64_t iteration, int rank, int size) const
   for (int64_t it : crash_in_save_)
     if (it == iteration) return true;
   return false;
+}
+
+double FaultInjector::slowdown(int world_rank) const {
+  for (const auto& [r, f] : slow_)
+    if (r == world_rank) return f;
+  return 1.0;
 }
 
 bool FaultInjector::inf_grad(int64_t step) const {

@@ -14,6 +14,9 @@
 //                         lost node would
 //   inf-grad:STEP         after the backward of training step STEP (from 1) a
 //                         gradient element becomes inf, as an f16 overflow would
+//   slow:RANK:FACTOR      world rank RANK computes FACTOR times slower: after
+//                         each step's forward and backward it sleeps (FACTOR -
+//                         1) times their time, as a throttled node would
 //
 // Immutable once built, so one injector may be shared by every thread.
 #pragma once
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace claw {
@@ -30,13 +34,15 @@ class FaultInjector {
   // Throws claw::Error naming `flag` and the valid forms for a bad spec.
   static FaultInjector parse(const std::vector<std::string>& specs, std::string_view flag = "--test-fault");
 
-  bool empty() const { return hangs_.empty() && crash_in_save_.empty() && inf_grad_.empty(); }
+  bool empty() const { return hangs_.empty() && crash_in_save_.empty() && inf_grad_.empty() && slow_.empty(); }
   // Whether world rank `world_rank` must hang before operation `seq` of `group`.
   bool hangs(int world_rank, std::string_view group, uint64_t seq) const;
   // Whether rank `rank` of a job of `size` ranks dies while writing iteration `iteration`.
   bool crashes_in_save(int64_t iteration, int rank, int size) const;
   // Whether training step `step` (from 1) gets an infinite gradient.
   bool inf_grad(int64_t step) const;
+  // How many times slower world rank `rank` computes (1: not slowed).
+  double slowdown(int world_rank) const;
   // The spec behind a fault, for the log line of the rank that acts on it.
   static std::string describe_hang(int world_rank, std::string_view group, uint64_t seq);
 
@@ -49,6 +55,7 @@ class FaultInjector {
   std::vector<Hang> hangs_;
   std::vector<int64_t> crash_in_save_;
   std::vector<int64_t> inf_grad_;
+  std::vector<std::pair<int, double>> slow_;
 };
 
 }  // namespace claw

@@ -21,6 +21,10 @@ void TrainConfig::resolve_and_validate(int dp) {
   if (eval_interval < 0) fail("--eval-interval must be >= 0 (0 disables evaluation), got {}", eval_interval);
   if (eval_iters < 0) fail("--eval-iters must be >= 0, got {}", eval_iters);
   if (log_interval <= 0) fail("--log-interval must be positive, got {}", log_interval);
+  if (straggler_report_interval < 0)
+    fail("--straggler-report-interval must be >= 0 (0: off), got {}", straggler_report_interval);
+  if (!(straggler_threshold > 0 && straggler_threshold <= 1))
+    fail("--straggler-threshold must be in (0, 1] (a speed relative to the median rank), got {}", straggler_threshold);
   if (num_threads < 0) fail("--num-threads must be >= 0 (0: all available), got {}", num_threads);
   if (peak_gflops < 0) fail("--peak-gflops must be >= 0 (0: measure), got {}", peak_gflops);
   if (recompute_granularity == "selective")

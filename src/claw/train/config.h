@@ -39,6 +39,8 @@ struct TrainConfig {
   int64_t eval_interval = 50;     // --eval-interval: steps between validation runs (0: never)
   int64_t eval_iters = 10;        // --eval-iters: validation micro-batches per run
   int64_t log_interval = 1;       // --log-interval: steps between progress lines
+  int64_t straggler_report_interval = 10;  // --straggler-report-interval: steps between straggler reports (0: off)
+  double straggler_threshold = 0.75;       // --straggler-threshold: a rank below this speed relative to the median is named
   uint64_t seed = 1234;           // --seed: initialisation, data order, dropout
   int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
   std::string device = "cpu";     // --device: cpu, or cuda[:N] (the CUDA backend)

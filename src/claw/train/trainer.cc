@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <filesystem>
 
@@ -412,7 +413,18 @@ TrainResult Trainer::run() {
   // next step's forward and backward run; the update waits for it.
   double ckpt_blocked_s = 0;  // this step's time in the saver
   std::optional<std::pair<int64_t, std::string>> save_failed;  // the latest save that failed
+  // Straggler detection: a rank's own time in a step is its wall time less
+  // the time it sat blocked in communication (waiting for the others), so
+  // a slow rank shows a long own time and the ranks that wait for it short
+  // ones. Summed over --straggler-report-interval steps and compared across
+  // the ranks every interval.
+  clock::time_point step_t0;
+  double step_blocked0 = 0, own_s = 0;
+  const double slowdown = ckpt_cfg_.faults ? ckpt_cfg_.faults->slowdown(world_.rank()) : 1.0;  // tests: slow:RANK:F
   const auto before_update = [&](const StepResult&) {
+    if (slowdown > 1)  // this rank's forward and backward, (F - 1) times over
+      std::this_thread::sleep_for(std::chrono::duration<double>(
+          (slowdown - 1) * (seconds_since(step_t0) - (comm::blocked_seconds() - step_blocked0))));
     if (!saver_) return;
     const auto t = clock::now();
     saver_->wait_snapshot();
@@ -427,6 +439,8 @@ TrainResult Trainer::run() {
 
   for (int64_t step = start_iteration_; step < cfg_.train_iters; ++step) {
     auto t0 = clock::now();
+    step_t0 = t0;
+    step_blocked0 = comm::blocked_seconds();
     const double lr = lr_.at(step);
     const uint64_t sample0 = static_cast<uint64_t>(consumed_train_samples_);
     batch_->load(*train_data_, consumed_train_samples_);
@@ -439,6 +453,7 @@ TrainResult Trainer::run() {
     if (runtime_->device()) runtime_->device()->synchronize();  // the update has run: the step's time is whole
     const double loss = r.loss, grad_norm = r.grad_norm;
     double dt = seconds_since(t0);
+    own_s += dt - (comm::blocked_seconds() - step_blocked0);
     // Spread of step times over the ranks (a straggler shows as max >> min);
     // the step's time is the slowest rank's.
     double dt_min = dt, dt_max = dt;
@@ -467,6 +482,32 @@ TrainResult Trainer::run() {
                           {"grad_comm_wait_ms", first_dp().last_grad_wait_s() * 1e3},
                           {"param_gather_wait_ms", first_dp().last_gather_wait_s() * 1e3},
                           {"tokens", static_cast<int64_t>(tokens_per_step) * (step + 1)}};
+    if (const int64_t n = cfg_.straggler_report_interval; n > 0 && world_.size() > 1 && (step + 1) % n == 0) {
+      std::vector<double> own(static_cast<size_t>(world_.size()));
+      everyone.all_gather(&own_s, own.data(), 1, DType::f64);
+      own_s = 0;
+      std::vector<double> sorted = own;
+      std::sort(sorted.begin(), sorted.end());
+      const size_t m = sorted.size();
+      const double median = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
+      std::vector<int> slow;
+      std::string speeds;
+      double slowest = 1;
+      for (size_t k = 0; k < m; ++k) {
+        const double speed = own[k] > 0 ? median / own[k] : 1.0;  // relative to the median rank
+        slowest = std::min(slowest, speed);
+        if (speed < cfg_.straggler_threshold) slow.push_back(static_cast<int>(k));
+        speeds += fmt::format("{}{:.2f}", k ? " " : "", speed);
+      }
+      rec["min_relative_speed"] = slowest;
+      rec["straggler_ranks"] = slow;
+      if (world_.rank() == 0)  // the same verdict on every rank
+        for (int k : slow)
+          log::warn("straggler", "rank {} ran at {:.2f} of the median rank's speed over steps {}-{} ({:.3f} s of its "
+                    "own work against the median's {:.3f} s; threshold {}); every rank's relative speed: {}",
+                    k, median / own[static_cast<size_t>(k)], step + 2 - n, step + 1, own[static_cast<size_t>(k)], median,
+                    cfg_.straggler_threshold, speeds);
+    }
     if (ps.pp().size() > 1) {
       // Per-stage pipeline timing (gathered over the pipeline group): the
       // measured idle time next to what the simulator predicts from the
