@@ -22,7 +22,6 @@ common=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 
         --micro-batch-size 4 --global-batch-size 4 --eval-interval 1000 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 1
         --num-threads 1 --peak-gflops 100)
 pao=(--use-precision-aware-optimizer --exp-avg-dtype fp16 --exp-avg-sq-dtype bf16)
-optimizer_mib() { sed -n 's/^ *optimizer *\([0-9.]*\) MiB.*/\1/p' "$1" | head -n 1; }
 
 "$claw" train "${common[@]}" --train-iters 20 --lr-decay-iters 20 --metrics-file "$tmp/f32.jsonl" >"$tmp/f32.log" 2>&1 ||
   { cat "$tmp/f32.log"; fail "fp32 moments"; }

@@ -1,6 +1,9 @@
 # Checks shared by the optimizer-precision tests (precision_aware_optimizer.sh,
 # fp16_main_params.sh); sourced after they set claw, tmp, fail and common.
 
+# optimizer_mib LOG: the memory plan's optimizer row, in MiB.
+optimizer_mib() { sed -n 's/^ *optimizer *\([0-9.]*\) MiB.*/\1/p' "$1" | head -n 1; }
+
 # close_but_different A.jsonl B.jsonl WHAT: the run B (a lower precision)
 # differs from A somewhere yet ends within 1% of A's final loss.
 close_but_different() {

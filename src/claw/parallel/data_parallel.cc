@@ -7,7 +7,6 @@
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
-#include "claw/optim/adamw.h"
 
 namespace claw::parallel {
 
@@ -145,7 +144,8 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
     }
   }
   m.optimizer = static_cast<size_t>(state) * cfg.optimizer_bytes_per_element +
-                static_cast<size_t>(cfg.optimizer_fp8_moments * optim::AdamW::fp8_blocks(state)) * sizeof(float);
+                static_cast<size_t>(cfg.optimizer_fp8_moments * ((state + cfg.optimizer_fp8_block - 1) / cfg.optimizer_fp8_block)) *
+                    sizeof(float);
   const int64_t bucket = cfg.bucket_size > 0 ? cfg.bucket_size
                                              : std::max<int64_t>(40'000'000, 1'000'000 * int64_t{store.options().shards});
   const int U = static_cast<int>(units.size());

@@ -67,8 +67,9 @@ struct DataParallelConfig {
   // two fp32 moments, less with 16-bit ones); plan_memory's optimizer bytes.
   size_t optimizer_bytes_per_element = 8;
   // FP8 moments (AdamW::fp8_moments): each adds a 4-byte scale per
-  // AdamW::kFp8Block elements of the state.
+  // optimizer_fp8_block (AdamW::kFp8Block) elements of the state.
   int optimizer_fp8_moments = 0;
+  int64_t optimizer_fp8_block = 128;
   void validate(int dp) const;
 };
 

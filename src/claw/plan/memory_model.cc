@@ -9,6 +9,7 @@
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
 #include "claw/model/gpt.h"
+#include "claw/optim/adamw.h"
 #include "claw/parallel/data_parallel.h"
 #include "claw/parallel/pipeline_executor.h"
 
@@ -43,7 +44,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   const parallel::DataParallelConfig dpc{.zero_stage = l.zero_stage, .overlap_grad_reduce = l.overlap_grad_reduce,
                                          .overlap_param_gather = l.overlap_param_gather,
                                          .optimizer_bytes_per_element = static_cast<size_t>(std::lround(2 * prec.moment_bytes)),
-                                         .optimizer_fp8_moments = prec.fp8_moments};
+                                         .optimizer_fp8_moments = prec.fp8_moments,
+                                         .optimizer_fp8_block = optim::AdamW::kFp8Block};
   const int64_t T = job.seq_length / l.cp;
   double unfused_scores = 0;
   int64_t largest_all_reduce = 0, largest_reduce_scatter = 0;  // bytes, at the stack's 16-bit precision (Korthikanti et al.'s 5 a s^2 b)
@@ -74,7 +76,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
   out.params = scaled(out.arenas.values, prec.param_bytes);
   out.grads = scaled(out.arenas.grads, prec.grad_bytes);
   // The optimizer arena holds the two moments per element; a master copy adds master_bytes.
-  const double state_bytes = std::round(2 * prec.moment_bytes) + prec.fp8_moments * 4.0 / 128;
+  const double state_bytes = std::round(2 * prec.moment_bytes) + prec.fp8_moments * 4.0 / optim::AdamW::kFp8Block;
   out.optimizer = static_cast<double>(out.arenas.optimizer) / state_bytes * (state_bytes + prec.master_bytes);
   out.zero_buffers = scaled(out.arenas.gathered, prec.param_bytes) + scaled(out.arenas.staging, prec.grad_bytes);
   out.activations = scaled(out.arenas.activations, prec.activation_bytes) + unfused_scores;

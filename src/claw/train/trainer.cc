@@ -70,6 +70,7 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   runtime::RuntimeConfig rt = runtime_config(model_cfg_, cfg_, par_cfg_, /*training=*/true);
   rt.parallel.dp.optimizer_bytes_per_element = optim::AdamW::bytes_per_element(adam_cfg_);
   rt.parallel.dp.optimizer_fp8_moments = optim::AdamW::fp8_moments(adam_cfg_);
+  rt.parallel.dp.optimizer_fp8_block = optim::AdamW::kFp8Block;
   rt.main_params_dtype = adam_cfg_.main_params_dtype;
   rt.resolve_and_validate(world_.size());
   par_cfg_ = rt.parallel;
