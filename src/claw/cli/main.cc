@@ -16,6 +16,7 @@
 #include "claw/cli/perplexity_command.h"
 #include "claw/cli/serve_command.h"
 #include "claw/cli/info_command.h"
+#include "claw/cli/launch_command.h"
 #include "claw/cli/plan_command.h"
 #include "claw/cli/inspect_dataset_command.h"
 #include "claw/cli/preprocess_command.h"
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   claw::cli::add_perplexity_command(app);
   claw::cli::add_serve_command(app);
   claw::cli::add_info_command(app);
+  claw::cli::add_launch_command(app);
   claw::cli::add_plan_command(app);
   claw::cli::add_tokenize_command(app);
   claw::cli::add_train_tokenizer_command(app);

@@ -55,6 +55,39 @@ const std::vector<F>& train_flags() {
                   [](A& a) -> auto& { return a.train.straggler_report_interval; }),
       double_flag<A>("straggler-threshold", "a rank slower than this fraction of the median rank's speed is named",
                      [](A& a) -> auto& { return a.train.straggler_threshold; }),
+      switch_flag<A>("no-hang-detection",
+                     "do not watch the sections of a step (data, forward_backward, optimizer, evaluation, checkpoint, "
+                     "logging) for hangs",
+                     [](A& a) -> auto& { return a.train.watchdog.hang_detection; }, false),
+      double_flag<A>("hang-timeout-factor",
+                     "a section hangs when it runs longer than this multiple of the longest duration seen so far",
+                     [](A& a) -> auto& { return a.train.watchdog.factor; }),
+      double_flag<A>("hang-timeout-min", "seconds: the floor of a learned section timeout",
+                     [](A& a) -> auto& { return a.train.watchdog.min_s; }),
+      double_flag<A>("hang-timeout-initial",
+                     "seconds: a section's timeout until it has been seen 3 times (the first steps, the first save)",
+                     [](A& a) -> auto& { return a.train.watchdog.initial_s; }),
+      F{"hang-timeout", "fixed timeouts in seconds instead of learned ones, e.g. 'checkpoint=600,optimizer=30'", false,
+        [](A& a, const std::string& v) {
+          a.train.watchdog.fixed.clear();
+          for (size_t b = 0; b < v.size();) {
+            size_t e = v.find(',', b);
+            if (e == std::string::npos) e = v.size();
+            const std::string item = v.substr(b, e - b);
+            const size_t eq = item.find('=');
+            if (eq == std::string::npos)
+              fail("--hang-timeout: '{}' is not SECTION=SECONDS (e.g. 'checkpoint=600,optimizer=30')", item);
+            const comm::Section s = comm::parse_section(item.substr(0, eq), "--hang-timeout");
+            a.train.watchdog.fixed[s] = parse_double("hang-timeout", item.substr(eq + 1));
+            b = e + 1;
+          }
+        },
+        [](const A& a) {
+          std::string out;
+          for (const auto& [s, t] : a.train.watchdog.fixed) out += fmt::format("{}{}={:g}", out.empty() ? "" : ",", comm::section_name(s), t);
+          return out;
+        },
+        "SECTION=S[,SECTION=S...]"},
       int_flag<A>("seed", "seed for initialisation, data order and dropout",
                   [](A& a) -> auto& { return a.train.seed; }),
       int_flag<A>("num-threads", "CPU threads (0: all this process may use)",
@@ -422,6 +455,13 @@ struct TrainCommand {
       it->set(args, v);
     }
     binder->apply(args);
+    // Under `claw launch` the supervisor's heartbeat URL, the attempt and
+    // the heartbeat period come in the environment.
+    if (const char* url = std::getenv("CLAW_SUPERVISOR"); url && *url) {
+      args.train.watchdog.supervisor = url;
+      if (const char* v = std::getenv("CLAW_LAUNCH_ATTEMPT")) args.train.watchdog.attempt = std::atoi(v);
+      if (const char* v = std::getenv("CLAW_HEARTBEAT_INTERVAL")) args.train.watchdog.heartbeat_interval_s = std::atof(v);
+    }
     if (!test_faults.empty())
       args.ckpt.faults = args.faults = std::make_shared<FaultInjector>(FaultInjector::parse(test_faults));
     if (!args.ckpt.load_hf.empty()) use_hf_model(args);

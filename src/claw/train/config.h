@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "claw/comm/watchdog.h"
 #include "claw/core/fault_injector.h"
 #include "claw/data/packing.h"
 #include "claw/data/tokenizer_factory.h"
@@ -41,6 +42,9 @@ struct TrainConfig {
   int64_t log_interval = 1;       // --log-interval: steps between progress lines
   int64_t straggler_report_interval = 10;  // --straggler-report-interval: steps between straggler reports (0: off)
   double straggler_threshold = 0.75;       // --straggler-threshold: a rank below this speed relative to the median is named
+  // Hang detection per section (--hang-timeout-*), and the heartbeats of a
+  // `claw launch` supervisor (CLAW_SUPERVISOR, read by the train command).
+  comm::WatchdogOptions watchdog;
   uint64_t seed = 1234;           // --seed: initialisation, data order, dropout
   int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
   std::string device = "cpu";     // --device: cpu, or cuda[:N] (the CUDA backend)

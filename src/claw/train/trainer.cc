@@ -1,6 +1,7 @@
 #include "claw/train/trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <thread>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "claw/ckpt/checkpoint.h"
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
+#include "claw/comm/watchdog.h"
 #include "claw/core/exit_signal.h"
 #include "claw/core/log.h"
 #include "claw/data/sample_source.h"
@@ -421,11 +423,21 @@ TrainResult Trainer::run() {
   // the ranks every interval.
   clock::time_point step_t0;
   double step_blocked0 = 0, own_s = 0;
+  // Hang detection per section of a step, and the heartbeats of a `claw
+  // launch` supervisor (comm/watchdog.h).
+  std::optional<comm::Watchdog> watchdog;
+  if ((cfg_.watchdog.hang_detection && world_.size() > 1) || !cfg_.watchdog.supervisor.empty())
+    watchdog.emplace(cfg_.watchdog, world_.rank(), world_.size());
+  int64_t cur_step = 0;  // the step in progress, from 1
+  const auto section = [&](comm::Section s) {
+    if (watchdog) watchdog->enter(s, cur_step);
+  };
   const double slowdown = ckpt_cfg_.faults ? ckpt_cfg_.faults->slowdown(world_.rank()) : 1.0;  // tests: slow:RANK:F
   const auto before_update = [&](const StepResult&) {
     if (slowdown > 1)  // this rank's forward and backward, (F - 1) times over
       std::this_thread::sleep_for(std::chrono::duration<double>(
           (slowdown - 1) * (seconds_since(step_t0) - (comm::blocked_seconds() - step_blocked0))));
+    section(comm::Section::optimizer);
     if (!saver_) return;
     const auto t = clock::now();
     saver_->wait_snapshot();
@@ -444,7 +456,10 @@ TrainResult Trainer::run() {
     step_blocked0 = comm::blocked_seconds();
     const double lr = lr_.at(step);
     const uint64_t sample0 = static_cast<uint64_t>(consumed_train_samples_);
+    cur_step = step + 1;
+    section(comm::Section::data);
     batch_->load(*train_data_, consumed_train_samples_);
+    section(comm::Section::forward_backward);
     StepResult r = train_step(runtime_->model(), *optimizer_, cpu, *batch_, step, lr, cfg_.seed, sample0,
                               before_update, dpo_train_.get(), loss_scaler_.get(), ckpt_cfg_.faults.get());
     if (r.skipped)
@@ -452,6 +467,7 @@ TrainResult Trainer::run() {
                 "loss scale now {:g}", step + 1, r.loss_scale, loss_scaler_->scale());
     consumed_train_samples_ += GB;
     if (runtime_->device()) runtime_->device()->synchronize();  // the update has run: the step's time is whole
+    section(comm::Section::logging);
     const double loss = r.loss, grad_norm = r.grad_norm;
     double dt = seconds_since(t0);
     own_s += dt - (comm::blocked_seconds() - step_blocked0);
@@ -537,6 +553,7 @@ TrainResult Trainer::run() {
     }
     const bool last = step + 1 == cfg_.train_iters;
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
+      section(comm::Section::evaluation);
       double val = evaluate(consumed_valid_samples_);
       consumed_valid_samples_ += cfg_.eval_iters * GB;
       rec["val_loss"] = val;
@@ -551,10 +568,12 @@ TrainResult Trainer::run() {
     }
     // A signal reaches the ranks at different moments: they agree after
     // each step (the largest signal number any of them saw) and stop together.
+    section(comm::Section::logging);
     const int signal = static_cast<int>(everyone.all_reduce_value(ExitSignalGuard::received(), comm::ReduceOp::max));
     const bool exiting =
         !last && ((ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0) || signal != 0);
     if (saver_) {
+      section(comm::Section::checkpoint);
       const auto t = clock::now();
       saver_->poll();
       if ((ckpt_cfg_.save_interval > 0 && (step + 1) % ckpt_cfg_.save_interval == 0) || last || exiting)
@@ -571,6 +590,7 @@ TrainResult Trainer::run() {
       }
       if ((save_failed = saver_->take_failed())) rec["ckpt_failed"] = save_failed->first;
       ckpt_blocked_s = 0;
+      section(comm::Section::logging);
     }
     metrics.write(rec);
     if (dpo_train_ && ((step + 1) % cfg_.log_interval == 0 || last || step == 0))
@@ -585,6 +605,7 @@ TrainResult Trainer::run() {
                                                 .elapsed_seconds = seconds_since(start)}));
     result.steps = step + 1;
     result.final_loss = loss;
+    if (watchdog) watchdog->step_done(step + 1, loss);
     if (exiting && signal != 0) {
       result.stopped_by = signal;
       log::info("train", "{} received: stopping after step {}{}", ExitSignalGuard::name(signal), step + 1,
@@ -598,6 +619,7 @@ TrainResult Trainer::run() {
     }
   }
   if (saver_) {
+    section(comm::Section::checkpoint);
     const auto t = clock::now();
     saver_->finish();
     if (const auto c = saver_->take_committed())
@@ -606,6 +628,7 @@ TrainResult Trainer::run() {
     if (save_failed && save_failed->first == result.steps)
       fail("the last checkpoint (iteration {}) was not saved: {}", save_failed->first, save_failed->second);
   }
+  section(comm::Section::idle);
   result.seconds = seconds_since(start);
   log::info("train", "done: {} steps in {}, final loss {:.4f}{}, peak RSS {}", result.steps,
             format_duration(result.seconds), result.final_loss,

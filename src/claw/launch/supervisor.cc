@@ -1,0 +1,375 @@
+#include "claw/launch/supervisor.h"
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "claw/core/error.h"
+#include "claw/core/exit_signal.h"
+#include "claw/core/log.h"
+
+namespace claw::launch {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+void LaunchConfig::validate() const {
+  if (launcher != "auto" && launcher != "mpirun" && launcher != "srun")
+    fail("--launcher must be auto, mpirun or srun, got '{}'", launcher);
+  if (nproc < 1) fail("--nproc must be >= 1, got {}", nproc);
+  if (command.empty()) fail("claw launch needs the job after `--`, e.g. `claw launch --nproc 4 -- train --save ckpt ...`");
+  if (command[0].rfind("-", 0) == 0)
+    fail("the job after `--` starts with a claw subcommand (train, rl, ...), not the flag '{}'", command[0]);
+  if (max_restarts < 0) fail("--max-restarts must be >= 0, got {}", max_restarts);
+  if (!(heartbeat_interval_s > 0)) fail("--heartbeat-interval must be > 0 seconds, got {}", heartbeat_interval_s);
+  if (!(heartbeat_timeout_s > heartbeat_interval_s))
+    fail("--heartbeat-timeout ({} s) must be longer than --heartbeat-interval ({} s)", heartbeat_timeout_s,
+         heartbeat_interval_s);
+  if (!hostfile.empty() && !fs::exists(hostfile)) fail("--hostfile {}: no such file", hostfile);
+}
+
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
+  std::string value;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (args[k] == flag && k + 1 < args.size()) value = args[k + 1];
+    else if (args[k].rfind(flag + "=", 0) == 0) value = args[k].substr(flag.size() + 1);
+  }
+  return value;
+}
+
+std::vector<std::string> with_flag(std::vector<std::string> args, const std::string& flag, const std::string& value) {
+  bool set = false;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (args[k] == flag && k + 1 < args.size()) {
+      args[k + 1] = value;
+      set = true;
+    } else if (args[k].rfind(flag + "=", 0) == 0) {
+      args[k] = flag + "=" + value;
+      set = true;
+    }
+  }
+  if (!set) {
+    args.push_back(flag);
+    args.push_back(value);
+  }
+  return args;
+}
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// What the heartbeats say about one rank of the current attempt.
+struct RankState {
+  std::string host;
+  int64_t pid = 0;
+  Clock::time_point last_beat;
+  int64_t step = 0;
+  std::string section;
+  bool exited = false;
+};
+
+// The state the heartbeat server and the supervising loop share.
+struct Board {
+  std::mutex mu;
+  int attempt = 0;
+  std::map<int, RankState> ranks;
+  std::vector<std::pair<int, std::string>> hangs;  // rank, report
+  int64_t last_step = 0;                           // the highest step any rank finished in this attempt
+  std::optional<int64_t> first_step;               // the first step this attempt finished
+  Clock::time_point first_step_at;
+  std::string abort_reason;                        // set: the ranks of this attempt are told to end
+};
+
+class EventLog {
+ public:
+  explicit EventLog(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::app);
+    if (!out_) fail("--events-file {}: cannot open for writing", path);
+  }
+  void write(nlohmann::json e) {
+    if (!out_.is_open()) return;
+    e["time"] = unix_now();
+    out_ << e.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+std::string checkpoint_iteration(const std::string& save) {
+  if (save.empty()) return "";
+  std::ifstream in(fs::path(save) / "latest_checkpointed_iteration.txt");
+  std::string it;
+  if (!(in >> it)) return "";
+  return it;
+}
+
+std::string this_host() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// The exit code of a waitpid status (128 + signal for a killed launcher, as a shell says).
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 255;
+}
+
+std::string describe_code(int code) {
+  switch (code) {
+    case 0: return "success";
+    case 1: return "a bad flag, config or file (exit 1)";
+    case 2: return "a command line that does not parse (exit 2)";
+    case 3: return "an internal error (exit 3)";
+    case 4: return "a communication failure: a peer died or hung (exit 4)";
+    case 5: return "a non-finite loss or gradient (exit 5)";
+    case 6: return "stopped by a signal after saving (exit 6)";
+    default:
+      if (code > 128 && code < 160) return fmt::format("a rank killed by signal {} ({})", code - 128, strsignal(code - 128));
+      return fmt::format("exit code {}", code);
+  }
+}
+
+// A bad configuration or a bug fails again the same way: not restarted.
+bool restartable(int code) { return code != 1 && code != 2 && code != 3; }
+
+}  // namespace
+
+int supervise(const LaunchConfig& cfg) {
+  cfg.validate();
+  const std::string launcher =
+      cfg.launcher != "auto" ? cfg.launcher : (std::getenv("SLURM_JOB_ID") ? "srun" : "mpirun");
+  const bool remote = !cfg.hostfile.empty() || launcher == "srun";
+  const std::string advertised = !cfg.supervisor_host.empty() ? cfg.supervisor_host : remote ? this_host() : "127.0.0.1";
+  const std::string save = flag_value(cfg.command, "--save");
+  if (save.empty())
+    log::warn("launch", "the job has no --save: a restart starts it again from step 0");
+
+  // The heartbeat server: ranks POST one JSON object per heartbeat.
+  Board board;
+  EventLog events(cfg.events_file);
+  httplib::Server server;
+  server.Post("/heartbeat", [&](const httplib::Request& req, httplib::Response& res) {
+    const nlohmann::json m = nlohmann::json::parse(req.body, nullptr, false);
+    if (!m.is_object() || !m.contains("rank") || !m.contains("attempt")) {
+      res.status = 400;
+      res.set_content(R"({"error":"a heartbeat is a JSON object with rank and attempt"})", "application/json");
+      return;
+    }
+    nlohmann::json reply = {{"abort", false}};
+    std::lock_guard<std::mutex> lk(board.mu);
+    const int attempt = m.value("attempt", -1);
+    if (attempt != board.attempt || !board.abort_reason.empty()) {
+      reply = {{"abort", true},
+               {"reason", attempt != board.attempt ? fmt::format("attempt {} is over", attempt) : board.abort_reason}};
+    } else {
+      const int rank = m.value("rank", -1);
+      RankState& r = board.ranks[rank];
+      const std::string event = m.value("event", "beat");
+      r.host = m.value("host", "");
+      r.pid = m.value("pid", int64_t{0});
+      r.last_beat = Clock::now();
+      r.step = m.value("step", int64_t{0});
+      r.section = m.value("section", "");
+      if (event == "exit") r.exited = true;
+      if (event == "step") {
+        board.last_step = std::max(board.last_step, r.step);
+        if (!board.first_step) {
+          board.first_step = r.step;
+          board.first_step_at = Clock::now();
+        }
+      }
+      if (event == "hang") board.hangs.emplace_back(rank, m.value("report", ""));
+    }
+    res.set_content(reply.dump(), "application/json");
+  });
+  const std::string bind = remote ? "0.0.0.0" : "127.0.0.1";
+  const int port = server.bind_to_any_port(bind);
+  if (port < 0) fail("claw launch: cannot listen for heartbeats on {}", bind);
+  std::thread server_thread([&] { server.listen_after_bind(); });
+  struct StopServer {
+    httplib::Server& s;
+    std::thread& t;
+    ~StopServer() {
+      s.stop();
+      if (t.joinable()) t.join();
+    }
+  } stop_server{server, server_thread};
+  const std::string url = fmt::format("http://{}:{}", advertised, port);
+  log::info("launch", "heartbeats at {}/heartbeat (every {:g} s; a rank silent {:g} s has failed); {} ranks via {}; "
+            "up to {} restart(s)", url, cfg.heartbeat_interval_s, cfg.heartbeat_timeout_s, cfg.nproc, launcher,
+            cfg.max_restarts);
+
+  const ExitSignalGuard signals;  // SIGTERM/SIGUSR1: stop the job cleanly, no restart
+  std::optional<Clock::time_point> failed_at;
+  int64_t lost_from = 0;  // the last step finished before the failure
+  int code = 0;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<std::string> command = cfg.command;
+    std::string resume_from;
+    if (attempt > 0 && !(resume_from = checkpoint_iteration(save)).empty()) command = with_flag(command, "--load", save);
+    {
+      std::lock_guard<std::mutex> lk(board.mu);
+      board.attempt = attempt;
+      board.ranks.clear();
+      board.hangs.clear();
+      board.last_step = 0;
+      board.first_step.reset();
+      board.abort_reason.clear();
+    }
+    std::vector<std::string> argv;
+    if (launcher == "mpirun") {
+      argv = {"mpirun", "-np", std::to_string(cfg.nproc)};
+      if (!cfg.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", cfg.hostfile});
+      for (const char* v : {"CLAW_SUPERVISOR", "CLAW_LAUNCH_ATTEMPT", "CLAW_HEARTBEAT_INTERVAL"})
+        argv.insert(argv.end(), {"-x", v});
+    } else {
+      argv = {"srun", "-n", std::to_string(cfg.nproc)};
+    }
+    argv.insert(argv.end(), cfg.launcher_args.begin(), cfg.launcher_args.end());
+    argv.push_back(cfg.binary);
+    argv.insert(argv.end(), command.begin(), command.end());
+    log::info("launch", "attempt {}{}: {}", attempt + 1,
+              attempt == 0            ? std::string()
+              : resume_from.empty()   ? " (no checkpoint yet: from step 0)"
+                                      : fmt::format(" resuming from iteration {} in {}", resume_from, save),
+              fmt::join(argv, " "));
+    events.write({{"event", "start"}, {"attempt", attempt}, {"resume_from", resume_from}});
+
+    const pid_t parent = getpid();
+    const pid_t child = fork();
+    if (child < 0) fail("claw launch: fork failed: {}", strerror(errno));
+    if (child == 0) {
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // the supervisor dies: so does the launcher
+      if (getppid() != parent) _exit(127);
+      setenv("CLAW_SUPERVISOR", url.c_str(), 1);
+      setenv("CLAW_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
+      setenv("CLAW_HEARTBEAT_INTERVAL", fmt::format("{}", cfg.heartbeat_interval_s).c_str(), 1);
+      std::vector<char*> cargv;
+      for (std::string& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGUSR1, SIG_DFL);
+      execvp(cargv[0], cargv.data());
+      std::fprintf(stderr, "claw launch: cannot run %s: %s\n", cargv[0], strerror(errno));
+      _exit(127);
+    }
+    setpgid(child, child);
+
+    // Watch the launcher and the heartbeats until the attempt ends.
+    std::string failure;  // what the supervisor saw (it ends the job itself)
+    bool forwarded_stop = false, resumed_logged = false;
+    int status = 0;
+    for (;;) {
+      const pid_t w = waitpid(child, &status, WNOHANG);
+      if (w == child) break;
+      if (const int sig = ExitSignalGuard::received(); sig != 0 && !forwarded_stop) {
+        log::info("launch", "{} received: asking the job to save and stop (SIGUSR1 to {})", ExitSignalGuard::name(sig),
+                  launcher);
+        kill(child, SIGUSR1);
+        forwarded_stop = true;
+      }
+      {
+        std::lock_guard<std::mutex> lk(board.mu);
+        if (failed_at && board.first_step && !resumed_logged) {
+          const double t = std::chrono::duration<double>(board.first_step_at - *failed_at).count();
+          const int64_t from = *board.first_step - 1;
+          log::info("launch", "resumed: step {} ran {:.1f} s after the failure was detected; the job went on from "
+                    "iteration {}, {} step(s) lost", *board.first_step, t, from, std::max<int64_t>(0, lost_from - from));
+          events.write({{"event", "resumed"}, {"attempt", attempt}, {"from_iteration", from},
+                        {"lost_steps", std::max<int64_t>(0, lost_from - from)}, {"time_to_resume_s", t}});
+          resumed_logged = true;
+        }
+        if (!board.hangs.empty()) {
+          const auto& [rank, report] = board.hangs.front();
+          std::vector<std::string> silent;
+          for (const auto& [r, s] : board.ranks)
+            if (!s.exited && since(s.last_beat) > 3 * cfg.heartbeat_interval_s)
+              silent.push_back(fmt::format("rank {} ({} pid {}, silent {:.1f} s in section {})", r, s.host, s.pid,
+                                           since(s.last_beat), s.section));
+          failure = fmt::format("rank {} reported a hang{}", rank,
+                                silent.empty() ? std::string()
+                                               : fmt::format("; no heartbeat from {}", fmt::join(silent, ", ")));
+          log::error("launch", "{}\n{}", failure, report);
+        } else {
+          for (const auto& [r, s] : board.ranks)
+            if (!s.exited && since(s.last_beat) > cfg.heartbeat_timeout_s) {
+              failure = fmt::format("rank {} ({} pid {}) sent no heartbeat for {:.1f} s (--heartbeat-timeout {:g}); "
+                                    "it was in section {} after step {}",
+                                    r, s.host, s.pid, since(s.last_beat), cfg.heartbeat_timeout_s, s.section, s.step);
+              log::error("launch", "{}", failure);
+              break;
+            }
+        }
+        if (!failure.empty()) board.abort_reason = failure;
+      }
+      if (!failure.empty()) {
+        killpg(child, SIGKILL);  // the launcher and the ranks it started here; remote ranks hear "abort"
+        waitpid(child, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    code = exit_code(status);
+    int64_t last_step = 0;
+    {
+      std::lock_guard<std::mutex> lk(board.mu);
+      last_step = board.last_step;
+      if (board.abort_reason.empty()) board.abort_reason = "the job ended";
+    }
+    // Ranks a dead launcher left behind in its process group.
+    killpg(child, SIGKILL);
+    if (failure.empty() && code == 0) {
+      log::info("launch", "the job completed{}", attempt > 0 ? fmt::format(" after {} restart(s)", attempt) : "");
+      events.write({{"event", "done"}, {"attempt", attempt}, {"restarts", attempt}});
+      return 0;
+    }
+    if (failure.empty() && forwarded_stop) {
+      log::info("launch", "the job stopped on request: {}; not restarted", describe_code(code));
+      events.write({{"event", "stopped"}, {"attempt", attempt}, {"code", code}});
+      return code;
+    }
+    if (failure.empty()) failure = describe_code(code);
+    failed_at = Clock::now();
+    lost_from = last_step;
+    events.write({{"event", "failure"}, {"attempt", attempt}, {"reason", failure}, {"code", code},
+                  {"last_step", last_step}});
+    if (failure == describe_code(code) && !restartable(code)) {
+      log::error("launch", "the job failed with {}: not restarted (a restart would fail the same way)", failure);
+      return code;
+    }
+    if (attempt >= cfg.max_restarts) {
+      log::error("launch", "the job failed ({}) and --max-restarts {} are used up", failure, cfg.max_restarts);
+      return code == 0 ? static_cast<int>(ExitCode::comm) : code;
+    }
+    log::warn("launch", "attempt {} failed after step {}: {}; restarting ({} of {})", attempt + 1, last_step, failure,
+              attempt + 1, cfg.max_restarts);
+  }
+}
+
+}  // namespace claw::launch
