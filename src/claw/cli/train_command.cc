@@ -55,6 +55,17 @@ const std::vector<F>& train_flags() {
                   [](A& a) -> auto& { return a.train.straggler_report_interval; }),
       double_flag<A>("straggler-threshold", "a rank slower than this fraction of the median rank's speed is named",
                      [](A& a) -> auto& { return a.train.straggler_threshold; }),
+      string_flag<A>("rerun-mode",
+                     "validate_results: a step whose loss or gradient norm is not finite or spikes is run again and "
+                     "a rank whose result does not reproduce is named (silent data corruption); disabled: off",
+                     [](A& a) -> auto& { return a.train.sdc.rerun_mode; }),
+      double_flag<A>("spiky-loss-factor", "a loss or gradient norm this many times the largest of the last 50 steps is "
+                     "a spike (re-run with --rerun-mode validate_results)",
+                     [](A& a) -> auto& { return a.train.sdc.spiky_factor; }),
+      int_flag<A>("check-weight-hash-across-dp-replicas-interval",
+                  "every N steps the data-parallel replicas compare a hash of their parameters and a diverging rank "
+                  "is named (0: off)",
+                  [](A& a) -> auto& { return a.train.sdc.weight_hash_interval; }),
       switch_flag<A>("no-hang-detection",
                      "do not watch the sections of a step (data, forward_backward, optimizer, evaluation, checkpoint, "
                      "logging) for hangs",

@@ -51,6 +51,12 @@ FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::s
       if (p.size() != 2 || !parse_number(p[1], step) || step < 1)
         fail("{} '{}': expected inf-grad:STEP (a training step from 1)", flag, spec);
       f.inf_grad_.push_back(step);
+    } else if (p[0] == "bit-flip") {
+      int rank = -1;
+      int64_t step = 0;
+      if (p.size() != 3 || !parse_number(p[1], rank) || rank < 0 || !parse_number(p[2], step) || step < 1)
+        fail("{} '{}': expected bit-flip:RANK:STEP (a world rank, a training step from 1)", flag, spec);
+      f.bit_flips_.emplace_back(rank, step);
     } else if (p[0] == "slow") {
       int rank = -1;
       const std::string factor = p.size() == 3 ? std::string(p[2]) : std::string();
@@ -60,7 +66,7 @@ FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::s
         fail("{} '{}': expected slow:RANK:FACTOR (a world rank, a slowdown >= 1)", flag, spec);
       f.slow_.emplace_back(rank, times);
     } else {
-      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP, slow:RANK:FACTOR",
+      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP, bit-flip:RANK:STEP, slow:RANK:FACTOR",
            flag, spec);
     }
   }
@@ -84,6 +90,10 @@ double FaultInjector::slowdown(int world_rank) const {
   for (const auto& [r, f] : slow_)
     if (r == world_rank) return f;
   return 1.0;
+}
+
+bool FaultInjector::bit_flip(int world_rank, int64_t step) const {
+  return std::find(bit_flips_.begin(), bit_flips_.end(), std::pair<int, int64_t>(world_rank, step)) != bit_flips_.end();
 }
 
 bool FaultInjector::inf_grad(int64_t step) const {

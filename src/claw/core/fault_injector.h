@@ -14,6 +14,10 @@
 //                         lost node would
 //   inf-grad:STEP         after the backward of training step STEP (from 1) a
 //                         gradient element becomes inf, as an f16 overflow would
+//   bit-flip:RANK:STEP    on world rank RANK, the first time training step STEP
+//                         (from 1) runs, bit 30 (the exponent's top bit) of
+//                         the first element of the rank's reduced gradients
+//                         flips, as a memory or ALU fault would
 //   slow:RANK:FACTOR      world rank RANK computes FACTOR times slower: after
 //                         each step's forward and backward it sleeps (FACTOR -
 //                         1) times their time, as a throttled node would
@@ -34,13 +38,15 @@ class FaultInjector {
   // Throws claw::Error naming `flag` and the valid forms for a bad spec.
   static FaultInjector parse(const std::vector<std::string>& specs, std::string_view flag = "--test-fault");
 
-  bool empty() const { return hangs_.empty() && crash_in_save_.empty() && inf_grad_.empty() && slow_.empty(); }
+  bool empty() const { return hangs_.empty() && crash_in_save_.empty() && inf_grad_.empty() && bit_flips_.empty() && slow_.empty(); }
   // Whether world rank `world_rank` must hang before operation `seq` of `group`.
   bool hangs(int world_rank, std::string_view group, uint64_t seq) const;
   // Whether rank `rank` of a job of `size` ranks dies while writing iteration `iteration`.
   bool crashes_in_save(int64_t iteration, int rank, int size) const;
   // Whether training step `step` (from 1) gets an infinite gradient.
   bool inf_grad(int64_t step) const;
+  // Whether world rank `world_rank` gets a flipped gradient bit at step `step` (from 1).
+  bool bit_flip(int world_rank, int64_t step) const;
   // How many times slower world rank `rank` computes (1: not slowed).
   double slowdown(int world_rank) const;
   // The spec behind a fault, for the log line of the rank that acts on it.
@@ -55,6 +61,7 @@ class FaultInjector {
   std::vector<Hang> hangs_;
   std::vector<int64_t> crash_in_save_;
   std::vector<int64_t> inf_grad_;
+  std::vector<std::pair<int, int64_t>> bit_flips_;
   std::vector<std::pair<int, double>> slow_;
 };
 

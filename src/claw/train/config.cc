@@ -24,6 +24,7 @@ void TrainConfig::resolve_and_validate(int dp) {
   if (straggler_report_interval < 0)
     fail("--straggler-report-interval must be >= 0 (0: off), got {}", straggler_report_interval);
   watchdog.validate();
+  sdc.validate();
   if (!(straggler_threshold > 0 && straggler_threshold <= 1))
     fail("--straggler-threshold must be in (0, 1] (a speed relative to the median rank), got {}", straggler_threshold);
   if (num_threads < 0) fail("--num-threads must be >= 0 (0: all available), got {}", num_threads);

@@ -17,6 +17,7 @@
 #include "claw/data/tokenizer_factory.h"
 #include "claw/model/config.h"
 #include "claw/runtime/config.h"
+#include "claw/train/sdc.h"
 
 namespace claw::train {
 
@@ -45,6 +46,8 @@ struct TrainConfig {
   // Hang detection per section (--hang-timeout-*), and the heartbeats of a
   // `claw launch` supervisor (CLAW_SUPERVISOR, read by the train command).
   comm::WatchdogOptions watchdog;
+  // Silent data corruption: re-running suspect steps, the replicas' weight hash (train/sdc.h).
+  SdcConfig sdc;
   uint64_t seed = 1234;           // --seed: initialisation, data order, dropout
   int num_threads = 0;            // --num-threads: CPU threads (0: all this process may use)
   std::string device = "cpu";     // --device: cpu, or cuda[:N] (the CUDA backend)

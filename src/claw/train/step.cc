@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "claw/core/error.h"
+#include "claw/core/log.h"
 
 namespace claw::train {
 
@@ -66,21 +68,46 @@ double loss_gradients(runtime::ModelChunks& model, const CpuCtx& cpu, const Glob
 StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
                       const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
                       const std::function<void(const StepResult&)>& before_update,
-                      model::SequenceLoss* sequence_loss, optim::LossScaler* scaler, const FaultInjector* faults) {
+                      model::SequenceLoss* sequence_loss, optim::LossScaler* scaler, const FaultInjector* faults,
+                      SdcMonitor* sdc) {
   CLAW_CHECK(batch.micro_batches() == model.micro_batches(), "a batch of {} micro-batches for a schedule of {}",
              batch.micro_batches(), model.micro_batches());
   const double scale = scaler ? scaler->scale() : 1.0;
-  const double loss = loss_gradients(model, cpu, batch, step, seed, sample0, sequence_loss, scale);
-  if (faults && faults->inf_grad(step + 1))  // the injected overflow: one gradient element becomes inf
-    for (model::Param* p : model.first().params())
-      if (p->grad.defined()) {
-        p->gdata()[0] = std::numeric_limits<float>::infinity();
-        break;
-      }
-  // Experts reduced over their own group add their squares over it (ModelChunks).
-  const double sum_squares = model.reduce_grad_sum_squares(optimizer.grad_sum_squares(cpu, "dp"),
-                                                           optimizer.grad_sum_squares(cpu, "expert_dp"));
-  StepResult r{loss, std::sqrt(sum_squares) / scale, scale};
+  // The injected faults (tests): an overflow every time the step runs, a
+  // flipped bit in one rank's reduced gradients the first time only.
+  const auto inject = [&](bool first_run) {
+    if (!faults) return;
+    if (faults->inf_grad(step + 1))  // one gradient element becomes inf
+      for (model::Param* p : model.first().params())
+        if (p->grad.defined()) {
+          p->gdata()[0] = std::numeric_limits<float>::infinity();
+          break;
+        }
+    if (first_run && sdc && faults->bit_flip(sdc->world().rank(), step + 1))
+      for (const model::Segment& seg : optimizer.segments())
+        if (seg.n > 0 && seg.param->spec.primary) {
+          float* g = const_cast<float*>(seg.grad);
+          uint32_t bits;
+          std::memcpy(&bits, g, 4);
+          bits ^= 1u << 30;  // the exponent's top bit
+          std::memcpy(g, &bits, 4);
+          log::warn("fault", "step {}: --test-fault bit-flip: flipped bit 30 of {}'s first gradient element on this "
+                    "rank", step + 1, seg.param->spec.name);
+          break;
+        }
+  };
+  // This rank's own sums of squares (its fingerprint of the gradients it
+  // holds), then the global norm over the groups the gradients are split on.
+  const auto run = [&](bool first_run, uint64_t& fingerprint) {
+    const double loss = loss_gradients(model, cpu, batch, step, seed, sample0, sequence_loss, scale);
+    inject(first_run);
+    const double local = optimizer.grad_sum_squares(cpu, "dp"), expert = optimizer.grad_sum_squares(cpu, "expert_dp");
+    fingerprint = bits_of(local) * 0x9e3779b97f4a7c15ULL ^ bits_of(expert);
+    // Experts reduced over their own group add their squares over it (ModelChunks).
+    return StepResult{loss, std::sqrt(model.reduce_grad_sum_squares(local, expert)) / scale, scale};
+  };
+  uint64_t fingerprint = 0;
+  StepResult r = run(true, fingerprint);
   // Loss scaling: an overflow (the global norm holds it, so every rank
   // agrees) skips the update and moves the scale; the next step's
   // begin_step zeroes the gradients.
@@ -88,11 +115,43 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
     r.skipped = true;
     return r;
   }
+  if (sdc && sdc->suspect(r.loss, r.grad_norm)) {
+    const bool rank0 = sdc->world().rank() == 0;
+    if (rank0)
+      log::warn("sdc", "step {}: loss {:.6g}, gradient norm {:.6g} {}: running the step again to see whether it "
+                "reproduces", step + 1, r.loss, r.grad_norm,
+                std::isfinite(r.loss) && std::isfinite(r.grad_norm)
+                    ? fmt::format("(over {:g} x the recent maximum on some rank)", sdc->config().spiky_factor)
+                    : std::string("(not finite on some rank)"));
+    uint64_t again = 0;
+    const StepResult r2 = run(false, again);
+    const std::vector<int> differ = sdc->unreproduced(fingerprint, again);
+    if (!differ.empty()) {
+      const std::string who = describe_ranks(sdc->world(), differ);
+      if (rank0)
+        log::error("sdc", "step {}: silent data corruption: the re-run's gradients differ from the first run's on {} "
+                   "(every other rank reproduced its own bit for bit): a transient fault on that rank; the step goes "
+                   "on with the re-run's gradients", step + 1, who);
+      r = r2;
+    } else {
+      const bool non_finite_anywhere =
+          sdc->world().all_reduce_value<int32_t>(!std::isfinite(r2.loss) || !std::isfinite(r2.grad_norm),
+                                                 comm::ReduceOp::max) != 0;
+      if (non_finite_anywhere)
+        fail<ReproducedNonFinite>("step {}: gradient norm {} (loss {:.4f}), reproduced bit for bit by a re-run on "
+                                  "every rank (not a hardware fault); first non-finite tensor: {}", step + 1,
+                                  non_finite(r2.grad_norm), r2.loss, model.first_non_finite_grad(cpu));
+      if (rank0)
+        log::warn("sdc", "step {}: the spike reproduces bit for bit on every rank: it comes from the data or the "
+                  "model, not the hardware; training goes on", step + 1);
+    }
+  }
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     fail<NonFiniteError>("step {}: gradient norm is {} (loss {:.4f}); first non-finite tensor: {}{}", step + 1,
                          non_finite(r.grad_norm), r.loss,
          model.first_non_finite_grad(cpu),
          model.pp().size() > 1 ? fmt::format(" (on pipeline stage {})", model.pp().rank()) : "");
+  if (sdc) sdc->observe(r.loss, r.grad_norm);
   if (before_update) before_update(r);
   optimizer.step(cpu, lr, optimizer.clip_coefficient(r.grad_norm) / scale);
   model.after_optimizer_step(cpu);

@@ -24,6 +24,7 @@
 #include "claw/data/sample_source.h"
 #include "claw/runtime/model_chunks.h"
 #include "claw/train/batch.h"
+#include "claw/train/sdc.h"
 
 namespace claw::train {
 
@@ -48,12 +49,14 @@ struct StepResult {
 // (dropout counters). Throws claw::Error naming the step and the first
 // non-finite tensor if a micro-batch's loss or the gradient norm is not
 // finite. `before_update`, if set, sees the accumulated gradients before
-// AdamW runs.
+// AdamW runs. `sdc`, if set, re-runs a suspect step (train/sdc.h): a
+// transient fault is named and the step goes on with the re-run's result; a
+// non-finite result that reproduces throws ReproducedNonFinite on every rank.
 StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, const CpuCtx& cpu,
                       const GlobalBatch& batch, int64_t step, double lr, uint64_t seed, uint64_t sample0,
                       const std::function<void(const StepResult&)>& before_update = {},
                       model::SequenceLoss* sequence_loss = nullptr, optim::LossScaler* scaler = nullptr,
-                      const FaultInjector* faults = nullptr);
+                      const FaultInjector* faults = nullptr, SdcMonitor* sdc = nullptr);
 
 // train_step's first half: the mean loss over the global batch, with its
 // gradients accumulated (and reduced over data parallelism) in the

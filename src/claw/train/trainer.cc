@@ -429,6 +429,12 @@ TrainResult Trainer::run() {
   if ((cfg_.watchdog.hang_detection && world_.size() > 1) || !cfg_.watchdog.supervisor.empty())
     watchdog.emplace(cfg_.watchdog, world_.rank(), world_.size());
   int64_t cur_step = 0;  // the step in progress, from 1
+  // Silent data corruption: suspect steps run again, replicas compare weights.
+  if (cfg_.sdc.weight_hash_interval > 0 && (par_cfg_.zero_stage() >= 3 || runtime_->device()))
+    fail("--check-weight-hash-across-dp-replicas-interval needs whole parameters on every replica in host memory: "
+         "not with ZeRO-3 (--zero-stage 3 shards them) or --device cuda");
+  SdcMonitor sdc(cfg_.sdc, everyone, ps.dp().size() > 1 ? &ps.dp() : nullptr);
+  int64_t last_saved = start_iteration_;
   const auto section = [&](comm::Section s) {
     if (watchdog) watchdog->enter(s, cur_step);
   };
@@ -460,8 +466,21 @@ TrainResult Trainer::run() {
     section(comm::Section::data);
     batch_->load(*train_data_, consumed_train_samples_);
     section(comm::Section::forward_backward);
-    StepResult r = train_step(runtime_->model(), *optimizer_, cpu, *batch_, step, lr, cfg_.seed, sample0,
-                              before_update, dpo_train_.get(), loss_scaler_.get(), ckpt_cfg_.faults.get());
+    StepResult r;
+    try {
+      r = train_step(runtime_->model(), *optimizer_, cpu, *batch_, step, lr, cfg_.seed, sample0, before_update,
+                     dpo_train_.get(), loss_scaler_.get(), ckpt_cfg_.faults.get(), &sdc);
+    } catch (const ReproducedNonFinite&) {
+      // Every rank is here: keep the state before the step, so a restart
+      // (with another host, or another run) loses nothing.
+      if (saver_ && step > last_saved) {
+        log::info("sdc", "saving iteration {} (the state before step {}) before ending", step, step + 1);
+        section(comm::Section::checkpoint);
+        save_checkpoint(step);
+        saver_->finish();
+      }
+      throw;
+    }
     if (r.skipped)
       log::warn("train", "step {}: gradients overflowed at loss scale {:g}: step skipped (parameters unchanged); "
                 "loss scale now {:g}", step + 1, r.loss_scale, loss_scaler_->scale());
@@ -569,6 +588,11 @@ TrainResult Trainer::run() {
     // A signal reaches the ranks at different moments: they agree after
     // each step (the largest signal number any of them saw) and stop together.
     section(comm::Section::logging);
+    sdc.check_replicas(runtime_->model(), step + 1);
+    if (sdc.reruns() > 0) {
+      rec["sdc_reruns"] = sdc.reruns();
+      rec["sdc_transient_faults"] = sdc.transient();
+    }
     const int signal = static_cast<int>(everyone.all_reduce_value(ExitSignalGuard::received(), comm::ReduceOp::max));
     const bool exiting =
         !last && ((ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0) || signal != 0);
@@ -577,7 +601,7 @@ TrainResult Trainer::run() {
       const auto t = clock::now();
       saver_->poll();
       if ((ckpt_cfg_.save_interval > 0 && (step + 1) % ckpt_cfg_.save_interval == 0) || last || exiting)
-        save_checkpoint(step + 1);
+        save_checkpoint(last_saved = step + 1);
       ckpt_blocked_s += seconds_since(t);
       // What checkpointing cost this step (bench/bench_ckpt.py), and the
       // background work of a save committed in it.
