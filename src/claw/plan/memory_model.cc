@@ -15,7 +15,8 @@
 
 namespace claw::plan {
 
-StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Precision& prec, const Device* device) {
+StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Precision& prec, const Device* device,
+                         int dp_rank) {
   CLAW_CHECK(stage >= 0 && stage < l.pp, "stage {} of {}", stage, l.pp);
   const model::ModelConfig& cfg = job.model;
   const parallel::PipelineLayout pl = pipeline_layout(job, l);
@@ -36,7 +37,7 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
     if (l.ep > 1) tp.ep = &ep_group;
     tp.expert_region = l.expert_region();
   }
-  model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp * l.cp, 0);  // ZeRO shards over dp x cp
+  model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp * l.cp, dp_rank);  // ZeRO shards over dp x cp
   store.expert_shards = l.expert_dp();
   store.allocate = false;
   store.freeze = job.freeze;

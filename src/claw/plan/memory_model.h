@@ -54,9 +54,11 @@ struct StageMemory {
 };
 
 // One rank of pipeline stage `stage`. device: its runtime overhead and
-// collective temporaries (none without one: claw's arenas alone).
+// collective temporaries (none without one: claw's arenas alone). dp_rank:
+// the data-parallel rank (of dp x cp) whose ZeRO shard is counted; the first
+// holds the largest when the shards do not divide evenly.
 StageMemory stage_memory(const Job& job, const Layout& layout, int stage, const Precision& prec,
-                         const Device* device = nullptr);
+                         const Device* device = nullptr, int dp_rank = 0);
 // The stage that needs the most memory (the first and last differ by the
 // embedding and output layer and by micro-batches in flight; with uneven
 // stages every stage is checked).

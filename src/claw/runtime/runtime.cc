@@ -83,7 +83,8 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   storage_precision.moment_bytes = static_cast<double>(par.dp.optimizer_bytes_per_element) / 2;
   storage_precision.fp8_moments = par.dp.optimizer_fp8_moments;
   storage_precision.main_params_dtype = cfg_.main_params_dtype;
-  planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, storage_precision);
+  planned_ = plan::stage_memory(job, plan_layout(grid, cfg_, layout.chunks, schedule.kind), stage, storage_precision,
+                                nullptr, storage.shard);
   // Before any allocation: a plan larger than the node would end in the OOM
   // killer, without a word. The device adds the runtime's own overhead.
   {
