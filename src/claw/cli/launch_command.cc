@@ -35,6 +35,13 @@ void add_launch_command(CLI::App& app) {
                   "the address ranks reach the supervisor at (default: loopback; this host's name with --hostfile or srun)");
   sub->add_option("--events-file", cfg->events_file,
                   "append one JSON object per supervisor event (start, failure, resumed, done) to this file");
+  sub->add_option("--min-ranks", cfg->min_ranks,
+                  "elastic restart (mpirun with --hostfile): when hosts are gone, go on with the ranks that remain if "
+                  "there are at least this many, in the layout the planner chooses (0: not elastic)")
+      ->capture_default_str();
+  sub->add_option("--host-probe-timeout", cfg->probe_timeout_s,
+                  "seconds a host has to run `mpirun -np 1 --host H true` before a restart to count as present")
+      ->capture_default_str();
   sub->add_option("command", cfg->command, "the job after `--`: a claw subcommand and its flags (train ...)")
       ->required();
   sub->callback([cfg, launcher_args] {

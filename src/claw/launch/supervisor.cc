@@ -9,7 +9,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fcntl.h>
+
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -42,6 +45,10 @@ void LaunchConfig::validate() const {
     fail("--heartbeat-timeout ({} s) must be longer than --heartbeat-interval ({} s)", heartbeat_timeout_s,
          heartbeat_interval_s);
   if (!hostfile.empty() && !fs::exists(hostfile)) fail("--hostfile {}: no such file", hostfile);
+  if (min_ranks < 0 || min_ranks > nproc) fail("--min-ranks must be in [0, --nproc {}] (0: not elastic), got {}", nproc, min_ranks);
+  if (min_ranks > 0 && (hostfile.empty() || launcher == "srun"))
+    fail("--min-ranks (elastic restart) needs mpirun with --hostfile: the supervisor probes its hosts");
+  if (!(probe_timeout_s > 0)) fail("--host-probe-timeout must be > 0 seconds, got {}", probe_timeout_s);
 }
 
 std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
@@ -69,6 +76,45 @@ std::vector<std::string> with_flag(std::vector<std::string> args, const std::str
     args.push_back(value);
   }
   return args;
+}
+
+std::vector<std::string> without_flag(std::vector<std::string> args, const std::string& flag, bool takes_value) {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (args[k] == flag) {
+      if (takes_value) ++k;
+      continue;
+    }
+    if (args[k].rfind(flag + "=", 0) == 0) continue;
+    out.push_back(args[k]);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("--hostfile {}: cannot read", path);
+  std::vector<std::pair<std::string, int>> hosts;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string host, w;
+    if (!(words >> host)) continue;
+    int slots = 1;
+    while (words >> w)
+      if (w.rfind("slots=", 0) == 0) {
+        try {
+          slots = std::stoi(w.substr(6));
+        } catch (const std::exception&) {
+          slots = 0;
+        }
+        if (slots < 1) fail("--hostfile {} line {}: '{}' is not slots=N with N >= 1", path, n, w);
+      }
+    hosts.emplace_back(host, slots);
+  }
+  if (hosts.empty()) fail("--hostfile {}: no hosts", path);
+  return hosts;
 }
 
 namespace {
@@ -154,6 +200,63 @@ std::string describe_code(int code) {
   }
 }
 
+// Runs `argv` in its own process group; its exit code, or -1 when it has
+// not ended within `timeout_s` (it is killed).
+std::vector<int> run_all(const std::vector<std::vector<std::string>>& argvs, double timeout_s) {
+  std::vector<pid_t> pids;
+  for (const auto& argv : argvs) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      std::vector<char*> c;
+      for (const std::string& a : argv) c.push_back(const_cast<char*>(a.c_str()));
+      c.push_back(nullptr);
+      execvp(c[0], c.data());
+      _exit(127);
+    }
+    if (pid > 0) setpgid(pid, pid);
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(pids.size(), -1);
+  std::vector<bool> done(pids.size(), false);
+  const auto t0 = Clock::now();
+  for (size_t left = pids.size(); left > 0 && since(t0) < timeout_s;) {
+    for (size_t k = 0; k < pids.size(); ++k) {
+      int status = 0;
+      if (done[k] || pids[k] <= 0) {
+        if (!done[k]) done[k] = true, --left;
+        continue;
+      }
+      if (waitpid(pids[k], &status, WNOHANG) == pids[k]) {
+        codes[k] = exit_code(status);
+        done[k] = true;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (size_t k = 0; k < pids.size(); ++k)
+    if (!done[k] && pids[k] > 0) {
+      killpg(pids[k], SIGKILL);
+      waitpid(pids[k], nullptr, 0);
+    }
+  return codes;
+}
+
+// The flags that pin a layout: dropped when the planner lays the job out
+// again on fewer ranks (the second: whether the flag takes a value).
+constexpr std::pair<const char*, bool> kLayoutFlags[] = {
+    {"--tensor-model-parallel-size", true},  {"--pipeline-model-parallel-size", true},
+    {"--context-parallel-size", true},       {"--expert-model-parallel-size", true},
+    {"--expert-tensor-parallel-size", true}, {"--num-layers-per-virtual-pipeline-stage", true},
+    {"--pipeline-schedule", true},           {"--decoder-first-pipeline-num-layers", true},
+    {"--decoder-last-pipeline-num-layers", true}, {"--recompute-num-layers", true},
+    {"--sequence-parallel", false},          {"--parallel", true}};
+
 // A bad configuration or a bug fails again the same way: not restarted.
 bool restartable(int code) { return code != 1 && code != 2 && code != 3; }
 
@@ -225,11 +328,15 @@ int supervise(const LaunchConfig& cfg) {
             cfg.max_restarts);
 
   const ExitSignalGuard signals;  // SIGTERM/SIGUSR1: stop the job cleanly, no restart
+  // What the next attempt runs: an elastic restart shrinks them.
+  std::vector<std::string> job = cfg.command;
+  int nproc = cfg.nproc;
+  std::string hostfile = cfg.hostfile;
   std::optional<Clock::time_point> failed_at;
   int64_t lost_from = 0;  // the last step finished before the failure
   int code = 0;
   for (int attempt = 0;; ++attempt) {
-    std::vector<std::string> command = cfg.command;
+    std::vector<std::string> command = job;
     std::string resume_from;
     if (attempt > 0 && !(resume_from = checkpoint_iteration(save)).empty()) command = with_flag(command, "--load", save);
     {
@@ -243,12 +350,12 @@ int supervise(const LaunchConfig& cfg) {
     }
     std::vector<std::string> argv;
     if (launcher == "mpirun") {
-      argv = {"mpirun", "-np", std::to_string(cfg.nproc)};
-      if (!cfg.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", cfg.hostfile});
+      argv = {"mpirun", "-np", std::to_string(nproc)};
+      if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
       for (const char* v : {"CLAW_SUPERVISOR", "CLAW_LAUNCH_ATTEMPT", "CLAW_HEARTBEAT_INTERVAL"})
         argv.insert(argv.end(), {"-x", v});
     } else {
-      argv = {"srun", "-n", std::to_string(cfg.nproc)};
+      argv = {"srun", "-n", std::to_string(nproc)};
     }
     argv.insert(argv.end(), cfg.launcher_args.begin(), cfg.launcher_args.end());
     argv.push_back(cfg.binary);
@@ -369,6 +476,53 @@ int supervise(const LaunchConfig& cfg) {
     }
     log::warn("launch", "attempt {} failed after step {}: {}; restarting ({} of {})", attempt + 1, last_step, failure,
               attempt + 1, cfg.max_restarts);
+    if (cfg.min_ranks > 0) {
+      // Elastic: which hosts still answer the launcher?
+      const auto hosts = read_hostfile(hostfile);
+      std::vector<std::vector<std::string>> probes;
+      for (const auto& [host, slots] : hosts) {
+        std::vector<std::string> p = {"mpirun", "-np", "1", "--host", host + ":1"};
+        p.insert(p.end(), cfg.launcher_args.begin(), cfg.launcher_args.end());
+        p.push_back("true");
+        probes.push_back(std::move(p));
+      }
+      const std::vector<int> codes = run_all(probes, cfg.probe_timeout_s);
+      std::vector<std::pair<std::string, int>> alive;
+      std::vector<std::string> gone;
+      int slots = 0;
+      for (size_t k = 0; k < hosts.size(); ++k) {
+        if (codes[k] == 0) {
+          alive.push_back(hosts[k]);
+          slots += hosts[k].second;
+        } else {
+          gone.push_back(fmt::format("{} ({})", hosts[k].first,
+                                     codes[k] < 0 ? fmt::format("no answer in {:g} s", cfg.probe_timeout_s)
+                                                  : fmt::format("the probe exited {}", codes[k])));
+        }
+      }
+      if (!gone.empty()) {
+        if (slots < cfg.min_ranks) {
+          log::error("launch", "host(s) gone: {}; {} rank slot(s) remain, fewer than --min-ranks {}: giving up",
+                     fmt::join(gone, ", "), slots, cfg.min_ranks);
+          events.write({{"event", "gave_up"}, {"attempt", attempt}, {"slots", slots}});
+          return code == 0 ? static_cast<int>(ExitCode::comm) : code;
+        }
+        nproc = std::min(nproc, slots);
+        hostfile = fmt::format("{}/claw_launch_hosts.{}.{}",
+                               cfg.events_file.empty() ? fs::temp_directory_path().string()
+                                                       : fs::absolute(cfg.events_file).parent_path().string(),
+                               getpid(), attempt + 1);
+        std::ofstream out(hostfile);
+        for (const auto& [host, n] : alive) out << host << " slots=" << n << "\n";
+        if (!out) fail("claw launch: cannot write the host file {}", hostfile);
+        for (const auto& [flag, takes_value] : kLayoutFlags) job = without_flag(job, flag, takes_value);
+        job = with_flag(job, "--parallel", "auto");
+        log::warn("launch", "host(s) gone: {}; the job goes on with {} rank(s) on {} host(s) ({}) in the layout the "
+                  "planner chooses (--parallel auto), its checkpoint resharded", fmt::join(gone, ", "), nproc,
+                  alive.size(), hostfile);
+        events.write({{"event", "shrink"}, {"attempt", attempt}, {"nproc", nproc}, {"hostfile", hostfile}});
+      }
+    }
   }
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace claw::launch {
@@ -42,6 +43,13 @@ struct LaunchConfig {
   double heartbeat_timeout_s = 30;         // --heartbeat-timeout: a rank silent this long has failed
   std::string supervisor_host;             // --supervisor-host: the address ranks reach ("": loopback, or this host's name with a host file or srun)
   std::string events_file;                 // --events-file: JSONL of the supervisor's events
+  // Elastic restart (mpirun with --hostfile): before a restart every host is
+  // probed (mpirun -np 1 --host H true within probe_timeout_s); when hosts
+  // are gone and at least min_ranks slots remain, the job restarts on them
+  // with the layout the planner chooses (--parallel auto, the layout flags
+  // dropped) and reloads its checkpoint resharded. 0: not elastic.
+  int min_ranks = 0;                       // --min-ranks
+  double probe_timeout_s = 20;             // --host-probe-timeout
   void validate() const;                   // throws claw::Error naming the flag
 };
 
@@ -51,6 +59,10 @@ int supervise(const LaunchConfig& cfg);
 
 // The value of `--flag V` or `--flag=V` in `args` ("" when absent).
 std::string flag_value(const std::vector<std::string>& args, const std::string& flag);
+// `args` without `--flag V` / `--flag=V` (a switch when !takes_value).
+std::vector<std::string> without_flag(std::vector<std::string> args, const std::string& flag, bool takes_value = true);
+// A host file's hosts and slots (OpenMPI's "HOST slots=N" lines; # comments).
+std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path);
 // `args` with `--flag V` / `--flag=V` set to `value` (appended when absent).
 std::vector<std::string> with_flag(std::vector<std::string> args, const std::string& flag, const std::string& value);
 
