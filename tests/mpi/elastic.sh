@@ -7,7 +7,7 @@
 # that remain, in the layout the planner chooses; its losses match the
 # uninterrupted 8-rank run's within the resharding tolerance of the
 # checkpoint tests (1e-6 relative).
-#   elastic.sh CLAW_BINARY
+#   elastic.sh CLAW_BINARY      (KEEP=1: leave the namespaces and files for a look)
 set -uo pipefail
 claw=$1
 tmp=$(mktemp -d /tmp/claw_elastic.XXXXXX)
