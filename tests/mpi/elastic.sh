@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Elastic restart across hosts that are network namespaces (run as root):
 # four hosts of two rank slots each, joined by a bridge; an 8-rank TP2 x DP4
-# job under `claw launch --min-ranks 6` loses host 3 (its link down, its
-# processes killed) after step 7. The supervisor probes the hosts, drops
-# the lost one, and the job resumes from its last checkpoint on the 6 ranks
-# that remain, in the layout the planner chooses; its losses match the
-# uninterrupted 8-rank run's within the resharding tolerance of the
-# checkpoint tests (1e-6 relative).
-#   elastic.sh CLAW_BINARY      (KEEP=1: leave the namespaces and files for a look)
+# job under `claw launch --min-ranks 6`, checkpoints every 5 steps.
+#   lost  host 3 is lost (its link down, its processes killed) after step 7
+#   sdc   host 3 corrupts data: from step 7 its ranks' gradients get a
+#         flipped bit (re-runs off); the replicas' weight hash at step 10
+#         names its ranks, the job ends (exit 5) naming the host, and the
+#         supervisor leaves the host out
+# Either way the supervisor probes the hosts, leaves host 3 out, and the job
+# resumes from its last checkpoint on the 6 ranks that remain, in the layout
+# the planner chooses; its losses match the uninterrupted 8-rank run's within
+# the resharding tolerance of the checkpoint tests (1e-6 relative).
+#   elastic.sh CLAW_BINARY lost|sdc    (KEEP=1: leave the namespaces and files for a look)
 set -uo pipefail
 claw=$1
+mode=${2:-lost}
 tmp=$(mktemp -d /tmp/claw_elastic.XXXXXX)
 P=ce$$x  # namespace prefix, unique to this test run (host names allow no underscore)
 hosts=4
@@ -63,27 +68,40 @@ mpirun --oversubscribe --bind-to none -np 8 "$claw" train "${job[@]}" --tensor-m
 mpi="--mca plm_rsh_agent $tmp/agent.sh --mca btl self,vader,tcp --mca btl_tcp_if_include eth0"
 mpi+=" --mca oob_tcp_if_include eth0 --oversubscribe --bind-to none"
 mpi+=" -x CLAW_NS_PREFIX -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"
+faults=()
+[[ $mode == sdc ]] && faults=(--rerun-mode disabled --check-weight-hash-across-dp-replicas-interval 5
+                              --test-fault "bit-flip:@${P}h3:7")
 ip netns exec "${P}h1" unshare --uts sh -c 'hostname "$0"; exec "$@"' "${P}h1" \
   "$claw" launch --hostfile "$tmp/hosts" --nproc 8 --min-ranks 6 --supervisor-host 10.77.0.1 \
   --host-probe-timeout 15 --launcher-args "$mpi" --events-file "$tmp/events.jsonl" -- \
   train "${job[@]}" --tensor-model-parallel-size 2 --save "$tmp/ckpt" --save-interval 5 \
-  --metrics-file "$tmp/metrics.jsonl" >"$tmp/launch.log" 2>&1 &
+  --metrics-file "$tmp/metrics.jsonl" "${faults[@]}" >"$tmp/launch.log" 2>&1 &
 sup=$!
-for _ in $(seq 3000); do
-  [[ -f $tmp/metrics.jsonl && $(wc -l <"$tmp/metrics.jsonl") -ge 7 ]] && break
-  kill -0 $sup 2>/dev/null || fail "the supervised job ended before step 7"
-  sleep 0.1
-done
-# Host 3 is lost: its link goes down and its processes die.
-ip netns exec "${P}h3" ip link set eth0 down
-pids=$(ip netns pids "${P}h3")
-[[ -n $pids ]] || fail "no processes on host 3"
-kill -9 $pids
-echo "host 3 lost after step $(wc -l <"$tmp/metrics.jsonl")"
+if [[ $mode == lost ]]; then
+  for _ in $(seq 3000); do
+    [[ -f $tmp/metrics.jsonl && $(wc -l <"$tmp/metrics.jsonl") -ge 7 ]] && break
+    kill -0 $sup 2>/dev/null || fail "the supervised job ended before step 7"
+    sleep 0.1
+  done
+  # Host 3 is lost: its link goes down and its processes die.
+  ip netns exec "${P}h3" ip link set eth0 down
+  pids=$(ip netns pids "${P}h3")
+  [[ -n $pids ]] || fail "no processes on host 3"
+  kill -9 $pids
+  echo "host 3 lost after step $(wc -l <"$tmp/metrics.jsonl")"
+fi
 wait $sup
 code=$?
 [[ $code == 0 ]] || fail "claw launch exited $code"
-grep -q "host(s) gone: 10.77.0.3 " "$tmp/launch.log" || fail "the lost host is not named"
+if [[ $mode == lost ]]; then
+  grep -q "host(s) gone: 10.77.0.3 (" "$tmp/launch.log" || fail "the lost host is not named"
+else
+  grep -q "step 10: silent data corruption: the parameters of world rank 4 (host ${P}h3, pid [0-9]*) differ from the other 3 replicas'" \
+    "$tmp/launch.log" || fail "the corrupting rank is not named"
+  grep -q "host(s) gone: 10.77.0.3 (host name ${P}h3: the job named it in a silent data corruption)" "$tmp/launch.log" ||
+    fail "the suspect host is not left out"
+  grep -q "attempt 2 resuming from iteration 5" "$tmp/launch.log" || fail "not resumed from the checkpoint before the fault"
+fi
 grep -q "the job goes on with 6 rank(s) on 3 host(s)" "$tmp/launch.log" || fail "the job did not shrink to 6 ranks"
 layout=$(grep -o "\-\-parallel auto: [^;]* of [0-9]* layouts" "$tmp/launch.log" | head -n 1)
 [[ -n $layout ]] || fail "the planner did not choose the layout"

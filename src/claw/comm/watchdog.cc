@@ -159,7 +159,11 @@ void Watchdog::check_hang(Clock::time_point) {
   post("hang", report);  // the supervisor ends the job
 }
 
-bool Watchdog::post(const std::string& event, const std::string& report) {
+void Watchdog::report_suspects(const std::vector<std::string>& hosts, const std::string& reason) {
+  if (supervised() && !hosts.empty()) post("suspect", reason, hosts);
+}
+
+bool Watchdog::post(const std::string& event, const std::string& report, const std::vector<std::string>& hosts) {
   nlohmann::json msg = {{"event", event},
                         {"attempt", opt_.attempt},
                         {"rank", rank_},
@@ -170,7 +174,9 @@ bool Watchdog::post(const std::string& event, const std::string& report) {
                         {"section", std::string(section_name(static_cast<Section>(section_.load())))},
                         {"section_s", static_cast<double>(now_ns() - section_start_ns_.load()) * 1e-9}};
   if (event == "step") msg["loss"] = loss_.load();
+  std::lock_guard<std::mutex> lk(post_mu_);
   if (!report.empty()) msg["report"] = report;
+  if (!hosts.empty()) msg["hosts"] = hosts;
   const httplib::Result res = client_->http.Post("/heartbeat", msg.dump(), "application/json");
   if (!res || res->status != 200) {
     const double silent = std::chrono::duration<double>(Clock::now() - last_answer_).count();

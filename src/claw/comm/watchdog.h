@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace claw::comm {
 
@@ -70,6 +71,9 @@ class Watchdog {
   // Main thread: step `step` (from 1) finished with `loss`; tells the
   // supervisor at once (its time-to-resume clock stops at the first one).
   void step_done(int64_t step, double loss);
+  // Tells the supervisor which hosts the job suspects of corrupting data
+  // (it leaves them out of the restart when it can).
+  void report_suspects(const std::vector<std::string>& hosts, const std::string& reason);
   // The timeout of section `s` now, and how it was set ("learned: ...").
   double timeout_s(Section s, std::string* how = nullptr) const;
   bool supervised() const { return !opt_.supervisor.empty(); }
@@ -77,7 +81,8 @@ class Watchdog {
  private:
   void run();
   void check_hang(std::chrono::steady_clock::time_point now);
-  bool post(const std::string& event, const std::string& report = {});  // false: no answer
+  // false: no answer
+  bool post(const std::string& event, const std::string& report = {}, const std::vector<std::string>& hosts = {});
 
   WatchdogOptions opt_;
   int rank_, world_size_;
@@ -96,6 +101,7 @@ class Watchdog {
   bool hang_reported_ = false;
 
   struct Client;
+  std::mutex post_mu_;  // the main thread (suspects) and the watchdog thread share the client
   std::unique_ptr<Client> client_;
   std::chrono::steady_clock::time_point last_answer_;
 

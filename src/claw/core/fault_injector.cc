@@ -1,5 +1,7 @@
 #include "claw/core/fault_injector.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <charconv>
@@ -52,11 +54,14 @@ FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::s
         fail("{} '{}': expected inf-grad:STEP (a training step from 1)", flag, spec);
       f.inf_grad_.push_back(step);
     } else if (p[0] == "bit-flip") {
-      int rank = -1;
-      int64_t step = 0;
-      if (p.size() != 3 || !parse_number(p[1], rank) || rank < 0 || !parse_number(p[2], step) || step < 1)
-        fail("{} '{}': expected bit-flip:RANK:STEP (a world rank, a training step from 1)", flag, spec);
-      f.bit_flips_.emplace_back(rank, step);
+      BitFlip b;
+      const bool on_host = p.size() == 3 && !p[1].empty() && p[1][0] == '@';
+      if (on_host) b.host = std::string(p[1].substr(1));
+      if (p.size() != 3 || (on_host ? b.host.empty() : !parse_number(p[1], b.rank) || b.rank < 0) ||
+          !parse_number(p[2], b.step) || b.step < 1)
+        fail("{} '{}': expected bit-flip:RANK:STEP or bit-flip:@HOST:STEP (a world rank or every rank on a host, a "
+             "training step from 1)", flag, spec);
+      f.bit_flips_.push_back(std::move(b));
     } else if (p[0] == "slow") {
       int rank = -1;
       const std::string factor = p.size() == 3 ? std::string(p[2]) : std::string();
@@ -66,7 +71,7 @@ FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::s
         fail("{} '{}': expected slow:RANK:FACTOR (a world rank, a slowdown >= 1)", flag, spec);
       f.slow_.emplace_back(rank, times);
     } else {
-      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP, bit-flip:RANK:STEP, slow:RANK:FACTOR",
+      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP, bit-flip:RANK|@HOST:STEP, slow:RANK:FACTOR",
            flag, spec);
     }
   }
@@ -93,7 +98,17 @@ double FaultInjector::slowdown(int world_rank) const {
 }
 
 bool FaultInjector::bit_flip(int world_rank, int64_t step) const {
-  return std::find(bit_flips_.begin(), bit_flips_.end(), std::pair<int, int64_t>(world_rank, step)) != bit_flips_.end();
+  for (const BitFlip& b : bit_flips_) {
+    if (b.step != step) continue;
+    if (b.host.empty() ? b.rank == world_rank : b.host == this_host()) return true;
+  }
+  return false;
+}
+
+std::string FaultInjector::this_host() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
 }
 
 bool FaultInjector::inf_grad(int64_t step) const {

@@ -18,6 +18,8 @@
 //                         (from 1) runs, bit 30 (the exponent's top bit) of
 //                         the first element of the rank's reduced gradients
 //                         flips, as a memory or ALU fault would
+//   bit-flip:@HOST:STEP   the same on every rank whose host name is HOST (a
+//                         bad host: gone once the host is left out)
 //   slow:RANK:FACTOR      world rank RANK computes FACTOR times slower: after
 //                         each step's forward and backward it sleeps (FACTOR -
 //                         1) times their time, as a throttled node would
@@ -45,8 +47,9 @@ class FaultInjector {
   bool crashes_in_save(int64_t iteration, int rank, int size) const;
   // Whether training step `step` (from 1) gets an infinite gradient.
   bool inf_grad(int64_t step) const;
-  // Whether world rank `world_rank` gets a flipped gradient bit at step `step` (from 1).
+  // Whether world rank `world_rank` (on this host) gets a flipped gradient bit at step `step` (from 1).
   bool bit_flip(int world_rank, int64_t step) const;
+  static std::string this_host();
   // How many times slower world rank `rank` computes (1: not slowed).
   double slowdown(int world_rank) const;
   // The spec behind a fault, for the log line of the rank that acts on it.
@@ -61,7 +64,12 @@ class FaultInjector {
   std::vector<Hang> hangs_;
   std::vector<int64_t> crash_in_save_;
   std::vector<int64_t> inf_grad_;
-  std::vector<std::pair<int, int64_t>> bit_flips_;
+  struct BitFlip {
+    int rank = -1;
+    std::string host;  // "": by rank
+    int64_t step = 0;
+  };
+  std::vector<BitFlip> bit_flips_;
   std::vector<std::pair<int, double>> slow_;
 };
 

@@ -144,6 +144,7 @@ struct Board {
   std::optional<int64_t> first_step;               // the first step this attempt finished
   Clock::time_point first_step_at;
   std::string abort_reason;                        // set: the ranks of this attempt are told to end
+  std::vector<std::string> suspects;               // host names the job suspects of corrupting data
 };
 
 class EventLog {
@@ -200,51 +201,71 @@ std::string describe_code(int code) {
   }
 }
 
-// Runs `argv` in its own process group; its exit code, or -1 when it has
-// not ended within `timeout_s` (it is killed).
-std::vector<int> run_all(const std::vector<std::vector<std::string>>& argvs, double timeout_s) {
-  std::vector<pid_t> pids;
-  for (const auto& argv : argvs) {
+// Runs each argv in its own process group, all at once; per argv its exit
+// code (-1: not ended within timeout_s, killed) and its standard output.
+std::vector<std::pair<int, std::string>> run_all(const std::vector<std::vector<std::string>>& argvs,
+                                                 double timeout_s) {
+  const size_t n = argvs.size();
+  std::vector<pid_t> pids(n, -1);
+  std::vector<int> out_fd(n, -1);
+  for (size_t k = 0; k < n; ++k) {
+    int fds[2];
+    if (pipe(fds) != 0) continue;
     const pid_t pid = fork();
     if (pid == 0) {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       const int null = open("/dev/null", O_WRONLY);
-      dup2(null, 1);
+      dup2(fds[1], 1);
       dup2(null, 2);
+      close(fds[0]);
       std::vector<char*> c;
-      for (const std::string& a : argv) c.push_back(const_cast<char*>(a.c_str()));
+      for (const std::string& a : argvs[k]) c.push_back(const_cast<char*>(a.c_str()));
       c.push_back(nullptr);
       execvp(c[0], c.data());
       _exit(127);
     }
-    if (pid > 0) setpgid(pid, pid);
-    pids.push_back(pid);
+    close(fds[1]);
+    if (pid < 0) {
+      close(fds[0]);
+      continue;
+    }
+    setpgid(pid, pid);
+    pids[k] = pid;
+    out_fd[k] = fds[0];
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
   }
-  std::vector<int> codes(pids.size(), -1);
-  std::vector<bool> done(pids.size(), false);
-  const auto t0 = Clock::now();
-  for (size_t left = pids.size(); left > 0 && since(t0) < timeout_s;) {
-    for (size_t k = 0; k < pids.size(); ++k) {
+  std::vector<std::pair<int, std::string>> results(n, {-1, ""});
+  std::vector<bool> done(n, false);
+  const auto drain = [&](size_t k) {
+    char buf[4096];
+    for (ssize_t got; out_fd[k] >= 0 && (got = read(out_fd[k], buf, sizeof buf)) > 0;)
+      results[k].second.append(buf, static_cast<size_t>(got));
+  };
+  size_t left = 0;
+  for (size_t k = 0; k < n; ++k) left += pids[k] > 0 ? 1 : (done[k] = true, 0);
+  for (const auto t0 = Clock::now(); left > 0 && since(t0) < timeout_s;) {
+    for (size_t k = 0; k < n; ++k) {
+      if (done[k]) continue;
+      drain(k);
       int status = 0;
-      if (done[k] || pids[k] <= 0) {
-        if (!done[k]) done[k] = true, --left;
-        continue;
-      }
       if (waitpid(pids[k], &status, WNOHANG) == pids[k]) {
-        codes[k] = exit_code(status);
+        drain(k);
+        results[k].first = exit_code(status);
         done[k] = true;
         --left;
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  for (size_t k = 0; k < pids.size(); ++k)
-    if (!done[k] && pids[k] > 0) {
+  for (size_t k = 0; k < n; ++k) {
+    if (!done[k]) {
       killpg(pids[k], SIGKILL);
       waitpid(pids[k], nullptr, 0);
     }
-  return codes;
+    if (out_fd[k] >= 0) close(out_fd[k]);
+  }
+  return results;
 }
 
 // The flags that pin a layout: dropped when the planner lays the job out
@@ -307,6 +328,11 @@ int supervise(const LaunchConfig& cfg) {
         }
       }
       if (event == "hang") board.hangs.emplace_back(rank, m.value("report", ""));
+      if (event == "suspect" && m.contains("hosts") && m["hosts"].is_array())
+        for (const auto& h : m["hosts"])
+          if (h.is_string() && std::find(board.suspects.begin(), board.suspects.end(), h.get<std::string>()) ==
+                                   board.suspects.end())
+            board.suspects.push_back(h.get<std::string>());
     }
     res.set_content(reply.dump(), "application/json");
   });
@@ -476,29 +502,63 @@ int supervise(const LaunchConfig& cfg) {
     }
     log::warn("launch", "attempt {} failed after step {}: {}; restarting ({} of {})", attempt + 1, last_step, failure,
               attempt + 1, cfg.max_restarts);
+    if (cfg.min_ranks == 0) {
+      std::lock_guard<std::mutex> lk(board.mu);
+      if (!board.suspects.empty())
+        log::warn("launch", "the job suspects host(s) {} of silent data corruption; they stay in (leaving hosts out "
+                  "needs --hostfile and --min-ranks)", fmt::join(board.suspects, ", "));
+    }
     if (cfg.min_ranks > 0) {
       // Elastic: which hosts still answer the launcher?
       const auto hosts = read_hostfile(hostfile);
+      // (a host that answers but that the job named as corrupting data is left out too)
       std::vector<std::vector<std::string>> probes;
       for (const auto& [host, slots] : hosts) {
         std::vector<std::string> p = {"mpirun", "-np", "1", "--host", host + ":1"};
         p.insert(p.end(), cfg.launcher_args.begin(), cfg.launcher_args.end());
-        p.push_back("true");
+        p.push_back("hostname");  // the name its ranks report: how a suspect host is recognised
         probes.push_back(std::move(p));
       }
-      const std::vector<int> codes = run_all(probes, cfg.probe_timeout_s);
+      const auto probed = run_all(probes, cfg.probe_timeout_s);
+      std::vector<std::string> suspects;
+      {
+        std::lock_guard<std::mutex> lk(board.mu);
+        suspects = board.suspects;
+      }
       std::vector<std::pair<std::string, int>> alive;
       std::vector<std::string> gone;
-      int slots = 0;
+      int slots = 0, suspect_slots = 0;
       for (size_t k = 0; k < hosts.size(); ++k) {
-        if (codes[k] == 0) {
+        const auto& [probe_code, out] = probed[k];
+        const std::string name = out.substr(0, out.find_first_of("\r\n"));
+        const bool suspect = std::find(suspects.begin(), suspects.end(), name) != suspects.end();
+        if (probe_code == 0 && !suspect) {
           alive.push_back(hosts[k]);
           slots += hosts[k].second;
+        } else if (probe_code == 0) {
+          suspect_slots += hosts[k].second;
+          gone.push_back(fmt::format("{} (host name {}: the job named it in a silent data corruption)",
+                                     hosts[k].first, name));
         } else {
           gone.push_back(fmt::format("{} ({})", hosts[k].first,
-                                     codes[k] < 0 ? fmt::format("no answer in {:g} s", cfg.probe_timeout_s)
-                                                  : fmt::format("the probe exited {}", codes[k])));
+                                     probe_code < 0 ? fmt::format("no answer in {:g} s", cfg.probe_timeout_s)
+                                                    : fmt::format("the probe exited {}", probe_code)));
         }
+      }
+      // A suspect host that cannot be spared stays in.
+      if (suspect_slots > 0 && slots < cfg.min_ranks) {
+        log::warn("launch", "suspect host(s) {} cannot be left out: {} slot(s) would remain, fewer than --min-ranks {}",
+                  fmt::join(suspects, ", "), slots, cfg.min_ranks);
+        gone.erase(std::remove_if(gone.begin(), gone.end(),
+                                  [](const std::string& g) { return g.find("silent data corruption") != std::string::npos; }),
+                   gone.end());
+        alive.clear();
+        slots = 0;
+        for (size_t k = 0; k < hosts.size(); ++k)
+          if (probed[k].first == 0) {
+            alive.push_back(hosts[k]);
+            slots += hosts[k].second;
+          }
       }
       if (!gone.empty()) {
         if (slots < cfg.min_ranks) {

@@ -30,20 +30,23 @@ uint64_t bits_of(double v) {
   return b;
 }
 
-std::string describe_ranks(comm::Group& world, const std::vector<int>& ranks) {
+RankHosts describe_ranks(comm::Group& world, const std::vector<int>& ranks) {
   constexpr int kWords = 9;  // 64 bytes of host name, the pid
   std::vector<int64_t> mine(kWords, 0), all(static_cast<size_t>(kWords) * world.size());
   gethostname(reinterpret_cast<char*>(mine.data()), 63);
   mine[kWords - 1] = getpid();
   world.all_gather(mine.data(), all.data(), kWords, DType::i64);
   std::vector<std::string> out;
+  RankHosts rh;
   for (int r : ranks) {
     const int64_t* w = all.data() + static_cast<size_t>(kWords) * r;
-    out.push_back(fmt::format("world rank {} (host {}, pid {})", world.world_ranks()[static_cast<size_t>(r)],
-                              std::string(reinterpret_cast<const char*>(w), strnlen(reinterpret_cast<const char*>(w), 63)),
+    const std::string host(reinterpret_cast<const char*>(w), strnlen(reinterpret_cast<const char*>(w), 63));
+    out.push_back(fmt::format("world rank {} (host {}, pid {})", world.world_ranks()[static_cast<size_t>(r)], host,
                               w[kWords - 1]));
+    if (std::find(rh.hosts.begin(), rh.hosts.end(), host) == rh.hosts.end()) rh.hosts.push_back(host);
   }
-  return fmt::format("{}", fmt::join(out, ", "));
+  rh.description = fmt::format("{}", fmt::join(out, ", "));
+  return rh;
 }
 
 SdcMonitor::SdcMonitor(SdcConfig cfg, comm::Group& world, comm::Group* dp)
@@ -103,7 +106,9 @@ void SdcMonitor::check_replicas(const runtime::ModelChunks& model, int64_t step)
   std::vector<int> diverging;
   for (size_t r = 0; r < all.size(); ++r)
     if (!clear || all[r] != majority->first) diverging.push_back(static_cast<int>(r));
-  const std::string who = describe_ranks(*dp_, diverging);
+  const RankHosts who_hosts = describe_ranks(*dp_, diverging);
+  const std::string& who = who_hosts.description;
+  if (clear) suspect_hosts_ = who_hosts.hosts;
   fail<NonFiniteError>(
       "step {}: silent data corruption: the parameters of {} differ from {} (hashes over the {} data-parallel "
       "replicas, which must be bitwise equal): the state is corrupt; resume from the last checkpoint{}",

@@ -68,6 +68,8 @@ class SdcMonitor {
   comm::Group& world() const { return world_; }
   int64_t reruns() const { return reruns_; }
   int64_t transient() const { return transient_; }
+  // The hosts of the ranks check_replicas named (for the supervisor).
+  const std::vector<std::string>& suspect_hosts() const { return suspect_hosts_; }
 
  private:
   SdcConfig cfg_;
@@ -75,11 +77,17 @@ class SdcMonitor {
   comm::Group* dp_;
   std::deque<double> losses_, norms_;
   int64_t reruns_ = 0, transient_ = 0;
+  std::vector<std::string> suspect_hosts_;
 };
 
 // The bits of a double, for fingerprints compared bitwise.
 uint64_t bits_of(double v);
-// "world rank 2 (host vm, pid 123)" for each rank of `ranks`: gathered over `world`.
-std::string describe_ranks(comm::Group& world, const std::vector<int>& ranks);
+// "world rank 2 (host vm, pid 123)" for each rank of `ranks`, and their
+// hosts: gathered over `group` (collective).
+struct RankHosts {
+  std::string description;
+  std::vector<std::string> hosts;
+};
+RankHosts describe_ranks(comm::Group& group, const std::vector<int>& ranks);
 
 }  // namespace claw::train

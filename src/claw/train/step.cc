@@ -127,7 +127,7 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
     const StepResult r2 = run(false, again);
     const std::vector<int> differ = sdc->unreproduced(fingerprint, again);
     if (!differ.empty()) {
-      const std::string who = describe_ranks(sdc->world(), differ);
+      const std::string who = describe_ranks(sdc->world(), differ).description;
       if (rank0)
         log::error("sdc", "step {}: silent data corruption: the re-run's gradients differ from the first run's on {} "
                    "(every other rank reproduced its own bit for bit): a transient fault on that rank; the step goes "

@@ -588,7 +588,12 @@ TrainResult Trainer::run() {
     // A signal reaches the ranks at different moments: they agree after
     // each step (the largest signal number any of them saw) and stop together.
     section(comm::Section::logging);
-    sdc.check_replicas(runtime_->model(), step + 1);
+    try {
+      sdc.check_replicas(runtime_->model(), step + 1);
+    } catch (const NonFiniteError& e) {
+      if (watchdog) watchdog->report_suspects(sdc.suspect_hosts(), e.what());
+      throw;
+    }
     if (sdc.reruns() > 0) {
       rec["sdc_reruns"] = sdc.reruns();
       rec["sdc_transient_faults"] = sdc.transient();
