@@ -153,10 +153,12 @@ void Watchdog::check_hang(Clock::time_point) {
     if (fr.back() == '\n') fr.pop_back();
     report += "\n" + fr;
   }
-  if (!supervised()) end_rank(report + "\nclaw: ending this rank (exit code 4); the launcher ends the job");
   std::fprintf(stderr, "%s\n", report.c_str());
   std::fflush(stderr);
-  post("hang", report);  // the supervisor ends the job
+  // The supervisor ends the job and restarts it. Alone, the report is all:
+  // a slow section is not always a hung one, and a collective that truly
+  // hangs ends the job at its deadline (--distributed-timeout-minutes).
+  if (supervised()) post("hang", report);
 }
 
 void Watchdog::report_suspects(const std::vector<std::string>& hosts, const std::string& reason) {

@@ -16,8 +16,9 @@
 // which ends the job and restarts it. The supervisor's reply may tell the
 // rank to end (the job is being torn down), and a supervisor that stops
 // answering for supervisor_timeout_s ends the rank too, so that no rank
-// outlives a killed supervisor. Without a supervisor a hang ends the process
-// (exit code 4, ExitCode::comm) and the launcher ends the job.
+// outlives a killed supervisor. Without a supervisor the report is printed
+// and the run goes on: a hung collective ends the job at its deadline
+// (--distributed-timeout-minutes), a merely slow section finishes.
 //
 // The heartbeat is a plain HTTP POST of one JSON object (cpp-httplib): a
 // control channel beside MPI, never a collective.
