@@ -528,6 +528,31 @@ TEST(Groups, SplitPairs) {
   EXPECT_EQ(again->all_reduce_value<int64_t>(1), g->size());
 }
 
+// A chain across groups (OpOptions::after), as the hierarchical gradient
+// reduction issues it: a reduce-scatter on the world, then an all-reduce of
+// each rank's block over pairs, issued together and waited only at the end.
+// The all-reduce must read the block the reduce-scatter wrote.
+TEST(Groups, ChainedOperationStartsAfterItsDependency) {
+  const int n = g_world->size(), r = g_world->rank();
+  std::vector<std::vector<int>> lists;
+  for (int i = 0; i < n; i += 2) lists.push_back(i + 1 < n ? std::vector<int>{i, i + 1} : std::vector<int>{i});
+  auto pairs = g_world->split("chain_pairs", lists);
+  const int64_t block = int64_t{1} << 16;
+  std::vector<float> in(static_cast<size_t>(block * n)), out(static_cast<size_t>(block), -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+  for (int round = 0; round < 3; ++round) {
+    Work rs = world().reduce_scatter_async(in.data(), out.data(), block, DType::f32);
+    Work ar = pairs->all_reduce_async(out.data(), block, DType::f32, ReduceOp::sum, {.after = rs});
+    ar.wait();
+    EXPECT_TRUE(rs.test());
+    for (int64_t j = 0; j < block; j += 997) {
+      double want = 0;
+      for (int q : lists[r / 2]) want += n * (n + 1) / 2.0 + n * ((q * block + j) % 7);
+      ASSERT_EQ(out[j], want) << "round " << round << " element " << j;
+    }
+  }
+}
+
 // Ranks 0 and 1 together, every other rank alone: the lists of a group
 // such as dp or pp of a two-rank slice.
 std::vector<std::vector<int>> first_pair_lists(int n) {

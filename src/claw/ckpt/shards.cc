@@ -78,7 +78,7 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
       const int64_t numel = p->spec.local_shape().numel();
       const int64_t b = sharded ? std::max(lo, off) : off, e = sharded ? std::min(hi, off + numel) : off + numel;
       if (b >= e) continue;
-      const bool mine = sharded || g.shards == 1 || deal(g, e - b);
+      const bool mine = (sharded || g.shards == 1 || deal(g, e - b)) && !(opts.replica > 0 && g.group == "dp");
       out.push_back({.tensor = value_tensor(p->spec.name), .spec = &p->spec, .begin = b - off, .n = e - b,
                      .data = store->value_at(r, b), .write = p->spec.primary && mine, .dtype = store->master_dtype()});
     }
@@ -90,7 +90,8 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
     for (size_t i = 0; i < segs.size(); ++i) {
       const model::Segment& s = segs[i];
       const model::StoreRegion& g = *region_of.at(s.param);
-      const bool mine = opts.zero_stage >= 1 || g.shards == 1 || deal(g, static_cast<int64_t>(names.size()) * s.n);
+      const bool mine = (opts.zero_stage >= 1 || g.shards == 1 || deal(g, static_cast<int64_t>(names.size()) * s.n)) &&
+                        !(opts.replica > 0 && g.group == "dp");
       const bool write = s.param->spec.primary && mine;
       for (size_t k = 0; k < names.size(); ++k)
         out.push_back({.tensor = optimizer_tensor(names[k], s.param->spec.name), .spec = &s.param->spec,

@@ -59,6 +59,10 @@ std::vector<model::ParamSpec> model_param_specs(const model::ModelConfig& cfg);
 struct ShardOptions {
   int zero_stage = 0;  // the group sizes and ranks come from the stores' regions
   bool optimizer = true;  // include the optimizer's state
+  // --num-distributed-optimizer-instances: this rank's instance. The dense
+  // region ("dp") is sharded inside each instance and every instance holds
+  // the same values and state, so only instance 0 writes it.
+  int replica = 0;
 };
 
 // This rank's shards of `stores` (its model chunks, in order) and of the

@@ -62,13 +62,13 @@ Work Group::checked_submit(Request r) {
 
 Work Group::all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op, const OpOptions& o) {
   return checked_submit({.kind = OpKind::all_reduce, .dtype = dt, .reduce = op, .send = buf, .recv = buf,
-                         .count = count, .timeout = o.timeout});
+                         .count = count, .timeout = o.timeout, .after = o.after});
 }
 
 Work Group::reduce_scatter_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
                                  ReduceOp op, const OpOptions& o) {
   return checked_submit({.kind = OpKind::reduce_scatter, .dtype = dt, .reduce = op, .send = send, .recv = recv,
-                         .counts = {counts.begin(), counts.end()}, .timeout = o.timeout});
+                         .counts = {counts.begin(), counts.end()}, .timeout = o.timeout, .after = o.after});
 }
 
 Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt, ReduceOp op,
@@ -80,7 +80,7 @@ Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, DT
 Work Group::all_gather_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
                              const OpOptions& o) {
   return checked_submit({.kind = OpKind::all_gather, .dtype = dt, .send = send, .recv = recv,
-                         .counts = {counts.begin(), counts.end()}, .timeout = o.timeout});
+                         .counts = {counts.begin(), counts.end()}, .timeout = o.timeout, .after = o.after});
 }
 
 Work Group::all_gather_async(const void* send, void* recv, int64_t count, DType dt, const OpOptions& o) {
@@ -92,25 +92,30 @@ Work Group::all_to_all_async(const void* send, std::span<const int64_t> send_cou
                              std::span<const int64_t> recv_counts, DType dt, const OpOptions& o) {
   return checked_submit({.kind = OpKind::all_to_all, .dtype = dt, .send = send, .recv = recv,
                          .counts = {recv_counts.begin(), recv_counts.end()},
-                         .send_counts = {send_counts.begin(), send_counts.end()}, .timeout = o.timeout});
+                         .send_counts = {send_counts.begin(), send_counts.end()}, .timeout = o.timeout,
+                         .after = o.after});
 }
 
 Work Group::broadcast_async(void* buf, int64_t count, DType dt, int root, const OpOptions& o) {
   return checked_submit({.kind = OpKind::broadcast, .dtype = dt, .send = buf, .recv = buf, .count = count,
-                         .peer = root, .timeout = o.timeout});
+                         .peer = root, .timeout = o.timeout, .after = o.after});
 }
 
 Work Group::send_async(const void* buf, int64_t count, DType dt, int peer, int tag, const OpOptions& o) {
   return checked_submit(
-      {.kind = OpKind::send, .dtype = dt, .send = buf, .count = count, .peer = peer, .tag = tag, .timeout = o.timeout});
+      {.kind = OpKind::send, .dtype = dt, .send = buf, .count = count, .peer = peer, .tag = tag, .timeout = o.timeout,
+       .after = o.after});
 }
 
 Work Group::recv_async(void* buf, int64_t count, DType dt, int peer, int tag, const OpOptions& o) {
   return checked_submit(
-      {.kind = OpKind::recv, .dtype = dt, .recv = buf, .count = count, .peer = peer, .tag = tag, .timeout = o.timeout});
+      {.kind = OpKind::recv, .dtype = dt, .recv = buf, .count = count, .peer = peer, .tag = tag, .timeout = o.timeout,
+       .after = o.after});
 }
 
-Work Group::barrier_async(const OpOptions& o) { return checked_submit({.kind = OpKind::barrier, .timeout = o.timeout}); }
+Work Group::barrier_async(const OpOptions& o) {
+  return checked_submit({.kind = OpKind::barrier, .timeout = o.timeout, .after = o.after});
+}
 
 namespace detail {
 
@@ -139,6 +144,7 @@ void run_self(const Request& r) {
 }  // namespace detail
 
 Work SelfGroup::submit(Request r) {
+  r.after.wait();
   detail::run_self(r);
   return Work();
 }

@@ -41,6 +41,12 @@ enum class ReduceOp : uint8_t { sum, max, min };
 struct OpOptions {
   // Deadline of this operation's waits; 0: the world's (--distributed-timeout-minutes).
   std::chrono::milliseconds timeout{0};
+  // Start only once this operation (usually another group's) has completed:
+  // a chain such as reduce-scatter inside a data centre, then all-reduce of
+  // its result across data centres, issued at once and run by the groups'
+  // own threads while the caller computes. A failure of `after` fails this
+  // operation too. On a group of one rank the caller waits for it.
+  Work after;
 };
 
 enum class OpKind : uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, send, recv, barrier };
@@ -59,6 +65,7 @@ struct Request {
   int peer = 0;                       // send/recv peer or broadcast root (rank in the group)
   int tag = 0;
   std::chrono::milliseconds timeout{0};  // OpOptions::timeout
+  Work after;                            // OpOptions::after
   int64_t bytes() const;              // payload of this rank, for the flight record and bandwidth
 };
 

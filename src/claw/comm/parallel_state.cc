@@ -137,6 +137,13 @@ RankGrid RankGrid::make(int world_size, const ParallelSizes& s) {
          g.etp, g.ep, g.pp, expert_model, world_size);
   }
   g.expert_dp = world_size / expert_model;
+  positive(s.instances, "--num-distributed-optimizer-instances");
+  positive(s.inter_streams, "--inter-dc-streams");
+  g.instances = s.instances;
+  if (g.dp * g.cp % g.instances != 0)
+    fail("--num-distributed-optimizer-instances {} does not divide data-parallel x context-parallel = {} (dp {} x cp "
+         "{}): each instance (data centre) holds whole model replicas",
+         g.instances, g.dp * g.cp, g.dp, g.cp);
 
   // Megatron-Core builds the expert grid with the same order and CP folded
   // into its data-parallel size; a pipeline stage must still be the same set
@@ -174,6 +181,21 @@ std::vector<std::vector<int>> RankGrid::embedding_groups() const {
   return out;
 }
 
+std::vector<std::vector<int>> RankGrid::instance_groups(bool intra) const {
+  std::vector<std::vector<int>> out;
+  for (const std::vector<int>& ranks : groups("dp-cp")) {
+    const size_t per = ranks.size() / static_cast<size_t>(instances);
+    for (size_t i = 0; i < (intra ? static_cast<size_t>(instances) : per); ++i) {
+      out.emplace_back();
+      if (intra)
+        out.back().assign(ranks.begin() + static_cast<long>(i * per), ranks.begin() + static_cast<long>((i + 1) * per));
+      else
+        for (size_t k = i; k < ranks.size(); k += per) out.back().push_back(ranks[k]);
+    }
+  }
+  return out;
+}
+
 int RankGrid::coordinate(std::string_view name, int r) const {
   CLAW_CHECK(r >= 0 && r < world, "rank {} outside the world of {}", r, world);
   const std::array<int, 5> by_name = dense_sizes(*this);
@@ -196,6 +218,8 @@ std::string RankGrid::describe() const {
   std::string s = fmt::format("world {} = tp {} x cp {} x dp {} x pp {}, ep {}{} (expert dp {})", world, tp, cp, dp,
                               pp, ep, etp != tp ? fmt::format(" x etp {}", etp) : "", expert_dp);
   if (order != kDefaultOrder) s += fmt::format(", order {}", order);
+  if (instances > 1)
+    s += fmt::format(", {} distributed-optimizer instances of {} dp x cp ranks", instances, dp * cp / instances);
   return s;
 }
 
@@ -214,6 +238,15 @@ std::unique_ptr<ParallelState> ParallelState::create(World& world, const Paralle
   ps->ep_ = world.split("ep", g.expert_groups("ep"));
   ps->expert_dp_ = world.split("expert_dp", g.expert_groups("dp"));
   ps->embedding_ = world.split("embedding", g.embedding_groups());
+  if (g.instances > 1) {
+    ps->dp_intra_ = world.split("dp_intra", g.instance_groups(true));
+    for (int k = 0; k < sizes.inter_streams; ++k)
+      ps->dp_inter_.push_back(
+          world.split(sizes.inter_streams == 1 ? "dp_inter" : fmt::format("dp_inter{}", k), g.instance_groups(false)));
+  } else {
+    ps->dp_intra_ = ps->dp_cp_;
+    ps->dp_inter_.push_back(std::make_shared<SelfGroup>("dp_inter", world.rank()));
+  }
   return ps;
 }
 

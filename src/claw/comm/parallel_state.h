@@ -32,6 +32,13 @@ struct ParallelSizes {
   int etp = 0;  // --expert-tensor-parallel-size (0: the same as tp)
   int pp = 1;  // --pipeline-model-parallel-size
   std::string order = "tp-cp-ep-dp-pp";
+  // --num-distributed-optimizer-instances (--data-centers): the dp x cp
+  // ranks split into this many instances of consecutive ranks, each holding
+  // a whole ZeRO-sharded optimizer (see ParallelState::dp_intra).
+  int instances = 1;
+  // Communicators across instances, for chunks of the long-haul all-reduce
+  // in flight together (one thread and MPI communicator each).
+  int inter_streams = 1;
 };
 
 // The grid of a world: sizes resolved (dp derived) and validated. Throws
@@ -44,6 +51,7 @@ struct RankGrid {
   int world = 1, tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
   int etp = 1;        // the experts' tensor-parallel size
   int expert_dp = 1;  // world / (etp * ep * pp)
+  int instances = 1;  // distributed-optimizer instances (data centres); divides dp x cp
   std::string order;  // --parallel-order, lower case
   static RankGrid make(int world_size, const ParallelSizes& s);
   // Lists of world ranks for a token of the dense grid ("tp", "cp", "dp",
@@ -59,6 +67,11 @@ struct RankGrid {
   // default_embedding_ranks), and each middle stage alone in a list of its
   // own (a size-1 group that it never uses).
   std::vector<std::vector<int>> embedding_groups() const;
+  // Megatron-Core's partial data-parallel groups: each dp x cp group
+  // (groups("dp-cp")) cut into `instances` runs of consecutive members
+  // (intra: one instance, a data centre), and the members at the same place
+  // of every run (inter: one rank per instance, the long haul).
+  std::vector<std::vector<int>> instance_groups(bool intra) const;
   // Coordinates of a world rank in the dense grid.
   int tp_rank(int r) const, cp_rank(int r) const, dp_rank(int r) const, pp_rank(int r) const;
   int coordinate(std::string_view name, int r) const;  // name: tp, cp, ep (always 0), dp, pp
@@ -83,6 +96,12 @@ class ParallelState {
   Group& dp() { return *dp_; }
   Group& pp() { return *pp_; }
   Group& dp_cp() { return *dp_cp_; }      // gradient reduction of dense parameters
+  // With instances > 1: the dp x cp ranks of this rank's instance (ZeRO
+  // shards and the reduce-scatter / all-gather stay inside it) and, per
+  // stream, the ranks holding the same shard in the other instances (the
+  // all-reduce across them). With one instance: dp_cp() and one group of one.
+  Group& dp_intra() { return *dp_intra_; }
+  const std::vector<std::shared_ptr<Group>>& dp_inter() const { return dp_inter_; }
   Group& mp() { return *mp_; }            // tp x pp: one model replica
   Group& ep() { return *ep_; }
   Group& expert_dp() { return *expert_dp_; }
@@ -93,7 +112,8 @@ class ParallelState {
 
  private:
   RankGrid grid_;
-  std::shared_ptr<Group> world_, tp_, cp_, dp_, pp_, dp_cp_, mp_, ep_, expert_dp_, embedding_;
+  std::shared_ptr<Group> world_, tp_, cp_, dp_, pp_, dp_cp_, mp_, ep_, expert_dp_, embedding_, dp_intra_;
+  std::vector<std::shared_ptr<Group>> dp_inter_;
 };
 
 }  // namespace claw::comm

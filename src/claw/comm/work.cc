@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -74,13 +75,20 @@ struct BlockedTimer {
 
 double blocked_seconds() { return static_cast<double>(g_blocked_ns.load(std::memory_order_relaxed)) * 1e-9; }
 
-void Work::wait(std::chrono::milliseconds timeout) const {
+void Work::wait(std::chrono::milliseconds timeout) const { wait(timeout, true); }
+
+void Work::wait_dependency() const {
+  if (state_) wait(state_->timeout, false);
+}
+
+void Work::wait(std::chrono::milliseconds timeout, bool count_blocked) const {
   if (!state_) return;
   const auto finished = [&] {
     return state_->done.load(std::memory_order_acquire) || state_->failed.load(std::memory_order_acquire);
   };
   if (!finished()) {
-    const BlockedTimer blocked;
+    std::optional<BlockedTimer> blocked;
+    if (count_blocked) blocked.emplace();
     const bool own_deadline = timeout >= state_->timeout;
     const auto limit = std::min(timeout, state_->timeout);
     const auto deadline = detail::Clock::now() + limit;

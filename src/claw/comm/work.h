@@ -53,6 +53,10 @@ class Work {
   // shorter wait that expires throws TimeoutError but leaves the operation
   // in flight: a later wait may still succeed.
   void wait(std::chrono::milliseconds timeout) const;
+  // wait(), by a communication thread before an operation issued to start
+  // after this one (OpOptions::after): not counted in blocked_seconds(),
+  // which is the issuing threads' time.
+  void wait_dependency() const;
   // Gives the operation up (its peer is known to be gone): it fails with
   // CommError(`why`) from now on, and a point-to-point transfer still in
   // flight is cancelled by the backend. A receive's buffer must stay valid
@@ -67,6 +71,7 @@ class Work {
   std::string describe() const;
 
  private:
+  void wait(std::chrono::milliseconds timeout, bool count_blocked) const;
   std::shared_ptr<detail::OpState> state_;
 };
 

@@ -20,6 +20,12 @@ void DataParallelConfig::validate(int dp) const {
   if (zero_stage < 0 || zero_stage > 3) fail("--zero-stage {} must be 0, 1, 2 or 3", zero_stage);
   if (bucket_size < 0) fail("--ddp-bucket-size {} must be positive (elements per gradient bucket)", bucket_size);
   if (max_inflight_reductions < 1) fail("at least one reduction must be allowed in flight");
+  if (instances < 1 || dp % instances != 0)
+    fail("--num-distributed-optimizer-instances {} must divide the data-parallel size {}", instances, dp);
+  if (instances > 1 && zero_stage == 0)
+    fail("--num-distributed-optimizer-instances {} needs a distributed optimizer (--use-distributed-optimizer or "
+         "--zero-stage 1-3): each instance holds a whole ZeRO-sharded optimizer",
+         instances);
 }
 
 model::StoreOptions store_options(int zero_stage, int dp_size, int dp_rank) {
@@ -46,15 +52,26 @@ void SlotAllocator::release(int64_t offset) {
   live_.erase(it);
 }
 
-DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg, comm::Group* expert_dp)
+DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg, comm::Group* expert_dp,
+                           const Instances* instances)
     : model_(model), store_(model.store()), dp_(dp), expert_dp_(expert_dp), cfg_(cfg), units_(model.units()) {
   cfg_.validate(dp.size());
-  const model::StoreOptions want = store_options(cfg_.zero_stage, dp.size(), dp.rank());
+  if (instances && instances->intra && instances->intra->size() < dp.size()) {
+    CLAW_CHECK(!instances->inter.empty() && instances->intra->size() * instances->inter.front()->size() == dp.size(),
+               "instances of {} ranks x {} do not make the data-parallel group of {}", instances->intra->size(),
+               instances->inter.empty() ? 0 : instances->inter.front()->size(), dp.size());
+    CLAW_CHECK(cfg_.instances == instances->inter.front()->size(), "config says {} instances, the groups {}",
+               cfg_.instances, instances->inter.front()->size());
+    instances_ = *instances;
+    cfg_.validate(dp.size());
+  }
+  comm::Group& shard_group = instances_.intra ? *instances_.intra : dp;
+  const model::StoreOptions want = store_options(cfg_.zero_stage, shard_group.size(), shard_group.rank());
   const model::StoreOptions& have = store_.options();
   CLAW_CHECK(have.shards == want.shards && have.shard == want.shard && have.shard_values == want.shard_values &&
                  have.shard_grads == want.shard_grads,
              "the model's parameter store was not built with store_options(stage {}, {}, {})", cfg_.zero_stage,
-             dp.size(), dp.rank());
+             shard_group.size(), shard_group.rank());
   if (cfg_.bucket_size == 0) cfg_.bucket_size = std::max<int64_t>(40'000'000, 1'000'000 * int64_t{dp.size()});
 
   const int U = static_cast<int>(units_.size());
@@ -66,10 +83,11 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
   }
   const auto& regions = store_.regions();
   for (size_t r = 0; r < regions.size(); ++r) {
-    comm::Group* group = regions[r].group == "dp" ? &dp_ : regions[r].group == "expert_dp" ? expert_dp_ : nullptr;
+    comm::Group* group = regions[r].group == "dp" ? &shard_group : regions[r].group == "expert_dp" ? expert_dp_ : nullptr;
     CLAW_CHECK(group && group->size() == regions[r].shards && group->rank() == regions[r].shard,
                "no communication group of {} ranks for reduction group '{}'", regions[r].shards, regions[r].group);
-    RegionSync sync{.group = group, .trainable = regions[r].trainable};
+    RegionSync sync{.group = group, .hierarchical = instances_.intra && regions[r].group == "dp",
+                    .trainable = regions[r].trainable};
     sync.bucket_of_unit.assign(U, -1);
     if (sync.trainable && cfg_.zero_stage <= 1) {
       // Buckets of whole units from the output end; the last bucket reaches
@@ -89,6 +107,8 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
       }
       sync.pending_units.assign(sync.buckets.size(), 0);
       sync.bucket_work.resize(sync.buckets.size());
+      sync.chain_work.resize(sync.buckets.size());
+      if (sync.hierarchical) sync.owned.assign(static_cast<size_t>(regions[r].shard_size()), 0.0f);
     }
     regions_.push_back(std::move(sync));
   }
@@ -151,6 +171,8 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
   const int U = static_cast<int>(units.size());
   for (int r = 0; r < static_cast<int>(regions.size()); ++r) {
     if (!regions[r].trainable) continue;
+    if (cfg.zero_stage == 1 && cfg.instances > 1 && regions[r].group == "dp")  // RegionSync::owned
+      m.staging_slots += static_cast<size_t>(regions[r].shard_size()) * sizeof(float);
     if (cfg.zero_stage <= 1) {  // the constructor's buckets: whole units from the output end
       int first = U;
       for (int u = U - 1; u >= 0; --u)
@@ -347,9 +369,7 @@ void DataParallel::grads_end(int unit) {
       RegionSync& g = regions_[r];
       const int b = g.bucket_of_unit[unit];
       if (b < 0) continue;
-      if (--g.pending_units[b] == 0 && cfg_.overlap_grad_reduce)
-        g.bucket_work[b] = g.group->all_reduce_async(store_.grads(r) + g.buckets[b].first,
-                                                     g.buckets[b].second - g.buckets[b].first, DType::f32);
+      if (--g.pending_units[b] == 0 && cfg_.overlap_grad_reduce) issue_bucket(r, static_cast<size_t>(b));
     }
     return;
   }
@@ -364,13 +384,44 @@ void DataParallel::grads_end(int unit) {
     for (int64_t lo = ulo; lo < uhi; lo += cfg_.bucket_size) {
       const int64_t hi = std::min(uhi, lo + cfg_.bucket_size), at = at0 + (lo - ulo);
       st.pieces.push_back({.region = r, .lo = lo, .hi = hi, .at = at});
-      st.work.push_back(regions_[r].group->reduce_scatter_async(base + at, base + at, counts_of(r, lo, hi), DType::f32));
+      const std::vector<int64_t> counts = counts_of(r, lo, hi);
+      st.work.push_back(regions_[r].group->reduce_scatter_async(base + at, base + at, counts, DType::f32));
+      st.chain.emplace_back();
+      if (regions_[r].hierarchical && counts[regions_[r].group->rank()] > 0)
+        issue_inter(base + at, counts[regions_[r].group->rank()], st.work.back(), st.chain.back());
     }
   }
   inflight_.push_back(std::move(st));
   open_slot_[unit] = -1;
   bind(unit, nullptr, true);
   if (!cfg_.overlap_grad_reduce) retire_oldest();
+}
+
+void DataParallel::issue_bucket(int r, size_t b) {
+  RegionSync& g = regions_[r];
+  const auto [lo, hi] = g.buckets[b];
+  float* grads = store_.grads(r);
+  if (!g.hierarchical) {
+    g.bucket_work[b] = g.group->all_reduce_async(grads + lo, hi - lo, DType::f32);
+    return;
+  }
+  // Reduce-scatter inside the instance straight into the owned block's
+  // place in `owned`, then all-reduce that block across the instances.
+  const model::StoreRegion& reg = store_.regions()[r];
+  const int64_t b0 = std::clamp(lo, reg.shard_lo(), reg.shard_hi()), b1 = std::clamp(hi, reg.shard_lo(), reg.shard_hi());
+  float* own = g.owned.data() + (b0 - reg.shard_lo());
+  g.bucket_work[b] = g.group->reduce_scatter_async(grads + lo, own, counts_of(r, lo, hi), DType::f32);
+  g.chain_work[b].clear();
+  if (b1 > b0) issue_inter(own, b1 - b0, g.bucket_work[b], g.chain_work[b]);
+}
+
+void DataParallel::issue_inter(float* buf, int64_t n, const comm::Work& first, std::vector<comm::Work>& out) {
+  const int64_t chunk = instances_.chunk_elements > 0 ? instances_.chunk_elements : n;
+  for (int64_t at = 0; at < n; at += chunk) {
+    comm::Group* g = instances_.inter[next_stream_++ % instances_.inter.size()];
+    out.push_back(g->all_reduce_async(buf + at, std::min(chunk, n - at), DType::f32, comm::ReduceOp::sum,
+                                      {.after = first}));
+  }
 }
 
 // Waits for the oldest staged reduce-scatter and adds this rank's block of
@@ -381,6 +432,7 @@ void DataParallel::retire_oldest() {
   for (size_t k = 0; k < s.pieces.size(); ++k) {
     const auto t0 = Clock::now();
     s.work[k].wait();
+    for (const comm::Work& w : s.chain[k]) w.wait();
     grad_wait_s_ += since(t0);
     // This rank's block of the piece's sum is at the start of the piece.
     const Piece& p = s.pieces[k];
@@ -401,15 +453,22 @@ void DataParallel::finish_grad_sync() {
       for (size_t b = 0; b < g.buckets.size(); ++b)
         if (!cfg_.overlap_grad_reduce || g.pending_units[b] != 0) {
           CLAW_CHECK(cfg_.overlap_grad_reduce == false, "bucket {} still waits for {} units", b, g.pending_units[b]);
-          g.bucket_work[b] = g.group->all_reduce_async(store_.grads(r) + g.buckets[b].first,
-                                                       g.buckets[b].second - g.buckets[b].first, DType::f32);
+          issue_bucket(r, b);
         }
     }
-    for (RegionSync& g : regions_)
-      for (comm::Work& w : g.bucket_work) {
-        w.wait();
-        w = comm::Work();
+    for (int r = 0; r < static_cast<int>(regions_.size()); ++r) {
+      RegionSync& g = regions_[r];
+      for (size_t b = 0; b < g.bucket_work.size(); ++b) {
+        g.bucket_work[b].wait();
+        g.bucket_work[b] = comm::Work();
+        for (const comm::Work& w : g.chain_work[b]) w.wait();
+        g.chain_work[b].clear();
       }
+      // The reduced owned blocks, at their place in the shard (the optimizer
+      // reads the owned range of the full gradient buffer).
+      if (g.hierarchical && !g.owned.empty())
+        std::memcpy(store_.grads(r) + store_.regions()[r].shard_lo(), g.owned.data(), g.owned.size() * sizeof(float));
+    }
     grad_wait_s_ += since(t0);
   } else {
     while (!inflight_.empty()) retire_oldest();
@@ -426,6 +485,11 @@ void DataParallel::after_optimizer_step() {
 }
 
 double DataParallel::all_reduce_sum(double v) { return dp_.all_reduce_value(v); }
+
+double DataParallel::shard_sum(double v) {
+  comm::Group& g = instances_.intra ? *instances_.intra : dp_;
+  return g.size() > 1 ? g.all_reduce_value(v) : v;
+}
 
 void DataParallel::gather_values(float* out) {
   const DType master = store_.master_dtype();

@@ -29,6 +29,16 @@
 //            into a slot and freed after use; with --overlap-param-gather
 //            the next unit's gather is issued before the current unit runs.
 //
+// Instances (--num-distributed-optimizer-instances N, data centres): the
+// dense region is sharded over the ranks of this rank's instance only
+// (Instances::intra), so each instance holds a whole ZeRO-sharded optimizer,
+// and a gradient reduction becomes reduce-scatter inside the instance, then
+// all-reduce of this rank's block across the instances (Instances::inter),
+// issued together as a chain that the groups' threads run while backward
+// goes on: only 1/intra of the gradients crosses the long haul, cut into
+// chunks of --inter-dc-chunk-bytes spread over several communicators so
+// that they are in flight together. Stages 1-3 (stage 0 has no shards).
+//
 // fp16 master weights (--main-params-dtype fp16) use the same slots at any
 // stage: the store holds the values in fp16 (the owned range at stage 3),
 // and before a unit is used its values are widened into an fp32 slot (and at
@@ -70,6 +80,9 @@ struct DataParallelConfig {
   // optimizer_fp8_block (AdamW::kFp8Block) elements of the state.
   int optimizer_fp8_moments = 0;
   int64_t optimizer_fp8_block = 128;
+  // --num-distributed-optimizer-instances: > 1 reduces hierarchically (the
+  // memory plan counts stage 1's buffer of reduced owned blocks).
+  int instances = 1;
   void validate(int dp) const;
 };
 
@@ -105,11 +118,22 @@ class SlotAllocator {
   int64_t capacity_, high_ = 0;
 };
 
+// The hierarchy of --num-distributed-optimizer-instances (ParallelState::
+// dp_intra, dp_inter).
+struct Instances {
+  comm::Group* intra = nullptr;      // this rank's instance: the dense region's shards
+  std::vector<comm::Group*> inter;   // across instances, one per stream
+  int64_t chunk_elements = 0;        // --inter-dc-chunk-bytes / 4; 0: one all-reduce per block
+};
+
 class DataParallel final : public model::UnitHooks {
  public:
-  // dp: the dense parameters' group; expert_dp: the experts' (needed when the
-  // store has an "expert_dp" region).
-  DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg, comm::Group* expert_dp = nullptr);
+  // dp: the dense parameters' group (every replica); expert_dp: the experts'
+  // (needed when the store has an "expert_dp" region); instances: the
+  // hierarchy, when dp spans several (the store is then sharded over
+  // instances->intra).
+  DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfig cfg, comm::Group* expert_dp = nullptr,
+               const Instances* instances = nullptr);
   ~DataParallel() override;
 
   // Static memory of a model under a stage (values, grads, AdamW state, slots).
@@ -130,8 +154,11 @@ class DataParallel final : public model::UnitHooks {
   void begin_micro_batch(bool last);
   void finish_grad_sync();
   void after_optimizer_step();
-  // Sum over the group of a local value (loss sums, counts, squared norms).
+  // Sum over the group of a local value (loss sums, counts).
   double all_reduce_sum(double v);
+  // Sum over the dense region's shards (one instance): a sum of squares of
+  // this rank's owned gradients becomes the whole replica's.
+  double shard_sum(double v);
   // The ranks the parameters are replicated over (dp, or dp x cp).
   comm::Group& group() const { return dp_; }
   // The experts' group under expert parallelism (null: none given).
@@ -157,11 +184,17 @@ class DataParallel final : public model::UnitHooks {
   // (trainable, stages 0/1) its buckets.
   struct RegionSync {
     comm::Group* group = nullptr;
+    bool hierarchical = false;  // reduce-scatter over group, then all-reduce over instances_.inter
     bool trainable = true;
     std::vector<std::pair<int64_t, int64_t>> buckets;  // region ranges
     std::vector<int> bucket_of_unit;                   // -1: the unit has nothing here
     std::vector<int> pending_units;                    // per bucket, units still to finish
     std::vector<comm::Work> bucket_work;
+    // Hierarchical stage 1: each bucket's owned block, reduced, lands in
+    // `owned` (the shard's size) at its place in the shard; the chain's last
+    // operations per bucket.
+    std::vector<float> owned;
+    std::vector<std::vector<comm::Work>> chain_work;
   };
   // A piece of a unit's range of one region, reduce-scattered on its own.
   struct Piece {
@@ -176,6 +209,7 @@ class DataParallel final : public model::UnitHooks {
     int64_t slot;
     std::vector<Piece> pieces;
     std::vector<comm::Work> work;
+    std::vector<std::vector<comm::Work>> chain;  // per piece: its all-reduce across instances
   };
   struct Gathered {
     int64_t slot = -1;
@@ -192,11 +226,18 @@ class DataParallel final : public model::UnitHooks {
   void bind(int unit, float* base, bool grads);
   void issue_gather(int unit);
   void retire_oldest();
+  // Stage 1 bucket b of region r: all-reduce, or under instances the chain.
+  void issue_bucket(int r, size_t b);
+  // The all-reduce across instances of `n` floats at `buf`, after `first`:
+  // in chunks round-robin over the streams; appends their Work to `out`.
+  void issue_inter(float* buf, int64_t n, const comm::Work& first, std::vector<comm::Work>& out);
 
   model::GPT& model_;
   model::ParamStore& store_;
   comm::Group& dp_;
   comm::Group* expert_dp_;
+  Instances instances_;  // intra null: flat
+  size_t next_stream_ = 0;
   DataParallelConfig cfg_;
   const std::vector<model::Unit>& units_;
   std::vector<std::vector<size_t>> unit_params_;  // per unit: its parameters' indices in the store

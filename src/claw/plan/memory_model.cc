@@ -37,7 +37,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
     if (l.ep > 1) tp.ep = &ep_group;
     tp.expert_region = l.expert_region();
   }
-  model::StoreOptions store = parallel::store_options(l.zero_stage, l.dp * l.cp, dp_rank);  // ZeRO shards over dp x cp
+  const int shards = l.dp * l.cp / l.instances;  // ZeRO shards over dp x cp (one instance of it)
+  model::StoreOptions store = parallel::store_options(l.zero_stage, shards, dp_rank % shards);
   store.expert_shards = l.expert_dp();
   store.allocate = false;
   store.freeze = job.freeze;
@@ -46,7 +47,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
                                          .overlap_param_gather = l.overlap_param_gather,
                                          .optimizer_bytes_per_element = static_cast<size_t>(std::lround(2 * prec.moment_bytes)),
                                          .optimizer_fp8_moments = prec.fp8_moments,
-                                         .optimizer_fp8_block = optim::AdamW::kFp8Block};
+                                         .optimizer_fp8_block = optim::AdamW::kFp8Block,
+                                         .instances = l.instances};
   const int64_t T = job.seq_length / l.cp;
   double unfused_scores = 0;
   int64_t largest_all_reduce = 0, largest_reduce_scatter = 0;  // bytes, at the stack's 16-bit precision (Korthikanti et al.'s 5 a s^2 b)

@@ -32,7 +32,9 @@ void ParallelConfig::validate(const model::ModelConfig& model, const comm::RankG
   model::validate_tensor_parallel(model, grid.tp, sequence_parallel, seq_length / grid.cp);
   parallel::DataParallelConfig resolved = dp;
   resolved.zero_stage = zero_stage();
-  resolved.validate(grid.dp);
+  resolved.validate(grid.dp * grid.cp);
+  if (inter_dc_chunk_bytes < 0 || inter_dc_chunk_bytes % 4 != 0)
+    fail("--inter-dc-chunk-bytes {} must be a non-negative multiple of 4 (fp32 gradients)", inter_dc_chunk_bytes);
   if (grid.pp > 1) {
     const parallel::PipelineLayout layout = pipeline_layout(model.num_layers, grid.pp);
     schedule_config(grid.pp, micro_batches, layout.chunks).validate();
@@ -83,6 +85,7 @@ void RuntimeConfig::resolve_and_validate(int world_size) {
   model.validate();
   const comm::RankGrid grid = comm::RankGrid::make(world_size, parallel.sizes);
   parallel.dp.zero_stage = parallel.zero_stage();
+  parallel.dp.instances = parallel.sizes.instances;
   // The batch's own flags are checked where they are parsed (TrainConfig); a
   // command that got here with a batch that does not split is a bug.
   CLAW_CHECK(micro_batch_size > 0 && global_batch_size > 0 && global_batch_size % (micro_batch_size * grid.dp) == 0,

@@ -29,6 +29,7 @@ struct ParallelConfig {
   int64_t decoder_first_pipeline_num_layers = -1;     // --decoder-first-pipeline-num-layers (-1: even)
   int64_t decoder_last_pipeline_num_layers = -1;      // --decoder-last-pipeline-num-layers (-1: even)
   bool use_distributed_optimizer = false; // --use-distributed-optimizer: ZeRO stage 1 unless --zero-stage says more
+  int64_t inter_dc_chunk_bytes = 0;       // --inter-dc-chunk-bytes: chunks of the all-reduce across instances (0: whole)
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes: deadline of every wait
   bool log_all_ranks = false;             // --log-all-ranks: info lines from every rank, not only rank 0
   // The ZeRO stage in effect.

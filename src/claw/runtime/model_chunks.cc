@@ -142,7 +142,7 @@ double ModelChunks::dp_sum(double v) const { return dp() ? dp()->all_reduce_sum(
 double ModelChunks::pp_sum(double v) const { return pp_->size() > 1 ? pp_->all_reduce_value(v) : v; }
 
 double ModelChunks::reduce_grad_sum_squares(double sum_squares, double expert) const {
-  if (dp() && dp()->sharded_optimizer()) sum_squares = dp()->all_reduce_sum(sum_squares);
+  if (dp() && dp()->sharded_optimizer()) sum_squares = dp()->shard_sum(sum_squares);
   sum_squares = pp_sum(sum_squares);
   if (comm::Group& tp = *first().tp().group; tp.size() > 1) sum_squares = tp.all_reduce_value(sum_squares);
   if (!first().tp().expert_region) return sum_squares;

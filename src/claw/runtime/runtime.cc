@@ -25,7 +25,8 @@ plan::Layout plan_layout(const comm::RankGrid& grid, const RuntimeConfig& c, int
           .sequence_parallel = p.sequence_parallel,
           .virtual_stages = chunks, .schedule = kind, .micro_batch_size = c.micro_batch_size,
           .zero_stage = p.zero_stage(), .overlap_grad_reduce = p.dp.overlap_grad_reduce,
-          .overlap_param_gather = p.dp.overlap_param_gather, .recompute_num_layers = c.recompute_layers,
+          .overlap_param_gather = p.dp.overlap_param_gather, .instances = grid.instances,
+          .recompute_num_layers = c.recompute_layers,
           .first_stage_layers = p.decoder_first_pipeline_num_layers,
           .last_stage_layers = p.decoder_last_pipeline_num_layers};
 }
@@ -69,7 +70,9 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   const parallel::PipelineLayout layout = par.pipeline_layout(mc.num_layers, grid.pp);
   const parallel::ScheduleConfig schedule = par.schedule_config(grid.pp, cfg_.micro_batches(grid.dp), layout.chunks);
   const model::Recompute recompute{cfg_.recompute_layers};
-  model::StoreOptions storage = parallel::store_options(par.dp.zero_stage, dp_group.size(), dp_group.rank());
+  // Under --num-distributed-optimizer-instances ZeRO shards over one instance.
+  comm::Group& shard_group = pstate_->dp_intra();
+  model::StoreOptions storage = parallel::store_options(par.dp.zero_stage, shard_group.size(), shard_group.rank());
   storage.device = device_.get();
   storage.freeze = cfg_.freeze;
   storage.expert_shards = pstate_->expert_dp().size();
@@ -97,6 +100,8 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
     else
       check_node_memory(node, pstate_->world());
   }
+  parallel::Instances instances{.intra = &shard_group, .chunk_elements = par.inter_dc_chunk_bytes / 4};
+  for (const auto& g : pstate_->dp_inter()) instances.inter.push_back(g.get());
   std::vector<model::GPT*> chunks;
   std::vector<parallel::DataParallel*> dps;
   std::string ranges;
@@ -109,14 +114,15 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
                              .post_process = stage == grid.pp - 1 && c == layout.chunks - 1}));
     chunks_.back()->init_weights(cpu_, cfg_.seed);
     chunks_.back()->set_context_parallel(&pstate_->cp(), model::parse_cp_comm_type(par.cp_comm_type));
-    dps_.push_back(std::make_unique<parallel::DataParallel>(*chunks_.back(), dp_group, par.dp, &pstate_->expert_dp()));
+    dps_.push_back(std::make_unique<parallel::DataParallel>(*chunks_.back(), dp_group, par.dp, &pstate_->expert_dp(),
+                                                            &instances));
     chunks.push_back(chunks_.back().get());
     dps.push_back(dps_.back().get());
     ranges += fmt::format("{}[{}, {})", c ? " " : "", r.first, r.first + r.count);
   }
   if (grid.pp == 1) {
     const ArenaPlan acts = model::plan_activations(mc, B, T, recompute, tp_groups_->tp.dims());
-    MemoryPlan plan = make_memory_plan(dps_.front()->memory(), par.dp.zero_stage, dp_group.size(), acts);
+    MemoryPlan plan = make_memory_plan(dps_.front()->memory(), par.dp.zero_stage, shard_group.size(), acts);
     if (!cfg_.training) plan.optimizer = 0;
     plan.frozen_params = chunks_.front()->store().frozen_numel();
     plan.master = chunks_.front()->store().master_dtype();
@@ -170,7 +176,8 @@ void Runtime::check_memory(const optim::AdamW* optimizer) const {
 std::vector<ckpt::Shard> Runtime::checkpoint_shards(const optim::AdamW* optimizer) const {
   std::vector<ckpt::Shard> shards =
       ckpt::collect_shards(model_->stores(), optimizer,
-                           {.zero_stage = cfg_.parallel.zero_stage(), .optimizer = optimizer != nullptr});
+                           {.zero_stage = cfg_.parallel.zero_stage(), .optimizer = optimizer != nullptr,
+                            .replica = pstate_->dp_cp().rank() / pstate_->dp_intra().size()});
   if (device_) {
     ensure_mirrors(optimizer);
     for (ckpt::Shard& s : shards) s.data = host_mirror(s.data);

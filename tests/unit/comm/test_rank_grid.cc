@@ -229,5 +229,28 @@ TEST(RankGrid, ErrorsNameTheFlags) {
   EXPECT_EQ(ok.groups("pp"), ok.expert_groups("pp"));
 }
 
+// Distributed-optimizer instances (data centres): TP 2 x CP 2 x DP 4 on 16
+// ranks. The dp x cp groups are {0,2,4,...,14} + tp; two instances cut each
+// into runs of 4 consecutive members (intra), and the members at the same
+// place of both runs make the groups across (inter).
+TEST(RankGrid, SixteenInstances_Tp2Cp2Dp4) {
+  RankGrid g = RankGrid::make(16, {.tp = 2, .cp = 2, .instances = 2});
+  ASSERT_EQ(g.dp, 4);
+  EXPECT_EQ(g.groups("dp-cp"), (Lists{{0, 2, 4, 6, 8, 10, 12, 14}, {1, 3, 5, 7, 9, 11, 13, 15}}));
+  EXPECT_EQ(g.instance_groups(true), (Lists{{0, 2, 4, 6}, {8, 10, 12, 14}, {1, 3, 5, 7}, {9, 11, 13, 15}}));
+  EXPECT_EQ(g.instance_groups(false),
+            (Lists{{0, 8}, {2, 10}, {4, 12}, {6, 14}, {1, 9}, {3, 11}, {5, 13}, {7, 15}}));
+  expect_partition(g.instance_groups(true), 16, "intra");
+  expect_partition(g.instance_groups(false), 16, "inter");
+  EXPECT_NE(g.describe().find("2 distributed-optimizer instances of 4 dp x cp ranks"), std::string::npos);
+  // One instance: intra is dp x cp itself, inter one rank each.
+  g = RankGrid::make(4, {});
+  EXPECT_EQ(g.instance_groups(true), g.groups("dp-cp"));
+  EXPECT_EQ(g.instance_groups(false), (Lists{{0}, {1}, {2}, {3}}));
+  EXPECT_CLAW_ERROR(RankGrid::make(8, {.tp = 2, .instances = 3}), "--num-distributed-optimizer-instances 3",
+                    "data-parallel x context-parallel = 4");
+  EXPECT_CLAW_ERROR(RankGrid::make(8, {.instances = 0}), "--num-distributed-optimizer-instances 0");
+}
+
 }  // namespace
 }  // namespace claw::comm

@@ -104,6 +104,7 @@ void MpiGroup::abandon() {
 Work MpiGroup::submit(Request r) {
   CLAW_CHECK(!closed_, "{} on group {} after its World ended", to_string(r.kind), name());
   if (size() == 1) {
+    r.after.wait();
     detail::run_self(r);
     return Work();
   }
@@ -117,6 +118,7 @@ Work MpiGroup::submit(Request r) {
   op->record = FlightRecorder::instance().add(*op);
   thread_->enqueue(op, [this, r = std::move(r), op] {
     try {
+      r.after.wait_dependency();
       execute(r, op);
     } catch (const CommError& e) {
       throw CommError(fmt::format("{}: {}", op->describe(), e.what()));
