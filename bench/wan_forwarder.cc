@@ -11,8 +11,11 @@
 // link's rate while the delay adds once. A queue over --queue-bytes drops
 // the frame, as a router's buffer would (TCP backs off). SIGUSR1 toggles a
 // black hole (every frame dropped: a link that stops passing packets);
-// SIGTERM/SIGINT end it, writing the bytes and frames forwarded each way to
-// --stats as JSON.
+// SIGUSR2 writes the counts so far to --stats; SIGTERM/SIGINT end it,
+// writing them too. Counts per direction: frames and bytes forwarded (whole
+// Ethernet frames), their TCP payload (what the endpoints sent, without
+// Ethernet, IPv4 and TCP headers, the MPI traffic a test compares with a
+// closed form), and frames dropped.
 //
 //   wan_forwarder --netns-a dc1sw --netns-b dc2sw [--tap wan0] --delay-ms 10.5 --rate-mbit 1000 [--stats F]
 //
@@ -84,8 +87,18 @@ struct Direction {
   std::deque<Frame> queue;
   size_t queued_bytes = 0;
   ns_t last_sent = 0;
-  uint64_t frames = 0, bytes = 0, dropped = 0;
+  uint64_t frames = 0, bytes = 0, tcp_payload = 0, dropped = 0;
 };
+
+// Bytes of TCP payload in an Ethernet frame (0 for anything else).
+uint64_t tcp_payload(const uint8_t* f, size_t n) {
+  if (n < 14 + 20 || f[12] != 0x08 || f[13] != 0x00) return 0;  // IPv4
+  const uint8_t* ip = f + 14;
+  const size_t ihl = static_cast<size_t>(ip[0] & 0x0f) * 4, total = static_cast<size_t>(ip[2]) << 8 | ip[3];
+  if (ip[9] != 6 || n < 14 + ihl + 20 || total < ihl + 20) return 0;  // TCP
+  const size_t doff = static_cast<size_t>(ip[ihl + 12] >> 4) * 4;
+  return total >= ihl + doff ? total - ihl - doff : 0;
+}
 
 }  // namespace
 
@@ -100,7 +113,7 @@ int main(int argc, char** argv) {
   app.add_option("--delay-ms", delay_ms, "one-way propagation delay in milliseconds")->capture_default_str();
   app.add_option("--rate-mbit", rate_mbit, "link rate in Mbit/s each way")->capture_default_str();
   app.add_option("--queue-bytes", queue_bytes, "bytes queued per direction before frames drop")->capture_default_str();
-  app.add_option("--stats", stats, "write bytes and frames forwarded each way here (JSON) at exit");
+  app.add_option("--stats", stats, "write the counts each way here (JSON) on SIGUSR2 and at exit");
   CLI11_PARSE(app, argc, argv);
   if (delay_ms < 0) die("--delay-ms must be >= 0");
   if (!(rate_mbit > 0)) die("--rate-mbit must be > 0");
@@ -108,7 +121,7 @@ int main(int argc, char** argv) {
   const int tap_a = open_tap(netns_a, tap), tap_b = open_tap(netns_b, tap);
   sigset_t mask;
   sigemptyset(&mask);
-  for (int s : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&mask, s);
+  for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2}) sigaddset(&mask, s);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   const int sig = signalfd(-1, &mask, SFD_CLOEXEC);
   const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -125,6 +138,21 @@ int main(int argc, char** argv) {
   const ns_t delay = static_cast<ns_t>(delay_ms * 1e6);
   const double ns_per_byte = 8e3 / rate_mbit;  // 8 bits / (rate_mbit * 1e6 bit/s) in ns
   bool blackhole = false, running = true;
+  const auto write_stats = [&] {
+    if (stats.empty()) return;
+    const std::string tmp = stats + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) die(fmt::format("--stats {}: {}", stats, std::strerror(errno)));
+    std::string out = "{";
+    for (int k = 0; k < 2; ++k)
+      out += fmt::format("{}\"{}\": {{\"frames\": {}, \"bytes\": {}, \"tcp_payload\": {}, \"dropped\": {}}}",
+                         k ? ", " : "", k ? "b_to_a" : "a_to_b", dirs[k].frames, dirs[k].bytes, dirs[k].tcp_payload,
+                         dirs[k].dropped);
+    out += "}\n";
+    std::fputs(out.c_str(), f);
+    std::fclose(f);
+    std::rename(tmp.c_str(), stats.c_str());  // a reader never sees half a file
+  };
   std::vector<uint8_t> buf(65536);
 
   const auto arm = [&] {
@@ -146,6 +174,7 @@ int main(int argc, char** argv) {
         if (write(d.out, f.bytes.data(), f.bytes.size()) == static_cast<ssize_t>(f.bytes.size())) {
           ++d.frames;
           d.bytes += f.bytes.size();
+          d.tcp_payload += tcp_payload(f.bytes.data(), f.bytes.size());
         } else {
           ++d.dropped;
         }
@@ -166,6 +195,8 @@ int main(int argc, char** argv) {
         if (si.ssi_signo == SIGUSR1) {
           blackhole = !blackhole;
           std::fprintf(stderr, "wan_forwarder: %s\n", blackhole ? "black hole: every frame dropped" : "link restored");
+        } else if (si.ssi_signo == SIGUSR2) {
+          write_stats();
         } else {
           running = false;
         }
@@ -189,16 +220,6 @@ int main(int argc, char** argv) {
     send_due();
     arm();
   }
-  if (!stats.empty()) {
-    FILE* f = std::fopen(stats.c_str(), "w");
-    if (!f) die(fmt::format("--stats {}: {}", stats, std::strerror(errno)));
-    std::fprintf(f,
-                 "{\"a_to_b\": {\"frames\": %llu, \"bytes\": %llu, \"dropped\": %llu}, "
-                 "\"b_to_a\": {\"frames\": %llu, \"bytes\": %llu, \"dropped\": %llu}}\n",
-                 static_cast<unsigned long long>(dirs[0].frames), static_cast<unsigned long long>(dirs[0].bytes),
-                 static_cast<unsigned long long>(dirs[0].dropped), static_cast<unsigned long long>(dirs[1].frames),
-                 static_cast<unsigned long long>(dirs[1].bytes), static_cast<unsigned long long>(dirs[1].dropped));
-    std::fclose(f);
-  }
+  write_stats();
   return 0;
 }

@@ -80,6 +80,10 @@ class Group {
   int size() const { return static_cast<int>(world_ranks_.size()); }
   // Members as ranks of the world, in group-rank order.
   const std::vector<int>& world_ranks() const { return world_ranks_; }
+  // Where the group's traffic goes, for messages ("across 2 data centres":
+  // a timeout there is most likely the long-haul link); empty by default.
+  const std::string& span() const { return span_; }
+  void set_span(std::string span) { span_ = std::move(span); }
 
   Work all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum, const OpOptions& o = {});
   Work reduce_scatter_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
@@ -147,6 +151,7 @@ class Group {
   std::string name_;
   int rank_;
   std::vector<int> world_ranks_;
+  std::string span_;
 };
 
 // The group of one rank: every operation completes at once (copies where

@@ -20,6 +20,7 @@ using Clock = std::chrono::steady_clock;
 struct OpState {
   OpKind kind = OpKind::barrier;
   std::string group;
+  std::string span;     // Group::span()
   uint64_t seq = 0;     // per group, from 1
   int64_t bytes = 0;
   uint64_t record = 0;  // flight-record id

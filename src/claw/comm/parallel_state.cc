@@ -243,6 +243,21 @@ std::unique_ptr<ParallelState> ParallelState::create(World& world, const Paralle
     for (int k = 0; k < sizes.inter_streams; ++k)
       ps->dp_inter_.push_back(
           world.split(sizes.inter_streams == 1 ? "dp_inter" : fmt::format("dp_inter{}", k), g.instance_groups(false)));
+    // Groups whose members sit in different instances carry long-haul
+    // traffic: their messages say so (a timeout there is likely the link).
+    std::vector<int> instance(static_cast<size_t>(g.world));
+    for (const std::vector<int>& ranks : g.groups("dp-cp"))
+      for (size_t i = 0; i < ranks.size(); ++i)
+        instance[static_cast<size_t>(ranks[i])] = static_cast<int>(i / (ranks.size() / static_cast<size_t>(g.instances)));
+    const std::string span = fmt::format("(across {} data centres)", g.instances);
+    for (Group* grp : {ps->world_.get(), ps->tp_.get(), ps->cp_.get(), ps->dp_.get(), ps->pp_.get(), ps->dp_cp_.get(),
+                       ps->mp_.get(), ps->ep_.get(), ps->expert_dp_.get(), ps->embedding_.get()})
+      for (int r : grp->world_ranks())
+        if (instance[static_cast<size_t>(r)] != instance[static_cast<size_t>(grp->world_ranks().front())]) {
+          grp->set_span(span);
+          break;
+        }
+    for (const auto& grp : ps->dp_inter_) grp->set_span(span);
   } else {
     ps->dp_intra_ = ps->dp_cp_;
     ps->dp_inter_.push_back(std::make_shared<SelfGroup>("dp_inter", world.rank()));

@@ -45,7 +45,8 @@ std::exception_ptr OpState::exception() {
 }
 
 std::string OpState::describe() const {
-  return fmt::format("{} #{} on group {} ({} bytes)", to_string(kind), seq, group, bytes);
+  return fmt::format("{} #{} on group {}{} ({} bytes)", to_string(kind), seq, group, span.empty() ? "" : " " + span,
+                     bytes);
 }
 
 }  // namespace detail

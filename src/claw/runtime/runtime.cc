@@ -120,6 +120,26 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
     dps.push_back(dps_.back().get());
     ranges += fmt::format("{}[{}, {})", c ? " " : "", r.first, r.first + r.count);
   }
+  if (grid.instances > 1) {
+    // What crosses the long haul each step: every rank all-reduces its
+    // owned block (1 / ranks-per-instance of the gradients) across the
+    // instances, 2 (N - 1) / N of it sent per rank by a ring.
+    int64_t elements = 0;
+    for (const auto& c : chunks_)
+      for (const model::StoreRegion& reg : c->store().regions())
+        if (reg.trainable && reg.group == "dp") elements += reg.total;
+    const int n = grid.instances, per = shard_group.size();
+    log::info("parallel",
+              "hierarchical gradient reduction: {} fp32 gradient elements on this stage reduce-scatter inside each "
+              "instance of {} ranks, then each rank all-reduces its {} across the {} instances ({} sent per rank "
+              "and step{})",
+              elements, per, elements / per, n,
+              format_bytes(static_cast<double>(elements) / per * 4 * 2 * (n - 1) / n),
+              par.inter_dc_chunk_bytes > 0
+                  ? fmt::format(", in chunks of {} over {} streams", format_bytes(static_cast<double>(par.inter_dc_chunk_bytes)),
+                                par.sizes.inter_streams)
+                  : "");
+  }
   if (grid.pp == 1) {
     const ArenaPlan acts = model::plan_activations(mc, B, T, recompute, tp_groups_->tp.dims());
     MemoryPlan plan = make_memory_plan(dps_.front()->memory(), par.dp.zero_stage, shard_group.size(), acts);

@@ -111,6 +111,7 @@ Work MpiGroup::submit(Request r) {
   auto op = std::make_shared<OpState>();
   op->kind = r.kind;
   op->group = name();
+  op->span = span();
   op->seq = ++seq_;
   op->bytes = r.bytes();
   op->world_timeout = r.timeout.count() == 0;

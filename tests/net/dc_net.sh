@@ -1,0 +1,94 @@
+# Two emulated data centres on one machine (sourced; run as root). Each is
+# a switch namespace with a bridge and HOSTS hosts (namespaces with a veth
+# on it, their own host name for Open MPI); bench/wan_forwarder joins the
+# two bridges with a delayed, rate-limited link. All hosts share one subnet,
+# so MPI's TCP traffic between the centres crosses the forwarder, and only it.
+#
+#   source tests/net/dc_net.sh
+#   dc_up PREFIX HOSTS SLOTS TMPDIR   hosts PREFIXh11.. (DC 1, 10.79.0.11..) and
+#                                     PREFIXh21.. (DC 2), hostfile TMPDIR/hosts
+#   dc_link FORWARDER DELAY_MS RATE_MBIT   (re)starts the link
+#   dc_stats                          the forwarder's counts now (JSON)
+#   dc_blackhole                      toggles the link's black hole
+#   dc_mpirun ARGS...                 mpirun from DC 1's first host over the hostfile
+#   dc_down                           ends the link and removes the namespaces
+# Ranks fill DC 1's hosts first (the hostfile's order, --map-by slot), so
+# with --data-centers 2 instance k is DC k.
+
+dc_up() {
+  DC_P=$1 DC_HOSTS=$2 DC_SLOTS=$3 DC_TMP=$4
+  DC_FWD_PID=
+  : >"$DC_TMP/hosts"
+  local d k
+  for d in 1 2; do
+    ip netns add "${DC_P}s$d" || return 1
+    ip netns exec "${DC_P}s$d" ip link add br0 type bridge
+    ip netns exec "${DC_P}s$d" ip link set br0 up
+    for k in $(seq "$DC_HOSTS"); do
+      local h=${DC_P}h$d$k
+      ip netns add "$h"
+      ip link add eth0 netns "$h" type veth peer name v$k netns "${DC_P}s$d"
+      ip netns exec "${DC_P}s$d" ip link set v$k master br0
+      ip netns exec "${DC_P}s$d" ip link set v$k up
+      ip netns exec "$h" ip addr add "10.79.0.$d$k/24" dev eth0
+      ip netns exec "$h" ip link set eth0 up
+      ip netns exec "$h" ip link set lo up
+      echo "10.79.0.$d$k slots=$DC_SLOTS" >>"$DC_TMP/hosts"
+    done
+  done
+  # mpirun's remote shell: the host's namespace and name (Open MPI keys its
+  # shared-memory files by host name).
+  cat >"$DC_TMP/agent.sh" <<'AGENT'
+#!/bin/bash
+while [[ $1 == -* ]]; do shift; done
+host=$1; shift
+exec ip netns exec "${CLAW_NS_PREFIX}h${host##*.}" unshare --uts sh -c "hostname ${CLAW_NS_PREFIX}h${host##*.}; $*"
+AGENT
+  chmod +x "$DC_TMP/agent.sh"
+}
+
+dc_link() {  # FORWARDER DELAY_MS RATE_MBIT
+  [[ -n $DC_FWD_PID ]] && { kill -TERM "$DC_FWD_PID" 2>/dev/null; wait "$DC_FWD_PID" 2>/dev/null; }
+  "$1" --netns-a "${DC_P}s1" --netns-b "${DC_P}s2" --delay-ms "$2" --rate-mbit "$3" --queue-bytes $((16 << 20)) \
+    --stats "$DC_TMP/link.json" >>"$DC_TMP/forwarder.log" 2>&1 &
+  DC_FWD_PID=$!
+  local d
+  for _ in $(seq 50); do
+    ip netns exec "${DC_P}s2" ip link show wan0 >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  for d in 1 2; do
+    ip netns exec "${DC_P}s$d" ip link set wan0 master br0 || return 1
+    ip netns exec "${DC_P}s$d" ip link set wan0 up
+  done
+}
+
+dc_stats() {
+  rm -f "$DC_TMP/link.json"
+  kill -USR2 "$DC_FWD_PID"
+  for _ in $(seq 50); do [[ -f $DC_TMP/link.json ]] && break; sleep 0.05; done
+  cat "$DC_TMP/link.json"
+}
+
+dc_blackhole() { kill -USR1 "$DC_FWD_PID"; }
+
+dc_mpirun() {
+  CLAW_NS_PREFIX=$DC_P OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    ip netns exec "${DC_P}h11" unshare --uts sh -c 'hostname "$0"; exec "$@"' "${DC_P}h11" \
+    mpirun --hostfile "$DC_TMP/hosts" --map-by slot --mca plm_rsh_agent "$DC_TMP/agent.sh" \
+    --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+    --oversubscribe --bind-to none -x CLAW_NS_PREFIX -x CLAW_DATA_DIR -x OMPI_ALLOW_RUN_AS_ROOT \
+    -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM "$@"
+}
+
+dc_down() {
+  [[ -n ${DC_FWD_PID:-} ]] && { kill -9 "$DC_FWD_PID" 2>/dev/null; wait "$DC_FWD_PID" 2>/dev/null; }
+  DC_FWD_PID=
+  local ns pids
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${DC_P:-none}"); do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    # shellcheck disable=SC2086
+    [[ -z $pids ]] || kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+}
