@@ -14,9 +14,14 @@
 # ckpt    a checkpoint written by the 2-instance run at step 10 (each
 #         instance holds every shard; instance 0 alone writes) resumes in the
 #         flat layout: steps 11-20 equal the 2-instance run's (1e-6).
+# diloco  --diloco-inner-steps 5 on the 2 instances: each trains alone and the
+#         outer step makes every replica bitwise equal again (the weight-hash
+#         check over all 4 replicas passes at steps 5, 10, 15, 20); step 1's
+#         loss equals the synchronous run's (1e-6) and training lowers it.
 # refused instances that do not divide the data-parallel ranks, or without a
-#         sharded optimizer, end the job before any work with exit code 1,
-#         naming the flag.
+#         sharded optimizer, and DiLoCo without instances or with a weight-hash
+#         or save interval between outer steps, end the job before any work
+#         with exit code 1, naming the flag.
 set -uo pipefail
 claw=$1
 case_name=$2
@@ -53,9 +58,34 @@ ckpt)
   tail -n 10 "$tmp/dc.jsonl" >"$tmp/dc_last.jsonl"
   /usr/bin/python3 "$here/compare_metrics.py" "$tmp/dc_last.jsonl" "$tmp/flat.jsonl" "resumed_flat" 10 \
     --loss-rtol 1e-6 || exit 1 ;;
+diloco)
+  "$claw" train "${common[@]}" --metrics-file "$tmp/sync.jsonl" >"$tmp/sync.log" 2>&1 ||
+    { cat "$tmp/sync.log"; fail "single-rank run"; }
+  timeout 300 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" --use-distributed-optimizer --data-centers 2 \
+    --diloco-inner-steps 5 --check-weight-hash-across-dp-replicas-interval 5 --metrics-file "$tmp/diloco.jsonl" \
+    >"$tmp/diloco.log" 2>&1 || { cat "$tmp/diloco.log"; fail "the DiLoCo run"; }
+  for step in 5 10 15 20; do
+    grep -q "step $step: the parameters of the 4 data-parallel replicas are bitwise equal" "$tmp/diloco.log" ||
+      { grep sdc "$tmp/diloco.log"; fail "no weight-hash agreement at step $step"; }
+  done
+  /usr/bin/python3 - "$tmp/sync.jsonl" "$tmp/diloco.jsonl" <<'PY' || fail "DiLoCo losses"
+import json, sys
+sync = [json.loads(l) for l in open(sys.argv[1])]
+dl = [json.loads(l) for l in open(sys.argv[2])]
+assert len(dl) == 20, len(dl)
+rel = abs(dl[0]["loss"] - sync[0]["loss"]) / sync[0]["loss"]
+assert rel < 1e-6, f"step 1: {dl[0]['loss']} vs {sync[0]['loss']}"
+assert dl[-1]["loss"] < dl[0]["loss"] - 1, (dl[0]["loss"], dl[-1]["loss"])
+print(f"ok diloco: step 1 loss {dl[0]['loss']:.6f} (synchronous {sync[0]['loss']:.6f}), step 20 {dl[-1]['loss']:.4f} "
+      f"(synchronous {sync[-1]['loss']:.4f}); validation {dl[-1].get('val_loss')} vs {sync[-1].get('val_loss')}")
+PY
+  ;;
 refused)
   for run in "--data-centers 3 --use-distributed-optimizer|does not divide data-parallel x context-parallel = 4" \
-             "--num-distributed-optimizer-instances 2|needs a distributed optimizer"; do
+             "--num-distributed-optimizer-instances 2|needs a distributed optimizer" \
+             "--use-distributed-optimizer --diloco-inner-steps 5|needs --data-centers" \
+             "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --check-weight-hash-across-dp-replicas-interval 3|must be a multiple of --diloco-inner-steps 5" \
+             "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --save $tmp/ckpt --save-interval 7|--save-interval 7 must be a multiple"; do
     flags=${run%%|*} want=${run#*|}
     # shellcheck disable=SC2086
     timeout 120 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" $flags >"$tmp/log" 2>&1

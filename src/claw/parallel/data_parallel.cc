@@ -22,6 +22,15 @@ void DataParallelConfig::validate(int dp) const {
   if (max_inflight_reductions < 1) fail("at least one reduction must be allowed in flight");
   if (instances < 1 || dp % instances != 0)
     fail("--num-distributed-optimizer-instances {} must divide the data-parallel size {}", instances, dp);
+  if (diloco_inner_steps < 0) fail("--diloco-inner-steps {} must be >= 0 (0: synchronous)", diloco_inner_steps);
+  if (diloco_inner_steps > 0 && instances < 2)
+    fail("--diloco-inner-steps {} needs --data-centers (--num-distributed-optimizer-instances) >= 2: DiLoCo's outer "
+         "step runs across the instances",
+         diloco_inner_steps);
+  if (diloco_inner_steps > 0 && !(diloco_outer_lr > 0))
+    fail("--diloco-outer-lr {} must be > 0", diloco_outer_lr);
+  if (diloco_inner_steps > 0 && !(diloco_outer_momentum >= 0 && diloco_outer_momentum < 1))
+    fail("--diloco-outer-momentum {} must be in [0, 1)", diloco_outer_momentum);
   if (instances > 1 && zero_stage == 0)
     fail("--num-distributed-optimizer-instances {} needs a distributed optimizer (--use-distributed-optimizer or "
          "--zero-stage 1-3): each instance holds a whole ZeRO-sharded optimizer",
@@ -110,6 +119,11 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
       sync.chain_work.resize(sync.buckets.size());
       if (sync.hierarchical) sync.owned.assign(static_cast<size_t>(regions[r].shard_size()), 0.0f);
     }
+    const size_t diloco = sync.hierarchical && sync.trainable && cfg_.diloco_inner_steps > 0
+                              ? static_cast<size_t>(regions[r].shard_size()) : 0;
+    anchor_.emplace_back(diloco, 0.0f);
+    outer_m_.emplace_back(diloco, 0.0f);
+    delta_.emplace_back(diloco, 0.0f);
     regions_.push_back(std::move(sync));
   }
   open_slot_.assign(U, -1);
@@ -173,6 +187,8 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
     if (!regions[r].trainable) continue;
     if (cfg.zero_stage == 1 && cfg.instances > 1 && regions[r].group == "dp")  // RegionSync::owned
       m.staging_slots += static_cast<size_t>(regions[r].shard_size()) * sizeof(float);
+    if (cfg.diloco_inner_steps > 0 && cfg.instances > 1 && regions[r].group == "dp")  // anchor, momentum, deltas
+      m.staging_slots += 3 * static_cast<size_t>(regions[r].shard_size()) * sizeof(float);
     if (cfg.zero_stage <= 1) {  // the constructor's buckets: whole units from the output end
       int first = U;
       for (int u = U - 1; u >= 0; --u)
@@ -280,6 +296,11 @@ void DataParallel::bind(int unit, float* base, bool grads) {
 
 void DataParallel::begin_step() {
   store_.zero_grads();
+  if (cfg_.diloco_inner_steps > 0 && inner_step_ == 0)  // a round starts: every instance holds the same values
+    for (size_t r = 0; r < anchor_.size(); ++r)
+      if (!anchor_[r].empty())
+        std::memcpy(anchor_[r].data(), store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()),
+                    anchor_[r].size() * sizeof(float));
   for (RegionSync& g : regions_) {
     for (int& n : g.pending_units) n = 0;
     for (int b : g.bucket_of_unit)
@@ -387,7 +408,7 @@ void DataParallel::grads_end(int unit) {
       const std::vector<int64_t> counts = counts_of(r, lo, hi);
       st.work.push_back(regions_[r].group->reduce_scatter_async(base + at, base + at, counts, DType::f32));
       st.chain.emplace_back();
-      if (regions_[r].hierarchical && counts[regions_[r].group->rank()] > 0)
+      if (regions_[r].hierarchical && cfg_.diloco_inner_steps == 0 && counts[regions_[r].group->rank()] > 0)
         issue_inter(base + at, counts[regions_[r].group->rank()], st.work.back(), st.chain.back());
     }
   }
@@ -412,7 +433,7 @@ void DataParallel::issue_bucket(int r, size_t b) {
   float* own = g.owned.data() + (b0 - reg.shard_lo());
   g.bucket_work[b] = g.group->reduce_scatter_async(grads + lo, own, counts_of(r, lo, hi), DType::f32);
   g.chain_work[b].clear();
-  if (b1 > b0) issue_inter(own, b1 - b0, g.bucket_work[b], g.chain_work[b]);
+  if (b1 > b0 && cfg_.diloco_inner_steps == 0) issue_inter(own, b1 - b0, g.bucket_work[b], g.chain_work[b]);
 }
 
 void DataParallel::issue_inter(float* buf, int64_t n, const comm::Work& first, std::vector<comm::Work>& out) {
@@ -440,7 +461,12 @@ void DataParallel::retire_oldest() {
     const int64_t b = std::max(p.lo, g.shard_lo()), e = std::min(p.hi, g.shard_hi());
     const float* src = staging_.ptr<float>(0) + s.slot + p.at;
     float* dst = store_.grad_shard(p.region) + (b - g.shard_lo());
-    for (int64_t i = 0; i < e - b; ++i) dst[i] += src[i];
+    if (regions_[p.region].hierarchical && cfg_.diloco_inner_steps > 0) {
+      const float n = static_cast<float>(cfg_.instances);  // this instance's mean gradient (DiLoCo)
+      for (int64_t i = 0; i < e - b; ++i) dst[i] += n * src[i];
+    } else {
+      for (int64_t i = 0; i < e - b; ++i) dst[i] += src[i];
+    }
   }
   staging_alloc_.release(s.slot);
 }
@@ -466,8 +492,15 @@ void DataParallel::finish_grad_sync() {
       }
       // The reduced owned blocks, at their place in the shard (the optimizer
       // reads the owned range of the full gradient buffer).
-      if (g.hierarchical && !g.owned.empty())
-        std::memcpy(store_.grads(r) + store_.regions()[r].shard_lo(), g.owned.data(), g.owned.size() * sizeof(float));
+      if (g.hierarchical && !g.owned.empty()) {
+        float* dst = store_.grads(r) + store_.regions()[r].shard_lo();
+        if (cfg_.diloco_inner_steps > 0) {
+          const float n = static_cast<float>(cfg_.instances);  // this instance's mean gradient (DiLoCo)
+          for (size_t i = 0; i < g.owned.size(); ++i) dst[i] = n * g.owned[i];
+        } else {
+          std::memcpy(dst, g.owned.data(), g.owned.size() * sizeof(float));
+        }
+      }
     }
     grad_wait_s_ += since(t0);
   } else {
@@ -475,7 +508,40 @@ void DataParallel::finish_grad_sync() {
   }
 }
 
+void DataParallel::outer_step() {
+  const float inv = 1.0f / static_cast<float>(cfg_.instances), mu = static_cast<float>(cfg_.diloco_outer_momentum);
+  const float lr = static_cast<float>(cfg_.diloco_outer_lr);
+  std::vector<comm::Work> work;
+  for (size_t r = 0; r < anchor_.size(); ++r) {
+    if (anchor_[r].empty()) continue;
+    const float* v = reinterpret_cast<const float*>(store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()));
+    for (size_t i = 0; i < delta_[r].size(); ++i) delta_[r][i] = anchor_[r][i] - v[i];
+    issue_inter(delta_[r].data(), static_cast<int64_t>(delta_[r].size()), comm::Work(), work);
+  }
+  const auto t0 = Clock::now();
+  for (const comm::Work& w : work) w.wait();
+  grad_wait_s_ += since(t0);
+  for (size_t r = 0; r < anchor_.size(); ++r) {
+    if (anchor_[r].empty()) continue;
+    float* v = reinterpret_cast<float*>(store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()));
+    float *a = anchor_[r].data(), *m = outer_m_[r].data();
+    const float* d = delta_[r].data();
+    for (size_t i = 0; i < anchor_[r].size(); ++i) {
+      const float delta = d[i] * inv;
+      m[i] = mu * m[i] + delta;
+      a[i] -= lr * (delta + mu * m[i]);
+      v[i] = a[i];
+    }
+  }
+}
+
 void DataParallel::after_optimizer_step() {
+  synced_ = false;
+  if (cfg_.diloco_inner_steps > 0 && ++inner_step_ == cfg_.diloco_inner_steps) {
+    inner_step_ = 0;
+    outer_step();
+    synced_ = true;
+  }
   if (cfg_.zero_stage != 1 && cfg_.zero_stage != 2) return;
   // Frozen regions never change: only the trainable ones are gathered.
   for (int r = 0; r < static_cast<int>(regions_.size()); ++r)

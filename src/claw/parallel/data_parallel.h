@@ -39,6 +39,17 @@
 // chunks of --inter-dc-chunk-bytes spread over several communicators so
 // that they are in flight together. Stages 1-3 (stage 0 has no shards).
 //
+// DiLoCo (--diloco-inner-steps H, with instances): no gradient crosses the
+// instances. Inside one, the reduce-scatter's owned block is scaled by N (the
+// loss is normalised by the global batch's tokens, of which an instance sees
+// 1/N), so each instance trains on its own mean gradient. Every H steps,
+// after the inner optimizer's step and before the owned values are gathered,
+// the outer step runs on the owned shard: delta = anchor - values (the
+// anchor: the values at the round's start), all-reduced and averaged over
+// the instances; m = mu m + delta; anchor -= lr (delta + mu m) (Nesterov);
+// values = anchor. Only the owned shards cross the long haul, once per H
+// steps.
+//
 // fp16 master weights (--main-params-dtype fp16) use the same slots at any
 // stage: the store holds the values in fp16 (the owned range at stage 3),
 // and before a unit is used its values are widened into an fp32 slot (and at
@@ -83,6 +94,14 @@ struct DataParallelConfig {
   // --num-distributed-optimizer-instances: > 1 reduces hierarchically (the
   // memory plan counts stage 1's buffer of reduced owned blocks).
   int instances = 1;
+  // DiLoCo across the instances (--diloco-inner-steps H > 0): gradients
+  // reduce inside an instance only, each instance takes H steps of its own,
+  // then the outer step averages the instances' parameter deltas and applies
+  // them with SGD and Nesterov momentum (--diloco-outer-lr,
+  // --diloco-outer-momentum).
+  int64_t diloco_inner_steps = 0;
+  double diloco_outer_lr = 0.7;
+  double diloco_outer_momentum = 0.9;
   void validate(int dp) const;
 };
 
@@ -171,6 +190,8 @@ class DataParallel final : public model::UnitHooks {
   // reductions / parameter gathers in the last step.
   double last_grad_wait_s() const { return grad_wait_s_; }
   double last_gather_wait_s() const { return gather_wait_s_; }
+  // DiLoCo: whether the last after_optimizer_step ran the outer step.
+  bool last_step_synced() const { return synced_; }
 
   // UnitHooks
   void begin_pass(bool training) override;
@@ -226,6 +247,8 @@ class DataParallel final : public model::UnitHooks {
   void bind(int unit, float* base, bool grads);
   void issue_gather(int unit);
   void retire_oldest();
+  // DiLoCo's outer step on the owned shards (after_optimizer_step).
+  void outer_step();
   // Stage 1 bucket b of region r: all-reduce, or under instances the chain.
   void issue_bucket(int r, size_t b);
   // The all-reduce across instances of `n` floats at `buf`, after `first`:
@@ -238,6 +261,10 @@ class DataParallel final : public model::UnitHooks {
   comm::Group* expert_dp_;
   Instances instances_;  // intra null: flat
   size_t next_stream_ = 0;
+  // DiLoCo: steps into the current round; per region (hierarchical ones),
+  // the anchor, the outer momentum and the deltas, each the owned shard's size.
+  int64_t inner_step_ = 0;
+  std::vector<std::vector<float>> anchor_, outer_m_, delta_;
   DataParallelConfig cfg_;
   const std::vector<model::Unit>& units_;
   std::vector<std::vector<size_t>> unit_params_;  // per unit: its parameters' indices in the store
@@ -263,6 +290,7 @@ class DataParallel final : public model::UnitHooks {
   size_t use_cursor_ = 0;
 
   double grad_wait_s_ = 0, gather_wait_s_ = 0;
+  bool synced_ = false;
 };
 
 }  // namespace claw::parallel

@@ -26,6 +26,7 @@ plan::Layout plan_layout(const comm::RankGrid& grid, const RuntimeConfig& c, int
           .virtual_stages = chunks, .schedule = kind, .micro_batch_size = c.micro_batch_size,
           .zero_stage = p.zero_stage(), .overlap_grad_reduce = p.dp.overlap_grad_reduce,
           .overlap_param_gather = p.dp.overlap_param_gather, .instances = grid.instances,
+          .diloco_inner_steps = p.dp.diloco_inner_steps,
           .recompute_num_layers = c.recompute_layers,
           .first_stage_layers = p.decoder_first_pipeline_num_layers,
           .last_stage_layers = p.decoder_last_pipeline_num_layers};

@@ -99,7 +99,12 @@ void SdcMonitor::check_replicas(const runtime::ModelChunks& model, int64_t step)
   dp_->all_gather(&h, all.data(), 1, DType::i64);
   std::map<uint64_t, int> votes;
   for (uint64_t v : all) ++votes[v];
-  if (votes.size() == 1) return;
+  if (votes.size() == 1) {
+    if (dp_->rank() == 0)
+      log::info("sdc", "step {}: the parameters of the {} data-parallel replicas are bitwise equal (hash {:016x})",
+                step, all.size(), h);
+    return;
+  }
   const auto majority = std::max_element(votes.begin(), votes.end(),
                                          [](const auto& a, const auto& b) { return a.second < b.second; });
   const bool clear = majority->second * 2 > static_cast<int>(all.size());

@@ -68,6 +68,20 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
     fail("--dpo with --context-parallel-size {}: a pair's log-probabilities would be summed across the CP ranks; "
          "not available yet (train DPO with --context-parallel-size 1)",
          par_cfg_.sizes.cp);
+  if (const int64_t h = par_cfg_.dp.diloco_inner_steps; h > 0) {
+    if (cfg_.fp16)
+      fail("--diloco-inner-steps with --fp16: dynamic loss scaling skips steps on one instance and not another, and "
+           "the outer steps would fall out of step; use --bf16");
+    if (adam_cfg_.main_params_dtype != DType::f32)
+      fail("--diloco-inner-steps keeps its anchor and outer momentum in fp32; use --main-params-dtype fp32");
+    if (model_cfg_.moe.enabled())
+      fail("--diloco-inner-steps with --num-experts: the experts' gradients reduce over their own group across the "
+           "instances every step; not available yet");
+    if (ckpt_cfg_.save_interval % h != 0)
+      fail("--save-interval {} must be a multiple of --diloco-inner-steps {}: between outer steps the instances "
+           "hold different weights, and a checkpoint holds one instance's",
+           ckpt_cfg_.save_interval, h);
+  }
   adam_cfg_.validate();
   runtime::RuntimeConfig rt = runtime_config(model_cfg_, cfg_, par_cfg_, /*training=*/true);
   rt.parallel.dp.optimizer_bytes_per_element = optim::AdamW::bytes_per_element(adam_cfg_);
@@ -433,6 +447,12 @@ TrainResult Trainer::run() {
   if (cfg_.sdc.weight_hash_interval > 0 && (par_cfg_.zero_stage() >= 3 || runtime_->device()))
     fail("--check-weight-hash-across-dp-replicas-interval needs whole parameters on every replica in host memory: "
          "not with ZeRO-3 (--zero-stage 3 shards them) or --device cuda");
+  // Under DiLoCo the instances' parameters agree only right after an outer
+  // step: the interval must be a multiple of --diloco-inner-steps.
+  if (const int64_t h = par_cfg_.dp.diloco_inner_steps; h > 0 && cfg_.sdc.weight_hash_interval % h != 0)
+    fail("--check-weight-hash-across-dp-replicas-interval {} must be a multiple of --diloco-inner-steps {}: the "
+         "instances' parameters agree only after an outer step",
+         cfg_.sdc.weight_hash_interval, h);
   SdcMonitor sdc(cfg_.sdc, everyone, ps.dp().size() > 1 ? &ps.dp() : nullptr);
   int64_t last_saved = start_iteration_;
   const auto section = [&](comm::Section s) {
