@@ -1,10 +1,13 @@
+#!/usr/bin/env bash
 # Two emulated data centres on one machine (sourced; run as root). Each is
 # a switch namespace with a bridge and HOSTS hosts (namespaces with a veth
 # on it, their own host name for Open MPI); bench/wan_forwarder joins the
 # two bridges with a delayed, rate-limited link. All hosts share one subnet,
 # so MPI's TCP traffic between the centres crosses the forwarder, and only it.
 #
-#   source tests/net/dc_net.sh
+#   source tests/net/dc_net.sh        (or run it: tests/net/dc_net.sh up|link|stats|
+#                                     blackhole|mpirun|down ARGS, with DC_P and DC_TMP
+#                                     in the environment after `up`)
 #   dc_up PREFIX HOSTS SLOTS TMPDIR   hosts PREFIXh11.. (DC 1, 10.79.0.11..) and
 #                                     PREFIXh21.. (DC 2), hostfile TMPDIR/hosts
 #   dc_link FORWARDER DELAY_MS RATE_MBIT   (re)starts the link
@@ -17,7 +20,6 @@
 
 dc_up() {
   DC_P=$1 DC_HOSTS=$2 DC_SLOTS=$3 DC_TMP=$4
-  DC_FWD_PID=
   : >"$DC_TMP/hosts"
   local d k
   for d in 1 2; do
@@ -47,11 +49,21 @@ AGENT
   chmod +x "$DC_TMP/agent.sh"
 }
 
+# The forwarder's PID lives in DC_TMP/forwarder.pid, so that separate
+# invocations (the bench's) share it.
+dc_fwd_pid() { cat "$DC_TMP/forwarder.pid" 2>/dev/null; }
+
 dc_link() {  # FORWARDER DELAY_MS RATE_MBIT
-  [[ -n $DC_FWD_PID ]] && { kill -TERM "$DC_FWD_PID" 2>/dev/null; wait "$DC_FWD_PID" 2>/dev/null; }
-  "$1" --netns-a "${DC_P}s1" --netns-b "${DC_P}s2" --delay-ms "$2" --rate-mbit "$3" --queue-bytes $((16 << 20)) \
-    --stats "$DC_TMP/link.json" >>"$DC_TMP/forwarder.log" 2>&1 &
-  DC_FWD_PID=$!
+  local old
+  old=$(dc_fwd_pid)
+  if [[ -n $old ]]; then
+    kill -TERM "$old" 2>/dev/null
+    while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
+  fi
+  # setsid: the forwarder outlives the shell that started it (the bench's).
+  setsid "$1" --netns-a "${DC_P}s1" --netns-b "${DC_P}s2" --delay-ms "$2" --rate-mbit "$3" \
+    --queue-bytes $((16 << 20)) --stats "$DC_TMP/link.json" >>"$DC_TMP/forwarder.log" 2>&1 </dev/null &
+  echo $! >"$DC_TMP/forwarder.pid"
   local d
   for _ in $(seq 50); do
     ip netns exec "${DC_P}s2" ip link show wan0 >/dev/null 2>&1 && break
@@ -65,12 +77,12 @@ dc_link() {  # FORWARDER DELAY_MS RATE_MBIT
 
 dc_stats() {
   rm -f "$DC_TMP/link.json"
-  kill -USR2 "$DC_FWD_PID"
+  kill -USR2 "$(dc_fwd_pid)"
   for _ in $(seq 50); do [[ -f $DC_TMP/link.json ]] && break; sleep 0.05; done
   cat "$DC_TMP/link.json"
 }
 
-dc_blackhole() { kill -USR1 "$DC_FWD_PID"; }
+dc_blackhole() { kill -USR1 "$(dc_fwd_pid)"; }
 
 dc_mpirun() {
   CLAW_NS_PREFIX=$DC_P OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -82,9 +94,11 @@ dc_mpirun() {
 }
 
 dc_down() {
-  [[ -n ${DC_FWD_PID:-} ]] && { kill -9 "$DC_FWD_PID" 2>/dev/null; wait "$DC_FWD_PID" 2>/dev/null; }
-  DC_FWD_PID=
-  local ns pids
+  local ns pids fwd
+  fwd=$(dc_fwd_pid)
+  [[ -n $fwd ]] && kill -9 "$fwd" 2>/dev/null
+  rm -f "$DC_TMP/forwarder.pid"
+
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${DC_P:-none}"); do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     # shellcheck disable=SC2086
@@ -92,3 +106,10 @@ dc_down() {
     ip netns del "$ns" 2>/dev/null
   done
 }
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  set -uo pipefail
+  cmd=$1
+  shift
+  "dc_$cmd" "$@"
+fi

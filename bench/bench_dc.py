@@ -1,0 +1,179 @@
+"""Training across two emulated data centres (run as root).
+
+    /usr/bin/python3 bench/bench_dc.py --claw build/bin/claw --forwarder build/bin/wan_forwarder \
+        [--models gpt2-tiny,gpt2-124m] [--rtts 0,5,21,50] [--rate-mbit 1000] [--quality]
+
+throughput  4 ranks, two hosts of one rank in each centre (network namespaces,
+            tests/net/dc_net.sh), joined by bench/wan_forwarder at each
+            round-trip time (one-way delay rtt / 2) and --rate-mbit. Layouts:
+              single   the 4 ranks in one group on this host (no link, shared
+                       memory between ranks): the baseline
+              one-dc   the 4 ranks on DC 1's two hosts (TCP between them, no link)
+              flat     ZeRO-1 data parallelism over the link, buckets overlapped
+              hier     --data-centers 2: reduce-scatter inside, all-reduce across
+              hier+ov  the same, overlapped with backward, the long-haul
+                       all-reduce in 4 MiB chunks over 4 communicators
+              diloco   --diloco-inner-steps H: the long haul once per H steps
+            tokens/s over the measured steps (all but the first: start-up),
+            each as a fraction of `single`.
+quality     (--quality) gpt2-tiny on 4 ranks (2 instances), the same tokens
+            synchronously and with DiLoCo at H = 10, 50, 100: validation
+            loss at the end, a table and bench/diloco_quality.png.
+
+The SGEMM roof (`claw info`) and the link's settings print with the figures;
+lines start with `dc_bench`. Results go to bench/dc_results.json.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DC_NET = os.path.join(HERE, "..", "tests", "net", "dc_net.sh")
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def say(**kv):
+    print("dc_bench " + " ".join(f"{k}={v}" for k, v in kv.items()), flush=True)
+
+
+def model_args(model):
+    if model == "gpt2-124m":
+        return ["--model", "gpt2-124m", "--seq-length", "256", "--micro-batch-size", "1", "--global-batch-size", "8"]
+    return ["--model", "gpt2-tiny", "--seq-length", "128", "--micro-batch-size", "1", "--global-batch-size", "8"]
+
+
+def common(steps):
+    return ["--train-iters", str(steps), "--eval-interval", "0", "--lr", "6e-4", "--lr-warmup-iters", "2",
+            "--num-threads", "1", "--straggler-report-interval", "0", "--log-interval", "1",
+            "--use-distributed-optimizer"]
+
+
+LAYOUTS = {
+    "flat": ["--overlap-grad-reduce"],
+    "hier": ["--data-centers", "2"],
+    "hier+ov": ["--data-centers", "2", "--overlap-grad-reduce", "--inter-dc-chunk-bytes", str(4 << 20),
+                "--inter-dc-streams", "4"],
+    "diloco": ["--data-centers", "2", "--overlap-grad-reduce"],
+}
+
+
+def throughput(metrics):
+    recs = [json.loads(line) for line in open(metrics) if line.strip()][1:]
+    return sum(r["tokens"] for r in recs) / sum(r["step_ms"] / 1e3 for r in recs)
+
+
+def run(cmd, log, env):
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        print(open(log).read()[-3000:])
+        sys.exit(f"FAIL: {' '.join(cmd[:6])}... exited {rc} (log {log})")
+
+
+def bench_throughput(a, tmp, results):
+    env = {**os.environ, **MPI_ENV, "DC_P": f"bd{os.getpid()}x", "DC_TMP": tmp}
+    dc = lambda *args: subprocess.run([DC_NET, *args], env=env, check=True, capture_output=True, text=True)
+    dc("up", env["DC_P"], "2", "1", tmp)
+    try:
+        for model in a.models.split(","):
+            tiny = model == "gpt2-tiny"
+            steps, h = (21, 10) if tiny else (6, 5)
+            base = [a.claw, "train", *model_args(model), *common(steps)]
+            log, metrics = f"{tmp}/single.log", f"{tmp}/single.jsonl"
+            run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", *base, "--overlap-grad-reduce",
+                 "--metrics-file", metrics], log, env)
+            single = throughput(metrics)
+            say(model=model, layout="single", tokens_per_s=f"{single:.0f}")
+            rows = results.setdefault(model, {"single": single, "rtt": {}})
+            rows["single"] = single
+            log, metrics = f"{tmp}/one_dc.log", f"{tmp}/one_dc.jsonl"
+            run([DC_NET, "mpirun", "--host", "10.79.0.11:2,10.79.0.12:2", "-np", "4", *base, "--overlap-grad-reduce",
+                 "--metrics-file", metrics], log, env)
+            rows["one-dc"] = throughput(metrics)
+            say(model=model, layout="one-dc", tokens_per_s=f"{rows['one-dc']:.0f}", of_single=f"{rows['one-dc'] / single:.3f}")
+            for rtt in [float(x) for x in a.rtts.split(",")]:
+                dc("link", a.forwarder, str(rtt / 2), str(a.rate_mbit))
+                row = rows["rtt"].setdefault(str(rtt), {})
+                for name, flags in LAYOUTS.items():
+                    extra = ["--diloco-inner-steps", str(h)] if name == "diloco" else []
+                    log, metrics = f"{tmp}/{name}.log", f"{tmp}/{name}.jsonl"
+                    run([DC_NET, "mpirun", "-np", "4", *base, *flags, *extra, "--metrics-file", metrics], log, env)
+                    tps = throughput(metrics)
+                    row[name] = tps
+                    say(model=model, rtt_ms=rtt, rate_mbit=a.rate_mbit, layout=name, tokens_per_s=f"{tps:.0f}",
+                        of_single=f"{tps / single:.3f}")
+    finally:
+        subprocess.run([DC_NET, "down"], env=env)
+
+
+def bench_quality(a, tmp, results):
+    env = {**os.environ, **MPI_ENV}
+    steps = a.quality_steps
+    base = [a.claw, "train", "--model", "gpt2-tiny", "--seq-length", "128", "--micro-batch-size", "2",
+            "--global-batch-size", "16", "--train-iters", str(steps), "--lr", "1e-3", "--lr-warmup-iters", "20",
+            "--eval-interval", str(steps // 4), "--eval-iters", "20", "--num-threads", "1", "--log-interval", "50",
+            "--straggler-report-interval", "0", "--use-distributed-optimizer", "--data-centers", "2"]
+    curves = {}
+    for h in [0, 10, 50, 100]:
+        name = "synchronous" if h == 0 else f"DiLoCo H={h}"
+        metrics = f"{tmp}/quality{h}.jsonl"
+        extra = ["--diloco-inner-steps", str(h)] if h else []
+        run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", *base, *extra, "--metrics-file", metrics],
+            f"{tmp}/quality{h}.log", env)
+        recs = [json.loads(line) for line in open(metrics) if line.strip()]
+        val = [(r["step"], r["val_loss"]) for r in recs if "val_loss" in r]
+        curves[name] = {"train": [(r["step"], r["loss"]) for r in recs], "val": val}
+        say(quality=name.replace(" ", "_"), tokens=steps * 16 * 128, final_val_loss=f"{val[-1][1]:.4f}")
+    results["quality"] = {k: v["val"] for k, v in curves.items()}
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, c in curves.items():
+        xs, ys = zip(*c["train"])
+        w = 20  # a running mean over 20 steps
+        sm = [statistics.fmean(ys[max(0, i - w + 1):i + 1]) for i in range(len(ys))]
+        line, = ax.plot([x * 16 * 128 / 1e3 for x in xs], sm, label=f"{name} (train, mean of 20)", lw=1.2)
+        vx, vy = zip(*c["val"])
+        ax.plot([x * 16 * 128 / 1e3 for x in vx], vy, "o--", color=line.get_color(), ms=4, lw=0.8)
+    ax.set_xlabel("thousand tokens")
+    ax.set_ylabel("loss (dots: validation)")
+    ax.set_title("gpt2-tiny, 4 ranks in 2 instances: DiLoCo vs synchronous")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(HERE, "diloco_quality.png"), dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--claw", required=True)
+    p.add_argument("--forwarder", required=True)
+    p.add_argument("--models", default="gpt2-tiny,gpt2-124m")
+    p.add_argument("--rtts", default="0,5,21,50")
+    p.add_argument("--rate-mbit", type=float, default=1000)
+    p.add_argument("--quality", action="store_true")
+    p.add_argument("--quality-steps", type=int, default=400)
+    p.add_argument("--skip-throughput", action="store_true")
+    a = p.parse_args()
+    info = subprocess.run([a.claw, "info"], capture_output=True, text=True).stdout
+    sgemm = re.search(r"sgemm_2048_gflops: ([0-9.]+)", info)
+    say(sgemm_gflops=sgemm.group(1) if sgemm else "?", cores=os.cpu_count(), link_rate_mbit=a.rate_mbit)
+    results = {"sgemm_gflops": float(sgemm.group(1)) if sgemm else None, "rate_mbit": a.rate_mbit}
+    out = os.path.join(HERE, "dc_results.json")
+    if os.path.exists(out):
+        results = {**json.load(open(out)), **results}
+    with tempfile.TemporaryDirectory() as tmp:
+        if not a.skip_throughput:
+            bench_throughput(a, tmp, results)
+        if a.quality:
+            bench_quality(a, tmp, results)
+    json.dump(results, open(out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
