@@ -369,7 +369,9 @@ struct PlanCommand {
     if (show_rejected)
       for (size_t k = 0; k < r.rejected.size() && static_cast<int>(k) < top; ++k)
         fmt::print("  does not fit: {:<34} {}\n", r.rejected[k].layout.describe(), r.rejected[k].why_not);
-    fmt::print("best: claw train {}\n", r.ranked.front().layout.flags(job));
+    fmt::print("best: claw train {}{}\n", r.ranked.front().layout.flags(job),
+               a.data_centers > 1 ? fmt::format(" --data-centers {}", a.data_centers) : "");
+    if (cluster.data_centers > 1) fmt::print("{}\n", plan::advise_data_centers(r.ranked.front(), cluster).summary);
   }
 };
 

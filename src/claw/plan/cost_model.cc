@@ -313,6 +313,7 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
       const double inter = ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local / c.inter_dc_bandwidth +
                            (n - 1) * c.inter_dc_rtt;
       reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
+      t.inter_dc = inter;
       gather = ring_gather(l.zero_stage >= 1 ? param_bytes : grad_bytes, local, in.bw, in.lat);
     } else if (l.zero_stage == 0) {
       reduce = ring_all_reduce(grad_bytes, reps, dp_link.bw, dp_link.lat);
@@ -358,6 +359,38 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   e.hardware_tflops_per_device = (mf + recompute_flops_per_step(job, l)) / t.total / c.num_devices / 1e12;
   e.mfu = e.model_tflops_per_device * 1e12 / c.device.peak_flops(p.compute);
   return e;
+}
+
+DataCenterAdvice advise_data_centers(const Estimate& best, const Cluster& c) {
+  DataCenterAdvice a;
+  const StepTime& t = best.time;
+  a.hierarchical_step = t.total;
+  // The exposed DP communication is charged to the long haul first: without
+  // it the rest (inside a data centre) hides as well as before or better.
+  a.one_dc_step = t.total - std::min(t.inter_dc, t.dp_comm);
+  a.hierarchical_fraction = a.one_dc_step / a.hierarchical_step;
+  const std::string link = fmt::format("{} data centres ({:g} ms round trip, {:g} Gbit/s)", c.data_centers,
+                                       c.inter_dc_rtt * 1e3, c.inter_dc_bandwidth * 8 / 1e9);
+  if (a.hierarchical_fraction >= 0.9) {
+    a.summary = fmt::format("across {}: hierarchical reduction keeps {:.0f}% of one data centre's tokens/s (the "
+                            "long haul takes {:.3f} s a step, {:.3f} s of it exposed): train with --data-centers {} "
+                            "--overlap-grad-reduce",
+                            link, 100 * a.hierarchical_fraction, t.inter_dc, a.hierarchical_step - a.one_dc_step,
+                            c.data_centers);
+    return a;
+  }
+  for (int64_t h : {10, 50, 100, 500}) {
+    a.diloco_inner_steps = h;
+    a.diloco_fraction = a.one_dc_step / (a.one_dc_step + t.inter_dc / static_cast<double>(h));
+    if (a.diloco_fraction >= 0.95) break;
+  }
+  a.summary = fmt::format("across {}: hierarchical reduction keeps only {:.0f}% of one data centre's tokens/s (the "
+                          "long haul takes {:.3f} s a step); DiLoCo with --diloco-inner-steps {} would keep {:.0f}% "
+                          "(the shards cross once per {} steps; its loss against synchronous training: "
+                          "bench/RESULTS.md)",
+                          link, 100 * a.hierarchical_fraction, t.inter_dc, a.diloco_inner_steps,
+                          100 * a.diloco_fraction, a.diloco_inner_steps);
+  return a;
 }
 
 }  // namespace claw::plan

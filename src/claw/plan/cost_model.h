@@ -62,6 +62,7 @@ struct StepTime {
   double bubble = 0;      // pipeline: makespan - the busiest stage's busy time (p2p waits included)
   double dp_comm = 0;     // exposed DP/ZeRO communication
   double dp_comm_total = 0;
+  double inter_dc = 0;    // across data centres: the all-reduce of the shards over the link (in dp_comm_total)
   double optimizer = 0;
   double total = 0;       // seconds per step
 };
@@ -83,6 +84,21 @@ struct Estimate {
 // memory: the layout's peak_memory when already computed.
 Estimate estimate(const Job& job, const Layout& layout, const Cluster& cluster, const Precision& prec,
                   const StageMemory* memory = nullptr);
+
+// Across data centres (cluster.data_centers > 1): what the planner advises
+// for the best layout. Hierarchical reduction's long-haul all-reduce hides
+// behind backward as far as the estimate says; DiLoCo sends the same shards
+// once per H steps, unhidden (the outer step waits for them), so a step costs
+// the layout without the long haul plus inter_dc / H.
+struct DataCenterAdvice {
+  double one_dc_step = 0;       // the best layout's step without the long-haul traffic
+  double hierarchical_step = 0; // the estimate's
+  double hierarchical_fraction = 0;  // one_dc_step / hierarchical_step
+  int64_t diloco_inner_steps = 0;    // the smallest H in {10, 50, 100, 500} keeping 95% (0: hierarchical suffices)
+  double diloco_fraction = 0;
+  std::string summary;               // one line for `claw plan`
+};
+DataCenterAdvice advise_data_centers(const Estimate& best, const Cluster& cluster);
 
 // Model FLOPs of one step (ModelConfig::flops_per_token x tokens) and the
 // recomputed forward FLOPs a layout adds.

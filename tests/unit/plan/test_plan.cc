@@ -240,6 +240,32 @@ TEST(PlanCost, DataCentresAddTheInterDcLinkToTheReduction) {
   EXPECT_LT(estimate(job, l, two, precision("bf16")).time.dp_comm_total, b.time.dp_comm_total);
 }
 
+// The advice across data centres: hierarchical reduction when it keeps 90%
+// of one data centre's step, else the smallest DiLoCo H (10, 50, 100, 500)
+// that keeps 95% with the long haul once per H steps.
+TEST(PlanCost, DataCentreAdviceChoosesHierarchicalOrDiloco) {
+  Cluster c = cluster_of("h100", 16);
+  c.data_centers = 2;
+  c.inter_dc_bandwidth = 10e9 / 8;
+  c.inter_dc_rtt = 21e-3;
+  Estimate e;
+  e.time.total = 1.0;
+  e.time.inter_dc = 0.5;
+  e.time.dp_comm = 0.05;  // the long haul hides behind backward but for 50 ms
+  DataCenterAdvice a = advise_data_centers(e, c);
+  EXPECT_DOUBLE_EQ(a.one_dc_step, 0.95);
+  EXPECT_EQ(a.diloco_inner_steps, 0);
+  EXPECT_NE(a.summary.find("--data-centers 2 --overlap-grad-reduce"), std::string::npos) << a.summary;
+  e.time.dp_comm = 0.3;  // exposed: 70% of one data centre's throughput
+  a = advise_data_centers(e, c);
+  EXPECT_DOUBLE_EQ(a.one_dc_step, 0.7);
+  // H = 10: 0.7 / (0.7 + 0.05) = 93% < 95%; H = 50: 0.7 / 0.71 = 98.6%.
+  EXPECT_EQ(a.diloco_inner_steps, 50);
+  EXPECT_NEAR(a.diloco_fraction, 0.7 / 0.71, 1e-12);
+  EXPECT_NE(a.summary.find("--diloco-inner-steps 50"), std::string::npos) << a.summary;
+  EXPECT_NE(a.summary.find("21 ms round trip, 10 Gbit/s"), std::string::npos) << a.summary;
+}
+
 // Expert parallelism: each EP rank holds E / EP of every MoE layer's experts
 // (the dense part unchanged), pays two all-to-alls per MoE layer forward and
 // backward, and reduces the experts over E-DP = DP / EP ranks only.
