@@ -416,6 +416,7 @@ int supervise(const LaunchConfig& cfg) {
 
     // Watch the launcher and the heartbeats until the attempt ends.
     std::string failure;  // what the supervisor saw (it ends the job itself)
+    std::optional<Clock::time_point> hang_seen_at;  // the first hang report of this attempt
     bool forwarded_stop = false, resumed_logged = false;
     int status = 0;
     for (;;) {
@@ -440,15 +441,21 @@ int supervise(const LaunchConfig& cfg) {
         }
         if (!board.hangs.empty()) {
           const auto& [rank, report] = board.hangs.front();
+          if (!hang_seen_at) hang_seen_at = Clock::now();
           std::vector<std::string> silent;
           for (const auto& [r, s] : board.ranks)
             if (!s.exited && since(s.last_beat) > 3 * cfg.heartbeat_interval_s)
               silent.push_back(fmt::format("rank {} ({} pid {}, silent {:.1f} s in section {})", r, s.host, s.pid,
                                            since(s.last_beat), s.section));
-          failure = fmt::format("rank {} reported a hang{}", rank,
-                                silent.empty() ? std::string()
-                                               : fmt::format("; no heartbeat from {}", fmt::join(silent, ", ")));
-          log::error("launch", "{}\n{}", failure, report);
+          // A rank that stopped just before the hang was seen may not have
+          // missed three heartbeats yet: the report waits up to that long
+          // for it to be named (the reporting ranks wait for the verdict).
+          if (!silent.empty() || since(*hang_seen_at) > 3 * cfg.heartbeat_interval_s) {
+            failure = fmt::format("rank {} reported a hang{}", rank,
+                                  silent.empty() ? std::string()
+                                                 : fmt::format("; no heartbeat from {}", fmt::join(silent, ", ")));
+            log::error("launch", "{}\n{}", failure, report);
+          }
         } else {
           for (const auto& [r, s] : board.ranks)
             if (!s.exited && since(s.last_beat) > cfg.heartbeat_timeout_s) {
