@@ -63,8 +63,9 @@ LAYOUTS = {
 
 
 def throughput(metrics):
-    recs = [json.loads(line) for line in open(metrics) if line.strip()][1:]
-    return sum(r["tokens"] for r in recs) / sum(r["step_ms"] / 1e3 for r in recs)
+    """Tokens per second over every step but the first ("tokens" counts the run's tokens so far)."""
+    recs = [json.loads(line) for line in open(metrics) if line.strip()]
+    return (recs[-1]["tokens"] - recs[0]["tokens"]) / sum(r["step_ms"] / 1e3 for r in recs[1:])
 
 
 def run(cmd, log, env):
