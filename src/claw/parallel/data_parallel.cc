@@ -72,7 +72,6 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
     CLAW_CHECK(cfg_.instances == instances->inter.front()->size(), "config says {} instances, the groups {}",
                cfg_.instances, instances->inter.front()->size());
     instances_ = *instances;
-    cfg_.validate(dp.size());
   }
   comm::Group& shard_group = instances_.intra ? *instances_.intra : dp;
   const model::StoreOptions want = store_options(cfg_.zero_stage, shard_group.size(), shard_group.rank());
@@ -418,6 +417,12 @@ void DataParallel::grads_end(int unit) {
   if (!cfg_.overlap_grad_reduce) retire_oldest();
 }
 
+float DataParallel::owned_scale(const RegionSync& g) const {
+  // DiLoCo: the instance's reduced block is 1/N of its own mean gradient
+  // (the loss is normalised by the global batch). x 1 is exact.
+  return g.hierarchical && cfg_.diloco_inner_steps > 0 ? static_cast<float>(cfg_.instances) : 1.0f;
+}
+
 void DataParallel::issue_bucket(int r, size_t b) {
   RegionSync& g = regions_[r];
   const auto [lo, hi] = g.buckets[b];
@@ -461,12 +466,8 @@ void DataParallel::retire_oldest() {
     const int64_t b = std::max(p.lo, g.shard_lo()), e = std::min(p.hi, g.shard_hi());
     const float* src = staging_.ptr<float>(0) + s.slot + p.at;
     float* dst = store_.grad_shard(p.region) + (b - g.shard_lo());
-    if (regions_[p.region].hierarchical && cfg_.diloco_inner_steps > 0) {
-      const float n = static_cast<float>(cfg_.instances);  // this instance's mean gradient (DiLoCo)
-      for (int64_t i = 0; i < e - b; ++i) dst[i] += n * src[i];
-    } else {
-      for (int64_t i = 0; i < e - b; ++i) dst[i] += src[i];
-    }
+    const float scale = owned_scale(regions_[p.region]);
+    for (int64_t i = 0; i < e - b; ++i) dst[i] += scale * src[i];
   }
   staging_alloc_.release(s.slot);
 }
@@ -494,12 +495,8 @@ void DataParallel::finish_grad_sync() {
       // reads the owned range of the full gradient buffer).
       if (g.hierarchical && !g.owned.empty()) {
         float* dst = store_.grads(r) + store_.regions()[r].shard_lo();
-        if (cfg_.diloco_inner_steps > 0) {
-          const float n = static_cast<float>(cfg_.instances);  // this instance's mean gradient (DiLoCo)
-          for (size_t i = 0; i < g.owned.size(); ++i) dst[i] = n * g.owned[i];
-        } else {
-          std::memcpy(dst, g.owned.data(), g.owned.size() * sizeof(float));
-        }
+        const float scale = owned_scale(g);
+        for (size_t i = 0; i < g.owned.size(); ++i) dst[i] = scale * g.owned[i];
       }
     }
     grad_wait_s_ += since(t0);

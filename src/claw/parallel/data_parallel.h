@@ -247,6 +247,8 @@ class DataParallel final : public model::UnitHooks {
   void bind(int unit, float* base, bool grads);
   void issue_gather(int unit);
   void retire_oldest();
+  // What a region's reduced owned block is multiplied by (N under DiLoCo, else 1).
+  float owned_scale(const RegionSync& g) const;
   // DiLoCo's outer step on the owned shards (after_optimizer_step).
   void outer_step();
   // Stage 1 bucket b of region r: all-reduce, or under instances the chain.
