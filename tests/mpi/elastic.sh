@@ -45,15 +45,6 @@ for k in $(seq $hosts); do
   ip netns exec "${P}h$k" ip link set lo up
   echo "10.77.0.$k slots=2" >>"$tmp/hosts"
 done
-# mpirun's remote shell: the host's namespace, with a host name of its own
-# (OpenMPI keys its shared-memory files by host name).
-cat >"$tmp/agent.sh" <<'AGENT'
-#!/bin/bash
-while [[ $1 == -* ]]; do shift; done
-host=$1; shift
-exec ip netns exec "${CLAW_NS_PREFIX}h${host##*.}" unshare --uts sh -c "hostname ${CLAW_NS_PREFIX}h${host##*.}; $*"
-AGENT
-chmod +x "$tmp/agent.sh"
 
 iters=15
 job=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
@@ -65,7 +56,7 @@ job=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 -
 mpirun --oversubscribe --bind-to none -np 8 "$claw" train "${job[@]}" --tensor-model-parallel-size 2 \
   --metrics-file "$tmp/full.jsonl" >"$tmp/full.log" 2>&1 || { tail -n 20 "$tmp/full.log"; fail "the uninterrupted run"; }
 
-mpi="--mca plm_rsh_agent $tmp/agent.sh --mca btl self,vader,tcp --mca btl_tcp_if_include eth0"
+mpi="--mca plm_rsh_agent $(cd "$(dirname "$0")/../net" && pwd)/ns_agent.sh --mca btl self,vader,tcp --mca btl_tcp_if_include eth0"
 mpi+=" --mca oob_tcp_if_include eth0 --oversubscribe --bind-to none"
 mpi+=" -x CLAW_NS_PREFIX -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"
 faults=()

@@ -18,6 +18,8 @@
 # Ranks fill DC 1's hosts first (the hostfile's order, --map-by slot), so
 # with --data-centers 2 instance k is DC k.
 
+DC_NS_AGENT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/ns_agent.sh
+
 dc_up() {
   DC_P=$1 DC_HOSTS=$2 DC_SLOTS=$3 DC_TMP=$4
   : >"$DC_TMP/hosts"
@@ -38,15 +40,6 @@ dc_up() {
       echo "10.79.0.$d$k slots=$DC_SLOTS" >>"$DC_TMP/hosts"
     done
   done
-  # mpirun's remote shell: the host's namespace and name (Open MPI keys its
-  # shared-memory files by host name).
-  cat >"$DC_TMP/agent.sh" <<'AGENT'
-#!/bin/bash
-while [[ $1 == -* ]]; do shift; done
-host=$1; shift
-exec ip netns exec "${CLAW_NS_PREFIX}h${host##*.}" unshare --uts sh -c "hostname ${CLAW_NS_PREFIX}h${host##*.}; $*"
-AGENT
-  chmod +x "$DC_TMP/agent.sh"
 }
 
 # The forwarder's PID lives in DC_TMP/forwarder.pid, so that separate
@@ -87,7 +80,7 @@ dc_blackhole() { kill -USR1 "$(dc_fwd_pid)"; }
 dc_mpirun() {
   CLAW_NS_PREFIX=$DC_P OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     ip netns exec "${DC_P}h11" unshare --uts sh -c 'hostname "$0"; exec "$@"' "${DC_P}h11" \
-    mpirun --hostfile "$DC_TMP/hosts" --map-by slot --mca plm_rsh_agent "$DC_TMP/agent.sh" \
+    mpirun --hostfile "$DC_TMP/hosts" --map-by slot --mca plm_rsh_agent "$DC_NS_AGENT" \
     --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
     --oversubscribe --bind-to none -x CLAW_NS_PREFIX -x CLAW_DATA_DIR -x OMPI_ALLOW_RUN_AS_ROOT \
     -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM "$@"
