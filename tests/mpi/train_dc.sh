@@ -18,6 +18,18 @@
 #         outer step makes every replica bitwise equal again (the weight-hash
 #         check over all 4 replicas passes at steps 5, 10, 15, 20); step 1's
 #         loss equals the synchronous run's (1e-6) and training lowers it.
+# diloco_packed
+#         --diloco-delta-bits 8 and 4: the packed deltas are all-gathered and
+#         summed in instance order on every rank, so the replicas are bitwise
+#         equal after each outer step; step 1 equals the synchronous run and
+#         step 20's loss is within 2% of the fp32-delta run's.
+# diloco_resume
+#         a DiLoCo run saved at step 10 resumes on steps 11-20 bit for bit:
+#         fp32 deltas (the outer momentum, non-zero after two outer steps, is
+#         in the checkpoint: without it step 15's outer step would differ),
+#         and 2 streamed fragments with 4-bit deltas at ZeRO-2 (the save runs
+#         the outer step of the fragment not yet synchronised, so instance 0's
+#         values are every instance's).
 # refused instances that do not divide the data-parallel ranks, or without a
 #         sharded optimizer, and DiLoCo without instances or with a weight-hash
 #         or save interval between outer steps, end the job before any work
@@ -80,12 +92,59 @@ print(f"ok diloco: step 1 loss {dl[0]['loss']:.6f} (synchronous {sync[0]['loss']
       f"(synchronous {sync[-1]['loss']:.4f}); validation {dl[-1].get('val_loss')} vs {sync[-1].get('val_loss')}")
 PY
   ;;
+diloco_packed)
+  "$claw" train "${common[@]}" --train-iters 1 --metrics-file "$tmp/sync.jsonl" >"$tmp/sync.log" 2>&1 ||
+    { cat "$tmp/sync.log"; fail "single-rank run"; }
+  for bits in 32 8 4; do
+    timeout 300 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" --use-distributed-optimizer --data-centers 2 \
+      --diloco-inner-steps 5 --diloco-delta-bits $bits --check-weight-hash-across-dp-replicas-interval 5 \
+      --metrics-file "$tmp/d$bits.jsonl" >"$tmp/d$bits.log" 2>&1 || { cat "$tmp/d$bits.log"; fail "DiLoCo with $bits-bit deltas"; }
+    for step in 5 10 15 20; do
+      grep -q "step $step: the parameters of the 4 data-parallel replicas are bitwise equal" "$tmp/d$bits.log" ||
+        { grep sdc "$tmp/d$bits.log"; fail "$bits-bit deltas: no weight-hash agreement at step $step"; }
+    done
+  done
+  /usr/bin/python3 - "$tmp/sync.jsonl" "$tmp/d32.jsonl" "$tmp/d8.jsonl" "$tmp/d4.jsonl" <<'PY' || fail "packed-delta losses"
+import json, sys
+sync, d32, d8, d4 = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+for name, d in (("8-bit", d8), ("4-bit", d4)):
+    assert len(d) == 20, len(d)
+    rel = abs(d[0]["loss"] - sync[0]["loss"]) / sync[0]["loss"]
+    assert rel < 1e-6, f"{name} step 1: {d[0]['loss']} vs {sync[0]['loss']}"
+    assert d[5]["loss"] != d32[5]["loss"], f"{name}: step 6 equals the fp32-delta run's: the deltas were not packed"
+    end = abs(d[-1]["loss"] - d32[-1]["loss"]) / d32[-1]["loss"]
+    assert end < 0.02, f"{name} step 20 loss {d[-1]['loss']} vs fp32 deltas {d32[-1]['loss']}"
+    print(f"ok {name} deltas: step 20 loss {d[-1]['loss']:.4f} (fp32 deltas {d32[-1]['loss']:.4f}, {100 * end:.2f}% apart)")
+PY
+  ;;
+diloco_resume)
+  for run in "fp32|--use-distributed-optimizer" \
+             "frag|--zero-stage 2 --diloco-fragments 2 --diloco-delta-bits 4"; do
+    name=${run%%|*} flags=${run#*|}
+    # shellcheck disable=SC2086
+    timeout 300 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" $flags --data-centers 2 --diloco-inner-steps 5 \
+      --save "$tmp/$name" --save-interval 10 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 ||
+      { cat "$tmp/$name.log"; fail "$name: the DiLoCo run"; }
+    # shellcheck disable=SC2086
+    timeout 300 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" $flags --data-centers 2 --diloco-inner-steps 5 \
+      --load "$tmp/$name" --ckpt-step 10 --metrics-file "$tmp/${name}_resumed.jsonl" >"$tmp/${name}_resumed.log" 2>&1 ||
+      { cat "$tmp/${name}_resumed.log"; fail "$name: the resumed run"; }
+    grep -q "no DiLoCo outer momentum" "$tmp/${name}_resumed.log" && fail "$name: the checkpoint lost the outer momentum"
+    "$claw" ckpt inspect "$tmp/$name" --ckpt-step 10 --tensors >"$tmp/inspect.txt" || fail "$name: ckpt inspect"
+    grep -q "optim.diloco_momentum" "$tmp/inspect.txt" || fail "$name: no optim.diloco_momentum tensors in the checkpoint"
+    /usr/bin/python3 "$here/../cli/resumed_equal.py" "$tmp/$name.jsonl" "$tmp/${name}_resumed.jsonl" 11 20 loss grad_norm ||
+      { cat "$tmp/${name}_resumed.log"; fail "$name: the resumed run differs"; }
+  done ;;
 refused)
   for run in "--data-centers 3 --use-distributed-optimizer|does not divide data-parallel x context-parallel = 4" \
              "--num-distributed-optimizer-instances 2|needs a distributed optimizer" \
              "--use-distributed-optimizer --diloco-inner-steps 5|needs --data-centers" \
              "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --check-weight-hash-across-dp-replicas-interval 3|must be a multiple of --diloco-inner-steps 5" \
-             "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --save $tmp/ckpt --save-interval 7|--save-interval 7 must be a multiple"; do
+             "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --save $tmp/ckpt --save-interval 7|--save-interval 7 must be a multiple" \
+             "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --diloco-delta-bits 6|--diloco-delta-bits 6 must be 32" \
+             "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --diloco-fragments 6|--diloco-fragments 6 must be at most --diloco-inner-steps 5" \
+             "--use-distributed-optimizer --data-centers 2 --diloco-delta-bits 8|need --diloco-inner-steps" \
+             "--use-distributed-optimizer --data-centers 2 --diloco-inner-steps 5 --diloco-fragments 2 --check-weight-hash-across-dp-replicas-interval 5|with --diloco-fragments 2"; do
     flags=${run%%|*} want=${run#*|}
     # shellcheck disable=SC2086
     timeout 120 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" $flags >"$tmp/log" 2>&1

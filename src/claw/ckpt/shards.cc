@@ -39,6 +39,10 @@ std::vector<ShardPiece> shard_pieces(const Shard& s) {
 
 std::string value_tensor(const std::string& param) { return "model." + param; }
 
+std::string instance_state_name(const std::string& state, int replica) {
+  return replica == 0 ? state : fmt::format("{}@instance{}", state, replica);
+}
+
 std::string optimizer_tensor(const std::string& state, const std::string& param) {
   return "optim." + state + "." + param;
 }
@@ -90,11 +94,14 @@ std::vector<Shard> collect_shards(const std::vector<const model::ParamStore*>& s
     for (size_t i = 0; i < segs.size(); ++i) {
       const model::Segment& s = segs[i];
       const model::StoreRegion& g = *region_of.at(s.param);
+      const bool own_instance = opts.per_instance_optimizer && g.group == "dp";
       const bool mine = (opts.zero_stage >= 1 || g.shards == 1 || deal(g, static_cast<int64_t>(names.size()) * s.n)) &&
-                        !(opts.replica > 0 && g.group == "dp");
+                        !(opts.replica > 0 && g.group == "dp" && !own_instance);
       const bool write = s.param->spec.primary && mine;
       for (size_t k = 0; k < names.size(); ++k)
-        out.push_back({.tensor = optimizer_tensor(names[k], s.param->spec.name), .spec = &s.param->spec,
+        out.push_back({.tensor = optimizer_tensor(own_instance ? instance_state_name(names[k], opts.replica) : names[k],
+                                                  s.param->spec.name),
+                       .spec = &s.param->spec,
                        .begin = s.begin, .n = s.n, .data = optimizer->checkpoint_state(k, i), .write = write,
                        .dtype = optimizer->checkpoint_dtype(k)});
     }

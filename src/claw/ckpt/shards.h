@@ -63,7 +63,14 @@ struct ShardOptions {
   // region ("dp") is sharded inside each instance and every instance holds
   // the same values and state, so only instance 0 writes it.
   int replica = 0;
+  // DiLoCo: the instances' inner optimizers hold different moments, so
+  // instance i > 0 writes its own as "optim.<state>@instance<i>.<param>"
+  // (instance_state_name).
+  bool per_instance_optimizer = false;
 };
+// The name instance `replica` gives optimizer state `state` under
+// ShardOptions::per_instance_optimizer ("<state>@instance<i>"; instance 0's is `state`).
+std::string instance_state_name(const std::string& state, int replica);
 
 // This rank's shards of `stores` (its model chunks, in order) and of the
 // optimizer stepping them.

@@ -293,6 +293,13 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.parallel.dp.diloco_outer_lr; }),
       double_flag<A>("diloco-outer-momentum", "DiLoCo's outer Nesterov momentum",
                      [](A& a) -> auto& { return a.parallel.dp.diloco_outer_momentum; }),
+      int_flag<A>("diloco-delta-bits",
+                  "DiLoCo's parameter deltas across the instances: 32 (fp32, all-reduced), 8 or 4 (packed in "
+                  "blocks of 128 with a scale each, all-gathered)",
+                  [](A& a) -> auto& { return a.parallel.dp.diloco_delta_bits; }),
+      int_flag<A>("diloco-fragments",
+                  "streaming DiLoCo: the outer step in this many fragments spread over each round",
+                  [](A& a) -> auto& { return a.parallel.dp.diloco_fragments; }),
       double_flag<A>("distributed-timeout-minutes", "deadline of every collective wait; then the job aborts",
                      [](A& a) -> auto& { return a.parallel.distributed_timeout_minutes; }),
       switch_flag<A>("log-all-ranks", "print info lines from every rank (default: rank 0 only)",

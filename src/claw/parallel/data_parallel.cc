@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "claw/core/dtype_convert.h"
@@ -31,10 +32,63 @@ void DataParallelConfig::validate(int dp) const {
     fail("--diloco-outer-lr {} must be > 0", diloco_outer_lr);
   if (diloco_inner_steps > 0 && !(diloco_outer_momentum >= 0 && diloco_outer_momentum < 1))
     fail("--diloco-outer-momentum {} must be in [0, 1)", diloco_outer_momentum);
+  if (diloco_delta_bits != 32 && diloco_delta_bits != 8 && diloco_delta_bits != 4)
+    fail("--diloco-delta-bits {} must be 32 (fp32 deltas), 8 or 4 (packed in blocks of {} with a scale each)",
+         diloco_delta_bits, kDeltaBlock);
+  if (diloco_fragments < 1) fail("--diloco-fragments {} must be >= 1", diloco_fragments);
+  if ((diloco_delta_bits != 32 || diloco_fragments != 1) && diloco_inner_steps == 0)
+    fail("--diloco-delta-bits and --diloco-fragments shape DiLoCo's outer step: they need --diloco-inner-steps");
+  if (diloco_inner_steps > 0 && diloco_fragments > diloco_inner_steps)
+    fail("--diloco-fragments {} must be at most --diloco-inner-steps {}: each fragment takes its outer step on a "
+         "step of its own in each round",
+         diloco_fragments, diloco_inner_steps);
   if (instances > 1 && zero_stage == 0)
     fail("--num-distributed-optimizer-instances {} needs a distributed optimizer (--use-distributed-optimizer or "
          "--zero-stage 1-3): each instance holds a whole ZeRO-sharded optimizer",
          instances);
+}
+
+int64_t packed_delta_bytes(int64_t n, int bits) {
+  const int64_t blocks = (n + kDeltaBlock - 1) / kDeltaBlock;
+  return blocks * static_cast<int64_t>(sizeof(float)) + (bits == 8 ? n : (n + 1) / 2);
+}
+
+void pack_delta(const float* x, int64_t n, int bits, uint8_t* out) {
+  CLAW_CHECK(bits == 8 || bits == 4, "packed deltas have 8 or 4 bits, not {}", bits);
+  const float qmax = bits == 8 ? 127.0f : 7.0f;
+  const int64_t blocks = (n + kDeltaBlock - 1) / kDeltaBlock;
+  uint8_t* codes = out + blocks * static_cast<int64_t>(sizeof(float));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = b * kDeltaBlock, hi = std::min(n, lo + kDeltaBlock);
+    float amax = 0;
+    for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float scale = amax / qmax, inv = amax > 0 ? qmax / amax : 0.0f;
+    std::memcpy(out + b * static_cast<int64_t>(sizeof(float)), &scale, sizeof(float));
+    for (int64_t i = lo; i < hi; ++i) {
+      const int q = static_cast<int>(std::clamp(std::nearbyint(x[i] * inv), -qmax, qmax));
+      if (bits == 8) {
+        codes[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      } else {
+        const auto nib = static_cast<uint8_t>(q + 8);  // 1..15
+        codes[i / 2] = (i % 2 == 0) ? nib : static_cast<uint8_t>(codes[i / 2] | (nib << 4));
+      }
+    }
+  }
+}
+
+void add_packed_delta(const uint8_t* in, int64_t n, int bits, float* acc) {
+  const int64_t blocks = (n + kDeltaBlock - 1) / kDeltaBlock;
+  const uint8_t* codes = in + blocks * static_cast<int64_t>(sizeof(float));
+  for (int64_t b = 0; b < blocks; ++b) {
+    float scale;
+    std::memcpy(&scale, in + b * static_cast<int64_t>(sizeof(float)), sizeof(float));
+    const int64_t lo = b * kDeltaBlock, hi = std::min(n, lo + kDeltaBlock);
+    for (int64_t i = lo; i < hi; ++i) {
+      const int q = bits == 8 ? static_cast<int>(static_cast<int8_t>(codes[i]))
+                              : static_cast<int>((codes[i / 2] >> (4 * (i % 2))) & 0xF) - 8;
+      acc[i] += static_cast<float>(q) * scale;
+    }
+  }
 }
 
 model::StoreOptions store_options(int zero_stage, int dp_size, int dp_rank) {
@@ -118,13 +172,21 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
       sync.chain_work.resize(sync.buckets.size());
       if (sync.hierarchical) sync.owned.assign(static_cast<size_t>(regions[r].shard_size()), 0.0f);
     }
-    const size_t diloco = sync.hierarchical && sync.trainable && cfg_.diloco_inner_steps > 0
-                              ? static_cast<size_t>(regions[r].shard_size()) : 0;
-    anchor_.emplace_back(diloco, 0.0f);
-    outer_m_.emplace_back(diloco, 0.0f);
-    delta_.emplace_back(diloco, 0.0f);
+    Outer& o = outer_.emplace_back();
+    if (sync.hierarchical && sync.trainable && cfg_.diloco_inner_steps > 0) {
+      const int64_t n = regions[r].shard_size();
+      o.anchor.assign(n, 0.0f);
+      o.momentum.assign(n, 0.0f);
+      o.delta.assign(n, 0.0f);
+      if (cfg_.diloco_delta_bits < 32) {  // any fragments of it, packed
+        const int64_t bytes = packed_delta_bytes(n, cfg_.diloco_delta_bits);
+        o.packed.assign(bytes, 0);
+        o.gathered.assign(bytes * cfg_.instances, 0);
+      }
+    }
     regions_.push_back(std::move(sync));
   }
+  fragment_synced_at_.assign(static_cast<size_t>(cfg_.diloco_fragments), 0);
   open_slot_.assign(U, -1);
   resident_.resize(U);
   memory_ = plan_memory(model_, cfg_);
@@ -187,7 +249,10 @@ DataParallelMemory DataParallel::plan_memory(const model::GPT& model, const Data
     if (cfg.zero_stage == 1 && cfg.instances > 1 && regions[r].group == "dp")  // RegionSync::owned
       m.staging_slots += static_cast<size_t>(regions[r].shard_size()) * sizeof(float);
     if (cfg.diloco_inner_steps > 0 && cfg.instances > 1 && regions[r].group == "dp")  // anchor, momentum, deltas
-      m.staging_slots += 3 * static_cast<size_t>(regions[r].shard_size()) * sizeof(float);
+      m.staging_slots += 3 * static_cast<size_t>(regions[r].shard_size()) * sizeof(float) +
+                         (cfg.diloco_delta_bits < 32 ? static_cast<size_t>((1 + cfg.instances) *
+                                                       packed_delta_bytes(regions[r].shard_size(), cfg.diloco_delta_bits))
+                                                     : 0);
     if (cfg.zero_stage <= 1) {  // the constructor's buckets: whole units from the output end
       int first = U;
       for (int u = U - 1; u >= 0; --u)
@@ -295,11 +360,16 @@ void DataParallel::bind(int unit, float* base, bool grads) {
 
 void DataParallel::begin_step() {
   store_.zero_grads();
-  if (cfg_.diloco_inner_steps > 0 && inner_step_ == 0)  // a round starts: every instance holds the same values
-    for (size_t r = 0; r < anchor_.size(); ++r)
-      if (!anchor_[r].empty())
-        std::memcpy(anchor_[r].data(), store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()),
-                    anchor_[r].size() * sizeof(float));
+  // DiLoCo's first step (of the run, or after a checkpoint loaded): every
+  // instance holds the same values, the anchors. Later each outer step
+  // leaves its fragment's values equal to its anchor.
+  if (cfg_.diloco_inner_steps > 0 && !anchored_) {
+    for (size_t r = 0; r < outer_.size(); ++r)
+      if (!outer_[r].anchor.empty())
+        std::memcpy(outer_[r].anchor.data(), store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()),
+                    outer_[r].anchor.size() * sizeof(float));
+    anchored_ = true;
+  }
   for (RegionSync& g : regions_) {
     for (int& n : g.pending_units) n = 0;
     for (int b : g.bucket_of_unit)
@@ -505,46 +575,133 @@ void DataParallel::finish_grad_sync() {
   }
 }
 
-void DataParallel::outer_step() {
-  const float inv = 1.0f / static_cast<float>(cfg_.instances), mu = static_cast<float>(cfg_.diloco_outer_momentum);
+void DataParallel::issue_inter_gather(const uint8_t* send, uint8_t* recv, int64_t bytes,
+                                      std::vector<comm::Work>& out) {
+  const int64_t chunk = instances_.chunk_elements > 0 ? instances_.chunk_elements * 4 : bytes;
+  const int64_t n = cfg_.instances;
+  for (int64_t at = 0; at < bytes; at += chunk) {
+    comm::Group* g = instances_.inter[next_stream_++ % instances_.inter.size()];
+    out.push_back(g->all_gather_async(send + at, recv + n * at, std::min(chunk, bytes - at), DType::u8));
+  }
+}
+
+void DataParallel::unchunk_gathered(const uint8_t* recv, int64_t bytes, int instance, uint8_t* out) const {
+  const int64_t chunk = instances_.chunk_elements > 0 ? instances_.chunk_elements * 4 : bytes;
+  const int64_t n = cfg_.instances;
+  for (int64_t at = 0; at < bytes; at += chunk) {
+    const int64_t c = std::min(chunk, bytes - at);
+    std::memcpy(out + at, recv + n * at + instance * c, static_cast<size_t>(c));
+  }
+}
+
+void DataParallel::outer_step(int f0, int f1) {
+  const int N = cfg_.instances, P = cfg_.diloco_fragments, bits = cfg_.diloco_delta_bits;
+  const float inv = 1.0f / static_cast<float>(N), mu = static_cast<float>(cfg_.diloco_outer_momentum);
   const float lr = static_cast<float>(cfg_.diloco_outer_lr);
+  // Fragments [f0, f1) of region r's owned shard: [lo, hi).
+  const auto range = [&](size_t r) {
+    const int64_t S = static_cast<int64_t>(outer_[r].anchor.size());
+    return std::pair<int64_t, int64_t>{S * f0 / P, S * f1 / P};
+  };
+  const auto values = [&](size_t r) {
+    return reinterpret_cast<float*>(store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()));
+  };
   std::vector<comm::Work> work;
-  for (size_t r = 0; r < anchor_.size(); ++r) {
-    if (anchor_[r].empty()) continue;
-    const float* v = reinterpret_cast<const float*>(store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()));
-    for (size_t i = 0; i < delta_[r].size(); ++i) delta_[r][i] = anchor_[r][i] - v[i];
-    issue_inter(delta_[r].data(), static_cast<int64_t>(delta_[r].size()), comm::Work(), work);
+  for (size_t r = 0; r < outer_.size(); ++r) {
+    Outer& o = outer_[r];
+    if (o.anchor.empty()) continue;
+    const auto [lo, hi] = range(r);
+    const float* v = values(r);
+    for (int64_t i = lo; i < hi; ++i) o.delta[i] = o.anchor[i] - v[i];
+    if (bits == 32) {
+      issue_inter(o.delta.data() + lo, hi - lo, comm::Work(), work);
+    } else {
+      pack_delta(o.delta.data() + lo, hi - lo, bits, o.packed.data());
+      issue_inter_gather(o.packed.data(), o.gathered.data(), packed_delta_bytes(hi - lo, bits), work);
+    }
   }
   const auto t0 = Clock::now();
   for (const comm::Work& w : work) w.wait();
   grad_wait_s_ += since(t0);
-  for (size_t r = 0; r < anchor_.size(); ++r) {
-    if (anchor_[r].empty()) continue;
-    float* v = reinterpret_cast<float*>(store_.value_at(static_cast<int>(r), store_.regions()[r].shard_lo()));
-    float *a = anchor_[r].data(), *m = outer_m_[r].data();
-    const float* d = delta_[r].data();
-    for (size_t i = 0; i < anchor_[r].size(); ++i) {
+  for (size_t r = 0; r < outer_.size(); ++r) {
+    Outer& o = outer_[r];
+    if (o.anchor.empty()) continue;
+    const auto [lo, hi] = range(r);
+    float *a = o.anchor.data(), *m = o.momentum.data(), *d = o.delta.data(), *v = values(r);
+    if (bits < 32) {  // the instances' decoded deltas, summed in instance order (the same sum on every rank)
+      const int64_t bytes = packed_delta_bytes(hi - lo, bits);
+      std::fill(d + lo, d + hi, 0.0f);
+      for (int i = 0; i < N; ++i) {
+        unchunk_gathered(o.gathered.data(), bytes, i, o.packed.data());
+        add_packed_delta(o.packed.data(), hi - lo, bits, d + lo);
+      }
+    }
+    for (int64_t i = lo; i < hi; ++i) {
       const float delta = d[i] * inv;
       m[i] = mu * m[i] + delta;
       a[i] -= lr * (delta + mu * m[i]);
       v[i] = a[i];
     }
   }
+  for (int f = f0; f < f1; ++f) fragment_synced_at_[f] = steps_;
 }
 
-void DataParallel::after_optimizer_step() {
-  synced_ = false;
-  if (cfg_.diloco_inner_steps > 0 && ++inner_step_ == cfg_.diloco_inner_steps) {
-    inner_step_ = 0;
-    outer_step();
-    synced_ = true;
+void DataParallel::synchronize_replicas() {
+  if (cfg_.diloco_inner_steps == 0) return;
+  bool ran = false;
+  for (int f = 0; f < cfg_.diloco_fragments;) {  // runs of fragments not synchronised on the last step
+    if (fragment_synced_at_[f] == steps_) {
+      ++f;
+      continue;
+    }
+    int e = f;
+    while (e < cfg_.diloco_fragments && fragment_synced_at_[e] != steps_) ++e;
+    outer_step(f, e);
+    ran = true;
+    f = e;
   }
-  if (cfg_.zero_stage != 1 && cfg_.zero_stage != 2) return;
+  synced_ = true;
+  if (ran && (cfg_.zero_stage == 1 || cfg_.zero_stage == 2)) gather_trainable_values();
+}
+
+float* DataParallel::outer_momentum(const model::ParamSpec& spec, int64_t begin) {
+  const auto& params = store_.params();
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (&params[k]->spec != &spec) continue;
+    const model::ParamSlot& at = store_.slot(k);
+    Outer& o = outer_[at.region];
+    if (o.momentum.empty()) return nullptr;
+    const int64_t flat = at.offset + begin - store_.regions()[at.region].shard_lo();
+    CLAW_CHECK(flat >= 0 && flat < static_cast<int64_t>(o.momentum.size()),
+               "{}: element {} is outside this rank's owned range", spec.name, begin);
+    return o.momentum.data() + flat;
+  }
+  return nullptr;
+}
+
+void DataParallel::gather_trainable_values() {
   // Frozen regions never change: only the trainable ones are gathered.
   for (int r = 0; r < static_cast<int>(regions_.size()); ++r)
     if (regions_[r].trainable)
       regions_[r].group->all_gather(nullptr, store_.value_at(r, 0), store_.regions()[r].shard_size(),
                                     store_.master_dtype());
+}
+
+void DataParallel::after_optimizer_step() {
+  synced_ = false;
+  ++steps_;
+  if (const int64_t H = cfg_.diloco_inner_steps; H > 0) {
+    ++inner_step_;
+    // Fragment f's outer step after inner step (f + 1) H / P of the round.
+    const int P = cfg_.diloco_fragments;
+    for (int f = 0; f < P; ++f)
+      if (inner_step_ == (f + 1) * H / P) {
+        outer_step(f, f + 1);
+        synced_ = P == 1;  // with fragments, the others have moved apart since theirs
+      }
+    if (inner_step_ == H) inner_step_ = 0;
+  }
+  if (cfg_.zero_stage == 1 || cfg_.zero_stage == 2) gather_trainable_values();
 }
 
 double DataParallel::all_reduce_sum(double v) { return dp_.all_reduce_value(v); }

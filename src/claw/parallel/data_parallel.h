@@ -48,7 +48,14 @@
 // anchor: the values at the round's start), all-reduced and averaged over
 // the instances; m = mu m + delta; anchor -= lr (delta + mu m) (Nesterov);
 // values = anchor. Only the owned shards cross the long haul, once per H
-// steps.
+// steps. With --diloco-delta-bits 8 or 4 each instance packs its delta
+// (pack_delta) and the instances all-gather the packed blocks; every rank
+// decodes and sums them in instance order, so all reach the same values
+// (N = 2: a quarter or an eighth of the all-reduce's bytes). With
+// --diloco-fragments P the shard is cut into P fragments whose outer steps
+// are spread over the round (streaming DiLoCo): between them the replicas
+// differ in the fragments not yet synchronised, so a checkpoint first runs
+// the outer step of those (synchronize_replicas).
 //
 // fp16 master weights (--main-params-dtype fp16) use the same slots at any
 // stage: the store holds the values in fp16 (the owned range at stage 3),
@@ -102,8 +109,26 @@ struct DataParallelConfig {
   int64_t diloco_inner_steps = 0;
   double diloco_outer_lr = 0.7;
   double diloco_outer_momentum = 0.9;
+  // --diloco-delta-bits: 32 sends the deltas as fp32 (all-reduce); 8 or 4
+  // packs them (pack_delta) and all-gathers the packed blocks.
+  int diloco_delta_bits = 32;
+  // --diloco-fragments P (streaming DiLoCo): the owned shard in P fragments,
+  // fragment f's outer step after inner step (f + 1) H / P of each round, so
+  // the long haul carries 1/P of the shard at a time.
+  int diloco_fragments = 1;
   void validate(int dp) const;
 };
+
+// DiLoCo's compressed parameter deltas (--diloco-delta-bits 8 or 4): blocks
+// of kDeltaBlock values, each with an fp32 scale (the block's largest
+// magnitude / 127 or / 7) and signed codes rounded to the nearest (ties to
+// even); 4-bit codes two to a byte, low nibble first. Layout: the scales of
+// every block, then the codes.
+constexpr int64_t kDeltaBlock = 128;
+int64_t packed_delta_bytes(int64_t n, int bits);
+void pack_delta(const float* x, int64_t n, int bits, uint8_t* out);
+// acc[i] += the decoded value i of a packed run of n values.
+void add_packed_delta(const uint8_t* in, int64_t n, int bits, float* acc);
 
 // The store options a stage needs.
 model::StoreOptions store_options(int zero_stage, int dp_size, int dp_rank);
@@ -190,8 +215,17 @@ class DataParallel final : public model::UnitHooks {
   // reductions / parameter gathers in the last step.
   double last_grad_wait_s() const { return grad_wait_s_; }
   double last_gather_wait_s() const { return gather_wait_s_; }
-  // DiLoCo: whether the last after_optimizer_step ran the outer step.
+  // DiLoCo: whether the last after_optimizer_step left every replica equal
+  // (the outer step of the last fragment, or of the whole shard).
   bool last_step_synced() const { return synced_; }
+  // DiLoCo with fragments: the outer step now for every fragment that did
+  // not take it on the last step, so that every replica holds the same
+  // values (before a checkpoint is written from instance 0's).
+  void synchronize_replicas();
+  // DiLoCo's outer momentum of parameter `spec`'s local elements from
+  // `begin` (inside this rank's owned range), or null when it has none (not
+  // DiLoCo, or not in the dense region). Checkpoints save and load it.
+  float* outer_momentum(const model::ParamSpec& spec, int64_t begin);
 
   // UnitHooks
   void begin_pass(bool training) override;
@@ -249,13 +283,20 @@ class DataParallel final : public model::UnitHooks {
   void retire_oldest();
   // What a region's reduced owned block is multiplied by (N under DiLoCo, else 1).
   float owned_scale(const RegionSync& g) const;
-  // DiLoCo's outer step on the owned shards (after_optimizer_step).
-  void outer_step();
+  // DiLoCo's outer step on fragments [f0, f1) of the owned shards.
+  void outer_step(int f0, int f1);
+  // Stages 1/2: every rank's updated shards of the trainable regions, in place.
+  void gather_trainable_values();
   // Stage 1 bucket b of region r: all-reduce, or under instances the chain.
   void issue_bucket(int r, size_t b);
   // The all-reduce across instances of `n` floats at `buf`, after `first`:
   // in chunks round-robin over the streams; appends their Work to `out`.
   void issue_inter(float* buf, int64_t n, const comm::Work& first, std::vector<comm::Work>& out);
+  // The all-gather across instances of `bytes` at `send` into `recv` (N x
+  // bytes), in chunks over the streams: chunk k of every instance lands at
+  // recv + N k C, rank-major (unchunk_gathered puts instance i's back in order).
+  void issue_inter_gather(const uint8_t* send, uint8_t* recv, int64_t bytes, std::vector<comm::Work>& out);
+  void unchunk_gathered(const uint8_t* recv, int64_t bytes, int instance, uint8_t* out) const;
 
   model::GPT& model_;
   model::ParamStore& store_;
@@ -263,10 +304,19 @@ class DataParallel final : public model::UnitHooks {
   comm::Group* expert_dp_;
   Instances instances_;  // intra null: flat
   size_t next_stream_ = 0;
-  // DiLoCo: steps into the current round; per region (hierarchical ones),
-  // the anchor, the outer momentum and the deltas, each the owned shard's size.
-  int64_t inner_step_ = 0;
-  std::vector<std::vector<float>> anchor_, outer_m_, delta_;
+  // DiLoCo, per region (hierarchical ones; empty elsewhere): the anchor (the
+  // values at each fragment's last outer step), the outer momentum and the
+  // deltas, each the owned shard's size; with packed deltas, this rank's
+  // packed fragment and the instances' gathered ones.
+  struct Outer {
+    std::vector<float> anchor, momentum, delta;
+    std::vector<uint8_t> packed, gathered;
+  };
+  std::vector<Outer> outer_;
+  int64_t inner_step_ = 0;            // steps into the current round
+  int64_t steps_ = 0;                 // after_optimizer_step calls
+  std::vector<int64_t> fragment_synced_at_;  // per fragment: steps_ at its last outer step
+  bool anchored_ = false;             // the anchors hold the values (the first step sets them)
   DataParallelConfig cfg_;
   const std::vector<model::Unit>& units_;
   std::vector<std::vector<size_t>> unit_params_;  // per unit: its parameters' indices in the store

@@ -64,6 +64,7 @@ struct Layout {
   bool overlap_param_gather = false;   // --overlap-param-gather
   int instances = 1;                   // --num-distributed-optimizer-instances: ZeRO shards over dp x cp / instances
   int64_t diloco_inner_steps = 0;      // --diloco-inner-steps (> 0: DiLoCo's outer state per rank)
+  int diloco_delta_bits = 32;          // --diloco-delta-bits (< 32: packed deltas' buffers)
   int64_t recompute_num_layers = 0;    // --recompute-granularity full: blocks recomputed per model chunk
                                        // (capped at the chunk's; the search uses 0 or all)
   int64_t first_stage_layers = -1;     // --decoder-first-pipeline-num-layers (-1: even)

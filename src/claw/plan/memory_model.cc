@@ -49,7 +49,8 @@ StageMemory stage_memory(const Job& job, const Layout& l, int stage, const Preci
                                          .optimizer_fp8_moments = prec.fp8_moments,
                                          .optimizer_fp8_block = optim::AdamW::kFp8Block,
                                          .instances = l.instances,
-                                         .diloco_inner_steps = l.diloco_inner_steps};
+                                         .diloco_inner_steps = l.diloco_inner_steps,
+                                         .diloco_delta_bits = l.diloco_delta_bits};
   const int64_t T = job.seq_length / l.cp;
   double unfused_scores = 0;
   int64_t largest_all_reduce = 0, largest_reduce_scatter = 0;  // bytes, at the stack's 16-bit precision (Korthikanti et al.'s 5 a s^2 b)

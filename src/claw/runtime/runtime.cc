@@ -17,6 +17,9 @@
 namespace claw::runtime {
 
 namespace {
+// DiLoCo's outer momentum in checkpoints: "optim.diloco_momentum.<param>".
+const std::string kDilocoMomentum = "diloco_momentum";
+
 // The planner's view of this run (src/claw/plan): its memory model is the
 // allocation, which check_memory verifies.
 plan::Layout plan_layout(const comm::RankGrid& grid, const RuntimeConfig& c, int chunks, parallel::ScheduleKind kind) {
@@ -26,7 +29,7 @@ plan::Layout plan_layout(const comm::RankGrid& grid, const RuntimeConfig& c, int
           .virtual_stages = chunks, .schedule = kind, .micro_batch_size = c.micro_batch_size,
           .zero_stage = p.zero_stage(), .overlap_grad_reduce = p.dp.overlap_grad_reduce,
           .overlap_param_gather = p.dp.overlap_param_gather, .instances = grid.instances,
-          .diloco_inner_steps = p.dp.diloco_inner_steps,
+          .diloco_inner_steps = p.dp.diloco_inner_steps, .diloco_delta_bits = p.dp.diloco_delta_bits,
           .recompute_num_layers = c.recompute_layers,
           .first_stage_layers = p.decoder_first_pipeline_num_layers,
           .last_stage_layers = p.decoder_last_pipeline_num_layers};
@@ -195,13 +198,36 @@ void Runtime::check_memory(const optim::AdamW* optimizer) const {
 }
 
 std::vector<ckpt::Shard> Runtime::checkpoint_shards(const optim::AdamW* optimizer) const {
+  const int replica = pstate_->dp_cp().rank() / pstate_->dp_intra().size();
+  const bool diloco = cfg_.parallel.dp.diloco_inner_steps > 0;
   std::vector<ckpt::Shard> shards =
       ckpt::collect_shards(model_->stores(), optimizer,
                            {.zero_stage = cfg_.parallel.zero_stage(), .optimizer = optimizer != nullptr,
-                            .replica = pstate_->dp_cp().rank() / pstate_->dp_intra().size()});
+                            .replica = replica, .per_instance_optimizer = diloco});
   if (device_) {
     ensure_mirrors(optimizer);
     for (ckpt::Shard& s : shards) s.data = host_mirror(s.data);
+  }
+  // DiLoCo's outer momentum ("optim.diloco_momentum.<param>", the same on
+  // every instance), beside the moments of the same owned elements and
+  // written by instance 0's rank that writes them (host memory on any device).
+  if (optimizer && diloco) {
+    const std::string first =
+        ckpt::optimizer_tensor(ckpt::instance_state_name(optim::AdamW::state_names().front(), replica), "");
+    const size_t n = shards.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (shards[i].tensor.rfind(first, 0) != 0) continue;
+      for (const auto& dp : dps_)
+        if (float* m = dp->outer_momentum(*shards[i].spec, shards[i].begin)) {
+          ckpt::Shard s = shards[i];
+          s.tensor = ckpt::optimizer_tensor(kDilocoMomentum, s.spec->name);
+          s.data = m;
+          s.dtype = DType::f32;
+          s.write = s.write && replica == 0;
+          shards.push_back(std::move(s));
+          break;
+        }
+    }
   }
   return shards;
 }
@@ -323,6 +349,23 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
         std::erase_if(shards,
                       [&](const ckpt::Shard& s) { return s.tensor.rfind("optim.", 0) == 0 && !meta.find(s.tensor); });
       }
+    }
+    // A checkpoint saved without DiLoCo (or before its momentum was saved)
+    // starts the outer momentum at zero; one with fewer instances (or none)
+    // gives an instance without its own moments instance 0's.
+    if (out.optimizer) {
+      bool shared = false;
+      for (ckpt::Shard& s : shards)
+        if (s.tensor.find("@instance") != std::string::npos && !meta.find(s.tensor)) {
+          s.tensor = s.tensor.substr(0, s.tensor.find('@')) + s.tensor.substr(s.tensor.find('.', s.tensor.find('@')));
+          shared = true;
+        }
+      if (shared) log::info("ckpt", "{} has no optimizer state of this rank's instance: it starts from instance 0's", dir);
+      const std::string prefix = ckpt::optimizer_tensor(kDilocoMomentum, "");
+      const size_t before = shards.size();
+      std::erase_if(shards, [&](const ckpt::Shard& s) { return s.tensor.rfind(prefix, 0) == 0 && !meta.find(s.tensor); });
+      if (shards.size() != before)
+        log::info("ckpt", "{} has no DiLoCo outer momentum: it starts at zero", dir);
     }
     // A checkpoint without LoRA adapters (the base model) leaves them as
     // initialised: A random, B zero, so the model starts as the base.

@@ -82,6 +82,10 @@ class Runtime {
   const ModelChunks& model() const { return *model_; }
   // The first chunk's data-parallel engine (communication wait times).
   parallel::DataParallel& first_dp() const { return *dps_.front(); }
+  // DiLoCo: every replica to the same values (DataParallel::synchronize_replicas).
+  void synchronize_replicas() {
+    for (auto& dp : dps_) dp->synchronize_replicas();
+  }
 
   // Checks every arena (and the optimizer's state, if given) against the
   // planner's memory model for this rank's stage, and logs the total.

@@ -359,6 +359,9 @@ void Trainer::save_checkpoint(int64_t iteration) {
                                  {"num_layers", model_cfg_.num_layers},
                                  {"values", model.fp8_scaling_state(model_cfg_.num_layers, slots, f.amax_history_len)}};
   }
+  // DiLoCo: instance 0 writes the dense parameters, so every fragment takes
+  // its outer step first (nothing to do at a round's end without fragments).
+  runtime_->synchronize_replicas();
   runtime_->stage_to_host(optimizer_.get());  // a GPU's values and moments into their host mirrors
   saver_->save(runtime_->checkpoint_shards(optimizer_.get()), std::move(info));
 }
@@ -453,6 +456,10 @@ TrainResult Trainer::run() {
     fail("--check-weight-hash-across-dp-replicas-interval {} must be a multiple of --diloco-inner-steps {}: the "
          "instances' parameters agree only after an outer step",
          cfg_.sdc.weight_hash_interval, h);
+  if (cfg_.sdc.weight_hash_interval > 0 && par_cfg_.dp.diloco_fragments > 1)
+    fail("--check-weight-hash-across-dp-replicas-interval with --diloco-fragments {}: streamed fragments take their "
+         "outer steps at different steps, so the replicas never agree as a whole between checkpoints",
+         par_cfg_.dp.diloco_fragments);
   SdcMonitor sdc(cfg_.sdc, everyone, ps.dp().size() > 1 ? &ps.dp() : nullptr);
   int64_t last_saved = start_iteration_;
   const auto section = [&](comm::Section s) {
@@ -591,6 +598,9 @@ TrainResult Trainer::run() {
       if (r.skipped) rec["grad_norm"] = nullptr;  // not finite: JSON has no inf
     }
     const bool last = step + 1 == cfg_.train_iters;
+    // Streaming DiLoCo: the run ends with every fragment's outer step, so
+    // that the last evaluation, and the model saved, are one model.
+    if (last && par_cfg_.dp.diloco_inner_steps > 0) runtime_->synchronize_replicas();
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
       section(comm::Section::evaluation);
       double val = evaluate(consumed_valid_samples_);
