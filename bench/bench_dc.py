@@ -68,6 +68,105 @@ def throughput(metrics):
     return (recs[-1]["tokens"] - recs[0]["tokens"]) / sum(r["step_ms"] / 1e3 for r in recs[1:])
 
 
+def comm_probe(prefix, bench_comm, env, max_mb=16):
+    """bench_comm under `prefix` (an mpirun line): claw's all-reduce bus bandwidth (GB/s) at the largest size and
+    the 8-byte all-reduce's time (us)."""
+    out = subprocess.run([*prefix, bench_comm, "--max-mb", str(max_mb), "--iters", "3"], env=env, capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(f"FAIL: the link probe {' '.join(prefix)} exited {out.returncode}: {out.stdout[-2000:]}{out.stderr[-2000:]}")
+    lat = busbw = None
+    for line in out.stdout.splitlines():
+        if "op=all_reduce" not in line:
+            continue
+        kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if kv["bytes"] == "8":
+            lat = float(kv["claw_us"])
+        else:
+            busbw = float(kv["claw_busbw_gbs"])  # sizes ascend: the last is the largest
+    return {"busbw_gbs": busbw, "latency_us": lat}
+
+
+TCP_SINK = """import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5999))
+s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+n = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    n += len(b)
+print(n, flush=True)
+"""
+TCP_SOURCE = """import socket, sys
+c = socket.create_connection((sys.argv[1], 5999))
+buf = bytes(1 << 20)
+for _ in range(int(sys.argv[2])):
+    c.sendall(buf)
+c.close()
+"""
+
+
+def busy_cpu_seconds():
+    """CPU time spent by every core so far (user, system, interrupts; not idle or I/O wait), /proc/stat."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(f[:8]) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def tcp_cpu_probe(src_ns, dst_ns, dst_ip, mib=512):
+    """CPU seconds per byte sent over TCP from host namespace src_ns to dst_ns (both ends' stacks, and whatever
+    forwards the packets between them), with the machine otherwise idle: /proc/stat around a bulk transfer."""
+    sink = subprocess.Popen(["ip", "netns", "exec", dst_ns, sys.executable, "-c", TCP_SINK, dst_ip],
+                            stdout=subprocess.PIPE, text=True)
+    assert sink.stdout.readline().strip() == "ready"
+    c0 = busy_cpu_seconds()
+    subprocess.run(["ip", "netns", "exec", src_ns, sys.executable, "-c", TCP_SOURCE, dst_ip, str(mib)], check=True)
+    got = int(sink.stdout.readline())
+    sink.wait()
+    cpu = busy_cpu_seconds() - c0
+    assert got == mib << 20, got
+    return cpu / got
+
+
+def write_catalog(path, sgemm_gflops, shm, tcp, ranks=4):
+    """The planner's device for these runs: this machine's measured SGEMM shared by `ranks` single-threaded ranks,
+    shared memory between ranks of one host and TCP between hosts as probed (a ring step's latency: an n-rank
+    8-byte all-reduce takes 2 (n - 1) of them)."""
+    with open(path, "w") as f:
+        f.write(f"""[device.dcbench]
+name = "one of {ranks} ranks sharing this machine (measured SGEMM {sgemm_gflops:.0f} GFLOP/s in all)"
+memory_gib = 24.0
+memory_gbs = {30.0 / ranks}
+peak_tflops = {{ fp32 = {sgemm_gflops / ranks / 1e3} }}
+gemm_efficiency = 1.0
+gemm_knee = 16.0
+runtime_overhead_gib = 0.074
+collective_temp = {{ all_reduce = 0.6, reduce_scatter = 2.4 }}
+devices_per_node = {ranks}
+intra_node_gbs = {shm["busbw_gbs"]}
+intra_node_latency_us = {shm["latency_us"] / (2 * (ranks - 1))}
+inter_node_gbs = {tcp["busbw_gbs"]}
+inter_node_latency_us = {tcp["latency_us"] / 2}
+network_cpu_ns_per_byte = {tcp["cpu_s_per_byte"] * 1e9 * ranks / os.cpu_count()}
+""")
+
+
+def plan(a, catalog, model, per_node, extra):
+    """`claw plan --json` for the benchmarked layout (DP 4, ZeRO-1, micro-batch 1) on the probed device."""
+    args = [a.claw, "plan", "--json", "--top", "1", "--hardware-catalog", catalog, "--device", "dcbench",
+            "--num-gpus", "4", "--gpus-per-node", str(per_node), *model_args(model), "--tensor-model-parallel-size", "1",
+            "--pipeline-model-parallel-size", "1", "--context-parallel-size", "1", "--use-distributed-optimizer",
+            "--recompute-granularity", "none", "--precision", "fp32", *extra]
+    out = subprocess.run(args, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(args)}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
 def run(cmd, log, env):
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
@@ -80,7 +179,18 @@ def bench_throughput(a, tmp, results):
     env = {**os.environ, **MPI_ENV, "DC_P": f"bd{os.getpid()}x", "DC_TMP": tmp}
     dc = lambda *args: subprocess.run([DC_NET, *args], env=env, check=True, capture_output=True, text=True)
     dc("up", env["DC_P"], "2", "1", tmp)
+    bench_comm = os.path.join(os.path.dirname(a.claw), "bench_comm")
+    catalog = f"{tmp}/catalog.toml"
     try:
+        # The links, probed in this run: shared memory (4 ranks on this host), TCP between two hosts of one centre.
+        shm = comm_probe(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"], bench_comm, env)
+        tcp = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.12", "-np", "2"], bench_comm, env)
+        # What a byte over TCP costs the cores the ranks compute on (a rank's share: x ranks / cores).
+        tcp["cpu_s_per_byte"] = tcp_cpu_probe(env["DC_P"] + "h11", env["DC_P"] + "h12", "10.79.0.12")
+        say(probe="shared_memory", **shm)
+        say(probe="tcp_in_one_centre", **tcp)
+        write_catalog(catalog, results["sgemm_gflops"], shm, tcp)
+        results["probes"] = {"shared_memory": shm, "tcp_in_one_centre": tcp, "long_haul": {}}
         for model in a.models.split(","):
             tiny = model == "gpt2-tiny"
             steps, h = (21, 10) if tiny else (4, 3)  # measured: steps 2.., each holding one outer step
@@ -89,16 +199,34 @@ def bench_throughput(a, tmp, results):
             run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", *base, "--overlap-grad-reduce",
                  "--metrics-file", metrics], log, env)
             single = throughput(metrics)
-            say(model=model, layout="single", tokens_per_s=f"{single:.0f}")
+            pred_single = plan(a, catalog, model, 4, [])["layouts"][0]["tokens_per_s"]
+            say(model=model, layout="single", tokens_per_s=f"{single:.0f}", predicted=f"{pred_single:.0f}")
             rows = results.setdefault(model, {"single": single, "rtt": {}})
             rows["single"] = single
+            rows["predicted"] = {"single": pred_single, "rtt": {}}
             log, metrics = f"{tmp}/one_dc.log", f"{tmp}/one_dc.jsonl"
             run([DC_NET, "mpirun", "--host", "10.79.0.11:2,10.79.0.12:2", "-np", "4", *base, "--overlap-grad-reduce",
                  "--metrics-file", metrics], log, env)
             rows["one-dc"] = throughput(metrics)
-            say(model=model, layout="one-dc", tokens_per_s=f"{rows['one-dc']:.0f}", of_single=f"{rows['one-dc'] / single:.3f}")
+            pred_one = plan(a, catalog, model, 2, [])["layouts"][0]["tokens_per_s"]
+            rows["predicted"]["one-dc"] = pred_one
+            say(model=model, layout="one-dc", tokens_per_s=f"{rows['one-dc']:.0f}", of_single=f"{rows['one-dc'] / single:.3f}",
+                predicted_of_single=f"{pred_one / pred_single:.3f}")
             for rtt in [float(x) for x in a.rtts.split(",")]:
                 dc("link", a.forwarder, str(rtt / 2), str(a.rate_mbit))
+                # The long haul as the planner sees it: the rate probed between one host of each centre (two
+                # ranks: the all-reduce's bus bandwidth is the rate each way), the link's round trip as set.
+                haul = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.21", "-np", "2"], bench_comm, env)
+                haul["cpu_s_per_byte"] = tcp_cpu_probe(env["DC_P"] + "h11", env["DC_P"] + "h21", "10.79.0.21", 128)
+                results["probes"]["long_haul"][str(rtt)] = haul
+                say(probe="long_haul", rtt_ms=rtt, **haul)
+                p = plan(a, catalog, model, 1, ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt),
+                                                "--inter-dc-gbps", str(haul["busbw_gbs"] * 8),
+                                                "--diloco-inner-steps", str(h)])["data_centers"]
+                pred = {"flat": p["flat"]["tokens_per_s"], "hier": p["hierarchical"]["tokens_per_s"],
+                        "hier+ov": p["hierarchical_overlapped"]["tokens_per_s"],
+                        "diloco": p["diloco"][str(h)]["tokens_per_s"]}
+                rows["predicted"]["rtt"][str(rtt)] = pred
                 row = rows["rtt"].setdefault(str(rtt), {})
                 for name, flags in LAYOUTS.items():
                     extra = ["--diloco-inner-steps", str(h)] if name == "diloco" else []
@@ -107,7 +235,8 @@ def bench_throughput(a, tmp, results):
                     tps = throughput(metrics)
                     row[name] = tps
                     say(model=model, rtt_ms=rtt, rate_mbit=a.rate_mbit, layout=name, tokens_per_s=f"{tps:.0f}",
-                        of_single=f"{tps / single:.3f}")
+                        of_single=f"{tps / single:.3f}", predicted_of_single=f"{pred[name] / pred_single:.3f}",
+                        error=f"{(pred[name] / pred_single) / (tps / single) - 1:+.1%}")
     finally:
         subprocess.run([DC_NET, "down"], env=env)
 

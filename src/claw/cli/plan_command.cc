@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -38,6 +39,8 @@ struct PlanArgs {
   std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_params_dtype = "fp32";
   int data_centers = 1;
   double inter_dc_rtt_ms = 0, inter_dc_gbps = 0;
+  int64_t diloco_inner_steps = 0;  // 0: cost H = 10, 50, 100
+  int diloco_delta_bits = 32;
   // Pins (0 / -1 / "": searched).
   int tp = 0, pp = 0, cp = 0, ep = 0, zero_stage = -1;
   int64_t layers_per_virtual_stage = 0, micro_batch_size = 0;
@@ -103,6 +106,10 @@ const std::vector<F>& plan_flags() {
                      [](A& a) -> auto& { return a.inter_dc_rtt_ms; }),
       double_flag<A>("inter-dc-gbps", "bandwidth between data centres, Gbit/s each way",
                      [](A& a) -> auto& { return a.inter_dc_gbps; }),
+      int_flag<A>("diloco-inner-steps", "across data centres: cost DiLoCo with this H (0: 10, 50 and 100)",
+                  [](A& a) -> auto& { return a.diloco_inner_steps; }),
+      int_flag<A>("diloco-delta-bits", "across data centres: DiLoCo's deltas in 32, 8 or 4 bits",
+                  [](A& a) -> auto& { return a.diloco_delta_bits; }),
       int_flag<A>("tensor-model-parallel-size", "pin TP (0: search)", [](A& a) -> auto& { return a.tp; }),
       int_flag<A>("pipeline-model-parallel-size", "pin PP (0: search)", [](A& a) -> auto& { return a.pp; }),
       int_flag<A>("context-parallel-size", "pin CP (0: search)", [](A& a) -> auto& { return a.cp; }),
@@ -172,7 +179,8 @@ nlohmann::json to_json(const plan::Estimate& e, const plan::Job& job, int rank) 
             {"pipeline_bubble", t.bubble},
             {"dp_comm_exposed", t.dp_comm},
             {"dp_comm_total", t.dp_comm_total},
-            {"optimizer", t.optimizer}}},
+            {"optimizer", t.optimizer},
+            {"network_cpu", t.network_cpu}}},
           {"tokens_per_s", e.tokens_per_s},
           {"model_tflops_per_device", e.model_tflops_per_device},
           {"hardware_tflops_per_device", e.hardware_tflops_per_device},
@@ -316,8 +324,21 @@ struct PlanCommand {
       pins.virtual_stages = 1;
     }
 
+    if (a.diloco_delta_bits != 32 && a.diloco_delta_bits != 8 && a.diloco_delta_bits != 4)
+      fail("--diloco-delta-bits {} must be 32, 8 or 4", a.diloco_delta_bits);
+    if (a.diloco_inner_steps < 0) fail("--diloco-inner-steps {} must be >= 0", a.diloco_inner_steps);
+    if (a.data_centers == 1 && (a.diloco_inner_steps > 0 || a.diloco_delta_bits != 32))
+      fail("--diloco-inner-steps / --diloco-delta-bits cost DiLoCo across data centres; give --data-centers > 1 too");
+    const std::vector<int64_t> diloco_h =
+        a.diloco_inner_steps > 0 ? std::vector<int64_t>{a.diloco_inner_steps} : std::vector<int64_t>{10, 50, 100};
     const plan::Job job{.model = a.model, .seq_length = a.seq_length, .global_batch_size = a.global_batch_size};
     const plan::SearchResult r = plan::search(job, cluster, prec, pins, &catalog);
+    // Across data centres: the best layout under each way of crossing.
+    std::optional<plan::DataCenterStrategies> strategies;
+    if (cluster.data_centers > 1 && !r.ranked.empty())
+      strategies = plan::data_center_strategies(job, r.ranked.front().layout, cluster, prec, diloco_h,
+                                                a.diloco_delta_bits);
+    const double tokens = static_cast<double>(a.global_batch_size * a.seq_length);
     if (json) {
       nlohmann::json out = {{"model", a.model.name},
                             {"num_params", a.model.num_params()},
@@ -333,6 +354,18 @@ struct PlanCommand {
                             {"rejected", nlohmann::json::array()}};
       for (size_t k = 0; k < r.ranked.size() && static_cast<int>(k) < top; ++k)
         out["layouts"].push_back(to_json(r.ranked[k], job, static_cast<int>(k) + 1));
+      if (strategies) {
+        const auto row = [&](double step) { return nlohmann::json{{"step_time_s", step}, {"tokens_per_s", tokens / step}}; };
+        nlohmann::json d = {{"layout", r.ranked.front().layout.describe()},
+                            {"one_dc", row(strategies->one_dc)},
+                            {"flat", row(strategies->flat)},
+                            {"hierarchical", row(strategies->hierarchical)},
+                            {"hierarchical_overlapped", row(strategies->hierarchical_overlapped)},
+                            {"diloco_delta_bits", a.diloco_delta_bits},
+                            {"diloco", nlohmann::json::object()}};
+        for (const auto& [h, step] : strategies->diloco) d["diloco"][std::to_string(h)] = row(step);
+        out["data_centers"] = d;
+      }
       if (show_rejected)
         for (size_t k = 0; k < r.rejected.size() && static_cast<int>(k) < top; ++k)
           out["rejected"].push_back(to_json(r.rejected[k], job, 0));
@@ -371,7 +404,16 @@ struct PlanCommand {
         fmt::print("  does not fit: {:<34} {}\n", r.rejected[k].layout.describe(), r.rejected[k].why_not);
     fmt::print("best: claw train {}{}\n", r.ranked.front().layout.flags(job),
                a.data_centers > 1 ? fmt::format(" --data-centers {}", a.data_centers) : "");
-    if (cluster.data_centers > 1) fmt::print("{}\n", plan::advise_data_centers(r.ranked.front(), cluster).summary);
+    if (cluster.data_centers > 1) {
+      fmt::print("{}\n", plan::advise_data_centers(r.ranked.front(), cluster).summary);
+      const plan::DataCenterStrategies& s = *strategies;
+      std::string diloco;
+      for (const auto& [h, step] : s.diloco) diloco += fmt::format(", DiLoCo H={} {:.3f} s", h, step);
+      fmt::print("step of the best layout across {} data centres: one data centre {:.3f} s; flat {:.3f} s; "
+                 "hierarchical {:.3f} s, overlapped {:.3f} s{}{}\n",
+                 cluster.data_centers, s.one_dc, s.flat, s.hierarchical, s.hierarchical_overlapped, diloco,
+                 a.diloco_delta_bits < 32 ? fmt::format(" ({}-bit deltas)", a.diloco_delta_bits) : "");
+    }
   }
 };
 

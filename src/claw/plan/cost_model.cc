@@ -304,22 +304,53 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   const int reps = l.dp * l.cp;
   const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp);
   const double grad_bytes = P * p.grad_bytes, param_bytes = P * p.param_bytes;
-  double reduce = 0, gather = 0;
+  double reduce = 0, gather = 0, diloco_outer = 0;
+  // Bytes this rank sends between nodes per step (Device::network_cpu_s_per_byte):
+  // of a ring over `ranks` members `stride` apart, the share of hops that
+  // leave a node (one per node boundary) times the bytes each rank sends.
+  double net_bytes = 0;
+  const auto between_nodes = [&](double sent, int ranks, int stride) {
+    const double span = static_cast<double>(ranks) * stride;
+    if (ranks <= 1 || span <= c.devices_per_node) return 0.0;
+    return sent * std::min(1.0, span / c.devices_per_node / ranks);
+  };
   if (reps > 1) {
     if (c.data_centers > 1) {
       const int local = reps / c.data_centers;
       const Link in = link_for(c, l.tp * local, l.tp);
       const double ranks_per_dc = static_cast<double>(c.num_devices) / c.data_centers, n = c.data_centers;
-      const double inter = ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local / c.inter_dc_bandwidth +
-                           (n - 1) * c.inter_dc_rtt;
-      reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
-      t.inter_dc = inter;
+      // What one data centre sends across per step, each way: hierarchical
+      // reduction all-reduces every rank's 1/local block of the gradients
+      // across; flat data parallelism every rank's whole gradient (the
+      // halving-doubling all-reduce's crossing steps: 2.00x, measured in
+      // bench/RESULTS.md "Across data centres").
+      const double crossing =
+          ranks_per_dc * 2 * (n - 1) / n * grad_bytes / (l.flat_across_data_centers ? 1 : local);
+      const double inter = crossing / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt;
+      if (l.diloco_inner_steps > 0) {
+        // DiLoCo: the outer step's deltas (fp32 all-reduced, or packed to
+        // b bits + a 4-byte scale per 128 and all-gathered: n/2 x (b + 1/4)/32
+        // of the bytes), once per H steps, waited for.
+        const double packed = l.diloco_delta_bits < 32 ? n / 2 * (l.diloco_delta_bits + 0.25) / 32 : 1.0;
+        diloco_outer = inter * packed / static_cast<double>(l.diloco_inner_steps);
+        reduce = ring_gather(grad_bytes, local, in.bw, in.lat);
+        net_bytes += crossing / ranks_per_dc * packed / static_cast<double>(l.diloco_inner_steps);
+      } else {
+        reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
+        t.inter_dc = inter;
+        net_bytes += crossing / ranks_per_dc;
+      }
       gather = ring_gather(l.zero_stage >= 1 ? param_bytes : grad_bytes, local, in.bw, in.lat);
+      const double nl = local;
+      net_bytes += between_nodes((nl - 1) / nl * (grad_bytes + (l.zero_stage >= 1 ? param_bytes : grad_bytes)), local,
+                                 l.tp);
     } else if (l.zero_stage == 0) {
       reduce = ring_all_reduce(grad_bytes, reps, dp_link.bw, dp_link.lat);
+      net_bytes += between_nodes(2.0 * (reps - 1) / reps * grad_bytes, reps, l.tp);
     } else {
       reduce = ring_gather(grad_bytes, reps, dp_link.bw, dp_link.lat);
       gather = ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
+      net_bytes += between_nodes((reps - 1.0) / reps * (grad_bytes + param_bytes), reps, l.tp);
     }
   }
   if (const int edp = l.expert_dp(); expert_elems > 0 && edp > 1) {
@@ -337,7 +368,11 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   const ChunkCost& first = cost[busiest].front();
   const double hide_reduce = l.overlap_grad_reduce ? last.backward_input + last.backward_weight : 0;
   const double hide_gather = l.overlap_param_gather || (l.overlap_grad_reduce && l.zero_stage >= 1) ? first.forward : 0;
-  t.dp_comm = std::max(0.0, reduce - hide_reduce) + std::max(0.0, gather - hide_gather);
+  t.dp_comm = std::max(0.0, reduce - hide_reduce) + std::max(0.0, gather - hide_gather) + diloco_outer;
+  if (diloco_outer > 0) {
+    t.dp_comm_total += diloco_outer;
+    t.inter_dc = diloco_outer;
+  }
   if (l.zero_stage >= 3 && reps > 1) {  // parameters gathered for every micro-batch's forward and backward
     const double per_mb = 2 * ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
     t.dp_comm_total += static_cast<double>(m) * per_mb;
@@ -350,7 +385,8 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   const double per_elem = p.grad_bytes + 2 * std::max(p.master_bytes, 4.0) + 4 * p.moment_bytes +
                           (p.master_bytes > 0 ? p.param_bytes : 0);
   t.optimizer = shard * per_elem / c.device.memory_bandwidth;
-  t.total = makespan + t.dp_comm + t.optimizer;
+  t.network_cpu = net_bytes * c.device.network_cpu_s_per_byte;
+  t.total = makespan + t.dp_comm + t.optimizer + t.network_cpu;
 
   const double tokens = static_cast<double>(job.global_batch_size * job.seq_length);
   e.tokens_per_s = tokens / t.total;
@@ -391,6 +427,47 @@ DataCenterAdvice advise_data_centers(const Estimate& best, const Cluster& c) {
                           link, 100 * a.hierarchical_fraction, t.inter_dc, a.diloco_inner_steps,
                           100 * a.diloco_fraction, a.diloco_inner_steps);
   return a;
+}
+
+DataCenterStrategies data_center_strategies(const Job& job, const Layout& layout, const Cluster& cluster,
+                                            const Precision& prec, const std::vector<int64_t>& diloco_inner_steps,
+                                            int diloco_delta_bits) {
+  CLAW_CHECK(cluster.data_centers > 1, "data_center_strategies needs a cluster of several data centres");
+  DataCenterStrategies s;
+  const auto step = [&](const Cluster& c, const auto& edit) {
+    Layout l = layout;
+    l.instances = 1;
+    l.flat_across_data_centers = false;
+    l.diloco_inner_steps = 0;
+    l.diloco_delta_bits = 32;
+    edit(l);
+    return estimate(job, l, c, prec).time.total;
+  };
+  Cluster one = cluster;
+  one.data_centers = 1;
+  one.inter_dc_bandwidth = one.inter_dc_rtt = 0;
+  s.one_dc = step(one, [](Layout&) {});
+  s.flat = step(cluster, [](Layout& l) {
+    l.flat_across_data_centers = true;
+    l.overlap_grad_reduce = true;
+  });
+  const int instances = layout.zero_stage >= 1 ? cluster.data_centers : 1;
+  s.hierarchical = step(cluster, [&](Layout& l) {
+    l.instances = instances;
+    l.overlap_grad_reduce = false;
+  });
+  s.hierarchical_overlapped = step(cluster, [&](Layout& l) {
+    l.instances = instances;
+    l.overlap_grad_reduce = true;
+  });
+  for (int64_t h : diloco_inner_steps)
+    s.diloco.emplace_back(h, step(cluster, [&](Layout& l) {
+                            l.instances = instances;
+                            l.overlap_grad_reduce = true;
+                            l.diloco_inner_steps = h;
+                            l.diloco_delta_bits = diloco_delta_bits;
+                          }));
+  return s;
 }
 
 }  // namespace claw::plan

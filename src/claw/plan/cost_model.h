@@ -64,6 +64,7 @@ struct StepTime {
   double dp_comm_total = 0;
   double inter_dc = 0;    // across data centres: the all-reduce of the shards over the link (in dp_comm_total)
   double optimizer = 0;
+  double network_cpu = 0; // CPU devices: compute time the DP traffic between nodes takes (Device::network_cpu_s_per_byte)
   double total = 0;       // seconds per step
 };
 
@@ -99,6 +100,20 @@ struct DataCenterAdvice {
   std::string summary;               // one line for `claw plan`
 };
 DataCenterAdvice advise_data_centers(const Estimate& best, const Cluster& cluster);
+
+// Across data centres: the step time of one layout under each way of
+// crossing them (`claw plan --json`'s "data_centers"; bench/bench_dc.py puts
+// them beside its measurements).
+struct DataCenterStrategies {
+  double one_dc = 0;                   // the layout inside one data centre (no long haul)
+  double flat = 0;                     // one data-parallel group across the link, overlapped
+  double hierarchical = 0;             // instances, reductions after backward
+  double hierarchical_overlapped = 0;  // instances, reductions overlapped with backward
+  std::vector<std::pair<int64_t, double>> diloco;  // (H, step): --diloco-inner-steps H, overlapped
+};
+DataCenterStrategies data_center_strategies(const Job& job, const Layout& layout, const Cluster& cluster,
+                                            const Precision& prec, const std::vector<int64_t>& diloco_inner_steps,
+                                            int diloco_delta_bits = 32);
 
 // Model FLOPs of one step (ModelConfig::flops_per_token x tokens) and the
 // recomputed forward FLOPs a layout adds.

@@ -35,6 +35,7 @@ Device Device::shared_by(int ranks) const {
   d.memory_bytes /= ranks;
   d.memory_bandwidth /= ranks;
   for (auto& [k, v] : d.peak) v /= ranks;
+  d.network_cpu_s_per_byte *= ranks;  // a byte's CPU time, in a share of the cores
   return d;
 }
 
@@ -55,7 +56,7 @@ Device parse_device(const std::string& key, const toml::table& t, const std::str
   static const std::vector<std::string> known = {
       "name", "memory_gib", "memory_gbs", "peak_tflops", "gemm_efficiency", "gemm_knee", "runtime_overhead_gib",
       "devices_per_node", "intra_node_gbs", "intra_node_latency_us", "inter_node_gbs", "inter_node_latency_us",
-      "collective_temp"};
+      "collective_temp", "network_cpu_ns_per_byte"};
   for (const auto& [k, v] : t)
     if (std::find(known.begin(), known.end(), std::string(k.str())) == known.end())
       fail("{}: unknown field '{}' (fields: {})", where, k.str(), fmt::join(known, ", "));
@@ -105,6 +106,10 @@ Device parse_device(const std::string& key, const toml::table& t, const std::str
   d.intra_node_latency = number(t, "intra_node_latency_us", where) * 1e-6;
   d.inter_node_bandwidth = number(t, "inter_node_gbs", where) * 1e9;
   d.inter_node_latency = number(t, "inter_node_latency_us", where) * 1e-6;
+  if (t.contains("network_cpu_ns_per_byte")) {
+    d.network_cpu_s_per_byte = number(t, "network_cpu_ns_per_byte", where) * 1e-9;
+    if (d.network_cpu_s_per_byte < 0) fail("{}: network_cpu_ns_per_byte must not be negative", where);
+  }
   if (!(d.memory_bytes > 0 && d.memory_bandwidth > 0 && d.intra_node_bandwidth > 0 && d.inter_node_bandwidth > 0))
     fail("{}: memory_gib, memory_gbs, intra_node_gbs and inter_node_gbs must be positive", where);
   return d;

@@ -27,6 +27,11 @@ struct Device {
   int devices_per_node = 8;
   double intra_node_bandwidth = 0, intra_node_latency = 0;  // bytes/s per device and direction, seconds
   double inter_node_bandwidth = 0, inter_node_latency = 0;
+  // Seconds of this device's compute each byte it sends between nodes costs
+  // (network_cpu_ns_per_byte): CPU ranks whose TCP stack runs on the cores
+  // they compute on, so that traffic, however overlapped, lengthens the
+  // step. 0 where a NIC moves the data (GPUs).
+  double network_cpu_s_per_byte = 0;
 
   // Dense peak FLOP/s for a dtype; throws naming the dtypes it has.
   double peak_flops(const std::string& dtype) const;

@@ -65,6 +65,9 @@ struct Layout {
   int instances = 1;                   // --num-distributed-optimizer-instances: ZeRO shards over dp x cp / instances
   int64_t diloco_inner_steps = 0;      // --diloco-inner-steps (> 0: DiLoCo's outer state per rank)
   int diloco_delta_bits = 32;          // --diloco-delta-bits (< 32: packed deltas' buffers)
+  // Across data centres without instances: one flat data-parallel group
+  // whose collectives span the long haul (the cost model's comparison).
+  bool flat_across_data_centers = false;
   int64_t recompute_num_layers = 0;    // --recompute-granularity full: blocks recomputed per model chunk
                                        // (capped at the chunk's; the search uses 0 or all)
   int64_t first_stage_layers = -1;     // --decoder-first-pipeline-num-layers (-1: even)

@@ -99,6 +99,8 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
                   l.overlap_param_gather = dp > 1 && zero >= 1 && overlap_ok && (!pin.claw_trainer || zero >= 3);
                   if (pin.claw_trainer && pp > 1 && (zero >= 2 || rc)) continue;
                   if (c.data_centers > 1 && dp % c.data_centers != 0) continue;
+                  // Across data centres: one distributed-optimizer instance in each (hierarchical reduction).
+                  if (c.data_centers > 1 && zero >= 1) l.instances = c.data_centers;
                   try {
                     validate_layout(job, l, N);
                   } catch (const Error& err) {
