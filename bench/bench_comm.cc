@@ -4,6 +4,9 @@
 // run.
 //
 //   mpirun -np N --oversubscribe --bind-to none build/bin/bench_comm [--max-mb 256] [--iters 10]
+//       [--min-mb 1] [--ops all_reduce,reduce_scatter,all_gather] [--latency-reps 2000]
+// (a slow link, such as bench/bench_dc.py's long haul, wants few latency
+// repetitions and one operation).
 //
 // One line per (operation, size) on rank 0:
 //   bench=comm op=all_reduce ranks=2 bytes=1048576 iters=.. claw_ms=.. mpi_ms=.. claw_best_ms=.. mpi_best_ms=..
@@ -54,14 +57,27 @@ Stats stats(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t max_mb = 256;
+  int64_t max_mb = 256, min_mb = 1;
   int iters_wanted = 0;  // 0: from a time budget per size
+  int latency_reps = 2000;
+  std::vector<Op> ops = {Op::all_reduce, Op::reduce_scatter, Op::all_gather};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--max-mb" && i + 1 < argc) max_mb = std::atoll(argv[++i]);
+    else if (a == "--min-mb" && i + 1 < argc) min_mb = std::atoll(argv[++i]);
     else if (a == "--iters" && i + 1 < argc) iters_wanted = std::atoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: bench_comm [--max-mb MB] [--iters N]\n");
+    else if (a == "--latency-reps" && i + 1 < argc) latency_reps = std::atoi(argv[++i]);
+    else if (a == "--ops" && i + 1 < argc) {
+      ops.clear();
+      const std::string list = argv[++i];
+      for (Op op : {Op::all_reduce, Op::reduce_scatter, Op::all_gather})
+        if (("," + list + ",").find("," + std::string(name(op)) + ",") != std::string::npos) ops.push_back(op);
+    } else {
+      ops.clear();
+    }
+    if (ops.empty() || min_mb < 1 || max_mb < min_mb || latency_reps < 1) {
+      std::fprintf(stderr, "usage: bench_comm [--max-mb MB] [--min-mb MB] [--iters N] [--latency-reps N] "
+                           "[--ops all_reduce,reduce_scatter,all_gather]\n");
       return 2;
     }
   }
@@ -101,7 +117,7 @@ int main(int argc, char** argv) {
   // Latency of a tiny all_reduce: the hand-off's fixed cost.
   {
     float x[2] = {0, 0};
-    const int reps = 2000;
+    const int reps = latency_reps;
     std::vector<double> tc, tm;
     for (int rep = 0; rep < 5; ++rep) {
       const bool claw_first = rep % 2 == 0;
@@ -131,8 +147,8 @@ int main(int argc, char** argv) {
   // Each buffer is sized for the largest case and reused (pages touched once).
   const int64_t max_count = max_bytes / 4;
   std::vector<float> big(max_count, 0.0f), piece(max_count / n + 1, 0.0f);
-  for (Op op : {Op::all_reduce, Op::reduce_scatter, Op::all_gather}) {
-    for (int64_t bytes = int64_t{1} << 20; bytes <= max_bytes; bytes *= 4) {
+  for (Op op : ops) {
+    for (int64_t bytes = min_mb << 20; bytes <= max_bytes; bytes *= 4) {
       const int64_t count = bytes / 4, block = count / n;
       const int64_t full = op == Op::all_reduce ? count : block * n;  // S, a multiple of n for the scattered forms
       auto run_claw = [&] {

@@ -14,11 +14,18 @@ throughput  4 ranks, two hosts of one rank in each centre (network namespaces,
               hier+ov  the same, overlapped with backward, the long-haul
                        all-reduce in 4 MiB chunks over 4 communicators
               diloco   --diloco-inner-steps H: the long haul once per H steps
+              diloco-4bit  the same with --diloco-delta-bits 4
             tokens/s over the measured steps (all but the first: start-up),
-            each as a fraction of `single`.
+            each as a fraction of `single`, beside the planner's prediction:
+            `claw plan --json` on a device written from probes of this run
+            (SGEMM shared by the 4 ranks; bench_comm's all-reduce over
+            shared memory, TCP inside a centre and the long haul at each
+            RTT; the CPU time a byte over TCP costs, from /proc/stat around a
+            bulk transfer), its "data_centers" step times.
 quality     (--quality) gpt2-tiny on 4 ranks (2 instances), the same tokens
-            synchronously and with DiLoCo at H = 10, 50, 100: validation
-            loss at the end, a table and bench/diloco_quality.png.
+            synchronously and with DiLoCo at H = 10, 50, 100, and at H = 50
+            with 8- and 4-bit deltas and with 5 streamed fragments:
+            validation loss at the end, a table and bench/diloco_quality.png.
 
 The SGEMM roof (`claw info`) and the link's settings print with the figures;
 lines start with `dc_bench`. Results go to bench/dc_results.json.
@@ -59,6 +66,7 @@ LAYOUTS = {
     "hier+ov": ["--data-centers", "2", "--overlap-grad-reduce", "--inter-dc-chunk-bytes", str(4 << 20),
                 "--inter-dc-streams", "4"],
     "diloco": ["--data-centers", "2", "--overlap-grad-reduce"],
+    "diloco-4bit": ["--data-centers", "2", "--overlap-grad-reduce", "--diloco-delta-bits", "4"],
 }
 
 
@@ -68,11 +76,12 @@ def throughput(metrics):
     return (recs[-1]["tokens"] - recs[0]["tokens"]) / sum(r["step_ms"] / 1e3 for r in recs[1:])
 
 
-def comm_probe(prefix, bench_comm, env, max_mb=16):
-    """bench_comm under `prefix` (an mpirun line): claw's all-reduce bus bandwidth (GB/s) at the largest size and
-    the 8-byte all-reduce's time (us)."""
-    out = subprocess.run([*prefix, bench_comm, "--max-mb", str(max_mb), "--iters", "3"], env=env, capture_output=True,
-                         text=True)
+def comm_probe(prefix, bench_comm, env, mb=16, iters=3):
+    """bench_comm under `prefix` (an mpirun line): claw's all-reduce bus bandwidth (GB/s) at `mb` MiB and the
+    8-byte all-reduce's time (us). It runs 4 + 10 x iters all-reduces of that size (warm-up, then per iteration
+    one claw, one MPI and a burst of 4 of each)."""
+    out = subprocess.run([*prefix, bench_comm, "--min-mb", str(mb), "--max-mb", str(mb), "--iters", str(iters),
+                          "--ops", "all_reduce", "--latency-reps", "10"], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"FAIL: the link probe {' '.join(prefix)} exited {out.returncode}: {out.stdout[-2000:]}{out.stderr[-2000:]}")
     lat = busbw = None
@@ -223,13 +232,16 @@ def bench_throughput(a, tmp, results):
                 p = plan(a, catalog, model, 1, ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt),
                                                 "--inter-dc-gbps", str(haul["busbw_gbs"] * 8),
                                                 "--diloco-inner-steps", str(h)])["data_centers"]
+                p4 = plan(a, catalog, model, 1, ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt),
+                                                 "--inter-dc-gbps", str(haul["busbw_gbs"] * 8),
+                                                 "--diloco-inner-steps", str(h), "--diloco-delta-bits", "4"])["data_centers"]
                 pred = {"flat": p["flat"]["tokens_per_s"], "hier": p["hierarchical"]["tokens_per_s"],
                         "hier+ov": p["hierarchical_overlapped"]["tokens_per_s"],
-                        "diloco": p["diloco"][str(h)]["tokens_per_s"]}
+                        "diloco": p["diloco"][str(h)]["tokens_per_s"], "diloco-4bit": p4["diloco"][str(h)]["tokens_per_s"]}
                 rows["predicted"]["rtt"][str(rtt)] = pred
                 row = rows["rtt"].setdefault(str(rtt), {})
                 for name, flags in LAYOUTS.items():
-                    extra = ["--diloco-inner-steps", str(h)] if name == "diloco" else []
+                    extra = ["--diloco-inner-steps", str(h)] if name.startswith("diloco") else []
                     log, metrics = f"{tmp}/{name}.log", f"{tmp}/{name}.jsonl"
                     run([DC_NET, "mpirun", "-np", "4", *base, *flags, *extra, "--metrics-file", metrics], log, env)
                     tps = throughput(metrics)
@@ -250,12 +262,15 @@ def bench_quality(a, tmp, results):
             "--eval-interval", str(steps // 6), "--eval-iters", "10", "--num-threads", "1", "--log-interval", "50",
             "--straggler-report-interval", "0", "--use-distributed-optimizer", "--data-centers", "2"]
     curves = {}
-    for h in [0, 10, 50, 100]:
-        name = "synchronous" if h == 0 else f"DiLoCo H={h}"
-        metrics = f"{tmp}/quality{h}.jsonl"
-        extra = ["--diloco-inner-steps", str(h)] if h else []
+    # (name, flags): synchronous, H = 10, 50, 100, and at H = 50 the packed deltas and streamed fragments.
+    runs = [("synchronous", [])] + [(f"DiLoCo H={h}", ["--diloco-inner-steps", str(h)]) for h in (10, 50, 100)] + [
+        ("DiLoCo H=50, 8-bit deltas", ["--diloco-inner-steps", "50", "--diloco-delta-bits", "8"]),
+        ("DiLoCo H=50, 4-bit deltas", ["--diloco-inner-steps", "50", "--diloco-delta-bits", "4"]),
+        ("DiLoCo H=50, 5 fragments", ["--diloco-inner-steps", "50", "--diloco-fragments", "5"])]
+    for k, (name, extra) in enumerate(runs):
+        metrics = f"{tmp}/quality{k}.jsonl"
         run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", *base, *extra, "--metrics-file", metrics],
-            f"{tmp}/quality{h}.log", env)
+            f"{tmp}/quality{k}.log", env)
         recs = [json.loads(line) for line in open(metrics) if line.strip()]
         val = [(r["step"], r["val_loss"]) for r in recs if "val_loss" in r]
         curves[name] = {"train": [(r["step"], r["loss"]) for r in recs], "val": val}
@@ -270,7 +285,8 @@ def bench_quality(a, tmp, results):
         xs, ys = zip(*c["train"])
         w = 20  # a running mean over 20 steps
         sm = [statistics.fmean(ys[max(0, i - w + 1):i + 1]) for i in range(len(ys))]
-        line, = ax.plot([x * gbs * seq / 1e3 for x in xs], sm, label=f"{name} (train, mean of 20)", lw=1.2)
+        line, = ax.plot([x * gbs * seq / 1e3 for x in xs], sm, label=f"{name} (train, mean of 20)", lw=1.2,
+                        ls="--" if "," in name else "-")
         vx, vy = zip(*c["val"])
         ax.plot([x * gbs * seq / 1e3 for x in vx], vy, "o--", color=line.get_color(), ms=4, lw=0.8)
     ax.set_xlabel("thousand tokens")

@@ -332,7 +332,8 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
         // b bits + a 4-byte scale per 128 and all-gathered: n/2 x (b + 1/4)/32
         // of the bytes), once per H steps, waited for.
         const double packed = l.diloco_delta_bits < 32 ? n / 2 * (l.diloco_delta_bits + 0.25) / 32 : 1.0;
-        diloco_outer = inter * packed / static_cast<double>(l.diloco_inner_steps);
+        diloco_outer = (crossing * packed / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt) /
+                       static_cast<double>(l.diloco_inner_steps);
         reduce = ring_gather(grad_bytes, local, in.bw, in.lat);
         net_bytes += crossing / ranks_per_dc * packed / static_cast<double>(l.diloco_inner_steps);
       } else {

@@ -266,6 +266,73 @@ TEST(PlanCost, DataCentreAdviceChoosesHierarchicalOrDiloco) {
   EXPECT_NE(a.summary.find("21 ms round trip, 10 Gbit/s"), std::string::npos) << a.summary;
 }
 
+// The ways across data centres for one layout: flat data parallelism sends
+// every rank's whole gradient across (local x the hierarchical bytes),
+// overlap hides part of the hierarchical reduction, DiLoCo pays the long
+// haul once per H steps (less with packed deltas), and one data centre pays
+// none of it.
+TEST(PlanCost, DataCentreStrategiesOrderAsTheirLongHaulBytes) {
+  const Job job = job_of("gpt2-124m", 1024, 64);
+  Cluster c = cluster_of("h100", 16);
+  c.data_centers = 2;
+  c.inter_dc_bandwidth = 10e9 / 8;
+  c.inter_dc_rtt = 21e-3;
+  Layout l;
+  l.dp = 16;
+  l.zero_stage = 1;
+  l.micro_batch_size = 4;
+  const DataCenterStrategies s = data_center_strategies(job, l, c, precision("bf16"), {10, 100}, 32);
+  const DataCenterStrategies s4 = data_center_strategies(job, l, c, precision("bf16"), {10, 100}, 4);
+  EXPECT_LT(s.one_dc, s.hierarchical_overlapped);
+  EXPECT_LE(s.hierarchical_overlapped, s.hierarchical);
+  EXPECT_LT(s.hierarchical, s.flat);
+  // Flat: 8 ranks per centre each send their whole gradient (hierarchical: 1/8 of it) each way.
+  const double grads = static_cast<double>(estimate(job, l, c, precision("bf16")).memory.param_elements) * 4;
+  Layout h = l;
+  h.instances = 2;
+  h.overlap_grad_reduce = false;
+  const Estimate hier = estimate(job, h, c, precision("bf16"));
+  EXPECT_NEAR(hier.time.inter_dc, 8 * grads / 8 / c.inter_dc_bandwidth + 21e-3, 1e-9);
+  h.flat_across_data_centers = true;
+  EXPECT_NEAR(estimate(job, h, c, precision("bf16")).time.inter_dc, 8 * grads / c.inter_dc_bandwidth + 21e-3, 1e-9);
+  ASSERT_EQ(s.diloco.size(), 2u);
+  EXPECT_GT(s.diloco[0].second, s.diloco[1].second);  // H = 10 pays the haul more often than H = 100
+  EXPECT_LT(s.diloco[1].second, s.hierarchical_overlapped);
+  EXPECT_LT(s4.diloco[0].second, s.diloco[0].second);  // 4-bit deltas: (4 + 1/4) / 32 of the bytes
+  h.flat_across_data_centers = false;
+  h.overlap_grad_reduce = true;
+  h.diloco_inner_steps = 10;
+  const double outer32 = estimate(job, h, c, precision("bf16")).time.inter_dc;
+  h.diloco_delta_bits = 4;
+  EXPECT_NEAR(estimate(job, h, c, precision("bf16")).time.inter_dc / outer32,
+              (8 * grads / 8 / c.inter_dc_bandwidth * 4.25 / 32 + 21e-3) / (8 * grads / 8 / c.inter_dc_bandwidth + 21e-3),
+              1e-9);
+}
+
+// CPU ranks that share their cores with the TCP stack: the bytes a rank
+// sends between nodes cost compute time (Device::network_cpu_s_per_byte),
+// none inside a node.
+TEST(PlanCost, NetworkBytesCostCpuRanksComputeTime) {
+  const Job job = job_of("gpt2-124m", 256, 8);
+  Cluster c = cluster_of("cpu", 4);
+  c.devices_per_node = 1;
+  Layout l;
+  l.dp = 4;
+  l.zero_stage = 1;
+  l.micro_batch_size = 2;
+  const Estimate base = estimate(job, l, c, precision("fp32"));
+  EXPECT_EQ(base.time.network_cpu, 0);
+  c.device.network_cpu_s_per_byte = 2e-9;
+  const Estimate e = estimate(job, l, c, precision("fp32"));
+  // ZeRO-1 over 4 nodes of one rank: a reduce-scatter of the gradients and an all-gather of the parameters,
+  // 3/4 of each sent by every rank.
+  const double bytes = static_cast<double>(e.memory.param_elements) * 4 * 2 * 3 / 4;
+  EXPECT_NEAR(e.time.network_cpu, bytes * 2e-9, 1e-9);
+  EXPECT_NEAR(e.time.total - base.time.total, e.time.network_cpu, 1e-9);
+  c.devices_per_node = 4;  // one node: shared memory, no network
+  EXPECT_EQ(estimate(job, l, c, precision("fp32")).time.network_cpu, 0);
+}
+
 // Expert parallelism: each EP rank holds E / EP of every MoE layer's experts
 // (the dense part unchanged), pays two all-to-alls per MoE layer forward and
 // backward, and reduces the experts over E-DP = DP / EP ranks only.
