@@ -83,7 +83,7 @@ double loss_and_grads(const ModelConfig& c, int64_t B, int64_t T, const std::vec
 }
 
 // loss_weight: 1 everywhere is the plain loss; 0/1 weights are the same as
-// masking those targets (bitwise: loss and gradients); 2 doubles.
+// masking those targets (loss and gradients, up to the BLAS's blocking); 2 doubles.
 TEST(Inference, PerTokenLossWeight) {
   const ModelConfig c = small("llama-tiny");
   const int64_t B = 2, T = 16;
@@ -99,9 +99,15 @@ TEST(Inference, PerTokenLossWeight) {
   std::vector<int32_t> masked = batch.targets;
   std::vector<float> mask(B * T, 1.0f);
   for (int64_t i = 0; i < B * T; i += 3) masked[i] = -1, mask[i] = 0.0f;
+  // Masked rows leave the LM head's GEMMs (output_layer.h packs the rest), so
+  // the two runs multiply matrices of different heights: the BLAS may block
+  // them differently (OpenBLAS on Zen 4 does), so equal up to that rounding.
   const double lm = run(masked, nullptr, g_mask);
-  EXPECT_EQ(run(batch.targets, &mask, g_zero), lm);
-  EXPECT_EQ(g_zero, g_mask);
+  EXPECT_NEAR(run(batch.targets, &mask, g_zero), lm, 1e-6 * std::abs(lm));
+  ASSERT_EQ(g_zero.size(), g_mask.size());
+  float gmax = 0;
+  for (float g : g_mask) gmax = std::max(gmax, std::abs(g));
+  for (size_t i = 0; i < g_mask.size(); ++i) ASSERT_NEAR(g_zero[i], g_mask[i], 1e-5f * gmax) << i;
   const std::vector<float> twos(B * T, 2.0f);
   EXPECT_DOUBLE_EQ(run(batch.targets, &twos, g_two), 2 * plain);
   for (size_t i = 0; i < g_two.size(); i += 97) EXPECT_NEAR(g_two[i], 2 * g_plain[i], 1e-6 * std::abs(g_plain[i]) + 1e-12);
