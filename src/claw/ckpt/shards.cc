@@ -43,6 +43,11 @@ std::string instance_state_name(const std::string& state, int replica) {
   return replica == 0 ? state : fmt::format("{}@instance{}", state, replica);
 }
 
+std::string instance0_tensor(const std::string& tensor) {
+  const size_t at = tensor.find("@instance");
+  return at == std::string::npos ? tensor : tensor.substr(0, at) + tensor.substr(tensor.find('.', at));
+}
+
 std::string optimizer_tensor(const std::string& state, const std::string& param) {
   return "optim." + state + "." + param;
 }

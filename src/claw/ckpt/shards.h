@@ -71,6 +71,9 @@ struct ShardOptions {
 // The name instance `replica` gives optimizer state `state` under
 // ShardOptions::per_instance_optimizer ("<state>@instance<i>"; instance 0's is `state`).
 std::string instance_state_name(const std::string& state, int replica);
+// An instance's optimizer tensor under instance 0's name (a tensor without
+// the instance tag comes back unchanged).
+std::string instance0_tensor(const std::string& tensor);
 
 // This rank's shards of `stores` (its model chunks, in order) and of the
 // optimizer stepping them.

@@ -186,7 +186,6 @@ DataParallel::DataParallel(model::GPT& model, comm::Group& dp, DataParallelConfi
     }
     regions_.push_back(std::move(sync));
   }
-  fragment_synced_at_.assign(static_cast<size_t>(cfg_.diloco_fragments), 0);
   open_slot_.assign(U, -1);
   resident_.resize(U);
   memory_ = plan_memory(model_, cfg_);
@@ -643,25 +642,24 @@ void DataParallel::outer_step(int f0, int f1) {
       v[i] = a[i];
     }
   }
-  for (int f = f0; f < f1; ++f) fragment_synced_at_[f] = steps_;
 }
 
 void DataParallel::synchronize_replicas() {
-  if (cfg_.diloco_inner_steps == 0) return;
-  bool ran = false;
-  for (int f = 0; f < cfg_.diloco_fragments;) {  // runs of fragments not synchronised on the last step
-    if (fragment_synced_at_[f] == steps_) {
-      ++f;
-      continue;
-    }
-    int e = f;
-    while (e < cfg_.diloco_fragments && fragment_synced_at_[e] != steps_) ++e;
-    outer_step(f, e);
-    ran = true;
-    f = e;
+  if (cfg_.diloco_inner_steps == 0 || synced_) return;
+  // Every fragment but the one (if any) whose outer step ran on the last step.
+  const int64_t H = cfg_.diloco_inner_steps, P = cfg_.diloco_fragments;
+  const int64_t k = inner_step_ == 0 ? H : inner_step_;  // the last step's place in its round
+  int64_t just = -1;
+  for (int64_t f = 0; f < P; ++f)
+    if ((f + 1) * H / P == k) just = f;
+  if (just < 0) {
+    outer_step(0, static_cast<int>(P));
+  } else {
+    if (just > 0) outer_step(0, static_cast<int>(just));
+    if (just + 1 < P) outer_step(static_cast<int>(just + 1), static_cast<int>(P));
   }
   synced_ = true;
-  if (ran && (cfg_.zero_stage == 1 || cfg_.zero_stage == 2)) gather_trainable_values();
+  if (cfg_.zero_stage == 1 || cfg_.zero_stage == 2) gather_trainable_values();
 }
 
 float* DataParallel::outer_momentum(const model::ParamSpec& spec, int64_t begin) {
@@ -689,7 +687,6 @@ void DataParallel::gather_trainable_values() {
 
 void DataParallel::after_optimizer_step() {
   synced_ = false;
-  ++steps_;
   if (const int64_t H = cfg_.diloco_inner_steps; H > 0) {
     ++inner_step_;
     // Fragment f's outer step after inner step (f + 1) H / P of the round.

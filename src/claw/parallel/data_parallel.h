@@ -313,10 +313,8 @@ class DataParallel final : public model::UnitHooks {
     std::vector<uint8_t> packed, gathered;
   };
   std::vector<Outer> outer_;
-  int64_t inner_step_ = 0;            // steps into the current round
-  int64_t steps_ = 0;                 // after_optimizer_step calls
-  std::vector<int64_t> fragment_synced_at_;  // per fragment: steps_ at its last outer step
-  bool anchored_ = false;             // the anchors hold the values (the first step sets them)
+  int64_t inner_step_ = 0;  // steps into the current round
+  bool anchored_ = false;   // the anchors hold the values (the first step sets them)
   DataParallelConfig cfg_;
   const std::vector<model::Unit>& units_;
   std::vector<std::vector<size_t>> unit_params_;  // per unit: its parameters' indices in the store
@@ -342,7 +340,7 @@ class DataParallel final : public model::UnitHooks {
   size_t use_cursor_ = 0;
 
   double grad_wait_s_ = 0, gather_wait_s_ = 0;
-  bool synced_ = false;
+  bool synced_ = true;  // every replica holds the same values (at the start, and after a step that made them so)
 };
 
 }  // namespace claw::parallel

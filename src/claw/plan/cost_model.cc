@@ -7,6 +7,7 @@
 
 #include "claw/core/error.h"
 #include "claw/model/tensor_parallel.h"
+#include "claw/parallel/data_parallel.h"
 #include "claw/parallel/pipeline_sim.h"
 
 namespace claw::plan {
@@ -329,9 +330,11 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
       const double inter = crossing / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt;
       if (l.diloco_inner_steps > 0) {
         // DiLoCo: the outer step's deltas (fp32 all-reduced, or packed to
-        // b bits + a 4-byte scale per 128 and all-gathered: n/2 x (b + 1/4)/32
-        // of the bytes), once per H steps, waited for.
-        const double packed = l.diloco_delta_bits < 32 ? n / 2 * (l.diloco_delta_bits + 0.25) / 32 : 1.0;
+        // b bits + a 4-byte scale per block and all-gathered: n/2 x (b + 32 /
+        // block)/32 of the bytes), once per H steps, waited for.
+        const double packed = l.diloco_delta_bits < 32
+                                  ? n / 2 * (l.diloco_delta_bits + 32.0 / parallel::kDeltaBlock) / 32
+                                  : 1.0;
         diloco_outer = (crossing * packed / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt) /
                        static_cast<double>(l.diloco_inner_steps);
         reduce = ring_gather(grad_bytes, local, in.bw, in.lat);
@@ -341,10 +344,9 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
         t.inter_dc = inter;
         net_bytes += crossing / ranks_per_dc;
       }
-      gather = ring_gather(l.zero_stage >= 1 ? param_bytes : grad_bytes, local, in.bw, in.lat);
-      const double nl = local;
-      net_bytes += between_nodes((nl - 1) / nl * (grad_bytes + (l.zero_stage >= 1 ? param_bytes : grad_bytes)), local,
-                                 l.tp);
+      const double gathered = l.zero_stage >= 1 ? param_bytes : grad_bytes, nl = local;
+      gather = ring_gather(gathered, local, in.bw, in.lat);
+      net_bytes += between_nodes((nl - 1) / nl * (grad_bytes + gathered), local, l.tp);
     } else if (l.zero_stage == 0) {
       reduce = ring_all_reduce(grad_bytes, reps, dp_link.bw, dp_link.lat);
       net_bytes += between_nodes(2.0 * (reps - 1) / reps * grad_bytes, reps, l.tp);

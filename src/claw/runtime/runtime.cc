@@ -356,8 +356,8 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     if (out.optimizer) {
       bool shared = false;
       for (ckpt::Shard& s : shards)
-        if (s.tensor.find("@instance") != std::string::npos && !meta.find(s.tensor)) {
-          s.tensor = s.tensor.substr(0, s.tensor.find('@')) + s.tensor.substr(s.tensor.find('.', s.tensor.find('@')));
+        if (const std::string base = ckpt::instance0_tensor(s.tensor); base != s.tensor && !meta.find(s.tensor)) {
+          s.tensor = base;
           shared = true;
         }
       if (shared) log::info("ckpt", "{} has no optimizer state of this rank's instance: it starts from instance 0's", dir);

@@ -600,7 +600,7 @@ TrainResult Trainer::run() {
     const bool last = step + 1 == cfg_.train_iters;
     // Streaming DiLoCo: the run ends with every fragment's outer step, so
     // that the last evaluation, and the model saved, are one model.
-    if (last && par_cfg_.dp.diloco_inner_steps > 0) runtime_->synchronize_replicas();
+    if (last) runtime_->synchronize_replicas();
     if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
       section(comm::Section::evaluation);
       double val = evaluate(consumed_valid_samples_);
