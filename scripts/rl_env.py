@@ -12,7 +12,9 @@ completions, `model` = the episode id), scores it, and while the reply is
 not exact and --turns allows, tells the policy it was wrong and asks again;
 it answers {"reward": R, "turns": K, "replies": [...]} with R the score of
 the last reply (reverse/sort: the words in the right place over the longer
-list's length; 1 only for the exact answer).
+list's length; 1 only for the exact answer), or with --reward mean the mean
+of the replies' scores (credit for a partly right first try that a weak
+policy's retry loses).
 
 For fault tests: --hang-every N makes every Nth episode hang (it never
 answers), --fail-every N answers every Nth with HTTP 500. --port 0 picks a
@@ -65,15 +67,18 @@ class Env:
         p = req["prompt"]
         messages = list(p["messages"]) if "messages" in p else [{"role": "user", "content": p["text"]}]
         answer = req["answer"]
-        replies = []
+        replies, scores = [], []
         for turn in range(a.turns):
             reply = chat(req["endpoint"], req["model"], messages, req.get("max_tokens"), a.policy_timeout)
             replies.append(reply)
             r = score(a.task, reply, answer)
+            scores.append(r)
             if r == 1.0 or turn + 1 == a.turns:
                 break
             messages += [{"role": "assistant", "content": reply.strip()},
                          {"role": "user", "content": "Not quite. Try again."}]
+        if a.reward == "mean":
+            r = sum(scores) / len(scores)
         return 200, {"reward": r, "turns": len(replies), "replies": replies}
 
 
@@ -84,6 +89,8 @@ def main():
     ap.add_argument("--port-file", help="write the port here once listening (with --port 0)")
     ap.add_argument("--task", default="reverse", choices=["reverse", "sort", "add"])
     ap.add_argument("--turns", type=int, default=2, help="replies the policy gets before the episode ends")
+    ap.add_argument("--reward", default="last", choices=["last", "mean"],
+                    help="an episode's reward: the last reply's score, or the mean over its replies")
     ap.add_argument("--policy-timeout", type=float, default=120.0, help="seconds to wait for one policy reply")
     ap.add_argument("--hang-every", type=int, default=0, help="every Nth episode hangs (fault tests)")
     ap.add_argument("--hang-seconds", type=float, default=3600.0)
@@ -124,7 +131,7 @@ def main():
         with open(tmp, "w") as f:
             f.write(str(srv.server_address[1]))
         os.replace(tmp, a.port_file)
-    print(f"rl_env: {a.task}, up to {a.turns} turns, on http://{a.host}:{srv.server_address[1]}", flush=True)
+    print(f"rl_env: {a.task}, up to {a.turns} turns, reward {a.reward}, on http://{a.host}:{srv.server_address[1]}", flush=True)
     srv.serve_forever()
 
 

@@ -24,7 +24,9 @@
 #            trajectory used is at most K versions old, and the generator
 #            does run ahead (age K at some step).
 # env        scripts/rl_env.py as an external environment (2 turns when the
-#            first reply is wrong; every 7th episode hangs, every 11th
+#            first reply is wrong, rewarded by the mean of the replies' scores
+#            so a gradient does not hang on the base guessing a word right on
+#            the retry it was never taught; every 7th episode hangs, every 11th
 #            answers HTTP 500) with one learner and one rollout worker: all
 #            steps train, hung episodes time out (--env-timeout) and failed
 #            ones are counted, multi-turn replies are all found and learned,
@@ -125,7 +127,7 @@ staleness)
   done
   ;;
 env)
-  /usr/bin/python3 "$root/scripts/rl_env.py" --port 0 --port-file "$tmp/port" --turns 2 --hang-every 7 \
+  /usr/bin/python3 "$root/scripts/rl_env.py" --port 0 --port-file "$tmp/port" --turns 2 --reward mean --hang-every 7 \
     --fail-every 11 >"$tmp/env_server.log" 2>&1 &
   env_pid=$!
   trap 'kill $env_pid 2>/dev/null; rm -rf "$tmp"' EXIT
