@@ -309,7 +309,9 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   // Bytes this rank sends between nodes per step (Device::network_cpu_s_per_byte):
   // of a ring over `ranks` members `stride` apart, the share of hops that
   // leave a node (one per node boundary) times the bytes each rank sends.
-  double net_bytes = 0;
+  // Bytes across the long haul cost their CPU time while the rank waits on
+  // the slower link anyway: only what exceeds that wait (haul_wait) counts.
+  double net_bytes = 0, haul_bytes = 0, haul_wait = 0;
   const auto between_nodes = [&](double sent, int ranks, int stride) {
     const double span = static_cast<double>(ranks) * stride;
     if (ranks <= 1 || span <= c.devices_per_node) return 0.0;
@@ -338,11 +340,13 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
         diloco_outer = (crossing * packed / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt) /
                        static_cast<double>(l.diloco_inner_steps);
         reduce = ring_gather(grad_bytes, local, in.bw, in.lat);
-        net_bytes += crossing / ranks_per_dc * packed / static_cast<double>(l.diloco_inner_steps);
+        haul_bytes = crossing / ranks_per_dc * packed / static_cast<double>(l.diloco_inner_steps);
+        haul_wait = diloco_outer;
       } else {
         reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
         t.inter_dc = inter;
-        net_bytes += crossing / ranks_per_dc;
+        haul_bytes = crossing / ranks_per_dc;
+        haul_wait = inter;
       }
       const double gathered = l.zero_stage >= 1 ? param_bytes : grad_bytes, nl = local;
       gather = ring_gather(gathered, local, in.bw, in.lat);
@@ -388,7 +392,8 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   const double per_elem = p.grad_bytes + 2 * std::max(p.master_bytes, 4.0) + 4 * p.moment_bytes +
                           (p.master_bytes > 0 ? p.param_bytes : 0);
   t.optimizer = shard * per_elem / c.device.memory_bandwidth;
-  t.network_cpu = net_bytes * c.device.network_cpu_s_per_byte;
+  t.network_cpu = net_bytes * c.device.network_cpu_s_per_byte +
+                  std::max(0.0, haul_bytes * c.device.network_cpu_s_per_byte - haul_wait);
   t.total = makespan + t.dp_comm + t.optimizer + t.network_cpu;
 
   const double tokens = static_cast<double>(job.global_batch_size * job.seq_length);

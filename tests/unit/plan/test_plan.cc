@@ -331,6 +331,21 @@ TEST(PlanCost, NetworkBytesCostCpuRanksComputeTime) {
   EXPECT_NEAR(e.time.total - base.time.total, e.time.network_cpu, 1e-9);
   c.devices_per_node = 4;  // one node: shared memory, no network
   EXPECT_EQ(estimate(job, l, c, precision("fp32")).time.network_cpu, 0);
+
+  // Two data centres of two one-rank nodes, hierarchical: the reduce-scatter and all-gather inside a
+  // centre (1/2 of each sent) always cost; the long-haul bytes (each rank's half of the gradients, all-reduced
+  // across: sent once) cost only what exceeds the wait on that link.
+  c.devices_per_node = 1;
+  c.data_centers = 2;
+  c.inter_dc_rtt = 0;
+  Layout h = l;
+  h.instances = 2;
+  const double grads = static_cast<double>(e.memory.param_elements) * 4, inside = grads * 2 / 2;
+  c.inter_dc_bandwidth = 1e8;  // slow: the haul's CPU time hides in its wait
+  EXPECT_NEAR(estimate(job, h, c, precision("fp32")).time.network_cpu, inside * 2e-9, 1e-9);
+  c.inter_dc_bandwidth = 1e12;  // fast: the haul's CPU time is past its wait
+  const Estimate fast = estimate(job, h, c, precision("fp32"));
+  EXPECT_NEAR(fast.time.network_cpu, inside * 2e-9 + grads / 2 * 2e-9 - fast.time.inter_dc, 1e-9);
 }
 
 // Expert parallelism: each EP rank holds E / EP of every MoE layer's experts
