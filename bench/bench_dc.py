@@ -20,8 +20,9 @@ throughput  4 ranks, two hosts of one rank in each centre (network namespaces,
             `claw plan --json` on a device written from probes of this run
             (SGEMM shared by the 4 ranks; bench_comm's all-reduce over
             shared memory, TCP inside a centre and the long haul at each
-            RTT; the CPU time a byte over TCP costs, from /proc/stat around a
-            bulk transfer), its "data_centers" step times.
+            RTT (64 MiB: what a step sends, past TCP's window growth); the
+            compute a byte over TCP costs while every core computes,
+            loaded_tcp_probe), its "data_centers" step times.
 quality     (--quality) gpt2-tiny on 4 ranks (2 instances), the same tokens
             synchronously and with DiLoCo at H = 10, 50, 100, and at H = 50
             with 8- and 4-bit deltas and with 5 streamed fragments:
@@ -38,10 +39,20 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DC_NET = os.path.join(HERE, "..", "tests", "net", "dc_net.sh")
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+RESULTS_JSON = os.path.join(HERE, "dc_results.json")
+
+
+def save(results):
+    with open(RESULTS_JSON + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(RESULTS_JSON + ".tmp", RESULTS_JSON)
 
 
 def say(**kv):
@@ -96,49 +107,50 @@ def comm_probe(prefix, bench_comm, env, mb=16, iters=3):
     return {"busbw_gbs": busbw, "latency_us": lat}
 
 
-TCP_SINK = """import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 5999))
-s.listen(1)
-print("ready", flush=True)
-c, _ = s.accept()
-n = 0
-while True:
-    b = c.recv(1 << 20)
-    if not b:
-        break
-    n += len(b)
-print(n, flush=True)
-"""
-TCP_SOURCE = """import socket, sys
-c = socket.create_connection((sys.argv[1], 5999))
-buf = bytes(1 << 20)
-for _ in range(int(sys.argv[2])):
-    c.sendall(buf)
-c.close()
-"""
+def _spin(counts, k, stop):
+    """A unit of compute for loaded_tcp_probe: counts loop iterations into counts[k] until stop is set."""
+    n = 0
+    while not stop.value:
+        for _ in range(20000):
+            n += 1
+        counts[k] = n
 
 
-def busy_cpu_seconds():
-    """CPU time spent by every core so far (user, system, interrupts; not idle or I/O wait), /proc/stat."""
-    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return (sum(f[:8]) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
+def loaded_tcp_probe(prefix, bench_comm, env, mb=16, iters=8):
+    """The compute a byte sent over TCP between two hosts costs while every core computes, as under training:
+    one spinning process per core, and bench_comm's all-reduce (`prefix`: an mpirun line over the two hosts)
+    run beside them. Core-seconds the spinners lost, less those lost to a 1 MiB run (start-up: mpirun, MPI's
+    wire-up), over the bytes the ranks sent (a 2-rank all-reduce of S sends S from each). The waiting rank's
+    polling, both TCP stacks and the scheduler's switches all count, as they do to a training step."""
+    import multiprocessing as mp
+    cores = os.cpu_count()
+    counts, stop = mp.Array("d", cores), mp.Value("b", 0)
+    workers = [mp.Process(target=_spin, args=(counts, k, stop)) for k in range(cores)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(1.0)  # all spinning
 
+        def window(fn):
+            c0, t0 = sum(counts), time.monotonic()
+            fn()
+            return sum(counts) - c0, time.monotonic() - t0
 
-def tcp_cpu_probe(src_ns, dst_ns, dst_ip, mib=512):
-    """CPU seconds per byte sent over TCP from host namespace src_ns to dst_ns (both ends' stacks, and whatever
-    forwards the packets between them), with the machine otherwise idle: /proc/stat around a bulk transfer."""
-    sink = subprocess.Popen(["ip", "netns", "exec", dst_ns, sys.executable, "-c", TCP_SINK, dst_ip],
-                            stdout=subprocess.PIPE, text=True)
-    assert sink.stdout.readline().strip() == "ready"
-    c0 = busy_cpu_seconds()
-    subprocess.run(["ip", "netns", "exec", src_ns, sys.executable, "-c", TCP_SOURCE, dst_ip, str(mib)], check=True)
-    got = int(sink.stdout.readline())
-    sink.wait()
-    cpu = busy_cpu_seconds() - c0
-    assert got == mib << 20, got
-    return cpu / got
+        idle_work, idle_s = window(lambda: time.sleep(3.0))
+        rate = idle_work / idle_s  # iterations per second, all cores
+
+        def lost(size, n):
+            work, secs = window(lambda: comm_probe(prefix, bench_comm, env, mb=size, iters=n))
+            return cores * (secs - work / rate), secs
+
+        small, _ = lost(1, 1)
+        big, secs = lost(mb, iters)
+        sent = lambda size, n: 2 * (4 + 10 * n) * (size << 20)  # 4 + 10 n all-reduces (comm_probe), 2 ranks
+        return {"cpu_s_per_byte": (big - small) / (sent(mb, iters) - sent(1, 1)), "probe_s": secs}
+    finally:
+        stop.value = 1
+        for w in workers:
+            w.join()
 
 
 def write_catalog(path, sgemm_gflops, shm, tcp, ranks=4):
@@ -194,8 +206,9 @@ def bench_throughput(a, tmp, results):
         # The links, probed in this run: shared memory (4 ranks on this host), TCP between two hosts of one centre.
         shm = comm_probe(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"], bench_comm, env)
         tcp = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.12", "-np", "2"], bench_comm, env)
-        # What a byte over TCP costs the cores the ranks compute on (a rank's share: x ranks / cores).
-        tcp["cpu_s_per_byte"] = tcp_cpu_probe(env["DC_P"] + "h11", env["DC_P"] + "h12", "10.79.0.12")
+        # What a byte over TCP costs the cores the ranks compute on, under load (a rank's share: x ranks / cores).
+        tcp.update(loaded_tcp_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.12", "-np", "2"], bench_comm,
+                                    env))
         say(probe="shared_memory", **shm)
         say(probe="tcp_in_one_centre", **tcp)
         write_catalog(catalog, results["sgemm_gflops"], shm, tcp)
@@ -213,6 +226,7 @@ def bench_throughput(a, tmp, results):
             rows = results.setdefault(model, {"single": single, "rtt": {}})
             rows["single"] = single
             rows["predicted"] = {"single": pred_single, "rtt": {}}
+            rows["probes"] = results["probes"]  # this run's links, kept with its rows (the top level: the last run's)
             log, metrics = f"{tmp}/one_dc.log", f"{tmp}/one_dc.jsonl"
             run([DC_NET, "mpirun", "--host", "10.79.0.11:2,10.79.0.12:2", "-np", "4", *base, "--overlap-grad-reduce",
                  "--metrics-file", metrics], log, env)
@@ -225,8 +239,8 @@ def bench_throughput(a, tmp, results):
                 dc("link", a.forwarder, str(rtt / 2), str(a.rate_mbit))
                 # The long haul as the planner sees it: the rate probed between one host of each centre (two
                 # ranks: the all-reduce's bus bandwidth is the rate each way), the link's round trip as set.
-                haul = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.21", "-np", "2"], bench_comm, env)
-                haul["cpu_s_per_byte"] = tcp_cpu_probe(env["DC_P"] + "h11", env["DC_P"] + "h21", "10.79.0.21", 128)
+                haul = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.21", "-np", "2"], bench_comm, env,
+                                  mb=64, iters=1)
                 results["probes"]["long_haul"][str(rtt)] = haul
                 say(probe="long_haul", rtt_ms=rtt, **haul)
                 p = plan(a, catalog, model, 1, ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt),
@@ -249,6 +263,7 @@ def bench_throughput(a, tmp, results):
                     say(model=model, rtt_ms=rtt, rate_mbit=a.rate_mbit, layout=name, tokens_per_s=f"{tps:.0f}",
                         of_single=f"{tps / single:.3f}", predicted_of_single=f"{pred[name] / pred_single:.3f}",
                         error=f"{(pred[name] / pred_single) / (tps / single) - 1:+.1%}")
+                save(results)  # each round trip's rows as they come: a long run stopped keeps them
     finally:
         subprocess.run([DC_NET, "down"], env=env)
 
@@ -312,15 +327,17 @@ def main():
     sgemm = re.search(r"sgemm_2048_gflops: ([0-9.]+)", info)
     say(sgemm_gflops=sgemm.group(1) if sgemm else "?", cores=os.cpu_count(), link_rate_mbit=a.rate_mbit)
     results = {"sgemm_gflops": float(sgemm.group(1)) if sgemm else None, "rate_mbit": a.rate_mbit}
-    out = os.path.join(HERE, "dc_results.json")
+    out = RESULTS_JSON
     if os.path.exists(out):
-        results = {**json.load(open(out)), **results}
+        # A --skip-throughput run keeps the SGEMM figure the stored throughput rows were measured beside.
+        stored = json.load(open(out))
+        results = {**results, **stored} if a.skip_throughput else {**stored, **results}
     with tempfile.TemporaryDirectory() as tmp:
         if not a.skip_throughput:
             bench_throughput(a, tmp, results)
         if a.quality:
             bench_quality(a, tmp, results)
-    json.dump(results, open(out, "w"), indent=1)
+    save(results)
 
 
 if __name__ == "__main__":
