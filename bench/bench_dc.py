@@ -87,10 +87,15 @@ def throughput(metrics):
     return (recs[-1]["tokens"] - recs[0]["tokens"]) / sum(r["step_ms"] / 1e3 for r in recs[1:])
 
 
+def probe_all_reduces(iters):
+    """All-reduces of the probed size one comm_probe runs: 4 warm-up, then per iteration one claw, one MPI and a
+    burst of 4 of each."""
+    return 4 + 10 * iters
+
+
 def comm_probe(prefix, bench_comm, env, mb=16, iters=3):
     """bench_comm under `prefix` (an mpirun line): claw's all-reduce bus bandwidth (GB/s) at `mb` MiB and the
-    8-byte all-reduce's time (us). It runs 4 + 10 x iters all-reduces of that size (warm-up, then per iteration
-    one claw, one MPI and a burst of 4 of each)."""
+    8-byte all-reduce's time (us), over probe_all_reduces(iters) all-reduces of that size."""
     out = subprocess.run([*prefix, bench_comm, "--min-mb", str(mb), "--max-mb", str(mb), "--iters", str(iters),
                           "--ops", "all_reduce", "--latency-reps", "10"], env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -145,7 +150,7 @@ def loaded_tcp_probe(prefix, bench_comm, env, mb=16, iters=8):
 
         small, _ = lost(1, 1)
         big, secs = lost(mb, iters)
-        sent = lambda size, n: 2 * (4 + 10 * n) * (size << 20)  # 4 + 10 n all-reduces (comm_probe), 2 ranks
+        sent = lambda size, n: 2 * probe_all_reduces(n) * (size << 20)  # 2 ranks, each sends the size
         return {"cpu_s_per_byte": (big - small) / (sent(mb, iters) - sent(1, 1)), "probe_s": secs}
     finally:
         stop.value = 1
@@ -205,10 +210,10 @@ def bench_throughput(a, tmp, results):
     try:
         # The links, probed in this run: shared memory (4 ranks on this host), TCP between two hosts of one centre.
         shm = comm_probe(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"], bench_comm, env)
-        tcp = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.12", "-np", "2"], bench_comm, env)
+        one_centre = [DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.12", "-np", "2"]
+        tcp = comm_probe(one_centre, bench_comm, env)
         # What a byte over TCP costs the cores the ranks compute on, under load (a rank's share: x ranks / cores).
-        tcp.update(loaded_tcp_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.12", "-np", "2"], bench_comm,
-                                    env))
+        tcp.update(loaded_tcp_probe(one_centre, bench_comm, env))
         say(probe="shared_memory", **shm)
         say(probe="tcp_in_one_centre", **tcp)
         write_catalog(catalog, results["sgemm_gflops"], shm, tcp)
@@ -327,10 +332,9 @@ def main():
     sgemm = re.search(r"sgemm_2048_gflops: ([0-9.]+)", info)
     say(sgemm_gflops=sgemm.group(1) if sgemm else "?", cores=os.cpu_count(), link_rate_mbit=a.rate_mbit)
     results = {"sgemm_gflops": float(sgemm.group(1)) if sgemm else None, "rate_mbit": a.rate_mbit}
-    out = RESULTS_JSON
-    if os.path.exists(out):
+    if os.path.exists(RESULTS_JSON):
         # A --skip-throughput run keeps the SGEMM figure the stored throughput rows were measured beside.
-        stored = json.load(open(out))
+        stored = json.load(open(RESULTS_JSON))
         results = {**results, **stored} if a.skip_throughput else {**stored, **results}
     with tempfile.TemporaryDirectory() as tmp:
         if not a.skip_throughput:

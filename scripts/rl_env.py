@@ -131,7 +131,8 @@ def main():
         with open(tmp, "w") as f:
             f.write(str(srv.server_address[1]))
         os.replace(tmp, a.port_file)
-    print(f"rl_env: {a.task}, up to {a.turns} turns, reward {a.reward}, on http://{a.host}:{srv.server_address[1]}", flush=True)
+    print(f"rl_env: {a.task}, up to {a.turns} turns, reward {a.reward}, "
+          f"on http://{a.host}:{srv.server_address[1]}", flush=True)
     srv.serve_forever()
 
 
