@@ -6,7 +6,7 @@ and keep the worst --fp8-bf16-layer-budget blocks in 16-bit) and with the
 manual first/last choice, over several seeds, on the built-in corpus.
 
   /usr/bin/python3 bench/bench_fp8_selection.py --claw build/bin/claw [--model gpt2-tiny]
-      [--format fp8|nvfp4] [--seeds 1,2,3] [--steps 200] [--budget 1] [--out /tmp/bench_fp8_selection.json]
+      [--format fp8|e4m3|nvfp4] [--lr 1e-3] [--seeds 1,2,3] [--steps 200] [--budget 1] [--out /tmp/bench_fp8_selection.json]
       [--reuse earlier.json --rerun "auto choice"]
 
 At 200 steps the runs' final losses differ from one another by less than
@@ -29,6 +29,7 @@ import tempfile
 
 FORMATS = {  # --format: the low-precision flags and the name of the all-low-precision run
     "fp8": (["--fp8-format", "hybrid"], "all-FP8 (delayed)"),
+    "e4m3": (["--fp8-format", "e4m3"], "all-FP8 (delayed, E4M3 gradients)"),
     "nvfp4": (["--fp4"], "all-NVFP4"),
 }
 
@@ -39,14 +40,14 @@ def runs_for(fmt):
             ("first/last blocks bf16", flags + ["--first-last-layers-bf16"])]
 
 
-def run(claw, model, steps, seq, seed, flags, budget, workdir):
+def run(claw, model, steps, seq, seed, flags, budget, workdir, lr):
     metrics = os.path.join(workdir, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
     if "auto" in flags:
         flags = flags + ["--fp8-bf16-layer-budget", str(budget)]
     cmd = [claw, "train", "--model", model, "--train-iters", str(steps), "--seq-length", str(seq), "--seed", str(seed),
-           "--micro-batch-size", "8", "--global-batch-size", "8", "--lr", "1e-3", "--lr-warmup-iters", "20",
+           "--micro-batch-size", "8", "--global-batch-size", "8", "--lr", str(lr), "--lr-warmup-iters", "20",
            "--eval-interval", str(steps), "--eval-iters", "4", "--log-interval", str(steps),
            "--metrics-file", metrics] + flags
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -69,6 +70,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--seq-length", type=int, default=64)
     ap.add_argument("--budget", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--format", choices=sorted(FORMATS), default="fp8")
     ap.add_argument("--reuse", help="a JSON this script wrote: its runs are taken instead of run again, "
                     "except those named in --rerun")
@@ -86,12 +88,12 @@ def main():
                 if f"{seed}/{name}" in old and name not in rerun:
                     res[(seed, name)] = old[f"{seed}/{name}"]
                     continue
-                r = run(a.claw, a.model, a.steps, a.seq_length, seed, flags, a.budget, d)
+                r = run(a.claw, a.model, a.steps, a.seq_length, seed, flags, a.budget, d, a.lr)
                 r["final"] = sum(r["loss"][-10:]) / 10
                 res[(seed, name)] = r
                 print(f"seed {seed} {name}: final {r['final']:.4f} val {r['val_loss']:.4f} {r['kept']}", file=sys.stderr)
     half = a.steps // 2
-    print(f"{a.model}, {a.steps} steps at sequence {a.seq_length}, batch 8, lr 1e-3; {a.format}; auto budget {a.budget} "
+    print(f"{a.model}, {a.steps} steps at sequence {a.seq_length}, batch 8, lr {a.lr:g}; {a.format}; auto budget {a.budget} "
           "block(s)\n")
     print("| seed | run | blocks in bf16 | final loss | vs fp32 | validation | vs fp32 | mean abs gap to fp32 curve, "
           "last half | arena bytes |")
