@@ -19,6 +19,7 @@
 #include "claw/cli/launch_command.h"
 #include "claw/cli/plan_command.h"
 #include "claw/cli/inspect_dataset_command.h"
+#include "claw/cli/curate_command.h"
 #include "claw/cli/preprocess_command.h"
 #include "claw/cli/rl_command.h"
 #include "claw/cli/tokenize_command.h"
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   claw::cli::add_tokenize_command(app);
   claw::cli::add_train_tokenizer_command(app);
   claw::cli::add_preprocess_command(app);
+  claw::cli::add_curate_command(app);
   claw::cli::add_inspect_dataset_command(app);
   try {
     app.parse(argc, argv);

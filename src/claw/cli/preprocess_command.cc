@@ -1,11 +1,7 @@
 #include "claw/cli/preprocess_command.h"
 
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <memory>
 
@@ -13,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "claw/cli/flags.h"
+#include "claw/cli/progress.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/data/builtin_corpus.h"
@@ -99,94 +96,15 @@ const std::vector<F>& preprocess_flags() {
   return flags;
 }
 
-std::string format_duration(double s) {
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
-  return fmt::format("{}:{:02}", t / 60, t % 60);
+double fraction(const data::PreprocessProgress& p) {
+  return p.input_size > 0 ? std::min(1.0, static_cast<double>(p.input_bytes) / p.input_size) : 1.0;
 }
 
-// Progress on stderr: on a terminal, one line redrawn in place at most ten
-// times a second; otherwise a log line each time another --log-interval
-// documents are done (at chunk granularity).
-class ProgressPrinter {
- public:
-  explicit ProgressPrinter(int64_t log_interval) : tty_(::isatty(2) == 1), interval_(log_interval) {}
-
-  void update(const data::PreprocessProgress& p) {
-    const auto now = std::chrono::steady_clock::now();
-    if (tty_) {
-      if (drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
-      last_ = now;
-      drawn_ = true;
-      const double f = fraction(p);
-      constexpr int kWidth = 24;
-      const int filled = static_cast<int>(f * kWidth);
-      std::fprintf(stderr, "\r[%s%s] %5.1f%%  %s\033[K", std::string(filled, '#').c_str(),
-                   std::string(kWidth - filled, '.').c_str(), 100 * f, rates(p).c_str());
-      std::fflush(stderr);
-    } else if (interval_ > 0 && p.documents / interval_ > printed_) {
-      printed_ = p.documents / interval_;
-      log::info("preprocess", "{:.1f}% {}", 100 * fraction(p), rates(p));
-    }
-  }
-  // Ends the redrawn line (also when preprocessing failed, so the error
-  // starts on a line of its own).
-  void finish() {
-    if (tty_ && drawn_) std::fputc('\n', stderr);
-    drawn_ = false;
-  }
-
- private:
-  static double fraction(const data::PreprocessProgress& p) {
-    return p.input_size > 0 ? std::min(1.0, static_cast<double>(p.input_bytes) / p.input_size) : 1.0;
-  }
-  static std::string rates(const data::PreprocessProgress& p) {
-    const double s = std::max(p.seconds, 1e-9), f = fraction(p);
-    const std::string eta = f > 0 ? format_duration(s * (1 - f) / f) : "?";
-    return fmt::format("{} documents, {:.0f} docs/s, {:.1f} MB/s, {:.0f} tokens/s, ETA {}", p.documents,
-                       p.documents / s, p.text_bytes / 1e6 / s, p.tokens / s, eta);
-  }
-
-  bool tty_;
-  int64_t interval_;
-  bool drawn_ = false;
-  int64_t printed_ = 0;
-  std::chrono::steady_clock::time_point last_;
-};
-
-// SIGINT/SIGTERM during a run: the handler only records the signal; the
-// progress callback (on the writing thread, after each chunk) turns it into
-// a claw::Error, so the engine unwinds and removes its temporaries. The
-// handler is one-shot: a second signal ends the process at once.
-volatile std::sig_atomic_t g_interrupted = 0;
-
-void record_interrupt(int signal) { g_interrupted = signal; }
-
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    struct sigaction sa = {};
-    sa.sa_handler = record_interrupt;
-    sa.sa_flags = SA_RESETHAND;
-    ::sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-  }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-  ~InterruptGuard() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  static void check() {
-    if (g_interrupted != 0)
-      fail("interrupted by signal {} ({}); nothing was written under the output names", static_cast<int>(g_interrupted),
-           g_interrupted == SIGINT ? "SIGINT" : "SIGTERM");
-  }
-
- private:
-  struct sigaction old_int_ = {}, old_term_ = {};
-};
+std::string rates(const data::PreprocessProgress& p) {
+  const double s = std::max(p.seconds, 1e-9);
+  return fmt::format("{} documents, {:.0f} docs/s, {:.1f} MB/s, {:.0f} tokens/s", p.documents, p.documents / s,
+                     p.text_bytes / 1e6 / s, p.tokens / s);
+}
 
 struct PreprocessCommand {
   std::unique_ptr<FlagBinder<PreprocessArgs>> binder;
@@ -208,11 +126,11 @@ struct PreprocessCommand {
     }
     const auto tokenizer = data::make_tokenizer(tok);
 
-    ProgressPrinter printer(args.log_interval);
+    ProgressLine printer("preprocess", args.log_interval);
     InterruptGuard interrupts;
     args.options.progress = [&](const data::PreprocessProgress& p) {
-      InterruptGuard::check();
-      printer.update(p);
+      InterruptGuard::check("nothing was written under the output names");
+      printer.update(fraction(p), p.documents, p.seconds, rates(p));
     };
     data::PreprocessResult r;
     try {

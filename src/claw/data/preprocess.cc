@@ -5,20 +5,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <filesystem>
 #include <limits>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 #include "claw/core/error.h"
 #include "claw/core/log.h"
+#include "claw/data/chunk_pipeline.h"
 #include "claw/data/jsonl_reader.h"
 #include "claw/data/jsonl_record.h"
 #include "claw/data/preference.h"
@@ -160,127 +156,6 @@ EncodedChunk encode_chunk(const LineChunk& chunk, const Tokenizer& tokenizer, co
   return r;
 }
 
-// Reader thread -> worker threads -> the caller, in input order (see the
-// header comment). The destructor stops and joins every thread, so an
-// exception on the caller's side never leaves threads running.
-class Pipeline {
- public:
-  Pipeline(JsonlReader& reader, const Tokenizer& tokenizer, const SftEncoder* sft, const PreprocessOptions& options)
-      : reader_(reader),
-        tokenizer_(tokenizer),
-        sft_(sft),
-        options_(options),
-        max_in_flight_(2 * options.workers + 1) {
-    try {
-      threads_.emplace_back([this] { read_loop(); });
-      for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
-    } catch (...) {  // no thread left running if starting one fails
-      stop_and_join();
-      throw;
-    }
-  }
-  Pipeline(const Pipeline&) = delete;
-  Pipeline& operator=(const Pipeline&) = delete;
-  ~Pipeline() { stop_and_join(); }
-
-  // The next chunk in input order; nullopt after the last.
-  std::optional<EncodedChunk> next() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_.contains(next_out_) || (input_done_ && next_out_ == num_chunks_); });
-    auto it = done_.find(next_out_);
-    if (it == done_.end()) return std::nullopt;
-    EncodedChunk r = std::move(it->second);
-    done_.erase(it);
-    ++next_out_;
-    --in_flight_;
-    lock.unlock();
-    cv_.notify_all();
-    return r;
-  }
-
- private:
-  void stop_and_join() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
-  void read_loop() {
-    try {
-      while (true) {
-        {
-          std::unique_lock lock(mu_);
-          cv_.wait(lock, [&] { return stop_ || in_flight_ < max_in_flight_; });
-          if (stop_) return;
-        }
-        LineChunk chunk;
-        const bool more = reader_.next(chunk, options_.chunk_bytes);
-        std::lock_guard lock(mu_);
-        if (!more) {
-          input_done_ = true;
-          break;
-        }
-        work_.push_back({num_chunks_++, std::move(chunk)});
-        ++in_flight_;
-        cv_.notify_all();
-      }
-    } catch (...) {
-      // Delivered after every chunk read before it, like a bad line.
-      std::lock_guard lock(mu_);
-      done_[num_chunks_++].failure = std::current_exception();
-      ++in_flight_;
-      input_done_ = true;
-    }
-    cv_.notify_all();
-  }
-
-  void work_loop() {
-    while (true) {
-      std::pair<int64_t, LineChunk> item;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !work_.empty() || input_done_; });
-        if (stop_ || work_.empty()) return;
-        item = std::move(work_.front());
-        work_.pop_front();
-      }
-      EncodedChunk r;
-      try {
-        r = !sft_           ? encode_chunk(item.second, tokenizer_, options_)
-            : options_.dpo  ? encode_dpo_chunk(item.second, *sft_, options_)
-                            : encode_sft_chunk(item.second, *sft_, options_);
-      } catch (...) {
-        r.failure = std::current_exception();
-      }
-      {
-        std::lock_guard lock(mu_);
-        done_[item.first] = std::move(r);
-      }
-      cv_.notify_all();
-    }
-  }
-
-  JsonlReader& reader_;
-  const Tokenizer& tokenizer_;
-  const SftEncoder* sft_;  // null: plain text per --json-keys (else --sft or --dpo)
-  const PreprocessOptions& options_;
-  // Chunks read and not yet handed to the caller: twice the workers, so a
-  // worker stuck on a long document does not soon leave the others idle
-  // (output order holds every later chunk until it is done).
-  const int64_t max_in_flight_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<int64_t, LineChunk>> work_;  // (chunk number, lines) awaiting a worker
-  std::map<int64_t, EncodedChunk> done_;            // encoded, awaiting their turn
-  int64_t num_chunks_ = 0, next_out_ = 0, in_flight_ = 0;
-  bool input_done_ = false, stop_ = false;
-  std::vector<std::thread> threads_;  // last member: started after, joined before the state above goes
-};
-
 void validate(const PreprocessOptions& o) {
   if (o.input.empty()) fail("--input is required: a JSONL file (optionally zstd-compressed)");
   if (o.output_prefix.empty()) fail("--output-prefix is required: the path prefix of the output datasets");
@@ -379,7 +254,10 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
   PreprocessProgress& p = result.totals;
   p.input_size = reader.input_size();
   {
-    Pipeline pipeline(reader, tokenizer, sft ? &*sft : nullptr, o);
+    const SftEncoder* chat = sft ? &*sft : nullptr;
+    OrderedChunkPipeline<EncodedChunk> pipeline(reader, o.chunk_bytes, o.workers, [&](const LineChunk& c) {
+      return !chat ? encode_chunk(c, tokenizer, o) : o.dpo ? encode_dpo_chunk(c, *chat, o) : encode_sft_chunk(c, *chat, o);
+    });
     std::vector<int32_t> mask;
     while (std::optional<EncodedChunk> chunk = pipeline.next()) {
       if (chunk->failure) std::rethrow_exception(chunk->failure);

@@ -45,4 +45,27 @@ void ZstdDecoder::check_complete() const {
          compressed_offset_);
 }
 
+ZstdEncoder::ZstdEncoder(std::string dest, int level) : dest_(std::move(dest)), ctx_(ZSTD_createCCtx()) {
+  if (ctx_ == nullptr) fail("{}: cannot create a zstd compression context (out of memory)", dest_);
+  ZSTD_CCtx_setParameter(ctx_, ZSTD_c_compressionLevel, level);
+}
+
+ZstdEncoder::~ZstdEncoder() { ZSTD_freeCCtx(ctx_); }
+
+void ZstdEncoder::run(std::string_view in, std::string& out, int mode) {
+  ZSTD_inBuffer ib{in.data(), in.size(), 0};
+  while (true) {
+    const size_t old = out.size(), room = ZSTD_CStreamOutSize();
+    out.resize(old + room);
+    ZSTD_outBuffer ob{out.data() + old, room, 0};
+    const size_t r = ZSTD_compressStream2(ctx_, &ob, &ib, static_cast<ZSTD_EndDirective>(mode));
+    out.resize(old + ob.pos);
+    if (ZSTD_isError(r)) fail("{}: zstd compression failed: {}", dest_, ZSTD_getErrorName(r));
+    if (mode == ZSTD_e_continue ? ib.pos == ib.size : r == 0) break;
+  }
+}
+
+void ZstdEncoder::compress(std::string_view in, std::string& out) { run(in, out, ZSTD_e_continue); }
+void ZstdEncoder::finish(std::string& out) { run({}, out, ZSTD_e_end); }
+
 }  // namespace claw::data

@@ -1,5 +1,5 @@
 // Streaming zstd decompression (Debian's libzstd), for corpora shipped as
-// .jsonl.zst. A file may hold several frames back to back (what `zstd`
+// .jsonl.zst, and compression, for the shards `claw curate` writes. A file may hold several frames back to back (what `zstd`
 // writes for concatenated inputs and what many corpus shards are); they
 // decompress as one stream.
 //
@@ -13,8 +13,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 struct ZSTD_DCtx_s;
+struct ZSTD_CCtx_s;
 
 namespace claw::data {
 
@@ -44,6 +46,26 @@ class ZstdDecoder {
   ZSTD_DCtx_s* ctx_;
   uint64_t compressed_offset_ = 0;  // compressed bytes consumed so far
   bool in_frame_ = false;           // a frame is begun and not yet complete
+};
+
+// One zstd frame written piece by piece: compress() appends the compressed
+// form of `in` to `out` (possibly nothing yet), finish() ends the frame.
+class ZstdEncoder {
+ public:
+  // `dest` names the output in error messages; level as the zstd tool's.
+  explicit ZstdEncoder(std::string dest, int level = 3);
+  ZstdEncoder(const ZstdEncoder&) = delete;
+  ZstdEncoder& operator=(const ZstdEncoder&) = delete;
+  ~ZstdEncoder();
+
+  void compress(std::string_view in, std::string& out);
+  void finish(std::string& out);
+
+ private:
+  void run(std::string_view in, std::string& out, int mode);
+
+  std::string dest_;
+  ZSTD_CCtx_s* ctx_;
 };
 
 }  // namespace claw::data

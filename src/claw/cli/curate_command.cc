@@ -1,0 +1,116 @@
+#include "claw/cli/curate_command.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "claw/cli/flags.h"
+#include "claw/cli/progress.h"
+#include "claw/core/error.h"
+#include "claw/data/curate/pipeline.h"
+#include "claw/kernels/cpu/blas.h"
+
+namespace claw::cli {
+namespace {
+
+struct CurateArgs {
+  std::string config;
+  data::curate::CurateOptions options;
+  int64_t log_interval = 100000;
+  CurateArgs() { options.threads = kernels::default_num_threads(); }
+};
+
+using F = Flag<CurateArgs>;
+
+const std::vector<F>& curate_flags() {
+  using A = CurateArgs;
+  static const std::vector<F> flags = {
+      string_flag<A>("config", "the pipeline: a TOML file with [input], [output] and [[stage]] tables",
+                     [](A& a) -> auto& { return a.config; }),
+      int_flag<A>("threads", "worker threads (default: the CPUs this process may use)",
+                  [](A& a) -> auto& { return a.options.threads; }),
+      switch_flag<A>("skip-bad-lines",
+                     "count and drop lines that are not UTF-8 JSON objects with a text field, and empty files "
+                     "(default: stop at the first)",
+                     [](A& a) -> auto& { return a.options.skip_bad_lines; }),
+      int_flag<A>("num-tasks", "split the input shards between this many tasks (default: $SLURM_ARRAY_TASK_COUNT or 1)",
+                  [](A& a) -> auto& { return a.options.num_tasks; }),
+      int_flag<A>("task-id", "this task's number in [0, --num-tasks) (default: $SLURM_ARRAY_TASK_ID or 0)",
+                  [](A& a) -> auto& { return a.options.task_id; }),
+      int_flag<A>("log-interval", "documents between progress lines when stderr is not a terminal",
+                  [](A& a) -> auto& { return a.log_interval; }),
+  };
+  return flags;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? static_cast<int>(parse_int(name, v)) : fallback;
+}
+
+struct CurateCommand {
+  std::unique_ptr<FlagBinder<CurateArgs>> binder;
+
+  void run() {
+    CurateArgs args;
+    binder->apply(args);
+    if (args.config.empty()) fail("--config is required: the pipeline's TOML file");
+    if (args.log_interval < 1) fail("--log-interval {} is invalid; it must be at least 1", args.log_interval);
+    data::curate::CurateOptions& o = args.options;
+    if (!binder->given("num-tasks")) o.num_tasks = env_int("SLURM_ARRAY_TASK_COUNT", 1);
+    if (!binder->given("task-id")) o.task_id = env_int("SLURM_ARRAY_TASK_ID", 0);
+    const data::curate::CurateConfig config = data::curate::load_curate_config(args.config);
+
+    ProgressLine printer("curate", args.log_interval);
+    InterruptGuard interrupts;
+    o.progress = [&](double f, int64_t docs, uint64_t bytes, double s) {
+      InterruptGuard::check("finished shards are kept; run the same command again to resume");
+      s = std::max(s, 1e-9);
+      printer.update(f, docs, s, fmt::format("{} documents, {:.0f} docs/s, {:.1f} MB/s", docs, docs / s, bytes / 1e6 / s));
+    };
+    data::curate::CurateStats st;
+    try {
+      st = data::curate::run_curate(config, o);
+    } catch (...) {
+      printer.finish();
+      throw;
+    }
+    printer.finish();
+
+    const double s = std::max(st.seconds, 1e-9);
+    fmt::print("curate: {} shards ({} resumed), {} documents in -> {} out ({:.1f}% kept), {:.1f} MB -> {:.1f} MB in "
+               "{:.2f} s: {:.0f} docs/s, {:.1f} MB/s on {} threads; {} bad lines skipped, {} blank, {} empty files\n",
+               st.shards, st.shards_resumed, st.docs_in, st.docs_out,
+               st.docs_in ? 100.0 * st.docs_out / st.docs_in : 100.0, st.bytes_in / 1e6, st.bytes_out / 1e6,
+               st.seconds, st.docs_in / s, st.bytes_in / 1e6 / s, o.threads, st.bad_lines, st.blank_lines,
+               st.empty_files);
+    fmt::print("{:<3} {:<18} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11}  {}\n", "#", "stage", "docs in", "docs out",
+               "MB in", "MB out", "seconds", "docs/s/thr", "counts");
+    for (size_t i = 0; i < st.stages.size(); ++i) {
+      const data::curate::StageCounters& c = st.stages[i];
+      std::string counts;
+      for (const auto& [k, v] : c.counts) counts += fmt::format("{}{}={}", counts.empty() ? "" : " ", k, v);
+      fmt::print("{:<3} {:<18} {:>10} {:>10} {:>10.2f} {:>10.2f} {:>9.2f} {:>11.0f}  {}\n", i + 1, st.kinds[i],
+                 c.docs_in, c.docs_out, c.bytes_in / 1e6, c.bytes_out / 1e6, c.seconds,
+                 c.seconds > 0 ? c.docs_in / c.seconds : 0.0, counts);
+    }
+    fmt::print("wrote {}/shard_*.jsonl{} (kept), {}/removed/ (removed, with stage and reason), {}/stats/\n",
+               config.output_dir, config.compress ? ".zst" : "", config.output_dir, config.output_dir);
+  }
+};
+
+}  // namespace
+
+void add_curate_command(CLI::App& app) {
+  auto cmd = std::make_shared<CurateCommand>();
+  CLI::App* sub = app.add_subcommand(
+      "curate", "clean, filter, deduplicate and redact a corpus through a pipeline of stages (a TOML file)");
+  sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  static const CurateArgs defaults;
+  cmd->binder = std::make_unique<FlagBinder<CurateArgs>>(*sub, curate_flags(), defaults);
+  sub->callback([cmd] { cmd->run(); });
+}
+
+}  // namespace claw::cli

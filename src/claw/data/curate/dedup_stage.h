@@ -1,0 +1,34 @@
+// Deduplication as a pipeline stage (pipeline.h): the documents reaching
+// the stage are numbered 0..N-1 in shard and line order, given to add() from
+// the worker threads, and finish() names the duplicates to drop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "claw/data/curate/stage.h"
+
+namespace claw::data::curate {
+
+struct Removal {
+  uint64_t doc;   // the duplicate
+  uint64_t kept;  // the document kept for its group (a lower number)
+};
+
+class CorpusDeduplicator {
+ public:
+  virtual ~CorpusDeduplicator() = default;
+  // Thread-safe; every document exactly once, in any order.
+  virtual void add(uint64_t doc, std::string_view text) = 0;
+  // The duplicates, sorted by doc; figures go to counters.
+  virtual std::vector<Removal> finish(StageCounters& counters) = 0;
+};
+
+// kind "exact_dedup" or "minhash_dedup"; scratch files go under workdir.
+std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, StageKeys& keys,
+                                                      const std::string& workdir);
+
+}  // namespace claw::data::curate

@@ -1,0 +1,99 @@
+#include "claw/data/curate/stage.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "claw/core/error.h"
+
+namespace claw::data::curate {
+
+StageKeys::StageKeys(const toml::table& table, std::string where) : table_(table), where_(std::move(where)) {
+  read_.push_back("kind");
+}
+
+namespace {
+
+const char* type_name(const toml::node& n) {
+  if (n.is_string()) return "a string";
+  if (n.is_integer()) return "an integer";
+  if (n.is_floating_point()) return "a number";
+  if (n.is_boolean()) return "a boolean";
+  if (n.is_array()) return "an array";
+  if (n.is_table()) return "a table";
+  return "a date or time";
+}
+
+}  // namespace
+
+double StageKeys::number(std::string_view key, double fallback) {
+  read_.emplace_back(key);
+  const toml::node* n = table_.get(key);
+  if (!n) return fallback;
+  if (auto v = n->value<double>(); v && (n->is_integer() || n->is_floating_point())) return *v;
+  throw Error(fmt::format("{}: key '{}' must be a number, got {}", where_, key, type_name(*n)));
+}
+
+int64_t StageKeys::integer(std::string_view key, int64_t fallback) {
+  read_.emplace_back(key);
+  const toml::node* n = table_.get(key);
+  if (!n) return fallback;
+  if (n->is_integer()) return *n->value<int64_t>();
+  throw Error(fmt::format("{}: key '{}' must be an integer, got {}", where_, key, type_name(*n)));
+}
+
+bool StageKeys::boolean(std::string_view key, bool fallback) {
+  read_.emplace_back(key);
+  const toml::node* n = table_.get(key);
+  if (!n) return fallback;
+  if (n->is_boolean()) return *n->value<bool>();
+  throw Error(fmt::format("{}: key '{}' must be true or false, got {}", where_, key, type_name(*n)));
+}
+
+std::string StageKeys::string(std::string_view key, std::string fallback) {
+  read_.emplace_back(key);
+  const toml::node* n = table_.get(key);
+  if (!n) return fallback;
+  if (n->is_string()) return *n->value<std::string>();
+  throw Error(fmt::format("{}: key '{}' must be a string, got {}", where_, key, type_name(*n)));
+}
+
+std::vector<std::string> StageKeys::strings(std::string_view key, std::vector<std::string> fallback) {
+  read_.emplace_back(key);
+  const toml::node* n = table_.get(key);
+  if (!n) return fallback;
+  std::vector<std::string> out;
+  if (const toml::array* a = n->as_array()) {
+    for (const toml::node& e : *a) {
+      if (!e.is_string())
+        throw Error(fmt::format("{}: key '{}' must be an array of strings, has {}", where_, key, type_name(e)));
+      out.push_back(*e.value<std::string>());
+    }
+    return out;
+  }
+  throw Error(fmt::format("{}: key '{}' must be an array of strings, got {}", where_, key, type_name(*n)));
+}
+
+bool StageKeys::optional_number(std::string_view key, double fallback, double& value) {
+  const toml::node* n = table_.get(key);
+  if (n && n->is_boolean()) {
+    read_.emplace_back(key);
+    if (*n->value<bool>())
+      throw Error(fmt::format("{}: key '{}' takes a number, or false to switch the check off", where_, key));
+    return false;
+  }
+  value = number(key, fallback);
+  return true;
+}
+
+void StageKeys::check_all_read() const {
+  for (const auto& [k, v] : table_) {
+    if (std::find(read_.begin(), read_.end(), k.str()) != read_.end()) continue;
+    std::vector<std::string> known(read_.begin(), read_.end());
+    std::sort(known.begin(), known.end());
+    known.erase(std::unique(known.begin(), known.end()), known.end());
+    throw Error(fmt::format("{}: unknown key '{}' (this stage takes: {})", where_, k.str(), fmt::join(known, ", ")));
+  }
+}
+
+}  // namespace claw::data::curate
