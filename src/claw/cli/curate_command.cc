@@ -9,6 +9,7 @@
 #include "claw/cli/flags.h"
 #include "claw/cli/progress.h"
 #include "claw/core/error.h"
+#include "claw/data/curate/fasttext_stages.h"
 #include "claw/data/curate/pipeline.h"
 #include "claw/kernels/cpu/blas.h"
 
@@ -101,6 +102,43 @@ struct CurateCommand {
   }
 };
 
+using T = Flag<data::curate::ClassifierTraining>;
+
+const std::vector<T>& train_flags() {
+  using A = data::curate::ClassifierTraining;
+  static const std::vector<T> flags = {
+      string_flag<A>("input", "labelled examples: JSONL with a text and a label field",
+                     [](A& a) -> auto& { return a.input; }),
+      string_flag<A>("output", "the fastText model to write (.bin), for a [[stage]] kind = \"classifier\"",
+                     [](A& a) -> auto& { return a.output; }),
+      string_flag<A>("text-key", "the text field", [](A& a) -> auto& { return a.text_key; }),
+      string_flag<A>("label-key", "the label field (one word: \"hq\", \"lq\", ...)",
+                     [](A& a) -> auto& { return a.label_key; }),
+      int_flag<A>("epochs", "passes over the examples", [](A& a) -> auto& { return a.epochs; }),
+      double_flag<A>("lr", "fastText's learning rate", [](A& a) -> auto& { return a.lr; }),
+      int_flag<A>("word-ngrams", "word n-grams as features", [](A& a) -> auto& { return a.word_ngrams; }),
+      int_flag<A>("dim", "embedding size", [](A& a) -> auto& { return a.dim; }),
+      int_flag<A>("min-count", "words seen fewer times are dropped", [](A& a) -> auto& { return a.min_count; }),
+      int_flag<A>("threads", "training threads (1: the same model every run)", [](A& a) -> auto& { return a.threads; }),
+      double_flag<A>("validation-fraction", "lines held out for the accuracy report",
+                     [](A& a) -> auto& { return a.validation_fraction; }),
+  };
+  return flags;
+}
+
+struct TrainClassifierCommand {
+  std::unique_ptr<FlagBinder<data::curate::ClassifierTraining>> binder;
+
+  void run() {
+    data::curate::ClassifierTraining t;
+    binder->apply(t);
+    if (t.input.empty()) fail("--input is required: JSONL lines with \"{}\" and \"{}\"", t.text_key, t.label_key);
+    const data::curate::ClassifierReport r = data::curate::train_fasttext_classifier(t);
+    fmt::print("train-classifier: {} examples, labels {}; held-out accuracy {:.3f} on {} examples; wrote {}\n",
+               r.train_examples, fmt::join(r.labels, ", "), r.validation_accuracy, r.validation_examples, t.output);
+  }
+};
+
 }  // namespace
 
 void add_curate_command(CLI::App& app) {
@@ -110,7 +148,18 @@ void add_curate_command(CLI::App& app) {
   sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   static const CurateArgs defaults;
   cmd->binder = std::make_unique<FlagBinder<CurateArgs>>(*sub, curate_flags(), defaults);
-  sub->callback([cmd] { cmd->run(); });
+
+  auto train = std::make_shared<TrainClassifierCommand>();
+  CLI::App* tsub = sub->add_subcommand(
+      "train-classifier", "train a fastText quality classifier from labelled JSONL, for a classifier stage");
+  tsub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  static const data::curate::ClassifierTraining train_defaults;
+  train->binder =
+      std::make_unique<FlagBinder<data::curate::ClassifierTraining>>(*tsub, train_flags(), train_defaults);
+  tsub->callback([train] { train->run(); });
+  sub->callback([cmd, tsub] {
+    if (!tsub->parsed()) cmd->run();
+  });
 }
 
 }  // namespace claw::cli

@@ -15,6 +15,10 @@ struct Document {
   std::string source;  // the input file
   int64_t line = 0;    // its 1-based line (JSONL) or 0 (one file per document)
   std::string record;  // the input record as JSON text; the writer replaces its text field
+  // What stages learnt about the document ("language" -> "en",
+  // "language_score" -> 0.93): written to the record's "metadata" object.
+  std::map<std::string, std::string, std::less<>> labels;
+  std::map<std::string, double, std::less<>> scores;
 };
 
 // Counters one worker thread keeps for one stage; summed over threads for

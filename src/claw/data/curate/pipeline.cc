@@ -339,7 +339,14 @@ class Segment {
       ++sc.docs_out;
       sc.bytes_out += doc.text.size();
     }
-    const bool changed = doc.text != original;
+    const bool annotated = !doc.labels.empty() || !doc.scores.empty();
+    if (annotated) {
+      json& meta = (*record)["metadata"];
+      if (!meta.is_object()) meta = json::object();
+      for (const auto& [k, v] : doc.labels) meta[k] = v;
+      for (const auto& [k, v] : doc.scores) meta[k] = v;
+    }
+    const bool changed = annotated || doc.text != original;
 
     if (!removed_by.empty()) {
       if (!c_.write_removed) return {};
@@ -505,11 +512,6 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
   std::map<uint64_t, std::string> kept_ids;      // their kept documents' ids
   std::vector<uint64_t> out_first;               // number of each shard's first document there
   for (size_t k = 0; k < num_segments; ++k) {
-    if (k > 0 && o.num_tasks > 1) {
-      log::info("curate", "task {} of {}: done with its shards; run once more without --num-tasks to deduplicate "
-                "and finish", o.task_id, o.num_tasks);
-      break;
-    }
     const Segment segment(c, cuts[k], segment_end(k), k + 1 < num_segments, o.skip_bad_lines);
     uint64_t done_bytes = 0;
     int64_t done_docs = 0;
@@ -584,6 +586,11 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       }
     }
     if (k + 1 == num_segments) break;
+    if (o.num_tasks > 1) {
+      log::info("curate", "task {} of {}: done with its shards; run once more without --num-tasks to deduplicate "
+                "and finish", o.task_id, o.num_tasks);
+      break;
+    }
 
     // The deduplicator after this segment, over its output; documents are
     // numbered in shard and line order.

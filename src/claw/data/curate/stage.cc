@@ -74,6 +74,21 @@ std::vector<std::string> StageKeys::strings(std::string_view key, std::vector<st
   throw Error(fmt::format("{}: key '{}' must be an array of strings, got {}", where_, key, type_name(*n)));
 }
 
+std::map<std::string, double> StageKeys::numbers(std::string_view key) {
+  read_.emplace_back(key);
+  std::map<std::string, double> out;
+  const toml::node* n = table_.get(key);
+  if (!n) return out;
+  const toml::table* t = n->as_table();
+  if (!t) throw Error(fmt::format("{}: key '{}' must be a table of numbers ({{ fr = 0.5 }}), got {}", where_, key, type_name(*n)));
+  for (const auto& [k, v] : *t) {
+    if (!v.is_integer() && !v.is_floating_point())
+      throw Error(fmt::format("{}: {}.{} must be a number, got {}", where_, key, k.str(), type_name(v)));
+    out[std::string(k.str())] = *v.value<double>();
+  }
+  return out;
+}
+
 bool StageKeys::optional_number(std::string_view key, double fallback, double& value) {
   const toml::node* n = table_.get(key);
   if (n && n->is_boolean()) {

@@ -9,6 +9,7 @@
 // which belongs to the calling thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,6 +45,8 @@ class StageKeys {
   bool boolean(std::string_view key, bool fallback);
   std::string string(std::string_view key, std::string fallback);
   std::vector<std::string> strings(std::string_view key, std::vector<std::string> fallback);
+  // An inline table of numbers ({ fr = 0.5, de = 0.7 }).
+  std::map<std::string, double> numbers(std::string_view key);
   // A threshold that can be switched off: absent -> fallback; `false` -> off
   // (returns false); a number -> that value.
   bool optional_number(std::string_view key, double fallback, double& value);

@@ -4,6 +4,7 @@
 
 #include "claw/core/error.h"
 #include "claw/data/curate/cleaner.h"
+#include "claw/data/curate/fasttext_stages.h"
 #include "claw/data/curate/pii.h"
 
 namespace claw::data::curate {
@@ -20,6 +21,8 @@ const std::vector<Kind>& kinds() {
   static const std::vector<Kind> k = {
       {"clean", make_cleaner},
       {"pii", make_pii_redactor},
+      {"language", make_language_filter},
+      {"classifier", make_classifier_filter},
       {"exact_dedup", nullptr},
       {"minhash_dedup", nullptr},
   };

@@ -3,6 +3,9 @@
 //   clean              Unicode normalisation, control characters, whitespace,
 //                      mojibake (cleaner.h)
 //   pii                redaction of e-mail, IP, phone and card numbers (pii.h)
+//   language, classifier
+//                      fastText language ID and quality classifier
+//                      (fasttext_stages.h)
 //   gopher_quality, gopher_repetition, c4_quality, fineweb_quality
 //                      heuristic filters as datatrove (heuristic_filters.h)
 //   exact_dedup, minhash_dedup
