@@ -3,7 +3,8 @@
 # file and line or key (or a count with --skip-bad-lines); a run stopped by
 # SIGTERM resumes to the same output as an uninterrupted one; shards split
 # between the tasks of a Slurm job array, then merged, give the same output
-# as one task.
+# as one task, with the tasks' environment as given and under a
+# one-machine Slurm (sbatch --array, then a merge job).
 #   curate.sh CLAW_BINARY CASE
 set -uo pipefail
 claw=$1
@@ -144,5 +145,25 @@ case $case_name in
     grep -q "(5 resumed)" <<<"$out" || fail "the merge redid shards: $out"
     n=$(same_output "$tmp/one" "$tmp/array") || exit 1
     echo "ok: 3 array tasks + the merge give the one-task output ($n files equal)" ;;
+  slurm_array)
+    # The same split under a real (one-machine) Slurm: sbatch --array, then
+    # the merge job.
+    . "$(dirname "$0")/../slurm_box.sh"
+    trap 'stop; rm -rf "$tmp"' EXIT
+    make_corpus "$tmp/in" 5
+    config "$tmp/in" "$tmp/one" "${stages[@]}"
+    run --config "$tmp/p.toml"
+    [[ $rc -eq 0 ]] || fail "one task: exit code $rc"
+    config "$tmp/in" "$tmp/array" "${stages[@]}"
+    timeout 300 sbatch --wait --array=0-2 -o "$D/task_%a.out" \
+      --wrap "'$claw' curate --config '$tmp/p.toml' --threads 1" >/dev/null || fail "sbatch --array failed"
+    for t in 0 1 2; do
+      grep -q "task $t of 3: done with its shards" "$D/task_$t.out" || fail "array task $t: $(cat "$D/task_$t.out")"
+    done
+    timeout 300 sbatch --wait -o "$D/merge.out" --wrap "'$claw' curate --config '$tmp/p.toml' --threads 2" \
+      >/dev/null || fail "the merge job failed: $(cat "$D/merge.out")"
+    grep -q "(5 resumed)" "$D/merge.out" || fail "the merge redid shards: $(cat "$D/merge.out")"
+    n=$(same_output "$tmp/one" "$tmp/array") || exit 1
+    echo "ok: sbatch --array=0-2 + a merge job give the one-task output ($n files equal)" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
