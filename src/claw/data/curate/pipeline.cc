@@ -242,6 +242,7 @@ struct SegmentInput {
   const std::vector<Removal>* removals = nullptr;      // from the deduplicator before this segment
   const std::map<uint64_t, std::string>* kept_ids = nullptr;
   std::string removed_by;                              // the deduplicator's kind
+  size_t dedup_stage = 0;                              // its index: bytes it passes on are counted here
   uint64_t first_doc = 0;                              // number of the shard's first document
 };
 
@@ -323,6 +324,8 @@ class Segment {
         removed_by = in.removed_by, reason = "duplicate";
         auto k = in.kept_ids->find(it->kept);
         duplicate_of = k == in.kept_ids->end() ? std::string() : k->second;
+      } else {
+        r.stats.stages[in.dedup_stage].bytes_out += doc.text.size();
       }
     }
     for (size_t s = first_; s < end_ && removed_by.empty(); ++s) {
@@ -453,8 +456,7 @@ CurateConfig parse_curate_config(const std::string& toml_text, const std::string
         spec.dedup_keys = std::make_shared<toml::table>(*t);
         // Checked now: a typo should not wait for the first segment to end.
         StageKeys keys(*spec.dedup_keys, spec.where);
-        const std::string scratch = (fs::temp_directory_path() / "claw-curate-check").string();
-        make_deduplicator(*kind, keys, scratch);
+        make_deduplicator(*kind, keys, "");
       } else {
         StageKeys keys(*t, spec.where);
         spec.stream = make_stage(*kind, keys);
@@ -531,6 +533,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
         in.wrapped = k > 0;
         if (k > 0) {
           in.removals = &removals, in.kept_ids = &kept_ids, in.removed_by = c.stages[cuts[k] - 1].kind;
+          in.dedup_stage = cuts[k] - 1;
           in.first_doc = out_first[s];
         }
         const std::string source = k == 0 ? shards[s].name : out_path(k - 1, s);
