@@ -22,8 +22,9 @@ void count(const DedupStats& s, StageCounters& c) {
 }
 
 // memory_mb: the deduplicator's buffer budget; it spills to workdir past it.
+// The default keeps `claw curate` within a few hundred MB whatever the corpus.
 size_t memory_budget(StageKeys& keys) {
-  const int64_t mb = keys.integer("memory_mb", static_cast<int64_t>(kDefaultDedupMemory >> 20));
+  const int64_t mb = keys.integer("memory_mb", 256);
   if (mb < 1) fail("{}: memory_mb = {} is invalid; it must be at least 1", keys.where(), mb);
   return static_cast<size_t>(mb) << 20;
 }

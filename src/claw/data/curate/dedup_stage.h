@@ -31,7 +31,7 @@ class CorpusDeduplicator {
 // memory_mb) or "minhash_dedup" (ngram = 5, bands = 14, rows = 8, seed,
 // threshold = 0: every LSH candidate pair is a duplicate, as datatrove; else
 // the pair's estimated Jaccard must reach it; lowercase, normalize_numbers,
-// strip_diacritics; memory_mb); dedup.h has the algorithms. Scratch files go
+// strip_diacritics; memory_mb = 256); dedup.h has the algorithms. Scratch files go
 // under workdir; an empty workdir only checks the keys (returns null).
 std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, StageKeys& keys,
                                                       const std::string& workdir);
