@@ -5,6 +5,7 @@
 #include "claw/core/error.h"
 #include "claw/data/curate/cleaner.h"
 #include "claw/data/curate/fasttext_stages.h"
+#include "claw/data/curate/heuristic_filters.h"
 #include "claw/data/curate/pii.h"
 
 namespace claw::data::curate {
@@ -23,6 +24,10 @@ const std::vector<Kind>& kinds() {
       {"pii", make_pii_redactor},
       {"language", make_language_filter},
       {"classifier", make_classifier_filter},
+      {"gopher_quality", make_gopher_quality},
+      {"gopher_repetition", make_gopher_repetition},
+      {"c4_quality", make_c4_quality},
+      {"fineweb_quality", make_fineweb_quality},
       {"exact_dedup", nullptr},
       {"minhash_dedup", nullptr},
   };
