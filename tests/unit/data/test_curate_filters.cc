@@ -301,9 +301,9 @@ TEST(CurateGopherRepetition, TopNGramFirstSeenWinsTies) {
   // order makes the first seen the top one: 5 * 2 = 10 characters.
   const std::string text = "aa bb x cccc dddd y aa bb z cccc dddd";  // 37 characters
   const auto f = make("gopher_repetition",
-                      "top_n_grams = [\"2:0.28\"]\ndup_n_grams = []\ndup_line_frac = false\ndup_para_frac = false");
+                      "top_n_grams = [[2, 0.28]]\ndup_n_grams = []\ndup_line_frac = false\ndup_para_frac = false");
   EXPECT_EQ(run(*f, text), "keep");  // 10 / 37 = 0.270 (18 / 37 if the longer one won)
-  const auto g = make("gopher_repetition", "top_n_grams = [\"2:0.26\"]\ndup_n_grams = []");
+  const auto g = make("gopher_repetition", "top_n_grams = [[2, 0.26]]\ndup_n_grams = []");
   EXPECT_EQ(run(*g, text), "top_2_gram");
   // Defaults: a bigram repeated through the text.
   std::string rep;
@@ -313,7 +313,7 @@ TEST(CurateGopherRepetition, TopNGramFirstSeenWinsTies) {
 
 TEST(CurateGopherRepetition, DuplicatedNGramsJoinWithoutSpaces) {
   // find_all_duplicate joins with "": "ab"+"c" equals "a"+"bc".
-  const auto f = make("gopher_repetition", "top_n_grams = []\ndup_n_grams = [\"2:0.3\"]");
+  const auto f = make("gopher_repetition", "top_n_grams = []\ndup_n_grams = [[2, 0.3]]");
   EXPECT_EQ(run(*f, "ab c a bc"), "duplicated_2_n_grams");  // 3 / 9
   EXPECT_EQ(run(*f, "ab c a bd"), "keep");
   // A run of a repeated 5-gram, after the repeat the scan skips n words.
@@ -326,9 +326,9 @@ TEST(CurateGopherRepetition, DuplicatedNGramsJoinWithoutSpaces) {
 }
 
 TEST(CurateGopherRepetition, NGramKeysAreChecked) {
-  EXPECT_CLAW_ERROR(make("gopher_repetition", "top_n_grams = [\"2=0.2\"]"), "top_n_grams", "2=0.2", "n:fraction");
-  EXPECT_CLAW_ERROR(make("gopher_repetition", "dup_n_grams = [\"0:0.1\"]"), "dup_n_grams", "n >= 1");
-  EXPECT_CLAW_ERROR(make("gopher_repetition", "top_n_grams = [[2, 0.2]]"), "top_n_grams", "array of strings");
+  EXPECT_CLAW_ERROR(make("gopher_repetition", "top_n_grams = [[2, \"x\"]]"), "top_n_grams", "[integer, number]");
+  EXPECT_CLAW_ERROR(make("gopher_repetition", "dup_n_grams = [[0, 0.1]]"), "dup_n_grams", "[1, 1000]");
+  EXPECT_CLAW_ERROR(make("gopher_repetition", "top_n_grams = [\"2:0.2\"]"), "top_n_grams", "[[2, 0.2], [3, 0.18]]");
 }
 
 // ---------------------------------------------------------------------------

@@ -48,24 +48,14 @@ struct NGramRule {
   double frac;
 };
 
-// ["2:0.2", ...] -> {2, 0.2}, ...
-std::vector<NGramRule> ngram_rules(StageKeys& keys, std::string_view key, std::vector<std::string> fallback) {
+// [[2, 0.2], ...] -> {2, 0.2}, ...
+std::vector<NGramRule> ngram_rules(StageKeys& keys, std::string_view key,
+                                   std::vector<std::pair<int64_t, double>> fallback) {
   std::vector<NGramRule> out;
-  for (const std::string& item : keys.strings(key, std::move(fallback))) {
-    const size_t colon = item.find(':');
-    NGramRule r{0, 0};
-    bool ok = colon != std::string::npos;
-    if (ok) {
-      const char* b = item.data();
-      const char* e = item.data() + item.size();
-      auto [p1, e1] = std::from_chars(b, b + colon, r.n);
-      auto [p2, e2] = std::from_chars(b + colon + 1, e, r.frac);
-      ok = e1 == std::errc() && p1 == b + colon && e2 == std::errc() && p2 == e && r.n >= 1;
-    }
-    if (!ok)
-      throw Error(fmt::format("{}: key '{}' has \"{}\"; each item is \"n:fraction\" with n >= 1, e.g. \"2:0.2\"",
-                              keys.where(), key, item));
-    out.push_back(r);
+  for (const auto& [n, frac] : keys.number_pairs(key, std::move(fallback))) {
+    if (n < 1 || n > 1000)
+      throw Error(fmt::format("{}: key '{}' has [{}, {}]; n must be in [1, 1000]", keys.where(), key, n, frac));
+    out.push_back({static_cast<int>(n), frac});
   }
   return out;
 }
@@ -390,8 +380,8 @@ class GopherRepetition final : public Filter {
         dup_para_frac_(truthy(keys, "dup_para_frac", 0.3)),
         dup_line_char_frac_(truthy(keys, "dup_line_char_frac", 0.2)),
         dup_para_char_frac_(truthy(keys, "dup_para_char_frac", 0.2)),
-        top_n_grams_(ngram_rules(keys, "top_n_grams", {"2:0.2", "3:0.18", "4:0.16"})),
-        dup_n_grams_(ngram_rules(keys, "dup_n_grams", {"5:0.15", "6:0.14", "7:0.13", "8:0.12", "9:0.11", "10:0.1"})) {
+        top_n_grams_(ngram_rules(keys, "top_n_grams", {{2, 0.2}, {3, 0.18}, {4, 0.16}})),
+        dup_n_grams_(ngram_rules(keys, "dup_n_grams", {{5, 0.15}, {6, 0.14}, {7, 0.13}, {8, 0.12}, {9, 0.11}, {10, 0.1}})) {
     require_english(keys);
     keys.check_all_read();
     for (const NGramRule& r : top_n_grams_) top_reasons_.push_back(fmt::format("top_{}_gram", r.n));

@@ -24,10 +24,9 @@
 //     gopher_enough_stop_words.
 //   gopher_repetition  GopherRepetitionFilter (Gopher table A1):
 //     dup_line_frac = 0.3, dup_para_frac = 0.3, dup_line_char_frac = 0.2,
-//     dup_para_char_frac = 0.2, top_n_grams = ["2:0.2", "3:0.18", "4:0.16"],
-//     dup_n_grams = ["5:0.15", "6:0.14", "7:0.13", "8:0.12", "9:0.11",
-//     "10:0.1"] ("n:fraction" strings: StageKeys has no array-of-pairs
-//     accessor). Reasons empty, dup_para_frac, dup_para_char_frac,
+//     dup_para_char_frac = 0.2, top_n_grams = [[2, 0.2], [3, 0.18], [4, 0.16]],
+//     dup_n_grams = [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11],
+//     [10, 0.1]] ([n, fraction] pairs, datatrove's tuples). Reasons empty, dup_para_frac, dup_para_char_frac,
 //     dup_line_frac, dup_line_char_frac, top_<n>_gram, duplicated_<n>_n_grams.
 //   c4_quality         C4QualityFilter (Raffel et al. 2020): split_paragraph
 //     = true, remove_citations = true, filter_no_terminal_punct = true,

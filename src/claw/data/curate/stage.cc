@@ -74,6 +74,28 @@ std::vector<std::string> StageKeys::strings(std::string_view key, std::vector<st
   throw Error(fmt::format("{}: key '{}' must be an array of strings, got {}", where_, key, type_name(*n)));
 }
 
+std::vector<std::pair<int64_t, double>> StageKeys::number_pairs(std::string_view key,
+                                                                std::vector<std::pair<int64_t, double>> fallback) {
+  read_.emplace_back(key);
+  const toml::node* n = table_.get(key);
+  if (!n) return fallback;
+  const toml::array* a = n->as_array();
+  auto bad = [&](const char* got) {
+    return Error(fmt::format("{}: key '{}' must be an array of [integer, number] pairs, e.g. [[2, 0.2], [3, 0.18]]; "
+                             "has {}", where_, key, got));
+  };
+  if (!a) throw bad(type_name(*n));
+  std::vector<std::pair<int64_t, double>> out;
+  for (const toml::node& e : *a) {
+    const toml::array* pair = e.as_array();
+    if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() ||
+        !((*pair)[1].is_integer() || (*pair)[1].is_floating_point()))
+      throw bad(pair ? "a pair that is not [integer, number]" : type_name(e));
+    out.emplace_back(*(*pair)[0].value<int64_t>(), *(*pair)[1].value<double>());
+  }
+  return out;
+}
+
 std::map<std::string, double> StageKeys::numbers(std::string_view key) {
   read_.emplace_back(key);
   std::map<std::string, double> out;

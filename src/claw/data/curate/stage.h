@@ -45,6 +45,10 @@ class StageKeys {
   bool boolean(std::string_view key, bool fallback);
   std::string string(std::string_view key, std::string fallback);
   std::vector<std::string> strings(std::string_view key, std::vector<std::string> fallback);
+  // An array of [integer, number] pairs ([[2, 0.2], [3, 0.18]]: datatrove's
+  // lists of tuples).
+  std::vector<std::pair<int64_t, double>> number_pairs(std::string_view key,
+                                                       std::vector<std::pair<int64_t, double>> fallback);
   // An inline table of numbers ({ fr = 0.5, de = 0.7 }).
   std::map<std::string, double> numbers(std::string_view key);
   // A threshold that can be switched off: absent -> fallback; `false` -> off
