@@ -74,7 +74,7 @@ struct CurateOptions {
   int threads = 1;
   bool skip_bad_lines = false;
   int num_tasks = 1, task_id = 0;
-  size_t chunk_bytes = 1 << 20;
+  size_t chunk_bytes = 256 << 10;  // small enough for every thread to have work on a few MB
   // Called on the writing thread after each chunk: fraction of the input
   // bytes done, documents done, input bytes done, seconds.
   std::function<void(double, int64_t, uint64_t, double)> progress;
