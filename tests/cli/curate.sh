@@ -145,6 +145,33 @@ case $case_name in
     grep -q "(5 resumed)" <<<"$out" || fail "the merge redid shards: $out"
     n=$(same_output "$tmp/one" "$tmp/array") || exit 1
     echo "ok: 3 array tasks + the merge give the one-task output ($n files equal)" ;;
+  megatron_output)
+    # [output.megatron]: each kept shard tokenized into a Megatron dataset,
+    # the printed --data-path trains.
+    make_corpus "$tmp/in" 2
+    config "$tmp/in" "$tmp/out" '[output.megatron]' "output_prefix = \"$tmp/tok/corpus\"" \
+      '[[stage]]' 'kind = "exact_dedup"'
+    mkdir -p "$tmp/tok"
+    run --config "$tmp/p.toml"
+    [[ $rc -eq 0 ]] || fail "exit code $rc"
+    kept=$(grep -oE "documents in -> [0-9]+ out" <<<"$out" | grep -oE "[0-9]+ out" | grep -oE "[0-9]+")
+    docs=0
+    for k in 0 1; do
+      info=$("$claw" inspect-dataset "$tmp/tok/corpus_shard_0000${k}_text_document") || fail "inspect shard $k"
+      docs=$((docs + $(grep -oE "^documents: [0-9]+" <<<"$info" | grep -oE "[0-9]+")))
+    done
+    [[ $docs -eq $kept ]] || fail "the datasets hold $docs documents, curate kept $kept"
+    data_path=$(grep -A1 "Megatron datasets" <<<"$out" | tail -1 | sed 's/^ *--data-path//')
+    [[ -n $data_path ]] || fail "no --data-path printed"
+    # shellcheck disable=SC2086
+    "$claw" train --model gpt2-tiny --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 \
+      --micro-batch-size 2 --global-batch-size 2 --train-iters 2 --eval-interval 0 --data-path $data_path \
+      >"$tmp/train.log" 2>&1 || { out=$(cat "$tmp/train.log"); fail "claw train on the --data-path"; }
+    # Resumed: nothing tokenized twice, the same datasets.
+    before=$(md5sum "$tmp"/tok/*.bin)
+    run --config "$tmp/p.toml"
+    [[ $before == "$(md5sum "$tmp"/tok/*.bin)" ]] || fail "the datasets changed on the resumed run"
+    echo "ok: 2 shards -> 2 Megatron datasets of $docs documents in all (= kept), claw train runs on the --data-path" ;;
   slurm_array)
     # The same split under a real (one-machine) Slurm: sbatch --array, then
     # the merge job.

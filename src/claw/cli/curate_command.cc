@@ -99,6 +99,16 @@ struct CurateCommand {
     }
     fmt::print("wrote {}/shard_*.jsonl{} (kept), {}/removed/ (removed, with stage and reason), {}/stats/\n",
                config.output_dir, config.compress ? ".zst" : "", config.output_dir, config.output_dir);
+    if (!st.megatron.empty()) {
+      std::string data_path;
+      int64_t tokens = 0;
+      for (const auto& [prefix, n] : st.megatron) {
+        data_path += fmt::format(" {} {}", n, prefix);
+        tokens += n;
+      }
+      fmt::print("wrote {} Megatron datasets ({} tokens); train on them with (weights: their tokens)\n"
+                 "  --data-path{}\n", st.megatron.size(), tokens, data_path);
+    }
   }
 };
 

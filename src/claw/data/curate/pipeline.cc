@@ -18,10 +18,13 @@
 #include "claw/data/chunk_pipeline.h"
 #include "claw/data/curate/dedup_stage.h"
 #include "claw/data/curate/stages.h"
+#include "claw/data/builtin_corpus.h"
 #include "claw/data/file_io.h"
+#include "claw/data/indexed_dataset.h"
 #include "claw/data/json_line.h"
 #include "claw/data/jsonl_reader.h"
 #include "claw/data/jsonl_record.h"
+#include "claw/data/preprocess.h"
 #include "claw/data/zstd_stream.h"
 
 namespace claw::data::curate {
@@ -427,7 +430,7 @@ CurateConfig parse_curate_config(const std::string& toml_text, const std::string
   const toml::table* output = root["output"].as_table();
   if (!output) fail("{}: an [output] table with dir = \"...\" is required", file);
   const std::string ow = file + " [output]";
-  check_keys(*output, {"dir", "compression", "write_removed"}, ow);
+  check_keys(*output, {"dir", "compression", "write_removed", "megatron"}, ow);
   c.output_dir = toml_string(*output, "dir", "", ow);
   if (c.output_dir.empty()) fail("{}: dir = \"...\" is required", ow);
   const std::string compression = toml_string(*output, "compression", "zstd", ow);
@@ -435,6 +438,30 @@ CurateConfig parse_curate_config(const std::string& toml_text, const std::string
     fail("{}: compression = \"{}\" is not \"zstd\" or \"none\"", ow, compression);
   c.compress = compression == "zstd";
   c.write_removed = toml_bool(*output, "write_removed", true, ow);
+  if (const toml::node* m = output->get("megatron")) {
+    const toml::table* mt = m->as_table();
+    const std::string mw = file + " [output.megatron]";
+    if (!mt) fail("{}: must be a table (output_prefix, tokenizer_type, ...)", mw);
+    check_keys(*mt, {"output_prefix", "tokenizer_type", "vocab_file", "merge_file", "tokenizer_model", "append_eod"},
+               mw);
+    MegatronOutput& o = c.megatron;
+    o.output_prefix = toml_string(*mt, "output_prefix", "", mw);
+    if (o.output_prefix.empty()) fail("{}: output_prefix = \"...\" is required", mw);
+    o.tokenizer.type = toml_string(*mt, "tokenizer_type", o.tokenizer.type, mw);
+    o.tokenizer.vocab_file = toml_string(*mt, "vocab_file", "", mw);
+    o.tokenizer.merge_file = toml_string(*mt, "merge_file", "", mw);
+    o.tokenizer.model_file = toml_string(*mt, "tokenizer_model", "", mw);
+    o.append_eod = toml_bool(*mt, "append_eod", true, mw);
+    if (o.tokenizer.type == "GPT2BPETokenizer" && o.tokenizer.vocab_file.empty() && o.tokenizer.merge_file.empty()) {
+      o.tokenizer.vocab_file = default_data_dir() + "/gpt2/encoder.json";
+      o.tokenizer.merge_file = default_data_dir() + "/gpt2/vocab.bpe";
+    }
+    try {
+      make_tokenizer(o.tokenizer);  // a wrong tokenizer fails now, not after the curation
+    } catch (const Error& e) {
+      fail("{}: {}", mw, e.what());
+    }
+  }
 
   if (const toml::node* stages = root.get("stage")) {
     const toml::array* list = stages->as_array();
@@ -510,6 +537,8 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
   for (const Shard& s : shards)
     for (const std::string& f : s.files) input_total += fs::file_size(f, ec);
 
+  const std::string text_key = c.text_format ? "text" : c.text_key;
+  std::unique_ptr<Tokenizer> tokenizer;          // [output.megatron], made when first needed
   std::vector<Removal> removals;                 // of the deduplicator before the segment
   std::map<uint64_t, std::string> kept_ids;      // their kept documents' ids
   std::vector<uint64_t> out_first;               // number of each shard's first document there
@@ -575,6 +604,21 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
         kept.commit();
         if (removed) removed->commit();
         write_json_file(stats_path(k, s), stats.to_json());
+      }
+      if (k + 1 == num_segments && !c.megatron.output_prefix.empty()) {
+        const std::string prefix = fmt::format("{}_shard_{:05}", c.megatron.output_prefix, s);
+        const std::string dataset = preprocess_output_prefix(prefix, text_key);
+        if (!path_exists(dataset + ".idx")) {
+          if (!tokenizer) tokenizer = make_tokenizer(c.megatron.tokenizer);
+          PreprocessOptions p;
+          p.input = out_path(k, s);
+          p.json_keys = {text_key};
+          p.output_prefix = prefix;
+          p.append_eod = c.megatron.append_eod;
+          p.workers = o.threads;
+          preprocess(p, *tokenizer);
+        }
+        total.megatron.emplace_back(dataset, IndexedDataset(dataset).total_tokens());
       }
       if (k == 0) {
         for (const std::string& f : shards[s].files) done_bytes += fs::file_size(f, ec);

@@ -10,6 +10,10 @@
 //   dir = "curated"
 //   compression = "zstd"      # or "none"
 //   write_removed = true      # removed documents, with stage and reason
+//   [output.megatron]         # optional: each kept shard also tokenized by
+//   output_prefix = "tok/c"   # `claw preprocess` into a Megatron dataset
+//   tokenizer_type = "GPT2BPETokenizer"  # vocab_file, merge_file,
+//   append_eod = true         # tokenizer_model as preprocess's flags
 //   [[stage]]
 //   kind = "clean"            # then the stage's keys (stages.h)
 //
@@ -43,6 +47,7 @@
 
 #include "claw/data/curate/document.h"
 #include "claw/data/curate/stage.h"
+#include "claw/data/tokenizer_factory.h"
 
 namespace claw::data::curate {
 
@@ -55,6 +60,14 @@ struct StageSpec {
   std::shared_ptr<toml::table> dedup_keys;  // set for a deduplication stage
 };
 
+// [output.megatron]: the kept shards as Megatron indexed datasets,
+// <output_prefix>_shard_NNNNN_text_document.{bin,idx}, one per shard.
+struct MegatronOutput {
+  std::string output_prefix;  // empty: none
+  TokenizerOptions tokenizer;
+  bool append_eod = true;
+};
+
 struct CurateConfig {
   std::string file;  // the TOML file, for messages
   std::vector<std::string> inputs;  // input paths as written
@@ -62,6 +75,7 @@ struct CurateConfig {
   std::string text_key = "text", id_key = "id";
   std::string output_dir;
   bool compress = true, write_removed = true;
+  MegatronOutput megatron;
   std::vector<StageSpec> stages;
 };
 
@@ -87,6 +101,8 @@ struct CurateStats {
   double seconds = 0;
   std::vector<std::string> kinds;       // per stage, in pipeline order
   std::vector<StageCounters> stages;    // per stage
+  // [output.megatron]: each shard's dataset prefix and its tokens.
+  std::vector<std::pair<std::string, int64_t>> megatron;
 };
 
 CurateStats run_curate(const CurateConfig& config, const CurateOptions& options);
