@@ -129,6 +129,8 @@ case $case_name in
     n=$(same_output "$tmp/whole" "$tmp/resumed") || exit 1
     echo "ok: stopped after $done_before shard(s) done, resumed; $n output files equal the uninterrupted run's" ;;
   slurm_tasks)
+    # MinHash here (exact dedup in slurm_array): both kinds of fingerprint.
+    stages=('[[stage]]' 'kind = "clean"' '[[stage]]' 'kind = "minhash_dedup"' '[[stage]]' 'kind = "pii"')
     make_corpus "$tmp/in" 5
     config "$tmp/in" "$tmp/one" "${stages[@]}"
     run --config "$tmp/p.toml"
@@ -137,12 +139,14 @@ case $case_name in
     for t in 0 1 2; do
       out=$(SLURM_ARRAY_TASK_COUNT=3 SLURM_ARRAY_TASK_ID=$t "$claw" curate --config "$tmp/p.toml" 2>&1) ||
         fail "task $t failed"
-      grep -q "task $t of 3: done with its shards" <<<"$out" || fail "task $t: $out"
+      grep -q "task $t of 3: done with its shards and their fingerprints" <<<"$out" || fail "task $t: $out"
     done
+    [[ $(ls "$tmp/array/work" | grep -c "fingerprints_shard") -eq 5 ]] || fail "no fingerprints from the tasks"
     [[ $(ls "$tmp/array/stats" | wc -l) -eq 5 ]] || fail "the tasks did not split the 5 shards: $(ls "$tmp/array/stats")"
     run --config "$tmp/p.toml"
     [[ $rc -eq 0 ]] || fail "merge: exit code $rc"
     grep -q "(5 resumed)" <<<"$out" || fail "the merge redid shards: $out"
+    grep -q "shards_fingerprinted_by_tasks=5" <<<"$out" || fail "the merge did not use the tasks' fingerprints: $out"
     n=$(same_output "$tmp/one" "$tmp/array") || exit 1
     echo "ok: 3 array tasks + the merge give the one-task output ($n files equal)" ;;
   megatron_output)
@@ -185,7 +189,8 @@ case $case_name in
     timeout 300 sbatch --wait --array=0-2 -o "$D/task_%a.out" \
       --wrap "'$claw' curate --config '$tmp/p.toml' --threads 1" >/dev/null || fail "sbatch --array failed"
     for t in 0 1 2; do
-      grep -q "task $t of 3: done with its shards" "$D/task_$t.out" || fail "array task $t: $(cat "$D/task_$t.out")"
+      grep -q "task $t of 3: done with its shards and their fingerprints" "$D/task_$t.out" ||
+        fail "array task $t: $(cat "$D/task_$t.out")"
     done
     timeout 300 sbatch --wait -o "$D/merge.out" --wrap "'$claw' curate --config '$tmp/p.toml' --threads 2" \
       >/dev/null || fail "the merge job failed: $(cat "$D/merge.out")"

@@ -431,16 +431,26 @@ ExactDedup::ExactDedup(std::string workdir, size_t memory_budget_bytes, ExactNor
 
 ExactDedup::~ExactDedup() = default;
 
-void ExactDedup::add(uint64_t doc, std::string_view text) {
+void ExactDedup::key(std::string_view text, ExactNormalization normalization, std::span<uint64_t, 2> out) {
   XXH128_hash_t h;
-  if (impl_->normalization == ExactNormalization::none) {
+  if (normalization == ExactNormalization::none) {
     h = XXH3_128bits(text.data(), text.size());
   } else {
     thread_local std::string normalized;
     normalize_space_case(text, normalized);
     h = XXH3_128bits(normalized.data(), normalized.size());
   }
-  const ExactEntry e{h.high64, h.low64, doc};
+  out[0] = h.high64, out[1] = h.low64;
+}
+
+void ExactDedup::add(uint64_t doc, std::string_view text) {
+  uint64_t k[2];
+  key(text, impl_->normalization, k);
+  add_key(doc, k);
+}
+
+void ExactDedup::add_key(uint64_t doc, std::span<const uint64_t, 2> key) {
+  const ExactEntry e{key[0], key[1], doc};
   impl_->sorter.add(&e);
   impl_->documents.fetch_add(1, std::memory_order_relaxed);
 }
@@ -602,31 +612,40 @@ MinHashDedup::~MinHashDedup() = default;
 
 const MinHasher& MinHashDedup::hasher() const { return impl_->hasher; }
 
+bool MinHashDedup::signature(std::string_view text, std::span<uint32_t> sig) const {
+  thread_local MinHasher::Scratch shingling;
+  const auto shingles = impl_->hasher.shingles(text, shingling);
+  if (shingles.empty()) return false;
+  CLAW_CHECK(sig.size() == static_cast<size_t>(impl_->num_perm));
+  impl_->hasher.signature(shingles, sig);
+  return true;
+}
+
 void MinHashDedup::add(uint64_t doc, std::string_view text) {
+  thread_local std::vector<uint32_t> sig;
+  sig.resize(static_cast<size_t>(impl_->num_perm));
+  if (!signature(text, sig)) sig.clear();
+  add_signature(doc, sig);
+}
+
+void MinHashDedup::add_signature(uint64_t doc, std::span<const uint32_t> sig) {
   if (doc >= UINT32_MAX) fail("MinHash dedup takes at most 2^32 - 1 documents; got document number {}", doc);
-  struct Scratch {
-    MinHasher::Scratch shingling;
-    std::vector<uint32_t> sig;
-    std::vector<BandEntry> entries;
-  };
-  thread_local Scratch s;
+  thread_local std::vector<BandEntry> entries;
   Impl& im = *impl_;
   im.documents.fetch_add(1, std::memory_order_relaxed);
   atomic_max(im.doc_end, doc + 1);
-  const auto shingles = im.hasher.shingles(text, s.shingling);
-  if (shingles.empty()) {
+  if (sig.empty()) {
     im.no_shingles.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const MinHashParams& p = im.hasher.params();
-  s.sig.resize(static_cast<size_t>(im.num_perm));
-  im.hasher.signature(shingles, s.sig);
+  CLAW_CHECK(sig.size() == static_cast<size_t>(im.num_perm));
   if (im.sig_fd.get() >= 0)
-    pwrite_all(im.sig_fd, s.sig.data(), s.sig.size() * sizeof(uint32_t), im.sig_offset(doc), im.sig_path,
+    pwrite_all(im.sig_fd, sig.data(), sig.size() * sizeof(uint32_t), im.sig_offset(doc), im.sig_path,
                "dedup signature file");
-  s.entries.resize(static_cast<size_t>(p.bands));
-  for (int b = 0; b < p.bands; ++b) s.entries[b] = {im.hasher.band_key(s.sig, b), doc};
-  im.sorter.add(s.entries.data());
+  const int bands = im.hasher.params().bands;
+  entries.resize(static_cast<size_t>(bands));
+  for (int b = 0; b < bands; ++b) entries[b] = {im.hasher.band_key(sig, b), doc};
+  im.sorter.add(entries.data());
 }
 
 std::vector<Duplicate> MinHashDedup::finish(DedupStats* stats_out) {

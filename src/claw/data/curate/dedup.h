@@ -92,6 +92,10 @@ class ExactDedup {
 
   // Thread-safe; hashes in the calling thread.
   void add(uint64_t doc, std::string_view text);
+  // add() in two halves, for a key computed elsewhere (another process of
+  // a job array): the 128-bit key of a text, and adding a document by it.
+  static void key(std::string_view text, ExactNormalization normalization, std::span<uint64_t, 2> out);
+  void add_key(uint64_t doc, std::span<const uint64_t, 2> key);
   // Sorted by doc.
   std::vector<Duplicate> finish(DedupStats* stats = nullptr);
 
@@ -119,6 +123,12 @@ class MinHashDedup {
   // Thread-safe; shingles and computes the signature in the calling thread.
   // Document numbers must be below 2^32 - 1.
   void add(uint64_t doc, std::string_view text);
+  // add() in two halves, for signatures computed elsewhere (another process
+  // of a job array): the signature of a text (num_perm() entries; false when
+  // the text has fewer than `ngram` words), and adding a document by it (an
+  // empty span: no shingles). Both thread-safe.
+  bool signature(std::string_view text, std::span<uint32_t> sig) const;
+  void add_signature(uint64_t doc, std::span<const uint32_t> sig);
   // Sorted by doc.
   std::vector<Duplicate> finish(DedupStats* stats = nullptr);
 

@@ -1,7 +1,11 @@
 #include "claw/data/curate/dedup_stage.h"
 
+#include <cstring>
+#include <optional>
+
 #include "claw/core/error.h"
 #include "claw/data/curate/dedup.h"
+#include "claw/data/curate/minhash.h"
 
 namespace claw::data::curate {
 namespace {
@@ -29,21 +33,69 @@ size_t memory_budget(StageKeys& keys) {
   return static_cast<size_t>(mb) << 20;
 }
 
-template <class Dedup>
-class Deduplicator final : public CorpusDeduplicator {
+class Exact final : public CorpusDeduplicator {
  public:
-  template <class... A>
-  explicit Deduplicator(A&&... args) : dedup_(std::forward<A>(args)...) {}
-  void add(uint64_t doc, std::string_view text) override { dedup_.add(doc, text); }
+  Exact(ExactNormalization norm, const std::string& workdir, size_t budget) : norm_(norm) {
+    if (!workdir.empty()) dedup_.emplace(workdir, budget, norm);
+  }
+  size_t fingerprint_bytes() const override { return 2 * sizeof(uint64_t); }
+  void fingerprint(std::string_view text, std::span<std::byte> out) const override {
+    uint64_t k[2];
+    ExactDedup::key(text, norm_, k);
+    std::memcpy(out.data(), k, sizeof k);
+  }
+  void add(uint64_t doc, std::span<const std::byte> fp) override {
+    uint64_t k[2];
+    std::memcpy(k, fp.data(), sizeof k);
+    dedup_->add_key(doc, k);
+  }
   std::vector<Removal> finish(StageCounters& counters) override {
     DedupStats stats;
-    std::vector<Removal> r = to_removals(dedup_.finish(&stats));
+    std::vector<Removal> r = to_removals(dedup_->finish(&stats));
     count(stats, counters);
     return r;
   }
 
  private:
-  Dedup dedup_;
+  ExactNormalization norm_;
+  std::optional<ExactDedup> dedup_;
+};
+
+// Fingerprint: a uint32 flag (1: the text has shingles) and the signature.
+class MinHash final : public CorpusDeduplicator {
+ public:
+  MinHash(const MinHashParams& p, const std::string& workdir, size_t budget) : hasher_(p), perm_(p.num_perm()) {
+    if (!workdir.empty()) dedup_.emplace(p, workdir, budget);
+  }
+  size_t fingerprint_bytes() const override { return sizeof(uint32_t) * (1 + perm_); }
+  void fingerprint(std::string_view text, std::span<std::byte> out) const override {
+    thread_local MinHasher::Scratch scratch;
+    thread_local std::vector<uint32_t> sig;
+    sig.assign(1 + perm_, 0);
+    const auto shingles = hasher_.shingles(text, scratch);
+    if (!shingles.empty()) {
+      sig[0] = 1;
+      hasher_.signature(shingles, std::span<uint32_t>(sig).subspan(1));
+    }
+    std::memcpy(out.data(), sig.data(), fingerprint_bytes());
+  }
+  void add(uint64_t doc, std::span<const std::byte> fp) override {
+    thread_local std::vector<uint32_t> sig;
+    sig.resize(1 + perm_);
+    std::memcpy(sig.data(), fp.data(), fingerprint_bytes());
+    dedup_->add_signature(doc, sig[0] ? std::span<const uint32_t>(sig).subspan(1) : std::span<const uint32_t>());
+  }
+  std::vector<Removal> finish(StageCounters& counters) override {
+    DedupStats stats;
+    std::vector<Removal> r = to_removals(dedup_->finish(&stats));
+    count(stats, counters);
+    return r;
+  }
+
+ private:
+  MinHasher hasher_;
+  size_t perm_;
+  std::optional<MinHashDedup> dedup_;
 };
 
 }  // namespace
@@ -54,8 +106,7 @@ std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, S
     const ExactNormalization norm = parse_exact_normalization(keys.string("normalization", "whitespace_lowercase"));
     const size_t budget = memory_budget(keys);
     keys.check_all_read();
-    if (workdir.empty()) return nullptr;
-    return std::make_unique<Deduplicator<ExactDedup>>(workdir, budget, norm);
+    return std::make_unique<Exact>(norm, workdir, budget);
   }
   CLAW_CHECK(kind == "minhash_dedup");
   MinHashParams p;
@@ -74,8 +125,7 @@ std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, S
   } catch (const Error& e) {
     fail("{}: {}", keys.where(), e.what());
   }
-  if (workdir.empty()) return nullptr;
-  return std::make_unique<Deduplicator<MinHashDedup>>(p, workdir, budget);
+  return std::make_unique<MinHash>(p, workdir, budget);
 }
 
 }  // namespace claw::data::curate

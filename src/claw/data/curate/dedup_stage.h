@@ -1,10 +1,14 @@
 // Deduplication as a pipeline stage (pipeline.h): the documents reaching
-// the stage are numbered 0..N-1 in shard and line order, given to add() from
-// the worker threads, and finish() names the duplicates to drop.
+// the stage are numbered 0..N-1 in shard and line order; each gets a
+// fingerprint (exact: a 128-bit hash of the normalised text; MinHash: its
+// signature), computed by the workers or, in a job array, by the task that
+// owns the shard and saved beside it; finish() names the duplicates.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,18 +25,22 @@ struct Removal {
 class CorpusDeduplicator {
  public:
   virtual ~CorpusDeduplicator() = default;
+  // Fixed size of a fingerprint, and a text's (thread-safe, no state).
+  virtual size_t fingerprint_bytes() const = 0;
+  virtual void fingerprint(std::string_view text, std::span<std::byte> out) const = 0;
   // Thread-safe; every document exactly once, in any order.
-  virtual void add(uint64_t doc, std::string_view text) = 0;
+  virtual void add(uint64_t doc, std::span<const std::byte> fingerprint) = 0;
   // The duplicates, sorted by doc; figures go to counters.
   virtual std::vector<Removal> finish(StageCounters& counters) = 0;
 };
 
 // kind "exact_dedup" (keys: normalization = "whitespace_lowercase" | "none",
-// memory_mb) or "minhash_dedup" (ngram = 5, bands = 14, rows = 8, seed,
-// threshold = 0: every LSH candidate pair is a duplicate, as datatrove; else
-// the pair's estimated Jaccard must reach it; lowercase, normalize_numbers,
-// strip_diacritics; memory_mb = 256); dedup.h has the algorithms. Scratch files go
-// under workdir; an empty workdir only checks the keys (returns null).
+// memory_mb = 256) or "minhash_dedup" (ngram = 5, bands = 14, rows = 8,
+// seed, threshold = 0: every LSH candidate pair is a duplicate, as
+// datatrove; else the pair's estimated Jaccard must reach it; lowercase,
+// normalize_numbers, strip_diacritics; memory_mb = 256); dedup.h has the
+// algorithms. Scratch files go under workdir. With an empty workdir the
+// object only fingerprints (add and finish must not be called).
 std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, StageKeys& keys,
                                                       const std::string& workdir);
 

@@ -524,8 +524,44 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
   auto removed_path = [&](size_t k, int64_t shard) {
     return (dir / "removed" / (k == 0 ? shard_name(shard, c.compress) : fmt::format("segment_{}_{}", k, shard_name(shard, c.compress)))).string();
   };
+  const std::string text_key = c.text_format ? "text" : c.text_key;
   auto stats_path = [&](size_t k, int64_t shard) {
     return (dir / "stats" / fmt::format("segment_{}_shard_{:05}.json", k, shard)).string();
+  };
+  auto fingerprints_path = [&](size_t d, int64_t shard) {
+    return (dir / "work" / fmt::format("dedup_{}_fingerprints_shard_{:05}.bin", d, shard)).string();
+  };
+  // The fingerprints of the documents of segment k's shard s, computed by
+  // the workers and handed to use(i, fingerprint) in document order (i from
+  // 0 within the shard) on this thread.
+  auto fingerprint_shard = [&](const CorpusDeduplicator& fp, size_t k, size_t s, auto&& use, StageCounters& sc) {
+    const std::string source = out_path(k, s);
+    JsonlReader reader(source, "intermediate shard");
+    struct Prints {
+      std::vector<std::byte> bytes;
+      int64_t docs = 0;
+      uint64_t text_bytes = 0;
+      std::exception_ptr failure;
+    };
+    const size_t n = fp.fingerprint_bytes();
+    OrderedChunkPipeline<Prints> p(reader, o.chunk_bytes, o.threads, [&](const LineChunk& ch) {
+      Prints r;
+      r.bytes.resize(static_cast<size_t>(ch.num_lines) * n);
+      for_each_line(ch.text, [&](int64_t, std::string_view line) {
+        const json j = json::parse(line);
+        const std::string& text = j.at("record").at(text_key).get_ref<const std::string&>();
+        fp.fingerprint(text, std::span<std::byte>(r.bytes).subspan(static_cast<size_t>(r.docs) * n, n));
+        ++r.docs, r.text_bytes += text.size();
+      });
+      r.bytes.resize(static_cast<size_t>(r.docs) * n);
+      return r;
+    });
+    uint64_t i = 0;
+    while (std::optional<Prints> r = p.next()) {
+      if (r->failure) std::rethrow_exception(r->failure);
+      for (int64_t j = 0; j < r->docs; ++j) use(i++, std::span<const std::byte>(r->bytes).subspan(j * n, n));
+      sc.docs_in += r->docs, sc.bytes_in += r->text_bytes;
+    }
   };
 
   CurateStats total;
@@ -537,7 +573,6 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
   for (const Shard& s : shards)
     for (const std::string& f : s.files) input_total += fs::file_size(f, ec);
 
-  const std::string text_key = c.text_format ? "text" : c.text_key;
   std::unique_ptr<Tokenizer> tokenizer;          // [output.megatron], made when first needed
   std::vector<Removal> removals;                 // of the deduplicator before the segment
   std::map<uint64_t, std::string> kept_ids;      // their kept documents' ids
@@ -634,8 +669,26 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
     }
     if (k + 1 == num_segments) break;
     if (o.num_tasks > 1) {
-      log::info("curate", "task {} of {}: done with its shards; run once more without --num-tasks to deduplicate "
-                "and finish", o.task_id, o.num_tasks);
+      // The fingerprints of this task's shards for the deduplicator (the
+      // costly part: shingling and hashing), saved for the merge run.
+      const size_t d = cuts[k + 1] - 1;
+      StageKeys keys(*c.stages[d].dedup_keys, c.stages[d].where);
+      const auto fingerprinter = make_deduplicator(c.stages[d].kind, keys, "");
+      const size_t fp_bytes = fingerprinter->fingerprint_bytes();
+      for (size_t s = o.task_id; s < shards.size(); s += o.num_tasks) {
+        if (path_exists(fingerprints_path(d, s))) continue;
+        TempFileWriter out(fingerprints_path(d, s));
+        StageCounters unused;
+        uint64_t next = 0;  // fingerprints arrive in document order
+        fingerprint_shard(*fingerprinter, k, s, [&](uint64_t i, std::span<const std::byte> fp) {
+          CLAW_CHECK(i == next);
+          ++next;
+          out.write(fp.data(), fp_bytes);
+        }, unused);
+        out.commit();
+      }
+      log::info("curate", "task {} of {}: done with its shards and their fingerprints; run once more without "
+                "--num-tasks to deduplicate and finish", o.task_id, o.num_tasks);
       break;
     }
 
@@ -658,31 +711,26 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       auto dedup = make_deduplicator(c.stages[d].kind, keys, scratch);
       StageCounters sc;
       const auto t0 = Clock::now();
+      const size_t fp_bytes = dedup->fingerprint_bytes();
+      int64_t from_tasks = 0;
       for (size_t s = 0; s < shards.size(); ++s) {
-        const std::string source = out_path(k, s);
-        JsonlReader reader(source, "intermediate shard");
-        struct Added {
-          int64_t docs = 0;
-          uint64_t bytes = 0;
-          std::exception_ptr failure;
-        };
         const uint64_t base = out_first[s];
-        OrderedChunkPipeline<Added> p(reader, o.chunk_bytes, o.threads, [&](const LineChunk& ch) {
-          Added a;
-          int64_t line_no = ch.first_line;
-          for_each_line(ch.text, [&](int64_t, std::string_view line) {
-            const json j = json::parse(line);
-            const std::string& text = j.at("record").at(c.text_format ? "text" : c.text_key).get_ref<const std::string&>();
-            dedup->add(base + static_cast<uint64_t>(line_no - 1), text);
-            ++line_no, ++a.docs, a.bytes += text.size();
-          });
-          return a;
-        });
-        while (std::optional<Added> a = p.next()) {
-          if (a->failure) std::rethrow_exception(a->failure);
-          sc.docs_in += a->docs, sc.bytes_in += a->bytes;
+        const uint64_t docs = out_first[s + 1] - base;
+        const std::string fp_path = fingerprints_path(d, s);
+        if (path_exists(fp_path)) {  // computed by the array task that owned the shard
+          const MappedFile fps(fp_path, "fingerprint file");
+          if (fps.size() != docs * fp_bytes)
+            fail("{}: {} bytes, expected {} ({} documents of {} bytes); delete it to recompute", fp_path, fps.size(),
+                 docs * fp_bytes, docs, fp_bytes);
+          for (uint64_t i = 0; i < docs; ++i) dedup->add(base + i, fps.bytes().subspan(i * fp_bytes, fp_bytes));
+          sc.docs_in += static_cast<int64_t>(docs);
+          ++from_tasks;
+          continue;
         }
+        fingerprint_shard(*dedup, k, s, [&](uint64_t i, std::span<const std::byte> fp) { dedup->add(base + i, fp); },
+                          sc);
       }
+      if (from_tasks > 0) sc.add("shards_fingerprinted_by_tasks", from_tasks);
       removals = dedup->finish(sc);
       sc.seconds = seconds_since(t0);
       sc.docs_out = sc.docs_in - static_cast<int64_t>(removals.size());
