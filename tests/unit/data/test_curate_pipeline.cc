@@ -12,6 +12,7 @@
 #include "claw/data/curate/pii.h"
 #include "claw/data/curate/pipeline.h"
 #include "claw/data/file_io.h"
+#include "claw/data/zstd_stream.h"
 #include "expect_error.h"
 #include "temp_dir.h"
 
@@ -208,6 +209,19 @@ TEST(CuratePipeline, ConfigErrorsNameTheKey) {
                                                    "p.toml"),
                                CurateOptions{}),
                     "p.toml [input] paths", "/nonexistent/*.jsonl", "matches no file");
+}
+
+TEST(CuratePipeline, ReadsZstdInput) {
+  TempDir d;
+  std::string lines, compressed;
+  for (int i = 0; i < 300; ++i) lines += json{{"id", i}, {"text", fmt::format("document {} of 300", i)}}.dump() + "\n";
+  ZstdEncoder enc("in.jsonl.zst");
+  enc.compress(lines, compressed);
+  enc.finish(compressed);
+  write(d / "in.jsonl.zst", compressed);
+  const CurateStats st = run_curate(config(d, "", "in.jsonl.zst"), CurateOptions{});
+  EXPECT_EQ(st.docs_in, 300);
+  EXPECT_EQ(read_file(d / "out/shard_00000.jsonl", "out"), lines);  // unchanged records pass through byte for byte
 }
 
 TEST(CuratePipeline, TextDirectoriesAndZstdOutput) {
