@@ -25,6 +25,14 @@ void count(const DedupStats& s, StageCounters& c) {
   if (s.spills) c.add("spills", s.spills);
 }
 
+template <class Dedup>
+std::vector<Removal> finish_and_count(Dedup& dedup, StageCounters& counters) {
+  DedupStats stats;
+  std::vector<Removal> r = to_removals(dedup.finish(&stats));
+  count(stats, counters);
+  return r;
+}
+
 // memory_mb: the deduplicator's buffer budget; it spills to workdir past it.
 // The default keeps `claw curate` within a few hundred MB whatever the corpus.
 size_t memory_budget(StageKeys& keys) {
@@ -49,12 +57,7 @@ class Exact final : public CorpusDeduplicator {
     std::memcpy(k, fp.data(), sizeof k);
     dedup_->add_key(doc, k);
   }
-  std::vector<Removal> finish(StageCounters& counters) override {
-    DedupStats stats;
-    std::vector<Removal> r = to_removals(dedup_->finish(&stats));
-    count(stats, counters);
-    return r;
-  }
+  std::vector<Removal> finish(StageCounters& counters) override { return finish_and_count(*dedup_, counters); }
 
  private:
   ExactNormalization norm_;
@@ -85,12 +88,7 @@ class MinHash final : public CorpusDeduplicator {
     std::memcpy(sig.data(), fp.data(), fingerprint_bytes());
     dedup_->add_signature(doc, sig[0] ? std::span<const uint32_t>(sig).subspan(1) : std::span<const uint32_t>());
   }
-  std::vector<Removal> finish(StageCounters& counters) override {
-    DedupStats stats;
-    std::vector<Removal> r = to_removals(dedup_->finish(&stats));
-    count(stats, counters);
-    return r;
-  }
+  std::vector<Removal> finish(StageCounters& counters) override { return finish_and_count(*dedup_, counters); }
 
  private:
   MinHasher hasher_;
