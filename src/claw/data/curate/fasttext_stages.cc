@@ -1,4 +1,5 @@
 #include "claw/data/curate/fasttext_stages.h"
+#include "claw/data/curate/fasttext_model.h"
 
 #include <fasttext/fasttext.h>
 
@@ -21,22 +22,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::shared_ptr<const fasttext::FastText> load_model(const std::string& path, const std::string& where) {
+std::shared_ptr<const FastTextModel> load_model(const std::string& path, const std::string& where) {
   if (!path_exists(path))
     fail("{}: model = \"{}\" not found{}", where, path,
          path.ends_with("lid.176.ftz") ? " (scripts/fetch-data puts fastText's lid.176 there)" : "");
-  auto m = std::make_shared<fasttext::FastText>();
   try {
-    m->loadModel(path);
-  } catch (const std::exception& e) {
-    fail("{}: model = \"{}\" is not a fastText model: {}", where, path, e.what());
+    return std::make_shared<const FastTextModel>(path);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
   }
-  return m;
 }
 
-// Every label's probability, best first, for one line of text (newlines
-// become spaces, as fastText predicts a line at a time).
-std::vector<std::pair<fasttext::real, std::string>> predict_all(const fasttext::FastText& m, std::string_view text) {
+// Every label's probability, best first, for one line of text (newlines as
+// spaces): what fastText's predictLine(k = -1) gives, at several times its
+// speed (fasttext_model.h).
+const std::vector<std::pair<float, int32_t>>& predict_all(const FastTextModel& m, std::string_view text) {
+  thread_local std::vector<std::pair<float, int32_t>> out;
+  m.predict(text, out);
+  return out;
+}
+
+// fastText's own prediction, for the trainer's held-out report.
+std::vector<std::pair<fasttext::real, std::string>> predict_line(const fasttext::FastText& m, std::string_view text) {
   std::string line(text);
   std::replace(line.begin(), line.end(), '\n', ' ');
   std::istringstream in(line);
@@ -62,33 +69,43 @@ class LanguageFilter final : public Stage {
     for (const auto& [lang, t] : per_language_)
       if (!languages_.empty() && std::find(languages_.begin(), languages_.end(), lang) == languages_.end())
         fail("{}: thresholds.{} is set but \"{}\" is not in languages", keys.where(), lang, lang);
+    // Per label: its language code, and its threshold if it is wanted (else -1).
+    for (int32_t i = 0; i < model_->num_labels(); ++i) {
+      const std::string lang = strip_label(model_->label(i));
+      const bool wanted = std::find(languages_.begin(), languages_.end(), lang) != languages_.end();
+      auto t = per_language_.find(lang);
+      language_.push_back(lang);
+      wanted_threshold_.push_back(!wanted ? -1.0 : t == per_language_.end() ? threshold_ : t->second);
+    }
+    for (const std::string& lang : languages_)
+      if (std::find(language_.begin(), language_.end(), lang) == language_.end())
+        fail("{}: languages has \"{}\", which the model does not know (it has e.g. \"{}\")", keys.where(), lang,
+             language_.empty() ? std::string() : language_[0]);
   }
   std::string_view kind() const override { return "language"; }
 
   std::string_view process(Document& doc, StageCounters& counters) const override {
-    const auto preds = predict_all(*model_, doc.text);
+    const auto& preds = predict_all(*model_, doc.text);
     if (preds.empty()) return label_only_ ? "" : "language";
-    const std::string best = strip_label(preds[0].second);
+    const std::string& best = language_[preds[0].second];
     doc.labels["language"] = best;
     doc.scores["language_score"] = preds[0].first;
     counters.add(best);
     if (label_only_) return "";
     if (languages_.empty()) return preds[0].first > threshold_ ? "" : "language";
-    for (const auto& [p, label] : preds) {
-      const std::string lang = strip_label(label);
-      if (std::find(languages_.begin(), languages_.end(), lang) == languages_.end()) continue;
-      auto t = per_language_.find(lang);
-      if (p > (t == per_language_.end() ? threshold_ : t->second)) return "";
-    }
+    for (const auto& [p, label] : preds)
+      if (wanted_threshold_[label] >= 0 && p > wanted_threshold_[label]) return "";
     return "language";
   }
 
  private:
-  std::shared_ptr<const fasttext::FastText> model_;
+  std::shared_ptr<const FastTextModel> model_;
   std::vector<std::string> languages_;
   double threshold_;
   std::map<std::string, double> per_language_;
   bool label_only_;
+  std::vector<std::string> language_;      // per label of the model
+  std::vector<double> wanted_threshold_;   // per label: its threshold, or -1 if not in languages
 };
 
 class ClassifierFilter final : public Stage {
@@ -100,8 +117,8 @@ class ClassifierFilter final : public Stage {
     label_ = keys.string("label", "hq");
     threshold_ = keys.number("threshold", 0.5);
     keys.check_all_read();
-    if (model_->getLabelId("__label__" + label_) < 0)
-      fail("{}: label = \"{}\" is not a label of {}", keys.where(), label_, path);
+    label_id_ = model_->label_id("__label__" + label_);
+    if (label_id_ < 0) fail("{}: label = \"{}\" is not a label of {}", keys.where(), label_, path);
     score_key_ = label_ + "_score";
   }
   std::string_view kind() const override { return "classifier"; }
@@ -109,14 +126,15 @@ class ClassifierFilter final : public Stage {
   std::string_view process(Document& doc, StageCounters&) const override {
     double p = 0;
     for (const auto& [prob, label] : predict_all(*model_, doc.text))
-      if (strip_label(label) == label_) p = prob;
+      if (label == label_id_) p = prob;
     doc.scores[score_key_] = p;
     return p >= threshold_ ? "" : "classifier_score";
   }
 
  private:
-  std::shared_ptr<const fasttext::FastText> model_;
+  std::shared_ptr<const FastTextModel> model_;
   std::string label_, score_key_;
+  int32_t label_id_;
   double threshold_;
 };
 
@@ -191,7 +209,7 @@ ClassifierReport train_fasttext_classifier(const ClassifierTraining& t) {
   for (int32_t i = 0; i < ft.getDictionary()->nlabels(); ++i) r.labels.push_back(strip_label(ft.getDictionary()->getLabel(i)));
   int64_t right = 0;
   for (const auto& [label, body] : held_out) {
-    const auto preds = predict_all(ft, body);
+    const auto preds = predict_line(ft, body);
     right += !preds.empty() && strip_label(preds[0].second) == label;
   }
   r.validation_examples = static_cast<int64_t>(held_out.size());

@@ -1,0 +1,78 @@
+// Inference for fastText supervised classifiers (Joulin et al., "Bag of
+// Tricks for Efficient Text Classification", 2016), bit-for-bit what
+// fastText 0.9.2's FastText::predictLine(in, out, k, threshold) returns on a
+// line with no newline, at several times its speed.
+//
+// A line is split on " \n\r\t\v\f\0" into tokens. A token that is a label
+// (a dictionary label, or an unknown token starting with "__label__") is
+// skipped. A word contributes, in order, its dictionary row (if known) and
+// the rows of its character n-grams: the substrings of "<word>" of minn..maxn
+// UTF-8 characters, each hashed with 32-bit FNV-1a (bytes sign-extended, as
+// fastText's released models were trained) to nwords + hash % bucket (for a
+// quantized model with a pruned vocabulary, through the kept-n-gram map;
+// n-grams not kept are dropped). A known word's n-grams are those of its
+// dictionary entry; "</s>" has none and ends the line. After all tokens come
+// the word n-grams: for each run of 2..wordNgrams consecutive word hashes
+// h_i, h = h * 116049371 + h_j (uint64, the 32-bit hashes sign-extended),
+// row nwords + h % bucket.
+//
+//   hidden = (1/N) sum of the N rows   (float, rows added in the order above)
+//   softmax:    p = softmax(W_out hidden)        every label
+//   ns / ova:   p = sigmoid(W_out hidden)        fastText's 512-entry table
+//   hs:         DFS of the Huffman tree over the label counts; a node's
+//               right child has log p += log(sigmoid(w_node . hidden) + 1e-5),
+//               the left log(1 - sigmoid + 1e-5); subtrees whose score falls
+//               below log(threshold + 1e-5) are not explored, so with
+//               threshold 0 only labels with p >~ 1e-5 come back.
+//   score = log(p + 1e-5) for softmax / sigmoid; returned prob = exp(score).
+//
+// Rows of a quantized matrix are product-quantized (Jegou et al. 2011):
+// row i = norm_i * concat_m centroid[m][code[i][m]], decoded on the fly.
+// Every float operation is done in fastText's order and precision (sums
+// sequential in the row index, no fused multiply-add: this file is compiled
+// with fp-contract off), and results are ordered with the same std heap
+// calls, so ties come out in the same order.
+//
+// Thread-safety: a FastTextModel is immutable after construction; predict
+// may be called from any number of threads (scratch is thread_local).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace claw::data::curate {
+
+class FastTextModel {
+ public:
+  // Loads a fastText .bin or .ftz (quantized input; quantized output if the
+  // model was quantized with -qout). claw::Error naming `path` if the file
+  // is missing, truncated, not a fastText model, or not a supervised one.
+  explicit FastTextModel(const std::string& path);
+  ~FastTextModel();
+  FastTextModel(FastTextModel&&) noexcept;
+  FastTextModel& operator=(FastTextModel&&) noexcept;
+
+  // (probability, label index) best first, as predictLine(k, threshold) on
+  // `text` (newlines count as spaces). k = -1: every label (for hs: every
+  // label the tree search reaches). Empty when the text has no usable token.
+  // `out` is cleared first; reuse it across calls to avoid allocation.
+  void predict(std::string_view text, std::vector<std::pair<float, int32_t>>& out, int32_t k = -1,
+               float threshold = 0.0f) const;
+
+  int32_t num_labels() const;
+  const std::string& label(int32_t i) const;      // "__label__en"
+  int32_t label_id(std::string_view label) const;  // -1 if absent
+  int32_t dim() const;
+  bool quantized() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<const Impl> impl_;
+};
+
+}  // namespace claw::data::curate
