@@ -25,6 +25,7 @@ one core's memory copy bandwidth (numpy), in the same run.
 Prints markdown tables.
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -46,8 +47,8 @@ STREAM = ["language", "gopher_repetition", "gopher_quality", "c4_quality", "fine
 def corpus():
     rng = random.Random(1)
     docs = []
-    for line in open(os.path.join(DATA, "sotu.jsonl")):
-        s = json.loads(line)["text"].replace("\n", " ").split(". ")
+    for path in sorted(glob.glob(os.path.join(DATA, "sotu", "*.txt"))):
+        s = open(path, encoding="utf-8").read().replace("\n", " ").split(". ")
         i = 0
         while i < len(s) - 2:
             n = rng.randint(3, 12)

@@ -35,13 +35,13 @@ expect_error() {  # expect_error PATTERN
 # Several shards of real text: the State of the Union corpus cut into
 # 4-sentence documents, with a few duplicates and some personal data.
 make_corpus() {  # make_corpus DIR SHARDS
-  /usr/bin/python3 - "$data/sotu.jsonl" "$1" "$2" <<'PY'
-import json, os, sys
+  /usr/bin/python3 - "$data/sotu" "$1" "$2" <<'PY'
+import glob, json, os, sys
 src, out, shards = sys.argv[1], sys.argv[2], int(sys.argv[3])
 os.makedirs(out, exist_ok=True)
 docs = []
-for line in open(src):
-    s = json.loads(line)["text"].split(". ")
+for path in sorted(glob.glob(os.path.join(src, "*.txt"))):  # the speeches scripts/fetch-data unpacks
+    s = open(path, encoding="utf-8").read().split(". ")
     docs += [". ".join(s[i:i + 4]) + "." for i in range(0, len(s) - 3, 4)]
 for i in range(0, len(docs), 97):
     docs[i] += " Write to press.office@example.gov or call 202-555-0143."

@@ -14,6 +14,7 @@
    at least 85% of shuffled ones.
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -55,8 +56,8 @@ OTHER = {
 def paragraphs(data_dir):
     """The speeches (one line each, no paragraph breaks) cut into pieces of 4 sentences."""
     out = []
-    for line in open(os.path.join(data_dir, "sotu.jsonl")):
-        sents = json.loads(line)["text"].replace("\n", " ").split(". ")
+    for path in sorted(glob.glob(os.path.join(data_dir, "sotu", "*.txt"))):  # as scripts/fetch-data unpacks them
+        sents = open(path, encoding="utf-8").read().replace("\n", " ").split(". ")
         for i in range(0, len(sents) - 3, 4):
             out.append(". ".join(sents[i:i + 4]).strip() + ".")
     return out

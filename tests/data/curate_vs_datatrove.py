@@ -3,7 +3,7 @@
 
   /tmp/claw-curate-venv/bin/python tests/data/curate_vs_datatrove.py --driver BUILD/curate_filter_driver
 
-Builds a few thousand documents from data/sotu.jsonl (State of the Union
+Builds a few thousand documents from data/sotu/*.txt (State of the Union
 addresses: cut into sentences, grouped into paragraphs, joined into
 documents of one sentence to whole addresses, some of them edited so that
 each rule of each filter fires: repeated lines and paragraphs, bullets,
@@ -30,6 +30,7 @@ what matters is that it changes no decision.
 import argparse
 import collections
 import json
+import os
 import random
 import re
 import subprocess
@@ -214,7 +215,11 @@ def synthetic(rng, i):
 
 def make_docs(sotu, seed, count):
     rng = random.Random(seed)
-    addresses = [json.loads(l) for l in sotu.read_text().splitlines() if l.strip()]
+    # The speeches as scripts/fetch-data unpacks them (data/sotu.jsonl is the
+    # same texts, but made only when a command first needs the corpus).
+    addresses = [{"text": p.read_text(encoding="utf-8")} for p in sorted(sotu.glob("*.txt"))]
+    if not addresses:
+        sys.exit(f"no speeches in {sotu} (scripts/fetch-data)")
     docs = []
     # Whole addresses (long documents), every fifth one.
     for k, a in enumerate(addresses[::5]):
@@ -386,7 +391,8 @@ def compare_split(driver, docs, kind, show):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--driver", required=True, help="curate_filter_driver binary")
-    ap.add_argument("--sotu", default=str(REPO / "data" / "sotu.jsonl"))
+    ap.add_argument("--sotu", default=str(Path(os.environ.get("CLAW_DATA_DIR", REPO / "data")) / "sotu"),
+                    help="the directory of State of the Union speeches (*.txt)")
     ap.add_argument("--docs", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--show", type=int, default=30, help="disagreements printed per filter")

