@@ -528,6 +528,10 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
   auto stats_path = [&](size_t k, int64_t shard) {
     return (dir / "stats" / fmt::format("segment_{}_shard_{:05}.json", k, shard)).string();
   };
+  // A done shard's figures, from its marker.
+  auto read_stats = [&](size_t k, int64_t shard) {
+    return ShardStats::from_json(json::parse(read_file(stats_path(k, shard), "shard stats")));
+  };
   auto fingerprints_path = [&](size_t d, int64_t shard) {
     return (dir / "work" / fmt::format("dedup_{}_fingerprints_shard_{:05}.bin", d, shard)).string();
   };
@@ -586,7 +590,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       if (k == 0 && static_cast<int>(s % o.num_tasks) != o.task_id) continue;
       ShardStats stats;
       if (path_exists(stats_path(k, s))) {  // done in an earlier run
-        stats = ShardStats::from_json(json::parse(read_file(stats_path(k, s), "stats")));
+        stats = read_stats(k, s);
         if (k == 0) ++total.shards_resumed;
       } else {
         stats.stages.resize(c.stages.size());
@@ -696,7 +700,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
     // numbered in shard and line order.
     out_first.assign(shards.size() + 1, 0);
     for (size_t s = 0; s < shards.size(); ++s)
-      out_first[s + 1] = out_first[s] + ShardStats::from_json(json::parse(read_file(stats_path(k, s), "stats"))).docs_out;
+      out_first[s + 1] = out_first[s] + read_stats(k, s).docs_out;
     const size_t d = cuts[k + 1] - 1;
     const std::string removals_path = (dir / "work" / fmt::format("dedup_{}.json", d)).string();
     if (path_exists(removals_path)) {
