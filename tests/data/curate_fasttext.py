@@ -5,8 +5,10 @@
 1. Language ID: about 2000 documents (paragraphs of the built-in State of
    the Union corpus, sentences in 14 other languages, numbers and markup) through a
    `language` stage with label_only = true; each document's label and score
-   must equal what fastText's Python predict gives on the same lid.176 model
-   (labels identical, scores within 1e-5).
+   must equal what fastText's Python model.predict gives on the same lid.176
+   model (labels identical, scores within 1e-5); then a filtering stage with
+   per-language thresholds must keep and drop the documents datatrove's rule
+   keeps and drops on fastText's full ranking (k = -1).
 2. Quality classifier: `claw curate train-classifier` on labelled paragraphs
    (hq: real paragraphs; lq: the same paragraphs with their words shuffled)
    must reach a held-out accuracy of at least 0.85, and a `classifier`
@@ -18,6 +20,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,6 +72,7 @@ def curate(claw, workdir, docs, stage):
         for i, d in enumerate(docs):
             f.write(json.dumps({"id": str(i), "text": d}, ensure_ascii=False) + "\n")
     out = os.path.join(workdir, "out")
+    shutil.rmtree(out, ignore_errors=True)  # else the run resumes the last one's finished shard
     cfg = os.path.join(workdir, "p.toml")
     with open(cfg, "w") as f:
         f.write(f'[input]\npaths = ["{inp}"]\n[output]\ndir = "{out}"\ncompression = "none"\n[[stage]]\n{stage}\n')
@@ -90,18 +94,34 @@ def check_language(claw, data_dir, workdir):
     label_diff, score_diff, langs = 0, 0.0, set()
     for d in kept:
         text = docs[int(d["id"])]
-        pred = model.f.predict(text.replace("\n", " "), 1, 0.0, "strict")
-        if not pred:  # nothing fastText can read (no word): no label either side
-            label_diff += "metadata" in d
-            continue
-        prob, label = pred[0]
-        label = label.replace("__label__", "")
+        labels, probs = model.predict(text.replace("\n", " "))  # the line's end counts, as the word </s>
+        label, prob = labels[0].replace("__label__", ""), probs[0]
         langs.add(label)
         label_diff += label != d["metadata"]["language"]
         score_diff = max(score_diff, abs(prob - d["metadata"]["language_score"]))
     print(f"language ID: {len(docs)} documents, {len(langs)} languages found; labels differing from fastText's "
           f"Python predict: {label_diff}; largest score difference {score_diff:.2e}")
-    return label_diff == 0 and score_diff < 1e-5
+
+    # Filtering with per-language thresholds: kept when any wanted language's
+    # probability (every label ranked, k = -1) exceeds its threshold, as
+    # datatrove's LanguageFilter decides.
+    wanted = {"en": 0.65, "fr": 0.3, "de": 0.9, "es": 0.65, "ru": 0.05}
+    stage = ('kind = "language"\nlanguages = ["en", "fr", "de", "es", "ru"]\nthreshold = 0.65\n'
+             'thresholds = { fr = 0.3, de = 0.9, ru = 0.05 }')
+    kept, removed = curate(claw, workdir, docs, stage)
+    kept_ids = {int(d["id"]) for d in kept}
+    assert len(kept) + len(removed) == len(docs)
+    decision_diff = 0
+    for i, text in enumerate(docs):
+        labels, probs = model.predict(text.replace("\n", " "), k=-1)
+        keep = any(p > wanted.get(l.replace("__label__", ""), 2.0) for l, p in zip(labels, probs))
+        if keep != (i in kept_ids):
+            decision_diff += 1
+            print(f"  differs: document {i} {'kept' if i in kept_ids else 'removed'} by claw; fastText: "
+                  f"{list(zip(labels[:3], probs[:3]))}: {text[:80]!r}")
+    print(f"language filter (en, es 0.65, fr 0.3, de 0.9, ru 0.05): kept {len(kept)}/{len(docs)}; decisions differing "
+          f"from fastText's k = -1 ranking: {decision_diff}")
+    return label_diff == 0 and score_diff < 1e-5 and decision_diff == 0
 
 
 def check_classifier(claw, data_dir, workdir):

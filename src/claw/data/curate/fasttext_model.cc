@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -205,11 +206,70 @@ struct Node {
   int64_t count = 0;
 };
 
+// The rows of the words a thread has met that are not in the dictionary,
+// so that a repeated word skips its n-gram hashing and the pruned-bucket
+// lookups (lid.176 knows 7,235 words; two thirds of English tokens are not
+// among them). Direct-mapped on the word's hash: a colliding word replaces
+// the old one, and everything is dropped when the arenas fill.
+class WordCache {
+ public:
+  static constexpr uint32_t kSlots = 1u << 14;
+  static constexpr size_t kMaxRows = size_t{1} << 22, kMaxChars = size_t{1} << 22;
+
+  explicit WordCache(uint64_t model) : model_(model) { clear(); }
+  uint64_t model() const { return model_; }
+
+  // The cached rows of `word` (hash `h`), or null.
+  const int32_t* find(std::string_view word, uint32_t h, int32_t& n) const {
+    const Slot& e = slots_[h & (kSlots - 1)];
+    if (e.hash != h || e.len != word.size() || std::memcmp(chars_.data() + e.chars, word.data(), word.size()) != 0)
+      return nullptr;
+    n = static_cast<int32_t>(e.count);
+    return rows_.data() + e.rows;
+  }
+  void insert(std::string_view word, uint32_t h, const std::vector<int32_t>& rows) {
+    if (rows_.size() + rows.size() > kMaxRows || chars_.size() + word.size() > kMaxChars) clear();
+    slots_[h & (kSlots - 1)] = Slot{h, static_cast<uint32_t>(word.size()), static_cast<uint32_t>(chars_.size()),
+                                    static_cast<uint32_t>(rows_.size()), static_cast<uint32_t>(rows.size())};
+    chars_.append(word);
+    rows_.insert(rows_.end(), rows.begin(), rows.end());
+  }
+
+ private:
+  struct Slot {
+    uint32_t hash = 0, len = UINT32_MAX, chars = 0, rows = 0, count = 0;
+  };
+  void clear() {
+    slots_.assign(kSlots, Slot{});
+    rows_.clear();
+    chars_.clear();
+  }
+  uint64_t model_;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> rows_;
+  std::string chars_;
+};
+
 struct Scratch {
   std::vector<float> hidden, row, output;
   std::vector<int32_t> hashes, ids;
   std::string word;
+  // A cache per model the thread uses (a pipeline may run the language and
+  // a quality classifier side by side), by the model's serial number.
+  std::vector<WordCache> caches;
+  WordCache& cache(uint64_t model) {
+    for (WordCache& c : caches)
+      if (c.model() == model) return c;
+    constexpr size_t kMaxModels = 4;
+    if (caches.size() < kMaxModels) return caches.emplace_back(model);
+    return caches[model % kMaxModels] = WordCache(model);
+  }
 };
+
+uint64_t next_serial() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
 
 Scratch& scratch() {
   thread_local Scratch s;
@@ -220,6 +280,7 @@ Scratch& scratch() {
 
 struct FastTextModel::Impl {
   std::string path;
+  uint64_t serial = next_serial();  // tells models apart in the threads' word caches
   int32_t dim = 0, word_ngrams = 1, bucket = 0, minn = 0, maxn = 0;
   Loss loss = Loss::softmax;
 
@@ -258,6 +319,7 @@ struct FastTextModel::Impl {
   std::vector<float> out_t, out_norm;
   int32_t padded_labels = 0;
   std::vector<Node> tree;
+  int32_t tree_depth = 0;  // edges on the longest root-to-leaf path
   float sigmoid_table[513];
 
   std::string_view entry(int32_t i) const { return {chars.data() + offsets[i], offsets[i + 1] - offsets[i]}; }
@@ -521,6 +583,11 @@ void FastTextModel::Impl::build() {
       tree[i].count = tree[mini[0]].count + tree[mini[1]].count;
       tree[mini[0]].parent = tree[mini[1]].parent = i;
     }
+    for (int32_t leaf = 0; leaf < osz; ++leaf) {
+      int32_t d = 0;
+      for (int32_t n = leaf; tree[n].parent >= 0; n = tree[n].parent) ++d;
+      tree_depth = std::max(tree_depth, d);
+    }
   }
 }
 
@@ -547,6 +614,14 @@ int32_t FastTextModel::label_id(std::string_view label) const {
   return id >= impl_->nwords ? id - impl_->nwords : -1;
 }
 int32_t FastTextModel::dim() const { return impl_->dim; }
+
+float FastTextModel::threshold_below(float p) const {
+  // Each log term is log(x + 1e-5) <= 1e-5, so a leaf's score exceeds its
+  // ancestors' by at most depth * 1e-5 (plus float rounding, one ulp-ish
+  // per term: 1e-5 more per level is ample); then 1% for good measure.
+  const double slack = std::exp(-2e-5 * (impl_->tree_depth + 1));
+  return static_cast<float>(std::max(0.0, static_cast<double>(p) * slack * 0.99 - 2e-5));
+}
 bool FastTextModel::quantized() const { return impl_->input.quant; }
 
 // Dictionary::getLine and Model::computeHidden's sum: the rows are added to
@@ -557,6 +632,7 @@ size_t FastTextModel::Impl::accumulate(std::string_view text, float* h, Scratch&
   const Impl& m = *this;
   alignas(64) float acc[D > 0 ? D : 1] = {};
   float* tmp = s.row.data();
+  WordCache& cache = s.cache(serial);
   s.hashes.clear();
   size_t count = 0;
   auto add = [&](int32_t row) {
@@ -568,16 +644,16 @@ size_t FastTextModel::Impl::accumulate(std::string_view text, float* h, Scratch&
     }
     ++count;
   };
-  // Dictionary::getLine, with the rows added as they come.
+  // Dictionary::getLine, with the rows added as they come. The text is one
+  // line: its end is read as the word "</s>", which ends it.
   const char* p = text.data();
   const size_t n = text.size();
   size_t i = 0;
   while (true) {
     while (i < n && is_space(static_cast<unsigned char>(p[i]))) ++i;
-    if (i == n) break;
     const size_t start = i;
     while (i < n && !is_space(static_cast<unsigned char>(p[i]))) ++i;
-    const std::string_view token(p + start, i - start);
+    const std::string_view token = start == n ? kEos : std::string_view(p + start, i - start);
     const uint32_t th = fnv(token);
     const int32_t wid = m.find(token, th);
     const bool label = wid < 0 ? token.starts_with(kLabelPrefix) : m.is_label[wid] != 0;
@@ -589,20 +665,26 @@ size_t FastTextModel::Impl::accumulate(std::string_view text, float* h, Scratch&
           for (int32_t q = m.sub_offsets[wid]; q < m.sub_offsets[wid + 1]; ++q) add(m.sub_rows[q]);
         }
       } else if (token != kEos && m.bucket > 0) {
-        s.word.resize(token.size() + 2);
-        char* w = s.word.data();
-        w[0] = '<';
-        std::memcpy(w + 1, token.data(), token.size());
-        w[token.size() + 1] = '>';
-        // Rows first (prefetched), then the adds, so the loads overlap.
-        s.ids.clear();
-        for_each_char_ngram(w, token.size() + 2, m.minn, m.maxn, [&](uint32_t hh) {
-          if (int32_t row = m.ngram_row(m.bucket_mod(hh)); row >= 0) {
-            if constexpr (D > 0) __builtin_prefetch(rows.data() + static_cast<size_t>(row) * D);
-            s.ids.push_back(row);
-          }
-        });
-        for (int32_t row : s.ids) add(row);
+        int32_t nr = 0;
+        const int32_t* cached = cache.find(token, th, nr);
+        if (!cached) {
+          s.word.resize(token.size() + 2);
+          char* w = s.word.data();
+          w[0] = '<';
+          std::memcpy(w + 1, token.data(), token.size());
+          w[token.size() + 1] = '>';
+          s.ids.clear();
+          for_each_char_ngram(w, token.size() + 2, m.minn, m.maxn, [&](uint32_t hh) {
+            if (int32_t row = m.ngram_row(m.bucket_mod(hh)); row >= 0) s.ids.push_back(row);
+          });
+          cache.insert(token, th, s.ids);
+          cached = s.ids.data();
+          nr = static_cast<int32_t>(s.ids.size());
+        }
+        // Rows prefetched first, then the adds, so the loads overlap.
+        if constexpr (D > 0)
+          for (int32_t q = 0; q < nr; ++q) __builtin_prefetch(rows.data() + static_cast<size_t>(cached[q]) * D);
+        for (int32_t q = 0; q < nr; ++q) add(cached[q]);
       }
       if (m.word_ngrams > 1) s.hashes.push_back(static_cast<int32_t>(th));
     }
@@ -624,20 +706,34 @@ size_t FastTextModel::Impl::accumulate(std::string_view text, float* h, Scratch&
   return count;
 }
 
+bool FastTextModel::embed(std::string_view text, float* h) const {
+  const Impl& m = *impl_;
+  Scratch& s = scratch();
+  std::fill_n(h, m.dim, 0.0f);
+  s.row.resize(m.dim);
+  const size_t count = m.decoded && m.dim == 16 ? m.accumulate<16>(text, h, s) : m.accumulate<0>(text, h, s);
+  if (count == 0) return false;
+  const float inv = static_cast<float>(1.0 / static_cast<double>(count));
+  for (int32_t j = 0; j < m.dim; ++j) h[j] *= inv;
+  return true;
+}
+
 void FastTextModel::predict(std::string_view text, std::vector<std::pair<float, int32_t>>& out, int32_t k,
                             float threshold) const {
+  if (k == 0 || k < -1) fail("fastText predict: k = {} must be -1 (all labels) or positive", k);
+  Scratch& s = scratch();
+  s.hidden.resize(impl_->dim);
+  out.clear();
+  if (embed(text, s.hidden.data())) classify(s.hidden.data(), out, k, threshold);
+}
+
+void FastTextModel::classify(const float* h, std::vector<std::pair<float, int32_t>>& out, int32_t k,
+                             float threshold) const {
   const Impl& m = *impl_;
   out.clear();
   if (k == -1) k = m.nlabels;
   if (k <= 0) fail("fastText predict: k = {} must be -1 (all labels) or positive", k);
   Scratch& s = scratch();
-  s.hidden.assign(m.dim, 0.0f);
-  s.row.resize(m.dim);
-  float* h = s.hidden.data();
-  const size_t count = m.decoded && m.dim == 16 ? m.accumulate<16>(text, h, s) : m.accumulate<0>(text, h, s);
-  if (count == 0) return;
-  const float inv = static_cast<float>(1.0 / static_cast<double>(count));
-  for (int32_t j = 0; j < m.dim; ++j) h[j] *= inv;
 
   // W_out hidden: each row's dot product summed in fastText's order
   // (DenseMatrix::dotRow, ProductQuantizer::mulcode), all rows at once.

@@ -1,9 +1,13 @@
 // Inference for fastText supervised classifiers (Joulin et al., "Bag of
 // Tricks for Efficient Text Classification", 2016), bit-for-bit what
-// fastText 0.9.2's FastText::predictLine(in, out, k, threshold) returns on a
-// line with no newline, at several times its speed.
+// fastText 0.9.2 returns for one line of text, at several times its speed:
+// FastText::predictLine(k, threshold) on "text\n", which is what the Python
+// package's model.predict(text) and the fasttext predict command read (and
+// datatrove's language filter, on the text with newlines made spaces).
 //
-// A line is split on " \n\r\t\v\f\0" into tokens. A token that is a label
+// A line is split on " \n\r\t\v\f\0" into tokens, and its end is the token
+// "</s>" (a dictionary word, whose row counts like any word's; predict
+// treats the newlines inside `text` as spaces). A token that is a label
 // (a dictionary label, or an unknown token starting with "__label__") is
 // skipped. A word contributes, in order, its dictionary row (if known) and
 // the rows of its character n-grams: the substrings of "<word>" of minn..maxn
@@ -57,11 +61,26 @@ class FastTextModel {
   FastTextModel& operator=(FastTextModel&&) noexcept;
 
   // (probability, label index) best first, as predictLine(k, threshold) on
-  // `text` (newlines count as spaces). k = -1: every label (for hs: every
-  // label the tree search reaches). Empty when the text has no usable token.
+  // `text` + "\n" (newlines inside `text` count as spaces). k = -1: every
+  // label (for hs: every label the tree search reaches). Empty only when no
+  // token has a row (a model whose dictionary lacks "</s>").
   // `out` is cleared first; reuse it across calls to avoid allocation.
   void predict(std::string_view text, std::vector<std::pair<float, int32_t>>& out, int32_t k = -1,
                float threshold = 0.0f) const;
+
+  // predict in two steps, for callers that ask several questions of one
+  // text: embed writes the text's hidden vector (dim() floats) and returns
+  // false when the text has no usable token; classify ranks the labels of a
+  // hidden vector exactly as predict(text, out, k, threshold) would.
+  bool embed(std::string_view text, float* hidden) const;
+  void classify(const float* hidden, std::vector<std::pair<float, int32_t>>& out, int32_t k = -1,
+                float threshold = 0.0f) const;
+  // A threshold for predict/classify that returns at least every label whose
+  // probability (as returned) exceeds p: below p by the 1e-5 fastText adds
+  // inside its logs, and for hierarchical softmax by what that can add along
+  // the deepest path of the tree, whose search prunes on partial scores.
+  // Asking for only these labels skips most of the tree search.
+  float threshold_below(float p) const;
 
   int32_t num_labels() const;
   const std::string& label(int32_t i) const;      // "__label__en"

@@ -46,7 +46,7 @@ const std::vector<std::pair<float, int32_t>>& predict_all(const FastTextModel& m
 std::vector<std::pair<fasttext::real, std::string>> predict_line(const fasttext::FastText& m, std::string_view text) {
   std::string line(text);
   std::replace(line.begin(), line.end(), '\n', ' ');
-  std::istringstream in(line);
+  std::istringstream in(line + "\n");  // one line, as the stage reads it
   std::vector<std::pair<fasttext::real, std::string>> out;
   m.predictLine(in, out, -1, 0.0);
   return out;
@@ -77,6 +77,10 @@ class LanguageFilter final : public Stage {
       language_.push_back(lang);
       wanted_threshold_.push_back(!wanted ? -1.0 : t == per_language_.end() ? threshold_ : t->second);
     }
+    double lowest = languages_.empty() ? threshold_ : 1.0;
+    for (double t : wanted_threshold_)
+      if (t >= 0) lowest = std::min(lowest, t);
+    cut_ = model_->threshold_below(static_cast<float>(lowest));
     for (const std::string& lang : languages_)
       if (std::find(language_.begin(), language_.end(), lang) == language_.end())
         fail("{}: languages has \"{}\", which the model does not know (it has e.g. \"{}\")", keys.where(), lang,
@@ -85,7 +89,17 @@ class LanguageFilter final : public Stage {
   std::string_view kind() const override { return "language"; }
 
   std::string_view process(Document& doc, StageCounters& counters) const override {
-    const auto& preds = predict_all(*model_, doc.text);
+    // Only the labels that can pass a threshold are ranked (most of the
+    // tree search is skipped); when none can, the best one alone, for the
+    // document's label. The decisions are those of ranking every label.
+    thread_local std::vector<std::pair<float, int32_t>> preds;
+    thread_local std::vector<float> hidden;
+    hidden.resize(model_->dim());
+    preds.clear();
+    if (model_->embed(doc.text, hidden.data())) {
+      if (!label_only_) model_->classify(hidden.data(), preds, -1, cut_);
+      if (preds.empty()) model_->classify(hidden.data(), preds, 1);
+    }
     if (preds.empty()) return label_only_ ? "" : "language";
     const std::string& best = language_[preds[0].second];
     doc.labels["language"] = best;
@@ -106,6 +120,7 @@ class LanguageFilter final : public Stage {
   bool label_only_;
   std::vector<std::string> language_;      // per label of the model
   std::vector<double> wanted_threshold_;   // per label: its threshold, or -1 if not in languages
+  float cut_ = 0;                          // labels below this cannot pass any threshold
 };
 
 class ClassifierFilter final : public Stage {
