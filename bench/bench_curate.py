@@ -190,6 +190,7 @@ def main():
     ap.add_argument("--docs", type=int, default=4000, help="documents for the comparisons (datatrove runs ~100/s)")
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: stages,pipeline,scaling,minhash,memory")
+    ap.add_argument("--stages", default=",".join(STREAM), help="comma-separated stages for part 1 (default: all)")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     import logging
@@ -212,7 +213,7 @@ def main():
         if "stages" not in skip:
             print("| stage | claw docs/s (1 thread) | claw MB/s | datatrove docs/s | datatrove MB/s | claw / datatrove |")
             print("|---|---:|---:|---:|---:|---:|")
-            for kind in STREAM:
+            for kind in a.stages.split(","):
                 _, st, _, _ = run_claw(a.claw, inp, os.path.join(work, "o_" + kind), [kind], 1)
                 s = st[kind]
                 dt = time_datatrove(kind, docs)
