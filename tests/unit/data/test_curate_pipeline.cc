@@ -175,6 +175,63 @@ TEST(CuratePipeline, ResumesAndMatchesAnUninterruptedRun) {
   EXPECT_EQ(st.docs_out, 21);  // 7 distinct texts per file, files differ
 }
 
+TEST(CuratePipeline, ParagraphDedupDropsRepeatedLines) {
+  TempDir d;
+  std::filesystem::create_directories(d / "in");
+  write(d / "in/a.jsonl",
+        json{{"id", "a0"}, {"text", "Cookie notice.\nThe budget passed.\nSubscribe now!"}}.dump() + "\n" +
+            json{{"id", "a1"}, {"text", "cookie   NOTICE.\nRain tomorrow.\n\n\nSubscribe now!"}}.dump() + "\n");
+  write(d / "in/b.jsonl",
+        json{{"id", "b0"}, {"text", "Subscribe now!\nCookie notice."}}.dump() + "\n" +
+            json{{"id", "b1"}, {"text", "A story.\nok\nA story.\nok"}}.dump() + "\n");
+  const std::string stages = "[[stage]]\nkind = \"paragraph_dedup\"\nmin_chars = 3\n[[stage]]\nkind = \"pii\"\n";
+  const CurateConfig c = config(d, stages, "in");
+  CurateOptions o;
+  o.threads = 2;
+  o.chunk_bytes = 16;
+  const CurateStats st = run_curate(c, o);
+  const auto a = read_jsonl(d / "out/shard_00000.jsonl"), b = read_jsonl(d / "out/shard_00001.jsonl");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0]["text"], "Cookie notice.\nThe budget passed.\nSubscribe now!");  // first occurrences stay
+  EXPECT_EQ(a[1]["text"], "Rain tomorrow.\n\n");  // normalised repeat gone; blank lines never count
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0]["text"], "A story.\nok\nok");  // a repeat inside one document; "ok" is under min_chars
+  const auto removed = read_jsonl(d / "out/removed/segment_1_shard_00001.jsonl");
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0]["id"], "b0");
+  EXPECT_EQ(removed[0]["curate"]["reason"], "duplicate_paragraphs");
+  EXPECT_EQ(st.docs_out, 3);
+  EXPECT_EQ(st.stages[0].docs_in, 4);
+  EXPECT_EQ(st.stages[0].docs_out, 3);
+  EXPECT_EQ(st.stages[0].counts.at("paragraphs_removed"), 5);
+  EXPECT_EQ(st.stages[0].counts.at("docs_edited"), 3);
+
+  // One thread, and two array tasks and a merge run, give the same bytes;
+  // so does a resumed run that lost the deduplicator's result.
+  auto outputs = [&](const std::string& dir) {
+    return read_file(dir + "/shard_00000.jsonl", "out") + read_file(dir + "/shard_00001.jsonl", "out") +
+           read_file(dir + "/removed/segment_1_shard_00001.jsonl", "out");
+  };
+  const std::string want = outputs(d / "out");
+  std::filesystem::remove_all(d / "out");
+  o.threads = 1;
+  run_curate(c, o);
+  EXPECT_EQ(outputs(d / "out"), want);
+  std::filesystem::remove_all(d / "out");
+  for (int t = 0; t < 2; ++t) {
+    CurateOptions task = o;
+    task.num_tasks = 2, task.task_id = t;
+    run_curate(c, task);
+  }
+  run_curate(c, o);
+  EXPECT_EQ(outputs(d / "out"), want);
+  std::filesystem::remove(d / "out/shard_00001.jsonl");
+  std::filesystem::remove(d / "out/stats/segment_1_shard_00001.json");
+  std::filesystem::remove(d / "out/work/dedup_0.json");
+  run_curate(c, o);
+  EXPECT_EQ(outputs(d / "out"), want);
+}
+
 TEST(CuratePipeline, BadInputNamesFileAndLine) {
   TempDir d;
   const CurateConfig c = config(d, "");

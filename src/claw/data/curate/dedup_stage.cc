@@ -96,7 +96,36 @@ class MinHash final : public CorpusDeduplicator {
   std::optional<MinHashDedup> dedup_;
 };
 
+// Paragraph-level: each line's hash is taken in add_text.
+class Paragraphs final : public CorpusDeduplicator {
+ public:
+  Paragraphs(const std::string& workdir, size_t budget, size_t min_chars) {
+    if (!workdir.empty()) dedup_.emplace(workdir, budget, min_chars);
+  }
+  size_t fingerprint_bytes() const override { return 0; }
+  void fingerprint(std::string_view, std::span<std::byte>) const override {}
+  void add(uint64_t, std::span<const std::byte>) override { CLAW_CHECK(false); }
+  void add_text(uint64_t doc, std::string_view text) override { dedup_->add(doc, text); }
+  std::vector<Removal> finish(StageCounters& counters) override {
+    DedupStats stats;
+    const std::vector<ParagraphDuplicate> d = dedup_->finish(&stats);
+    counters.add("paragraphs_removed", stats.removed);
+    counters.add("repeated_paragraphs", stats.clusters);
+    if (stats.spills) counters.add("spills", stats.spills);
+    std::vector<Removal> out;
+    out.reserve(d.size());
+    for (const ParagraphDuplicate& x : d) out.push_back({x.doc, x.kept, x.paragraph});
+    return out;
+  }
+  bool paragraph_level() const override { return true; }
+
+ private:
+  std::optional<ParagraphDedup> dedup_;
+};
+
 }  // namespace
+
+void CorpusDeduplicator::add_text(uint64_t, std::string_view) { CLAW_CHECK(false); }
 
 std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, StageKeys& keys,
                                                       const std::string& workdir) {
@@ -105,6 +134,13 @@ std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, S
     const size_t budget = memory_budget(keys);
     keys.check_all_read();
     return std::make_unique<Exact>(norm, workdir, budget);
+  }
+  if (kind == "paragraph_dedup") {
+    const int64_t min_chars = keys.integer("min_chars", 1);
+    if (min_chars < 1) fail("{}: min_chars = {} is invalid; it must be at least 1", keys.where(), min_chars);
+    const size_t budget = memory_budget(keys);
+    keys.check_all_read();
+    return std::make_unique<Paragraphs>(workdir, budget, static_cast<size_t>(min_chars));
   }
   CLAW_CHECK(kind == "minhash_dedup");
   MinHashParams p;

@@ -16,8 +16,10 @@
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/data/chunk_pipeline.h"
+#include "claw/data/curate/dedup.h"
 #include "claw/data/curate/dedup_stage.h"
 #include "claw/data/curate/stages.h"
+#include "claw/data/curate/text_stats.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/file_io.h"
 #include "claw/data/indexed_dataset.h"
@@ -245,6 +247,7 @@ struct SegmentInput {
   const std::vector<Removal>* removals = nullptr;      // from the deduplicator before this segment
   const std::map<uint64_t, std::string>* kept_ids = nullptr;
   std::string removed_by;                              // the deduplicator's kind
+  bool paragraph_level = false;                        // removals name lines of documents
   size_t dedup_stage = 0;                              // its index: bytes it passes on are counted here
   uint64_t first_doc = 0;                              // number of the shard's first document
 };
@@ -323,12 +326,25 @@ class Segment {
       const uint64_t number = in.first_doc + static_cast<uint64_t>(line_no - 1);
       auto it = std::lower_bound(in.removals->begin(), in.removals->end(), number,
                                  [](const Removal& a, uint64_t d) { return a.doc < d; });
-      if (it != in.removals->end() && it->doc == number) {
+      StageCounters& dc = r.stats.stages[in.dedup_stage];
+      if (in.paragraph_level) {
+        // The document loses its repeated lines; one left with none but
+        // blank lines is removed. What passes is counted here.
+        thread_local std::vector<uint32_t> lines;
+        lines.clear();
+        for (; it != in.removals->end() && it->doc == number; ++it) lines.push_back(it->paragraph);
+        if (!lines.empty()) {
+          doc.text = remove_paragraphs(doc.text, lines);
+          dc.add("docs_edited", 1);
+          if (text::strip(doc.text).empty()) removed_by = in.removed_by, reason = "duplicate_paragraphs";
+        }
+        if (removed_by.empty()) ++dc.docs_out, dc.bytes_out += doc.text.size();
+      } else if (it != in.removals->end() && it->doc == number) {
         removed_by = in.removed_by, reason = "duplicate";
         auto k = in.kept_ids->find(it->kept);
         duplicate_of = k == in.kept_ids->end() ? std::string() : k->second;
       } else {
-        r.stats.stages[in.dedup_stage].bytes_out += doc.text.size();
+        dc.bytes_out += doc.text.size();
       }
     }
     for (size_t s = first_; s < end_ && removed_by.empty(); ++s) {
@@ -506,7 +522,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
   const std::vector<Shard> shards = expand_inputs(c);
   const fs::path dir(c.output_dir);
   std::error_code ec;
-  for (const fs::path p : {dir, dir / "removed", dir / "stats", dir / "work"}) {
+  for (const fs::path& p : {dir, dir / "removed", dir / "stats", dir / "work"}) {
     fs::create_directories(p, ec);
     if (ec) fail("{} [output] dir: cannot create {}: {}", c.file, p.string(), ec.message());
   }
@@ -568,6 +584,31 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
     }
   };
 
+  // A paragraph-level deduplicator takes the texts of segment k's shard s
+  // themselves, from the workers (document `base` + i for the i-th line).
+  auto text_shard = [&](CorpusDeduplicator& dedup, size_t k, size_t s, uint64_t base, StageCounters& sc) {
+    JsonlReader reader(out_path(k, s), "intermediate shard");
+    struct Counts {
+      int64_t docs = 0;
+      uint64_t text_bytes = 0;
+      std::exception_ptr failure;
+    };
+    OrderedChunkPipeline<Counts> p(reader, o.chunk_bytes, o.threads, [&](const LineChunk& ch) {
+      Counts r;
+      for_each_line(ch.text, [&](int64_t line, std::string_view record) {
+        const json j = json::parse(record);
+        const std::string& text = j.at("record").at(text_key).get_ref<const std::string&>();
+        dedup.add_text(base + static_cast<uint64_t>(ch.first_line + line - 2), text);
+        ++r.docs, r.text_bytes += text.size();
+      });
+      return r;
+    });
+    while (std::optional<Counts> r = p.next()) {
+      if (r->failure) std::rethrow_exception(r->failure);
+      sc.docs_in += r->docs, sc.bytes_in += r->text_bytes;
+    }
+  };
+
   CurateStats total;
   total.shards = static_cast<int64_t>(shards.size());
   for (const StageSpec& s : c.stages) total.kinds.push_back(s.kind);
@@ -579,6 +620,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
 
   std::unique_ptr<Tokenizer> tokenizer;          // [output.megatron], made when first needed
   std::vector<Removal> removals;                 // of the deduplicator before the segment
+  bool paragraph_level = false;                  // whether they name paragraphs
   std::map<uint64_t, std::string> kept_ids;      // their kept documents' ids
   std::vector<uint64_t> out_first;               // number of each shard's first document there
   for (size_t k = 0; k < num_segments; ++k) {
@@ -602,6 +644,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
         if (k > 0) {
           in.removals = &removals, in.kept_ids = &kept_ids, in.removed_by = c.stages[cuts[k] - 1].kind;
           in.dedup_stage = cuts[k] - 1;
+          in.paragraph_level = paragraph_level;
           in.first_doc = out_first[s];
         }
         const std::string source = k == 0 ? shards[s].name : out_path(k - 1, s);
@@ -679,7 +722,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       StageKeys keys(*c.stages[d].dedup_keys, c.stages[d].where);
       const auto fingerprinter = make_deduplicator(c.stages[d].kind, keys, "");
       const size_t fp_bytes = fingerprinter->fingerprint_bytes();
-      for (size_t s = o.task_id; s < shards.size(); s += o.num_tasks) {
+      for (size_t s = o.task_id; s < shards.size() && fp_bytes > 0; s += o.num_tasks) {
         if (path_exists(fingerprints_path(d, s))) continue;
         TempFileWriter out(fingerprints_path(d, s));
         StageCounters unused;
@@ -702,11 +745,14 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
     for (size_t s = 0; s < shards.size(); ++s)
       out_first[s + 1] = out_first[s] + read_stats(k, s).docs_out;
     const size_t d = cuts[k + 1] - 1;
+    paragraph_level = c.stages[d].kind == "paragraph_dedup";
     const std::string removals_path = (dir / "work" / fmt::format("dedup_{}.json", d)).string();
     if (path_exists(removals_path)) {
       const json j = json::parse(read_file(removals_path, "deduplication result"));
       removals.clear();
-      for (const json& r : j.at("removed")) removals.push_back({r[0].get<uint64_t>(), r[1].get<uint64_t>()});
+      for (const json& r : j.at("removed"))
+        removals.push_back({r[0].get<uint64_t>(), r[1].get<uint64_t>(),
+                            r.size() > 2 ? r[2].get<uint32_t>() : kWholeDocument});
       all.stages[d].merge(counters_from_json(j.at("stats")));
     } else {
       StageKeys keys(*c.stages[d].dedup_keys, c.stages[d].where);
@@ -720,6 +766,10 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       for (size_t s = 0; s < shards.size(); ++s) {
         const uint64_t base = out_first[s];
         const uint64_t docs = out_first[s + 1] - base;
+        if (fp_bytes == 0) {
+          text_shard(*dedup, k, s, base, sc);
+          continue;
+        }
         const std::string fp_path = fingerprints_path(d, s);
         if (path_exists(fp_path)) {  // computed by the array task that owned the shard
           const MappedFile fps(fp_path, "fingerprint file");
@@ -737,16 +787,22 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       if (from_tasks > 0) sc.add("shards_fingerprinted_by_tasks", from_tasks);
       removals = dedup->finish(sc);
       sc.seconds = seconds_since(t0);
-      sc.docs_out = sc.docs_in - static_cast<int64_t>(removals.size());
+      // Paragraph-level: the documents it passes on are counted as the next
+      // segment edits them.
+      sc.docs_out = paragraph_level ? 0 : sc.docs_in - static_cast<int64_t>(removals.size());
       json list = json::array();
-      for (const Removal& r : removals) list.push_back({r.doc, r.kept});
+      for (const Removal& r : removals) {
+        if (paragraph_level) list.push_back({r.doc, r.kept, r.paragraph});
+        else list.push_back({r.doc, r.kept});
+      }
       write_json_file(removals_path, {{"removed", list}, {"stats", counters_json(sc)}});
       all.stages[d].merge(sc);
     }
     // The ids of the documents kept for a group, for the removed records.
     kept_ids.clear();
     std::vector<uint64_t> wanted;
-    for (const Removal& r : removals) wanted.push_back(r.kept);
+    for (const Removal& r : removals)
+      if (r.paragraph == kWholeDocument) wanted.push_back(r.kept);
     std::sort(wanted.begin(), wanted.end());
     wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
     if (!wanted.empty()) {

@@ -27,12 +27,15 @@
 // absent: an interrupted run resumes where it stopped (done shards are read
 // back, not redone) and gives the same output as an uninterrupted one.
 //
-// Deduplication stages (exact_dedup, minhash_dedup) need every document
-// before they can decide: the stages before one run over every shard into
-// <dir>/work/segment_K/, the deduplicator reads those, and the stages after
-// it run over them, dropping the duplicates it found (reason "duplicate",
-// with the id of the document kept). Task sharding (num_tasks, task_id)
-// splits the shards of the first segment between processes.
+// Deduplication stages (exact_dedup, minhash_dedup, paragraph_dedup) need
+// every document before they can decide: the stages before one run over
+// every shard into <dir>/work/segment_K/, the deduplicator reads those, and
+// the stages after it run over them, dropping the duplicates it found
+// (reason "duplicate", with the id of the document kept) or, for
+// paragraph_dedup, the repeated lines (a document left blank: reason
+// "duplicate_paragraphs"). Task sharding (num_tasks, task_id) splits the
+// shards of the first segment between processes, which also fingerprint
+// them for a document-level deduplicator.
 //
 // Bad input: a line that is not a UTF-8 JSON object with a string text
 // field, or an empty input file, is a claw::Error naming the file and line;

@@ -30,6 +30,7 @@ const std::vector<Kind>& kinds() {
       {"fineweb_quality", make_fineweb_quality},
       {"exact_dedup", nullptr},
       {"minhash_dedup", nullptr},
+      {"paragraph_dedup", nullptr},
   };
   return k;
 }
