@@ -319,7 +319,9 @@ class Segment {
     }
     ++r.stats.docs_in;
     r.stats.bytes_in += doc.text.size();
-    const std::string original = doc.text;
+    // The record keeps the text as read (its node is not touched before the
+    // comparison below; inserting "metadata" invalidates no reference).
+    const std::string& original = text->get_ref<const std::string&>();
     std::string_view removed_by, reason;
     std::string duplicate_of;
     if (in.removals) {
