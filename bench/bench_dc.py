@@ -244,8 +244,9 @@ def bench_throughput(a, tmp, results):
                 dc("link", a.forwarder, str(rtt / 2), str(a.rate_mbit))
                 # The long haul as the planner sees it: the rate probed between one host of each centre (two
                 # ranks: the all-reduce's bus bandwidth is the rate each way), the link's round trip as set.
+                # 64 MiB, as big as a step's traffic, the median of 3 (one sample varied more than the link).
                 haul = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.21", "-np", "2"], bench_comm, env,
-                                  mb=64, iters=1)
+                                  mb=64, iters=3)
                 results["probes"]["long_haul"][str(rtt)] = haul
                 say(probe="long_haul", rtt_ms=rtt, **haul)
                 p = plan(a, catalog, model, 1, ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt),
