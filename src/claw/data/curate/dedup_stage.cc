@@ -117,7 +117,6 @@ class Paragraphs final : public CorpusDeduplicator {
     for (const ParagraphDuplicate& x : d) out.push_back({x.doc, x.kept, x.paragraph});
     return out;
   }
-  bool paragraph_level() const override { return true; }
 
  private:
   std::optional<ParagraphDedup> dedup_;

@@ -38,10 +38,9 @@ class CorpusDeduplicator {
   virtual void add(uint64_t doc, std::span<const std::byte> fingerprint) = 0;
   virtual void add_text(uint64_t doc, std::string_view text);
   // The duplicates, sorted by (doc, paragraph); figures go to counters.
+  // Paragraph-level removals (paragraph != kWholeDocument) leave the
+  // document, without those lines.
   virtual std::vector<Removal> finish(StageCounters& counters) = 0;
-  // Whether finish() names paragraphs (the documents stay, without them)
-  // rather than whole documents.
-  virtual bool paragraph_level() const { return false; }
 };
 
 // kind "exact_dedup" (keys: normalization = "whitespace_lowercase" | "none",

@@ -555,8 +555,11 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
   };
   // The fingerprints of the documents of segment k's shard s, computed by
   // the workers and handed to use(i, fingerprint) in document order (i from
-  // 0 within the shard) on this thread.
-  auto fingerprint_shard = [&](const CorpusDeduplicator& fp, size_t k, size_t s, auto&& use, StageCounters& sc) {
+  // 0 within the shard) on this thread. A deduplicator without fingerprints
+  // (paragraph-level) takes each text in the workers instead, as document
+  // `base` + i.
+  auto fingerprint_shard = [&](CorpusDeduplicator& fp, size_t k, size_t s, uint64_t base, auto&& use,
+                               StageCounters& sc) {
     const std::string source = out_path(k, s);
     JsonlReader reader(source, "intermediate shard");
     struct Prints {
@@ -569,10 +572,11 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
     OrderedChunkPipeline<Prints> p(reader, o.chunk_bytes, o.threads, [&](const LineChunk& ch) {
       Prints r;
       r.bytes.resize(static_cast<size_t>(ch.num_lines) * n);
-      for_each_line(ch.text, [&](int64_t, std::string_view line) {
+      for_each_line(ch.text, [&](int64_t line_no, std::string_view line) {
         const json j = json::parse(line);
         const std::string& text = j.at("record").at(text_key).get_ref<const std::string&>();
-        fp.fingerprint(text, std::span<std::byte>(r.bytes).subspan(static_cast<size_t>(r.docs) * n, n));
+        if (n == 0) fp.add_text(base + static_cast<uint64_t>(ch.first_line + line_no - 2), text);
+        else fp.fingerprint(text, std::span<std::byte>(r.bytes).subspan(static_cast<size_t>(r.docs) * n, n));
         ++r.docs, r.text_bytes += text.size();
       });
       r.bytes.resize(static_cast<size_t>(r.docs) * n);
@@ -581,32 +585,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
     uint64_t i = 0;
     while (std::optional<Prints> r = p.next()) {
       if (r->failure) std::rethrow_exception(r->failure);
-      for (int64_t j = 0; j < r->docs; ++j) use(i++, std::span<const std::byte>(r->bytes).subspan(j * n, n));
-      sc.docs_in += r->docs, sc.bytes_in += r->text_bytes;
-    }
-  };
-
-  // A paragraph-level deduplicator takes the texts of segment k's shard s
-  // themselves, from the workers (document `base` + i for the i-th line).
-  auto text_shard = [&](CorpusDeduplicator& dedup, size_t k, size_t s, uint64_t base, StageCounters& sc) {
-    JsonlReader reader(out_path(k, s), "intermediate shard");
-    struct Counts {
-      int64_t docs = 0;
-      uint64_t text_bytes = 0;
-      std::exception_ptr failure;
-    };
-    OrderedChunkPipeline<Counts> p(reader, o.chunk_bytes, o.threads, [&](const LineChunk& ch) {
-      Counts r;
-      for_each_line(ch.text, [&](int64_t line, std::string_view record) {
-        const json j = json::parse(record);
-        const std::string& text = j.at("record").at(text_key).get_ref<const std::string&>();
-        dedup.add_text(base + static_cast<uint64_t>(ch.first_line + line - 2), text);
-        ++r.docs, r.text_bytes += text.size();
-      });
-      return r;
-    });
-    while (std::optional<Counts> r = p.next()) {
-      if (r->failure) std::rethrow_exception(r->failure);
+      for (int64_t j = 0; j < r->docs && n > 0; ++j) use(i++, std::span<const std::byte>(r->bytes).subspan(j * n, n));
       sc.docs_in += r->docs, sc.bytes_in += r->text_bytes;
     }
   };
@@ -729,7 +708,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
         TempFileWriter out(fingerprints_path(d, s));
         StageCounters unused;
         uint64_t next = 0;  // fingerprints arrive in document order
-        fingerprint_shard(*fingerprinter, k, s, [&](uint64_t i, std::span<const std::byte> fp) {
+        fingerprint_shard(*fingerprinter, k, s, 0, [&](uint64_t i, std::span<const std::byte> fp) {
           CLAW_CHECK(i == next);
           ++next;
           out.write(fp.data(), fp_bytes);
@@ -768,10 +747,6 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       for (size_t s = 0; s < shards.size(); ++s) {
         const uint64_t base = out_first[s];
         const uint64_t docs = out_first[s + 1] - base;
-        if (fp_bytes == 0) {
-          text_shard(*dedup, k, s, base, sc);
-          continue;
-        }
         const std::string fp_path = fingerprints_path(d, s);
         if (path_exists(fp_path)) {  // computed by the array task that owned the shard
           const MappedFile fps(fp_path, "fingerprint file");
@@ -783,7 +758,7 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
           ++from_tasks;
           continue;
         }
-        fingerprint_shard(*dedup, k, s, [&](uint64_t i, std::span<const std::byte> fp) { dedup->add(base + i, fp); },
+        fingerprint_shard(*dedup, k, s, base, [&](uint64_t i, std::span<const std::byte> fp) { dedup->add(base + i, fp); },
                           sc);
       }
       if (from_tasks > 0) sc.add("shards_fingerprinted_by_tasks", from_tasks);
@@ -794,8 +769,8 @@ CurateStats run_curate(const CurateConfig& c, const CurateOptions& o) {
       sc.docs_out = paragraph_level ? 0 : sc.docs_in - static_cast<int64_t>(removals.size());
       json list = json::array();
       for (const Removal& r : removals) {
-        if (paragraph_level) list.push_back({r.doc, r.kept, r.paragraph});
-        else list.push_back({r.doc, r.kept});
+        if (r.paragraph == kWholeDocument) list.push_back({r.doc, r.kept});
+        else list.push_back({r.doc, r.kept, r.paragraph});
       }
       write_json_file(removals_path, {{"removed", list}, {"stats", counters_json(sc)}});
       all.stages[d].merge(sc);
