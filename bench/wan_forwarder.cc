@@ -21,6 +21,14 @@
 //
 // One thread, epoll over the two TAPs, a signalfd and a timerfd armed for
 // the earliest departure.
+//
+// The TAPs carry a virtio-net header and offer TSO/checksum offload, so the
+// kernel hands over the hosts' TCP segments as they were built (GSO frames
+// of up to 64 KiB) and takes them back the same way: one read and one write
+// per 64 KiB instead of per 1,514-byte frame, which keeps the forwarder's
+// CPU out of the link's rate on a machine whose cores also train. The link
+// still paces and counts the wire as a 1,500-byte MTU would see it: a GSO
+// frame is charged, and counted, as its segments, each with its own headers.
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -58,6 +66,15 @@ ns_t now_ns() {
   std::exit(1);
 }
 
+// The virtio-net header a TAP with IFF_VNET_HDR puts before each frame
+// (<linux/virtio_net.h>'s struct virtio_net_hdr; that header does not parse
+// as C++, it has a member named `class`).
+struct VnetHdr {
+  uint8_t flags, gso_type;  // gso_type 0: not a GSO frame
+  uint16_t hdr_len, gso_size, csum_start, csum_offset;
+};
+static_assert(sizeof(VnetHdr) == 10);
+
 // A TAP device named `name` inside network namespace `netns` (the fd stays
 // valid whichever namespace this thread is in afterwards).
 int open_tap(const std::string& netns, const std::string& name) {
@@ -69,16 +86,26 @@ int open_tap(const std::string& netns, const std::string& name) {
   const int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) die(fmt::format("/dev/net/tun: {}", std::strerror(errno)));
   ifreq ifr{};
-  ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
   std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name.c_str());
   if (ioctl(fd, TUNSETIFF, &ifr) != 0)
     die(fmt::format("TAP {} in namespace {}: {}", name, netns, std::strerror(errno)));
+  const int hdr = sizeof(VnetHdr);
+  if (ioctl(fd, TUNSETVNETHDRSZ, &hdr) != 0 ||
+      ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN) != 0)
+    die(fmt::format("TAP {} in namespace {}: offloads: {}", name, netns, std::strerror(errno)));
   return fd;
 }
 
+// A frame as a 1,500-byte MTU wire carries it: segments, bytes, TCP payload.
+struct Wire {
+  uint64_t frames, bytes, tcp_payload;
+};
+
 struct Frame {
   ns_t leave;
-  std::vector<uint8_t> bytes;
+  Wire wire;
+  std::vector<uint8_t> bytes;  // virtio-net header + Ethernet frame, as read
 };
 
 // One direction of the link.
@@ -90,7 +117,8 @@ struct Direction {
   uint64_t frames = 0, bytes = 0, tcp_payload = 0, dropped = 0;
 };
 
-// Bytes of TCP payload in an Ethernet frame (0 for anything else).
+// Bytes of TCP payload in an Ethernet frame (0 for anything else); of a GSO
+// frame, the whole payload (its IPv4 total length covers every segment).
 uint64_t tcp_payload(const uint8_t* f, size_t n) {
   if (n < 14 + 20 || f[12] != 0x08 || f[13] != 0x00) return 0;  // IPv4
   const uint8_t* ip = f + 14;
@@ -98,6 +126,21 @@ uint64_t tcp_payload(const uint8_t* f, size_t n) {
   if (ip[9] != 6 || n < 14 + ihl + 20 || total < ihl + 20) return 0;  // TCP
   const size_t doff = static_cast<size_t>(ip[ihl + 12] >> 4) * 4;
   return total >= ihl + doff ? total - ihl - doff : 0;
+}
+
+// What a frame read from a TAP (virtio-net header, then the Ethernet frame)
+// is on a 1,500-byte MTU wire: its segments and their bytes. A GSO frame of
+// P bytes of TCP payload cut at gso_size is ceil(P / gso_size) segments, each
+// with the frame's headers (Ethernet + IP + TCP: the frame's length less P).
+Wire on_the_wire(const uint8_t* buf, size_t n) {
+  VnetHdr h;
+  std::memcpy(&h, buf, sizeof h);
+  const uint8_t* f = buf + sizeof h;
+  const size_t len = n - sizeof h;
+  const uint64_t payload = tcp_payload(f, len);
+  if (h.gso_type == 0 || h.gso_size == 0 || payload == 0) return {1, len, payload};
+  const uint64_t segments = (payload + h.gso_size - 1) / h.gso_size;
+  return {segments, payload + segments * (len - payload), payload};
 }
 
 }  // namespace
@@ -153,7 +196,7 @@ int main(int argc, char** argv) {
     std::fclose(f);
     std::rename(tmp.c_str(), stats.c_str());  // a reader never sees half a file
   };
-  std::vector<uint8_t> buf(65536);
+  std::vector<uint8_t> buf(sizeof(VnetHdr) + 65536 + 14);
 
   const auto arm = [&] {
     ns_t next = 0;
@@ -172,13 +215,13 @@ int main(int argc, char** argv) {
       while (!d.queue.empty() && d.queue.front().leave <= now) {
         Frame& f = d.queue.front();
         if (write(d.out, f.bytes.data(), f.bytes.size()) == static_cast<ssize_t>(f.bytes.size())) {
-          ++d.frames;
-          d.bytes += f.bytes.size();
-          d.tcp_payload += tcp_payload(f.bytes.data(), f.bytes.size());
+          d.frames += f.wire.frames;
+          d.bytes += f.wire.bytes;
+          d.tcp_payload += f.wire.tcp_payload;
         } else {
-          ++d.dropped;
+          d.dropped += f.wire.frames;
         }
-        d.queued_bytes -= f.bytes.size();
+        d.queued_bytes -= f.wire.bytes;
         d.queue.pop_front();
       }
   };
@@ -206,14 +249,16 @@ int main(int argc, char** argv) {
       } else {
         Direction& d = dirs[fd == tap_a ? 0 : 1];
         for (ssize_t got; (got = read(fd, buf.data(), buf.size())) > 0;) {
-          if (blackhole || d.queued_bytes + static_cast<size_t>(got) > queue_bytes) {
-            ++d.dropped;
+          if (static_cast<size_t>(got) < sizeof(VnetHdr)) continue;
+          const Wire w = on_the_wire(buf.data(), static_cast<size_t>(got));
+          if (blackhole || d.queued_bytes + w.bytes > queue_bytes) {
+            d.dropped += w.frames;
             continue;
           }
           const ns_t now = now_ns();
-          d.last_sent = std::max(now, d.last_sent) + static_cast<ns_t>(static_cast<double>(got) * ns_per_byte);
-          d.queue.push_back({d.last_sent + delay, std::vector<uint8_t>(buf.begin(), buf.begin() + got)});
-          d.queued_bytes += static_cast<size_t>(got);
+          d.last_sent = std::max(now, d.last_sent) + static_cast<ns_t>(static_cast<double>(w.bytes) * ns_per_byte);
+          d.queue.push_back({d.last_sent + delay, w, std::vector<uint8_t>(buf.begin(), buf.begin() + got)});
+          d.queued_bytes += w.bytes;
         }
       }
     }

@@ -37,6 +37,12 @@ dc_up() {
       ip netns exec "$h" ip addr add "10.79.0.$d$k/24" dev eth0
       ip netns exec "$h" ip link set eth0 up
       ip netns exec "$h" ip link set lo up
+      # A long-haul host's TCP tuning: send buffers to cover the link's
+      # bandwidth-delay product (1 Gbit/s x 50 ms = 6 MB; the namespace's
+      # default caps them at 4 MB), and no return to slow start after a
+      # pause (a step's compute between two gradient exchanges).
+      ip netns exec "$h" sysctl -q -w net.ipv4.tcp_wmem="4096 16384 33554432" \
+        net.ipv4.tcp_rmem="4096 131072 33554432" net.ipv4.tcp_slow_start_after_idle=0
       echo "10.79.0.$d$k slots=$DC_SLOTS" >>"$DC_TMP/hosts"
     done
   done
