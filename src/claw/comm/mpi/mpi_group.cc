@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "claw/comm/mpi/ring.h"
 #include "claw/core/error.h"
 
 namespace claw::comm::mpi {
@@ -66,9 +67,10 @@ bool all_equal(const std::vector<int>& v) {
 }  // namespace
 
 MpiGroup::MpiGroup(std::string name, int rank, std::vector<int> world_ranks, Communicator comm, int world_rank,
-                   std::chrono::milliseconds timeout, std::shared_ptr<const FaultInjector> faults)
+                   std::chrono::milliseconds timeout, std::shared_ptr<const FaultInjector> faults, bool spans_hosts)
     : Group(std::move(name), rank, std::move(world_ranks)),
       comm_(std::move(comm)),
+      spans_hosts_(spans_hosts),
       thread_(std::make_unique<CommThread>(world_rank, std::move(faults))),
       timeout_(timeout) {}
 
@@ -133,6 +135,11 @@ void MpiGroup::execute(const Request& r, const std::shared_ptr<OpState>& op) {
   const MPI_Datatype t = mpi_type(r.dtype, reducing);
   const char* what = to_string(r.kind);
   const MPI_Comm comm = comm_.get();
+  if (runs_on_ring(r, size(), spans_hosts_)) {
+    ring_execute(r, comm, rank(), size(), *op, scratch_);
+    op->complete();
+    return;
+  }
   switch (r.kind) {
     case OpKind::all_reduce:
       CLAW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, r.recv, to_int(r.count, what), t, mpi_op(r.reduce), comm));

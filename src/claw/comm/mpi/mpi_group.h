@@ -17,8 +17,10 @@ namespace claw::comm::mpi {
 class MpiGroup final : public Group {
  public:
   // `timeout`: the world's deadline, for operations without their own.
+  // `spans_hosts`: some members are on other hosts (ring.h picks the
+  // algorithm by it).
   MpiGroup(std::string name, int rank, std::vector<int> world_ranks, Communicator comm, int world_rank,
-           std::chrono::milliseconds timeout, std::shared_ptr<const FaultInjector> faults);
+           std::chrono::milliseconds timeout, std::shared_ptr<const FaultInjector> faults, bool spans_hosts);
   // Drains and frees, as shutdown() (or abandons during an error, as abandon()).
   ~MpiGroup() override;
 
@@ -42,6 +44,8 @@ class MpiGroup final : public Group {
   void execute(const Request& r, const std::shared_ptr<detail::OpState>& op);
 
   Communicator comm_;
+  bool spans_hosts_;
+  std::vector<std::byte> scratch_;  // the ring's staging (used on the thread only)
   std::unique_ptr<CommThread> thread_;
   std::chrono::milliseconds timeout_;
   uint64_t seq_ = 0;

@@ -77,14 +77,15 @@ class MpiWorld final : public World {
   std::shared_ptr<Group> world_group() override { return world_; }
 
   std::shared_ptr<Group> split(const std::string& name, const std::vector<std::vector<int>>& groups) override {
-    auto [comm, key, members] = split_comm(name, groups);
-    auto g = std::make_shared<MpiGroup>(name, key, members, std::move(comm), job_rank_, opts_.timeout, opts_.faults);
+    auto [comm, key, members, spans_hosts] = split_comm(name, groups);
+    auto g = std::make_shared<MpiGroup>(name, key, members, std::move(comm), job_rank_, opts_.timeout, opts_.faults,
+                                        spans_hosts);
     groups_.push_back(g);
     return g;
   }
 
   std::unique_ptr<World> sub_world(const std::string& name, const std::vector<std::vector<int>>& parts) override {
-    auto [comm, key, members] = split_comm(name, parts);
+    auto [comm, key, members, spans_hosts] = split_comm(name, parts);
     return std::make_unique<MpiWorld>(opts_, std::move(comm), name, library_);
   }
 
@@ -103,13 +104,15 @@ class MpiWorld final : public World {
     MPI_Comm_rank(MPI_COMM_WORLD, &job_rank_);  // the flight record's rank
     std::vector<int> all(size_);
     for (int i = 0; i < size_; ++i) all[i] = i;
-    world_ = std::make_shared<MpiGroup>(name, rank_, all, std::move(comm), job_rank_, opts_.timeout, opts_.faults);
+    world_ = std::make_shared<MpiGroup>(name, rank_, all, std::move(comm), job_rank_, opts_.timeout, opts_.faults,
+                                        local_size_ < size_);
   }
 
   struct Split {
     Communicator comm;
     int key = -1;
     std::vector<int> members;
+    bool spans_hosts = false;  // some members share no memory with this rank's host
   };
   Split split_comm(const std::string& name, const std::vector<std::vector<int>>& groups) {
     int color = -1, key = -1;
@@ -134,10 +137,23 @@ class MpiWorld final : public World {
     // On the world's thread: a split is a collective over the world's
     // communicator and must take its place among the world group's operations.
     auto comm = std::make_shared<Communicator>();
+    auto spans = std::make_shared<bool>(false);
     const MPI_Comm parent = world_->comm();
-    world_->thread().run_sync([comm, parent, color, key] { *comm = Communicator::split(parent, color, key); },
-                              opts_.timeout, fmt::format("creating group {} (MPI_Comm_split over the world)", name));
-    return {std::move(*comm), key, std::move(members)};
+    world_->thread().run_sync(
+        [comm, spans, parent, color, key] {
+          *comm = Communicator::split(parent, color, key);
+          // Whether the new group leaves this host: a collective over it,
+          // which every member makes here, right after the split.
+          MPI_Comm local = MPI_COMM_NULL;
+          CLAW_MPI_CHECK(MPI_Comm_split_type(comm->get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+          int n = 0, here = 0;
+          MPI_Comm_size(comm->get(), &n);
+          MPI_Comm_size(local, &here);
+          MPI_Comm_free(&local);
+          *spans = here < n;
+        },
+        opts_.timeout, fmt::format("creating group {} (MPI_Comm_split over the world)", name));
+    return {std::move(*comm), key, std::move(members), *spans};
   }
 
   bool root_;
