@@ -23,6 +23,10 @@ throughput  4 ranks, two hosts of one rank in each centre (network namespaces,
             RTT (64 MiB: what a step sends, past TCP's window growth); the
             compute a byte over TCP costs while every core computes,
             loaded_tcp_probe), its "data_centers" step times.
+batch sweep (--sweep-batches 8,32,128,256 [--sweep-model gpt2-tiny] [--sweep-rtt 21]) where
+            the compute per step hides the long haul: at one RTT, the global
+            batch grown (more micro-batches a step, the same bytes across):
+            single, flat, hier and hier+ov, each beside the planner.
 quality     (--quality) gpt2-tiny on 4 ranks (2 instances), the same tokens
             synchronously and with DiLoCo at H = 10, 50, 100, and at H = 50
             with 8- and 4-bit deltas and with 5 streamed fragments:
@@ -59,10 +63,14 @@ def say(**kv):
     print("dc_bench " + " ".join(f"{k}={v}" for k, v in kv.items()), flush=True)
 
 
-def model_args(model):
+def model_args(model, global_batch=None):
+    """The benchmarked job; `global_batch` overrides the preset's (more micro-batches a step, the same bytes)."""
     if model == "gpt2-124m":
-        return ["--model", "gpt2-124m", "--seq-length", "256", "--micro-batch-size", "1", "--global-batch-size", "32"]
-    return ["--model", "gpt2-tiny", "--seq-length", "128", "--micro-batch-size", "1", "--global-batch-size", "8"]
+        seq, gbs = 256, 32
+    else:
+        seq, gbs = 128, 8
+    return ["--model", model, "--seq-length", str(seq), "--micro-batch-size", "1",
+            "--global-batch-size", str(global_batch or gbs)]
 
 
 def common(steps):
@@ -181,10 +189,11 @@ network_cpu_ns_per_byte = {tcp["cpu_s_per_byte"] * 1e9 * ranks / os.cpu_count()}
 """)
 
 
-def plan(a, catalog, model, per_node, extra):
+def plan(a, catalog, model, per_node, extra, global_batch=None):
     """`claw plan --json` for the benchmarked layout (DP 4, ZeRO-1, micro-batch 1) on the probed device."""
     args = [a.claw, "plan", "--json", "--top", "1", "--hardware-catalog", catalog, "--device", "dcbench",
-            "--num-gpus", "4", "--gpus-per-node", str(per_node), *model_args(model), "--tensor-model-parallel-size", "1",
+            "--num-gpus", "4", "--gpus-per-node", str(per_node), *model_args(model, global_batch),
+            "--tensor-model-parallel-size", "1",
             "--pipeline-model-parallel-size", "1", "--context-parallel-size", "1", "--use-distributed-optimizer",
             "--recompute-granularity", "none", "--precision", "fp32", *extra]
     out = subprocess.run(args, capture_output=True, text=True)
@@ -201,77 +210,136 @@ def run(cmd, log, env):
         sys.exit(f"FAIL: {' '.join(cmd[:6])}... exited {rc} (log {log})")
 
 
-def bench_throughput(a, tmp, results):
-    env = {**os.environ, **MPI_ENV, "DC_P": f"bd{os.getpid()}x", "DC_TMP": tmp}
-    dc = lambda *args: subprocess.run([DC_NET, *args], env=env, check=True, capture_output=True, text=True)
-    dc("up", env["DC_P"], "2", "1", tmp)
-    bench_comm = os.path.join(os.path.dirname(a.claw), "bench_comm")
-    catalog = f"{tmp}/catalog.toml"
-    try:
-        # The links, probed in this run: shared memory (4 ranks on this host), TCP between two hosts of one centre.
-        shm = comm_probe(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"], bench_comm, env)
+class Bench:
+    """The two centres of one run (tests/net/dc_net.sh), the links probed in it and the planner's device written
+    from them."""
+
+    def __init__(self, a, tmp, results):
+        self.a, self.tmp, self.results = a, tmp, results
+        self.env = {**os.environ, **MPI_ENV, "DC_P": f"bd{os.getpid()}x", "DC_TMP": tmp}
+        self.bench_comm = os.path.join(os.path.dirname(a.claw), "bench_comm")
+        self.catalog = f"{tmp}/catalog.toml"
+
+    def dc(self, *args):
+        return subprocess.run([DC_NET, *args], env=self.env, check=True, capture_output=True, text=True)
+
+    def __enter__(self):
+        self.dc("up", self.env["DC_P"], "2", "1", self.tmp)
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([DC_NET, "down"], env=self.env)
+
+    def probe_centres(self):
+        """Shared memory (4 ranks on this host), TCP between two hosts of one centre, and what a byte over TCP
+        costs the cores the ranks compute on, under load (a rank's share: x ranks / cores)."""
+        shm = comm_probe(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"], self.bench_comm, self.env)
         one_centre = [DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.12", "-np", "2"]
-        tcp = comm_probe(one_centre, bench_comm, env)
-        # What a byte over TCP costs the cores the ranks compute on, under load (a rank's share: x ranks / cores).
-        tcp.update(loaded_tcp_probe(one_centre, bench_comm, env))
+        tcp = comm_probe(one_centre, self.bench_comm, self.env)
+        tcp.update(loaded_tcp_probe(one_centre, self.bench_comm, self.env))
         say(probe="shared_memory", **shm)
         say(probe="tcp_in_one_centre", **tcp)
-        write_catalog(catalog, results["sgemm_gflops"], shm, tcp)
-        results["probes"] = {"shared_memory": shm, "tcp_in_one_centre": tcp, "long_haul": {}}
+        write_catalog(self.catalog, self.results["sgemm_gflops"], shm, tcp)
+        self.results["probes"] = {"shared_memory": shm, "tcp_in_one_centre": tcp, "long_haul": {}}
+
+    def link(self, rtt):
+        """The long haul at `rtt` ms and the link rate, then its rate as the planner sees it: probed between one
+        host of each centre (two ranks: the all-reduce's bus bandwidth is the rate each way); 64 MiB, as big as a
+        step's traffic, the median of 3."""
+        self.dc("link", self.a.forwarder, str(rtt / 2), str(self.a.rate_mbit))
+        haul = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.21", "-np", "2"], self.bench_comm,
+                          self.env, mb=64, iters=3)
+        self.results["probes"]["long_haul"][str(rtt)] = haul
+        say(probe="long_haul", rtt_ms=rtt, **haul)
+        return haul
+
+    def predict(self, model, rtt, haul, h, global_batch=None):
+        """The planner's tokens/s for each layout across the two centres."""
+        def strategies(bits):
+            extra = ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt), "--inter-dc-gbps", str(haul["busbw_gbs"] * 8),
+                     "--diloco-inner-steps", str(h), "--diloco-delta-bits", str(bits)]
+            return plan(self.a, self.catalog, model, 1, extra, global_batch)["data_centers"]
+        p, p4 = strategies(32), strategies(4)
+        return {"flat": p["flat"]["tokens_per_s"], "hier": p["hierarchical"]["tokens_per_s"],
+                "hier+ov": p["hierarchical_overlapped"]["tokens_per_s"],
+                "diloco": p["diloco"][str(h)]["tokens_per_s"], "diloco-4bit": p4["diloco"][str(h)]["tokens_per_s"]}
+
+    def train(self, name, launcher, base, flags):
+        """tokens/s of one run (`launcher`: the mpirun line)."""
+        log, metrics = f"{self.tmp}/{name}.log", f"{self.tmp}/{name}.jsonl"
+        run([*launcher, *base, *flags, "--metrics-file", metrics], log, self.env)
+        return throughput(metrics)
+
+    SINGLE = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"]
+    ONE_DC = [DC_NET, "mpirun", "--host", "10.79.0.11:2,10.79.0.12:2", "-np", "4"]
+    ACROSS = [DC_NET, "mpirun", "-np", "4"]
+
+
+def bench_throughput(a, tmp, results):
+    with Bench(a, tmp, results) as b:
+        b.probe_centres()
         for model in a.models.split(","):
             tiny = model == "gpt2-tiny"
             steps, h = (21, 10) if tiny else (4, 3)  # measured: steps 2.., each holding one outer step
             base = [a.claw, "train", *model_args(model), *common(steps)]
-            log, metrics = f"{tmp}/single.log", f"{tmp}/single.jsonl"
-            run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", *base, "--overlap-grad-reduce",
-                 "--metrics-file", metrics], log, env)
-            single = throughput(metrics)
-            pred_single = plan(a, catalog, model, 4, [])["layouts"][0]["tokens_per_s"]
+            single = b.train("single", b.SINGLE, base, ["--overlap-grad-reduce"])
+            pred_single = plan(a, b.catalog, model, 4, [])["layouts"][0]["tokens_per_s"]
             say(model=model, layout="single", tokens_per_s=f"{single:.0f}", predicted=f"{pred_single:.0f}")
             rows = results.setdefault(model, {"single": single, "rtt": {}})
             rows["single"] = single
             rows["predicted"] = {"single": pred_single, "rtt": {}}
             rows["probes"] = results["probes"]  # this run's links, kept with its rows (the top level: the last run's)
-            log, metrics = f"{tmp}/one_dc.log", f"{tmp}/one_dc.jsonl"
-            run([DC_NET, "mpirun", "--host", "10.79.0.11:2,10.79.0.12:2", "-np", "4", *base, "--overlap-grad-reduce",
-                 "--metrics-file", metrics], log, env)
-            rows["one-dc"] = throughput(metrics)
-            pred_one = plan(a, catalog, model, 2, [])["layouts"][0]["tokens_per_s"]
+            rows["one-dc"] = b.train("one_dc", b.ONE_DC, base, ["--overlap-grad-reduce"])
+            pred_one = plan(a, b.catalog, model, 2, [])["layouts"][0]["tokens_per_s"]
             rows["predicted"]["one-dc"] = pred_one
             say(model=model, layout="one-dc", tokens_per_s=f"{rows['one-dc']:.0f}", of_single=f"{rows['one-dc'] / single:.3f}",
                 predicted_of_single=f"{pred_one / pred_single:.3f}")
             for rtt in [float(x) for x in a.rtts.split(",")]:
-                dc("link", a.forwarder, str(rtt / 2), str(a.rate_mbit))
-                # The long haul as the planner sees it: the rate probed between one host of each centre (two
-                # ranks: the all-reduce's bus bandwidth is the rate each way), the link's round trip as set.
-                # 64 MiB, as big as a step's traffic, the median of 3 (one sample varied more than the link).
-                haul = comm_probe([DC_NET, "mpirun", "--host", "10.79.0.11,10.79.0.21", "-np", "2"], bench_comm, env,
-                                  mb=64, iters=3)
-                results["probes"]["long_haul"][str(rtt)] = haul
-                say(probe="long_haul", rtt_ms=rtt, **haul)
-                p = plan(a, catalog, model, 1, ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt),
-                                                "--inter-dc-gbps", str(haul["busbw_gbs"] * 8),
-                                                "--diloco-inner-steps", str(h)])["data_centers"]
-                p4 = plan(a, catalog, model, 1, ["--data-centers", "2", "--inter-dc-rtt-ms", str(rtt),
-                                                 "--inter-dc-gbps", str(haul["busbw_gbs"] * 8),
-                                                 "--diloco-inner-steps", str(h), "--diloco-delta-bits", "4"])["data_centers"]
-                pred = {"flat": p["flat"]["tokens_per_s"], "hier": p["hierarchical"]["tokens_per_s"],
-                        "hier+ov": p["hierarchical_overlapped"]["tokens_per_s"],
-                        "diloco": p["diloco"][str(h)]["tokens_per_s"], "diloco-4bit": p4["diloco"][str(h)]["tokens_per_s"]}
+                pred = b.predict(model, rtt, b.link(rtt), h)
                 rows["predicted"]["rtt"][str(rtt)] = pred
                 row = rows["rtt"].setdefault(str(rtt), {})
                 for name, flags in LAYOUTS.items():
                     extra = ["--diloco-inner-steps", str(h)] if name.startswith("diloco") else []
-                    log, metrics = f"{tmp}/{name}.log", f"{tmp}/{name}.jsonl"
-                    run([DC_NET, "mpirun", "-np", "4", *base, *flags, *extra, "--metrics-file", metrics], log, env)
-                    tps = throughput(metrics)
-                    row[name] = tps
+                    tps = row[name] = b.train(name, b.ACROSS, base, flags + extra)
                     say(model=model, rtt_ms=rtt, rate_mbit=a.rate_mbit, layout=name, tokens_per_s=f"{tps:.0f}",
                         of_single=f"{tps / single:.3f}", predicted_of_single=f"{pred[name] / pred_single:.3f}",
                         error=f"{(pred[name] / pred_single) / (tps / single) - 1:+.1%}")
                 save(results)  # each round trip's rows as they come: a long run stopped keeps them
-    finally:
-        subprocess.run([DC_NET, "down"], env=env)
+
+
+def bench_batch_sweep(a, tmp, results):
+    """Where the compute per step allows the long haul to hide: at one RTT, the global batch grown (more
+    micro-batches a step, the same gradient bytes across), single against hierarchical with and without overlap
+    and flat, each beside the planner's prediction. Steps: at least 4, and about a minute measured."""
+    model, rtt = a.sweep_model, a.sweep_rtt
+    out = results.setdefault("batch_sweep", {})
+    out[model] = {"rtt_ms": rtt, "rate_mbit": a.rate_mbit, "global_batch": {}}
+    with Bench(a, tmp, results) as b:
+        b.probe_centres()
+        haul = b.link(rtt)
+        out[model]["probes"] = results["probes"]
+        for gbs in [int(x) for x in a.sweep_batches.split(",")]:
+            job = model_args(model, gbs)
+            tokens = gbs * int(job[job.index("--seq-length") + 1])
+            base0 = [a.claw, "train", *job]
+            # A first 2-step run sizes the rest: one step's time on one group.
+            secs = tokens / b.train("size", b.SINGLE, [*base0, *common(2)], ["--overlap-grad-reduce"])
+            steps = max(4, 1 + int(60 / secs))
+            base = [*base0, *common(steps)]
+            single = b.train("single", b.SINGLE, base, ["--overlap-grad-reduce"])
+            pred_single = plan(a, b.catalog, model, 4, [], gbs)["layouts"][0]["tokens_per_s"]
+            pred = b.predict(model, rtt, haul, 10, gbs)
+            row = {"steps": steps, "single": single, "predicted": {"single": pred_single}}
+            say(model=model, global_batch=gbs, steps=steps, layout="single", tokens_per_s=f"{single:.0f}",
+                predicted=f"{pred_single:.0f}")
+            for name in ("flat", "hier", "hier+ov"):
+                tps = row[name] = b.train(name, b.ACROSS, base, LAYOUTS[name])
+                row["predicted"][name] = pred[name]
+                say(model=model, global_batch=gbs, rtt_ms=rtt, layout=name, tokens_per_s=f"{tps:.0f}",
+                    of_single=f"{tps / single:.3f}", predicted_of_single=f"{pred[name] / pred_single:.3f}",
+                    error=f"{(pred[name] / pred_single) / (tps / single) - 1:+.1%}")
+            out[model]["global_batch"][str(gbs)] = row
+            save(results)
 
 
 def bench_quality(a, tmp, results):
@@ -328,6 +396,10 @@ def main():
     p.add_argument("--quality", action="store_true")
     p.add_argument("--quality-steps", type=int, default=300)
     p.add_argument("--skip-throughput", action="store_true")
+    p.add_argument("--sweep-batches", default="",
+                   help="global batch sizes for bench_batch_sweep (e.g. 8,32,128,256); empty: no sweep")
+    p.add_argument("--sweep-model", default="gpt2-tiny")
+    p.add_argument("--sweep-rtt", type=float, default=21)
     a = p.parse_args()
     info = subprocess.run([a.claw, "info"], capture_output=True, text=True).stdout
     sgemm = re.search(r"sgemm_2048_gflops: ([0-9.]+)", info)
@@ -340,6 +412,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if not a.skip_throughput:
             bench_throughput(a, tmp, results)
+        if a.sweep_batches:
+            bench_batch_sweep(a, tmp, results)
         if a.quality:
             bench_quality(a, tmp, results)
     save(results)
