@@ -324,12 +324,21 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
       const double ranks_per_dc = static_cast<double>(c.num_devices) / c.data_centers, n = c.data_centers;
       // What one data centre sends across per step, each way: hierarchical
       // reduction all-reduces every rank's 1/local block of the gradients
-      // across; flat data parallelism every rank's whole gradient (the
-      // halving-doubling all-reduce's crossing steps: 2.00x, measured in
-      // bench/RESULTS.md "Across data centres").
-      const double crossing =
-          ranks_per_dc * 2 * (n - 1) / n * grad_bytes / (l.flat_across_data_centers ? 1 : local);
-      const double inter = crossing / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt;
+      // across (a ring of n, one rank per centre); flat data parallelism
+      // runs claw's ring over all reps ranks, ordered by centre, so a
+      // centre's last rank sends (reps - 1)/reps of the buffer across per
+      // ring pass: two for the gradients' all-reduce, one more for ZeRO's
+      // parameter all-gather (2.25x the hierarchical bytes at 4 ranks in 2
+      // centres, measured in bench/RESULTS.md "Across data centres"). Each
+      // pass's chunks cross (reps - 1) hops in turn, n of every reps of them
+      // long-haul ones, so a pass waits (reps - 1) n / reps one-way delays.
+      const double R = reps, passes = l.zero_stage >= 1 ? 3 : 2;
+      const double crossing = l.flat_across_data_centers
+                                  ? (R - 1) / R * (2 * grad_bytes + (l.zero_stage >= 1 ? param_bytes : 0))
+                                  : ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local;
+      const double latency = l.flat_across_data_centers ? passes * (R - 1) * n / R * c.inter_dc_rtt / 2
+                                                        : (n - 1) * c.inter_dc_rtt;
+      const double inter = crossing / c.inter_dc_bandwidth + latency;
       if (l.diloco_inner_steps > 0) {
         // DiLoCo: the outer step's deltas (fp32 all-reduced, or packed to
         // b bits + a 4-byte scale per block and all-gathered: n/2 x (b + 32 /

@@ -266,8 +266,8 @@ TEST(PlanCost, DataCentreAdviceChoosesHierarchicalOrDiloco) {
   EXPECT_NE(a.summary.find("21 ms round trip, 10 Gbit/s"), std::string::npos) << a.summary;
 }
 
-// The ways across data centres for one layout: flat data parallelism sends
-// every rank's whole gradient across (local x the hierarchical bytes),
+// The ways across data centres for one layout: flat data parallelism's ring
+// sends over twice the hierarchical bytes across,
 // overlap hides part of the hierarchical reduction, DiLoCo pays the long
 // haul once per H steps (less with packed deltas), and one data centre pays
 // none of it.
@@ -293,8 +293,16 @@ TEST(PlanCost, DataCentreStrategiesOrderAsTheirLongHaulBytes) {
   h.overlap_grad_reduce = false;
   const Estimate hier = estimate(job, h, c, precision("bf16"));
   EXPECT_NEAR(hier.time.inter_dc, 8 * grads / 8 / c.inter_dc_bandwidth + 21e-3, 1e-9);
+  // Flat: claw's ring over the 16 ranks, by centre: a centre's last rank sends 15/16 of the buffer across per
+  // pass, two passes of gradients (all-reduce) and one of ZeRO-1's parameters (all-gather), each pass's chunks
+  // waiting 15 x 2 / 16 one-way delays.
   h.flat_across_data_centers = true;
-  EXPECT_NEAR(estimate(job, h, c, precision("bf16")).time.inter_dc, 8 * grads / c.inter_dc_bandwidth + 21e-3, 1e-9);
+  const Precision bf16 = precision("bf16");
+  const double elems = static_cast<double>(estimate(job, l, c, bf16).memory.param_elements);
+  const double flat_bytes = 15.0 / 16 * (2 * elems * bf16.grad_bytes + elems * bf16.param_bytes);
+  EXPECT_NEAR(estimate(job, h, c, bf16).time.inter_dc,
+              flat_bytes / c.inter_dc_bandwidth + 3 * 15.0 * 2 / 16 * 21e-3 / 2, 1e-9);
+  EXPECT_GT(flat_bytes, 2 * 8 * grads / 8);  // over twice the hierarchical bytes
   ASSERT_EQ(s.diloco.size(), 2u);
   EXPECT_GT(s.diloco[0].second, s.diloco[1].second);  // H = 10 pays the haul more often than H = 100
   EXPECT_LT(s.diloco[1].second, s.hierarchical_overlapped);
