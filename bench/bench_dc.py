@@ -11,8 +11,9 @@ throughput  4 ranks, two hosts of one rank in each centre (network namespaces,
               one-dc   the 4 ranks on DC 1's two hosts (TCP between them, no link)
               flat     ZeRO-1 data parallelism over the link, buckets overlapped
               hier     --data-centers 2: reduce-scatter inside, all-reduce across
-              hier+ov  the same, overlapped with backward, the long-haul
-                       all-reduce in 4 MiB chunks over 4 communicators
+              hier+ov  the same, overlapped with backward (claw's ring
+                       already moves the long haul in 1 MiB chunks, all
+                       of a step in flight)
               diloco   --diloco-inner-steps H: the long haul once per H steps
               diloco-4bit  the same with --diloco-delta-bits 4
             tokens/s over the measured steps (all but the first: start-up),
@@ -73,17 +74,21 @@ def model_args(model, global_batch=None):
             "--global-batch-size", str(global_batch or gbs)]
 
 
+# Gradient buckets of 4M elements (16 MB) in every run, so that overlap has buckets to start early (the default,
+# 40M, makes gpt2-tiny one bucket, reduced only once backward is over).
+BUCKET = ["--ddp-bucket-size", "4000000"]
+
+
 def common(steps):
     return ["--train-iters", str(steps), "--eval-interval", "0", "--lr", "6e-4", "--lr-warmup-iters", "2",
             "--num-threads", "1", "--straggler-report-interval", "0", "--log-interval", "1",
-            "--use-distributed-optimizer"]
+            "--use-distributed-optimizer", *BUCKET]
 
 
 LAYOUTS = {
     "flat": ["--overlap-grad-reduce"],
     "hier": ["--data-centers", "2"],
-    "hier+ov": ["--data-centers", "2", "--overlap-grad-reduce", "--inter-dc-chunk-bytes", str(4 << 20),
-                "--inter-dc-streams", "4"],
+    "hier+ov": ["--data-centers", "2", "--overlap-grad-reduce"],
     "diloco": ["--data-centers", "2", "--overlap-grad-reduce"],
     "diloco-4bit": ["--data-centers", "2", "--overlap-grad-reduce", "--diloco-delta-bits", "4"],
 }
@@ -194,7 +199,7 @@ def plan(a, catalog, model, per_node, extra, global_batch=None):
     args = [a.claw, "plan", "--json", "--top", "1", "--hardware-catalog", catalog, "--device", "dcbench",
             "--num-gpus", "4", "--gpus-per-node", str(per_node), *model_args(model, global_batch),
             "--tensor-model-parallel-size", "1",
-            "--pipeline-model-parallel-size", "1", "--context-parallel-size", "1", "--use-distributed-optimizer",
+            "--pipeline-model-parallel-size", "1", "--context-parallel-size", "1", "--use-distributed-optimizer", *BUCKET,
             "--recompute-granularity", "none", "--precision", "fp32", *extra]
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode != 0:

@@ -43,7 +43,7 @@ struct PlanArgs {
   int diloco_delta_bits = 32;
   // Pins (0 / -1 / "": searched).
   int tp = 0, pp = 0, cp = 0, ep = 0, zero_stage = -1;
-  int64_t layers_per_virtual_stage = 0, micro_batch_size = 0;
+  int64_t layers_per_virtual_stage = 0, micro_batch_size = 0, ddp_bucket_size = 0;
   std::string recompute_granularity, pipeline_schedule;
   bool sequence_parallel = false, no_sequence_parallel = false, use_distributed_optimizer = false;
 };
@@ -123,6 +123,9 @@ const std::vector<F>& plan_flags() {
       string_flag<A>("recompute-granularity", "pin recompute: full or none (default: search)",
                      [](A& a) -> auto& { return a.recompute_granularity; }),
       int_flag<A>("zero-stage", "pin the ZeRO stage 0-3 (-1: search)", [](A& a) -> auto& { return a.zero_stage; }),
+      int_flag<A>("ddp-bucket-size", "elements per gradient bucket, as claw train's (0: max(40M, 1M x DP)): "
+                  "how much of the reduction overlap can hide",
+                  [](A& a) -> auto& { return a.ddp_bucket_size; }),
       switch_flag<A>("use-distributed-optimizer", "pin ZeRO stage 1",
                      [](A& a) -> auto& { return a.use_distributed_optimizer; }),
       switch_flag<A>("sequence-parallel", "pin sequence parallelism on (default: on with TP)",
@@ -297,6 +300,8 @@ struct PlanCommand {
     if (a.cp) pins.cp = a.cp;
     if (a.ep) pins.ep = a.ep;
     if (a.micro_batch_size) pins.micro_batch_size = a.micro_batch_size;
+    if (a.ddp_bucket_size < 0) fail("--ddp-bucket-size {} must be positive (elements per gradient bucket)", a.ddp_bucket_size);
+    if (a.ddp_bucket_size) pins.ddp_bucket_size = a.ddp_bucket_size;
     if (a.use_distributed_optimizer && a.zero_stage >= 0 && a.zero_stage != 1)
       fail("--use-distributed-optimizer means ZeRO stage 1 but --zero-stage {} was given; give one of them",
            a.zero_stage);

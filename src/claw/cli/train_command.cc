@@ -363,6 +363,7 @@ void choose_layout(TrainArgs& a, const comm::World& world, const FlagBinder<Trai
   if (given.given("context-parallel-size")) pins.cp = int_of("context-parallel-size");
   if (given.given("expert-model-parallel-size")) pins.ep = int_of("expert-model-parallel-size");
   if (given.given("micro-batch-size")) pins.micro_batch_size = a.train.micro_batch_size;
+  if (given.given("ddp-bucket-size")) pins.ddp_bucket_size = a.parallel.dp.bucket_size;
   if (given.given("zero-stage") || given.given("use-distributed-optimizer")) pins.zero_stage = a.parallel.zero_stage();
   if (given.given("sequence-parallel")) pins.sequence_parallel = true;
   if (given.given("recompute-granularity")) pins.recompute = !a.train.recompute_granularity.empty();

@@ -1,6 +1,8 @@
 #include "claw/plan/cost_model.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -178,6 +180,32 @@ struct ChunkCost {
   PassCost fwd_parts;  // forward parts (backward = 2x gemm/elementwise, 2x tp; recompute = 1 forward)
   double recompute = 0;
 };
+
+// How long the last micro-batch's gradient reduction runs past the end of
+// its backward under --overlap-grad-reduce, as DataParallel issues it for
+// ZeRO 0-1 on one pipeline stage: buckets of whole units from the output end
+// (head and final norm, blocks, embeddings), each closed once it holds
+// `bucket` elements; a bucket is reduced once the backward of its last unit
+// has run and the previous bucket's reduction is done, taking its share of
+// `reduce` by elements. `units`: (backward seconds, gradient elements) in
+// the order backward runs them. A tied embedding's gradient is ready only
+// when the lookup's backward ends, so a model whose embedding dominates
+// (gpt2-tiny: 79% of the elements) hides little whatever the bucket size.
+double bucketed_exposure(const std::vector<std::pair<double, double>>& units, double bucket, double reduce) {
+  double elements = 0, backward = 0;
+  for (const auto& [secs, n] : units) elements += n, backward += secs;
+  if (elements <= 0) return reduce;
+  double t = 0, free = 0, filled = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    t += units[u].first;
+    filled += units[u].second;
+    if (filled >= bucket || u + 1 == units.size()) {
+      free = std::max(free, t) + reduce * filled / elements;
+      filled = 0;
+    }
+  }
+  return std::max(0.0, free - backward);
+}
 
 }  // namespace
 
@@ -382,9 +410,34 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   t.dp_comm_total = reduce + gather;
   const ChunkCost& last = cost[busiest].back();
   const ChunkCost& first = cost[busiest].front();
-  const double hide_reduce = l.overlap_grad_reduce ? last.backward_input + last.backward_weight : 0;
+  const double last_backward = last.backward_input + last.backward_weight;
+  double exposed_reduce = reduce;
+  if (l.overlap_grad_reduce && l.pp == 1 && pl.chunks == 1 && l.zero_stage <= 1 && reduce > 0) {
+    // Units as backward meets them, each's time from its forward parts, scaled to the chunk's backward.
+    const auto bwd = [](const PassCost& f) { return 2 * (f.gemm + f.elementwise) + f.tp + 2 * f.cp + f.ep; };
+    const double C = static_cast<double>(mc.hidden_size);
+    const double vocab = static_cast<double>(mc.padded_vocab_size(l.tp)) / l.tp * C;
+    const double positions = mc.position_embedding_type == model::Position::learned
+                                 ? static_cast<double>(mc.max_position_embeddings) * C
+                                 : 0.0;
+    const double head_elems = mc.tied() ? 0.0 : vocab, emb_elems = vocab + positions;
+    const double L = static_cast<double>(mc.num_layers);
+    const double block_elems = std::max(0.0, (P - head_elems - emb_elems) / L);
+    std::vector<std::pair<double, double>> units;
+    units.emplace_back(bwd(head), head_elems);
+    for (int64_t b = 0; b < mc.num_layers; ++b) units.emplace_back(bwd(block) + last.recompute / L, block_elems);
+    units.emplace_back(bwd(emb), emb_elems);
+    double sum = 0;
+    for (const auto& u : units) sum += u.first;
+    for (auto& u : units) u.first *= sum > 0 ? last_backward / sum : 0;
+    const double bucket = l.ddp_bucket_size > 0 ? static_cast<double>(l.ddp_bucket_size)
+                                                : std::max(40e6, 1e6 * static_cast<double>(l.dp));
+    exposed_reduce = bucketed_exposure(units, bucket, reduce);
+  } else if (l.overlap_grad_reduce) {
+    exposed_reduce = std::max(0.0, reduce - last_backward);
+  }
   const double hide_gather = l.overlap_param_gather || (l.overlap_grad_reduce && l.zero_stage >= 1) ? first.forward : 0;
-  t.dp_comm = std::max(0.0, reduce - hide_reduce) + std::max(0.0, gather - hide_gather) + diloco_outer;
+  t.dp_comm = exposed_reduce + std::max(0.0, gather - hide_gather) + diloco_outer;
   if (diloco_outer > 0) {
     t.dp_comm_total += diloco_outer;
     t.inter_dc = diloco_outer;

@@ -62,6 +62,7 @@ struct Layout {
   int zero_stage = 0;                  // --zero-stage (1 = --use-distributed-optimizer)
   bool overlap_grad_reduce = false;    // --overlap-grad-reduce
   bool overlap_param_gather = false;   // --overlap-param-gather
+  int64_t ddp_bucket_size = 0;         // --ddp-bucket-size, elements (0: Megatron's max(40M, 1M x DP))
   int instances = 1;                   // --num-distributed-optimizer-instances: ZeRO shards over dp x cp / instances
   int64_t diloco_inner_steps = 0;      // --diloco-inner-steps (> 0: DiLoCo's outer state per rank)
   int diloco_delta_bits = 32;          // --diloco-delta-bits (< 32: packed deltas' buffers)

@@ -96,6 +96,7 @@ SearchResult search(const Job& job, const Cluster& c, const Precision& prec, con
                   l.recompute_num_layers = rc ? m.num_layers : 0;
                   const bool overlap_ok = !pin.claw_trainer || pp == 1;
                   l.overlap_grad_reduce = dp > 1 && overlap_ok;
+                  l.ddp_bucket_size = pin.ddp_bucket_size.value_or(0);
                   l.overlap_param_gather = dp > 1 && zero >= 1 && overlap_ok && (!pin.claw_trainer || zero >= 3);
                   if (pin.claw_trainer && pp > 1 && (zero >= 2 || rc)) continue;
                   if (c.data_centers > 1 && dp % c.data_centers != 0) continue;

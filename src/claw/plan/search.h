@@ -22,7 +22,7 @@ namespace claw::plan {
 
 struct Constraints {
   std::optional<int> tp, pp, cp, dp, ep, virtual_stages, zero_stage;
-  std::optional<int64_t> micro_batch_size;
+  std::optional<int64_t> micro_batch_size, ddp_bucket_size;
   std::optional<bool> recompute, sequence_parallel;
   std::optional<parallel::ScheduleKind> schedule;
   // Only layouts `claw train` runs today (PP without ZeRO-2/3, overlap or

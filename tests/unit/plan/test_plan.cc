@@ -317,6 +317,29 @@ TEST(PlanCost, DataCentreStrategiesOrderAsTheirLongHaulBytes) {
               1e-9);
 }
 
+// --overlap-grad-reduce hides only what the buckets let it (ZeRO 0-1): a
+// bucket's reduction starts once backward has run its last unit, and a tied
+// embedding's gradient is complete only at the end. gpt2-tiny is 79%
+// embedding: one default bucket hides nothing, 1M-element buckets a little;
+// gpt2-124m (31% embedding) hides more with them, never past the backward.
+TEST(PlanCost, OverlapHidesOnlyWhatBucketsLet) {
+  Cluster c = cluster_of("cpu", 4);
+  c.devices_per_node = 1;
+  const auto exposed = [&](const Job& job, bool overlap, int64_t bucket) {  // ZeRO-0: no parameter gather
+    Layout l;
+    l.dp = 4;
+    l.overlap_grad_reduce = overlap;
+    l.ddp_bucket_size = bucket;
+    return estimate(job, l, c, precision("fp32")).time.dp_comm;
+  };
+  const Job tiny = job_of("gpt2-tiny", 128, 8), gpt2 = job_of("gpt2-124m", 256, 32);
+  EXPECT_DOUBLE_EQ(exposed(tiny, true, 0), exposed(tiny, false, 0));
+  EXPECT_LT(exposed(tiny, true, 1'000'000), exposed(tiny, false, 0));
+  EXPECT_GT(exposed(tiny, true, 1'000'000), 0.7 * exposed(tiny, false, 0));
+  EXPECT_LT(exposed(gpt2, true, 8'000'000), exposed(gpt2, true, 0));
+  EXPECT_GT(exposed(gpt2, true, 8'000'000), 0.25 * exposed(gpt2, false, 0));
+}
+
 // CPU ranks that share their cores with the TCP stack: the bytes a rank
 // sends between nodes cost compute time (Device::network_cpu_s_per_byte),
 // none inside a node.
