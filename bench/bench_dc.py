@@ -28,6 +28,9 @@ batch sweep (--sweep-batches 8,32,128,256 [--sweep-model gpt2-tiny] [--sweep-rtt
             the compute per step hides the long haul: at one RTT, the global
             batch grown (more micro-batches a step, the same bytes across):
             single, flat, hier and hier+ov, each beside the planner.
+collectives (--collectives) claw's ring all-reduce, reduce-scatter and all-gather
+            against Open MPI's across the link at --sweep-rtt (bench_comm,
+            64 MiB, 2 ranks across and 4 ranks in two centres).
 quality     (--quality) gpt2-tiny on 4 ranks (2 instances), the same tokens
             synchronously and with DiLoCo at H = 10, 50, 100, and at H = 50
             with 8- and 4-bit deltas and with 5 streamed fragments:
@@ -347,6 +350,31 @@ def bench_batch_sweep(a, tmp, results):
             save(results)
 
 
+def bench_collectives(a, tmp, results):
+    """claw's collectives against Open MPI's across the link at --sweep-rtt: bench_comm's 64 MiB all-reduce,
+    reduce-scatter and all-gather on 2 ranks (one host in each centre) and on 4 (two in each), the median of 3."""
+    out = results.setdefault("collectives", {})
+    out.update({"rtt_ms": a.sweep_rtt, "rate_mbit": a.rate_mbit, "mib": 64, "ranks": {}})
+    with Bench(a, tmp, results) as b:
+        b.dc("link", a.forwarder, str(a.sweep_rtt / 2), str(a.rate_mbit))
+        for name, hosts in (("2", ["--host", "10.79.0.11,10.79.0.21", "-np", "2"]), ("4", ["-np", "4"])):
+            proc = subprocess.run([DC_NET, "mpirun", *hosts, b.bench_comm, "--min-mb", "64", "--max-mb", "64",
+                                   "--iters", "3", "--ops", "all_reduce,reduce_scatter,all_gather",
+                                   "--latency-reps", "10"], env=b.env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                sys.exit(f"FAIL: bench_comm across the link: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+            ops = out["ranks"][name] = {}
+            for line in proc.stdout.splitlines():
+                kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
+                if kv.get("bench") != "comm" or kv.get("bytes") == "8":
+                    continue
+                ops[kv["op"]] = {"claw_ms": float(kv["claw_ms"]), "mpi_ms": float(kv["mpi_ms"]),
+                                 "claw_busbw_gbs": float(kv["claw_busbw_gbs"])}
+                say(collective=kv["op"], ranks=name, rtt_ms=a.sweep_rtt, claw_ms=kv["claw_ms"], mpi_ms=kv["mpi_ms"],
+                    claw_busbw_gbs=kv["claw_busbw_gbs"], speedup=f"{float(kv['mpi_ms']) / float(kv['claw_ms']):.2f}")
+    save(results)
+
+
 def bench_quality(a, tmp, results):
     env = {**os.environ, **MPI_ENV}
     steps = a.quality_steps
@@ -405,6 +433,8 @@ def main():
                    help="global batch sizes for bench_batch_sweep (e.g. 8,32,128,256); empty: no sweep")
     p.add_argument("--sweep-model", default="gpt2-tiny")
     p.add_argument("--sweep-rtt", type=float, default=21)
+    p.add_argument("--collectives", action="store_true",
+                   help="claw's ring collectives against Open MPI's across the link at --sweep-rtt")
     a = p.parse_args()
     info = subprocess.run([a.claw, "info"], capture_output=True, text=True).stdout
     sgemm = re.search(r"sgemm_2048_gflops: ([0-9.]+)", info)
@@ -419,6 +449,8 @@ def main():
             bench_throughput(a, tmp, results)
         if a.sweep_batches:
             bench_batch_sweep(a, tmp, results)
+        if a.collectives:
+            bench_collectives(a, tmp, results)
         if a.quality:
             bench_quality(a, tmp, results)
     save(results)
