@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <string>
 #include <thread>
 
@@ -251,7 +250,10 @@ class Ring {
   // every request freed, so nothing lands in a buffer its owner gave up.
   void abandon() {
     for (MPI_Request& r : recv_)
-      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r), MPI_Request_free(&r);
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
     for (MPI_Request& r : send_)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
