@@ -295,7 +295,8 @@ def bench_throughput(a, tmp, results):
             say(model=model, layout="single", tokens_per_s=f"{single:.0f}", predicted=f"{pred_single:.0f}")
             rows = results.setdefault(model, {"single": single, "rtt": {}})
             rows["single"] = single
-            rows["predicted"] = {"single": pred_single, "rtt": {}}
+            rows.setdefault("predicted", {}).setdefault("rtt", {})  # a run of some RTTs keeps the others' rows
+            rows["predicted"]["single"] = pred_single
             rows["probes"] = results["probes"]  # this run's links, kept with its rows (the top level: the last run's)
             rows["one-dc"] = b.train("one_dc", b.ONE_DC, base, ["--overlap-grad-reduce"])
             pred_one = plan(a, b.catalog, model, 2, [])["layouts"][0]["tokens_per_s"]
@@ -304,8 +305,9 @@ def bench_throughput(a, tmp, results):
                 predicted_of_single=f"{pred_one / pred_single:.3f}")
             for rtt in [float(x) for x in a.rtts.split(",")]:
                 pred = b.predict(model, rtt, b.link(rtt), h)
-                rows["predicted"]["rtt"][str(rtt)] = pred
+                rows["predicted"]["rtt"][str(rtt)] = {**pred, "single": pred_single}
                 row = rows["rtt"].setdefault(str(rtt), {})
+                row["single"] = single  # the reference these rows are fractions of (measured in this run)
                 for name, flags in LAYOUTS.items():
                     extra = ["--diloco-inner-steps", str(h)] if name.startswith("diloco") else []
                     tps = row[name] = b.train(name, b.ACROSS, base, flags + extra)
