@@ -294,21 +294,29 @@ def bench_throughput(a, tmp, results):
             pred_single = plan(a, b.catalog, model, 4, [])["layouts"][0]["tokens_per_s"]
             say(model=model, layout="single", tokens_per_s=f"{single:.0f}", predicted=f"{pred_single:.0f}")
             rows = results.setdefault(model, {"single": single, "rtt": {}})
-            rows["single"] = single
-            rows.setdefault("predicted", {}).setdefault("rtt", {})  # a run of some RTTs keeps the others' rows
-            rows["predicted"]["single"] = pred_single
-            rows["probes"] = results["probes"]  # this run's links, kept with its rows (the top level: the last run's)
-            rows["one-dc"] = b.train("one_dc", b.ONE_DC, base, ["--overlap-grad-reduce"])
+            one_dc = b.train("one_dc", b.ONE_DC, base, ["--overlap-grad-reduce"])
             pred_one = plan(a, b.catalog, model, 2, [])["layouts"][0]["tokens_per_s"]
-            rows["predicted"]["one-dc"] = pred_one
-            say(model=model, layout="one-dc", tokens_per_s=f"{rows['one-dc']:.0f}", of_single=f"{rows['one-dc'] / single:.3f}",
+            say(model=model, layout="one-dc", tokens_per_s=f"{one_dc:.0f}", of_single=f"{one_dc / single:.3f}",
                 predicted_of_single=f"{pred_one / pred_single:.3f}")
+            # A run of some RTTs keeps the others' rows; --layouts (a subset, to check some cells again) keeps
+            # its rows, references, predictions and probes apart, under "repeat".
+            if not a.layouts:
+                rows.update({"single": single, "one-dc": one_dc})
+                rows.setdefault("predicted", {}).setdefault("rtt", {})
+                rows["predicted"].update({"single": pred_single, "one-dc": pred_one})
+                rows["probes"] = results["probes"]  # this run's links (the top level: the last run's)
             for rtt in [float(x) for x in a.rtts.split(",")]:
-                pred = b.predict(model, rtt, b.link(rtt), h)
-                rows["predicted"]["rtt"][str(rtt)] = {**pred, "single": pred_single}
-                row = rows["rtt"].setdefault(str(rtt), {})
+                pred = {**b.predict(model, rtt, b.link(rtt), h), "single": pred_single}
+                if a.layouts:
+                    row = rows.setdefault("repeat", {})[str(rtt)] = {"one-dc": one_dc, "predicted": pred,
+                                                                     "probes": results["probes"]}
+                else:
+                    rows["predicted"]["rtt"][str(rtt)] = pred
+                    row = rows["rtt"].setdefault(str(rtt), {})
                 row["single"] = single  # the reference these rows are fractions of (measured in this run)
                 for name, flags in LAYOUTS.items():
+                    if a.layouts and name not in a.layouts.split(","):
+                        continue
                     extra = ["--diloco-inner-steps", str(h)] if name.startswith("diloco") else []
                     tps = row[name] = b.train(name, b.ACROSS, base, flags + extra)
                     say(model=model, rtt_ms=rtt, rate_mbit=a.rate_mbit, layout=name, tokens_per_s=f"{tps:.0f}",
@@ -431,6 +439,8 @@ def main():
     p.add_argument("--quality", action="store_true")
     p.add_argument("--quality-steps", type=int, default=300)
     p.add_argument("--skip-throughput", action="store_true")
+    p.add_argument("--layouts", default="",
+                   help=f"measure only these of {','.join(LAYOUTS)} (rows kept apart, under `repeat`)")
     p.add_argument("--sweep-batches", default="",
                    help="global batch sizes for bench_batch_sweep (e.g. 8,32,128,256); empty: no sweep")
     p.add_argument("--sweep-model", default="gpt2-tiny")
