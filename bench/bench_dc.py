@@ -109,22 +109,26 @@ def probe_all_reduces(iters):
     return 4 + 10 * iters
 
 
-def comm_probe(prefix, bench_comm, env, mb=16, iters=3):
-    """bench_comm under `prefix` (an mpirun line): claw's all-reduce bus bandwidth (GB/s) at `mb` MiB and the
-    8-byte all-reduce's time (us), over probe_all_reduces(iters) all-reduces of that size."""
+def bench_comm_rows(prefix, bench_comm, env, mb, iters, ops, what):
+    """bench_comm under `prefix` (an mpirun line) at `mb` MiB and its 8-byte latency size: one dict of its
+    `key=value` fields per result line (`what` names the run in the error if it fails)."""
     out = subprocess.run([*prefix, bench_comm, "--min-mb", str(mb), "--max-mb", str(mb), "--iters", str(iters),
-                          "--ops", "all_reduce", "--latency-reps", "10"], env=env, capture_output=True, text=True)
+                          "--ops", ops, "--latency-reps", "10"], env=env, capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"FAIL: the link probe {' '.join(prefix)} exited {out.returncode}: {out.stdout[-2000:]}{out.stderr[-2000:]}")
+        sys.exit(f"FAIL: {what} {' '.join(prefix)} exited {out.returncode}: {out.stdout[-2000:]}{out.stderr[-2000:]}")
+    rows = [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in out.stdout.splitlines()]
+    return [r for r in rows if r.get("bench") == "comm"]
+
+
+def comm_probe(prefix, bench_comm, env, mb=16, iters=3):
+    """claw's all-reduce bus bandwidth (GB/s) at `mb` MiB and the 8-byte all-reduce's time (us), over
+    probe_all_reduces(iters) all-reduces of that size, under `prefix` (an mpirun line)."""
     lat = busbw = None
-    for line in out.stdout.splitlines():
-        if "op=all_reduce" not in line:
-            continue
-        kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    for kv in bench_comm_rows(prefix, bench_comm, env, mb, iters, "all_reduce", "the link probe"):
         if kv["bytes"] == "8":
             lat = float(kv["claw_us"])
         else:
-            busbw = float(kv["claw_busbw_gbs"])  # sizes ascend: the last is the largest
+            busbw = float(kv["claw_busbw_gbs"])
     return {"busbw_gbs": busbw, "latency_us": lat}
 
 
@@ -315,7 +319,7 @@ def bench_throughput(a, tmp, results):
                     row = rows["rtt"].setdefault(str(rtt), {})
                 row["single"] = single  # the reference these rows are fractions of (measured in this run)
                 for name, flags in LAYOUTS.items():
-                    if a.layouts and name not in a.layouts.split(","):
+                    if a.layouts and name not in a.layouts:
                         continue
                     extra = ["--diloco-inner-steps", str(h)] if name.startswith("diloco") else []
                     tps = row[name] = b.train(name, b.ACROSS, base, flags + extra)
@@ -368,15 +372,10 @@ def bench_collectives(a, tmp, results):
     with Bench(a, tmp, results) as b:
         b.dc("link", a.forwarder, str(a.sweep_rtt / 2), str(a.rate_mbit))
         for name, hosts in (("2", ["--host", "10.79.0.11,10.79.0.21", "-np", "2"]), ("4", ["-np", "4"])):
-            proc = subprocess.run([DC_NET, "mpirun", *hosts, b.bench_comm, "--min-mb", "64", "--max-mb", "64",
-                                   "--iters", "3", "--ops", "all_reduce,reduce_scatter,all_gather",
-                                   "--latency-reps", "10"], env=b.env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                sys.exit(f"FAIL: bench_comm across the link: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
             ops = out["ranks"][name] = {}
-            for line in proc.stdout.splitlines():
-                kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
-                if kv.get("bench") != "comm" or kv.get("bytes") == "8":
+            for kv in bench_comm_rows([DC_NET, "mpirun", *hosts], b.bench_comm, b.env, 64, 3,
+                                      "all_reduce,reduce_scatter,all_gather", "bench_comm across the link"):
+                if kv["bytes"] == "8":
                     continue
                 ops[kv["op"]] = {"claw_ms": float(kv["claw_ms"]), "mpi_ms": float(kv["mpi_ms"]),
                                  "claw_busbw_gbs": float(kv["claw_busbw_gbs"])}
@@ -448,6 +447,9 @@ def main():
     p.add_argument("--collectives", action="store_true",
                    help="claw's ring collectives against Open MPI's across the link at --sweep-rtt")
     a = p.parse_args()
+    a.layouts = [x for x in a.layouts.split(",") if x]
+    if unknown := [x for x in a.layouts if x not in LAYOUTS]:
+        p.error(f"--layouts: unknown {','.join(unknown)} (valid: {','.join(LAYOUTS)})")
     info = subprocess.run([a.claw, "info"], capture_output=True, text=True).stdout
     sgemm = re.search(r"sgemm_2048_gflops: ([0-9.]+)", info)
     say(sgemm_gflops=sgemm.group(1) if sgemm else "?", cores=os.cpu_count(), link_rate_mbit=a.rate_mbit)

@@ -15,6 +15,10 @@ run() {  # run NAME: a short gpt2-tiny run on 2 threads against $cache
     --eval-interval 0 --num-threads 2 --peak-cache-dir "$cache" --metrics-file "$tmp/$1.jsonl" >"$tmp/$1.log" 2>&1 ||
     { cat "$tmp/$1.log"; exit 1; }
 }
+raised='is above the cached GEMM peak; raising the MFU denominator'  # a step beat the cached peak
+cached_peak() {  # the peak the cache holds now, as the runs print it
+  /usr/bin/python3 -c 'import json,sys; print("%.1f" % max(e["gflops"] for e in json.load(open(sys.argv[1]))["entries"].values()))' "$cache/gemm_peak.json"
+}
 denominator() { grep -o 'MFU denominator: [0-9.]* GFLOP/s per rank' "$tmp/$1.log" || { cat "$tmp/$1.log"; echo "FAIL: $1 printed no MFU denominator"; exit 1; }; }
 
 run first
@@ -27,8 +31,8 @@ a=$(denominator first) b=$(denominator second)
 # A step of the first run may beat the calibration (a busy machine measures
 # low); it then raises the cache, and the second run divides by the raised
 # figure. Either way the second run divides by what the first left cached.
-if grep -q 'is above the cached GEMM peak; raising the MFU denominator' "$tmp/first.log"; then
-  c=$(/usr/bin/python3 -c 'import json,sys; print("%.1f" % max(e["gflops"] for e in json.load(open(sys.argv[1]))["entries"].values()))' "$cache/gemm_peak.json")
+if grep -q "$raised" "$tmp/first.log"; then
+  c=$(cached_peak)
   [ "$b" = "MFU denominator: $c GFLOP/s per rank" ] ||
     { echo "FAIL: the first run raised the peak to $c but the second divided by '$b'"; exit 1; }
   echo "first run: $a, raised by a step to $c; second run: $b"
@@ -41,9 +45,9 @@ fi
 "$claw" info --num-threads 2 --peak-cache-dir "$cache" >"$tmp/info" 2>&1 || { cat "$tmp/info"; exit 1; }
 g=$(grep -o '^gemm_peak_gflops: [0-9.]*' "$tmp/info" | cut -d' ' -f2)
 # (the second run may itself have raised it: info prints what is cached now)
-c=$(/usr/bin/python3 -c 'import json,sys; print("%.1f" % max(e["gflops"] for e in json.load(open(sys.argv[1]))["entries"].values()))' "$cache/gemm_peak.json")
+c=$(cached_peak)
 [ "$g" = "$c" ] || { cat "$tmp/info"; echo "FAIL: claw info's peak $g != the cached $c"; exit 1; }
-grep -q 'is above the cached GEMM peak' "$tmp/second.log" || [ "$b" = "MFU denominator: $g GFLOP/s per rank" ] ||
+grep -q "$raised" "$tmp/second.log" || [ "$b" = "MFU denominator: $g GFLOP/s per rank" ] ||
   { cat "$tmp/info"; echo "FAIL: claw info's peak $g != '$b'"; exit 1; }
 grep -q '^gemm_peak_provenance: calibrated ' "$tmp/info" || { cat "$tmp/info"; echo "FAIL: no provenance"; exit 1; }
 
@@ -58,7 +62,7 @@ for e in j["entries"].values():
 json.dump(j, open(sys.argv[1], "w"))
 PY
 run raised
-grep -q 'is above the cached GEMM peak; raising the MFU denominator' "$tmp/raised.log" ||
+grep -q "$raised" "$tmp/raised.log" ||
   { cat "$tmp/raised.log"; echo "FAIL: a step above the cached peak did not raise it"; exit 1; }
 /usr/bin/python3 - "$tmp/first.jsonl" "$tmp/second.jsonl" "$tmp/raised.jsonl" "$cache/gemm_peak.json" <<'PY'
 import json, statistics, sys
