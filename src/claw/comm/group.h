@@ -32,6 +32,7 @@
 
 #include "claw/comm/work.h"
 #include "claw/core/dtype.h"
+#include "claw/core/fault_injector.h"
 
 namespace claw::comm {
 
@@ -84,6 +85,11 @@ class Group {
   // a timeout there is most likely the long-haul link); empty by default.
   const std::string& span() const { return span_; }
   void set_span(std::string span) { span_ = std::move(span); }
+  // The job's injected faults (WorldOptions::faults; tests only, null
+  // without them). The layers that run a parallel layout over this group
+  // read their mutations here (FaultInjector: skip-grad-reduce, drop-pp-row,
+  // ...), so no test hook travels through their own interfaces.
+  const FaultInjector* faults() const { return faults_.get(); }
 
   Work all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op = ReduceOp::sum, const OpOptions& o = {});
   Work reduce_scatter_async(const void* send, void* recv, std::span<const int64_t> counts, DType dt,
@@ -142,8 +148,8 @@ class Group {
   }
 
  protected:
-  Group(std::string name, int rank, std::vector<int> world_ranks)
-      : name_(std::move(name)), rank_(rank), world_ranks_(std::move(world_ranks)) {}
+  Group(std::string name, int rank, std::vector<int> world_ranks, std::shared_ptr<const FaultInjector> faults = {})
+      : name_(std::move(name)), rank_(rank), world_ranks_(std::move(world_ranks)), faults_(std::move(faults)) {}
   virtual Work submit(Request r) = 0;
 
  private:
@@ -152,6 +158,7 @@ class Group {
   int rank_;
   std::vector<int> world_ranks_;
   std::string span_;
+  std::shared_ptr<const FaultInjector> faults_;
 };
 
 // The group of one rank: every operation completes at once (copies where

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 #include "claw/core/error.h"
@@ -70,8 +71,31 @@ FaultInjector FaultInjector::parse(const std::vector<std::string>& specs, std::s
       if (p.size() != 3 || !parse_number(p[1], rank) || rank < 0 || factor.empty() || *end != '\0' || !(times >= 1))
         fail("{} '{}': expected slow:RANK:FACTOR (a world rank, a slowdown >= 1)", flag, spec);
       f.slow_.emplace_back(rank, times);
+    } else if (p[0] == "skip-grad-reduce" || p[0] == "drop-pp-row") {
+      int64_t step = 0;
+      if (p.size() != 2 || !parse_number(p[1], step) || step < 1)
+        fail("{} '{}': expected {}:STEP (a training step from 1)", flag, spec, p[0]);
+      (p[0] == "skip-grad-reduce" ? f.skip_grad_reduce_ : f.drop_pp_row_).push_back(step);
+    } else if (p[0] == "scale-grad") {
+      ScaleGrad g;
+      const std::string factor = p.size() == 4 ? std::string(p[3]) : std::string();
+      char* end = nullptr;
+      g.factor = std::strtod(factor.c_str(), &end);
+      if (p.size() != 4 || !parse_number(p[1], g.rank) || g.rank < 0 || !parse_number(p[2], g.step) || g.step < 1 ||
+          factor.empty() || *end != '\0' || !std::isfinite(g.factor))
+        fail("{} '{}': expected scale-grad:RANK:STEP:FACTOR (a world rank, a training step from 1, a finite factor)",
+             flag, spec);
+      f.scale_grad_.push_back(g);
+    } else if (p[0] == "shift-cp-chunk" || p[0] == "drop-ep-row" || p[0] == "skip-optimizer-load") {
+      int rank = -1;
+      if (p.size() != 2 || !parse_number(p[1], rank) || rank < 0)
+        fail("{} '{}': expected {}:RANK (a world rank)", flag, spec, p[0]);
+      (p[0] == "shift-cp-chunk" ? f.shift_cp_chunk_ : p[0] == "drop-ep-row" ? f.drop_ep_row_ : f.skip_optimizer_load_)
+          .push_back(rank);
     } else {
-      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP, bit-flip:RANK|@HOST:STEP, slow:RANK:FACTOR",
+      fail("{} '{}': unknown fault; valid: hang:RANK:GROUP:SEQ, crash-in-save:ITER, inf-grad:STEP, "
+           "bit-flip:RANK|@HOST:STEP, slow:RANK:FACTOR, skip-grad-reduce:STEP, scale-grad:RANK:STEP:FACTOR, "
+           "drop-pp-row:STEP, shift-cp-chunk:RANK, drop-ep-row:RANK, skip-optimizer-load:RANK",
            flag, spec);
     }
   }
@@ -113,6 +137,33 @@ std::string FaultInjector::this_host() {
 
 bool FaultInjector::inf_grad(int64_t step) const {
   return std::find(inf_grad_.begin(), inf_grad_.end(), step) != inf_grad_.end();
+}
+
+bool FaultInjector::skips_grad_reduce(int64_t step) const {
+  return std::find(skip_grad_reduce_.begin(), skip_grad_reduce_.end(), step) != skip_grad_reduce_.end();
+}
+
+double FaultInjector::grad_scale(int world_rank, int64_t step) const {
+  double factor = 1;
+  for (const ScaleGrad& g : scale_grad_)
+    if (g.rank == world_rank && g.step == step) factor *= g.factor;
+  return factor;
+}
+
+bool FaultInjector::drops_pp_row(int64_t step) const {
+  return std::find(drop_pp_row_.begin(), drop_pp_row_.end(), step) != drop_pp_row_.end();
+}
+
+int64_t FaultInjector::cp_chunk_shift(int world_rank) const {
+  return std::count(shift_cp_chunk_.begin(), shift_cp_chunk_.end(), world_rank);
+}
+
+bool FaultInjector::drops_ep_row(int world_rank) const {
+  return std::find(drop_ep_row_.begin(), drop_ep_row_.end(), world_rank) != drop_ep_row_.end();
+}
+
+bool FaultInjector::skips_optimizer_load(int world_rank) const {
+  return std::find(skip_optimizer_load_.begin(), skip_optimizer_load_.end(), world_rank) != skip_optimizer_load_.end();
 }
 
 std::string FaultInjector::describe_hang(int world_rank, std::string_view group, uint64_t seq) {

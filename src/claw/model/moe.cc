@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <mutex>
 
 #include "claw/comm/group.h"
 #include "claw/core/error.h"
+#include "claw/core/log.h"
 #include "claw/kernels/cpu/activations.h"
 #include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
@@ -140,6 +143,12 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
   Received d;
   kernels::moe_gather(ctx.cpu, r, x, C_, ep ? scratch.moe_drows : scratch.moe_rows);
   const int64_t Rin = ep ? dispatch(ctx.cpu, scratch.moe_drows, scratch.moe_rows, s.x_in, d) : M;
+  if (const FaultInjector* f = ep ? tp_.ep->faults() : nullptr;
+      f && Rin > 0 && f->drops_ep_row(tp_.ep->world_ranks()[tp_.ep->rank()])) {
+    std::memset(s.x_in + (Rin - 1) * C_, 0, C_ * sizeof(float));  // the mutation drop-ep-row (tests only)
+    static std::once_flag told;
+    std::call_once(told, [] { log::warn("fault", "--test-fault drop-ep-row: each MoE dispatch loses its last row"); });
+  }
   const float* rows = ep ? s.x_in : scratch.moe_rows;
   const int64_t* off = ep ? d.offsets.data() : r.offsets.data();
   kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, fc.data(), 0.0f, s.h);

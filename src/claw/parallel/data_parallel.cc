@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
@@ -359,6 +360,8 @@ void DataParallel::bind(int unit, float* base, bool grads) {
 
 void DataParallel::begin_step() {
   store_.zero_grads();
+  ++steps_;
+  skip_reduce_ = dp_.faults() && dp_.faults()->skips_grad_reduce(steps_);
   // DiLoCo's first step (of the run, or after a checkpoint loaded): every
   // instance holds the same values, the anchors. Later each outer step
   // leaves its fragment's values equal to its anchor.
@@ -474,8 +477,15 @@ void DataParallel::grads_end(int unit) {
       const int64_t hi = std::min(uhi, lo + cfg_.bucket_size), at = at0 + (lo - ulo);
       st.pieces.push_back({.region = r, .lo = lo, .hi = hi, .at = at});
       const std::vector<int64_t> counts = counts_of(r, lo, hi);
-      st.work.push_back(regions_[r].group->reduce_scatter_async(base + at, base + at, counts, DType::f32));
       st.chain.emplace_back();
+      if (take_skip(r)) {  // this rank's own block, unreduced, where the reduce-scatter leaves its result
+        const int me = regions_[r].group->rank();
+        const int64_t from = std::accumulate(counts.begin(), counts.begin() + me, int64_t{0});
+        std::memmove(base + at, base + at + from, counts[me] * sizeof(float));
+        st.work.emplace_back();
+        continue;
+      }
+      st.work.push_back(regions_[r].group->reduce_scatter_async(base + at, base + at, counts, DType::f32));
       if (regions_[r].hierarchical && cfg_.diloco_inner_steps == 0 && counts[regions_[r].group->rank()] > 0)
         issue_inter(base + at, counts[regions_[r].group->rank()], st.work.back(), st.chain.back());
     }
@@ -484,6 +494,14 @@ void DataParallel::grads_end(int unit) {
   open_slot_[unit] = -1;
   bind(unit, nullptr, true);
   if (!cfg_.overlap_grad_reduce) retire_oldest();
+}
+
+bool DataParallel::take_skip(int r) {
+  if (!skip_reduce_ || r != 0) return false;
+  skip_reduce_ = false;
+  log::warn("fault", "step {}: --test-fault skip-grad-reduce: the first gradient bucket of {} is left unreduced",
+            steps_, regions_[r].group->name());
+  return true;
 }
 
 float DataParallel::owned_scale(const RegionSync& g) const {
@@ -496,6 +514,7 @@ void DataParallel::issue_bucket(int r, size_t b) {
   RegionSync& g = regions_[r];
   const auto [lo, hi] = g.buckets[b];
   float* grads = store_.grads(r);
+  if (take_skip(r)) return;  // each rank keeps its own sum in the bucket
   if (!g.hierarchical) {
     g.bucket_work[b] = g.group->all_reduce_async(grads + lo, hi - lo, DType::f32);
     return;

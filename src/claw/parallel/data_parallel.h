@@ -314,6 +314,12 @@ class DataParallel final : public model::UnitHooks {
   };
   std::vector<Outer> outer_;
   int64_t inner_step_ = 0;  // steps into the current round
+  // Training steps begun (begin_step), and whether this one leaves its first
+  // gradient bucket unreduced (the mutation skip-grad-reduce:STEP, tests only).
+  int64_t steps_ = 0;
+  bool skip_reduce_ = false;
+  // Whether the mutation takes the reduction of region r's bucket or piece now (once a step).
+  bool take_skip(int r);
   bool anchored_ = false;   // the anchors hold the values (the first step sets them)
   DataParallelConfig cfg_;
   const std::vector<model::Unit>& units_;

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <utility>
 
 #include "claw/core/error.h"
+#include "claw/core/log.h"
 
 namespace claw::parallel {
 
@@ -54,7 +57,7 @@ int PipelineExecutor::acquire(int chunk, int mb) {
   return slot;
 }
 
-void PipelineExecutor::send(const Tensor& t, int peer, int64_t tag) {
+void PipelineExecutor::send(const Tensor& t, int peer, int64_t tag, bool drop_last_row) {
   reap_sends(false);
   Outgoing o;
   if (!spare_.empty()) {
@@ -63,6 +66,12 @@ void PipelineExecutor::send(const Tensor& t, int peer, int64_t tag) {
   }
   const auto* bytes = static_cast<const uint8_t*>(t.raw());
   o.data.assign(bytes, bytes + t.nbytes());
+  if (drop_last_row) {
+    const size_t row = t.nbytes() / static_cast<size_t>(t.numel()) * static_cast<size_t>(t.shape()[-1]);
+    std::memset(o.data.data() + o.data.size() - row, 0, row);
+    log::warn("fault", "step {}: --test-fault drop-pp-row: the activation sent to stage {} lost its last row", runs_,
+              peer);
+  }
   o.work = pp_.send_async(o.data.data(), t.numel(), t.dtype(), peer, static_cast<int>(tag));
   outgoing_.push_back(std::move(o));
 }
@@ -98,6 +107,8 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
   const int p = schedule_.config.stages, m = schedule_.config.microbatches;
   double loss_sum = 0;
   timing_ = {};
+  ++runs_;
+  drop_row_ = pp_.faults() && pp_.faults()->drops_pp_row(runs_);
   const auto start = Clock::now();
   const std::vector<Action>& list = schedule_.stages[stage_];
   std::vector<comm::Work> posted(list.size());  // receives posted ahead of their action
@@ -157,7 +168,7 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
       }
       case ActionKind::send_activation:
         g.use_slot(slot_of_[a.chunk][a.microbatch]);
-        send(g.stage_output(mb.ctx), a.peer, tag(a.microbatch, vstage + 1, false));
+        send(g.stage_output(mb.ctx), a.peer, tag(a.microbatch, vstage + 1, false), std::exchange(drop_row_, false));
         break;
       case ActionKind::recv_grad:
         g.use_slot(slot_of_[a.chunk][a.microbatch]);

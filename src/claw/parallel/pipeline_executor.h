@@ -102,8 +102,9 @@ class PipelineExecutor {
   int acquire(int chunk, int mb);
   int64_t tag(int mb, int vstage, bool grad) const;
   // Point-to-point transfers of a stage boundary tensor (its dtype and
-  // element count): a send copies it into a buffer of its own first.
-  void send(const Tensor& t, int peer, int64_t tag);
+  // element count): a send copies it into a buffer of its own first (with
+  // its last row zeroed for the mutation drop-pp-row, tests only).
+  void send(const Tensor& t, int peer, int64_t tag, bool drop_last_row = false);
   void recv(const Tensor& t, int peer, int64_t tag);
   comm::Work recv_async(const Tensor& t, int peer, int64_t tag);
   void reap_sends(bool wait_all);
@@ -122,6 +123,10 @@ class PipelineExecutor {
   std::vector<std::vector<uint8_t>> spare_;  // buffers of completed sends, for reuse
   std::vector<int> slots_;                   // [chunk] activation sets
   StepTiming timing_;
+  // Training steps run, and whether this one's first activation send still
+  // loses its last row (the mutation drop-pp-row:STEP, tests only).
+  int64_t runs_ = 0;
+  bool drop_row_ = false;
   std::vector<std::unique_ptr<model::DeferredWeightGrads>> deferred_;  // pool of weight-gradient lists
   std::vector<int> free_deferred_;
   std::vector<std::vector<int>> deferred_of_;  // [chunk][micro-batch] -> pool index, -1 none

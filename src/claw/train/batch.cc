@@ -1,13 +1,14 @@
 #include "claw/train/batch.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "claw/core/error.h"
 
 namespace claw::train {
 
 GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing,
-                         int dp_size, int dp_rank, int cp_size, int cp_rank)
+                         int dp_size, int dp_rank, int cp_size, int cp_rank, int64_t cp_chunk_shift)
     : micro_batches_(micro_batches),
       B_(B),
       T_(T / cp_size),
@@ -17,6 +18,7 @@ GlobalBatch::GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data
       cp_size_(cp_size),
       cp_rank_(cp_rank),
       chunks_(model::CpChunks::of(T, cp_rank, cp_size)),  // refuses a T the chunks do not divide
+      cp_chunk_shift_(cp_size > 1 ? cp_chunk_shift : 0),
       packing_(packing) {
   const int64_t n = micro_batches * B * T;
   rows_.tokens.resize(n);
@@ -59,6 +61,14 @@ void GlobalBatch::pack() {
   local_.targets = model::cp_slice(chunks_, rows_.targets.data(), rows, 1);
   local_.positions = model::cp_slice(chunks_, rows_.positions.data(), rows, 1);
   if (!rows_.seg_start.empty()) local_.seg_start = model::cp_slice(chunks_, rows_.seg_start.data(), rows, 1);
+  if (cp_chunk_shift_ != 0) {  // the mutation: the second chunk read from shifted places of the row
+    const int64_t Tc = chunks_.chunk, TL = chunks_.local_tokens(), from = chunks_.index(1) * Tc + cp_chunk_shift_;
+    for (auto [local, full] : {std::pair{&local_.tokens, &rows_.tokens}, std::pair{&local_.targets, &rows_.targets},
+                               std::pair{&local_.positions, &rows_.positions}, std::pair{&local_.seg_start, &rows_.seg_start}})
+      if (!full->empty())
+        for (int64_t b = 0; b < rows; ++b)
+          for (int64_t t = 0; t < Tc; ++t) (*local)[b * TL + Tc + t] = (*full)[b * T_full_ + (from + t) % T_full_];
+  }
 }
 
 void GlobalBatch::set_device(const kernels::cuda::Device* device) {

@@ -34,8 +34,10 @@ struct MicroBatch {
 // and, under --reset-attention-mask, its document's first position there.
 class GlobalBatch {
  public:
+  // cp_chunk_shift: tests only (the mutation shift-cp-chunk): this rank's
+  // second chunk of every row starts that many tokens later.
   GlobalBatch(int64_t micro_batches, int64_t B, int64_t T, const data::PackingOptions& packing, int dp_size = 1,
-              int dp_rank = 0, int cp_size = 1, int cp_rank = 0);
+              int dp_rank = 0, int cp_size = 1, int cp_rank = 0, int64_t cp_chunk_shift = 0);
 
   // Reads this rank's samples of the global batch starting at `first` and applies the packing options.
   void load(const data::SampleSource& source, int64_t first);
@@ -72,6 +74,7 @@ class GlobalBatch {
   int64_t micro_batches_, B_, T_, T_full_;
   int dp_size_, dp_rank_, cp_size_, cp_rank_;
   model::CpChunks chunks_;  // this CP rank's chunks of a row
+  int64_t cp_chunk_shift_;
   data::PackingOptions packing_;
   Arrays rows_, local_;
 };

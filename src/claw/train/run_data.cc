@@ -89,9 +89,14 @@ RunData open_run_data(const DataConfig& data_cfg, const TrainConfig& cfg, const 
                                         packing.reset_position_ids, packing.reset_attention_mask,
                                         packing.eod_mask_loss, packing.eod)
                           : "");
+  const comm::Group& cp = ps.cp();
+  const int64_t cp_shift = cp.faults() ? cp.faults()->cp_chunk_shift(cp.world_ranks()[cp.rank()]) : 0;
+  if (cp_shift != 0 && cp.size() > 1)
+    log::warn("fault", "--test-fault shift-cp-chunk: this rank's second context-parallel chunk starts {} token(s) late",
+              cp_shift);
   out.batch = std::make_unique<GlobalBatch>(cfg.grad_accumulation_steps(dp_group.size()), cfg.micro_batch_size,
-                                            cfg.seq_length, packing, dp_group.size(), dp_group.rank(),
-                                            ps.cp().size(), ps.cp().rank());
+                                            cfg.seq_length, packing, dp_group.size(), dp_group.rank(), cp.size(),
+                                            cp.rank(), cp_shift);
   return out;
 }
 

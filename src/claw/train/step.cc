@@ -83,6 +83,14 @@ StepResult train_step(runtime::ModelChunks& model, optim::AdamW& optimizer, cons
           p->gdata()[0] = std::numeric_limits<float>::infinity();
           break;
         }
+    const int world_rank = model.pp().world_ranks()[model.pp().rank()];
+    if (const double factor = faults->grad_scale(world_rank, step + 1); factor != 1) {
+      for (const model::Segment& seg : optimizer.segments()) {
+        float* g = const_cast<float*>(seg.grad);
+        for (int64_t i = 0; g && i < seg.n; ++i) g[i] = static_cast<float>(g[i] * factor);
+      }
+      log::warn("fault", "step {}: --test-fault scale-grad: this rank's gradients scaled by {}", step + 1, factor);
+    }
     if (first_run && sdc && faults->bit_flip(sdc->world().rank(), step + 1))
       for (const model::Segment& seg : optimizer.segments())
         if (seg.n > 0 && seg.param->spec.primary) {

@@ -184,9 +184,13 @@ void Trainer::setup_checkpointing() {
 }
 
 void Trainer::load_checkpoint() {
+  // The mutation skip-optimizer-load:RANK (tests only): that rank resumes with a fresh optimizer.
+  const bool skip_optimizer = ckpt_cfg_.faults && ckpt_cfg_.faults->skips_optimizer_load(world_.rank());
+  if (skip_optimizer)
+    log::warn("fault", "--test-fault skip-optimizer-load: this rank does not load its optimizer state");
   const runtime::LoadedCheckpoint c = runtime_->load_checkpoint(
       {.root = ckpt_cfg_.load, .step = ckpt_cfg_.ckpt_step, .fallback = ckpt_cfg_.load_fallback,
-       .optimizer = !ckpt_cfg_.no_load_optim && !ckpt_cfg_.finetune},
+       .optimizer = !ckpt_cfg_.no_load_optim && !ckpt_cfg_.finetune && !skip_optimizer},
       optimizer_.get());
   if (!c.loaded) {
     if (ckpt_cfg_.finetune) fail("--finetune: no checkpoint under --load {}", ckpt_cfg_.load);

@@ -68,7 +68,7 @@ bool all_equal(const std::vector<int>& v) {
 
 MpiGroup::MpiGroup(std::string name, int rank, std::vector<int> world_ranks, Communicator comm, int world_rank,
                    std::chrono::milliseconds timeout, std::shared_ptr<const FaultInjector> faults, bool spans_hosts)
-    : Group(std::move(name), rank, std::move(world_ranks)),
+    : Group(std::move(name), rank, std::move(world_ranks), faults),
       comm_(std::move(comm)),
       spans_hosts_(spans_hosts),
       thread_(std::make_unique<CommThread>(world_rank, std::move(faults))),
