@@ -3,14 +3,20 @@
 #
 #   ckpt.sh CLAW_BINARY CASE
 #
+# Runs are scheduled for 20 steps (30 for the long resume); a shortened one
+# stops after step 3 (--exit-interval) and resumes for steps 4-6.
+#
 # reshard  save at TP 2 x PP 2 x DP 2 (sequence parallel, ZeRO-1, async) after
-#          step 10 of 20, then resume at TP 1 x PP 4 x DP 2, TP 4, PP 2 x DP 2
-#          with ZeRO-3... and on one rank: steps 11-20 equal the run that never
+#          step 3, then resume at TP 1 x PP 4 x DP 2, TP 4, PP 2 x DP 2
+#          with ZeRO-3... and on one rank: steps 4-6 equal the run that never
 #          stopped (1e-6 relative; the layouts add in other orders).
-# resume   stop after step 10 and resume at the same layout (one rank; TP 2 x
-#          DP 2 ZeRO-1 async; PP 2 x DP 2 ZeRO-1; DP 2 ZeRO-3): the 20 steps
-#          after the resume, validation included, are bitwise those of the run
-#          that never stopped.
+# resume   stop and resume at the same layout: TP 2 x DP 2 ZeRO-1 async after
+#          step 10, the 20 steps after the resume, validation included,
+#          bitwise those of the run that never stopped; one rank, PP 2 x DP 2
+#          ZeRO-1 and DP 2 ZeRO-3 after step 3, steps 4-6 bitwise.
+# mutation one rank resumes without its optimizer state (--test-fault
+#          skip-optimizer-load:1) at DP 2 ZeRO-1: the shortened resume must
+#          not be bitwise the run that never stopped.
 # faults   a writer killed mid-save (the hidden flag --test-fault
 #          crash-in-save:ITER: the last rank SIGKILLs itself halfway through
 #          its file of that iteration) leaves the previous checkpoint as
@@ -19,7 +25,7 @@
 #          --load-fallback takes the previous checkpoint (also over a
 #          missing or unparseable metadata.json); another model shape
 #          is refused naming the tensor; --keep-last-checkpoints.
-# frozen   --freeze: a run with the attention frozen stops after step 10 and
+# frozen   --freeze: a run with the attention frozen stops after step 3 and
 #          resumes bitwise (one rank; DP 2 ZeRO-1); its checkpoint holds every
 #          parameter's values and no optimizer state for the frozen ones; a
 #          run freezing the MLPs instead loads it, says that the attention's
@@ -64,16 +70,16 @@ compare() { /usr/bin/python3 "$here/compare_resume.py" "$@" || exit 1; }
 
 case $case_name in
 reshard)
-  must_run ref 1 --train-iters 20
+  must_run ref 1 --train-iters 20 --exit-interval 6
   must_run save8 8 --train-iters 20 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
-    --sequence-parallel --use-distributed-optimizer --save "$tmp/ck" --save-interval 10 --exit-interval 10 --async-save
-  [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt") == 10 ]] || fail "latest is not 10"
+    --sequence-parallel --use-distributed-optimizer --save "$tmp/ck" --save-interval 3 --exit-interval 3 --async-save
+  [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt") == 3 ]] || fail "latest is not 3"
   "$claw" ckpt inspect "$tmp/ck" --verify || fail "claw ckpt inspect --verify"
   # The reader printed in docs/checkpoint-format.md rebuilds the tensors that
   # eight ranks wrote as TP slices and ZeRO ranges, equal to the checkpoint's
   # Hugging Face export.
   "$claw" ckpt export --load "$tmp/ck" --output "$tmp/hf" >/dev/null || fail "export"
-  /usr/bin/python3 - "$here/../../docs/checkpoint-format.md" "$tmp/ck/iter_0000010" "$tmp/hf" <<'EOF' || fail "doc reader"
+  /usr/bin/python3 - "$here/../../docs/checkpoint-format.md" "$tmp/ck/iter_0000003" "$tmp/hf" <<'EOF' || fail "doc reader"
 import json, re, struct, sys
 import numpy as np
 doc, ckpt, hf = sys.argv[1:]
@@ -95,9 +101,9 @@ EOF
   while read -r np name flags; do
     [[ -z $np ]] && continue
     # shellcheck disable=SC2086
-    must_run "$name" "$np" --train-iters 20 --load "$tmp/ck" $flags
-    grep -q "loaded .*iter_0000010" "$tmp/$name.log" || { cat "$tmp/$name.log"; fail "$name: no load line"; }
-    compare "$tmp/ref.jsonl" "$tmp/$name.jsonl" "TP2xPP2xDP2 ZeRO-1 -> $name" 11 10 --rtol 1e-6
+    must_run "$name" "$np" --train-iters 20 --exit-interval 6 --load "$tmp/ck" $flags
+    grep -q "loaded .*iter_0000003" "$tmp/$name.log" || { cat "$tmp/$name.log"; fail "$name: no load line"; }
+    compare "$tmp/ref.jsonl" "$tmp/$name.jsonl" "TP2xPP2xDP2 ZeRO-1 -> $name" 4 3 --rtol 1e-6
   done <<'RUNS'
 8 tp1_pp4_dp2 --pipeline-model-parallel-size 4 --use-distributed-optimizer
 4 tp4_pp1_dp1 --tensor-model-parallel-size 4
@@ -117,23 +123,40 @@ assert abs(a - b) <= 1e-6 * a, (a, b)
 print(f"ok claw eval: loss {a:.6f} on one rank, {b:.6f} at TP 2 x PP 2")
 EOF
   ;;
-resume)
+resume|mutation)
+  # stop_and_resume NAME NP ASYNC STOP END [FLAGS...]: the run that never
+  # stops (to END), the run stopped after STOP and the one resumed from its
+  # checkpoint; with $fault, the resumed run gets --test-fault $fault.
+  stop_and_resume() {
+    local name=$1 np=$2 async=$3 stop=$4 end=$5
+    shift 5
+    local save=(--save "$tmp/$name" --save-interval "$((stop < 5 ? stop : 5))") to_end=(--train-iters "$end")
+    ((end < 20)) && to_end=(--train-iters 20 --exit-interval "$end")
+    [[ $async == async ]] && save+=(--async-save)
+    must_run "${name}_ref" "$np" "${to_end[@]}" "$@"
+    must_run "${name}_a" "$np" "${to_end[@]}" "$@" "${save[@]}" --exit-interval "$stop"
+    compare "$tmp/${name}_ref.jsonl" "$tmp/${name}_a.jsonl" "$name before the stop" 1 "$stop" --bitwise
+    must_run "${name}_b" "$np" "${to_end[@]}" "$@" --load "$tmp/$name" "${save[@]}" ${fault:+--test-fault "$fault"}
+    grep -q "loaded .*iter_$(printf %07d "$stop")" "$tmp/${name}_b.log" ||
+      { cat "$tmp/${name}_b.log"; fail "$name: no load line"; }
+  }
+  if [[ $case_name == mutation ]]; then
+    fault=skip-optimizer-load:1 stop_and_resume dp2_zero1 2 sync 3 6 --use-distributed-optimizer
+    grep -q -- "--test-fault skip-optimizer-load" "$tmp/dp2_zero1_b.log" || fail "the fault never took effect"
+    /usr/bin/python3 "$here/compare_resume.py" "$tmp/dp2_zero1_ref.jsonl" "$tmp/dp2_zero1_b.jsonl" "mutant" 4 3 \
+      --bitwise >"$tmp/cmp.log" 2>&1 && { cat "$tmp/cmp.log"; fail "a rank without its optimizer state went unnoticed"; }
+    echo "ok: skip-optimizer-load:1 at DP 2 ZeRO-1 is caught in steps 4-6: $(grep -m1 AssertionError "$tmp/cmp.log")"
+    exit 0
+  fi
+  stop_and_resume tp2_dp2_zero1 4 async 10 30 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
+  compare "$tmp/tp2_dp2_zero1_ref.jsonl" "$tmp/tp2_dp2_zero1_b.jsonl" "tp2_dp2_zero1 resumed" 11 20 --bitwise
   while read -r np name async flags; do
     [[ -z $np ]] && continue
-    save=(--save "$tmp/$name" --save-interval 5)
-    [[ $async == async ]] && save+=(--async-save)
     # shellcheck disable=SC2086
-    must_run "${name}_ref" "$np" --train-iters 30 $flags
-    # shellcheck disable=SC2086
-    must_run "${name}_a" "$np" --train-iters 30 $flags "${save[@]}" --exit-interval 10
-    compare "$tmp/${name}_ref.jsonl" "$tmp/${name}_a.jsonl" "$name before the stop" 1 10 --bitwise
-    # shellcheck disable=SC2086
-    must_run "${name}_b" "$np" --train-iters 30 $flags --load "$tmp/$name" "${save[@]}"
-    grep -q "loaded .*iter_0000010" "$tmp/${name}_b.log" || { cat "$tmp/${name}_b.log"; fail "$name: no load line"; }
-    compare "$tmp/${name}_ref.jsonl" "$tmp/${name}_b.jsonl" "$name resumed" 11 20 --bitwise
+    stop_and_resume "$name" "$np" "$async" 3 6 $flags
+    compare "$tmp/${name}_ref.jsonl" "$tmp/${name}_b.jsonl" "$name resumed" 4 3 --bitwise
   done <<'RUNS'
 1 single_rank sync
-4 tp2_dp2_zero1 async --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
 4 pp2_dp2_zero1 sync --pipeline-model-parallel-size 2 --use-distributed-optimizer
 2 dp2_zero3 async --zero-stage 3
 RUNS
@@ -214,25 +237,26 @@ EOF
 frozen)
   while read -r np name flags; do
     [[ -z $np ]] && continue
-    f=(--train-iters 20 --freeze 'layers.*.attention.*')
+    f=(--train-iters 20 --exit-interval 6 --freeze 'layers.*.attention.*')
     # shellcheck disable=SC2086
     must_run "fz_${name}_ref" "$np" "${f[@]}" $flags
     # shellcheck disable=SC2086
-    must_run "fz_${name}_a" "$np" "${f[@]}" $flags --save "$tmp/fz_$name" --save-interval 10 --exit-interval 10
-    compare "$tmp/fz_${name}_ref.jsonl" "$tmp/fz_${name}_a.jsonl" "frozen $name before the stop" 1 10 --bitwise
+    must_run "fz_${name}_a" "$np" "${f[@]}" $flags --save "$tmp/fz_$name" --save-interval 3 --exit-interval 3
+    compare "$tmp/fz_${name}_ref.jsonl" "$tmp/fz_${name}_a.jsonl" "frozen $name before the stop" 1 3 --bitwise
     # shellcheck disable=SC2086
     must_run "fz_${name}_b" "$np" "${f[@]}" $flags --load "$tmp/fz_$name"
-    grep -q "loaded .*iter_0000010" "$tmp/fz_${name}_b.log" || { cat "$tmp/fz_${name}_b.log"; fail "$name: no load"; }
-    compare "$tmp/fz_${name}_ref.jsonl" "$tmp/fz_${name}_b.jsonl" "frozen $name resumed" 11 10 --bitwise
+    grep -q "loaded .*iter_0000003" "$tmp/fz_${name}_b.log" || { cat "$tmp/fz_${name}_b.log"; fail "$name: no load"; }
+    compare "$tmp/fz_${name}_ref.jsonl" "$tmp/fz_${name}_b.jsonl" "frozen $name resumed" 4 3 --bitwise
   done <<'RUNS'
 1 single_rank
 2 dp2_zero1 --use-distributed-optimizer
 RUNS
-  must_run fz_swap 1 --train-iters 20 --freeze 'layers.*.mlp.*' --load "$tmp/fz_single_rank" --save "$tmp/fz_swap"
+  must_run fz_swap 1 --train-iters 20 --exit-interval 6 --freeze 'layers.*.mlp.*' --load "$tmp/fz_single_rank" \
+    --save "$tmp/fz_swap"
   grep -qF "has no optimizer state for 32 parameter(s) that train now (frozen when it was saved?): theirs starts at zero: layers.0.attention.q_proj.weight" \
     "$tmp/fz_swap.log" || { cat "$tmp/fz_swap.log"; fail "no line about the attention's fresh optimizer state"; }
-  /usr/bin/python3 - "$here/../../docs/checkpoint-format.md" "$tmp/fz_single_rank/iter_0000010" \
-    "$tmp/fz_swap/iter_0000020" <<'EOF' || fail "frozen checkpoints"
+  /usr/bin/python3 - "$here/../../docs/checkpoint-format.md" "$tmp/fz_single_rank/iter_0000003" \
+    "$tmp/fz_swap/iter_0000006" <<'EOF' || fail "frozen checkpoints"
 import json, re, sys
 import numpy as np
 doc, saved, swapped = sys.argv[1:]

@@ -4,9 +4,10 @@
 
 Loss, grad norm and validation loss must agree to 2e-5 relative (the loss
 and validation loss to R with --loss-rtol, the grad norm to G with
---grad-rtol); GOT must
-hold exactly STEPS records (default 20: metrics are written once, by rank 0),
-with a consistent per-rank step-time spread.
+--grad-rtol); GOT must hold exactly STEPS records (default 20: metrics are
+written once, by rank 0), with a consistent per-rank step-time spread, and
+they are compared with REFERENCE's first STEPS records (a shortened run,
+--exit-interval STEPS, against the whole reference run).
 """
 import json
 import sys
@@ -26,7 +27,9 @@ ref = [json.loads(line) for line in open(args[0])]
 got = [json.loads(line) for line in open(args[1])]
 name = args[2]
 steps = int(args[3]) if len(args) > 3 else 20
-assert len(got) == len(ref) == steps, f"{name}: {len(got)} records (metrics must be written once, by rank 0)"
+assert len(got) == steps, f"{name}: {len(got)} records, want {steps} (metrics must be written once, by rank 0)"
+assert len(ref) >= steps, f"{name}: the reference has {len(ref)} records, fewer than {steps}"
+assert [r["step"] for r in got] == [r["step"] for r in ref[:steps]], f"{name}: steps {[r['step'] for r in got]}"
 worst = 0.0
 worst_by = {}
 for a, b in zip(ref, got):

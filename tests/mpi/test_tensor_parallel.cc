@@ -1,7 +1,7 @@
 // Tensor (+ sequence) parallelism equals the single-rank run.
 //
-// Every rank first computes the reference itself: the whole model on one
-// rank. Then the ranks build the same model split over TP (the world, or
+// The reference is the whole model on one rank (its 20 steps computed once,
+// shared_reference.h). Then the ranks build the same model split over TP (the world, or
 // --tp N with data parallelism over the rest), from the same initialisation
 // (parameters are initialised by global element index), and compare:
 //   - one micro-batch: the loss, and every parameter's gradient assembled
@@ -42,6 +42,7 @@
 #include "claw/train/step.h"
 #include "mpi_gtest.h"
 #include "parity_batches.h"
+#include "shared_reference.h"
 
 namespace claw {
 namespace {
@@ -168,6 +169,20 @@ TEST_P(TensorParallelEqualsSingleRank, LossAndGradientsOfOneMicroBatch) {
 struct Trajectory {
   std::vector<double> losses, norms;
   std::vector<std::vector<float>> params;  // per reference parameter, whole
+  void save(parity::RefWriter& w) const {
+    w.put(losses);
+    w.put(norms);
+    w.put_u64(params.size());
+    for (const std::vector<float>& p : params) w.put(p);
+  }
+  static Trajectory load(parity::RefReader& r) {
+    Trajectory t;
+    t.losses = r.vec<double>();
+    t.norms = r.vec<double>();
+    t.params.resize(r.u64());
+    for (std::vector<float>& p : t.params) p = r.vec<float>();
+    return t;
+  }
 };
 
 Trajectory run(const model::ModelConfig& cfg, bool parallel, bool sp) {
@@ -214,9 +229,11 @@ Trajectory run(const model::ModelConfig& cfg, bool parallel, bool sp) {
 const Trajectory& reference(const model::ModelConfig& cfg) {
   static std::map<std::pair<std::string, double>, Trajectory> done;
   const auto key = std::make_pair(cfg.name, cfg.hidden_dropout);
-  auto it = done.find(key);
-  if (it == done.end()) it = done.emplace(key, run(cfg, false, false)).first;
-  return it->second;
+  if (auto it = done.find(key); it != done.end()) return it->second;
+  const std::string name = "test_tensor_parallel " + cfg.name + " dropout " + std::to_string(cfg.hidden_dropout) +
+                           " steps " + std::to_string(kSteps);
+  return done[key] = parity::shared_reference<Trajectory>(*g_world->world_group(), name,
+                                                           [&] { return run(cfg, false, false); });
 }
 
 TEST_P(TensorParallelEqualsSingleRank, TwentyStepsWithTwoMicroBatches) {

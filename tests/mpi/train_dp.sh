@@ -3,11 +3,15 @@
 #
 #   train_dp.sh CLAW_BINARY CASE
 #
-# parity     20 steps on the built-in corpus, single rank vs mpirun -np 2
-#            (ZeRO 0 and 2) and -np 4 (ZeRO 1, and 3 with both overlaps):
-#            the same per-step losses, grad norms and validation losses
-#            (relative 2e-5), the metrics written once (rank 0), with the
-#            per-rank step-time spread.
+# parity     the single-rank run (models.sh: gpt) against -np 4 with ZeRO-3
+#            and both overlaps (20 steps), -np 2 with ZeRO-2 and -np 4 with
+#            ZeRO-1 in small buckets (4 steps each): the same per-step losses,
+#            grad norms and validation losses (relative 2e-5), the metrics
+#            written once (rank 0), with the per-rank step-time spread. The
+#            stages' other combinations are test_data_parallel's (gtest).
+# mutation   one gradient bucket left unreduced at step 2 (--test-fault
+#            skip-grad-reduce:2) under ZeRO-1 on 4 ranks: the 4-step
+#            comparison must fail.
 # bad_layout --tensor-model-parallel-size 3 on 4 ranks is refused before any
 #            work, naming the flag; the job ends at once with exit code 1
 #            (bad configuration).
@@ -24,29 +28,26 @@
 set -uo pipefail
 claw=$1
 case_name=$2
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe --bind-to none)
-common=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
-        --micro-batch-size 1 --global-batch-size 8 --train-iters 20 --eval-interval 10 --eval-iters 2
-        --lr 2e-3 --lr-warmup-iters 3 --hidden-dropout 0.1 --peak-gflops 100 --num-threads 1)
 fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=models.sh
+source "$here/models.sh"
+# shellcheck source=compare_runs.sh
+source "$here/compare_runs.sh"
+common=("${mpi_common[@]}" "${gpt[@]}")
+check_layout() { grep -q "data-parallel" "$1"; }
+loss_rtol=2e-5
 
 case $case_name in
 parity)
-  "$claw" train "${common[@]}" --metrics-file "$tmp/single.jsonl" >"$tmp/single.log" 2>&1 ||
-    { cat "$tmp/single.log"; fail "single-rank run"; }
-  for run in "2 --zero-stage 0" "2 --zero-stage 2" "4 --use-distributed-optimizer --ddp-bucket-size 20000" \
-             "4 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000"; do
-    read -r np flags <<<"$run"
-    name="np${np}_$(echo "$flags" | tr -cd 'a-z0-9')"
-    # shellcheck disable=SC2086
-    timeout 300 "${mpirun[@]}" -np "$np" "$claw" train "${common[@]}" $flags --metrics-file "$tmp/$name.jsonl" \
-      >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "mpirun -np $np claw train $flags"; }
-    grep -q "data-parallel" "$tmp/$name.log" || fail "$name: no layout line"
-    /usr/bin/python3 "$(dirname "$0")/compare_metrics.py" "$tmp/single.jsonl" "$tmp/$name.jsonl" "$name" || exit 1
-  done ;;
+  compare gpt -- "4 --zero-stage 3 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000" \
+    "2:$short --zero-stage 2" "4:$short --use-distributed-optimizer --ddp-bucket-size 20000" ;;
+mutation)
+  caught gpt skip-grad-reduce:2 -- "4:$short --use-distributed-optimizer --ddp-bucket-size 20000" ;;
 bad_layout)
   start=$(date +%s.%N)
   timeout 120 "${mpirun[@]}" -np 4 "$claw" train "${common[@]}" --tensor-model-parallel-size 3 >"$tmp/log" 2>&1

@@ -5,9 +5,10 @@
 #   train_fp8.sh CLAW_BINARY RECIPE
 #     RECIPE: delayed | tensorwise | mxfp8 | auto | bf16 | bf16_moments | bf16_fp16_master | bf16_fp8_moments
 #
-# 20 steps of a small gpt2-tiny (hybrid format: E4M3 forward, E5M2
-# gradients; delayed with a 4-step history, max algorithm) at TP 2, TP 2 +
-# SP, PP 2 and DP 2 with the distributed optimizer (ZeRO-1). Every layout
+# A small gpt2-tiny (hybrid format: E4M3 forward, E5M2 gradients; delayed
+# with a 4-step history, max algorithm) at TP 2, TP 2 + SP, PP 2 and DP 2
+# with the distributed optimizer (ZeRO-1), 6 steps each (the delayed
+# history wraps once), but the delayed recipe's TP 2 + SP for 20. Every layout
 # quantises the same values with the same scales (delayed: the step's amaxes
 # are reduced over tp x cp and dp before they enter the history;
 # tensorwise: each tensor's amax over the ranks holding its parts; mxfp8:
@@ -33,9 +34,9 @@
 #
 # auto: --fp8-layer-selection auto on 4 blocks (tensorwise, budget 1): the
 # calibration picks the same block at TP 2 + SP, PP 2 and DP 2 as on one
-# rank and the runs match (losses to 2e-4); a run saved at step 10 and resumed on
+# rank and the runs match (losses to 2e-4); a run saved at step 3 and resumed on
 # one rank takes the choice from the checkpoint (no calibration) and its
-# steps 11-20 equal the uninterrupted run's.
+# steps 4-6 equal the uninterrupted run's.
 set -uo pipefail
 claw=$1
 recipe=$2
@@ -47,8 +48,9 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe --bind-to none)
 common=(--model gpt2-tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
-        --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --eval-interval 10 --eval-iters 2 --lr 2e-3
+        --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --eval-interval 6 --eval-iters 2 --lr 2e-3
         --lr-warmup-iters 3 --peak-gflops 100 --num-threads 1)
+s=6  # steps of a shortened run
 if [[ $recipe == bf16 ]]; then
   common+=(--bf16)
 elif [[ $recipe == bf16_moments ]]; then
@@ -68,8 +70,8 @@ loss_rtol=2e-5 grad_rtol=2e-3
 if [[ $recipe == bf16_fp16_master ]]; then
   loss_rtol=1e-4
   compare "fp8_$recipe" -- \
-    "2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --sequence-parallel" \
-    "2 --pipeline-model-parallel-size 2" "2 --use-distributed-optimizer" "2 --zero-stage 3"
+    "2:$s --tensor-model-parallel-size 2" "2:$s --tensor-model-parallel-size 2 --sequence-parallel" \
+    "2:$s --pipeline-model-parallel-size 2" "2:$s --use-distributed-optimizer" "2:$s --zero-stage 3"
   grep -q "fp16 master parameters" "$tmp/fp8_$recipe.log" || fail "the run did not keep fp16 masters"
   echo "PASS: $recipe at TP 2, TP 2 + SP, PP 2, DP 2 + ZeRO-1 and DP 2 + ZeRO-3 equals one rank"
   exit 0
@@ -77,14 +79,16 @@ fi
 if [[ $recipe == bf16_fp8_moments ]]; then
   loss_rtol=1e-4
   compare "fp8_$recipe" -- \
-    "2 --tensor-model-parallel-size 2" "2 --pipeline-model-parallel-size 2" "2 --use-distributed-optimizer"
+    "2:$s --tensor-model-parallel-size 2" "2:$s --pipeline-model-parallel-size 2" "2:$s --use-distributed-optimizer"
   echo "PASS: $recipe at TP 2, PP 2 and DP 2 + ZeRO-1 equals one rank"
   exit 0
 fi
 if [[ $recipe != auto ]]; then
+  long=$s
+  [[ $recipe != delayed ]] || long=20
   compare "fp8_$recipe" -- \
-    "2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --sequence-parallel" \
-    "2 --pipeline-model-parallel-size 2" "2 --use-distributed-optimizer"
+    "2:$s --tensor-model-parallel-size 2" "2:$long --tensor-model-parallel-size 2 --sequence-parallel" \
+    "2:$s --pipeline-model-parallel-size 2" "2:$s --use-distributed-optimizer"
   echo "PASS: $recipe at TP 2, TP 2 + SP, PP 2 and DP 2 + ZeRO-1 equals one rank"
   exit 0
 fi
@@ -92,8 +96,8 @@ fi
 loss_rtol=2e-4  # 4 blocks: more FP8 roundings to flip (measured up to 1e-4); the choice must be equal
 common+=(--num-layers 4 --lr-decay-iters 20 --fp8-layer-selection auto --fp8-bf16-layer-budget 1)
 choice() { grep -o "blocks kept out of FP8: .*" "$1" | tail -1; }
-compare fp8_auto -- "2 --tensor-model-parallel-size 2 --sequence-parallel" "2 --pipeline-model-parallel-size 2" \
-  "2 --use-distributed-optimizer"
+compare fp8_auto -- "2:$s --tensor-model-parallel-size 2 --sequence-parallel" "2:$s --pipeline-model-parallel-size 2" \
+  "2:$s --use-distributed-optimizer"
 want=$(choice "$tmp/fp8_auto.log")
 [[ -n $want ]] || { cat "$tmp/fp8_auto.log"; fail "the single-rank run logged no layer selection"; }
 grep "calibration on" "$tmp/fp8_auto.log"
@@ -102,11 +106,11 @@ for log in "$tmp"/fp8_auto_np2_*.log; do
   got=$(choice "$log")
   [[ $got == "$want" ]] || fail "$(basename "$log"): '$got', one rank: '$want'"
 done
-# Saved at step 10, resumed: the choice comes from the checkpoint.
-"$claw" train "${common[@]}" --save "$tmp/ckpt" --save-interval 10 --train-iters 10 >"$tmp/first.log" 2>&1 ||
-  { cat "$tmp/first.log"; fail "the run to step 10"; }
-"$claw" train "${common[@]}" --load "$tmp/ckpt" --metrics-file "$tmp/resumed.jsonl" >"$tmp/resumed.log" 2>&1 ||
-  { cat "$tmp/resumed.log"; fail "the resumed run"; }
+# Saved at step 3, resumed to step 6: the choice comes from the checkpoint.
+"$claw" train "${common[@]}" --save "$tmp/ckpt" --save-interval 3 --exit-interval 3 >"$tmp/first.log" 2>&1 ||
+  { cat "$tmp/first.log"; fail "the run to step 3"; }
+"$claw" train "${common[@]}" --load "$tmp/ckpt" --exit-interval $s --metrics-file "$tmp/resumed.jsonl" \
+  >"$tmp/resumed.log" 2>&1 || { cat "$tmp/resumed.log"; fail "the resumed run"; }
 grep -qF "layer selection from the checkpoint: $want" "$tmp/resumed.log" ||
   { cat "$tmp/resumed.log"; fail "the resumed run did not take the checkpoint's choice ($want)"; }
 ! grep -q "calibration on" "$tmp/resumed.log" || fail "the resumed run calibrated again"
@@ -114,9 +118,9 @@ grep -qF "layer selection from the checkpoint: $want" "$tmp/resumed.log" ||
 import json, sys
 ref = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
 got = [json.loads(line) for line in open(sys.argv[2])]
-assert [r["step"] for r in got] == list(range(11, 21)), [r["step"] for r in got]
+assert [r["step"] for r in got] == list(range(4, 7)), [r["step"] for r in got]
 worst = max(abs(r["loss"] - ref[r["step"]]["loss"]) / ref[r["step"]]["loss"] for r in got)
 assert worst <= 1e-6, worst
-print(f"ok resumed: steps 11-20 within {worst:.1e} of the uninterrupted run")
+print(f"ok resumed: steps 4-6 within {worst:.1e} of the uninterrupted run")
 PY
 echo "PASS: the automatic FP8 layer choice is the same at TP 2 + SP, PP 2, DP 2 and after a resume"
