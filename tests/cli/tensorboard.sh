@@ -9,18 +9,14 @@ claw=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-venv=/tmp/claw-venv-tensorboard
-if ! "$venv/bin/python" -c 'import tensorboard' 2>/dev/null; then
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q tensorboard
-fi
+py=$("$(dirname "$0")/../oracle_env.sh" tensorboard)
 
 "$claw" train --model gpt2-tiny --num-layers 2 --seq-length 64 --micro-batch-size 4 --global-batch-size 8 \
   --train-iters 6 --eval-interval 3 --eval-iters 1 --lr 2e-3 --lr-warmup-iters 2 --num-threads 2 \
   --peak-gflops 100 --metrics-file "$tmp/m.jsonl" --tensorboard-dir "$tmp/tb" >"$tmp/log" 2>&1 ||
   { cat "$tmp/log"; exit 1; }
 
-"$venv/bin/python" - "$tmp/m.jsonl" "$tmp/tb" <<'PY'
+"$py" - "$tmp/m.jsonl" "$tmp/tb" <<'PY'
 import glob, json, math, os, sys
 from tensorboard.backend.event_processing import event_accumulator
 

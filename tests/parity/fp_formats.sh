@@ -4,5 +4,5 @@
 #   tests/parity/fp_formats.sh build/bin/formats_dump
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-PY=$("$here/../../bench/torch2_env.sh")
+PY=$("$here/../oracle_env.sh" torch2)
 exec "$PY" "$here/fp_formats.py" --dump-tool "$1"

@@ -15,7 +15,7 @@ claw=$1
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-py=$("$here/../../bench/hf_env.sh" /tmp/claw-hf-venv)
+py=$("$here/../oracle_env.sh" hf)
 mx() { "$py" "$here/hf_mixtral.py" "$@"; }
 evalf=(--eval-iters 1 --micro-batch-size 2 --global-batch-size 2 --seq-length 32 --num-threads 2)
 

@@ -20,7 +20,7 @@ family=$2
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-py=$("$here/../../bench/hf_env.sh" /tmp/claw-hf-venv)
+py=$("$here/../oracle_env.sh" hf)
 check() { "$py" "$here/peft_check.py" "$@" 2> >(grep -v -e Warning -e warn >&2); }
 shape=(--micro-batch-size 2 --global-batch-size 4 --seq-length 32)
 quiet() { "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }; }

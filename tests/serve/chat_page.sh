@@ -4,20 +4,21 @@
 # screenshot taken (tests/serve/chat_page.py). With an API key, as users run
 # it behind one.
 #
-#   chat_page.sh CLAW_BINARY [SCREENSHOT.png]
+#   chat_page.sh CLAW_BINARY [MODEL] [SCREENSHOT.png]   (MODEL: the fixture serve_model's
+#   checkpoint, or - to train one here)
 set -euo pipefail
 claw=$1
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/wait_for_server.sh"
 tmp=$(mktemp -d)
-shot=${2:-$tmp/chat_page.png}
+ck=${2:--}
+[[ $ck != - ]] || ck=$tmp/ck
+shot=${3:-$tmp/chat_page.png}
 pid=
 trap '[[ -n $pid ]] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 command -v chromedriver >/dev/null || { echo "FAIL: chromedriver missing (scripts/setup installs chromium-driver)"; exit 1; }
-"$claw" train --model gpt2-tiny --num-layers 2 --seq-length 64 --micro-batch-size 4 --global-batch-size 4 \
-  --train-iters 60 --lr 3e-3 --eval-interval 0 --num-threads 2 --peak-gflops 100 --save "$tmp/ck" >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; exit 1; }
-"$claw" serve --model "$tmp/ck" --served-model-name gpt2-tiny-sotu --port 0 --api-key sekret --num-threads 2 \
+[[ -d $ck ]] || "$here/model_fixture.sh" "$claw" "$ck" >/dev/null
+"$claw" serve --model "$ck" --served-model-name gpt2-tiny-sotu --port 0 --api-key sekret --num-threads 2 \
   --max-model-len 512 >"$tmp/serve.log" 2>&1 &
 pid=$!
 wait_for_server $pid "$tmp/serve.log"

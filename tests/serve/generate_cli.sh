@@ -7,15 +7,15 @@
 #   chat answers each piped line; bad
 #   input is one clear line naming the flag or field, exit status 1.
 #
-#   generate_cli.sh CLAW_BINARY
+#   generate_cli.sh CLAW_BINARY [MODEL]   (MODEL: the fixture serve_model's checkpoint; else trained here)
 set -euo pipefail
 claw=$1
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$claw" train --model gpt2-tiny --num-layers 2 --seq-length 64 --micro-batch-size 4 --global-batch-size 4 \
-  --train-iters 30 --lr 3e-3 --eval-interval 0 --num-threads 2 --peak-gflops 100 --save "$tmp/ck" >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; exit 1; }
-gen() { "$claw" generate --model "$tmp/ck" --num-threads 2 "$@"; }
+ck=${2:-$tmp/ck}
+[[ -d $ck ]] || "$here/model_fixture.sh" "$claw" "$ck" >/dev/null
+gen() { "$claw" generate --model "$ck" --num-threads 2 "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }
 
 # Streaming text, and the summary line.
@@ -58,10 +58,10 @@ assert stopped["text"] == full[:full.index(stop)], (stopped["text"], full, stop)
 PY
 
 # claw chat over a pipe: one reply line per message, /reset, end of input ends.
-printf 'Hello there\n/reset\nAnd again\n' | "$claw" chat --model "$tmp/ck" --num-threads 2 --max-tokens 6 \
+printf 'Hello there\n/reset\nAnd again\n' | "$claw" chat --model "$ck" --num-threads 2 --max-tokens 6 \
   >"$tmp/chat" 2>"$tmp/chat.log" || { cat "$tmp/chat.log"; fail "claw chat"; }
 [[ $(wc -l <"$tmp/chat") -eq 2 ]] || { cat "$tmp/chat"; fail "claw chat: expected two reply lines"; }
-"$claw" chat --model "$tmp/ck" --chat-template nope </dev/null 2>"$tmp/err" && fail "chat accepted --chat-template nope"
+"$claw" chat --model "$ck" --chat-template nope </dev/null 2>"$tmp/err" && fail "chat accepted --chat-template nope"
 grep -q -- "--chat-template 'nope' is not one of" "$tmp/err" || { cat "$tmp/err"; fail "chat template error"; }
 
 # Bad input: exit status 1 and a line naming what is wrong.
@@ -74,12 +74,12 @@ expect_error() {
 expect_error "--model is required" --prompt hi
 expect_error "no such file" --model "$tmp/nothing" --prompt hi
 expect_error "neither a claw checkpoint" --model "$tmp" --prompt hi
-expect_error "exactly one of" --model "$tmp/ck" --prompt hi --prompt-tokens 1,2
-expect_error "temperature" --model "$tmp/ck" --prompt hi --temperature 3
-expect_error "prompt: 5 tokens leave no room" --model "$tmp/ck" --prompt-tokens 1,2,3,4,5 --max-model-len 5
-expect_error "--prompt-tokens" --model "$tmp/ck" --prompt-tokens 1,x
-expect_error "outside the vocabulary" --model "$tmp/ck" --prompt-tokens 1,60000
-expect_error "--output-format" --model "$tmp/ck" --prompt hi --output-format xml
-expect_error "--block-size" --model "$tmp/ck" --prompt hi --block-size 0
-expect_error "--prompt-file" --model "$tmp/ck" --prompt-file "$tmp/missing.txt"
+expect_error "exactly one of" --model "$ck" --prompt hi --prompt-tokens 1,2
+expect_error "temperature" --model "$ck" --prompt hi --temperature 3
+expect_error "prompt: 5 tokens leave no room" --model "$ck" --prompt-tokens 1,2,3,4,5 --max-model-len 5
+expect_error "--prompt-tokens" --model "$ck" --prompt-tokens 1,x
+expect_error "outside the vocabulary" --model "$ck" --prompt-tokens 1,60000
+expect_error "--output-format" --model "$ck" --prompt hi --output-format xml
+expect_error "--block-size" --model "$ck" --prompt hi --block-size 0
+expect_error "--prompt-file" --model "$ck" --prompt-file "$tmp/missing.txt"
 echo "generate CLI: ok"

@@ -18,7 +18,7 @@ family=$2
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-py=$("$here/../../bench/hf_env.sh" /tmp/claw-hf-venv)
+py=$("$here/../oracle_env.sh" hf)
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$py" "$here/hf_generate.py" make "$family" "$tmp/hf"

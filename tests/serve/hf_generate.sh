@@ -12,7 +12,7 @@ family=$2
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-py=$("$here/../../bench/hf_env.sh" /tmp/claw-hf-venv)
+py=$("$here/../oracle_env.sh" hf)
 
 "$py" "$here/hf_generate.py" make "$family" "$tmp/hf"
 prompt=17,250,3,999,42,7,512,88,1,640

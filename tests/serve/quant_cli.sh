@@ -7,24 +7,23 @@
 #   - generation with the KV cache in bf16 and int8, and bad --dtype,
 #     --kv-cache-dtype and --type values named in one clear line.
 #
-#   quant_cli.sh CLAW_BINARY
+#   quant_cli.sh CLAW_BINARY [MODEL]   (MODEL: the fixture serve_model's checkpoint; else trained here)
 set -euo pipefail
 claw=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+ck=${2:-$tmp/ck}
 fail() { echo "FAIL: $*"; exit 1; }
 data=${CLAW_DATA_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/data}
 held_out=$data/sotu/2021_joseph_r_biden_d.txt
 [[ -f $held_out ]] || fail "$held_out missing (scripts/fetch-data)"
 
-"$claw" train --model gpt2-tiny --num-layers 2 --seq-length 64 --micro-batch-size 8 --global-batch-size 8 \
-  --train-iters 200 --lr 2e-3 --eval-interval 0 --num-threads 2 --save "$tmp/ck" >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; exit 1; }
+[[ -d $ck ]] || "$(dirname "$0")/model_fixture.sh" "$claw" "$ck" >/dev/null
 ppl() { "$claw" perplexity --text-file "$held_out" --ctx-size 64 --chunks 40 --num-threads 2 --output-format json \
   "$@" 2>"$tmp/ppl.log" || { cat "$tmp/ppl.log"; exit 1; }; }
 for t in f32 bf16 q8_0 q4_0; do
-  ppl --model "$tmp/ck" --dtype $t >"$tmp/$t.json"
-  "$claw" ckpt export --load "$tmp/ck" --format gguf --type $t --output "$tmp/$t.gguf" >/dev/null 2>&1
+  ppl --model "$ck" --dtype $t >"$tmp/$t.json"
+  "$claw" ckpt export --load "$ck" --format gguf --type $t --output "$tmp/$t.gguf" >/dev/null 2>&1
   ppl --model "$tmp/$t.gguf" >"$tmp/$t-gguf.json"
 done
 /usr/bin/python3 - "$tmp" <<'PY'
@@ -44,7 +43,7 @@ PY
 
 prompt="Fellow citizens of the Senate and of the House of Representatives, the"
 for kv in bf16 int8; do
-  "$claw" generate --model "$tmp/ck" --prompt "$prompt" --max-tokens 16 --kv-cache-dtype $kv --output-format json \
+  "$claw" generate --model "$ck" --prompt "$prompt" --max-tokens 16 --kv-cache-dtype $kv --output-format json \
     --num-threads 2 >"$tmp/kv.json" 2>"$tmp/kv.log" || { cat "$tmp/kv.log"; exit 1; }
   grep -q "blocks of 16 tokens in $kv" "$tmp/kv.log" || { cat "$tmp/kv.log"; fail "--kv-cache-dtype $kv not used"; }
   /usr/bin/python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert len(o['tokens']) == 16, o" "$tmp/kv.json"
@@ -55,10 +54,10 @@ expect_error() {  # expected text, then the command
   grep -q -- "$want" "$tmp/out" || { cat "$tmp/out"; fail "no '$want' in the error of: $*"; }
 }
 expect_error "--dtype 'q5_k': valid are auto, f32, bf16, q8_0, q4_0" \
-  "$claw" generate --model "$tmp/ck" --prompt x --dtype q5_k
-expect_error "--kv-cache-dtype 'fp8': valid are" "$claw" generate --model "$tmp/ck" --prompt x --kv-cache-dtype fp8
+  "$claw" generate --model "$ck" --prompt x --dtype q5_k
+expect_error "--kv-cache-dtype 'fp8': valid are" "$claw" generate --model "$ck" --prompt x --kv-cache-dtype fp8
 expect_error "--type 'q2': valid types are f32, bf16, q8_0, q4_0" \
-  "$claw" ckpt export --load "$tmp/ck" --format gguf --type q2 --output "$tmp/x.gguf"
+  "$claw" ckpt export --load "$ck" --format gguf --type q2 --output "$tmp/x.gguf"
 head -c 100 "$tmp/q8_0.gguf" >"$tmp/cut.gguf"
 expect_error "cut.gguf" "$claw" generate --model "$tmp/cut.gguf" --prompt x
 echo "bad --dtype, --kv-cache-dtype, --type and a truncated GGUF file: clear errors"

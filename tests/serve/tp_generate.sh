@@ -18,7 +18,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(timeout 300 mpirun --oversubscribe --bind-to none -np 2)
-py=$("$here/../../bench/hf_env.sh" /tmp/claw-hf-venv)
+py=$("$here/../oracle_env.sh" hf)
 
 "$py" "$here/hf_generate.py" make "$family" "$tmp/hf"
 "$claw" ckpt import --input "$tmp/hf" --save "$tmp/ck" >/dev/null 2>&1
