@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `claw rl` (GRPO) end to end, on a gpt2-tiny taught the reversal task's
 # format by a short SFT from scratch (scripts/sft_task.py; 100 steps, made
-# once in FIXTURE_DIR by the first case that runs).
+# in FIXTURE_DIR by the case `fixture`: ctest's rl_base, once per suite).
 #
 #   rl.sh CLAW_BINARY CASE FIXTURE_DIR
 #
@@ -86,6 +86,9 @@ make_fixture() {
 mkdir -p "$(dirname "$fixture")"
 exec 9>"$fixture.lock"
 flock 9
+# `fixture` remakes it (ctest's rl_base, once per suite); a case run alone
+# makes it if it is missing.
+if [[ $case_name == fixture ]]; then make_fixture; exit 0; fi
 [[ -f $fixture/sft/latest_checkpointed_iteration.txt ]] || make_fixture
 flock -u 9
 
