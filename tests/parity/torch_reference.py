@@ -350,7 +350,6 @@ def main():
     ap.add_argument("--learner-batch-invariant", action="store_true",
                     help="claw's forward in the generation engine's batch-invariant kernels")
     args = ap.parse_args()
-    torch.set_num_threads(2)
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or tmp
