@@ -49,13 +49,17 @@ class RandomStream {
   // Uniform in [0, 1) with 24 random bits.
   float uniform(uint64_t index) const { return to_unit(block(index)[0]); }
 
-  // Standard normal via Box-Muller on two words of the same block.
-  float normal(uint64_t index) const {
-    Philox::Block b = block(index);
-    double u1 = (static_cast<double>(b[0]) + 1.0) * (1.0 / 4294967296.0);  // (0, 1]
-    double u2 = static_cast<double>(b[1]) * (1.0 / 4294967296.0);
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  }
+  // Standard normal via Box-Muller on two words of the same block:
+  // sqrt(-2 ln u1) cos(2 pi u2), u1 = (word0 + 1) / 2^32 in (0, 1], u2 =
+  // word1 / 2^32 in [0, 1). The logarithm and cosine are claw's own
+  // (philox.cc: polynomials in double, within 2 ulp of the exact values),
+  // written out operation by operation with no contraction left to the
+  // compiler, so the same index gives the same float on every CPU and
+  // instruction set, vectorised or not.
+  float normal(uint64_t index) const;
+  // normal(index[i]) for i in [0, n), into out: the same values, computed
+  // several at a time (model initialisation draws millions).
+  void normals(const uint64_t* index, int64_t n, float* out) const;
 
   static constexpr float to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
   // The Philox key, for device code that regenerates the same stream.
@@ -65,6 +69,13 @@ class RandomStream {
  private:
   uint32_t k0_, k1_;
 };
+
+namespace detail {
+// normal()'s two halves (philox.cc), exposed for their tests:
+// ln((b + 1) / 2^32) and cos(2 pi b / 2^32).
+double log_unit(uint32_t b);
+double cos_turn(uint32_t b);
+}  // namespace detail
 
 // Stable 64-bit FNV-1a hash of a name, used as an RNG purpose (e.g. a
 // parameter's canonical name), so streams do not depend on creation order.

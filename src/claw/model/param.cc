@@ -242,9 +242,15 @@ void draw(const CpuCtx& ctx, const ParamSpec& s, uint64_t seed, float* out, int6
     case Init::normal: {
       RandomStream rng(seed, hash_name(s.name));
       parallel_for(ctx, i1 - i0, 1 << 14, [&](int64_t cb, int64_t ce) {
-        for (int64_t i = i0 + cb; i < i0 + ce; ++i) {
-          const int64_t g = s.global_index(i);
-          out[i - i0] = g < live ? static_cast<float>(s.init_std * rng.normal(g)) : 0.0f;
+        constexpr int64_t kChunk = 512;  // global indices, then their deviates several at a time
+        uint64_t g[kChunk];
+        float z[kChunk];
+        for (int64_t c = i0 + cb; c < i0 + ce; c += kChunk) {
+          const int64_t m = std::min(kChunk, i0 + ce - c);
+          for (int64_t j = 0; j < m; ++j) g[j] = static_cast<uint64_t>(s.global_index(c + j));
+          rng.normals(g, m, z);
+          for (int64_t j = 0; j < m; ++j)
+            out[c + j - i0] = static_cast<int64_t>(g[j]) < live ? static_cast<float>(s.init_std * z[j]) : 0.0f;
         }
       });
       break;
