@@ -179,6 +179,46 @@ std::string this_host() {
   return host;
 }
 
+// Whether a process of group `pgid` has not yet exited (a zombie has: its
+// files are closed). The ranks an attempt started here are in its launcher's
+// group; SIGKILL ends them, but each must first be scheduled to die, and until
+// then it holds what it held (the --save directory's lock).
+bool group_has_live_process(pid_t pgid) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;  // gone meanwhile
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    if (!(rest >> state >> ppid >> pgrp)) continue;
+    if (pgrp == pgid && state != 'Z' && state != 'X') return true;
+  }
+  return false;
+}
+
+// Kills what is left of an attempt's process group and waits until none of it
+// runs, so that the next attempt does not find the last one's ranks still
+// holding the checkpoint directory (seen on a loaded 2-core machine).
+void end_process_group(pid_t pgid, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (group_has_live_process(pgid)) {
+    if (Clock::now() > deadline) {
+      log::warn("launch", "processes of the last attempt (process group {}) still run {:g} s after SIGKILL", pgid,
+                timeout_s);
+      return;
+    }
+    killpg(pgid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // The exit code of a waitpid status (128 + signal for a killed launcher, as a shell says).
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -482,8 +522,10 @@ int supervise(const LaunchConfig& cfg) {
       last_step = board.last_step;
       if (board.abort_reason.empty()) board.abort_reason = "the job ended";
     }
-    // Ranks a dead launcher left behind in its process group.
+    // Ranks a dead launcher left behind in its process group, gone before
+    // anything else starts.
     killpg(child, SIGKILL);
+    end_process_group(child, 30);
     if (failure.empty() && code == 0) {
       log::info("launch", "the job completed{}", attempt > 0 ? fmt::format(" after {} restart(s)", attempt) : "");
       events.write({{"event", "done"}, {"attempt", attempt}, {"restarts", attempt}});
