@@ -15,12 +15,21 @@
 #include "claw/core/philox.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 
 namespace claw {
 namespace {
+
+// c[0] x^(n-1) + ... + c[n-1] by Horner's rule, an fma a step.
+template <size_t N>
+[[gnu::always_inline]] inline double horner(double x, const std::array<double, N>& c) {
+  double p = c[0];
+  for (size_t k = 1; k < N; ++k) p = std::fma(p, x, c[k]);
+  return p;
+}
 
 // ln((b + 1) / 2^32), for the Box-Muller radius: b + 1 = m 2^k with m in
 // [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) with s = (m - 1) / (m + 1),
@@ -39,16 +48,8 @@ namespace {
   const double f = m - 1.0;  // exact (Sterbenz)
   const double s = f / (2.0 + f);
   const double z = s * s;
-  double p = 1.0 / 21.0;
-  p = std::fma(p, z, 1.0 / 19.0);
-  p = std::fma(p, z, 1.0 / 17.0);
-  p = std::fma(p, z, 1.0 / 15.0);
-  p = std::fma(p, z, 1.0 / 13.0);
-  p = std::fma(p, z, 1.0 / 11.0);
-  p = std::fma(p, z, 1.0 / 9.0);
-  p = std::fma(p, z, 1.0 / 7.0);
-  p = std::fma(p, z, 1.0 / 5.0);
-  p = std::fma(p, z, 1.0 / 3.0);
+  const double p = horner(z, std::array{1.0 / 21.0, 1.0 / 19.0, 1.0 / 17.0, 1.0 / 15.0, 1.0 / 13.0, 1.0 / 11.0,
+                                        1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0});
   const double ln_m = 2.0 * std::fma(s * z, p, s);  // 2 (s + s^3 p(s^2))
   const double kk = static_cast<double>(k - 32);    // the 2^-32 of u
   return std::fma(kk, kLn2Hi, std::fma(kk, kLn2Lo, ln_m));
@@ -65,24 +66,12 @@ namespace {
   const bool mirror = f > 0.5;
   const double t = (mirror ? 1.0 - f : f) * kHalfPi;
   const double t2 = t * t;
-  double c = 1.0 / 20922789888000.0;  // 1/16!
-  c = std::fma(c, t2, -1.0 / 87178291200.0);
-  c = std::fma(c, t2, 1.0 / 479001600.0);
-  c = std::fma(c, t2, -1.0 / 3628800.0);
-  c = std::fma(c, t2, 1.0 / 40320.0);
-  c = std::fma(c, t2, -1.0 / 720.0);
-  c = std::fma(c, t2, 1.0 / 24.0);
-  c = std::fma(c, t2, -0.5);
-  c = std::fma(c, t2, 1.0);
-  double s = 1.0 / 355687428096000.0;  // 1/17!
-  s = std::fma(s, t2, -1.0 / 1307674368000.0);
-  s = std::fma(s, t2, 1.0 / 6227020800.0);
-  s = std::fma(s, t2, -1.0 / 39916800.0);
-  s = std::fma(s, t2, 1.0 / 362880.0);
-  s = std::fma(s, t2, -1.0 / 5040.0);
-  s = std::fma(s, t2, 1.0 / 120.0);
-  s = std::fma(s, t2, -1.0 / 6.0);
-  s = std::fma(s * t2, t, t);
+  const double c = horner(t2, std::array{1.0 / 20922789888000.0, -1.0 / 87178291200.0, 1.0 / 479001600.0,  // 1/16!, ...
+                                         -1.0 / 3628800.0, 1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0});
+  const double s = std::fma(horner(t2, std::array{1.0 / 355687428096000.0, -1.0 / 1307674368000.0,  // 1/17!, ...
+                                                  1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0,
+                                                  -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0}) * t2,
+                            t, t);
   const double cos_f = mirror ? s : c;  // cos(pi/2 f)
   const double sin_f = mirror ? c : s;  // sin(pi/2 f)
   // cos(q pi/2 + x) = cos x, -sin x, -cos x, sin x.
@@ -117,8 +106,8 @@ void RandomStream::normals(const uint64_t* index, int64_t n, float* out) const {
     uint32_t k0 = key0(), k1 = key1();
     for (int round = 0; round < 10; ++round) {
       for (int64_t i = 0; i < m; ++i) {
-        const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[i];
-        const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[i];
+        const uint64_t p0 = static_cast<uint64_t>(Philox::M0) * c0[i];
+        const uint64_t p1 = static_cast<uint64_t>(Philox::M1) * c2[i];
         const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[i] ^ k0;
         const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[i] ^ k1;
         c0[i] = n0;
@@ -126,8 +115,8 @@ void RandomStream::normals(const uint64_t* index, int64_t n, float* out) const {
         c2[i] = n2;
         c3[i] = static_cast<uint32_t>(p0);
       }
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
+      k0 += Philox::W0;
+      k1 += Philox::W1;
     }
     for (int64_t i = 0; i < m; ++i)
       out[b + i] = static_cast<float>(std::sqrt(-2.0 * log_unit(c0[i])) * cos_turn(c1[i]));

@@ -15,10 +15,12 @@ namespace claw {
 
 struct Philox {
   using Block = std::array<uint32_t, 4>;
+  // The round multipliers and the key schedule's Weyl increments (also used
+  // by RandomStream::normals, which runs the rounds over blocks of counters).
+  static constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
+  static constexpr uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
 
   static constexpr Block generate(Block ctr, uint32_t k0, uint32_t k1) {
-    constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
-    constexpr uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
     for (int round = 0; round < 10; ++round) {
       uint64_t p0 = static_cast<uint64_t>(M0) * ctr[0];
       uint64_t p1 = static_cast<uint64_t>(M1) * ctr[2];
