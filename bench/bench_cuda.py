@@ -3,9 +3,11 @@
 
 Runs on a machine with an NVIDIA GPU and PyTorch 2.x (the peer). For each
 config (model:micro-batch:seq) it times, step by step after a warm-up:
-  - claw train --device cuda (fp32, IEEE GEMMs: the CPU backend's numbers);
-  - the PyTorch GPT-2 of bench/torch_gpt.py on the GPU in fp32 (TF32 off),
-    fp32 with TF32, bf16 autocast, and bf16 autocast under torch.compile;
+  - claw train --device cuda in each of --claw-variants: fp32 (IEEE GEMMs:
+    the CPU backend's numbers), fp32-tf32 (--allow-tf32), bf16 (--bf16);
+  - the PyTorch GPT-2 of bench/torch_gpt.py (transformers' Llama for the
+    Llama shape) on the GPU in each of --variants: fp32 (TF32 off), fp32 with
+    TF32, bf16 autocast, and bf16 autocast under torch.compile;
 and measures the roof in the same run: a bf16 8192^3 matmul through torch and
 claw's own cuBLAS measurement (claw info --device cuda). MFU is the model's
 FLOPs per second over that bf16 peak (6 N + attention, as claw counts).
@@ -131,8 +133,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--claw", default=os.path.join(HERE, "..", "build-cuda", "bin", "claw"))
     ap.add_argument("--configs", default="gpt2-124m:8:1024")
+    ap.add_argument("--claw-variants", default="fp32,fp32-tf32,bf16")
     ap.add_argument("--variants", default="fp32,fp32-tf32,bf16,bf16-compile",
-                    help="PyTorch variants; bf16-compile runs for GPT-2 only (compiling HF Llama takes minutes)")
+                    help="PyTorch variants; bf16-compile runs for GPT-2 only unless --compile-llama "
+                         "(compiling HF Llama takes minutes)")
+    ap.add_argument("--compile-llama", action="store_true")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--data-dir", default="")
@@ -150,11 +155,11 @@ def main():
         m = MODELS[name]
         tokens = B * T
         flops = flops_per_token(m, T) * tokens
-        res = {"claw fp32": run_claw(args.claw, name, B, T, args.steps, args.warmup, args.data_dir),
-               "claw fp32-tf32": run_claw(args.claw, name, B, T, args.steps, args.warmup, args.data_dir,
-                                          ["--allow-tf32"])}
+        claw_flags = {"fp32": [], "fp32-tf32": ["--allow-tf32"], "bf16": ["--bf16"]}
+        res = {"claw " + v: run_claw(args.claw, name, B, T, args.steps, args.warmup, args.data_dir, claw_flags[v])
+               for v in args.claw_variants.split(",") if v}
         for v in args.variants.split(","):
-            if v.endswith("compile") and name.startswith("llama"):
+            if not v or (v.endswith("compile") and name.startswith("llama") and not args.compile_llama):
                 continue
             try:
                 res["torch " + v] = run_torch(torch, v, name, m, B, T, args.steps, args.warmup)

@@ -21,7 +21,8 @@ For each model config and thread count:
                      PyTorch 1.13's many short OpenMP regions can run slower on
                      2 threads than on 1)
       torch2         a PyTorch 2.x from PyPI, if --torch2-python names its interpreter
-                     (thread counts chosen as for torch-tuned)
+                     (thread counts chosen as for torch-tuned; torch2-threads: exactly
+                     the row's thread count, --torch2-variant)
 Prints one machine-readable line per figure, then a markdown table.
 
   /usr/bin/python3 bench/bench_train.py --claw build/bin/claw
@@ -96,7 +97,7 @@ def run_torch(python, variant, model, B, T, threads, steps, warmup):
     cmd = [python, os.path.join(HERE, "torch_gpt.py"), "--layers", str(L), "--hidden", str(C), "--heads", str(H),
            "--batch", str(B), "--seq", str(T), "--steps", str(steps), "--warmup", str(warmup),
            "--threads", "0" if variant == "torch-default" else
-           str(threads) if variant == "torch-threads" else ",".join(str(n) for n in range(threads, 0, -1))]
+           str(threads) if variant in ("torch-threads", "torch2-threads") else ",".join(str(n) for n in range(threads, 0, -1))]
     env = torch_env(variant, threads)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -112,7 +113,10 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--torch-variants", default="torch-default,torch-threads,torch-tuned")
+    ap.add_argument("--claw-variants", default="claw,claw-recompute", help="claw always runs; claw-recompute optional")
     ap.add_argument("--torch2-python", help="interpreter of a PyTorch 2.x install (e.g. a venv's python)")
+    ap.add_argument("--torch2-variant", default="torch2", choices=["torch2", "torch2-threads"],
+                    help="torch2: the fastest thread count from --threads down to 1; torch2-threads: exactly --threads")
     args = ap.parse_args()
 
     rows = []
@@ -124,17 +128,18 @@ def main():
         for threads in map(int, args.threads.split(",")):
             peak, provenance = gemm_peak(args.claw, threads)
             print(f"bench=peak threads={threads} gflops={peak:.1f} provenance={provenance!r}", flush=True)
-            runs = [("claw", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak)),
-                    ("claw-recompute", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak,
-                                                        ["--recompute-granularity", "full"]))]
-            for v in args.torch_variants.split(","):
+            runs = [("claw", lambda: run_claw(args.claw, model, B, T, threads, args.steps, args.warmup, peak))]
+            if "claw-recompute" in args.claw_variants.split(","):
+                runs.append(("claw-recompute", lambda: run_claw(args.claw, model, B, T, threads, args.steps,
+                                                                args.warmup, peak, ["--recompute-granularity", "full"])))
+            for v in filter(None, args.torch_variants.split(",")):
                 if v == "torch-default" and threads != max(map(int, args.threads.split(","))):
                     continue
                 runs.append((v, lambda v=v: run_torch("/usr/bin/python3", v, model, B, T, threads, args.steps,
                                                       args.warmup)))
             if args.torch2_python:
-                runs.append(("torch2", lambda: run_torch(args.torch2_python, "torch2", model, B, T, threads,
-                                                         args.steps, args.warmup)))
+                runs.append((args.torch2_variant, lambda: run_torch(args.torch2_python, args.torch2_variant, model, B,
+                                                                    T, threads, args.steps, args.warmup)))
             for impl, fn in runs:
                 r = fn()
                 tps = tokens / (r["ms_per_step"] / 1e3)

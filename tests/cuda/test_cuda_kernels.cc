@@ -31,6 +31,7 @@
 #include "claw/kernels/cpu/activations.h"
 #include "claw/kernels/cpu/adamw.h"
 #include "claw/kernels/cpu/attention.h"
+#include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/dropout.h"
@@ -386,6 +387,88 @@ TEST_F(CudaKernels, Bf16Conversions) {
   EXPECT_EQ(bad, 0);
 }
 
+// 16-bit activations (--bf16, --fp16): the CPU entry points of
+// cpu/bf16_gemm.h called with a context that carries the GPU route to
+// kernels/cuda; the bits must be the CPU's for every non-NaN input (NaN
+// stays NaN; its payload is the hardware's).
+TEST_F(CudaKernels, HalfActivations) {
+  std::mt19937 gen(131);
+  const int64_t n = 65536 + 24;
+  auto x = random_floats(n, gen, -7e4f, 7e4f);
+  auto small = random_floats(n / 2, gen, -1e-4f, 1e-4f);  // f16 subnormals and bf16 ties
+  std::copy(small.begin(), small.end(), x.begin() + n / 4);
+  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), 0.0f,
+                            -0.0f, 1.00390625f, 1.01171875f, 3.4e38f, 1e-40f, 65504.0f, 65519.0f, 65520.0f,
+                            -65520.0f, 5.96e-8f, 2.98e-8f, std::numeric_limits<float>::quiet_NaN()};
+  std::copy(std::begin(specials), std::end(specials), x.begin());
+  CpuCtx on_gpu = cpu;
+  on_gpu.gpu = &gctx();
+  auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::memcmp(&a, &b, 4) == 0; };
+  for (DType t : {DType::bf16, DType::f16}) {
+    const char* name = t == DType::bf16 ? "bf16" : "f16";
+    // round in place
+    std::vector<float> ref = x;
+    round_half_values(cpu, t, ref.data(), n);
+    Buf<float> dx(x);
+    round_half_values(on_gpu, t, dx.get(), n);
+    auto got = dx.download();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += !same(ref[i], got[i]);
+    // pack, then unpack what was packed
+    std::vector<uint16_t> bits(n);
+    pack_half(cpu, t, x.data(), bits.data(), n);
+    Buf<float> dx2(x);
+    Buf<uint16_t> dbits(n);
+    dbits.poison();
+    pack_half(on_gpu, t, dx2.get(), dbits.get(), n);
+    auto gbits = dbits.download();
+    int64_t bad_pack = 0;
+    for (int64_t i = 0; i < n; ++i) bad_pack += std::isnan(x[i]) ? 0 : gbits[i] != bits[i];
+    std::vector<float> back(n);
+    unpack_half(cpu, t, bits.data(), back.data(), n);
+    Buf<uint16_t> dref_bits(bits);
+    Buf<float> dback(n);
+    dback.poison();
+    unpack_half(on_gpu, t, dref_bits.get(), dback.get(), n);
+    auto gback = dback.download();
+    int64_t bad_unpack = 0;
+    for (int64_t i = 0; i < n; ++i) bad_unpack += !same(back[i], gback[i]);
+    std::printf("  %-24s %-4s mismatches: round %lld, pack %lld, unpack %lld of %lld\n", test_name().c_str(), name,
+                static_cast<long long>(bad), static_cast<long long>(bad_pack), static_cast<long long>(bad_unpack),
+                static_cast<long long>(n));
+    EXPECT_EQ(bad, 0) << name;
+    EXPECT_EQ(bad_pack, 0) << name;
+    EXPECT_EQ(bad_unpack, 0) << name;
+  }
+}
+
+// The linear layers' bias broadcast and the device operand path of --bf16:
+// x rounded into a scratch slot, the routed gemm_bf16, against the CPU's
+// gemm_bf16 on round_to_bf16 operands (exact products; summation order
+// differs).
+TEST_F(CudaKernels, Bf16OperandsAndBias) {
+  std::mt19937 gen(132);
+  const int64_t M = 300, K = 192, N = 136;
+  auto x = random_floats(M * K, gen), w = random_floats(N * K, gen), bias = random_floats(N, gen);
+  std::vector<float> fx, fw;
+  std::vector<uint16_t> bx, bw;
+  const Bf16Operand cx = round_to_bf16(cpu, x.data(), M * K, fx, bx);
+  const Bf16Operand cw = round_to_bf16(cpu, w.data(), N * K, fw, bw);
+  std::vector<float> ref(M * N);
+  gemm_bf16(cpu, false, true, M, N, K, 1.0f, cx, K, cw, K, 0.0f, ref.data(), N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < N; ++j) ref[m * N + j] += bias[j];
+  CpuCtx on_gpu = cpu;
+  on_gpu.gpu = &gctx();
+  Buf<float> dx(x), dw(w), dbias(bias), dy(M * N);
+  dy.poison();
+  const Bf16Operand gx{.bits = gpu::bf16_in_scratch(gctx(), dx.get(), M * K, 0)};
+  const Bf16Operand gw{.bits = gpu::bf16_in_scratch(gctx(), dw.get(), N * K, 1)};
+  gemm_bf16(on_gpu, false, true, M, N, K, 1.0f, gx, K, gw, K, 0.0f, dy.get(), N);
+  gpu::add_bias(gctx(), dy.get(), dbias.get(), M, N);
+  EXPECT_CLOSE("x W^T + b on bf16", dy.download(), ref, 1e-5);
+}
+
 TEST_F(CudaKernels, Dropout) {
   std::mt19937 gen(114);
   const int64_t n = 250007;
@@ -623,12 +706,28 @@ struct AttnCase {
   bool docs;
 };
 
-void check_attention(const AttnCase& c, uint32_t seed) {
+std::vector<float> rounded_bf16(std::vector<float> x) {
+  for (float& e : x) e = bf16_to_f32(f32_to_bf16(e));
+  return x;
+}
+
+// tc: the tensor-core kernels (GpuCtx::bf16_attention) on bf16-valued q, k, v
+// (as --bf16 makes them), against the CPU's fp32 attention on the same values:
+// P, dS and dout are rounded to bf16 inside, hence the looser tolerance.
+void check_attention(const AttnCase& c, uint32_t seed, bool tc = false) {
   std::mt19937 gen(seed);
   const int64_t B = c.B, T = c.T, H = c.H, G = c.G, D = c.D;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   auto q = random_floats(B * T * H * D, gen, -2.f, 2.f), k = random_floats(B * T * G * D, gen, -2.f, 2.f);
   auto v = random_floats(B * T * G * D, gen), dout = random_floats(B * T * H * D, gen);
+  GpuCtx ctx = gctx();
+  ctx.bf16_attention = tc;
+  const double tol = tc ? 1e-2 : kTol, tol_lse = tc ? 1e-4 : kTol;
+  if (tc) {
+    q = rounded_bf16(q);
+    k = rounded_bf16(k);
+    v = rounded_bf16(v);
+  }
   std::vector<int32_t> seg;
   if (c.docs) {
     // Documents of random length 1..90 (a 1-token one included), seg_start = each token's document start.
@@ -658,26 +757,26 @@ void check_attention(const AttnCase& c, uint32_t seed) {
   const int32_t* gseg = c.docs ? dSeg.get() : nullptr;
   dOut.poison();
   dLse.poison();
-  gpu::attention_forward(gctx(), dOut.get(), dLse.get(), dQ.get(), dK.get(), dV.get(), B, T, H, G, D, scale, gseg);
+  gpu::attention_forward(ctx, dOut.get(), dLse.get(), dQ.get(), dK.get(), dV.get(), B, T, H, G, D, scale, gseg);
   char tag[96];
-  std::snprintf(tag, sizeof tag, "B%lld T%lld H%lld G%lld D%lld%s", static_cast<long long>(B),
+  std::snprintf(tag, sizeof tag, "B%lld T%lld H%lld G%lld D%lld%s%s", static_cast<long long>(B),
                 static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(G),
-                static_cast<long long>(D), c.docs ? " docs" : "");
+                static_cast<long long>(D), c.docs ? " docs" : "", tc ? " tc" : "");
   auto what = [&](const char* name) { return std::string(name) + " " + tag; };
-  EXPECT_CLOSE(what("out").c_str(), dOut.download(), out, kTol);
-  EXPECT_CLOSE(what("lse").c_str(), dLse.download(), lse, kTol);
+  EXPECT_CLOSE(what("out").c_str(), dOut.download(), out, tol);
+  EXPECT_CLOSE(what("lse").c_str(), dLse.download(), lse, tol_lse);
   // Backward from the CPU's out and lse, so it is tested on its own.
   dOut.upload(out);
   dLse.upload(lse);
   dDq.poison();
   dDk.poison();
   dDv.poison();
-  gpu::attention_backward(gctx(), dDq.get(), dDk.get(), dDv.get(), dDout.get(), dQ.get(), dK.get(), dV.get(),
+  gpu::attention_backward(ctx, dDq.get(), dDk.get(), dDv.get(), dDout.get(), dQ.get(), dK.get(), dV.get(),
                           dOut.get(), dLse.get(), B, T, H, G, D, scale, gseg);
   auto gdq = dDq.download(), gdk = dDk.download(), gdv = dDv.download();
   if (T > 1) {
-    EXPECT_CLOSE(what("dq").c_str(), gdq, dq, kTol);
-    EXPECT_CLOSE(what("dk").c_str(), gdk, dk, kTol);
+    EXPECT_CLOSE(what("dq").c_str(), gdq, dq, tol);
+    EXPECT_CLOSE(what("dk").c_str(), gdk, dk, tol);
   } else {
     // One key per query: dS = P (dP - Delta) is 0 in exact arithmetic and
     // both sides hold rounding noise, so the difference is measured against
@@ -689,13 +788,13 @@ void check_attention(const AttnCase& c, uint32_t seed) {
       return std::sqrt(num / den);
     };
     std::printf("  %-24s %-28s err/|dv| %.3e %.3e (tol %.0e)\n", test_name().c_str(), what("dq, dk").c_str(),
-                against_dv(gdq, dq), against_dv(gdk, dk), kTol);
-    EXPECT_LE(against_dv(gdq, dq), kTol);
-    EXPECT_LE(against_dv(gdk, dk), kTol);
+                against_dv(gdq, dq), against_dv(gdk, dk), tol);
+    EXPECT_LE(against_dv(gdq, dq), tol);
+    EXPECT_LE(against_dv(gdk, dk), tol);
   }
-  EXPECT_CLOSE(what("dv").c_str(), gdv, dv, kTol);
+  EXPECT_CLOSE(what("dv").c_str(), gdv, dv, tol);
   // Deterministic: a second run gives the same bits.
-  gpu::attention_backward(gctx(), dDq.get(), dDk.get(), dDv.get(), dDout.get(), dQ.get(), dK.get(), dV.get(),
+  gpu::attention_backward(ctx, dDq.get(), dDk.get(), dDv.get(), dDout.get(), dQ.get(), dK.get(), dV.get(),
                           dOut.get(), dLse.get(), B, T, H, G, D, scale, gseg);
   EXPECT_TRUE(dDq.download() == gdq && dDk.download() == gdk && dDv.download() == gdv) << "not deterministic";
 }
@@ -725,6 +824,85 @@ TEST_F(CudaKernels, AttentionOddHeadDim) {
   check_attention({2, 45, 2, 1, 30, true}, 129);  // D % 4 != 0: scalar tile loads
   check_attention({1, 100, 3, 3, 96, false}, 130);
   check_attention({1, 1, 2, 2, 64, false}, 131);  // T = 1
+}
+
+// The tensor-core kernels (--bf16) on the same cases as the fp32 ones above.
+TEST_F(CudaKernels, AttentionTensorCores) {
+  check_attention({2, 77, 4, 4, 64, false}, 140, true);
+  check_attention({1, 256, 4, 2, 64, false}, 141, true);
+  check_attention({1, 130, 4, 1, 64, false}, 142, true);
+  check_attention({2, 77, 4, 2, 128, false}, 143, true);
+  check_attention({1, 256, 4, 2, 128, true}, 144, true);
+  check_attention({2, 256, 4, 2, 64, true}, 145, true);
+  check_attention({1, 1, 2, 2, 64, false}, 146, true);  // T = 1
+  check_attention({1, 64, 2, 2, 64, true}, 147, true);  // one tile exactly
+}
+
+// The training shapes at T = 1024 (GPT-2 124M's heads, Llama 3.2 1B's GQA):
+// the tensor-core kernels against the fp32 ones on the GPU (the CPU would
+// take minutes), and both timed (median of 5 after a warm-up, CUDA events)
+// as forward + backward TFLOP/s: 4 B H T^2 D / 2 (causal) forward, 2.5x that
+// backward.
+TEST_F(CudaKernels, AttentionTensorCoresAtScale) {
+  struct Shape {
+    const char* name;
+    int64_t B, T, H, G, D;
+  };
+  for (const Shape& c : {Shape{"gpt2-124m", 8, 1024, 12, 12, 64}, Shape{"llama3.2-1b", 2, 1024, 32, 8, 64},
+                         Shape{"D=128", 2, 1024, 16, 4, 128}}) {
+    std::mt19937 gen(150);
+    const int64_t B = c.B, T = c.T, H = c.H, G = c.G, D = c.D;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    auto q = rounded_bf16(random_floats(B * T * H * D, gen, -2.f, 2.f));
+    auto k = rounded_bf16(random_floats(B * T * G * D, gen, -2.f, 2.f));
+    auto v = rounded_bf16(random_floats(B * T * G * D, gen));
+    auto dout = random_floats(B * T * H * D, gen);
+    Buf<float> dQ(q), dK(k), dV(v), dDout(dout);
+    std::vector<float> results[2][5];
+    float ms[2] = {};
+    for (int tc = 0; tc < 2; ++tc) {
+      GpuCtx ctx = gctx();
+      ctx.bf16_attention = tc == 1;
+      Buf<float> out(q.size()), lse(B * H * T), dq(q.size()), dk(k.size()), dv(v.size());
+      auto run = [&] {
+        gpu::attention_forward(ctx, out.get(), lse.get(), dQ.get(), dK.get(), dV.get(), B, T, H, G, D, scale, nullptr);
+        gpu::attention_backward(ctx, dq.get(), dk.get(), dv.get(), dDout.get(), dQ.get(), dK.get(), dV.get(), out.get(),
+                                lse.get(), B, T, H, G, D, scale, nullptr);
+      };
+      run();
+      results[tc][0] = out.download();
+      results[tc][1] = lse.download();
+      results[tc][2] = dq.download();
+      results[tc][3] = dk.download();
+      results[tc][4] = dv.download();
+      auto stream = static_cast<cudaStream_t>(gctx().stream);
+      std::vector<float> times;
+      for (int rep = 0; rep < 5; ++rep) {
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        cudaEventRecord(e0, stream);
+        run();
+        cudaEventRecord(e1, stream);
+        cudaEventSynchronize(e1);
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        times.push_back(t);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+      }
+      std::sort(times.begin(), times.end());
+      ms[tc] = times[2];
+    }
+    const double flops = 3.5 * 4.0 * B * H * static_cast<double>(T) * T * D / 2;
+    std::printf("  %-24s %-12s fwd+bwd fp32 %.3f ms (%.1f TFLOP/s), tensor cores %.3f ms (%.1f TFLOP/s): %.1fx\n",
+                test_name().c_str(), c.name, ms[0], flops / ms[0] / 1e9, ms[1], flops / ms[1] / 1e9, ms[0] / ms[1]);
+    const char* names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; ++i) {
+      const std::string what = std::string(names[i]) + " " + c.name + " tc vs fp32";
+      EXPECT_CLOSE(what.c_str(), results[1][i], results[0][i], i == 1 ? 1e-4 : 1e-2);
+    }
+  }
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------

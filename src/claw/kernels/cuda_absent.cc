@@ -23,6 +23,8 @@ void copy_to_device(const GpuCtx&, void*, const void*, size_t) { absent(); }
 void copy_to_host(const GpuCtx&, void*, const void*, size_t) { absent(); }
 void fill_zero(const GpuCtx&, void*, size_t) { absent(); }
 void check_stream(const GpuCtx&, const char*) { absent(); }
+void* scratch_buffer(const GpuCtx&, int, size_t) { absent(); }
+const uint16_t* bf16_in_scratch(const GpuCtx&, const float*, int64_t, int) { absent(); }
 double measure_bf16_gemm_tflops(const GpuCtx&, int64_t, int) { absent(); }
 double measure_fp32_gemm_tflops(const GpuCtx&, int64_t, int) { absent(); }
 

@@ -13,6 +13,7 @@
 #include "claw/kernels/cpu/linear.h"
 #include "claw/kernels/cpu/quant.h"
 #include "claw/kernels/cpu/rowwise_linear.h"
+#include "claw/kernels/cuda/ops.h"
 
 namespace claw::model {
 
@@ -187,6 +188,9 @@ thread_local std::vector<float> operand_f32[2];
 thread_local std::vector<uint16_t> operand_bf16[2];
 
 void add_bias_rows(const CpuCtx& cpu, float* y, const float* b, int64_t rows, int64_t C) {
+  if constexpr (kernels::cuda::cuda_built()) {
+    if (cpu.gpu) return kernels::cuda::add_bias(*cpu.gpu, y, b, rows, C);
+  }
   parallel_for(cpu, rows, std::max<int64_t>(1, 4096 / C), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       float* yr = y + r * C;
@@ -205,9 +209,19 @@ void multiply(const CpuCtx& cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t
 
 Linear::Operand Linear::gemm_operand(const CpuCtx& cpu, Fp8Role role, const float* a, int64_t rows, int64_t cols,
                                      bool along_rows, int slot, bool record) const {
+  const int64_t n = rows * cols;
+  // --device cuda (--bf16; the configuration refuses FP8 and --fp16 there):
+  // the weight's bf16 compute copy, refreshed after each optimizer step, or
+  // the operand rounded into a device scratch slot.
+  if (cpu.gpu) {
+    CLAW_CHECK(half_ == DType::bf16 && !(fp8_ && fp8_->active()), "{}: the GPU's low-precision products are bf16",
+               weight.spec.name);
+    if (role == Fp8Role::weight && a == weight.data() && weight.compute.dtype() == DType::bf16)
+      return {{.bits = static_cast<const uint16_t*>(weight.compute.raw())}};
+    return {{.bits = kernels::cuda::bf16_in_scratch(*cpu.gpu, a, n, slot)}};
+  }
   std::vector<float>& buf = operand_f32[slot];
   std::vector<uint16_t>& bits = operand_bf16[slot];
-  const int64_t n = rows * cols;
   if (fp8_ && fp8_->active()) {
     const Fp8Linear::Operand q = fp8_->quantize(cpu, role, a, rows, cols, along_rows, buf, fp8_group(role), record);
     return {kernels::exact_bf16(cpu, q.data, n, bits), q.alpha};

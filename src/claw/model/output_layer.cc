@@ -8,6 +8,7 @@
 #include "claw/kernels/cpu/cross_entropy.h"
 #include "claw/kernels/cpu/reduce.h"
 #include "claw/kernels/cpu/rowwise_linear.h"
+#include "claw/kernels/cuda/context.h"
 
 namespace claw::model {
 
@@ -74,9 +75,21 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
   const Rows p = pack(ctx, tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_), targets, ctx.loss_weight);
   const int64_t chunk = Scratch::logits_chunk(p.n);
   const float* W = weight_->data();
-  const bool bf16 = gemm_dtype_ == DType::bf16 && !ctx.cpu.gpu;
+  const bool bf16 = gemm_dtype_ == DType::bf16;
+  // bf16 operands: on the CPU in half_'s buffers; on the GPU the weight's
+  // bf16 compute copy and device scratch slots 2 (x) and 3 (logit gradients).
+  const GpuCtx* gpu = ctx.cpu.gpu;
+  auto device_bf16 = [&](const float* a, int64_t n, int slot) {
+    return kernels::Bf16Operand{.bits = kernels::cuda::bf16_in_scratch(*gpu, a, n, slot)};
+  };
   kernels::Bf16Operand wq;  // the weight once per call, each chunk's x and logit gradients as they come
-  if (bf16) wq = kernels::round_to_bf16(ctx.cpu, W, Vl * C_, half_.w32, half_.w16);
+  if (bf16 && gpu) {
+    wq = weight_->compute.dtype() == DType::bf16
+             ? kernels::Bf16Operand{.bits = static_cast<const uint16_t*>(weight_->compute.raw())}
+             : device_bf16(W, Vl * C_, 1);  // no compute copy: slot 1 (the linear layers' second) is free here
+  } else if (bf16) {
+    wq = kernels::round_to_bf16(ctx.cpu, W, Vl * C_, half_.w32, half_.w16);
+  }
   for (int64_t r0 = 0; r0 < p.n; r0 += chunk) {
     const int64_t rows = std::min(chunk, p.n - r0);
     const float* xc = p.x + r0 * C_;
@@ -84,7 +97,7 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
     float* logits = scratch.logits;
     kernels::Bf16Operand xq;
     if (bf16) {
-      xq = kernels::round_to_bf16(ctx.cpu, xc, rows * C_, half_.x32, half_.x16);
+      xq = gpu ? device_bf16(xc, rows * C_, 2) : kernels::round_to_bf16(ctx.cpu, xc, rows * C_, half_.x32, half_.x16);
       kernels::gemm_bf16(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xq, C_, wq, C_, 0.0f, logits, Vl);
     } else {
       kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xc, C_, W, C_, 0.0f, logits, Vl);
@@ -103,7 +116,8 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
       vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, tc, scale, vocab_, rows);
     if (w) kernels::scale_rows(ctx.cpu, logits, w, rows, Vl);
     if (bf16) {
-      const kernels::Bf16Operand gq = kernels::round_to_bf16_in_place(ctx.cpu, logits, rows * Vl, half_.g16);
+      const kernels::Bf16Operand gq = gpu ? device_bf16(logits, rows * Vl, 3)
+                                          : kernels::round_to_bf16_in_place(ctx.cpu, logits, rows * Vl, half_.g16);
       kernels::gemm_bf16(ctx.cpu, false, false, rows, C_, Vl, 1.0f, gq, Vl, wq, C_, 0.0f, s.dx + r0 * C_, C_);
       if (weight_->grad.defined())
         kernels::gemm_bf16(ctx.cpu, true, false, Vl, C_, rows, 1.0f, gq, Vl, xq, C_, 1.0f, weight_->gdata(), C_);

@@ -8,6 +8,7 @@
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/philox.h"
+#include "claw/kernels/cuda/ops.h"
 
 namespace claw::model {
 
@@ -103,8 +104,9 @@ ParamStore::ParamStore(std::vector<Param*> params, StoreOptions opts) : params_(
   opts_.dtypes.validate();
   layout_ = layout(specs, opts_);
   if (!opts_.allocate) return;
-  if (opts_.dtypes.separate_compute() && (opts_.shard_values || opts_.device))
-    fail("a {} compute copy of the parameters needs unsharded values on the CPU (ZeRO stages 0-2, --device cpu)",
+  if (opts_.dtypes.separate_compute() &&
+      (opts_.shard_values || (opts_.device && opts_.dtypes.compute != DType::bf16)))
+    fail("a {} compute copy of the parameters needs unsharded values (ZeRO stages 0-2), and bf16 on --device cuda",
          dtype_name(opts_.dtypes.compute));
   if (opts_.device && (opts_.shard_values || opts_.shard_grads))
     fail("--device cuda supports ZeRO stages 0 and 1 for now (sharded gradients and values stay on the CPU backend)");
@@ -147,6 +149,13 @@ void StoreDtypes::validate() const {
 void ParamStore::refresh_compute(const CpuCtx& ctx) {
   if (layout_.compute_bytes == 0) return;
   const int64_t n = static_cast<int64_t>(layout_.value_bytes / dtype_size(opts_.dtypes.master));
+  if constexpr (kernels::cuda::cuda_built()) {
+    if (opts_.device) {  // fp32 masters to their bf16 copy, one pass on the device
+      kernels::cuda::to_bf16(opts_.device->ctx(), reinterpret_cast<uint16_t*>(compute_.base()),
+                             reinterpret_cast<const float*>(values_.base()), n);
+      return;
+    }
+  }
   const size_t from = dtype_size(opts_.dtypes.master), to = dtype_size(opts_.dtypes.compute);
   parallel_for(ctx, n, 1 << 15, [&](int64_t b, int64_t e) {
     convert(opts_.dtypes.master, values_.base() + b * from, opts_.dtypes.compute, compute_.base() + b * to, e - b);

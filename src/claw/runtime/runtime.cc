@@ -48,6 +48,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   if (const int gpu = cfg_.cuda_device(); gpu >= 0) {
     device_ = std::make_unique<kernels::cuda::Device>(gpu);
     device_->ctx().allow_tf32 = cfg_.allow_tf32;
+    device_->ctx().bf16_attention = mc.gemm_dtype == DType::bf16;
     cpu_.gpu = &device_->ctx();
     const kernels::cuda::DeviceInfo& d = device_->info();
     log::info("cuda", "device {}: {} (sm_{}{}, {} SMs, {} free of {}), CUDA runtime {}.{}, driver {}.{}", gpu, d.name,
@@ -82,6 +83,9 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   storage.expert_shards = pstate_->expert_dp().size();
   storage.expert_shard = pstate_->expert_dp().rank();
   storage.dtypes.master = cfg_.main_params_dtype;
+  // --bf16 on the GPU: the layers' products read a bf16 copy of the weights,
+  // refreshed after each optimizer step, instead of rounding them per product.
+  if (device_ && mc.gemm_dtype == DType::bf16) storage.dtypes.compute = DType::bf16;
   const int stage = pstate_->pp().rank();
   const plan::Job job{.model = mc, .seq_length = cfg_.seq_length, .global_batch_size = cfg_.global_batch_size,
                       .freeze = cfg_.freeze};

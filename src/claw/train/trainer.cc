@@ -60,8 +60,9 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   // rank validates the same configuration, so all refuse it together.
   cfg_.resolve_and_validate(comm::RankGrid::make(world_.size(), par_cfg_.sizes).dp);
   model_cfg_.fp8.seed = cfg_.seed;
-  if ((model_cfg_.fp8.enabled() || model_cfg_.gemm_dtype != DType::f32) && cfg_.device != "cpu")
-    fail("--fp8-format, --fp4, --bf16 and --fp16 emulate their formats on the CPU for now (--device cpu, not {})",
+  if ((model_cfg_.fp8.enabled() || model_cfg_.gemm_dtype == DType::f16) && cfg_.device != "cpu")
+    fail("--fp8-format, --fp4 and --fp16 emulate their formats on the CPU for now (--device cpu, not {}); --bf16 "
+         "runs on the GPU",
          cfg_.device);
   if (cfg_.fp16) loss_scaler_ = std::make_unique<optim::LossScaler>(cfg_.loss_scaling);
   if (cfg_.dpo.enabled && par_cfg_.sizes.cp > 1)

@@ -18,6 +18,7 @@
 #include "claw/core/error.h"
 #include "claw/core/storage.h"
 #include "claw/kernels/cpu/blas.h"
+#include "claw/kernels/cuda/ops.h"
 
 namespace claw::kernels {
 namespace {
@@ -191,6 +192,12 @@ Bf16Operand exact_bf16(const CpuCtx& ctx, const float* x, int64_t n, std::vector
 
 void gemm_bf16(const CpuCtx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const Bf16Operand& A, int64_t lda, const Bf16Operand& B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if constexpr (cuda::cuda_built()) {
+    if (ctx.gpu) {  // device bit patterns (Linear, OutputLayer on --device cuda)
+      CLAW_CHECK(A.bits && B.bits, "gemm_bf16 on the GPU takes bf16 bit patterns in device memory");
+      return cuda::gemm_bf16(*ctx.gpu, trans_a, trans_b, M, N, K, alpha, A.bits, lda, B.bits, ldb, beta, C, ldc);
+    }
+  }
   if (A.bits && B.bits && K > 0 && M > 0 && N > 0) {
     CLAW_CHECK(!ctx.gpu, "oneDNN bf16 products run on the CPU");
     onednn_bf16_gemm(trans_a, trans_b, M, N, K, alpha, A.bits, lda, B.bits, ldb, beta, C, ldc);
@@ -200,25 +207,41 @@ void gemm_bf16(const CpuCtx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t
   gemm(ctx, trans_a, trans_b, M, N, K, alpha, A.f32, lda, B.f32, ldb, beta, C, ldc);
 }
 
+// 16-bit activations live where the model does: device memory under a GPU context.
+#define CLAW_HALF_ON_GPU(ctx, t, name, ...)                                                          \
+  do {                                                                                               \
+    if constexpr (cuda::cuda_built()) {                                                              \
+      if ((ctx).gpu) {                                                                               \
+        CLAW_CHECK(t == DType::bf16 || t == DType::f16, "16-bit activations are bf16 or f16, not {}", \
+                   dtype_name(t));                                                                   \
+        return cuda::name(*(ctx).gpu, t == DType::f16, __VA_ARGS__);                                 \
+      }                                                                                              \
+    }                                                                                                \
+  } while (0)
+
 void round_bf16_values(const CpuCtx& ctx, float* x, int64_t n) {
+  CLAW_HALF_ON_GPU(ctx, DType::bf16, round_half_values, x, n);
   parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
   });
 }
 
 void pack_bf16(const CpuCtx& ctx, const float* x, uint16_t* y, int64_t n) {
+  CLAW_HALF_ON_GPU(ctx, DType::bf16, pack_half, x, y, n);
   parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) y[i] = f32_to_bf16_bits(x[i]);
   });
 }
 
 void unpack_bf16(const CpuCtx& ctx, const uint16_t* x, float* y, int64_t n) {
+  CLAW_HALF_ON_GPU(ctx, DType::bf16, unpack_half, x, y, n);
   parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) y[i] = bf16_bits_to_f32(x[i]);
   });
 }
 
 void round_half_values(const CpuCtx& ctx, DType t, float* x, int64_t n) {
+  CLAW_HALF_ON_GPU(ctx, t, round_half_values, x, n);
   if (t == DType::bf16) return round_bf16_values(ctx, x, n);
   CLAW_CHECK(t == DType::f16, "16-bit activations are bf16 or f16, not {}", dtype_name(t));
   parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) {
@@ -232,16 +255,20 @@ void round_half_values(const CpuCtx& ctx, DType t, float* x, int64_t n) {
 }
 
 void pack_half(const CpuCtx& ctx, DType t, const float* x, uint16_t* y, int64_t n) {
+  CLAW_HALF_ON_GPU(ctx, t, pack_half, x, y, n);
   if (t == DType::bf16) return pack_bf16(ctx, x, y, n);
   CLAW_CHECK(t == DType::f16, "16-bit activations are bf16 or f16, not {}", dtype_name(t));
   parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) { convert(DType::f32, x + lo, DType::f16, y + lo, hi - lo); });
 }
 
 void unpack_half(const CpuCtx& ctx, DType t, const uint16_t* x, float* y, int64_t n) {
+  CLAW_HALF_ON_GPU(ctx, t, unpack_half, x, y, n);
   if (t == DType::bf16) return unpack_bf16(ctx, x, y, n);
   CLAW_CHECK(t == DType::f16, "16-bit activations are bf16 or f16, not {}", dtype_name(t));
   parallel_for(ctx, n, 1 << 14, [&](int64_t lo, int64_t hi) { convert(DType::f16, x + lo, DType::f32, y + lo, hi - lo); });
 }
+
+#undef CLAW_HALF_ON_GPU
 
 std::string cpu_precision_flags() {
   std::ifstream in("/proc/cpuinfo");

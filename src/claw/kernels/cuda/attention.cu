@@ -498,6 +498,8 @@ void attention_forward(const GpuCtx& ctx, float* out, float* lse, const float* q
                        int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start) {
   check_dims(B, T, H, G, D);
   if (B == 0 || T == 0) return;
+  if (ctx.bf16_attention && attention_tc_supported(D, {q, k, v, out}))
+    return attention_forward_tc(ctx, out, lse, q, k, v, B, T, H, G, D, scale, seg_start);
   const Dims dm{static_cast<int>(T), static_cast<int>(H), static_cast<int>(G), static_cast<int>(D),
                 static_cast<float>(scale)};
   const bool vec4 = rows_aligned(D, {q, k, v});
@@ -521,6 +523,8 @@ void attention_backward(const GpuCtx& ctx, float* dq, float* dk, float* dv, cons
   attention_delta_kernel<<<grid_for(rows * 32, 256), 256, 0, stream_of(ctx)>>>(delta, dout, out, rows, static_cast<int>(T),
                                                            static_cast<int>(H), static_cast<int>(D));
   CLAW_CUDA_LAUNCH_CHECK();
+  if (ctx.bf16_attention && attention_tc_supported(D, {dq, dk, dv, dout, q, k, v}))
+    return attention_backward_tc(ctx, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, G, D, scale, seg_start);
   const Dims dm{static_cast<int>(T), static_cast<int>(H), static_cast<int>(G), static_cast<int>(D),
                 static_cast<float>(scale)};
   const bool vec4 = rows_aligned(D, {q, k, v, dout});

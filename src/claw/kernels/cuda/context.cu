@@ -96,6 +96,36 @@ DeviceInfo device_info(int device) {
   return d;
 }
 
+namespace {
+struct ScratchBuffers {
+  void* ptr[kScratchSlots] = {};
+  size_t bytes[kScratchSlots] = {};
+};
+}  // namespace
+
+void* scratch_buffer(const GpuCtx& ctx, int slot, size_t bytes) {
+  CLAW_CHECK(ctx.scratch && slot >= 0 && slot < kScratchSlots, "scratch slot {} of a context without buffers", slot);
+  auto& s = *static_cast<ScratchBuffers*>(ctx.scratch);
+  if (s.bytes[slot] >= bytes) return s.ptr[slot];
+  CLAW_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  if (s.ptr[slot]) CLAW_CUDA_CHECK(cudaFree(s.ptr[slot]));
+  s.ptr[slot] = nullptr;
+  s.bytes[slot] = 0;
+  const size_t grown = std::max(bytes, size_t{1} << 20);
+  if (cudaError_t e = cudaMalloc(&s.ptr[slot], grown); e != cudaSuccess) {
+    cudaGetLastError();
+    fail("cudaMalloc of {} bytes for operand scratch: {}", grown, cudaGetErrorString(e));
+  }
+  s.bytes[slot] = grown;
+  return s.ptr[slot];
+}
+
+const uint16_t* bf16_in_scratch(const GpuCtx& ctx, const float* x, int64_t n, int slot) {
+  auto* bits = static_cast<uint16_t*>(scratch_buffer(ctx, slot, static_cast<size_t>(n) * sizeof(uint16_t)));
+  to_bf16(ctx, bits, x, n);
+  return bits;
+}
+
 Device::Device(int index) {
   const int n = device_count();
   if (n == 0) fail("CUDA backend: no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES hides them)");
@@ -122,6 +152,7 @@ Device::Device(int index) {
   CLAW_CUDA_LAUNCH_CHECK();
   ctx_.ones = ones;
   ctx_.ones_n = kOnes;
+  ctx_.scratch = new ScratchBuffers;
   CLAW_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
@@ -131,6 +162,11 @@ Device::~Device() {
   if (ctx_.ones) cudaFree(const_cast<float*>(ctx_.ones));
   if (ctx_.host_result) cudaFreeHost(ctx_.host_result);
   if (ctx_.workspace) cudaFree(ctx_.workspace);
+  if (auto* buffers = static_cast<ScratchBuffers*>(ctx_.scratch)) {
+    for (void* p : buffers->ptr)
+      if (p) cudaFree(p);
+    delete buffers;
+  }
   if (ctx_.blas) cublasDestroy(blas_of(ctx_));
   if (ctx_.stream) cudaStreamDestroy(stream_of(ctx_));
 }

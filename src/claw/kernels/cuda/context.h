@@ -27,9 +27,13 @@ struct GpuCtx {
   double* host_result = nullptr;  // pinned host doubles for scalar results (reductions)
   const float* ones = nullptr;    // device [ones_n] of 1.0f (bias gradients as a GEMV)
   int64_t ones_n = 0;
+  void* scratch = nullptr;  // the Device's grow-only operand buffers (kernels::cuda::scratch_buffer)
   // true: fp32 GEMMs may use TF32 tensor cores (faster, ~1e-3 relative);
   // false (the default): IEEE fp32, results equal the CPU backend to rounding.
   bool allow_tf32 = false;
+  // true (--bf16): attention runs on the tensor cores with bf16 operands
+  // (attention_bf16.cu) where the head dim allows; false: the fp32 kernels.
+  bool bf16_attention = false;
 };
 
 namespace kernels::cuda {
@@ -85,6 +89,19 @@ void copy_to_host(const GpuCtx& ctx, void* dst, const void* src, size_t bytes);
 void fill_zero(const GpuCtx& ctx, void* dst, size_t bytes);                         // asynchronous
 // Throws claw::Error naming `what` if the stream saw a failure.
 void check_stream(const GpuCtx& ctx, const char* what);
+
+// A device buffer of at least `bytes` for operands a layer converts on the
+// way into a product (bf16 copies of activations and output gradients):
+// kScratchSlots independent slots per device, each grown (never shrunk) on
+// demand. Valid until the next call for the same slot with more bytes;
+// growing waits for the stream, so work queued on the old buffer finishes
+// first. Slots 0 and 1 are the linear layers' two operands, 2 and 3 the
+// output layer's.
+inline constexpr int kScratchSlots = 4;
+void* scratch_buffer(const GpuCtx& ctx, int slot, size_t bytes);
+// x[0, n) rounded to bf16 bit patterns (nearest even) in scratch slot `slot`;
+// queued on the stream like a kernel.
+const uint16_t* bf16_in_scratch(const GpuCtx& ctx, const float* x, int64_t n, int slot);
 
 // Measured BF16 GEMM throughput (cuBLASLt, fp32 accumulation) in TFLOP/s:
 // best of `reps` timed n x n x n products on random data after a warm-up.

@@ -30,6 +30,8 @@
 //                      rounding, equal to the CPU bit for bit where GCC does
 //                      not contract there either (C++ builds default to
 //                      -ffp-contract=fast; add -ffp-contract=off for exact parity).
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <cstdint>
 
@@ -202,6 +204,29 @@ __global__ void from_bf16_kernel(float* out, const uint16_t* x, int64_t n) {
   CLAW_GRID_STRIDE(i, n) out[i] = __uint_as_float(static_cast<uint32_t>(x[i]) << 16);
 }
 
+// 16-bit activations (--bf16, --fp16): one element's 16-bit pattern, and back.
+// bf16 as to_bf16_kernel; f16 by the hardware's IEEE conversion (nearest
+// even, subnormals kept, overflow to inf), as the CPU's F16C path.
+__device__ inline uint16_t to_half_bits(float v, bool f16) {
+  if (f16) return __half_as_ushort(__float2half_rn(v));
+  uint32_t bits = __float_as_uint(v);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+__device__ inline float from_half_bits(uint16_t h, bool f16) {
+  return f16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+__global__ void round_half_kernel(float* x, int64_t n, bool f16) {
+  CLAW_GRID_STRIDE(i, n) x[i] = from_half_bits(to_half_bits(x[i], f16), f16);
+}
+__global__ void pack_half_kernel(uint16_t* y, const float* x, int64_t n, bool f16) {
+  CLAW_GRID_STRIDE(i, n) y[i] = to_half_bits(x[i], f16);
+}
+__global__ void unpack_half_kernel(float* y, const uint16_t* x, int64_t n, bool f16) {
+  CLAW_GRID_STRIDE(i, n) y[i] = from_half_bits(x[i], f16);
+}
+
 // ---- dropout ------------------------------------------------------------------------
 
 // Word 0 of Philox-4x32-10 (core/philox.h) for counter (index, 0).
@@ -324,6 +349,16 @@ void swiglu_backward(const GpuCtx& ctx, float* dgate, float* dup, const float* d
 void to_bf16(const GpuCtx& ctx, uint16_t* out, const float* x, int64_t n) { CLAW_LAUNCH(to_bf16_kernel, n, out, x, n); }
 void from_bf16(const GpuCtx& ctx, float* out, const uint16_t* x, int64_t n) {
   CLAW_LAUNCH(from_bf16_kernel, n, out, x, n);
+}
+
+void round_half_values(const GpuCtx& ctx, bool f16, float* x, int64_t n) {
+  CLAW_LAUNCH(round_half_kernel, n, x, n, f16);
+}
+void pack_half(const GpuCtx& ctx, bool f16, const float* x, uint16_t* y, int64_t n) {
+  CLAW_LAUNCH(pack_half_kernel, n, y, x, n, f16);
+}
+void unpack_half(const GpuCtx& ctx, bool f16, const uint16_t* x, float* y, int64_t n) {
+  CLAW_LAUNCH(unpack_half_kernel, n, y, x, n, f16);
 }
 
 void dropout_forward(const GpuCtx& ctx, float* y, const float* x, int64_t n, double p, const RandomStream& rng,

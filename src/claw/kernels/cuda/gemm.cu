@@ -47,13 +47,16 @@ void gemm_bf16(const GpuCtx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t
   gemm_ex(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF, CUBLAS_COMPUTE_32F);
 }
 
+void add_bias(const GpuCtx& ctx, float* out, const float* bias, int64_t M, int64_t N) {
+  if (M * N == 0) return;
+  add_bias_kernel<<<grid_for(M * N, 256), 256, 0, stream_of(ctx)>>>(out, bias, M, N);
+  CLAW_CUDA_LAUNCH_CHECK();
+}
+
 void linear_forward(const GpuCtx& ctx, float* out, const float* inp, const float* weight, const float* bias, int64_t M,
                     int64_t K, int64_t N) {
   gemm(ctx, false, true, M, N, K, 1.0f, inp, K, weight, K, 0.0f, out, N);
-  if (bias && M * N > 0) {
-    add_bias_kernel<<<grid_for(M * N, 256), 256, 0, stream_of(ctx)>>>(out, bias, M, N);
-    CLAW_CUDA_LAUNCH_CHECK();
-  }
+  if (bias) add_bias(ctx, out, bias, M, N);
 }
 
 void linear_backward_input(const GpuCtx& ctx, float* dinp, const float* dout, const float* weight, int64_t M, int64_t K,

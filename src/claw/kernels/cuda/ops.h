@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "claw/core/philox.h"
 #include "claw/kernels/cuda/context.h"
@@ -27,6 +28,8 @@ void gemm_bf16(const GpuCtx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // ---- linear (cpu/linear.h) -------------------------------------------------------
+// out[m, n] += bias[n] for m < M, n < N.
+void add_bias(const GpuCtx& ctx, float* out, const float* bias, int64_t M, int64_t N);
 void linear_forward(const GpuCtx& ctx, float* out, const float* inp, const float* weight, const float* bias,
                     int64_t M, int64_t K, int64_t N);
 void linear_backward_input(const GpuCtx& ctx, float* dinp, const float* dout, const float* weight, int64_t M,
@@ -48,6 +51,12 @@ void swiglu_backward(const GpuCtx& ctx, float* dgate, float* dup, const float* d
 // Conversions between fp32 and bf16 bit patterns (round to nearest even).
 void to_bf16(const GpuCtx& ctx, uint16_t* out, const float* x, int64_t n);
 void from_bf16(const GpuCtx& ctx, float* out, const uint16_t* x, int64_t n);
+// 16-bit activations (cpu/bf16_gemm.h round_half_values, pack_half,
+// unpack_half): f16 false for bf16, true for IEEE half (overflow to inf).
+// The CPU's bits for every finite and infinite input.
+void round_half_values(const GpuCtx& ctx, bool f16, float* x, int64_t n);
+void pack_half(const GpuCtx& ctx, bool f16, const float* x, uint16_t* y, int64_t n);
+void unpack_half(const GpuCtx& ctx, bool f16, const uint16_t* x, float* y, int64_t n);
 
 // ---- dropout (cpu/dropout.h): the same Philox masks as the CPU -----------------------
 void dropout_forward(const GpuCtx& ctx, float* y, const float* x, int64_t n, double p, const RandomStream& rng,
@@ -84,6 +93,18 @@ void attention_forward(const GpuCtx& ctx, float* out, float* lse, const float* q
 void attention_backward(const GpuCtx& ctx, float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse, int64_t B, int64_t T,
                         int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start);
+
+// The same on the tensor cores (attention_bf16.cu): bf16 operands, fp32
+// accumulation and softmax; for D = 64 or 128 and 16-byte aligned rows
+// (attention_tc_supported). attention_forward/backward take this path when
+// ctx.bf16_attention is set and it applies. delta: rowsum(dout * out) [B, H, T].
+bool attention_tc_supported(int64_t D, std::initializer_list<const float*> ptrs);
+void attention_forward_tc(const GpuCtx& ctx, float* out, float* lse, const float* q, const float* k, const float* v,
+                          int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, double scale,
+                          const int32_t* seg_start);
+void attention_backward_tc(const GpuCtx& ctx, float* dq, float* dk, float* dv, const float* dout, const float* q,
+                           const float* k, const float* v, const float* lse, const float* delta, int64_t B, int64_t T,
+                           int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start);
 
 // ---- cross-entropy (cpu/cross_entropy.h) -------------------------------------------
 void cross_entropy_forward(const GpuCtx& ctx, float* losses, float* lse, const float* logits, const int32_t* targets,
