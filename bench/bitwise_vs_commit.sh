@@ -11,8 +11,11 @@
 # CLAW: this checkout's binary (default build/bin/claw). Cases: gpt2-tiny and
 # llama-tiny, 10 steps with validation every 5, on one rank and under
 # `mpirun -np 8` at TP 2 x PP 2 x DP 2 with sequence parallelism and the
-# distributed optimizer (global batch 8, micro batch 1). Both binaries read
-# the same built-in corpus ($CLAW_DATA_DIR, default this checkout's data/).
+# distributed optimizer (global batch 8, micro batch 1); DPO (claw train
+# --dpo, 4 steps on scripts/sft_task.py's preference pairs, each binary
+# computing its own reference) and GRPO (claw rl, 3 steps on one rank). Both
+# binaries read the same built-in corpus ($CLAW_DATA_DIR, default this
+# checkout's data/).
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
   sed -n '2,15p' "$0"
@@ -96,4 +99,24 @@ for model in gpt2-tiny llama-tiny; do
     fi
   done
 done
+# DPO: the pairs preprocessed once; each binary computes its reference (no cache shared).
+/usr/bin/python3 "$here/scripts/sft_task.py" --preference --train 60 --test 4 --out "$tmp/pref" >/dev/null
+"$new" preprocess --input "$tmp/pref/pairs.jsonl" --output-prefix "$tmp/pref/p" --dpo --workers 1 >"$tmp/pre.log" 2>&1 ||
+  { cat "$tmp/pre.log"; exit 2; }
+dpo=(--model gpt2-tiny --num-layers 2 --seq-length 24 --micro-batch-size 2 --global-batch-size 4 --train-iters 4
+     --eval-interval 0 --peak-gflops 100 --data-path "$tmp/pref/p_dpo_document" --dpo --split 1,0,0)
+rm -f "$tmp"/pref/p_dpo_document_dpo_ref_*
+run dpo.old "$old" env -- "${dpo[@]}" || status=1
+rm -f "$tmp"/pref/p_dpo_document_dpo_ref_*
+run dpo.new "$new" env -- "${dpo[@]}" && compare dpo || status=1
+# GRPO: a one-layer gpt2-tiny from its initialisation on the reversal task.
+/usr/bin/python3 "$here/scripts/sft_task.py" --task reverse --words 2-2 --train 40 --test 4 --out "$tmp/rl" >/dev/null
+grpo=(--model gpt2-tiny --num-layers 1 --prompt-data "$tmp/rl/train.jsonl" --task reverse --global-batch-size 16
+      --micro-batch-size 8 --num-generations 4 --seq-length 48 --max-new-tokens 8 --train-iters 3 --eval-interval 0
+      --num-threads 2)
+rl() {  # rl NAME BINARY: claw rl's metrics into $tmp/NAME.jsonl
+  "$2" rl "${grpo[@]}" --metrics-file "$tmp/$1.jsonl" </dev/null >"$tmp/$1.log" 2>&1 ||
+    { tail -20 "$tmp/$1.log"; echo "$1: the run failed"; return 1; }
+}
+rl grpo.old "$old" && rl grpo.new "$new" && compare grpo || status=1
 exit $status

@@ -211,11 +211,13 @@ EOF
   "$claw" ckpt inspect "$tmp/flip" --verify >"$tmp/verify.log" 2>&1 && fail "inspect --verify passed a flipped bit"
   grep -q "checksum mismatch" "$tmp/verify.log" || { cat "$tmp/verify.log"; fail "inspect --verify message"; }
 
-  # Another model shape.
-  must_refuse wider "tensor 'model.embedding.word_embeddings.weight' has shape [50257, 64] there, but [50257, 128]" \
+  # Another model shape: the checkpoint's is the model's, a flag that disagrees names both values.
+  must_refuse wider "--hidden-size 128 disagrees with checkpoint $tmp/ck/iter_0000020, whose model has --hidden-size 64" \
     --train-iters 25 --load "$tmp/ck" --hidden-size 128
-  must_refuse shallower "holds tensor 'model.layers.2." --train-iters 25 --load "$tmp/ck" --num-layers 2
-  must_refuse deeper "has no tensor 'model.layers.4." --train-iters 25 --load "$tmp/ck" --num-layers 8
+  must_refuse shallower "--num-layers 2 disagrees with checkpoint $tmp/ck/iter_0000020, whose model has --num-layers 4" \
+    --train-iters 25 --load "$tmp/ck" --num-layers 2
+  must_refuse deeper "--num-layers 8 disagrees with checkpoint $tmp/ck/iter_0000020, whose model has --num-layers 4" \
+    --train-iters 25 --load "$tmp/ck" --num-layers 8
   must_refuse no_step "no complete checkpoint of iteration 7 (complete checkpoints: 5, 10, 15, 20)" \
     --train-iters 25 --load "$tmp/ck" --ckpt-step 7
 

@@ -3,6 +3,8 @@
 // --model preset's ModelConfig.
 #pragma once
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -196,6 +198,53 @@ inline model::ModelConfig model_from_flags_json(const nlohmann::json& j, const s
     if (!j[f.name].is_string()) fail("{}: the model configuration's '{}' is not a string", context, f.name);
     f.set(m, j[f.name].get<std::string>());
   }
+  return m;
+}
+
+// The model flags that define the network a checkpoint holds (its tensors'
+// shapes and what they compute). The others (dropout, initialisation, LoRA,
+// MoE's losses and capacity, FP8) are choices of the run that trains it.
+inline bool is_architecture_flag(const std::string& name) {
+  static const std::set<std::string> arch = {
+      "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "kv-channels", "ffn-hidden-size",
+      "vocab-size", "make-vocab-size-divisible-by", "max-position-embeddings", "normalization", "norm-epsilon",
+      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear",
+      "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
+      "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+      "moe-layer-freq"};
+  return arch.count(name) > 0;
+}
+
+// The model of a run that starts from weights (a checkpoint's recorded
+// model, a Hugging Face config.json): `given` (what the preset, config file
+// and flags made) takes the architecture of `weights`; each other model flag
+// keeps its given value where `was_given(name)` says the user set it, else
+// takes the weights' (a resumed run trains as it did). An architecture flag
+// the user set, or the preset's when `preset` is named, must agree with the
+// weights: the error names both values. Fields no model flag covers (--bf16's
+// product dtype) stay as given.
+template <typename WasGiven>
+model::ModelConfig model_over_weights(const model::ModelConfig& weights, const model::ModelConfig& given,
+                                      WasGiven was_given, const std::string& preset, const std::string& source) {
+  model::ModelConfig m = given;
+  for (const auto& f : model_config_flags()) {
+    const std::string have = f.get(weights);
+    if (is_architecture_flag(f.name)) {
+      const std::string want = f.get(given);
+      if (want != have && was_given(f.name))
+        fail("--{} {} disagrees with {}, whose model has --{} {}: drop the flag (the model's shape comes from the "
+             "weights it starts from)",
+             f.name, want, source, f.name, have);
+      if (want != have && !preset.empty())
+        fail("--model {} has --{} {}, but {} holds a model with --{} {}: drop --model (the model's shape comes from "
+             "the weights it starts from)",
+             preset, f.name, want, source, f.name, have);
+    } else if (was_given(f.name)) {
+      continue;
+    }
+    f.set(m, have);
+  }
+  m.name = weights.name;
   return m;
 }
 

@@ -127,13 +127,7 @@ struct RlCommand {
     RlArgs args;
     if (!preset.empty()) args.model = model::model_preset(preset);
     binder->apply(args);
-    if (preset.empty() && !args.ckpt.load.empty()) {
-      // The checkpoint's model (its recorded flags), then the command line's.
-      const std::string dir = ckpt::resolve_load_dir(args.ckpt.load, args.ckpt.ckpt_step);
-      args.model = model_from_flags_json(ckpt::Metadata::read(dir).model, "checkpoint " + dir);
-      binder->apply(args);
-    }
-    if (!args.ckpt.load_hf.empty()) use_hf_model(args);
+    use_weights_model(args, [&](const std::string& f) { return binder->given(f); }, preset);
     // Not launch(): the data-parallel size is the learners', which run_rl resolves.
     std::unique_ptr<comm::World> world = join_job(args);
     if (!args.ckpt.load_hf.empty()) import_hf_for_finetune(args, *world);

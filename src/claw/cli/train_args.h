@@ -2,6 +2,7 @@
 // configuration their flags write, the flag table, and joining the job.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +47,15 @@ std::unique_ptr<comm::World> join_job(const TrainArgs& args);
 // join_job(), then lets --parallel auto pick the layout, and resolves the batch over the
 // data-parallel ranks.
 std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>& given);
-// --load-hf DIR: the model is the directory's (its config.json).
-void use_hf_model(TrainArgs& a);
+// Whether the user set a flag (on the command line or in a --config file).
+using GivenFlags = std::function<bool(const std::string&)>;
+// The model of a run that starts from weights: --load-hf DIR's config.json,
+// or the recorded model of the checkpoint --load names, when there is one
+// yet. Its architecture is the weights' and a flag or --model preset
+// (`preset`, if given) that disagrees is an error naming both values; the
+// other model flags keep their given values, else take the weights'
+// (cli/model_flags.h model_over_weights).
+void use_weights_model(TrainArgs& a, const GivenFlags& given, const std::string& preset);
 // --load-hf DIR: rank 0 imports it as a claw checkpoint that every rank
 // loads as --finetune.
 void import_hf_for_finetune(TrainArgs& a, comm::World& world);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include <cmath>
 
@@ -424,14 +425,49 @@ std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>
   return world;
 }
 
-// --load-hf DIR: the model is the directory's (its config.json), keeping
-// the dropout and precision flags given.
-void use_hf_model(TrainArgs& a) {
-  if (!a.ckpt.load.empty()) fail("--load-hf and --load both name weights to start from; give one");
-  model::ModelConfig m =
-      ckpt::model_from_hf_config(ckpt::read_hf_config(a.ckpt.load_hf, "--load-hf"), a.ckpt.load_hf + "/config.json");
-  m.hidden_dropout = a.model.hidden_dropout;
-  a.model = m;
+namespace {
+
+// The checkpoint --load starts from, if there is one yet (--load and --save
+// naming one empty directory start a run from scratch): the iteration
+// --ckpt-step names, else the latest complete one (with --load-fallback the
+// newest complete one when the latest is not).
+std::optional<std::string> checkpoint_to_load(const train::CheckpointConfig& c) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (c.load.empty() || !fs::is_directory(c.load, ec)) return std::nullopt;  // the loader names what is missing
+  if (fs::exists(fs::path(c.load) / "metadata.json", ec)) return c.load;
+  const std::vector<int64_t> its = ckpt::complete_iterations(c.load);
+  const auto complete = [&](int64_t it) { return std::find(its.begin(), its.end(), it) != its.end(); };
+  if (c.ckpt_step >= 0) return complete(c.ckpt_step) ? std::optional(ckpt::iteration_dir(c.load, c.ckpt_step)) : std::nullopt;
+  if (const std::optional<int64_t> latest = ckpt::read_latest(c.load); latest && complete(*latest))
+    return ckpt::iteration_dir(c.load, *latest);
+  if (c.load_fallback && !its.empty()) return ckpt::iteration_dir(c.load, its.back());
+  return std::nullopt;
+}
+
+}  // namespace
+
+void use_weights_model(TrainArgs& a, const GivenFlags& given, const std::string& preset) {
+  if (!a.ckpt.load_hf.empty()) {
+    if (!a.ckpt.load.empty()) fail("--load-hf and --load both name weights to start from; give one");
+    const model::ModelConfig hf =
+        ckpt::model_from_hf_config(ckpt::read_hf_config(a.ckpt.load_hf, "--load-hf"), a.ckpt.load_hf + "/config.json");
+    a.model = model_over_weights(hf, a.model, given, preset, "--load-hf " + a.ckpt.load_hf);
+    return;
+  }
+  const std::optional<std::string> dir = checkpoint_to_load(a.ckpt);
+  if (!dir) return;
+  model::ModelConfig recorded;
+  try {
+    const ckpt::Metadata meta = ckpt::Metadata::read(*dir);
+    if (!meta.model.is_object() || meta.model.empty()) return;  // a checkpoint from before models were recorded
+    recorded = model_from_flags_json(meta.model, "checkpoint " + *dir);
+  } catch (const Error& e) {  // unreadable: the loader reports it (or falls back) in its turn
+    log::warn("train", "--load {}: the model recorded in {} is unreadable ({}); the flags' model is used", a.ckpt.load,
+              *dir, e.what());
+    return;
+  }
+  a.model = model_over_weights(recorded, a.model, given, preset, "checkpoint " + *dir);
 }
 
 // Rank 0 writes the directory as a one-rank claw checkpoint (under --save,
@@ -492,6 +528,10 @@ struct TrainCommand {
       it->set(args, v);
     }
     binder->apply(args);
+    const GivenFlags given = [&](const std::string& flag) {
+      return binder->given(flag) || std::any_of(toml.begin(), toml.end(), [&](const auto& kv) { return kv.first == flag; });
+    };
+    use_weights_model(args, given, name);
     // Under `claw launch` the supervisor's heartbeat URL, the attempt and
     // the heartbeat period come in the environment.
     if (const char* url = std::getenv("CLAW_SUPERVISOR"); url && *url) {
@@ -501,7 +541,6 @@ struct TrainCommand {
     }
     if (!test_faults.empty())
       args.ckpt.faults = args.faults = std::make_shared<FaultInjector>(FaultInjector::parse(test_faults));
-    if (!args.ckpt.load_hf.empty()) use_hf_model(args);
     std::unique_ptr<comm::World> world = launch(args, *binder);
     if (!args.ckpt.load_hf.empty()) import_hf_for_finetune(args, *world);
     log::info("train", "{}", resolved_config(args));
@@ -537,8 +576,9 @@ struct EvalCommand {
            "split (--split, --eval-interval)");
     const std::string dir = ckpt::resolve_load_dir(args.ckpt.load, args.ckpt.ckpt_step);
     const ckpt::Metadata meta = ckpt::Metadata::read(dir);
-    args.model = model_from_flags_json(meta.model, "checkpoint " + dir);
-    binder->apply(args);  // the command line wins over the checkpoint's flags
+    // The checkpoint's model; the command line's flags for the rest.
+    args.model = model_over_weights(model_from_flags_json(meta.model, "checkpoint " + dir), args.model,
+                                    [&](const std::string& f) { return binder->given(f); }, "", "checkpoint " + dir);
     args.ckpt.load = dir;
     args.ckpt.ckpt_step = -1;
     args.train.train_iters = std::max<int64_t>(1, args.train.eval_iters);

@@ -23,6 +23,7 @@
 #include "claw/train/batch.h"
 #include "claw/train/metrics.h"
 #include "claw/train/run_data.h"
+#include "claw/train/job.h"
 #include "claw/train/step.h"
 
 namespace claw::rl {
@@ -243,15 +244,23 @@ BatchStats batch_stats(const std::vector<Trajectory>& ts, int64_t step) {
   return b;
 }
 
+// The learners' training job as train/job.h builds it (the optimizer's
+// state dtypes, --fp16's loss scaler and --save as `claw train` has them).
+train::JobConfig learner_job(const RlJob& job) {
+  return {.model = job.model, .train = job.train, .adam = job.adam, .parallel = job.parallel, .ckpt = job.ckpt,
+          .command = "claw rl"};
+}
+
 class Learner {
  public:
   Learner(RlJob& job, comm::World& world, comm::Group* sync, const Problem& problem)
       : job_(job), world_(world), sync_(sync), problem_(problem), layout_(job.model) {
-    runtime::RuntimeConfig rc = train::runtime_config(job_.model, job_.train, job_.parallel, /*training=*/true);
+    runtime::RuntimeConfig rc = train::training_runtime_config(learner_job(job_));
     rc.resolve_and_validate(world_.size());
-    rt_ = std::make_unique<runtime::Runtime>(rc, world_);
-    opt_ = std::make_unique<optim::AdamW>(rt_->model().optimizer_segments(), job_.adam, rt_->memory());
-    rt_->check_memory(opt_.get());
+    train::TrainingJob parts = train::build_training_job(learner_job(job_), std::move(rc), world_);
+    rt_ = std::move(parts.runtime);
+    opt_ = std::move(parts.optimizer);
+    scaler_ = std::move(parts.loss_scaler);
     comm::ParallelState& ps = rt_->parallel_state();
     batch_ = std::make_unique<train::GlobalBatch>(job_.train.grad_accumulation_steps(ps.dp().size()),
                                                   job_.train.micro_batch_size, job_.train.seq_length,
@@ -264,9 +273,7 @@ class Learner {
       ref_ = std::make_unique<runtime::Runtime>(ref, world_);
       if (!reference_dir_.empty()) ref_->load_checkpoint({.root = reference_dir_, .optimizer = false}, nullptr);
     }
-    if (!job_.ckpt.save.empty())
-      saver_ = std::make_unique<ckpt::Saver>(*world_.world_group(),
-                                             ckpt::SaveConfig{.root = job_.ckpt.save, .keep_last = job_.ckpt.keep_last});
+    saver_ = train::make_saver(learner_job(job_), *rt_, *opt_);
     if (sync_) {
       lost_.assign(static_cast<size_t>(sync_->size()), false);
       for (int g = 0; g < sync_->size(); ++g) inboxes_.push_back(std::make_unique<Inbox>());
@@ -297,6 +304,7 @@ class Learner {
     }
     start_ = c.iteration;
     reference_dir_ = c.state["rl"].value("reference", std::string());
+    if (scaler_ && c.state.contains("loss_scaler")) scaler_->load(c.state["loss_scaler"]);
     if (c.optimizer) opt_->set_steps_taken(c.state.value("optimizer_steps", start_));
     log::info("rl", "resuming {} at step {} (weights version {})", c.dir, start_ + 1, start_);
   }
@@ -494,6 +502,7 @@ class Learner {
                   {"seed", job_.train.seed},
                   {"rl", {{"version", iteration}, {"reference", reference_dir_}}},
                   {"rng", {{"kind", "philox4x32-10"}, {"seed", job_.train.seed}}}};
+    if (scaler_) info.state["loss_scaler"] = scaler_->state();
     saver_->save(rt_->checkpoint_shards(opt_.get()), std::move(info));
   }
 
@@ -504,6 +513,7 @@ class Learner {
   WeightLayout layout_;
   std::unique_ptr<runtime::Runtime> rt_, ref_;
   std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<optim::LossScaler> scaler_;  // --fp16
   std::unique_ptr<train::GlobalBatch> batch_;
   std::unique_ptr<ckpt::Saver> saver_;
   std::unique_ptr<Generator> local_;
@@ -554,7 +564,11 @@ void Learner::run() {
     loss.set_batch(static_cast<int64_t>(sample0), &samples_);
     const double lr = job_.lr.at(step);
     const train::StepResult r =
-        train::train_step(rt_->model(), *opt_, rt_->cpu(), *batch_, step, lr, job_.train.seed, sample0, {}, &loss);
+        train::train_step(rt_->model(), *opt_, rt_->cpu(), *batch_, step, lr, job_.train.seed, sample0, {}, &loss,
+                          scaler_.get());
+    if (r.skipped)
+      log::warn("rl", "step {}: the gradients overflowed at loss scale {:g}; the weights did not move (loss scale now "
+                "{:g})", step + 1, r.loss_scale, scaler_->scale());
     const double train_s = seconds_since(t1);
     publish(step + 1);
     const double step_s = seconds_since(t0);
@@ -585,6 +599,7 @@ void Learner::run() {
                 {"rollout_wait_s", gen_s}, {"train_s", train_s}, {"step_s", step_s},
                 {"samples_per_s", static_cast<double>(GB) / step_s},
                 {"elapsed_s", seconds_since(start)}, {"mem_bytes", peak_rss_bytes()}});
+    if (scaler_) rec.update({{"loss_scale", r.loss_scale}, {"skipped", r.skipped}});
     const bool last = step + 1 == iters;
     if (last && job_.train.eval_interval > 0) evaluate(step + 1, rec);
     if (saver_) {
@@ -660,7 +675,14 @@ void run_rl(RlJob job, comm::World& world) {
   job.lr.decay_iters = job.lr.decay_iters > 0 ? job.lr.decay_iters
                                                : std::max(job.train.train_iters, job.lr.warmup_iters + 1);
   job.lr.validate();
-  job.adam.validate();
+  if (job.parallel.dp.diloco_inner_steps > 0)
+    fail("--diloco-inner-steps {} with claw rl: the learners take every step together (one weight version a step); "
+         "drop the flag",
+         job.parallel.dp.diloco_inner_steps);
+  if (job.adam.main_params_dtype != DType::f32)
+    fail("--main-params-dtype {} with claw rl: the learners publish fp32 weights to the generators; use fp32",
+         dtype_name(job.adam.main_params_dtype));
+  train::validate_job(learner_job(job));
   const int N = world.size(), K = job.rl.rollout_workers, L = N - K;
   std::vector<int> learners(static_cast<size_t>(L)), generators(static_cast<size_t>(K));
   std::iota(learners.begin(), learners.end(), 0);

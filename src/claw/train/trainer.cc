@@ -23,6 +23,7 @@
 #include "claw/kernels/cpu/peak.h"
 #include "claw/data/dpo_dataset.h"
 #include "claw/train/dpo.h"
+#include "claw/train/job.h"
 #include "claw/train/metrics.h"
 #include "claw/train/progress.h"
 #include "claw/train/run_data.h"
@@ -64,49 +65,32 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
     fail("--fp8-format, --fp4 and --fp16 emulate their formats on the CPU for now (--device cpu, not {}); --bf16 "
          "runs on the GPU",
          cfg_.device);
-  if (cfg_.fp16) loss_scaler_ = std::make_unique<optim::LossScaler>(cfg_.loss_scaling);
   if (cfg_.dpo.enabled && par_cfg_.sizes.cp > 1)
     fail("--dpo with --context-parallel-size {}: a pair's log-probabilities would be summed across the CP ranks; "
          "not available yet (train DPO with --context-parallel-size 1)",
          par_cfg_.sizes.cp);
-  if (const int64_t h = par_cfg_.dp.diloco_inner_steps; h > 0) {
-    if (cfg_.fp16)
-      fail("--diloco-inner-steps with --fp16: dynamic loss scaling skips steps on one instance and not another, and "
-           "the outer steps would fall out of step; use --bf16");
-    if (adam_cfg_.main_params_dtype != DType::f32)
-      fail("--diloco-inner-steps keeps its anchor and outer momentum in fp32; use --main-params-dtype fp32");
-    if (model_cfg_.moe.enabled())
-      fail("--diloco-inner-steps with --num-experts: the experts' gradients reduce over their own group across the "
-           "instances every step; not available yet");
-    if (ckpt_cfg_.save_interval % h != 0)
-      fail("--save-interval {} must be a multiple of --diloco-inner-steps {}: between outer steps the instances "
-           "hold different weights, and a checkpoint holds one instance's",
-           ckpt_cfg_.save_interval, h);
-  }
-  adam_cfg_.validate();
-  runtime::RuntimeConfig rt = runtime_config(model_cfg_, cfg_, par_cfg_, /*training=*/true);
-  rt.parallel.dp.optimizer_bytes_per_element = optim::AdamW::bytes_per_element(adam_cfg_);
-  rt.parallel.dp.optimizer_fp8_moments = optim::AdamW::fp8_moments(adam_cfg_);
-  rt.parallel.dp.optimizer_fp8_block = optim::AdamW::kFp8Block;
-  rt.main_params_dtype = adam_cfg_.main_params_dtype;
+  const JobConfig job = job_config();
+  validate_job(job);
+  runtime::RuntimeConfig rt = training_runtime_config(job);
   rt.resolve_and_validate(world_.size());
   par_cfg_ = rt.parallel;
   // Default decay length: the whole run (at least past warmup, so a short
   // run with the default warmup is valid and simply ends while warming up).
   if (lr_.decay_iters == 0) lr_.decay_iters = std::max(cfg_.train_iters, lr_.warmup_iters + 1);
   lr_.validate();
-  ckpt_cfg_.validate();
 
-  // The groups and this rank's model chunks, their engines and executor.
-  runtime_ = std::make_unique<runtime::Runtime>(std::move(rt), world_);
+  // The groups and this rank's model chunks, their engines and executor;
+  // the optimizer and loss scaler.
+  TrainingJob parts = build_training_job(job, std::move(rt), world_);
+  runtime_ = std::move(parts.runtime);
+  optimizer_ = std::move(parts.optimizer);
+  loss_scaler_ = std::move(parts.loss_scaler);
   const CpuCtx& cpu = runtime_->cpu();
   RunData d = open_run_data(data_cfg_, cfg_, model_cfg_, runtime_->parallel_state(), cpu.num_threads);
   train_data_ = std::move(d.train);
   valid_data_ = std::move(d.valid);
   batch_ = std::move(d.batch);
   batch_->set_device(runtime_->device());
-  optimizer_ = std::make_unique<optim::AdamW>(runtime_->model().optimizer_segments(), adam_cfg_, runtime_->memory());
-  runtime_->check_memory(optimizer_.get());
   setup_checkpointing();
   if (cfg_.dpo.enabled) setup_dpo();
 }
@@ -172,16 +156,11 @@ Trainer::~Trainer() = default;
 
 void Trainer::setup_checkpointing() {
   if (!ckpt_cfg_.load.empty()) load_checkpoint();
-  if (!ckpt_cfg_.save.empty()) {
-    saver_ = std::make_unique<ckpt::Saver>(runtime_->parallel_state().world(),
-                                           ckpt::SaveConfig{.root = ckpt_cfg_.save, .async = ckpt_cfg_.async_save,
-                                                            .keep_last = ckpt_cfg_.keep_last, .faults = ckpt_cfg_.faults});
-    // The snapshot buffer is host memory beyond the planned arenas: as large
-    // as what this rank writes (its share of parameters and moments).
-    if (ckpt_cfg_.async_save)
-      log::info("ckpt", "--async-save: {} snapshot buffer on this rank",
-                format_bytes(static_cast<double>(saver_->prepare(runtime_->checkpoint_shards(optimizer_.get())))));
-  }
+  saver_ = make_saver(job_config(), *runtime_, *optimizer_);
+}
+
+JobConfig Trainer::job_config() const {
+  return {.model = model_cfg_, .train = cfg_, .adam = adam_cfg_, .parallel = par_cfg_, .ckpt = ckpt_cfg_};
 }
 
 void Trainer::load_checkpoint() {

@@ -34,6 +34,7 @@
 #include "claw/runtime/runtime.h"
 #include "claw/train/batch.h"
 #include "claw/train/config.h"
+#include "claw/train/job.h"
 
 namespace claw::ckpt {
 class Saver;
@@ -71,6 +72,8 @@ class Trainer {
   // optimizer's step count.
   void load_checkpoint();
   void setup_checkpointing();
+  // The configs as train/job.h builds from them.
+  JobConfig job_config() const;
   void save_checkpoint(int64_t iteration);
   // --fp8-layer-selection auto: calibrates on the first batches (or takes
   // the checkpoint's choice) and keeps the worst blocks out of FP8.
