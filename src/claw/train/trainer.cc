@@ -24,6 +24,7 @@
 #include "claw/data/dpo_dataset.h"
 #include "claw/train/dpo.h"
 #include "claw/train/job.h"
+#include "claw/train/observers.h"
 #include "claw/train/metrics.h"
 #include "claw/train/progress.h"
 #include "claw/train/run_data.h"
@@ -35,16 +36,6 @@ namespace {
 using clock = std::chrono::steady_clock;
 double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
-// The forward GEMMs of one micro-batch on one tensor-parallel rank (QKV,
-// attention output, MLP in and out, one LM-head chunk of rows): the shapes
-// the MFU peak is calibrated on, besides 2048^3.
-std::vector<kernels::GemmShape> model_gemm_shapes(const model::ModelConfig& m, int64_t rows, int tp) {
-  const int64_t C = m.hidden_size, D = m.head_dim(), F = m.ffn() / tp;
-  const int64_t qkv = (m.num_attention_heads + 2 * m.kv_heads()) * D / tp;
-  return {{rows, qkv, C}, {rows, C, m.num_attention_heads * D / tp},
-          {rows, m.mlp == model::Mlp::swiglu ? 2 * F : F, C}, {rows, C, F},
-          {std::min<int64_t>(rows, 256), m.padded_vocab_size(tp) / tp, C}};
-}
 }  // namespace
 
 Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule lr, optim::AdamWConfig adam,
@@ -74,6 +65,20 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig train, optim::LrSchedule 
   runtime::RuntimeConfig rt = training_runtime_config(job);
   rt.resolve_and_validate(world_.size());
   par_cfg_ = rt.parallel;
+  // Silent data corruption: the replicas' weight hashes need whole, agreeing replicas.
+  if (cfg_.sdc.weight_hash_interval > 0 && (par_cfg_.zero_stage() >= 3 || cfg_.device != "cpu"))
+    fail("--check-weight-hash-across-dp-replicas-interval needs whole parameters on every replica in host memory: "
+         "not with ZeRO-3 (--zero-stage 3 shards them) or --device cuda");
+  // Under DiLoCo the instances' parameters agree only right after an outer
+  // step: the interval must be a multiple of --diloco-inner-steps.
+  if (const int64_t h = par_cfg_.dp.diloco_inner_steps; h > 0 && cfg_.sdc.weight_hash_interval % h != 0)
+    fail("--check-weight-hash-across-dp-replicas-interval {} must be a multiple of --diloco-inner-steps {}: the "
+         "instances' parameters agree only after an outer step",
+         cfg_.sdc.weight_hash_interval, h);
+  if (cfg_.sdc.weight_hash_interval > 0 && par_cfg_.dp.diloco_fragments > 1)
+    fail("--check-weight-hash-across-dp-replicas-interval with --diloco-fragments {}: streamed fragments take their "
+         "outer steps at different steps, so the replicas never agree as a whole between checkpoints",
+         par_cfg_.dp.diloco_fragments);
   // Default decay length: the whole run (at least past warmup, so a short
   // run with the default warmup is valid and simply ends while warming up).
   if (lr_.decay_iters == 0) lr_.decay_iters = std::max(cfg_.train_iters, lr_.warmup_iters + 1);
@@ -355,329 +360,138 @@ double Trainer::evaluate(int64_t first) {
                         cfg_.global_batch_size, cfg_.seed, dpo_valid_.get());
 }
 
-TrainResult Trainer::run() {
-  const int64_t B = cfg_.micro_batch_size, T = cfg_.seq_length, GB = cfg_.global_batch_size;
+// The observers of a step, in the order they run (train/observers.h); the
+// trainer's own parts (the objective's metrics, evaluation) as hooks.
+const Throughput& Trainer::add_observers(std::vector<std::unique_ptr<StepObserver>>& out, Sections& sections,
+                                         SdcMonitor& sdc, CheckpointCadence*& ckpt) {
   comm::ParallelState& ps = runtime_->parallel_state();
-  const CpuCtx& cpu = runtime_->cpu();
-  const int64_t accum = cfg_.grad_accumulation_steps(ps.dp().size());
-  const double tokens_per_step = static_cast<double>(GB * T);
-  const double flops_per_step = model_cfg_.flops_per_token(T) * tokens_per_step;
-
-  // MFU is against the whole job's peak: every rank measures SGEMM at once
-  // (sharing the node as training will) and the figures add up.
-  comm::Group& everyone = ps.world();
-  double peak = cfg_.peak_gflops * world_.size();
-  const kernels::PeakKey peak_key = kernels::PeakKey::current(cpu.num_threads);
-  const kernels::PeakCacheOptions peak_cache{.dir = cfg_.peak_cache_dir};
-  if (peak == 0 && runtime_->device()) {
-    // On a GPU: its measured BF16 GEMM rate (cuBLAS, fp32 accumulation), the
-    // denominator MFU is quoted against whatever the training precision.
-    const GpuCtx& g = runtime_->device()->ctx();
-    peak = kernels::cuda::measure_bf16_gemm_tflops(g) * 1e3;
-    log::info("train", "MFU denominator: {:.1f} TFLOP/s, the measured BF16 GEMM peak of {} (8192^3, best of 20; "
-              "fp32 GEMM without TF32 measures {:.1f} TFLOP/s)",
-              peak / 1e3, runtime_->device()->info().name, kernels::cuda::measure_fp32_gemm_tflops(g) * 1.0);
-  }
-  if (peak == 0) {
-    const kernels::Peak mine = kernels::calibrated_gemm_peak(
-        peak_key, model_gemm_shapes(model_cfg_, B * T / ps.cp().size(), ps.tp().size()), peak_cache);
-    peak = everyone.all_reduce_value(mine.gflops);
-    log::info("train", "MFU denominator: {:.1f} GFLOP/s per rank on {} thread(s) x {} rank(s), fp32 GEMM {}",
-              mine.gflops, cpu.num_threads, world_.size(), mine.provenance);
-  }
-  if (const DType g = model_cfg_.gemm_dtype; (g != DType::f32 || model_cfg_.fp8.enabled()) && !cpu.gpu)
-    log::info("train", "precision: {} GEMM operands{}; bf16 and FP8 values multiply on {}", dtype_name(g),
-              model_cfg_.fp8.enabled() ? " (FP8 in the FP8 blocks)" : "", kernels::bf16_gemm_kernel());
-  if (const model::Fp8Config& f = model_cfg_.fp8; f.enabled()) {
-    std::vector<int64_t> fp8_blocks;
-    for (int64_t l = 0; l < model_cfg_.num_layers; ++l)
-      if (f.layer_in_fp8(l, model_cfg_.num_layers)) fp8_blocks.push_back(l);
-    log::info("train", "fp8: {} format ({}), {} recipe{}; blocks in FP8: {} of {} ({}){}, the rest in {}",
-              f.recipe == "nvfp4" ? "nvfp4" : f.format,
-              f.recipe == "nvfp4"    ? "E2M1 in blocks of 16 with E4M3 scales and an fp32 tensor scale"
-              : f.format == "hybrid" ? "E4M3 forward, E5M2 gradients"
-                                     : "E4M3 throughout",
-              f.recipe,
-              f.recipe == "delayed" ? fmt::format(" (amax history {}, {}, margin {})", f.amax_history_len,
-                                                  f.amax_compute_algo, f.margin)
-                                    : std::string(),
-              fp8_blocks.size(), model_cfg_.num_layers,
-              fp8_blocks.empty() ? "none" : fmt::format("{}", fmt::join(fp8_blocks, ",")),
-              f.layer_selection == "auto" ? " before the automatic selection" : "", dtype_name(model_cfg_.gemm_dtype));
-  }
+  auto& throughput = static_cast<Throughput&>(
+      *out.emplace_back(std::make_unique<Throughput>(model_cfg_, cfg_, *runtime_, world_.size())));
   log::info("train", "{} steps of {} sequences x {} tokens ({} micro-batches of {} on each of {} data-parallel "
             "rank(s)), {:.2f} GFLOP per step",
-            cfg_.train_iters, GB, T, accum, B, ps.dp().size(), flops_per_step / 1e9);
+            cfg_.train_iters, cfg_.global_batch_size, cfg_.seq_length, cfg_.grad_accumulation_steps(ps.dp().size()),
+            cfg_.micro_batch_size, ps.dp().size(), throughput.flops_per_step() / 1e9);
+  out.push_back(std::make_unique<StragglerReport>(cfg_, ps.world()));
+  out.push_back(std::make_unique<PipelineTiming>(*runtime_));
+  out.push_back(std::make_unique<StepHook>([this](StepState& s) { objective_metrics(s); }));
+  out.push_back(std::make_unique<StepHook>([this, &sections](StepState& s) { evaluation_step(s, sections); }));
+  out.push_back(std::make_unique<SdcCheck>(sdc, *runtime_, sections));
+  out.push_back(std::make_unique<StopSignals>(ckpt_cfg_, ps.world()));
+  if (saver_) {
+    auto c = std::make_unique<CheckpointCadence>(ckpt_cfg_, *saver_, sections, start_iteration_,
+                                                 [this](int64_t iteration) { save_checkpoint(iteration); });
+    ckpt = c.get();
+    out.push_back(std::move(c));
+  }
+  out.push_back(std::make_unique<Progress>(cfg_, world_.rank(), throughput, dpo_train_ != nullptr));
+  return throughput;
+}
 
-  MetricsWriter metrics(world_.rank() == 0 ? cfg_.metrics_file : std::string(),
-                        world_.rank() == 0 ? cfg_.tensorboard_dir : std::string());
-  TrainResult result;
-  auto start = clock::now();
-  // An asynchronous save's snapshot reads the values and moments while the
-  // next step's forward and backward run; the update waits for it.
-  double ckpt_blocked_s = 0;  // this step's time in the saver
-  std::optional<std::pair<int64_t, std::string>> save_failed;  // the latest save that failed
-  // Straggler detection: a rank's own time in a step is its wall time less
-  // the time it sat blocked in communication (waiting for the others), so
-  // a slow rank shows a long own time and the ranks that wait for it short
-  // ones. Summed over --straggler-report-interval steps and compared across
-  // the ranks every interval.
-  clock::time_point step_t0;
-  double step_blocked0 = 0, own_s = 0;
-  // Hang detection per section of a step, and the heartbeats of a `claw
-  // launch` supervisor (comm/watchdog.h).
-  std::optional<comm::Watchdog> watchdog;
-  if ((cfg_.watchdog.hang_detection && world_.size() > 1) || !cfg_.watchdog.supervisor.empty())
-    watchdog.emplace(cfg_.watchdog, world_.rank(), world_.size());
-  int64_t cur_step = 0;  // the step in progress, from 1
-  // Silent data corruption: suspect steps run again, replicas compare weights.
-  if (cfg_.sdc.weight_hash_interval > 0 && (par_cfg_.zero_stage() >= 3 || runtime_->device()))
-    fail("--check-weight-hash-across-dp-replicas-interval needs whole parameters on every replica in host memory: "
-         "not with ZeRO-3 (--zero-stage 3 shards them) or --device cuda");
-  // Under DiLoCo the instances' parameters agree only right after an outer
-  // step: the interval must be a multiple of --diloco-inner-steps.
-  if (const int64_t h = par_cfg_.dp.diloco_inner_steps; h > 0 && cfg_.sdc.weight_hash_interval % h != 0)
-    fail("--check-weight-hash-across-dp-replicas-interval {} must be a multiple of --diloco-inner-steps {}: the "
-         "instances' parameters agree only after an outer step",
-         cfg_.sdc.weight_hash_interval, h);
-  if (cfg_.sdc.weight_hash_interval > 0 && par_cfg_.dp.diloco_fragments > 1)
-    fail("--check-weight-hash-across-dp-replicas-interval with --diloco-fragments {}: streamed fragments take their "
-         "outer steps at different steps, so the replicas never agree as a whole between checkpoints",
-         par_cfg_.dp.diloco_fragments);
-  SdcMonitor sdc(cfg_.sdc, everyone, ps.dp().size() > 1 ? &ps.dp() : nullptr);
-  int64_t last_saved = start_iteration_;
-  const auto section = [&](comm::Section s) {
-    if (watchdog) watchdog->enter(s, cur_step);
-  };
-  const double slowdown = ckpt_cfg_.faults ? ckpt_cfg_.faults->slowdown(world_.rank()) : 1.0;  // tests: slow:RANK:F
-  const auto before_update = [&](const StepResult&) {
-    if (slowdown > 1)  // this rank's forward and backward, (F - 1) times over
-      std::this_thread::sleep_for(std::chrono::duration<double>(
-          (slowdown - 1) * (seconds_since(step_t0) - (comm::blocked_seconds() - step_blocked0))));
-    section(comm::Section::optimizer);
-    if (!saver_) return;
-    const auto t = clock::now();
-    saver_->wait_snapshot();
-    ckpt_blocked_s += seconds_since(t);
-  };
+void Trainer::objective_metrics(StepState& s) {
+  if (dpo_train_) dpo_metrics(*dpo_train_, "", s.rec);
+  if (model_cfg_.moe.enabled()) moe_metrics(s.rec);
+  if (loss_scaler_) {
+    s.rec["loss_scale"] = s.result.loss_scale;
+    s.rec["skipped"] = s.result.skipped;
+    if (s.result.skipped) s.rec["grad_norm"] = nullptr;  // not finite: JSON has no inf
+  }
+}
+
+void Trainer::evaluation_step(StepState& s, Sections& sections) {
+  // Streaming DiLoCo: the run ends with every fragment's outer step, so
+  // that the last evaluation, and the model saved, are one model.
+  if (s.last) runtime_->synchronize_replicas();
+  if (!valid_data_ || !(s.step % cfg_.eval_interval == 0 || s.last)) return;
+  sections.enter(comm::Section::evaluation);
+  const double val = evaluate(consumed_valid_samples_);
+  consumed_valid_samples_ += cfg_.eval_iters * cfg_.global_batch_size;
+  s.rec["val_loss"] = val;
+  if (dpo_valid_) {
+    dpo_metrics(*dpo_valid_, "val_", s.rec);
+    log::info("eval", "step {}: validation DPO loss {:.4f}, reward margin {:.4f}, accuracy {:.3f}", s.step, val,
+              s.rec["val_rewards/margins"].get<double>(), s.rec["val_rewards/accuracies"].get<double>());
+  } else {
+    log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", s.step, val, std::exp(val));
+  }
+}
+
+TrainResult Trainer::run() {
+  comm::ParallelState& ps = runtime_->parallel_state();
+  Sections sections(cfg_, world_.rank(), world_.size());
+  SdcMonitor sdc(cfg_.sdc, ps.world(), ps.dp().size() > 1 ? &ps.dp() : nullptr);
+  std::vector<std::unique_ptr<StepObserver>> observers;
+  CheckpointCadence* ckpt = nullptr;
+  add_observers(observers, sections, sdc, ckpt);
   select_fp8_layers();
-  // SIGTERM/SIGUSR1 (preemption, a supervisor): finish the step, save, stop.
-  const ExitSignalGuard exit_signals;
+  const ExitSignalGuard exit_signals;  // SIGTERM/SIGUSR1 (preemption, a supervisor): finish the step, save, stop
   if (start_iteration_ >= cfg_.train_iters)
     log::info("train", "the checkpoint is at iteration {}, --train-iters is {}: nothing to train", start_iteration_,
               cfg_.train_iters);
-
+  const double slowdown = ckpt_cfg_.faults ? ckpt_cfg_.faults->slowdown(world_.rank()) : 1.0;  // tests: slow:RANK:F
+  clock::time_point t0;
+  double blocked0 = 0;
+  const auto before_update = [&](const StepResult&) {
+    if (slowdown > 1)  // this rank's forward and backward, (F - 1) times over
+      std::this_thread::sleep_for(std::chrono::duration<double>(
+          (slowdown - 1) * (seconds_since(t0) - (comm::blocked_seconds() - blocked0))));
+    sections.enter(comm::Section::optimizer);
+    if (ckpt) ckpt->before_update();
+  };
+  TrainResult result;
+  const auto start = clock::now();
   for (int64_t step = start_iteration_; step < cfg_.train_iters; ++step) {
-    auto t0 = clock::now();
-    step_t0 = t0;
-    step_blocked0 = comm::blocked_seconds();
-    const double lr = lr_.at(step);
-    const uint64_t sample0 = static_cast<uint64_t>(consumed_train_samples_);
-    cur_step = step + 1;
-    section(comm::Section::data);
+    StepState s{.step = step + 1, .last = step + 1 == cfg_.train_iters, .lr = lr_.at(step)};
+    sections.set_step(s.step);
+    t0 = clock::now();
+    blocked0 = comm::blocked_seconds();
+    for (auto& o : observers) o->begin_step(s);
+    const auto sample0 = static_cast<uint64_t>(consumed_train_samples_);
+    sections.enter(comm::Section::data);
     batch_->load(*train_data_, consumed_train_samples_);
-    section(comm::Section::forward_backward);
-    StepResult r;
+    sections.enter(comm::Section::forward_backward);
     try {
-      r = train_step(runtime_->model(), *optimizer_, cpu, *batch_, step, lr, cfg_.seed, sample0, before_update,
-                     dpo_train_.get(), loss_scaler_.get(), ckpt_cfg_.faults.get(), &sdc);
+      s.result = train_step(runtime_->model(), *optimizer_, runtime_->cpu(), *batch_, step, s.lr, cfg_.seed, sample0,
+                            before_update, dpo_train_.get(), loss_scaler_.get(), ckpt_cfg_.faults.get(), &sdc);
     } catch (const ReproducedNonFinite&) {
-      // Every rank is here: keep the state before the step, so a restart
-      // (with another host, or another run) loses nothing.
-      if (saver_ && step > last_saved) {
-        log::info("sdc", "saving iteration {} (the state before step {}) before ending", step, step + 1);
-        section(comm::Section::checkpoint);
-        save_checkpoint(step);
-        saver_->finish();
-      }
+      if (ckpt) ckpt->save_before_failing(step);  // every rank is here: the state before the step is kept
       throw;
     }
-    if (r.skipped)
+    if (s.result.skipped)
       log::warn("train", "step {}: gradients overflowed at loss scale {:g}: step skipped (parameters unchanged); "
-                "loss scale now {:g}", step + 1, r.loss_scale, loss_scaler_->scale());
-    consumed_train_samples_ += GB;
+                "loss scale now {:g}", s.step, s.result.loss_scale, loss_scaler_->scale());
+    consumed_train_samples_ += cfg_.global_batch_size;
     if (runtime_->device()) runtime_->device()->synchronize();  // the update has run: the step's time is whole
-    section(comm::Section::logging);
-    const double loss = r.loss, grad_norm = r.grad_norm;
-    double dt = seconds_since(t0);
-    own_s += dt - (comm::blocked_seconds() - step_blocked0);
-    // Spread of step times over the ranks (a straggler shows as max >> min);
-    // the step's time is the slowest rank's.
-    double dt_min = dt, dt_max = dt;
-    if (world_.size() > 1) {
-      dt_min = everyone.all_reduce_value(dt, comm::ReduceOp::min);
-      dt_max = everyone.all_reduce_value(dt, comm::ReduceOp::max);
-      dt = dt_max;
-    }
-
-    // A step faster than the peak means the peak was measured low: raise the
-    // cached one so MFU stays a fraction of a true upper bound.
-    if (cfg_.peak_gflops == 0 && !runtime_->device() && flops_per_step / dt / 1e9 > peak)
-      peak = world_.size() * kernels::raise_gemm_peak(peak_key, flops_per_step / dt / 1e9 / world_.size(),
-                                                      fmt::format("training step {}", step + 1), peak_cache);
-
-    nlohmann::json rec = {{"step", step + 1},
-                          {"loss", loss},
-                          {"lr", lr},
-                          {"grad_norm", grad_norm},
-                          {"tokens_per_s", tokens_per_step / dt},
-                          {"mfu", flops_per_step / dt / (peak * 1e9)},
-                          {"mem_bytes", peak_rss_bytes()},
-                          {"step_ms", dt * 1e3},
-                          {"step_ms_min", dt_min * 1e3},
-                          {"step_ms_max", dt_max * 1e3},
-                          {"grad_comm_wait_ms", first_dp().last_grad_wait_s() * 1e3},
-                          {"param_gather_wait_ms", first_dp().last_gather_wait_s() * 1e3},
-                          {"tokens", static_cast<int64_t>(tokens_per_step) * (step + 1)}};
-    if (const int64_t n = cfg_.straggler_report_interval; n > 0 && world_.size() > 1 && (step + 1) % n == 0) {
-      std::vector<double> own(static_cast<size_t>(world_.size()));
-      everyone.all_gather(&own_s, own.data(), 1, DType::f64);
-      own_s = 0;
-      std::vector<double> sorted = own;
-      std::sort(sorted.begin(), sorted.end());
-      const size_t m = sorted.size();
-      const double median = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
-      std::vector<int> slow;
-      std::string speeds;
-      double slowest = 1;
-      for (size_t k = 0; k < m; ++k) {
-        const double speed = own[k] > 0 ? median / own[k] : 1.0;  // relative to the median rank
-        slowest = std::min(slowest, speed);
-        if (speed < cfg_.straggler_threshold) slow.push_back(static_cast<int>(k));
-        speeds += fmt::format("{}{:.2f}", k ? " " : "", speed);
-      }
-      rec["min_relative_speed"] = slowest;
-      rec["straggler_ranks"] = slow;
-      if (world_.rank() == 0)  // the same verdict on every rank
-        for (int k : slow)
-          log::warn("straggler", "rank {} ran at {:.2f} of the median rank's speed over steps {}-{} ({:.3f} s of its "
-                    "own work against the median's {:.3f} s; threshold {}); every rank's relative speed: {}",
-                    k, median / own[static_cast<size_t>(k)], step + 2 - n, step + 1, own[static_cast<size_t>(k)], median,
-                    cfg_.straggler_threshold, speeds);
-    }
-    if (ps.pp().size() > 1) {
-      // Per-stage pipeline timing (gathered over the pipeline group): the
-      // measured idle time next to what the simulator predicts from the
-      // measured costs (bench/bench_pipeline.py).
-      const parallel::PipelineExecutor::StepTiming& t = runtime_->model().executor().last_timing();
-      comm::Group& pp = ps.pp();
-      constexpr int kFields = 5;
-      std::vector<double> mine = {t.wall_s * 1e3, t.idle_s() * 1e3, t.forward_s * 1e3 / std::max(1, t.forwards),
-                                  t.backward_s * 1e3 / std::max(1, t.backwards),
-                                  t.weight_s * 1e3 / std::max(1, t.weights)};
-      std::vector<double> all(kFields * pp.size());
-      pp.all_gather(mine.data(), all.data(), kFields, DType::f64);
-      const char* names[kFields] = {"pp_step_ms", "pp_idle_ms", "pp_forward_ms", "pp_backward_ms", "pp_weight_ms"};
-      for (int f = 0; f < kFields; ++f) {
-        std::vector<double> per_stage;
-        for (int s = 0; s < pp.size(); ++s) per_stage.push_back(all[kFields * s + f]);
-        rec[names[f]] = per_stage;
-      }
-    }
-    if (dpo_train_) dpo_metrics(*dpo_train_, "", rec);
-    if (model_cfg_.moe.enabled()) moe_metrics(rec);
-    if (loss_scaler_) {
-      rec["loss_scale"] = r.loss_scale;
-      rec["skipped"] = r.skipped;
-      if (r.skipped) rec["grad_norm"] = nullptr;  // not finite: JSON has no inf
-    }
-    const bool last = step + 1 == cfg_.train_iters;
-    // Streaming DiLoCo: the run ends with every fragment's outer step, so
-    // that the last evaluation, and the model saved, are one model.
-    if (last) runtime_->synchronize_replicas();
-    if (valid_data_ && ((step + 1) % cfg_.eval_interval == 0 || last)) {
-      section(comm::Section::evaluation);
-      double val = evaluate(consumed_valid_samples_);
-      consumed_valid_samples_ += cfg_.eval_iters * GB;
-      rec["val_loss"] = val;
-      result.final_val_loss = val;
-      if (dpo_valid_) {
-        dpo_metrics(*dpo_valid_, "val_", rec);
-        log::info("eval", "step {}: validation DPO loss {:.4f}, reward margin {:.4f}, accuracy {:.3f}", step + 1, val,
-                  rec["val_rewards/margins"].get<double>(), rec["val_rewards/accuracies"].get<double>());
-      } else {
-        log::info("eval", "step {}: validation loss {:.4f} (perplexity {:.1f})", step + 1, val, std::exp(val));
-      }
-    }
-    // A signal reaches the ranks at different moments: they agree after
-    // each step (the largest signal number any of them saw) and stop together.
-    section(comm::Section::logging);
-    try {
-      sdc.check_replicas(runtime_->model(), step + 1);
-    } catch (const NonFiniteError& e) {
-      if (watchdog) watchdog->report_suspects(sdc.suspect_hosts(), e.what());
-      throw;
-    }
-    if (sdc.reruns() > 0) {
-      rec["sdc_reruns"] = sdc.reruns();
-      rec["sdc_transient_faults"] = sdc.transient();
-    }
-    const int signal = static_cast<int>(everyone.all_reduce_value(ExitSignalGuard::received(), comm::ReduceOp::max));
-    const bool exiting =
-        !last && ((ckpt_cfg_.exit_interval > 0 && (step + 1) % ckpt_cfg_.exit_interval == 0) || signal != 0);
-    if (saver_) {
-      section(comm::Section::checkpoint);
-      const auto t = clock::now();
-      saver_->poll();
-      if ((ckpt_cfg_.save_interval > 0 && (step + 1) % ckpt_cfg_.save_interval == 0) || last || exiting)
-        save_checkpoint(last_saved = step + 1);
-      ckpt_blocked_s += seconds_since(t);
-      // What checkpointing cost this step (bench/bench_ckpt.py), and the
-      // background work of a save committed in it.
-      rec["ckpt_blocked_ms"] = ckpt_blocked_s * 1e3;
-      if (const auto c = saver_->take_committed()) {
-        rec["ckpt_committed"] = c->first;
-        rec["ckpt_bytes"] = c->second.bytes;
-        rec["ckpt_snapshot_s"] = c->second.snapshot_s;
-        rec["ckpt_write_s"] = c->second.write_s;
-      }
-      if ((save_failed = saver_->take_failed())) rec["ckpt_failed"] = save_failed->first;
-      ckpt_blocked_s = 0;
-      section(comm::Section::logging);
-    }
-    metrics.write(rec);
-    if (dpo_train_ && ((step + 1) % cfg_.log_interval == 0 || last || step == 0))
-      log::info("dpo", "step {}: rewards chosen {:.4f} rejected {:.4f} margin {:.4f}, accuracy {:.3f}", step + 1,
-                rec["rewards/chosen"].get<double>(), rec["rewards/rejected"].get<double>(),
-                rec["rewards/margins"].get<double>(), rec["rewards/accuracies"].get<double>());
-    if ((step + 1) % cfg_.log_interval == 0 || last || step == 0)
-      log::info("train", "{}", format_progress({.step = step + 1, .total_steps = cfg_.train_iters, .loss = loss,
-                                                .lr = lr, .grad_norm = grad_norm, .step_seconds = dt,
-                                                .tokens_per_s = tokens_per_step / dt,
-                                                .mfu = flops_per_step / dt / (peak * 1e9),
-                                                .elapsed_seconds = seconds_since(start)}));
-    result.steps = step + 1;
-    result.final_loss = loss;
-    if (watchdog) watchdog->step_done(step + 1, loss);
-    if (exiting && signal != 0) {
-      result.stopped_by = signal;
-      log::info("train", "{} received: stopping after step {}{}", ExitSignalGuard::name(signal), step + 1,
-                saver_ ? fmt::format(", saving iteration {} to {}", step + 1, ckpt_cfg_.save)
-                       : " (no --save: nothing is saved)");
-      break;
-    }
-    if (exiting) {
-      log::info("train", "--exit-interval {}: stopping after step {}", ckpt_cfg_.exit_interval, step + 1);
+    sections.enter(comm::Section::logging);
+    s.local_seconds = seconds_since(t0);
+    s.own_seconds = s.local_seconds - (comm::blocked_seconds() - blocked0);
+    for (auto& o : observers) o->end_step(s);
+    result.steps = s.step;
+    result.final_loss = s.result.loss;
+    if (s.rec.contains("val_loss")) result.final_val_loss = s.rec["val_loss"].get<double>();
+    if (comm::Watchdog* w = sections.watchdog()) w->step_done(s.step, s.result.loss);
+    if (s.exiting) {
+      result.stopped_by = s.signal;
+      log_stop(s);
       break;
     }
   }
-  if (saver_) {
-    section(comm::Section::checkpoint);
-    const auto t = clock::now();
-    saver_->finish();
-    if (const auto c = saver_->take_committed())
-      log::info("ckpt", "waited {:.3f} s at exit for the save of iteration {}", seconds_since(t), c->first);
-    if (auto f = saver_->take_failed()) save_failed = std::move(f);
-    if (save_failed && save_failed->first == result.steps)
-      fail("the last checkpoint (iteration {}) was not saved: {}", save_failed->first, save_failed->second);
-  }
-  section(comm::Section::idle);
+  for (auto& o : observers) o->finish(result);
+  sections.enter(comm::Section::idle);
   result.seconds = seconds_since(start);
   log::info("train", "done: {} steps in {}, final loss {:.4f}{}, peak RSS {}", result.steps,
             format_duration(result.seconds), result.final_loss,
             result.final_val_loss >= 0 ? fmt::format(", validation loss {:.4f}", result.final_val_loss) : "",
             format_bytes(static_cast<double>(peak_rss_bytes())));
   return result;
+}
+
+void Trainer::log_stop(const StepState& s) const {
+  if (s.signal != 0)
+    log::info("train", "{} received: stopping after step {}{}", ExitSignalGuard::name(s.signal), s.step,
+              saver_ ? fmt::format(", saving iteration {} to {}", s.step, ckpt_cfg_.save)
+                     : " (no --save: nothing is saved)");
+  else
+    log::info("train", "--exit-interval {}: stopping after step {}", ckpt_cfg_.exit_interval, s.step);
 }
 
 }  // namespace claw::train

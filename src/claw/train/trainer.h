@@ -35,6 +35,7 @@
 #include "claw/train/batch.h"
 #include "claw/train/config.h"
 #include "claw/train/job.h"
+#include "claw/train/observers.h"
 
 namespace claw::ckpt {
 class Saver;
@@ -85,6 +86,16 @@ class Trainer {
   // the data-parallel ranks and pipeline stages, into rec under `prefix`.
   void moe_metrics(nlohmann::json& rec);
   void dpo_metrics(DpoLoss& loss, const std::string& prefix, nlohmann::json& rec);
+
+  // The step observers of run() (train/observers.h), in order; `ckpt` is
+  // set to the checkpoint cadence when there is a saver.
+  const Throughput& add_observers(std::vector<std::unique_ptr<StepObserver>>& out, Sections& sections,
+                                  SdcMonitor& sdc, CheckpointCadence*& ckpt);
+  // The step's DPO, MoE and loss-scaling metrics.
+  void objective_metrics(StepState& s);
+  // Validation every --eval-interval steps and at the end.
+  void evaluation_step(StepState& s, Sections& sections);
+  void log_stop(const StepState& s) const;
 
   // Mean validation loss over --eval-iters global batches from position `first`.
   double evaluate(int64_t first);
