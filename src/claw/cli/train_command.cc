@@ -34,13 +34,12 @@ namespace claw::cli {
 
 using F = Flag<TrainArgs>;
 
-const std::vector<F>& train_flags() {
+namespace {
+
+// Batch, length, iterations, evaluation and logging.
+std::vector<F> training_flags() {
   using A = TrainArgs;
-  static const std::vector<F> flags = concat(
-      concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }),
-             fp8_flags<A>([](A& a) -> model::ModelConfig& { return a.model; })),
-      {
-      // Training.
+  return {
       int_flag<A>("micro-batch-size", "sequences per forward/backward",
                   [](A& a) -> auto& { return a.train.micro_batch_size; }),
       int_flag<A>("global-batch-size", "sequences per optimizer step (0: micro-batch-size)",
@@ -51,6 +50,13 @@ const std::vector<F>& train_flags() {
                   [](A& a) -> auto& { return a.train.eval_interval; }),
       int_flag<A>("eval-iters", "validation micro-batches per run", [](A& a) -> auto& { return a.train.eval_iters; }),
       int_flag<A>("log-interval", "steps between progress lines", [](A& a) -> auto& { return a.train.log_interval; }),
+  };
+}
+
+// Stragglers, silent data corruption and hangs.
+std::vector<F> resilience_flags() {
+  using A = TrainArgs;
+  return {
       int_flag<A>("straggler-report-interval",
                   "steps between comparisons of the ranks' own work (wall time less communication waits); 0: off",
                   [](A& a) -> auto& { return a.train.straggler_report_interval; }),
@@ -100,6 +106,13 @@ const std::vector<F>& train_flags() {
           return out;
         },
         "SECTION=S[,SECTION=S...]"},
+  };
+}
+
+// Seed, threads, device, precision, metrics, recomputation, frozen parameters.
+std::vector<F> run_flags() {
+  using A = TrainArgs;
+  return {
       int_flag<A>("seed", "seed for initialisation, data order and dropout",
                   [](A& a) -> auto& { return a.train.seed; }),
       int_flag<A>("num-threads", "CPU threads (0: all this process may use)",
@@ -161,7 +174,13 @@ const std::vector<F>& train_flags() {
           }
         },
         [](const A& a) { return fmt::format("{}", fmt::join(a.train.freeze, ",")); }, "PATTERN[,PATTERN...]"},
-      // Optimizer and schedule.
+  };
+}
+
+// Optimizer and schedule.
+std::vector<F> optimizer_flags() {
+  using A = TrainArgs;
+  return {
       double_flag<A>("lr", "peak learning rate", [](A& a) -> auto& { return a.lr.max_lr; }),
       double_flag<A>("min-lr", "learning rate at the end of decay", [](A& a) -> auto& { return a.lr.min_lr; }),
       int_flag<A>("lr-warmup-iters", "linear warmup steps", [](A& a) -> auto& { return a.lr.warmup_iters; }),
@@ -197,7 +216,13 @@ const std::vector<F>& train_flags() {
           a.adam.main_params_dtype = optim::parse_optimizer_dtype("main-params-dtype", v);
         },
         [](const A& a) { return optim::optimizer_dtype_name(a.adam.main_params_dtype); }, "{fp32,fp16}"},
-      // Data.
+  };
+}
+
+// Data.
+std::vector<F> data_flags() {
+  using A = TrainArgs;
+  return {
       words_flag<A>("data-path",
                     "Megatron .bin/.idx prefix, or a blend W1 PREFIX1 W2 PREFIX2 ... (default: the built-in corpus)",
                     [](A& a) -> auto& { return a.data.data_path; }),
@@ -233,7 +258,13 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.data.split; }),
       string_flag<A>("data-dir", "directory of the built-in corpus (default: $CLAW_DATA_DIR or the build's data/)",
                      [](A& a) -> auto& { return a.data.data_dir; }),
-      // Parallelism (ranks come from the launcher: mpirun -np N / srun -n N; data parallel = the rest).
+  };
+}
+
+// Parallelism (ranks come from the launcher: mpirun -np N / srun -n N; data parallel = the rest).
+std::vector<F> parallelism_flags() {
+  using A = TrainArgs;
+  return {
       F{"parallel", "manual: the layout flags below; auto: the planner picks them for the launched ranks", false,
         [](A& a, const std::string& v) {
           if (v != "manual" && v != "auto") fail("--parallel '{}' is not one of: manual, auto", v);
@@ -305,7 +336,13 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.parallel.distributed_timeout_minutes; }),
       switch_flag<A>("log-all-ranks", "print info lines from every rank (default: rank 0 only)",
                      [](A& a) -> auto& { return a.parallel.log_all_ranks; }),
-      // Checkpoints (docs/checkpoint-format.md).
+  };
+}
+
+// Checkpoints (docs/checkpoint-format.md).
+std::vector<F> checkpoint_flags() {
+  using A = TrainArgs;
+  return {
       string_flag<A>("save", "directory to save checkpoints in (each rank writes its shards)",
                      [](A& a) -> auto& { return a.ckpt.save; }),
       int_flag<A>("save-interval", "steps between checkpoints (0: only at the end)",
@@ -331,7 +368,21 @@ const std::vector<F>& train_flags() {
                      [](A& a) -> auto& { return a.ckpt.load_hf; }),
       int_flag<A>("exit-interval", "stop (after saving, with --save) when the step is a multiple of this (0: never)",
                   [](A& a) -> auto& { return a.ckpt.exit_interval; }),
-  });
+  };
+}
+
+}  // namespace
+
+const std::vector<F>& train_flags() {
+  using A = TrainArgs;
+  static const std::vector<F> flags = [] {
+    std::vector<F> all = concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }),
+                                fp8_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }));
+    for (const auto& group : {training_flags(), resilience_flags(), run_flags(), optimizer_flags(), data_flags(),
+                              parallelism_flags(), checkpoint_flags()})
+      all = concat(std::move(all), group);
+    return all;
+  }();
   return flags;
 }
 
