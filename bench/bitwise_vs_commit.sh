@@ -109,9 +109,15 @@ rm -f "$tmp"/pref/p_dpo_document_dpo_ref_*
 run dpo.old "$old" env -- "${dpo[@]}" || status=1
 rm -f "$tmp"/pref/p_dpo_document_dpo_ref_*
 run dpo.new "$new" env -- "${dpo[@]}" && compare dpo || status=1
-# GRPO: a one-layer gpt2-tiny from its initialisation on the reversal task.
-/usr/bin/python3 "$here/scripts/sft_task.py" --task reverse --words 2-2 --train 40 --test 4 --out "$tmp/rl" >/dev/null
-grpo=(--model gpt2-tiny --num-layers 1 --prompt-data "$tmp/rl/train.jsonl" --task reverse --global-batch-size 16
+# GRPO: a one-layer gpt2-tiny taught the reversal task's format by a short
+# SFT (this checkout's binary makes it once), then 3 GRPO steps by each.
+/usr/bin/python3 "$here/scripts/sft_task.py" --task reverse --words 2-2 --train 400 --test 4 --out "$tmp/rl" >/dev/null
+"$new" preprocess --input "$tmp/rl/train.jsonl" --output-prefix "$tmp/rl/p" --sft --chat-template plain \
+  >"$tmp/rl.pre.log" 2>&1 || { cat "$tmp/rl.pre.log"; exit 2; }
+"$new" train --model gpt2-tiny --num-layers 1 --seq-length 48 --micro-batch-size 8 --train-iters 60 --lr 2e-3 \
+  --data-path "$tmp/rl/p_sft_document" --sft --split 1,0,0 --eval-interval 0 --num-threads 2 --save "$tmp/rl/base" \
+  >"$tmp/rl.sft.log" 2>&1 || { tail -20 "$tmp/rl.sft.log"; exit 2; }
+grpo=(--load "$tmp/rl/base" --finetune --prompt-data "$tmp/rl/train.jsonl" --task reverse --global-batch-size 16
       --micro-batch-size 8 --num-generations 4 --seq-length 48 --max-new-tokens 8 --train-iters 3 --eval-interval 0
       --num-threads 2)
 rl() {  # rl NAME BINARY: claw rl's metrics into $tmp/NAME.jsonl
