@@ -175,41 +175,10 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
         recv(g.stage_output(mb.ctx), a.peer, tag(a.microbatch, vstage, true));
         break;
       case ActionKind::backward:
-      case ActionKind::backward_input: {
-        int& slot = slot_of_[a.chunk][a.microbatch];
-        CLAW_CHECK(slot >= 0, "backward of micro-batch {} chunk {} before its forward", a.microbatch, a.chunk);
-        g.use_slot(slot);
-        model::StepCtx ctx = mb.ctx;
-        if (a.kind == ActionKind::backward_input) {
-          // Input gradients now; the weight-gradient GEMMs wait in a list.
-          int& d = deferred_of_[a.chunk][a.microbatch];
-          if (free_deferred_.empty()) {
-            free_deferred_.push_back(static_cast<int>(deferred_.size()));
-            deferred_.push_back(std::make_unique<model::DeferredWeightGrads>());
-          }
-          d = free_deferred_.back();
-          free_deferred_.pop_back();
-          ctx.defer_weight_grads = deferred_[d].get();
-        }
-        const auto t0 = Clock::now();
-        g.backward_stage(ctx, mb.tokens, g.stage().post_process ? Tensor() : g.stage_output(mb.ctx));
-        timing_.backward_s += seconds(t0, Clock::now());
-        ++timing_.backwards;
-        free_[a.chunk].push_back(slot);
+      case ActionKind::backward_input:
+      case ActionKind::backward_weight:
+        run_backward(a, mb);
         break;
-      }
-      case ActionKind::backward_weight: {
-        int& d = deferred_of_[a.chunk][a.microbatch];
-        CLAW_CHECK(d >= 0, "weight gradient of micro-batch {} chunk {} before its input gradient", a.microbatch,
-                   a.chunk);
-        const auto t0 = Clock::now();
-        deferred_[d]->run(mb.ctx.cpu);
-        timing_.weight_s += seconds(t0, Clock::now());
-        ++timing_.weights;
-        free_deferred_.push_back(d);
-        d = -1;
-        break;
-      }
       case ActionKind::send_grad:  // right after its backward: the shared scratch still holds the gradient
         send(g.stage_input_grad(mb.ctx), a.peer, tag(a.microbatch, vstage - 1, true));
         break;
@@ -224,6 +193,41 @@ double PipelineExecutor::run(const std::function<PipelineMicroBatch(int)>& micro
     CLAW_CHECK(static_cast<int>(free_[ch].size()) == slots_[ch], "chunk {}: {} activation slots still held after "
                "the step", ch, slots_[ch] - static_cast<int>(free_[ch].size()));
   return loss_sum;
+}
+
+void PipelineExecutor::run_backward(const Action& a, const PipelineMicroBatch& mb) {
+  model::GPT& g = *chunks_[a.chunk];
+  if (a.kind == ActionKind::backward_weight) {
+    int& d = deferred_of_[a.chunk][a.microbatch];
+    CLAW_CHECK(d >= 0, "weight gradient of micro-batch {} chunk {} before its input gradient", a.microbatch, a.chunk);
+    const auto t0 = Clock::now();
+    deferred_[d]->run(mb.ctx.cpu);
+    timing_.weight_s += seconds(t0, Clock::now());
+    ++timing_.weights;
+    free_deferred_.push_back(d);
+    d = -1;
+    return;
+  }
+  int& slot = slot_of_[a.chunk][a.microbatch];
+  CLAW_CHECK(slot >= 0, "backward of micro-batch {} chunk {} before its forward", a.microbatch, a.chunk);
+  g.use_slot(slot);
+  model::StepCtx ctx = mb.ctx;
+  if (a.kind == ActionKind::backward_input) {
+    // Input gradients now; the weight-gradient GEMMs wait in a list.
+    int& d = deferred_of_[a.chunk][a.microbatch];
+    if (free_deferred_.empty()) {
+      free_deferred_.push_back(static_cast<int>(deferred_.size()));
+      deferred_.push_back(std::make_unique<model::DeferredWeightGrads>());
+    }
+    d = free_deferred_.back();
+    free_deferred_.pop_back();
+    ctx.defer_weight_grads = deferred_[d].get();
+  }
+  const auto t0 = Clock::now();
+  g.backward_stage(ctx, mb.tokens, g.stage().post_process ? Tensor() : g.stage_output(mb.ctx));
+  timing_.backward_s += seconds(t0, Clock::now());
+  ++timing_.backwards;
+  free_[a.chunk].push_back(slot);
 }
 
 double PipelineExecutor::run_forward(const std::function<PipelineMicroBatch(int)>& micro, int microbatches) {

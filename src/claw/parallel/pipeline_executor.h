@@ -100,6 +100,9 @@ class PipelineExecutor {
 
  private:
   int acquire(int chunk, int mb);
+  // A backward action of run(): the whole backward, its input-gradient half
+  // (the weight-gradient GEMMs deferred) or the deferred half.
+  void run_backward(const Action& a, const PipelineMicroBatch& mb);
   int64_t tag(int mb, int vstage, bool grad) const;
   // Point-to-point transfers of a stage boundary tensor (its dtype and
   // element count): a send copies it into a buffer of its own first (with

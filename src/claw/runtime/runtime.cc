@@ -128,26 +128,7 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
     dps.push_back(dps_.back().get());
     ranges += fmt::format("{}[{}, {})", c ? " " : "", r.first, r.first + r.count);
   }
-  if (grid.instances > 1) {
-    // What crosses the long haul each step: every rank all-reduces its
-    // owned block (1 / ranks-per-instance of the gradients) across the
-    // instances, 2 (N - 1) / N of it sent per rank by a ring.
-    int64_t elements = 0;
-    for (const auto& c : chunks_)
-      for (const model::StoreRegion& reg : c->store().regions())
-        if (reg.trainable && reg.group == "dp") elements += reg.total;
-    const int n = grid.instances, per = shard_group.size();
-    log::info("parallel",
-              "hierarchical gradient reduction: {} fp32 gradient elements on this stage reduce-scatter inside each "
-              "instance of {} ranks, then each rank all-reduces its {} across the {} instances ({} sent per rank "
-              "and step{})",
-              elements, per, elements / per, n,
-              format_bytes(static_cast<double>(elements) / per * 4 * 2 * (n - 1) / n),
-              par.inter_dc_chunk_bytes > 0
-                  ? fmt::format(", in chunks of {} over {} streams", format_bytes(static_cast<double>(par.inter_dc_chunk_bytes)),
-                                par.sizes.inter_streams)
-                  : "");
-  }
+  if (grid.instances > 1) log_hierarchical_reduction(grid.instances, shard_group.size());
   if (grid.pp == 1) {
     const ArenaPlan acts = model::plan_activations(mc, B, T, recompute, tp_groups_->tp.dims());
     MemoryPlan plan = make_memory_plan(dps_.front()->memory(), par.dp.zero_stage, shard_group.size(), acts);
@@ -159,26 +140,55 @@ Runtime::Runtime(RuntimeConfig cfg, comm::World& world) : cfg_(std::move(cfg)), 
   }
   model_ = std::make_unique<ModelChunks>(chunks, dps, pstate_->pp(), pstate_->embedding(), schedule, B, T, recompute);
 
-  size_t acts = 0, params = 0;
+  record_allocation();
+  if (grid.pp > 1) log_pipeline(schedule, stage, ranges);
+}
+
+// What crosses the long haul each step: every rank all-reduces its owned
+// block (1 / ranks-per-instance of the gradients) across the instances,
+// 2 (N - 1) / N of it sent per rank by a ring.
+void Runtime::log_hierarchical_reduction(int instances, int ranks_per_instance) const {
+  const ParallelConfig& par = cfg_.parallel;
+  int64_t elements = 0;
+  for (const auto& c : chunks_)
+    for (const model::StoreRegion& reg : c->store().regions())
+      if (reg.trainable && reg.group == "dp") elements += reg.total;
+  const int n = instances, per = ranks_per_instance;
+  log::info("parallel",
+            "hierarchical gradient reduction: {} fp32 gradient elements on this stage reduce-scatter inside each "
+            "instance of {} ranks, then each rank all-reduces its {} across the {} instances ({} sent per rank and "
+            "step{})",
+            elements, per, elements / per, n, format_bytes(static_cast<double>(elements) / per * 4 * 2 * (n - 1) / n),
+            par.inter_dc_chunk_bytes > 0
+                ? fmt::format(", in chunks of {} over {} streams",
+                              format_bytes(static_cast<double>(par.inter_dc_chunk_bytes)), par.sizes.inter_streams)
+                : "");
+}
+
+// The arenas this rank allocated, by kind (check_memory compares them with the plan).
+void Runtime::record_allocation() {
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    const model::GPT& m = *chunks_[c];
-    acts += m.activation_bytes();
-    params += m.store().value_bytes() + m.store().grad_bytes() + m.store().compute_bytes();
     const parallel::DataParallelMemory dm = dps_[c]->memory();
     allocated_.values += dm.values;
     allocated_.grads += dm.grads;
     allocated_.gathered += dm.gather_slots;
     allocated_.staging += dm.staging_slots;
-    allocated_.activations += m.activation_bytes();
+    allocated_.activations += chunks_[c]->activation_bytes();
   }
-  if (grid.pp > 1) {
-    const std::vector<int> slots = parallel::PipelineExecutor::slots_needed(model_->executor().schedule(), stage);
-    log::info("pipeline", "{} schedule, {} micro-batches per step; stage {} holds layers {}; activations {} in {} "
-              "slot(s) per chunk, parameters + gradients {}{}",
-              parallel::to_string(schedule.kind), schedule.microbatches, stage, ranges,
-              format_bytes(static_cast<double>(acts)), fmt::join(slots, "/"), format_bytes(static_cast<double>(params)),
-              cfg_.training ? ", optimizer " + format_bytes(static_cast<double>(planned_.arenas.optimizer)) : "");
+}
+
+void Runtime::log_pipeline(const parallel::ScheduleConfig& schedule, int stage, const std::string& ranges) const {
+  size_t acts = 0, params = 0;
+  for (const auto& m : chunks_) {
+    acts += m->activation_bytes();
+    params += m->store().value_bytes() + m->store().grad_bytes() + m->store().compute_bytes();
   }
+  const std::vector<int> slots = parallel::PipelineExecutor::slots_needed(model_->executor().schedule(), stage);
+  log::info("pipeline", "{} schedule, {} micro-batches per step; stage {} holds layers {}; activations {} in {} "
+            "slot(s) per chunk, parameters + gradients {}{}",
+            parallel::to_string(schedule.kind), schedule.microbatches, stage, ranges,
+            format_bytes(static_cast<double>(acts)), fmt::join(slots, "/"), format_bytes(static_cast<double>(params)),
+            cfg_.training ? ", optimizer " + format_bytes(static_cast<double>(planned_.arenas.optimizer)) : "");
 }
 
 Runtime::~Runtime() = default;
@@ -276,6 +286,63 @@ void Runtime::stage_from_host(const optim::AdamW* optimizer) const {
     if (n > 0) kernels::cuda::copy_to_device(device_->ctx(), const_cast<void*>(p), host_mirror(p), n);
 }
 
+// The tensors a load reads from checkpoint `dir` into this rank: its shards
+// (and `optimizer`'s, if given), less what the checkpoint may lack (state
+// of parameters frozen when it was saved, DiLoCo's outer momentum, LoRA
+// adapters over a base), with an instance's moments read from instance 0's
+// where the checkpoint has no others.
+std::vector<ckpt::Shard> Runtime::shards_to_load(const ckpt::Metadata& meta, const std::string& dir,
+                                                 const optim::AdamW* optimizer,
+                                                 const std::vector<std::string>& all_params) const {
+  std::vector<ckpt::Shard> shards = checkpoint_shards(optimizer);
+  if (optimizer) {
+    // Parameters trained now that were frozen when it was saved have no
+    // optimizer state there: theirs starts at zero, as in a fresh run.
+    std::vector<std::string> fresh;
+    for (const std::string& n : all_params)
+      for (const std::string& state : optim::AdamW::state_names())
+        if (!model::matches_any(cfg_.freeze, n) && (!cfg_.model.lora.enabled() || model::lora_trains(cfg_.model.lora, n)) &&
+            !meta.find(ckpt::optimizer_tensor(state, n))) {
+          fresh.push_back(n);
+          break;
+        }
+    if (!fresh.empty()) {
+      log::info("ckpt", "{} has no optimizer state for {} parameter(s) that train now (frozen when it was saved?): "
+                "theirs starts at zero: {}",
+                dir, fresh.size(), fmt::join(fresh, ", "));
+      std::erase_if(shards,
+                    [&](const ckpt::Shard& s) { return s.tensor.rfind("optim.", 0) == 0 && !meta.find(s.tensor); });
+    }
+  }
+  // A checkpoint saved without DiLoCo (or before its momentum was saved)
+  // starts the outer momentum at zero; one with fewer instances (or none)
+  // gives an instance without its own moments instance 0's.
+  if (optimizer) {
+    bool shared = false;
+    for (ckpt::Shard& s : shards)
+      if (const std::string base = ckpt::instance0_tensor(s.tensor); base != s.tensor && !meta.find(s.tensor)) {
+        s.tensor = base;
+        shared = true;
+      }
+    if (shared) log::info("ckpt", "{} has no optimizer state of this rank's instance: it starts from instance 0's", dir);
+    const std::string prefix = ckpt::optimizer_tensor(kDilocoMomentum, "");
+    const size_t before = shards.size();
+    std::erase_if(shards, [&](const ckpt::Shard& s) { return s.tensor.rfind(prefix, 0) == 0 && !meta.find(s.tensor); });
+    if (shards.size() != before)
+      log::info("ckpt", "{} has no DiLoCo outer momentum: it starts at zero", dir);
+  }
+  // A checkpoint without LoRA adapters (the base model) leaves them as
+  // initialised: A random, B zero, so the model starts as the base.
+  if (cfg_.model.lora.enabled()) {
+    const size_t before = shards.size();
+    std::erase_if(shards,
+                  [&](const ckpt::Shard& s) { return model::is_lora_param(s.tensor) && !meta.find(s.tensor); });
+    if (shards.size() != before)
+      log::info("ckpt", "{} has no LoRA adapters: they start fresh (A Kaiming-uniform, B zero)", dir);
+  }
+  return shards;
+}
+
 LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW* optimizer) {
   const std::string& root = opts.root;
   comm::Group& everyone = pstate_->world();
@@ -334,52 +401,7 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     if (!has_optimizer && want_optimizer)
       log::info("ckpt", "{} holds no optimizer state: loading the parameters, the optimizer starts fresh", dir);
     out.optimizer = want_optimizer && has_optimizer;
-    std::vector<ckpt::Shard> shards = checkpoint_shards(out.optimizer ? optimizer : nullptr);
-    if (out.optimizer) {
-      // Parameters trained now that were frozen when it was saved have no
-      // optimizer state there: theirs starts at zero, as in a fresh run.
-      std::vector<std::string> fresh;
-      for (const std::string& n : all_params)
-        for (const std::string& state : optim::AdamW::state_names())
-          if (!model::matches_any(cfg_.freeze, n) && (!cfg_.model.lora.enabled() || model::lora_trains(cfg_.model.lora, n)) &&
-              !meta.find(ckpt::optimizer_tensor(state, n))) {
-            fresh.push_back(n);
-            break;
-          }
-      if (!fresh.empty()) {
-        log::info("ckpt", "{} has no optimizer state for {} parameter(s) that train now (frozen when it was saved?): "
-                  "theirs starts at zero: {}",
-                  dir, fresh.size(), fmt::join(fresh, ", "));
-        std::erase_if(shards,
-                      [&](const ckpt::Shard& s) { return s.tensor.rfind("optim.", 0) == 0 && !meta.find(s.tensor); });
-      }
-    }
-    // A checkpoint saved without DiLoCo (or before its momentum was saved)
-    // starts the outer momentum at zero; one with fewer instances (or none)
-    // gives an instance without its own moments instance 0's.
-    if (out.optimizer) {
-      bool shared = false;
-      for (ckpt::Shard& s : shards)
-        if (const std::string base = ckpt::instance0_tensor(s.tensor); base != s.tensor && !meta.find(s.tensor)) {
-          s.tensor = base;
-          shared = true;
-        }
-      if (shared) log::info("ckpt", "{} has no optimizer state of this rank's instance: it starts from instance 0's", dir);
-      const std::string prefix = ckpt::optimizer_tensor(kDilocoMomentum, "");
-      const size_t before = shards.size();
-      std::erase_if(shards, [&](const ckpt::Shard& s) { return s.tensor.rfind(prefix, 0) == 0 && !meta.find(s.tensor); });
-      if (shards.size() != before)
-        log::info("ckpt", "{} has no DiLoCo outer momentum: it starts at zero", dir);
-    }
-    // A checkpoint without LoRA adapters (the base model) leaves them as
-    // initialised: A random, B zero, so the model starts as the base.
-    if (cfg_.model.lora.enabled()) {
-      const size_t before = shards.size();
-      std::erase_if(shards,
-                    [&](const ckpt::Shard& s) { return model::is_lora_param(s.tensor) && !meta.find(s.tensor); });
-      if (shards.size() != before)
-        log::info("ckpt", "{} has no LoRA adapters: they start fresh (A Kaiming-uniform, B zero)", dir);
-    }
+    std::vector<ckpt::Shard> shards = shards_to_load(meta, dir, out.optimizer ? optimizer : nullptr, all_params);
     // A model of another shape is refused whatever --load-fallback says.
     ckpt::check_compatible(meta, dir, shards, all_params);
     std::string error;

@@ -110,6 +110,14 @@ class Runtime {
   void stage_to_host(const optim::AdamW* optimizer) const;
 
  private:
+  // The constructor's reports: the hierarchical reduction's traffic (several
+  // instances), the arenas allocated (for check_memory), the pipeline stage.
+  void log_hierarchical_reduction(int instances, int ranks_per_instance) const;
+  void record_allocation();
+  void log_pipeline(const parallel::ScheduleConfig& schedule, int stage, const std::string& ranges) const;
+  std::vector<ckpt::Shard> shards_to_load(const ckpt::Metadata& meta, const std::string& dir,
+                                          const optim::AdamW* optimizer, const std::vector<std::string>& all_params) const;
+
   RuntimeConfig cfg_;
   comm::World& world_;
   CpuCtx cpu_;
