@@ -159,15 +159,8 @@ void Engine::register_full_blocks(Seq& s) {
   }
 }
 
-bool Engine::step() {
-  CLAW_CHECK(model_.tp().rank() == 0, "Engine::step on tensor-parallel rank {}: ranks > 0 follow()",
-             model_.tp().rank());
-  if (idle()) return false;
-  struct Work {
-    Seq* seq;
-    int64_t n;
-  };
-  std::vector<Work> work;
+std::vector<Engine::Scheduled> Engine::schedule() {
+  std::vector<Scheduled> work;
   int64_t budget = cfg_.max_num_batched_tokens;
   bool preempted = false;
   // Running sequences, oldest first; the newest give way when blocks run out.
@@ -207,6 +200,14 @@ bool Engine::step() {
     work.push_back({&s, n});
     budget -= n;
   }
+  return work;
+}
+
+bool Engine::step() {
+  CLAW_CHECK(model_.tp().rank() == 0, "Engine::step on tensor-parallel rank {}: ranks > 0 follow()",
+             model_.tp().rank());
+  if (idle()) return false;
+  const std::vector<Scheduled> work = schedule();
   if (work.empty()) {
     // Nothing fits: only possible when a waiting prompt needs more blocks
     // than are free while nothing runs, which add() rules out.
@@ -225,7 +226,7 @@ bool Engine::step() {
     int64_t row, position;  // the row's logits score the prompt token at position
   };
   std::vector<PromptRow> prompt_rows;
-  for (const Work& w : work) {
+  for (const Scheduled& w : work) {
     Seq& s = *w.seq;
     const int64_t first_row = static_cast<int64_t>(tokens.size());
     if (s.req.prompt_logprobs >= 0)
@@ -243,7 +244,7 @@ bool Engine::step() {
   for (const PromptRow& p : prompt_rows) ready_rows.push_back(p.row);  // logits rows R, R + 1, ...
   if (tp_leader()) send_step(tokens, plan, ready_rows);
   run_step(tokens, std::move(plan), ready_rows);
-  for (const Work& w : work) {
+  for (const Scheduled& w : work) {
     w.seq->computed += w.n;
     register_full_blocks(*w.seq);
   }

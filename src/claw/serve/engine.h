@@ -139,6 +139,15 @@ class Engine {
 
  private:
   struct Seq;
+  // A sequence scheduled into a step with its next n tokens.
+  struct Scheduled {
+    Seq* seq;
+    int64_t n;
+  };
+  // This step's work within --max-num-batched-tokens: running sequences
+  // oldest first (the newest preempted when blocks run out), then waiting
+  // requests in arrival order (none after a preemption).
+  std::vector<Scheduled> schedule();
   bool ensure_blocks(Seq& s, int64_t positions);
   void match_prefix(Seq& s);
   void preempt(Seq& s);
