@@ -202,13 +202,11 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
   return r;
 }
 
-GgufModel read_gguf_model(const std::string& path) {
-  const gguf::Reader r(path);
+namespace {
+// The transformers config.json that a GGUF file's metadata describes (GPT-2
+// or Llama), for model_from_hf_config.
+nlohmann::json hf_config_of(const gguf::Reader& r, const std::string& path, const std::string& arch) {
   const nlohmann::json& md = r.metadata();
-  auto str = [&](const std::string& k) -> std::string {
-    if (!md.contains(k) || !md[k].is_string()) fail("{}: metadata {} is missing or not a string", path, k);
-    return md[k].get<std::string>();
-  };
   auto num = [&](const std::string& k) -> nlohmann::json {
     if (!md.contains(k) || !md[k].is_number()) fail("{}: metadata {} is missing or not a number", path, k);
     return md[k];
@@ -219,19 +217,13 @@ GgufModel read_gguf_model(const std::string& path) {
   auto real = [&](const std::string& k) -> nlohmann::json {
     return std::stod(fmt::format("{}", num(k).get<float>()));
   };
-  GgufModel g;
-  g.arch = str("general.architecture");
-  if (g.arch != "gpt2" && g.arch != "llama")
-    fail("{}: architecture '{}' is not supported; claw reads gpt2 and llama GGUF files", path, g.arch);
-  g.name = md.contains("general.name") && md["general.name"].is_string() ? md["general.name"].get<std::string>()
-                                                                         : "gguf";
   const gguf::TensorInfo* embd = r.find("token_embd.weight");
   if (!embd || embd->ne.size() != 2) fail("{}: no 2-D tensor token_embd.weight", path);
   const int64_t vocab = embd->ne[1];
-  auto key = [&](const char* k) { return g.arch + "." + k; };
+  auto key = [&](const char* k) { return arch + "." + k; };
   const bool has_output = r.find("output.weight") != nullptr;
   nlohmann::json config;
-  if (g.arch == "gpt2") {
+  if (arch == "gpt2") {
     bool tied = true;
     if (has_output) {
       const gguf::TensorInfo* out = r.find("output.weight");
@@ -268,6 +260,22 @@ GgufModel read_gguf_model(const std::string& path) {
               {"tie_word_embeddings", !has_output},
               {"attention_bias", r.find("blk.0.attn_q.bias") != nullptr}};
   }
+  return config;
+}
+}  // namespace
+
+GgufModel read_gguf_model(const std::string& path) {
+  const gguf::Reader r(path);
+  const nlohmann::json& md = r.metadata();
+  GgufModel g;
+  if (!md.contains("general.architecture") || !md["general.architecture"].is_string())
+    fail("{}: metadata general.architecture is missing or not a string", path);
+  g.arch = md["general.architecture"].get<std::string>();
+  if (g.arch != "gpt2" && g.arch != "llama")
+    fail("{}: architecture '{}' is not supported; claw reads gpt2 and llama GGUF files", path, g.arch);
+  g.name = md.contains("general.name") && md["general.name"].is_string() ? md["general.name"].get<std::string>()
+                                                                         : "gguf";
+  const nlohmann::json config = hf_config_of(r, path, g.arch);
   g.cfg = model_from_hf_config(config, path);
   g.cfg.name = "gguf-" + g.arch;
 
