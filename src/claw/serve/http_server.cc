@@ -153,76 +153,104 @@ struct HttpServer::Impl {
     if (model_name != m.name && !m.observer)
       throw ApiError{404, fmt::format("The model '{}' does not exist; this server serves '{}'", model_name, m.name),
                      "model", "invalid_request_error", "model_not_found"};
-    if (chat) {
-      if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-        bad("messages", "'messages' must be a non-empty array of {role, content} objects");
-      std::vector<data::ChatMessage> msgs;
-      for (size_t i = 0; i < body["messages"].size(); ++i) {
-        const json& x = body["messages"][i];
-        const std::string at = fmt::format("messages[{}]", i);
-        if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
-          bad(at + ".role", fmt::format("'{}' needs a string 'role'", at));
-        data::ChatMessage cm{x["role"].get<std::string>(), ""};
-        if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer")
-          bad(at + ".role", fmt::format("'{}.role' must be system, developer, user or assistant, got '{}'", at, cm.role));
-        const json& c = x.contains("content") ? x["content"] : json();
-        if (c.is_string()) {
-          cm.content = c.get<std::string>();
-        } else if (c.is_array()) {
-          for (const json& part : c) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-              bad(at + ".content", fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": ...}}", at));
-            cm.content += part["text"].get<std::string>();
-          }
-        } else if (!c.is_null()) {
-          bad(at + ".content", fmt::format("'{}.content' must be a string or an array of text parts", at));
-        }
-        msgs.push_back(std::move(cm));
-      }
-      const std::string text = m.chat.render(msgs);
-      job.prompts.push_back(encode(m, text, true));
-      job.prompt_texts.push_back(text);
-      for (const std::string& s : m.chat.stop()) job.stop.push_back(s);
-    } else {
-      if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
-      const json& p = body["prompt"];
-      auto ids_of = [&](const json& a, const std::string& at) {
-        std::vector<int32_t> ids;
-        for (const json& t : a) {
-          if (!t.is_number_integer()) bad("prompt", fmt::format("'{}' must hold token ids (integers)", at));
-          ids.push_back(static_cast<int32_t>(std::clamp<int64_t>(t.get<int64_t>(), -1, INT32_MAX)));
-        }
-        return ids;
-      };
-      if (p.is_string()) {
-        job.prompts.push_back(encode(m, p.get<std::string>(), false));
-        job.prompt_texts.push_back(p.get<std::string>());
-      } else if (p.is_array() && !p.empty() && p[0].is_string()) {
-        for (const json& s : p) {
-          if (!s.is_string()) bad("prompt", "'prompt' mixes strings and other values");
-          job.prompts.push_back(encode(m, s.get<std::string>(), false));
-          job.prompt_texts.push_back(s.get<std::string>());
-        }
-      } else if (p.is_array() && !p.empty() && p[0].is_array()) {
-        for (const json& a : p) {
-          if (!a.is_array()) bad("prompt", "'prompt' mixes token lists and other values");
-          job.prompts.push_back(ids_of(a, "prompt[i]"));
-        }
-      } else if (p.is_array() && !p.empty()) {
-        job.prompts.push_back(ids_of(p, "prompt"));
-      } else {
-        bad("prompt", "'prompt' must be a string, an array of strings, token ids, or arrays of token ids");
-      }
-      for (size_t i = job.prompt_texts.size(); i < job.prompts.size(); ++i) {
-        for (int32_t t : job.prompts[i])
-          if (t < 0 || t >= m.tokenizer->vocab_size())
-            bad("prompt", fmt::format("token id {} is outside the vocabulary [0, {})", t, m.tokenizer->vocab_size()));
-        job.prompt_texts.push_back(valid_utf8(m.tokenizer->decode(job.prompts[i])));
-      }
-      job.echo = field<bool>(body, "echo", false);
-    }
+    if (chat)
+      parse_messages(m, body, job);
+    else
+      parse_prompt(m, body, job);
     for (const auto& p : job.prompts)
       if (p.empty()) bad(chat ? "messages" : "prompt", "the prompt is empty");
+    parse_options(m, body, job);
+    if (m.observer) {
+      GenerationRequest& r = job.base;
+      if (job.stream) bad("stream", "this endpoint serves an RL environment: no 'stream'");
+      if (job.n != 1 || job.prompts.size() != 1) bad("n", "this endpoint serves an RL environment: one choice a request");
+      r.logprob = true;
+      try {
+        m.observer->prepare(job.model, job.prompts[0], r);
+        job.seeded = true;  // the observer's seed, as it set it
+      } catch (const Error& e) {
+        bad(chat ? "messages" : "prompt", e.what());
+      }
+    }
+    return job;
+  }
+
+  // chat.completions: the messages rendered by the model's chat template.
+  void parse_messages(const ServedModel& m, const json& body, Job& job) {
+    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+      bad("messages", "'messages' must be a non-empty array of {role, content} objects");
+    std::vector<data::ChatMessage> msgs;
+    for (size_t i = 0; i < body["messages"].size(); ++i) {
+      const json& x = body["messages"][i];
+      const std::string at = fmt::format("messages[{}]", i);
+      if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
+        bad(at + ".role", fmt::format("'{}' needs a string 'role'", at));
+      data::ChatMessage cm{x["role"].get<std::string>(), ""};
+      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer")
+        bad(at + ".role", fmt::format("'{}.role' must be system, developer, user or assistant, got '{}'", at, cm.role));
+      const json& c = x.contains("content") ? x["content"] : json();
+      if (c.is_string()) {
+        cm.content = c.get<std::string>();
+      } else if (c.is_array()) {
+        for (const json& part : c) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+            bad(at + ".content", fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": ...}}", at));
+          cm.content += part["text"].get<std::string>();
+        }
+      } else if (!c.is_null()) {
+        bad(at + ".content", fmt::format("'{}.content' must be a string or an array of text parts", at));
+      }
+      msgs.push_back(std::move(cm));
+    }
+    const std::string text = m.chat.render(msgs);
+    job.prompts.push_back(encode(m, text, true));
+    job.prompt_texts.push_back(text);
+    for (const std::string& s : m.chat.stop()) job.stop.push_back(s);
+  }
+
+  // completions: a string, strings, token ids or lists of them.
+  void parse_prompt(const ServedModel& m, const json& body, Job& job) {
+    if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
+    const json& p = body["prompt"];
+    auto ids_of = [&](const json& a, const std::string& at) {
+      std::vector<int32_t> ids;
+      for (const json& t : a) {
+        if (!t.is_number_integer()) bad("prompt", fmt::format("'{}' must hold token ids (integers)", at));
+        ids.push_back(static_cast<int32_t>(std::clamp<int64_t>(t.get<int64_t>(), -1, INT32_MAX)));
+      }
+      return ids;
+    };
+    if (p.is_string()) {
+      job.prompts.push_back(encode(m, p.get<std::string>(), false));
+      job.prompt_texts.push_back(p.get<std::string>());
+    } else if (p.is_array() && !p.empty() && p[0].is_string()) {
+      for (const json& s : p) {
+        if (!s.is_string()) bad("prompt", "'prompt' mixes strings and other values");
+        job.prompts.push_back(encode(m, s.get<std::string>(), false));
+        job.prompt_texts.push_back(s.get<std::string>());
+      }
+    } else if (p.is_array() && !p.empty() && p[0].is_array()) {
+      for (const json& a : p) {
+        if (!a.is_array()) bad("prompt", "'prompt' mixes token lists and other values");
+        job.prompts.push_back(ids_of(a, "prompt[i]"));
+      }
+    } else if (p.is_array() && !p.empty()) {
+      job.prompts.push_back(ids_of(p, "prompt"));
+    } else {
+      bad("prompt", "'prompt' must be a string, an array of strings, token ids, or arrays of token ids");
+    }
+    for (size_t i = job.prompt_texts.size(); i < job.prompts.size(); ++i) {
+      for (int32_t t : job.prompts[i])
+        if (t < 0 || t >= m.tokenizer->vocab_size())
+          bad("prompt", fmt::format("token id {} is outside the vocabulary [0, {})", t, m.tokenizer->vocab_size()));
+      job.prompt_texts.push_back(valid_utf8(m.tokenizer->decode(job.prompts[i])));
+    }
+    job.echo = field<bool>(body, "echo", false);
+  }
+
+  // Length, sampling, n, stop, streaming and log-probabilities.
+  void parse_options(const ServedModel& m, const json& body, Job& job) {
+    const bool chat = job.chat;
     GenerationRequest& r = job.base;
     r.max_tokens = field<int64_t>(body, "max_completion_tokens", field<int64_t>(body, "max_tokens", chat ? 0 : 16));
     if (r.max_tokens == 0 && chat) r.max_tokens = m.max_model_len;  // chat's default: up to the context
@@ -276,18 +304,6 @@ struct HttpServer::Impl {
     r.logprob = job.logprobs >= 0;  // otherwise nobody reads it
     // echo with logprobs scores the prompt too (its first token: null).
     if (job.scores_prompt()) r.prompt_logprobs = job.logprobs;
-    if (m.observer) {
-      if (job.stream) bad("stream", "this endpoint serves an RL environment: no 'stream'");
-      if (job.n != 1 || job.prompts.size() != 1) bad("n", "this endpoint serves an RL environment: one choice a request");
-      r.logprob = true;
-      try {
-        m.observer->prepare(job.model, job.prompts[0], r);
-        job.seeded = true;  // the observer's seed, as it set it
-      } catch (const Error& e) {
-        bad(chat ? "messages" : "prompt", e.what());
-      }
-    }
-    return job;
   }
 
   // One choice: its stream, its text, what the client has been sent.
@@ -401,19 +417,27 @@ struct HttpServer::Impl {
     return "data: " + dump_json(out) + "\n\n";
   }
 
+  // Holds one of the --max-concurrent-requests places until the response
+  // is done (a stream's provider keeps it alive).
+  struct Slot {
+    explicit Slot(std::atomic<int64_t>& count) : n(count) {}
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    ~Slot() { --n; }
+    std::atomic<int64_t>& n;
+  };
+  // What every response names: its id, creation time, prompt tokens and start.
+  struct Reply {
+    std::string id;
+    int64_t created;
+    int64_t prompt_total;
+    Clock::time_point t0;
+  };
+
   void handle(const httplib::Request& req, httplib::Response& res, bool chat) {
     ServedModel* m = served();
     if (!m) return reply_error(res, {503, "the model is still loading", "", "server_error"});
     if (draining) return reply_error(res, {503, "the server is shutting down", "", "server_error"});
-    // Holds one of the --max-concurrent-requests places until the response
-    // is done (a stream's provider keeps it alive).
-    struct Slot {
-      explicit Slot(std::atomic<int64_t>& count) : n(count) {}
-      Slot(const Slot&) = delete;
-      Slot& operator=(const Slot&) = delete;
-      ~Slot() { --n; }
-      std::atomic<int64_t>& n;
-    };
     if (++in_flight > cfg.max_concurrent_requests) {
       --in_flight;
       count(false);
@@ -450,65 +474,82 @@ struct HttpServer::Impl {
       prompt_tokens += static_cast<uint64_t>(prompt_total);
     }
 
-    if (!job.stream) {
-      json out_choices = json::array();
-      int64_t completion = 0;
-      for (size_t i = 0; i < choices.size(); ++i) {
-        Choice& c = choices[i];
-        json& lp = c.lp;
-        const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : "";
-        std::vector<TokenOutput> observed;
-        while (auto t = c.stream->next()) {
-          if (t->prompt) {
-            add_prompt_score(*m, job, *t, c);
-            continue;
-          }
-          if (m->observer) observed.push_back(*t);
-          record(t0, c);
-          ++c.tokens;
-          const int64_t offset = static_cast<int64_t>(prefix.size() + c.text->text().size());
-          // A stop token (end of text) ends the reply without showing in it.
-          if (t->finish != FinishReason::stop) c.text->push(t->token);
-          if (job.logprobs >= 0) {
-            json e = logprob_entry(*m, job, *t, lp, offset);
-            if (job.chat) lp.push_back(e);
-          }
-          if (t->finish != FinishReason::none) c.finish = finish_reason_name(t->finish);
-          if (c.text->stopped()) {
-            c.finish = "stop";
-            m->engine->cancel(*c.stream);
-            break;
-          }
-        }
-        if (!c.stream->error().empty()) {
-          count(false);
-          return reply_error(res, {500, c.stream->error(), "", "server_error"});
-        }
-        if (m->observer) m->observer->finished(job.model, job.prompts[c.prompt_index], observed);
-        c.text->finish();  // what it held back joins text() (one statement each: + leaves the order open)
-        const std::string text = valid_utf8(prefix + c.text->text());
-        completion += c.tokens;
-        json choice = {{"index", i}, {"finish_reason", c.finish.empty() ? "stop" : c.finish}};
-        if (job.chat) {
-          choice["message"] = {{"role", "assistant"}, {"content", text}};
-          choice["logprobs"] = job.logprobs >= 0 ? json{{"content", lp}} : json(nullptr);
-        } else {
-          choice["text"] = text;
-          choice["logprobs"] = job.logprobs >= 0 ? lp : json(nullptr);
-        }
-        out_choices.push_back(choice);
-      }
-      json out = {{"id", id}, {"object", job.chat ? "chat.completion" : "text_completion"}, {"created", created},
-                  {"model", m->name}, {"choices", out_choices},
-                  {"usage", {{"prompt_tokens", prompt_total}, {"completion_tokens", completion},
-                             {"total_tokens", prompt_total + completion}}}};
-      count(true);
-      res.set_content(dump_json(out), "application/json");
-      return;
-    }
+    const Reply r{id, created, prompt_total, t0};
+    if (job.stream)
+      reply_stream(res, m, std::move(job), std::move(choices), r, std::move(slot));
+    else
+      reply_whole(res, m, job, choices, r);
+  }
 
-    // Server-sent events: the choices' tokens as they come, interleaved
-    // (each chunk names its index).
+  // A non-streaming response: every choice's whole text.
+  void reply_whole(httplib::Response& res, ServedModel* m, const Job& job, std::vector<Choice>& choices,
+                   const Reply& r) {
+    const std::string& id = r.id;
+    const int64_t created = r.created, prompt_total = r.prompt_total;
+    const Clock::time_point t0 = r.t0;
+    json out_choices = json::array();
+    int64_t completion = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      Choice& c = choices[i];
+      json& lp = c.lp;
+      const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : "";
+      std::vector<TokenOutput> observed;
+      while (auto t = c.stream->next()) {
+        if (t->prompt) {
+          add_prompt_score(*m, job, *t, c);
+          continue;
+        }
+        if (m->observer) observed.push_back(*t);
+        record(t0, c);
+        ++c.tokens;
+        const int64_t offset = static_cast<int64_t>(prefix.size() + c.text->text().size());
+        // A stop token (end of text) ends the reply without showing in it.
+        if (t->finish != FinishReason::stop) c.text->push(t->token);
+        if (job.logprobs >= 0) {
+          json e = logprob_entry(*m, job, *t, lp, offset);
+          if (job.chat) lp.push_back(e);
+        }
+        if (t->finish != FinishReason::none) c.finish = finish_reason_name(t->finish);
+        if (c.text->stopped()) {
+          c.finish = "stop";
+          m->engine->cancel(*c.stream);
+          break;
+        }
+      }
+      if (!c.stream->error().empty()) {
+        count(false);
+        return reply_error(res, {500, c.stream->error(), "", "server_error"});
+      }
+      if (m->observer) m->observer->finished(job.model, job.prompts[c.prompt_index], observed);
+      c.text->finish();  // what it held back joins text() (one statement each: + leaves the order open)
+      const std::string text = valid_utf8(prefix + c.text->text());
+      completion += c.tokens;
+      json choice = {{"index", i}, {"finish_reason", c.finish.empty() ? "stop" : c.finish}};
+      if (job.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+        choice["logprobs"] = job.logprobs >= 0 ? json{{"content", lp}} : json(nullptr);
+      } else {
+        choice["text"] = text;
+        choice["logprobs"] = job.logprobs >= 0 ? lp : json(nullptr);
+      }
+      out_choices.push_back(choice);
+    }
+    json out = {{"id", id}, {"object", job.chat ? "chat.completion" : "text_completion"}, {"created", created},
+                {"model", m->name}, {"choices", out_choices},
+                {"usage", {{"prompt_tokens", prompt_total}, {"completion_tokens", completion},
+                           {"total_tokens", prompt_total + completion}}}};
+    count(true);
+    res.set_content(dump_json(out), "application/json");
+    return;
+  }
+
+  // Server-sent events: the choices' tokens as they come, interleaved (each
+  // chunk names its index); `slot` is held until the stream ends.
+  void reply_stream(httplib::Response& res, ServedModel* m, Job job, std::vector<Choice> choices, const Reply& r,
+                    std::shared_ptr<Slot> slot) {
+    const std::string id = r.id;
+    const int64_t created = r.created, prompt_total = r.prompt_total;
+    const Clock::time_point t0 = r.t0;
     auto state = std::make_shared<std::vector<Choice>>(std::move(choices));
     auto shared_job = std::make_shared<Job>(std::move(job));
     res.set_header("Cache-Control", "no-cache");
