@@ -32,12 +32,18 @@ struct RlArgs : TrainArgs {
 };
 using R = Flag<RlArgs>;
 
-// Train's flags that mean something here (not its data set, SFT, DPO or
-// validation-split options, nor --parallel auto).
+// Train's flags that mean something here: not its data set, SFT, DPO or
+// validation-split options, nor --parallel auto, nor the checks of the
+// training loop that GRPO's learner does not run (stragglers, silent data
+// corruption, hang detection, MFU): given to claw rl, they are unknown flags.
 bool rl_uses(const std::string& train_flag) {
   static const char* skip[] = {"data-path", "data-cache-path", "reset-position-ids", "reset-attention-mask", "sft",
                                "dpo", "dpo-beta", "dpo-loss-type", "eod-mask-loss", "split", "eval-iters",
-                               "parallel", "exit-interval", "async-save", "load-fallback", "freeze"};
+                               "parallel", "exit-interval", "async-save", "load-fallback", "freeze",
+                               "straggler-report-interval", "straggler-threshold", "rerun-mode", "spiky-loss-factor",
+                               "check-weight-hash-across-dp-replicas-interval", "no-hang-detection",
+                               "hang-timeout-factor", "hang-timeout-min", "hang-timeout-initial", "hang-timeout",
+                               "peak-gflops", "peak-cache-dir"};
   return std::find(std::begin(skip), std::end(skip), train_flag) == std::end(skip);
 }
 
