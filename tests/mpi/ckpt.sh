@@ -75,11 +75,11 @@ reshard)
     --sequence-parallel --use-distributed-optimizer --save "$tmp/ck" --save-interval 3 --exit-interval 3 --async-save
   [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt") == 3 ]] || fail "latest is not 3"
   "$claw" ckpt inspect "$tmp/ck" --verify || fail "claw ckpt inspect --verify"
-  # The reader printed in docs/checkpoint-format.md rebuilds the tensors that
+  # The reader printed in docs/checkpoints.md rebuilds the tensors that
   # eight ranks wrote as TP slices and ZeRO ranges, equal to the checkpoint's
   # Hugging Face export.
   "$claw" ckpt export --load "$tmp/ck" --output "$tmp/hf" >/dev/null || fail "export"
-  /usr/bin/python3 - "$here/../../docs/checkpoint-format.md" "$tmp/ck/iter_0000003" "$tmp/hf" <<'EOF' || fail "doc reader"
+  /usr/bin/python3 - "$here/../../docs/checkpoints.md" "$tmp/ck/iter_0000003" "$tmp/hf" <<'EOF' || fail "doc reader"
 import json, re, struct, sys
 import numpy as np
 doc, ckpt, hf = sys.argv[1:]
@@ -257,7 +257,7 @@ RUNS
     --save "$tmp/fz_swap"
   grep -qF "has no optimizer state for 32 parameter(s) that train now (frozen when it was saved?): theirs starts at zero: layers.0.attention.q_proj.weight" \
     "$tmp/fz_swap.log" || { cat "$tmp/fz_swap.log"; fail "no line about the attention's fresh optimizer state"; }
-  /usr/bin/python3 - "$here/../../docs/checkpoint-format.md" "$tmp/fz_single_rank/iter_0000003" \
+  /usr/bin/python3 - "$here/../../docs/checkpoints.md" "$tmp/fz_single_rank/iter_0000003" \
     "$tmp/fz_swap/iter_0000006" <<'EOF' || fail "frozen checkpoints"
 import json, re, sys
 import numpy as np

@@ -1,4 +1,4 @@
-// Saving and loading distributed checkpoints (format.h, docs/checkpoint-format.md).
+// Saving and loading distributed checkpoints (format.h, docs/checkpoints.md).
 //
 // Save, on every rank at once (Saver::save is collective):
 //   1. rank 0 makes ROOT/iter_N.partial; all ranks lay out their file: the

@@ -1,4 +1,4 @@
-// The distributed checkpoint format (docs/checkpoint-format.md).
+// The distributed checkpoint format (docs/checkpoints.md).
 //
 // A checkpoint is a directory ROOT/iter_NNNNNNN holding
 //   metadata.json     every tensor's global shape and dtype, every chunk

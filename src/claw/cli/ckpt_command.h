@@ -1,6 +1,6 @@
 // `claw ckpt`: what a distributed checkpoint holds (inspect, with checksum
 // verification), and Hugging Face interchange (export --format hf, import
-// --format hf). docs/checkpoint-format.md describes the format.
+// --format hf). docs/checkpoints.md describes the format.
 #pragma once
 
 #include <string>

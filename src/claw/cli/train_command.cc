@@ -339,7 +339,7 @@ std::vector<F> parallelism_flags() {
   };
 }
 
-// Checkpoints (docs/checkpoint-format.md).
+// Checkpoints (docs/checkpoints.md).
 std::vector<F> checkpoint_flags() {
   using A = TrainArgs;
   return {

@@ -86,7 +86,7 @@ struct DataConfig {
   bool sft = false;
 };
 
-// Checkpointing (Megatron's flags; src/claw/ckpt, docs/checkpoint-format.md).
+// Checkpointing (Megatron's flags; src/claw/ckpt, docs/checkpoints.md).
 struct CheckpointConfig {
   std::string save;            // --save: directory of checkpoints ("": none)
   int64_t save_interval = 0;   // --save-interval: steps between saves (0: only at the end)
