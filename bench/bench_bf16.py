@@ -9,7 +9,7 @@ First it prints what decides the answer on this CPU (claw info): the
 instruction sets (avx512_bf16, AMX), fp32 BLAS and oneDNN bf16 GEMM
 GFLOP/s, and the bf16 kernel claw chose (kernels/cpu/bf16_gemm.h: oneDNN
 where it outruns fp32 BLAS, else fp32 BLAS on the bf16 values). PyTorch
-2.x comes from the venv of bench/torch2_env.sh (PyPI, made if missing).
+2.x comes from the venv of tools/torch2_env.sh (PyPI, made if missing).
 The four configurations take turns, repeated --rounds times, and each
 reports its median step.
 """
@@ -49,7 +49,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="/tmp/bench_bf16.json")
     args = ap.parse_args()
-    py = subprocess.run([os.path.join(HERE, "torch2_env.sh")], capture_output=True, text=True,
+    py = subprocess.run([os.path.join(HERE, "..", "tools", "torch2_env.sh")], capture_output=True, text=True,
                         check=True).stdout.strip()
     info = claw_info(args.claw, args.threads)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")

@@ -4,7 +4,7 @@
         [--models gpt2-tiny,gpt2-124m] [--rtts 0,5,21,50] [--rate-mbit 1000] [--quality]
 
 throughput  4 ranks, two hosts of one rank in each centre (network namespaces,
-            tests/net/dc_net.sh), joined by bench/wan_forwarder at each
+            tests/net/dc_net.sh), joined by tools/wan_forwarder at each
             round-trip time (one-way delay rtt / 2) and --rate-mbit. Layouts:
               single   the 4 ranks in one group on this host (no link, shared
                        memory between ranks): the baseline

@@ -1,7 +1,7 @@
 """Serving speed: `claw serve` against llama.cpp (PyPI llama-cpp-python) and
 Hugging Face transformers generate(), on the same weights in the same run.
 
-    PY=$(bench/hf_env.sh /tmp/claw-hf-venv)
+    PY=$(tools/hf_env.sh /tmp/claw-hf-venv)
     $PY bench/bench_serve.py --claw build/bin/claw [--models gpt2-124m,llama-1b] [--types f32,q8_0,q4_0]
 
 Models are random (transformers' initialisation) at two shapes: GPT-2 124M

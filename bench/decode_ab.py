@@ -3,7 +3,7 @@ file, a few rounds: on a shared machine whose memory bandwidth moves from
 one minute to the next, the pairs compare better than one long run
 (bench/bench_serve.py measures each engine once per type, minutes apart).
 
-    PY=$(bench/hf_env.sh /tmp/claw-hf-venv)
+    PY=$(tools/hf_env.sh /tmp/claw-hf-venv)
     $PY bench/decode_ab.py --claw build/bin/claw --model /tmp/claw-bench-serve/llama-1b --types q4_0,q8_0
 
 The model directory is one bench/bench_serve.py made (its TYPE.gguf files);

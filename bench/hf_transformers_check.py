@@ -25,7 +25,7 @@ convention is off by 1e-2 or more). Prints one line per figure,
 
 and `hf_check all pass=1|0` last; exits 1 if any check failed.
 
-    PY=$(bench/hf_env.sh)      # venv with transformers 4.49 over Debian's torch 1.13
+    PY=$(tools/hf_env.sh)      # venv with transformers 4.49 over Debian's torch 1.13
     "$PY" bench/hf_transformers_check.py --claw build/bin/claw [--data-path PREFIX] [--keep DIR]
 """
 import argparse
@@ -42,7 +42,7 @@ try:
     import transformers
     from safetensors.torch import load_file
 except ImportError as e:
-    sys.exit(f"hf_transformers_check.py: {e}; run it with the python that bench/hf_env.sh prints")
+    sys.exit(f"hf_transformers_check.py: {e}; run it with the python that tools/hf_env.sh prints")
 
 # --- claw's CLI: every command line this script runs is built here. ----------
 

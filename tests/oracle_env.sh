@@ -5,8 +5,8 @@
 #
 #   tests/oracle_env.sh hf|torch2|curate|tensorboard|openai|openai-npm
 #
-#   hf           transformers 4.49, PEFT and gguf beside Debian's torch (bench/hf_env.sh)
-#   torch2       PyPI torch 2.5 for the float8 casts (bench/torch2_env.sh)
+#   hf           transformers 4.49, PEFT and gguf beside Debian's torch (tools/hf_env.sh)
+#   torch2       PyPI torch 2.5 for the float8 casts (tools/torch2_env.sh)
 #   curate       datatrove, fastText, spaCy, datasketch (tests/data/curate_env.sh)
 #   tensorboard  TensorBoard's EventAccumulator
 #   openai       the official openai Python SDK
@@ -19,8 +19,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 case ${1:-} in
-  hf) exec "$here/../bench/hf_env.sh" /tmp/claw-hf-venv ;;
-  torch2) exec "$here/../bench/torch2_env.sh" /tmp/claw-torch2-venv ;;
+  hf) exec "$here/../tools/hf_env.sh" /tmp/claw-hf-venv ;;
+  torch2) exec "$here/../tools/torch2_env.sh" /tmp/claw-torch2-venv ;;
   curate) exec "$here/data/curate_env.sh" ;;
   tensorboard)
     venv=/tmp/claw-venv-tensorboard

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training across two emulated data centres (tests/net/dc_net.sh, run as
 # root): 4 ranks, two hosts of one rank in each centre, joined by
-# bench/wan_forwarder, which counts the TCP payload that crosses.
+# tools/wan_forwarder, which counts the TCP payload that crosses.
 #
 #   dc_link.sh CLAW_BINARY WAN_FORWARDER CASE
 #

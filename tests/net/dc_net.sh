@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two emulated data centres on one machine (sourced; run as root). Each is
 # a switch namespace with a bridge and HOSTS hosts (namespaces with a veth
-# on it, their own host name for Open MPI); bench/wan_forwarder joins the
+# on it, their own host name for Open MPI); tools/wan_forwarder joins the
 # two bridges with a delayed, rate-limited link. All hosts share one subnet,
 # so MPI's TCP traffic between the centres crosses the forwarder, and only it.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The emulated long-haul link (bench/wan_forwarder.cc) between two "data
+# The emulated long-haul link (tools/wan_forwarder.cc) between two "data
 # centres" that are network namespaces (run as root): a switch namespace
 # with a bridge per side, one host on each, the forwarder's TAP on each
 # bridge. Checks, over TCP between the hosts:

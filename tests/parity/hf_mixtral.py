@@ -1,5 +1,5 @@
 """MixtralForCausalLM interchange against `transformers` itself (run with
-bench/hf_env.sh's venv: transformers 4.49 over Debian's torch).
+tools/hf_env.sh's venv: transformers 4.49 over Debian's torch).
 
     hf_mixtral.py make HF_DIR                  a random MixtralForCausalLM made by
                                                transformers (4 experts, top 2; norms

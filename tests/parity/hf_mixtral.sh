@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MixtralForCausalLM export/import against `transformers` (hf_mixtral.py, in
-# bench/hf_env.sh's venv under /tmp).
+# tools/hf_env.sh's venv under /tmp).
 #
 #   hf_mixtral.sh CLAW_BINARY
 #

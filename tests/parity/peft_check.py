@@ -1,5 +1,5 @@
 """claw's LoRA adapters against PyPI `peft` (with transformers and torch, from
-bench/hf_env.sh's venv), for peft_interchange.sh.
+tools/hf_env.sh's venv), for peft_interchange.sh.
 
     peft_check.py compare FAMILY HF_BASE ADAPTER LOGITS GRADS
         PeftModel.from_pretrained(HF_BASE, ADAPTER): its logits on the tokens

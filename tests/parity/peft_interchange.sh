@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
-# from bench/hf_env.sh's venv under /tmp).
+# from tools/hf_env.sh's venv under /tmp).
 #
 #   peft_interchange.sh CLAW_BINARY gpt2|llama
 #

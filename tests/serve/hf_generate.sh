@@ -5,7 +5,7 @@
 #
 #   hf_generate.sh CLAW_BINARY gpt2|llama
 #
-# transformers comes from bench/hf_env.sh (a venv under /tmp over Debian's torch).
+# transformers comes from tools/hf_env.sh (a venv under /tmp over Debian's torch).
 set -euo pipefail
 claw=$1
 family=$2

@@ -2,7 +2,7 @@
 # A Python environment with PyTorch 2.x from PyPI, for the references that
 # Debian's torch 1.13 lacks (the float8 dtypes of tests/parity/fp_formats.py).
 #
-#   PY=$(bench/torch2_env.sh [VENV])    # default VENV: /tmp/claw-torch2-venv
+#   PY=$(tools/torch2_env.sh [VENV])    # default VENV: /tmp/claw-torch2-venv
 #
 # PyPI's Linux torch wheel is the CUDA build; it imports (and runs on the CPU)
 # only with its NVIDIA runtime wheels present, so pip installs them too

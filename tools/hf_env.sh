@@ -2,7 +2,7 @@
 # A Python environment with Hugging Face `transformers` for
 # bench/hf_transformers_check.py, on CPU, without downloading a torch.
 #
-#   PY=$(bench/hf_env.sh [VENV])    # default VENV: build/hf-venv
+#   PY=$(tools/hf_env.sh [VENV])    # default VENV: build/hf-venv
 #   "$PY" bench/hf_transformers_check.py --claw build/bin/claw
 #
 # The venv sees Debian's system packages (--system-site-packages): torch 1.13
