@@ -10,6 +10,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/comm/heartbeat.h"
+
 #include "claw/comm/world.h"
 #include "claw/core/error.h"
 
@@ -166,20 +168,20 @@ void Watchdog::report_suspects(const std::vector<std::string>& hosts, const std:
 }
 
 bool Watchdog::post(const std::string& event, const std::string& report, const std::vector<std::string>& hosts) {
-  nlohmann::json msg = {{"event", event},
-                        {"attempt", opt_.attempt},
-                        {"rank", rank_},
-                        {"world_size", world_size_},
-                        {"host", host_},
-                        {"pid", static_cast<int64_t>(getpid())},
-                        {"step", done_step_.load()},
-                        {"section", std::string(section_name(static_cast<Section>(section_.load())))},
-                        {"section_s", static_cast<double>(now_ns() - section_start_ns_.load()) * 1e-9}};
-  if (event == "step") msg["loss"] = loss_.load();
+  Heartbeat beat{.event = event,
+                 .attempt = opt_.attempt,
+                 .rank = rank_,
+                 .world_size = world_size_,
+                 .host = host_,
+                 .pid = static_cast<int64_t>(getpid()),
+                 .step = done_step_.load(),
+                 .section = std::string(section_name(static_cast<Section>(section_.load()))),
+                 .section_s = static_cast<double>(now_ns() - section_start_ns_.load()) * 1e-9,
+                 .report = report,
+                 .hosts = hosts};
+  if (event == "step") beat.loss = loss_.load();
   std::lock_guard<std::mutex> lk(post_mu_);
-  if (!report.empty()) msg["report"] = report;
-  if (!hosts.empty()) msg["hosts"] = hosts;
-  const httplib::Result res = client_->http.Post("/heartbeat", msg.dump(), "application/json");
+  const httplib::Result res = client_->http.Post("/heartbeat", beat.to_json().dump(), "application/json");
   if (!res || res->status != 200) {
     const double silent = std::chrono::duration<double>(Clock::now() - last_answer_).count();
     if (event != "start" && event != "exit" && silent > opt_.supervisor_timeout_s)
@@ -188,10 +190,10 @@ bool Watchdog::post(const std::string& event, const std::string& report, const s
     return false;
   }
   last_answer_ = Clock::now();
-  nlohmann::json reply = nlohmann::json::parse(res->body, nullptr, false);
-  if (event != "exit" && reply.is_object() && reply.value("abort", false))
+  const HeartbeatReply reply = HeartbeatReply::from_json(nlohmann::json::parse(res->body, nullptr, false));
+  if (event != "exit" && reply.abort)
     end_rank(fmt::format("claw [rank {}]: the supervisor ended attempt {} of the job: {}", rank_, opt_.attempt,
-                         reply.value("reason", std::string("(no reason given)"))));
+                         reply.reason));
   return true;
 }
 

@@ -23,6 +23,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/comm/heartbeat.h"
 #include "claw/core/error.h"
 #include "claw/core/exit_signal.h"
 #include "claw/core/log.h"
@@ -338,43 +339,41 @@ int supervise(const LaunchConfig& cfg) {
   EventLog events(cfg.events_file);
   httplib::Server server;
   server.Post("/heartbeat", [&](const httplib::Request& req, httplib::Response& res) {
-    const nlohmann::json m = nlohmann::json::parse(req.body, nullptr, false);
-    if (!m.is_object() || !m.contains("rank") || !m.contains("attempt")) {
+    const std::optional<comm::Heartbeat> m =
+        comm::Heartbeat::from_json(nlohmann::json::parse(req.body, nullptr, false));
+    if (!m) {
       res.status = 400;
       res.set_content(R"({"error":"a heartbeat is a JSON object with rank and attempt"})", "application/json");
       return;
     }
-    nlohmann::json reply = {{"abort", false}};
+    comm::HeartbeatReply reply;
     std::lock_guard<std::mutex> lk(board.mu);
-    const int attempt = m.value("attempt", -1);
-    if (attempt != board.attempt || !board.abort_reason.empty()) {
-      reply = {{"abort", true},
-               {"reason", attempt != board.attempt ? fmt::format("attempt {} is over", attempt) : board.abort_reason}};
+    if (m->attempt != board.attempt || !board.abort_reason.empty()) {
+      reply = {.abort = true,
+               .reason = m->attempt != board.attempt ? fmt::format("attempt {} is over", m->attempt)
+                                                     : board.abort_reason};
     } else {
-      const int rank = m.value("rank", -1);
-      RankState& r = board.ranks[rank];
-      const std::string event = m.value("event", "beat");
-      r.host = m.value("host", "");
-      r.pid = m.value("pid", int64_t{0});
+      RankState& r = board.ranks[m->rank];
+      r.host = m->host;
+      r.pid = m->pid;
       r.last_beat = Clock::now();
-      r.step = m.value("step", int64_t{0});
-      r.section = m.value("section", "");
-      if (event == "exit") r.exited = true;
-      if (event == "step") {
+      r.step = m->step;
+      r.section = m->section;
+      if (m->event == "exit") r.exited = true;
+      if (m->event == "step") {
         board.last_step = std::max(board.last_step, r.step);
         if (!board.first_step) {
           board.first_step = r.step;
           board.first_step_at = Clock::now();
         }
       }
-      if (event == "hang") board.hangs.emplace_back(rank, m.value("report", ""));
-      if (event == "suspect" && m.contains("hosts") && m["hosts"].is_array())
-        for (const auto& h : m["hosts"])
-          if (h.is_string() && std::find(board.suspects.begin(), board.suspects.end(), h.get<std::string>()) ==
-                                   board.suspects.end())
-            board.suspects.push_back(h.get<std::string>());
+      if (m->event == "hang") board.hangs.emplace_back(m->rank, m->report);
+      if (m->event == "suspect")
+        for (const std::string& h : m->hosts)
+          if (std::find(board.suspects.begin(), board.suspects.end(), h) == board.suspects.end())
+            board.suspects.push_back(h);
     }
-    res.set_content(reply.dump(), "application/json");
+    res.set_content(reply.to_json().dump(), "application/json");
   });
   const std::string bind = remote ? "0.0.0.0" : "127.0.0.1";
   const int port = server.bind_to_any_port(bind);
