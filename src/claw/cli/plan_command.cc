@@ -198,8 +198,45 @@ struct PlanCommand {
   std::unique_ptr<FlagBinder<PlanArgs>> binder;
 
   void run() {
+    PlanArgs a = read_args();
+    plan::Catalog catalog = plan::Catalog::builtin();
+    if (!catalog_file.empty()) catalog.merge_file(catalog_file);
+    plan::Cluster cluster;
+    cluster.device = catalog.device(a.device);
+    cluster.num_devices = a.num_gpus;
+    cluster.devices_per_node = a.gpus_per_node > 0 ? a.gpus_per_node : cluster.device.devices_per_node;
+    cluster.data_centers = a.data_centers;
+    cluster.inter_dc_bandwidth = a.inter_dc_gbps * 1e9 / 8;
+    cluster.inter_dc_rtt = a.inter_dc_rtt_ms * 1e-3;
+    if (a.data_centers == 1 && (a.inter_dc_gbps > 0 || a.inter_dc_rtt_ms > 0))
+      fail("--inter-dc-gbps / --inter-dc-rtt-ms describe a link between data centres; give --data-centers > 1 too");
+    std::string prec_name;
+    const plan::Precision prec = precision_of(a, cluster, prec_name);
+    const plan::Constraints pins = pins_of(a);
+    if (a.diloco_delta_bits != 32 && a.diloco_delta_bits != 8 && a.diloco_delta_bits != 4)
+      fail("--diloco-delta-bits {} must be 32, 8 or 4", a.diloco_delta_bits);
+    if (a.diloco_inner_steps < 0) fail("--diloco-inner-steps {} must be >= 0", a.diloco_inner_steps);
+    if (a.data_centers == 1 && (a.diloco_inner_steps > 0 || a.diloco_delta_bits != 32))
+      fail("--diloco-inner-steps / --diloco-delta-bits cost DiLoCo across data centres; give --data-centers > 1 too");
+    const std::vector<int64_t> diloco_h =
+        a.diloco_inner_steps > 0 ? std::vector<int64_t>{a.diloco_inner_steps} : std::vector<int64_t>{10, 50, 100};
+    const plan::Job job{.model = a.model, .seq_length = a.seq_length, .global_batch_size = a.global_batch_size};
+    const plan::SearchResult r = plan::search(job, cluster, prec, pins, &catalog);
+    // Across data centres: the best layout under each way of crossing.
+    std::optional<plan::DataCenterStrategies> strategies;
+    if (cluster.data_centers > 1 && !r.ranked.empty())
+      strategies = plan::data_center_strategies(job, r.ranked.front().layout, cluster, prec, diloco_h,
+                                                a.diloco_delta_bits);
+    if (json)
+      print_json(a, job, cluster, prec_name, r, strategies);
+    else
+      print_table(a, job, cluster, prec_name, r, strategies);
+  }
+
+  // The job's arguments: the --model preset or `claw train` TOML, then the flags; checked.
+  PlanArgs read_args() {
     PlanArgs a;
-    bool shape_only = model_arg.empty();
+    const bool shape_only = model_arg.empty();
     bool seq_given = false;  // by a flag or the TOML config
     if (!model_arg.empty()) {
       const bool is_file = model_arg.ends_with(".toml") || std::filesystem::exists(model_arg);
@@ -238,18 +275,12 @@ struct PlanCommand {
     if (a.global_batch_size <= 0) fail("--global-batch-size is required (sequences per step), got {}", a.global_batch_size);
     a.model.validate();
 
-    plan::Catalog catalog = plan::Catalog::builtin();
-    if (!catalog_file.empty()) catalog.merge_file(catalog_file);
-    plan::Cluster cluster;
-    cluster.device = catalog.device(a.device);
-    cluster.num_devices = a.num_gpus;
-    cluster.devices_per_node = a.gpus_per_node > 0 ? a.gpus_per_node : cluster.device.devices_per_node;
-    cluster.data_centers = a.data_centers;
-    cluster.inter_dc_bandwidth = a.inter_dc_gbps * 1e9 / 8;
-    cluster.inter_dc_rtt = a.inter_dc_rtt_ms * 1e-3;
-    if (a.data_centers == 1 && (a.inter_dc_gbps > 0 || a.inter_dc_rtt_ms > 0))
-      fail("--inter-dc-gbps / --inter-dc-rtt-ms describe a link between data centres; give --data-centers > 1 too");
-    const std::string prec_name = a.precision.empty() ? (a.device == "cpu" ? "fp32" : "bf16") : a.precision;
+    return a;
+  }
+
+  // The precision to plan at (--precision, the optimizer's state dtypes, the FP8 choice).
+  plan::Precision precision_of(const PlanArgs& a, const plan::Cluster& cluster, std::string& prec_name) {
+    prec_name = a.precision.empty() ? (a.device == "cpu" ? "fp32" : "bf16") : a.precision;
     plan::Precision prec = plan::precision(prec_name);
     if (a.attention_kernel != "flash" && a.attention_kernel != "unfused")
       fail("--attention-kernel {}: not one of flash, unfused", a.attention_kernel);
@@ -293,6 +324,11 @@ struct PlanCommand {
     }
     cluster.device.peak_flops(prec.compute);  // the device must have a peak for the precision
 
+    return prec;
+  }
+
+  // What the flags pin of the layout (the search chooses the rest).
+  plan::Constraints pins_of(const PlanArgs& a) {
     plan::Constraints pins;
     pins.claw_trainer = trainer_only;
     if (a.tp) pins.tp = a.tp;
@@ -328,56 +364,47 @@ struct PlanCommand {
     } else if (a.pp) {
       pins.virtual_stages = 1;
     }
+    return pins;
+  }
 
-    if (a.diloco_delta_bits != 32 && a.diloco_delta_bits != 8 && a.diloco_delta_bits != 4)
-      fail("--diloco-delta-bits {} must be 32, 8 or 4", a.diloco_delta_bits);
-    if (a.diloco_inner_steps < 0) fail("--diloco-inner-steps {} must be >= 0", a.diloco_inner_steps);
-    if (a.data_centers == 1 && (a.diloco_inner_steps > 0 || a.diloco_delta_bits != 32))
-      fail("--diloco-inner-steps / --diloco-delta-bits cost DiLoCo across data centres; give --data-centers > 1 too");
-    const std::vector<int64_t> diloco_h =
-        a.diloco_inner_steps > 0 ? std::vector<int64_t>{a.diloco_inner_steps} : std::vector<int64_t>{10, 50, 100};
-    const plan::Job job{.model = a.model, .seq_length = a.seq_length, .global_batch_size = a.global_batch_size};
-    const plan::SearchResult r = plan::search(job, cluster, prec, pins, &catalog);
-    // Across data centres: the best layout under each way of crossing.
-    std::optional<plan::DataCenterStrategies> strategies;
-    if (cluster.data_centers > 1 && !r.ranked.empty())
-      strategies = plan::data_center_strategies(job, r.ranked.front().layout, cluster, prec, diloco_h,
-                                                a.diloco_delta_bits);
+  void print_json(const PlanArgs& a, const plan::Job& job, const plan::Cluster& cluster, const std::string& prec_name,
+                  const plan::SearchResult& r, const std::optional<plan::DataCenterStrategies>& strategies) {
     const double tokens = static_cast<double>(a.global_batch_size * a.seq_length);
-    if (json) {
-      nlohmann::json out = {{"model", a.model.name},
-                            {"num_params", a.model.num_params()},
-                            {"device", cluster.device.key},
-                            {"num_gpus", a.num_gpus},
-                            {"gpus_per_node", cluster.devices_per_node},
-                            {"precision", prec_name},
-                            {"seq_length", a.seq_length},
-                            {"global_batch_size", a.global_batch_size},
-                            {"considered", r.considered},
-                            {"none_fit", r.none_fit},
-                            {"layouts", nlohmann::json::array()},
-                            {"rejected", nlohmann::json::array()}};
-      for (size_t k = 0; k < r.ranked.size() && static_cast<int>(k) < top; ++k)
-        out["layouts"].push_back(to_json(r.ranked[k], job, static_cast<int>(k) + 1));
-      if (strategies) {
-        const auto row = [&](double step) { return nlohmann::json{{"step_time_s", step}, {"tokens_per_s", tokens / step}}; };
-        nlohmann::json d = {{"layout", r.ranked.front().layout.describe()},
-                            {"one_dc", row(strategies->one_dc)},
-                            {"flat", row(strategies->flat)},
-                            {"hierarchical", row(strategies->hierarchical)},
-                            {"hierarchical_overlapped", row(strategies->hierarchical_overlapped)},
-                            {"diloco_delta_bits", a.diloco_delta_bits},
-                            {"diloco", nlohmann::json::object()}};
-        for (const auto& [h, step] : strategies->diloco) d["diloco"][std::to_string(h)] = row(step);
-        out["data_centers"] = d;
-      }
-      if (show_rejected)
-        for (size_t k = 0; k < r.rejected.size() && static_cast<int>(k) < top; ++k)
-          out["rejected"].push_back(to_json(r.rejected[k], job, 0));
-      std::cout << out.dump(2) << std::endl;
-      if (r.ranked.empty()) fail("{}", r.none_fit);
-      return;
+    nlohmann::json out = {{"model", a.model.name},
+                          {"num_params", a.model.num_params()},
+                          {"device", cluster.device.key},
+                          {"num_gpus", a.num_gpus},
+                          {"gpus_per_node", cluster.devices_per_node},
+                          {"precision", prec_name},
+                          {"seq_length", a.seq_length},
+                          {"global_batch_size", a.global_batch_size},
+                          {"considered", r.considered},
+                          {"none_fit", r.none_fit},
+                          {"layouts", nlohmann::json::array()},
+                          {"rejected", nlohmann::json::array()}};
+    for (size_t k = 0; k < r.ranked.size() && static_cast<int>(k) < top; ++k)
+      out["layouts"].push_back(to_json(r.ranked[k], job, static_cast<int>(k) + 1));
+    if (strategies) {
+      const auto row = [&](double step) { return nlohmann::json{{"step_time_s", step}, {"tokens_per_s", tokens / step}}; };
+      nlohmann::json d = {{"layout", r.ranked.front().layout.describe()},
+                          {"one_dc", row(strategies->one_dc)},
+                          {"flat", row(strategies->flat)},
+                          {"hierarchical", row(strategies->hierarchical)},
+                          {"hierarchical_overlapped", row(strategies->hierarchical_overlapped)},
+                          {"diloco_delta_bits", a.diloco_delta_bits},
+                          {"diloco", nlohmann::json::object()}};
+      for (const auto& [h, step] : strategies->diloco) d["diloco"][std::to_string(h)] = row(step);
+      out["data_centers"] = d;
     }
+    if (show_rejected)
+      for (size_t k = 0; k < r.rejected.size() && static_cast<int>(k) < top; ++k)
+        out["rejected"].push_back(to_json(r.rejected[k], job, 0));
+    std::cout << out.dump(2) << std::endl;
+    if (r.ranked.empty()) fail("{}", r.none_fit);
+  }
+
+  void print_table(const PlanArgs& a, const plan::Job& job, const plan::Cluster& cluster, const std::string& prec_name,
+                   const plan::SearchResult& r, const std::optional<plan::DataCenterStrategies>& strategies) {
     fmt::print("claw plan: {} ({:.2f}B parameters), {} x {} ({} per node{}), seq {}, global batch {}, {}\n",
                a.model.name, a.model.num_params() / 1e9, a.num_gpus, cluster.device.key, cluster.devices_per_node,
                a.data_centers > 1 ? fmt::format(", {} data centres", a.data_centers) : "", a.seq_length,
