@@ -153,6 +153,10 @@ __device__ inline void load_tile(__nv_bfloat16* dst, const float* src, int64_t s
   }
 }
 
+// The mask: key j is visible to query i, whose document starts at lo
+// (query_lo: INT_MAX past T, so nothing is visible there).
+__device__ inline bool visible(int j, int lo, int i) { return j >= lo && j <= i; }
+
 __device__ inline int query_lo(const int32_t* seg, int b, int i, int T) {
   if (i >= T) return INT_MAX;
   return seg ? seg[static_cast<int64_t>(b) * T + i] : 0;
@@ -246,8 +250,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int j = j0 + acc_col(nb, t, e);
         const bool top = e < 2;
-        const bool visible = top ? (j >= lo0 && j <= qi0) : (j >= lo1 && j <= qi1);
-        s[nb][e] = visible ? s[nb][e] * dm.scale : -INFINITY;
+        const bool seen = top ? visible(j, lo0, qi0) : visible(j, lo1, qi1);
+        s[nb][e] = seen ? s[nb][e] * dm.scale : -INFINITY;
         if (top)
           mx0 = fmaxf(mx0, s[nb][e]);
         else
@@ -354,8 +358,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = acc_col(nb, t, e), i = i0 + c, j = e < 2 ? kj0 : kj1;
-          const bool visible = j >= lo_s[c] && j <= i;  // i < T follows from lo_s = INT_MAX past T
-          p[nb][e] = visible ? __expf(p[nb][e] * dm.scale - lse_s[c]) : 0.f;
+          const bool seen = visible(j, lo_s[c], i);
+          p[nb][e] = seen ? __expf(p[nb][e] * dm.scale - lse_s[c]) : 0.f;
         }
       // dV += P^T dO
       mm_pv<kD>(dvacc, p, dOs, lane);
@@ -431,8 +435,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int j = j0 + acc_col(nb, t, e);
         const bool top = e < 2;
-        const bool visible = top ? (j >= lo0 && j <= qi0) : (j >= lo1 && j <= qi1);
-        const float pe = visible ? __expf(p[nb][e] * dm.scale - (top ? lse0 : lse1)) : 0.f;
+        const bool seen = top ? visible(j, lo0, qi0) : visible(j, lo1, qi1);
+        const float pe = seen ? __expf(p[nb][e] * dm.scale - (top ? lse0 : lse1)) : 0.f;
         ds[nb][e] = pe * (ds[nb][e] - (top ? del0 : del1));
       }
     mm_pv<kD>(dqacc, ds, Ks, lane);  // dQ += dS K (scaled at the end)
