@@ -1,4 +1,4 @@
-"""Dedup quality of `claw curate` (src/claw/data/curate/dedup.h) against
+"""Dedup quality of `claw curate` (src/claw/curate/dedup.h) against
 datasketch's MinHashLSH, on real text with planted duplicates of known
 Jaccard similarity.
 
@@ -62,7 +62,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # ---------------------------------------------------------------------------
-# Shingling, as in src/claw/data/curate/minhash.cc
+# Shingling, as in src/claw/curate/minhash.cc
 
 DECIMAL_SEPARATORS = set(".,\u060c\u066b\u2396\u2397\u2398")
 WORD_CATEGORIES = {"Lu", "Ll", "Lt", "Lm", "Lo", "Mc", "Me", "Nl", "No", "Co", "Cn"}

@@ -1,4 +1,4 @@
-// Runs a dedup pass of `claw curate` (claw/data/curate/dedup.h) on JSONL
+// Runs a dedup pass of `claw curate` (claw/curate/dedup.h) on JSONL
 // from stdin, for bench/bench_dedup_quality.py and by hand:
 //
 //   curate_dedup_driver --mode exact|minhash|shingles [--ngram 5] [--bands 14]
@@ -26,19 +26,19 @@
 #include <nlohmann/json.hpp>
 
 #include "claw/core/error.h"
-#include "claw/data/curate/dedup.h"
+#include "claw/curate/dedup.h"
 
 namespace {
 
-using claw::data::curate::DedupStats;
-using claw::data::curate::Duplicate;
+using claw::curate::DedupStats;
+using claw::curate::Duplicate;
 
 struct Options {
   std::string mode;
-  claw::data::curate::MinHashParams minhash;
+  claw::curate::MinHashParams minhash;
   std::string normalization = "whitespace_lowercase";
   int threads = 1;
-  size_t memory_bytes = claw::data::curate::kDefaultDedupMemory;
+  size_t memory_bytes = claw::curate::kDefaultDedupMemory;
   std::string workdir = "/tmp";
 };
 
@@ -134,8 +134,8 @@ int run(const Options& o) {
   }
 
   if (o.mode == "shingles") {
-    claw::data::curate::MinHasher hasher(o.minhash);
-    claw::data::curate::MinHasher::Scratch scratch;
+    claw::curate::MinHasher hasher(o.minhash);
+    claw::curate::MinHasher::Scratch scratch;
     for (size_t i = 0; i < texts.size(); ++i) {
       uint64_t sum = 0;
       const auto sh = hasher.shingles(texts[i], scratch);
@@ -151,13 +151,13 @@ int run(const Options& o) {
   DedupStats stats;
   double add_s = 0;
   if (o.mode == "exact") {
-    claw::data::curate::ExactDedup dedup(o.workdir, o.memory_bytes,
-                                         claw::data::curate::parse_exact_normalization(o.normalization));
+    claw::curate::ExactDedup dedup(o.workdir, o.memory_bytes,
+                                         claw::curate::parse_exact_normalization(o.normalization));
     parallel_for(texts.size(), o.threads, [&](size_t i) { dedup.add(i, texts[i]); });
     add_s = std::chrono::duration<double>(clock::now() - t0).count();
     dups = dedup.finish(&stats);
   } else {
-    claw::data::curate::MinHashDedup dedup(o.minhash, o.workdir, o.memory_bytes);
+    claw::curate::MinHashDedup dedup(o.minhash, o.workdir, o.memory_bytes);
     parallel_for(texts.size(), o.threads, [&](size_t i) { dedup.add(i, texts[i]); });
     add_s = std::chrono::duration<double>(clock::now() - t0).count();
     dups = dedup.finish(&stats);

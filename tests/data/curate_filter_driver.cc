@@ -22,10 +22,10 @@
 #include <toml++/toml.h>
 
 #include "claw/core/error.h"
-#include "claw/data/curate/heuristic_filters.h"
-#include "claw/data/curate/text_stats.h"
+#include "claw/curate/heuristic_filters.h"
+#include "claw/curate/text_stats.h"
 
-namespace curate = claw::data::curate;
+namespace curate = claw::curate;
 
 int main(int argc, char** argv) try {
   if (argc < 2) {

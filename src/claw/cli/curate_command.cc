@@ -9,8 +9,8 @@
 #include "claw/cli/flags.h"
 #include "claw/cli/progress.h"
 #include "claw/core/error.h"
-#include "claw/data/curate/fasttext_stages.h"
-#include "claw/data/curate/pipeline.h"
+#include "claw/curate/fasttext_stages.h"
+#include "claw/curate/pipeline.h"
 #include "claw/kernels/cpu/blas.h"
 
 namespace claw::cli {
@@ -18,7 +18,7 @@ namespace {
 
 struct CurateArgs {
   std::string config;
-  data::curate::CurateOptions options;
+  curate::CurateOptions options;
   int64_t log_interval = 100000;
   CurateArgs() { options.threads = kernels::default_num_threads(); }
 };
@@ -59,10 +59,10 @@ struct CurateCommand {
     binder->apply(args);
     if (args.config.empty()) fail("--config is required: the pipeline's TOML file");
     if (args.log_interval < 1) fail("--log-interval {} is invalid; it must be at least 1", args.log_interval);
-    data::curate::CurateOptions& o = args.options;
+    curate::CurateOptions& o = args.options;
     if (!binder->given("num-tasks")) o.num_tasks = env_int("SLURM_ARRAY_TASK_COUNT", 1);
     if (!binder->given("task-id")) o.task_id = env_int("SLURM_ARRAY_TASK_ID", 0);
-    const data::curate::CurateConfig config = data::curate::load_curate_config(args.config);
+    const curate::CurateConfig config = curate::load_curate_config(args.config);
 
     ProgressLine printer("curate", args.log_interval);
     InterruptGuard interrupts;
@@ -71,9 +71,9 @@ struct CurateCommand {
       s = std::max(s, 1e-9);
       printer.update(f, docs, s, fmt::format("{} documents, {:.0f} docs/s, {:.1f} MB/s", docs, docs / s, bytes / 1e6 / s));
     };
-    data::curate::CurateStats st;
+    curate::CurateStats st;
     try {
-      st = data::curate::run_curate(config, o);
+      st = curate::run_curate(config, o);
     } catch (...) {
       printer.finish();
       throw;
@@ -90,7 +90,7 @@ struct CurateCommand {
     fmt::print("{:<3} {:<18} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11}  {}\n", "#", "stage", "docs in", "docs out",
                "MB in", "MB out", "seconds", "docs/s/thr", "counts");
     for (size_t i = 0; i < st.stages.size(); ++i) {
-      const data::curate::StageCounters& c = st.stages[i];
+      const curate::StageCounters& c = st.stages[i];
       std::string counts;
       for (const auto& [k, v] : c.counts) counts += fmt::format("{}{}={}", counts.empty() ? "" : " ", k, v);
       fmt::print("{:<3} {:<18} {:>10} {:>10} {:>10.2f} {:>10.2f} {:>9.2f} {:>11.0f}  {}\n", i + 1, st.kinds[i],
@@ -112,10 +112,10 @@ struct CurateCommand {
   }
 };
 
-using T = Flag<data::curate::ClassifierTraining>;
+using T = Flag<curate::ClassifierTraining>;
 
 const std::vector<T>& train_flags() {
-  using A = data::curate::ClassifierTraining;
+  using A = curate::ClassifierTraining;
   static const std::vector<T> flags = {
       string_flag<A>("input", "labelled examples: JSONL with a text and a label field",
                      [](A& a) -> auto& { return a.input; }),
@@ -137,13 +137,13 @@ const std::vector<T>& train_flags() {
 }
 
 struct TrainClassifierCommand {
-  std::unique_ptr<FlagBinder<data::curate::ClassifierTraining>> binder;
+  std::unique_ptr<FlagBinder<curate::ClassifierTraining>> binder;
 
   void run() {
-    data::curate::ClassifierTraining t;
+    curate::ClassifierTraining t;
     binder->apply(t);
     if (t.input.empty()) fail("--input is required: JSONL lines with \"{}\" and \"{}\"", t.text_key, t.label_key);
-    const data::curate::ClassifierReport r = data::curate::train_fasttext_classifier(t);
+    const curate::ClassifierReport r = curate::train_fasttext_classifier(t);
     fmt::print("train-classifier: {} examples, labels {}; held-out accuracy {:.3f} on {} examples; wrote {}\n",
                r.train_examples, fmt::join(r.labels, ", "), r.validation_accuracy, r.validation_examples, t.output);
   }
@@ -163,9 +163,9 @@ void add_curate_command(CLI::App& app) {
   CLI::App* tsub = sub->add_subcommand(
       "train-classifier", "train a fastText quality classifier from labelled JSONL, for a classifier stage");
   tsub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  static const data::curate::ClassifierTraining train_defaults;
+  static const curate::ClassifierTraining train_defaults;
   train->binder =
-      std::make_unique<FlagBinder<data::curate::ClassifierTraining>>(*tsub, train_flags(), train_defaults);
+      std::make_unique<FlagBinder<curate::ClassifierTraining>>(*tsub, train_flags(), train_defaults);
   tsub->callback([train] { train->run(); });
   sub->callback([cmd, tsub] {
     if (!tsub->parsed()) cmd->run();

@@ -15,7 +15,7 @@
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/model/gpt.h"
-#include "data/expect_error.h"
+#include "expect_error.h"
 
 namespace claw::ckpt {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "claw/comm/parallel_state.h"
-#include "data/expect_error.h"
+#include "expect_error.h"
 
 namespace claw::comm {
 namespace {

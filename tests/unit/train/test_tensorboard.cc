@@ -11,7 +11,7 @@
 #include "claw/core/error.h"
 #include "claw/train/metrics.h"
 #include "claw/train/tensorboard.h"
-#include "data/temp_dir.h"
+#include "temp_dir.h"
 
 namespace claw::train {
 namespace {
