@@ -322,116 +322,185 @@ constexpr std::pair<const char*, bool> kLayoutFlags[] = {
 // A bad configuration or a bug fails again the same way: not restarted.
 bool restartable(int code) { return code != 1 && code != 2 && code != 3; }
 
-}  // namespace
-
-int supervise(const LaunchConfig& cfg) {
-  cfg.validate();
-  const std::string launcher =
-      cfg.launcher != "auto" ? cfg.launcher : (std::getenv("SLURM_JOB_ID") ? "srun" : "mpirun");
-  const bool remote = !cfg.hostfile.empty() || launcher == "srun";
-  const std::string advertised = !cfg.supervisor_host.empty() ? cfg.supervisor_host : remote ? this_host() : "127.0.0.1";
-  const std::string save = flag_value(cfg.command, "--save");
-  if (save.empty())
-    log::warn("launch", "the job has no --save: a restart starts it again from step 0");
-
-  // The heartbeat server: ranks POST one JSON object per heartbeat.
-  Board board;
-  EventLog events(cfg.events_file);
-  httplib::Server server;
-  server.Post("/heartbeat", [&](const httplib::Request& req, httplib::Response& res) {
-    const std::optional<comm::Heartbeat> m =
-        comm::Heartbeat::from_json(nlohmann::json::parse(req.body, nullptr, false));
-    if (!m) {
-      res.status = 400;
-      res.set_content(R"({"error":"a heartbeat is a JSON object with rank and attempt"})", "application/json");
-      return;
-    }
-    comm::HeartbeatReply reply;
-    std::lock_guard<std::mutex> lk(board.mu);
-    if (m->attempt != board.attempt || !board.abort_reason.empty()) {
-      reply = {.abort = true,
-               .reason = m->attempt != board.attempt ? fmt::format("attempt {} is over", m->attempt)
-                                                     : board.abort_reason};
-    } else {
-      RankState& r = board.ranks[m->rank];
-      r.host = m->host;
-      r.pid = m->pid;
-      r.last_beat = Clock::now();
-      r.step = m->step;
-      r.section = m->section;
-      if (m->event == "exit") r.exited = true;
-      if (m->event == "step") {
-        board.last_step = std::max(board.last_step, r.step);
-        if (!board.first_step) {
-          board.first_step = r.step;
-          board.first_step_at = Clock::now();
-        }
+// A rank's heartbeat on the board (POST /heartbeat: one JSON object); the
+// reply tells a rank of an attempt that is over, or aborted, to stop.
+void on_heartbeat(Board& board, const httplib::Request& req, httplib::Response& res) {
+  const std::optional<comm::Heartbeat> m = comm::Heartbeat::from_json(nlohmann::json::parse(req.body, nullptr, false));
+  if (!m) {
+    res.status = 400;
+    res.set_content(R"({"error":"a heartbeat is a JSON object with rank and attempt"})", "application/json");
+    return;
+  }
+  comm::HeartbeatReply reply;
+  std::lock_guard<std::mutex> lk(board.mu);
+  if (m->attempt != board.attempt || !board.abort_reason.empty()) {
+    reply = {.abort = true,
+             .reason = m->attempt != board.attempt ? fmt::format("attempt {} is over", m->attempt)
+                                                   : board.abort_reason};
+  } else {
+    RankState& r = board.ranks[m->rank];
+    r.host = m->host;
+    r.pid = m->pid;
+    r.last_beat = Clock::now();
+    r.step = m->step;
+    r.section = m->section;
+    if (m->event == "exit") r.exited = true;
+    if (m->event == "step") {
+      board.last_step = std::max(board.last_step, r.step);
+      if (!board.first_step) {
+        board.first_step = r.step;
+        board.first_step_at = Clock::now();
       }
-      if (m->event == "hang") board.hangs.emplace_back(m->rank, m->report);
-      if (m->event == "suspect")
-        for (const std::string& h : m->hosts)
-          if (std::find(board.suspects.begin(), board.suspects.end(), h) == board.suspects.end())
-            board.suspects.push_back(h);
     }
-    res.set_content(reply.to_json().dump(), "application/json");
-  });
-  const std::string bind = remote ? "0.0.0.0" : "127.0.0.1";
-  const int port = server.bind_to_any_port(bind);
-  if (port < 0) fail("claw launch: cannot listen for heartbeats on {}", bind);
-  std::thread server_thread([&] { server.listen_after_bind(); });
-  struct StopServer {
-    httplib::Server& s;
-    std::thread& t;
-    ~StopServer() {
-      s.stop();
-      if (t.joinable()) t.join();
-    }
-  } stop_server{server, server_thread};
-  const std::string url = fmt::format("http://{}:{}", advertised, port);
-  log::info("launch", "heartbeats at {}/heartbeat (every {:g} s; a rank silent {:g} s has failed); {} ranks via {}; "
-            "up to {} restart(s)", url, cfg.heartbeat_interval_s, cfg.heartbeat_timeout_s, cfg.nproc, launcher,
-            cfg.max_restarts);
+    if (m->event == "hang") board.hangs.emplace_back(m->rank, m->report);
+    if (m->event == "suspect")
+      for (const std::string& h : m->hosts)
+        if (std::find(board.suspects.begin(), board.suspects.end(), h) == board.suspects.end())
+          board.suspects.push_back(h);
+  }
+  res.set_content(reply.to_json().dump(), "application/json");
+}
 
-  const ExitSignalGuard signals;  // SIGTERM/SIGUSR1: stop the job cleanly, no restart
-  // What the next attempt runs: an elastic restart shrinks them.
-  std::vector<std::string> job = cfg.command;
-  int nproc = cfg.nproc;
-  std::string hostfile = cfg.hostfile;
-  std::optional<Clock::time_point> failed_at;
-  int64_t lost_from = 0;  // the last step finished before the failure
-  int code = 0;
-  for (int attempt = 0;; ++attempt) {
-    std::vector<std::string> command = job;
-    std::string resume_from;
-    if (attempt > 0 && !(resume_from = checkpoint_iteration(save)).empty()) command = with_flag(command, "--load", save);
-    {
-      std::lock_guard<std::mutex> lk(board.mu);
-      board.attempt = attempt;
-      board.ranks.clear();
-      board.hangs.clear();
-      board.last_step = 0;
-      board.first_step.reset();
-      board.abort_reason.clear();
+// How one attempt ended: the launcher's wait status, and what the
+// supervisor saw itself when it ended the attempt (a hang, a silent rank).
+struct AttemptEnd {
+  int status = 0;
+  std::string failure;
+  bool forwarded_stop = false;  // SIGTERM/SIGUSR1 passed on to the job
+};
+
+// `claw launch`: the heartbeat server, then attempts until the job
+// completes, stops on request, fails in a way a restart would repeat, or
+// runs out of restarts (or, elastic, of hosts).
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchConfig& cfg)
+      : cfg_(cfg),
+        launcher_(cfg.launcher != "auto" ? cfg.launcher : (std::getenv("SLURM_JOB_ID") ? "srun" : "mpirun")),
+        remote_(!cfg.hostfile.empty() || launcher_ == "srun"),
+        save_(flag_value(cfg.command, "--save")),
+        events_(cfg.events_file),
+        job_(cfg.command),
+        nproc_(cfg.nproc),
+        hostfile_(cfg.hostfile) {
+    if (save_.empty()) log::warn("launch", "the job has no --save: a restart starts it again from step 0");
+  }
+
+  ~Supervisor() {
+    server_.stop();
+    if (server_thread_.joinable()) server_thread_.join();
+  }
+
+  int run() {
+    start_server();
+    const ExitSignalGuard signals;  // SIGTERM/SIGUSR1: stop the job cleanly, no restart
+    for (int attempt = 0;; ++attempt) {
+      const pid_t child = spawn(attempt);
+      const AttemptEnd end = watch(child, attempt);
+      const int code = exit_code(end.status);
+      int64_t last_step = 0;
+      {
+        std::lock_guard<std::mutex> lk(board_.mu);
+        last_step = board_.last_step;
+        if (board_.abort_reason.empty()) board_.abort_reason = "the job ended";
+      }
+      // Ranks a dead launcher left behind in its process group, gone before
+      // anything else starts.
+      killpg(child, SIGKILL);
+      end_process_group(child, 30);
+      if (end.failure.empty() && code == 0) {
+        log::info("launch", "the job completed{}", attempt > 0 ? fmt::format(" after {} restart(s)", attempt) : "");
+        events_.write({{"event", "done"}, {"attempt", attempt}, {"restarts", attempt}});
+        return 0;
+      }
+      if (end.failure.empty() && end.forwarded_stop) {
+        log::info("launch", "the job stopped on request: {}; not restarted", describe_code(code));
+        events_.write({{"event", "stopped"}, {"attempt", attempt}, {"code", code}});
+        return code;
+      }
+      const std::string failure = end.failure.empty() ? describe_code(code) : end.failure;
+      failed_at_ = Clock::now();
+      lost_from_ = last_step;
+      events_.write({{"event", "failure"}, {"attempt", attempt}, {"reason", failure}, {"code", code},
+                     {"last_step", last_step}});
+      if (failure == describe_code(code) && !restartable(code)) {
+        log::error("launch", "the job failed with {}: not restarted (a restart would fail the same way)", failure);
+        return code;
+      }
+      if (attempt >= cfg_.max_restarts) {
+        log::error("launch", "the job failed ({}) and --max-restarts {} are used up", failure, cfg_.max_restarts);
+        return code == 0 ? static_cast<int>(ExitCode::comm) : code;
+      }
+      log::warn("launch", "attempt {} failed after step {}: {}; restarting ({} of {})", attempt + 1, last_step,
+                failure, attempt + 1, cfg_.max_restarts);
+      if (cfg_.min_ranks == 0) {
+        std::lock_guard<std::mutex> lk(board_.mu);
+        if (!board_.suspects.empty())
+          log::warn("launch", "the job suspects host(s) {} of silent data corruption; they stay in (leaving hosts "
+                    "out needs --hostfile and --min-ranks)", fmt::join(board_.suspects, ", "));
+      } else if (!shrink(attempt)) {
+        return code == 0 ? static_cast<int>(ExitCode::comm) : code;
+      }
     }
+  }
+
+ private:
+  void start_server() {
+    server_.Post("/heartbeat",
+                 [this](const httplib::Request& req, httplib::Response& res) { on_heartbeat(board_, req, res); });
+    const std::string bind = remote_ ? "0.0.0.0" : "127.0.0.1";
+    const int port = server_.bind_to_any_port(bind);
+    if (port < 0) fail("claw launch: cannot listen for heartbeats on {}", bind);
+    server_thread_ = std::thread([this] { server_.listen_after_bind(); });
+    const std::string advertised =
+        !cfg_.supervisor_host.empty() ? cfg_.supervisor_host : remote_ ? this_host() : "127.0.0.1";
+    url_ = fmt::format("http://{}:{}", advertised, port);
+    log::info("launch", "heartbeats at {}/heartbeat (every {:g} s; a rank silent {:g} s has failed); {} ranks via {}; "
+              "up to {} restart(s)", url_, cfg_.heartbeat_interval_s, cfg_.heartbeat_timeout_s, cfg_.nproc, launcher_,
+              cfg_.max_restarts);
+  }
+
+  // The launcher's command line for this attempt: --load of the last
+  // checkpoint from the second attempt on.
+  std::vector<std::string> launcher_argv(int attempt) {
+    std::vector<std::string> command = job_;
+    std::string resume_from;
+    if (attempt > 0 && !(resume_from = checkpoint_iteration(save_)).empty())
+      command = with_flag(command, "--load", save_);
     std::vector<std::string> argv;
-    if (launcher == "mpirun") {
-      argv = {"mpirun", "-np", std::to_string(nproc)};
-      if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
+    if (launcher_ == "mpirun") {
+      argv = {"mpirun", "-np", std::to_string(nproc_)};
+      if (!hostfile_.empty()) argv.insert(argv.end(), {"--hostfile", hostfile_});
       for (const char* v : {"CLAW_SUPERVISOR", "CLAW_LAUNCH_ATTEMPT", "CLAW_HEARTBEAT_INTERVAL"})
         argv.insert(argv.end(), {"-x", v});
     } else {
-      argv = {"srun", "-n", std::to_string(nproc)};
+      argv = {"srun", "-n", std::to_string(nproc_)};
     }
-    argv.insert(argv.end(), cfg.launcher_args.begin(), cfg.launcher_args.end());
-    argv.push_back(cfg.binary);
+    argv.insert(argv.end(), cfg_.launcher_args.begin(), cfg_.launcher_args.end());
+    argv.push_back(cfg_.binary);
     argv.insert(argv.end(), command.begin(), command.end());
     log::info("launch", "attempt {}{}: {}", attempt + 1,
               attempt == 0            ? std::string()
               : resume_from.empty()   ? " (no checkpoint yet: from step 0)"
-                                      : fmt::format(" resuming from iteration {} in {}", resume_from, save),
+                                      : fmt::format(" resuming from iteration {} in {}", resume_from, save_),
               fmt::join(argv, " "));
-    events.write({{"event", "start"}, {"attempt", attempt}, {"resume_from", resume_from}});
+    events_.write({{"event", "start"}, {"attempt", attempt}, {"resume_from", resume_from}});
+    return argv;
+  }
 
+  // The launcher of this attempt in a process group of its own, which dies
+  // with the supervisor.
+  pid_t spawn(int attempt) {
+    {
+      std::lock_guard<std::mutex> lk(board_.mu);
+      board_.attempt = attempt;
+      board_.ranks.clear();
+      board_.hangs.clear();
+      board_.last_step = 0;
+      board_.first_step.reset();
+      board_.abort_reason.clear();
+    }
+    std::vector<std::string> argv = launcher_argv(attempt);
     const pid_t parent = getpid();
     const pid_t child = fork();
     if (child < 0) fail("claw launch: fork failed: {}", strerror(errno));
@@ -439,9 +508,9 @@ int supervise(const LaunchConfig& cfg) {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // the supervisor dies: so does the launcher
       if (getppid() != parent) _exit(127);
-      setenv("CLAW_SUPERVISOR", url.c_str(), 1);
+      setenv("CLAW_SUPERVISOR", url_.c_str(), 1);
       setenv("CLAW_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
-      setenv("CLAW_HEARTBEAT_INTERVAL", fmt::format("{}", cfg.heartbeat_interval_s).c_str(), 1);
+      setenv("CLAW_HEARTBEAT_INTERVAL", fmt::format("{}", cfg_.heartbeat_interval_s).c_str(), 1);
       std::vector<char*> cargv;
       for (std::string& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);
@@ -452,186 +521,184 @@ int supervise(const LaunchConfig& cfg) {
       _exit(127);
     }
     setpgid(child, child);
+    return child;
+  }
 
-    // Watch the launcher and the heartbeats until the attempt ends.
-    std::string failure;  // what the supervisor saw (it ends the job itself)
+  // Watches the launcher and the heartbeats until the attempt ends.
+  AttemptEnd watch(pid_t child, int attempt) {
+    AttemptEnd end;
     std::optional<Clock::time_point> hang_seen_at;  // the first hang report of this attempt
-    bool forwarded_stop = false, resumed_logged = false;
-    int status = 0;
+    bool resumed_logged = false;
     for (;;) {
-      const pid_t w = waitpid(child, &status, WNOHANG);
-      if (w == child) break;
-      if (const int sig = ExitSignalGuard::received(); sig != 0 && !forwarded_stop) {
+      if (waitpid(child, &end.status, WNOHANG) == child) return end;
+      if (const int sig = ExitSignalGuard::received(); sig != 0 && !end.forwarded_stop) {
         log::info("launch", "{} received: asking the job to save and stop (SIGUSR1 to {})", ExitSignalGuard::name(sig),
-                  launcher);
+                  launcher_);
         kill(child, SIGUSR1);
-        forwarded_stop = true;
+        end.forwarded_stop = true;
       }
       {
-        std::lock_guard<std::mutex> lk(board.mu);
-        if (failed_at && board.first_step && !resumed_logged) {
-          const double t = std::chrono::duration<double>(board.first_step_at - *failed_at).count();
-          const int64_t from = *board.first_step - 1;
-          log::info("launch", "resumed: step {} ran {:.1f} s after the failure was detected; the job went on from "
-                    "iteration {}, {} step(s) lost", *board.first_step, t, from, std::max<int64_t>(0, lost_from - from));
-          events.write({{"event", "resumed"}, {"attempt", attempt}, {"from_iteration", from},
-                        {"lost_steps", std::max<int64_t>(0, lost_from - from)}, {"time_to_resume_s", t}});
+        std::lock_guard<std::mutex> lk(board_.mu);
+        if (failed_at_ && board_.first_step && !resumed_logged) {
+          log_resumed(attempt);
           resumed_logged = true;
         }
-        if (!board.hangs.empty()) {
-          const auto& [rank, report] = board.hangs.front();
-          if (!hang_seen_at) hang_seen_at = Clock::now();
-          std::vector<std::string> silent;
-          for (const auto& [r, s] : board.ranks)
-            if (!s.exited && since(s.last_beat) > 3 * cfg.heartbeat_interval_s)
-              silent.push_back(fmt::format("rank {} ({} pid {}, silent {:.1f} s in section {})", r, s.host, s.pid,
-                                           since(s.last_beat), s.section));
-          // A rank that stopped just before the hang was seen may not have
-          // missed three heartbeats yet: the report waits up to that long
-          // for it to be named (the reporting ranks wait for the verdict).
-          if (!silent.empty() || since(*hang_seen_at) > 3 * cfg.heartbeat_interval_s) {
-            failure = fmt::format("rank {} reported a hang{}", rank,
-                                  silent.empty() ? std::string()
-                                                 : fmt::format("; no heartbeat from {}", fmt::join(silent, ", ")));
-            log::error("launch", "{}\n{}", failure, report);
-          }
-        } else {
-          for (const auto& [r, s] : board.ranks)
-            if (!s.exited && since(s.last_beat) > cfg.heartbeat_timeout_s) {
-              failure = fmt::format("rank {} ({} pid {}) sent no heartbeat for {:.1f} s (--heartbeat-timeout {:g}); "
-                                    "it was in section {} after step {}",
-                                    r, s.host, s.pid, since(s.last_beat), cfg.heartbeat_timeout_s, s.section, s.step);
-              log::error("launch", "{}", failure);
-              break;
-            }
-        }
-        if (!failure.empty()) board.abort_reason = failure;
+        end.failure = board_failure(hang_seen_at);
+        if (!end.failure.empty()) board_.abort_reason = end.failure;
       }
-      if (!failure.empty()) {
+      if (!end.failure.empty()) {
         killpg(child, SIGKILL);  // the launcher and the ranks it started here; remote ranks hear "abort"
-        waitpid(child, &status, 0);
-        break;
+        waitpid(child, &end.status, 0);
+        return end;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    code = exit_code(status);
-    int64_t last_step = 0;
+  }
+
+  // After a restart, the first step: how long the job took to resume and
+  // how many steps it lost (board_.mu held).
+  void log_resumed(int attempt) {
+    const double t = std::chrono::duration<double>(board_.first_step_at - *failed_at_).count();
+    const int64_t from = *board_.first_step - 1;
+    log::info("launch", "resumed: step {} ran {:.1f} s after the failure was detected; the job went on from "
+              "iteration {}, {} step(s) lost", *board_.first_step, t, from, std::max<int64_t>(0, lost_from_ - from));
+    events_.write({{"event", "resumed"}, {"attempt", attempt}, {"from_iteration", from},
+                   {"lost_steps", std::max<int64_t>(0, lost_from_ - from)}, {"time_to_resume_s", t}});
+  }
+
+  // A hang a rank reported, or a rank silent past --heartbeat-timeout: the
+  // failure to end the attempt with, or empty (board_.mu held).
+  std::string board_failure(std::optional<Clock::time_point>& hang_seen_at) {
+    if (board_.hangs.empty()) {
+      for (const auto& [r, s] : board_.ranks)
+        if (!s.exited && since(s.last_beat) > cfg_.heartbeat_timeout_s) {
+          const std::string failure =
+              fmt::format("rank {} ({} pid {}) sent no heartbeat for {:.1f} s (--heartbeat-timeout {:g}); "
+                          "it was in section {} after step {}",
+                          r, s.host, s.pid, since(s.last_beat), cfg_.heartbeat_timeout_s, s.section, s.step);
+          log::error("launch", "{}", failure);
+          return failure;
+        }
+      return {};
+    }
+    const auto& [rank, report] = board_.hangs.front();
+    if (!hang_seen_at) hang_seen_at = Clock::now();
+    std::vector<std::string> silent;
+    for (const auto& [r, s] : board_.ranks)
+      if (!s.exited && since(s.last_beat) > 3 * cfg_.heartbeat_interval_s)
+        silent.push_back(fmt::format("rank {} ({} pid {}, silent {:.1f} s in section {})", r, s.host, s.pid,
+                                     since(s.last_beat), s.section));
+    // A rank that stopped just before the hang was seen may not have
+    // missed three heartbeats yet: the report waits up to that long
+    // for it to be named (the reporting ranks wait for the verdict).
+    if (silent.empty() && since(*hang_seen_at) <= 3 * cfg_.heartbeat_interval_s) return {};
+    const std::string failure = fmt::format(
+        "rank {} reported a hang{}", rank,
+        silent.empty() ? std::string() : fmt::format("; no heartbeat from {}", fmt::join(silent, ", ")));
+    log::error("launch", "{}\n{}", failure, report);
+    return failure;
+  }
+
+  // Elastic restart: the hosts that still answer the launcher (less those
+  // the job named in a silent data corruption, when they can be spared)
+  // in a new host file, and the job laid out again by the planner. False:
+  // fewer than --min-ranks slots remain.
+  bool shrink(int attempt) {
+    const auto hosts = read_hostfile(hostfile_);
+    std::vector<std::vector<std::string>> probes;
+    for (const auto& [host, slots] : hosts) {
+      std::vector<std::string> p = {"mpirun", "-np", "1", "--host", host + ":1"};
+      p.insert(p.end(), cfg_.launcher_args.begin(), cfg_.launcher_args.end());
+      p.push_back("hostname");  // the name its ranks report: how a suspect host is recognised
+      probes.push_back(std::move(p));
+    }
+    const auto probed = run_all(probes, cfg_.probe_timeout_s);
+    std::vector<std::string> suspects;
     {
-      std::lock_guard<std::mutex> lk(board.mu);
-      last_step = board.last_step;
-      if (board.abort_reason.empty()) board.abort_reason = "the job ended";
+      std::lock_guard<std::mutex> lk(board_.mu);
+      suspects = board_.suspects;
     }
-    // Ranks a dead launcher left behind in its process group, gone before
-    // anything else starts.
-    killpg(child, SIGKILL);
-    end_process_group(child, 30);
-    if (failure.empty() && code == 0) {
-      log::info("launch", "the job completed{}", attempt > 0 ? fmt::format(" after {} restart(s)", attempt) : "");
-      events.write({{"event", "done"}, {"attempt", attempt}, {"restarts", attempt}});
-      return 0;
-    }
-    if (failure.empty() && forwarded_stop) {
-      log::info("launch", "the job stopped on request: {}; not restarted", describe_code(code));
-      events.write({{"event", "stopped"}, {"attempt", attempt}, {"code", code}});
-      return code;
-    }
-    if (failure.empty()) failure = describe_code(code);
-    failed_at = Clock::now();
-    lost_from = last_step;
-    events.write({{"event", "failure"}, {"attempt", attempt}, {"reason", failure}, {"code", code},
-                  {"last_step", last_step}});
-    if (failure == describe_code(code) && !restartable(code)) {
-      log::error("launch", "the job failed with {}: not restarted (a restart would fail the same way)", failure);
-      return code;
-    }
-    if (attempt >= cfg.max_restarts) {
-      log::error("launch", "the job failed ({}) and --max-restarts {} are used up", failure, cfg.max_restarts);
-      return code == 0 ? static_cast<int>(ExitCode::comm) : code;
-    }
-    log::warn("launch", "attempt {} failed after step {}: {}; restarting ({} of {})", attempt + 1, last_step, failure,
-              attempt + 1, cfg.max_restarts);
-    if (cfg.min_ranks == 0) {
-      std::lock_guard<std::mutex> lk(board.mu);
-      if (!board.suspects.empty())
-        log::warn("launch", "the job suspects host(s) {} of silent data corruption; they stay in (leaving hosts out "
-                  "needs --hostfile and --min-ranks)", fmt::join(board.suspects, ", "));
-    }
-    if (cfg.min_ranks > 0) {
-      // Elastic: which hosts still answer the launcher?
-      const auto hosts = read_hostfile(hostfile);
-      // (a host that answers but that the job named as corrupting data is left out too)
-      std::vector<std::vector<std::string>> probes;
-      for (const auto& [host, slots] : hosts) {
-        std::vector<std::string> p = {"mpirun", "-np", "1", "--host", host + ":1"};
-        p.insert(p.end(), cfg.launcher_args.begin(), cfg.launcher_args.end());
-        p.push_back("hostname");  // the name its ranks report: how a suspect host is recognised
-        probes.push_back(std::move(p));
+    std::vector<std::pair<std::string, int>> alive;
+    std::vector<std::string> gone;
+    int slots = 0, suspect_slots = 0;
+    for (size_t k = 0; k < hosts.size(); ++k) {
+      const auto& [probe_code, out] = probed[k];
+      const std::string name = out.substr(0, out.find_first_of("\r\n"));
+      const bool suspect = std::find(suspects.begin(), suspects.end(), name) != suspects.end();
+      if (probe_code == 0 && !suspect) {
+        alive.push_back(hosts[k]);
+        slots += hosts[k].second;
+      } else if (probe_code == 0) {
+        suspect_slots += hosts[k].second;
+        gone.push_back(fmt::format("{} (host name {}: the job named it in a silent data corruption)",
+                                   hosts[k].first, name));
+      } else {
+        gone.push_back(fmt::format("{} ({})", hosts[k].first,
+                                   probe_code < 0 ? fmt::format("no answer in {:g} s", cfg_.probe_timeout_s)
+                                                  : fmt::format("the probe exited {}", probe_code)));
       }
-      const auto probed = run_all(probes, cfg.probe_timeout_s);
-      std::vector<std::string> suspects;
-      {
-        std::lock_guard<std::mutex> lk(board.mu);
-        suspects = board.suspects;
-      }
-      std::vector<std::pair<std::string, int>> alive;
-      std::vector<std::string> gone;
-      int slots = 0, suspect_slots = 0;
-      for (size_t k = 0; k < hosts.size(); ++k) {
-        const auto& [probe_code, out] = probed[k];
-        const std::string name = out.substr(0, out.find_first_of("\r\n"));
-        const bool suspect = std::find(suspects.begin(), suspects.end(), name) != suspects.end();
-        if (probe_code == 0 && !suspect) {
+    }
+    // A suspect host that cannot be spared stays in.
+    if (suspect_slots > 0 && slots < cfg_.min_ranks) {
+      log::warn("launch", "suspect host(s) {} cannot be left out: {} slot(s) would remain, fewer than --min-ranks {}",
+                fmt::join(suspects, ", "), slots, cfg_.min_ranks);
+      gone.erase(std::remove_if(gone.begin(), gone.end(),
+                                [](const std::string& g) { return g.find("silent data corruption") != std::string::npos; }),
+                 gone.end());
+      alive.clear();
+      slots = 0;
+      for (size_t k = 0; k < hosts.size(); ++k)
+        if (probed[k].first == 0) {
           alive.push_back(hosts[k]);
           slots += hosts[k].second;
-        } else if (probe_code == 0) {
-          suspect_slots += hosts[k].second;
-          gone.push_back(fmt::format("{} (host name {}: the job named it in a silent data corruption)",
-                                     hosts[k].first, name));
-        } else {
-          gone.push_back(fmt::format("{} ({})", hosts[k].first,
-                                     probe_code < 0 ? fmt::format("no answer in {:g} s", cfg.probe_timeout_s)
-                                                    : fmt::format("the probe exited {}", probe_code)));
         }
-      }
-      // A suspect host that cannot be spared stays in.
-      if (suspect_slots > 0 && slots < cfg.min_ranks) {
-        log::warn("launch", "suspect host(s) {} cannot be left out: {} slot(s) would remain, fewer than --min-ranks {}",
-                  fmt::join(suspects, ", "), slots, cfg.min_ranks);
-        gone.erase(std::remove_if(gone.begin(), gone.end(),
-                                  [](const std::string& g) { return g.find("silent data corruption") != std::string::npos; }),
-                   gone.end());
-        alive.clear();
-        slots = 0;
-        for (size_t k = 0; k < hosts.size(); ++k)
-          if (probed[k].first == 0) {
-            alive.push_back(hosts[k]);
-            slots += hosts[k].second;
-          }
-      }
-      if (!gone.empty()) {
-        if (slots < cfg.min_ranks) {
-          log::error("launch", "host(s) gone: {}; {} rank slot(s) remain, fewer than --min-ranks {}: giving up",
-                     fmt::join(gone, ", "), slots, cfg.min_ranks);
-          events.write({{"event", "gave_up"}, {"attempt", attempt}, {"slots", slots}});
-          return code == 0 ? static_cast<int>(ExitCode::comm) : code;
-        }
-        nproc = std::min(nproc, slots);
-        hostfile = fmt::format("{}/claw_launch_hosts.{}.{}",
-                               cfg.events_file.empty() ? fs::temp_directory_path().string()
-                                                       : fs::absolute(cfg.events_file).parent_path().string(),
-                               getpid(), attempt + 1);
-        std::ofstream out(hostfile);
-        for (const auto& [host, n] : alive) out << host << " slots=" << n << "\n";
-        if (!out) fail("claw launch: cannot write the host file {}", hostfile);
-        for (const auto& [flag, takes_value] : kLayoutFlags) job = without_flag(job, flag, takes_value);
-        job = with_flag(job, "--parallel", "auto");
-        log::warn("launch", "host(s) gone: {}; the job goes on with {} rank(s) on {} host(s) ({}) in the layout the "
-                  "planner chooses (--parallel auto), its checkpoint resharded", fmt::join(gone, ", "), nproc,
-                  alive.size(), hostfile);
-        events.write({{"event", "shrink"}, {"attempt", attempt}, {"nproc", nproc}, {"hostfile", hostfile}});
-      }
     }
+    if (gone.empty()) return true;
+    if (slots < cfg_.min_ranks) {
+      log::error("launch", "host(s) gone: {}; {} rank slot(s) remain, fewer than --min-ranks {}: giving up",
+                 fmt::join(gone, ", "), slots, cfg_.min_ranks);
+      events_.write({{"event", "gave_up"}, {"attempt", attempt}, {"slots", slots}});
+      return false;
+    }
+    nproc_ = std::min(nproc_, slots);
+    hostfile_ = fmt::format("{}/claw_launch_hosts.{}.{}",
+                            cfg_.events_file.empty() ? fs::temp_directory_path().string()
+                                                     : fs::absolute(cfg_.events_file).parent_path().string(),
+                            getpid(), attempt + 1);
+    std::ofstream out(hostfile_);
+    for (const auto& [host, n] : alive) out << host << " slots=" << n << "\n";
+    if (!out) fail("claw launch: cannot write the host file {}", hostfile_);
+    for (const auto& [flag, takes_value] : kLayoutFlags) job_ = without_flag(job_, flag, takes_value);
+    job_ = with_flag(job_, "--parallel", "auto");
+    log::warn("launch", "host(s) gone: {}; the job goes on with {} rank(s) on {} host(s) ({}) in the layout the "
+              "planner chooses (--parallel auto), its checkpoint resharded", fmt::join(gone, ", "), nproc_,
+              alive.size(), hostfile_);
+    events_.write({{"event", "shrink"}, {"attempt", attempt}, {"nproc", nproc_}, {"hostfile", hostfile_}});
+    return true;
   }
+
+  const LaunchConfig& cfg_;
+  const std::string launcher_;
+  const bool remote_;
+  const std::string save_;
+  Board board_;
+  EventLog events_;
+  httplib::Server server_;
+  std::thread server_thread_;
+  std::string url_;
+  // What the next attempt runs: an elastic restart shrinks them.
+  std::vector<std::string> job_;
+  int nproc_;
+  std::string hostfile_;
+  std::optional<Clock::time_point> failed_at_;
+  int64_t lost_from_ = 0;  // the last step finished before the failure
+};
+
+}  // namespace
+
+int supervise(const LaunchConfig& cfg) {
+  cfg.validate();
+  return Supervisor(cfg).run();
 }
 
 }  // namespace claw::launch
