@@ -227,30 +227,22 @@ double recompute_flops_per_step(const Job& job, const Layout& l) {
   return per_token * recomputed * static_cast<double>(job.global_batch_size * job.seq_length);
 }
 
-Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Precision& p, const StageMemory* memory) {
-  validate_layout(job, l, c.num_devices);
-  if (c.data_centers > 1 && l.dp % c.data_centers != 0)
-    fail("data-parallel size {} does not split over --data-centers {} (each data centre holds whole replicas)", l.dp,
-         c.data_centers);
-  Estimate e;
-  e.layout = l;
-  e.memory = memory ? *memory : peak_memory(job, l, p, &c.device);
-  if (e.memory.total() > c.device.memory_bytes) {
-    e.fits = false;
-    e.why_not = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB on {} ({})", e.memory.stage,
-                            e.memory.total() / 1073741824.0, c.device.memory_bytes / 1073741824.0, c.device.key,
-                            describe(e.memory));
-  }
+namespace {
 
-  const BlockCosts bc(job, l, c, p);
+using ChunkCosts = std::vector<std::vector<ChunkCost>>;  // [stage][virtual chunk]
+
+// Every pipeline stage's chunks: a micro-batch's forward, input-gradient
+// and weight-gradient times, from the blocks each holds (the embedding on
+// the first, the head on the last).
+ChunkCosts chunk_costs(const Job& job, const Layout& l, const Cluster& c, const Precision& p, const BlockCosts& bc,
+                       const parallel::PipelineLayout& pl) {
   const PassCost block = bc.block_forward(), head = bc.head_forward(), emb = bc.embedding_forward();
   // FP8 runs keep some blocks' GEMMs in bf16: those blocks cost what a bf16 block does.
   Precision bf16 = p;
   bf16.compute = "bf16";
   const bool mixed = p.compute == "fp8" && !p.high_precision_layers.empty();
   const PassCost block16 = mixed ? BlockCosts(job, l, c, bf16).block_forward() : block;
-  const parallel::PipelineLayout pl = pipeline_layout(job, l);
-  std::vector<std::vector<ChunkCost>> cost(l.pp, std::vector<ChunkCost>(pl.chunks));
+  ChunkCosts cost(l.pp, std::vector<ChunkCost>(pl.chunks));
   for (int s = 0; s < l.pp; ++s)
     for (int ch = 0; ch < pl.chunks; ++ch) {
       const parallel::LayerRange r = pl.at(s, ch);
@@ -276,39 +268,182 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
       cc.backward_input = rc + f.gemm + 2 * f.elementwise + f.tp + 2 * f.cp + f.ep;
       cc.backward_weight = f.gemm;
     }
+  return cost;
+}
 
+// The step's pipeline makespan: the busiest stage's work on one stage, the
+// schedule simulated with these costs and the P2P transfer time otherwise.
+double pipeline_makespan(const Job& job, const Layout& l, const parallel::PipelineLayout& pl, const ChunkCosts& cost,
+                         const std::vector<double>& busy, int busiest, double p2p) {
+  if (l.pp == 1) return busy[busiest];
+  const parallel::ScheduleConfig sc = schedule_config(job, l, pl.chunks);
+  const parallel::SimResult sim = parallel::simulate(
+      parallel::make_schedule(sc),
+      [&](int stage, const parallel::Action& a) {
+        const ChunkCost& cc = cost[stage][a.chunk];
+        switch (a.kind) {
+          case parallel::ActionKind::forward: return cc.forward;
+          case parallel::ActionKind::backward: return cc.backward_input + cc.backward_weight;
+          case parallel::ActionKind::backward_input: return cc.backward_input;
+          case parallel::ActionKind::backward_weight: return cc.backward_weight;
+          default: return 0.0;
+        }
+      },
+      p2p);
+  CLAW_CHECK(sim.deadlock_free, "schedule {} deadlocks: {}", parallel::to_string(sc.kind), sim.describe());
+  return sim.makespan;
+}
+
+// Data parallelism's collectives per step, before any overlap.
+struct DpComm {
+  double reduce = 0, gather = 0;  // gradient reduction; ZeRO's parameter all-gather
+  double diloco_outer = 0;        // DiLoCo's outer step, per inner step
+  double inter_dc = 0;            // the long-haul part of `reduce`
+  // Bytes this rank sends between nodes per step (Device::network_cpu_s_per_byte),
+  // and across the long haul, whose CPU time counts only past `haul_wait`.
+  double net_bytes = 0, haul_bytes = 0, haul_wait = 0;
+};
+
+// The dense parameters (P elements of the busiest stage) are replicated over
+// dp x cp (the CP ranks hold other tokens of the samples); under expert
+// parallelism the experts (expert_elems) only over the expert-data-parallel
+// ranks, a collective of their own (the two overlap nothing here: summed).
+DpComm data_parallel_comm(const Layout& l, const Cluster& c, const Precision& p, double P, double expert_elems) {
+  DpComm d;
+  const int reps = l.dp * l.cp;
+  const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp);
+  const double grad_bytes = P * p.grad_bytes, param_bytes = P * p.param_bytes;
+  // Of a ring over `ranks` members `stride` apart, the share of hops that
+  // leave a node (one per node boundary) times the bytes each rank sends.
+  const auto between_nodes = [&](double sent, int ranks, int stride) {
+    const double span = static_cast<double>(ranks) * stride;
+    if (ranks <= 1 || span <= c.devices_per_node) return 0.0;
+    return sent * std::min(1.0, span / c.devices_per_node / ranks);
+  };
+  if (reps > 1 && c.data_centers > 1) {
+    const int local = reps / c.data_centers;
+    const Link in = link_for(c, l.tp * local, l.tp);
+    const double ranks_per_dc = static_cast<double>(c.num_devices) / c.data_centers, n = c.data_centers;
+    // What one data centre sends across per step, each way: hierarchical
+    // reduction all-reduces every rank's 1/local block of the gradients
+    // across (a ring of n, one rank per centre); flat data parallelism
+    // runs claw's ring over all reps ranks, ordered by centre, so a
+    // centre's last rank sends (reps - 1)/reps of the buffer across per
+    // ring pass: two for the gradients' all-reduce, one more for ZeRO's
+    // parameter all-gather (2.25x the hierarchical bytes at 4 ranks in 2
+    // centres, measured in bench/RESULTS.md "Across data centres"). Each
+    // pass's chunks cross (reps - 1) hops in turn, n of every reps of them
+    // long-haul ones, so a pass waits (reps - 1) n / reps one-way delays.
+    const double R = reps, passes = l.zero_stage >= 1 ? 3 : 2;
+    const double crossing = l.flat_across_data_centers
+                                ? (R - 1) / R * (2 * grad_bytes + (l.zero_stage >= 1 ? param_bytes : 0))
+                                : ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local;
+    const double latency = l.flat_across_data_centers ? passes * (R - 1) * n / R * c.inter_dc_rtt / 2
+                                                      : (n - 1) * c.inter_dc_rtt;
+    const double inter = crossing / c.inter_dc_bandwidth + latency;
+    if (l.diloco_inner_steps > 0) {
+      // DiLoCo: the outer step's deltas (fp32 all-reduced, or packed to
+      // b bits + a 4-byte scale per block and all-gathered: n/2 x (b + 32 /
+      // block)/32 of the bytes), once per H steps, waited for.
+      const double packed =
+          l.diloco_delta_bits < 32 ? n / 2 * (l.diloco_delta_bits + 32.0 / parallel::kDeltaBlock) / 32 : 1.0;
+      d.diloco_outer = (crossing * packed / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt) /
+                       static_cast<double>(l.diloco_inner_steps);
+      d.reduce = ring_gather(grad_bytes, local, in.bw, in.lat);
+      d.haul_bytes = crossing / ranks_per_dc * packed / static_cast<double>(l.diloco_inner_steps);
+      d.haul_wait = d.diloco_outer;
+    } else {
+      d.reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
+      d.inter_dc = inter;
+      d.haul_bytes = crossing / ranks_per_dc;
+      d.haul_wait = inter;
+    }
+    const double gathered = l.zero_stage >= 1 ? param_bytes : grad_bytes, nl = local;
+    d.gather = ring_gather(gathered, local, in.bw, in.lat);
+    d.net_bytes += between_nodes((nl - 1) / nl * (grad_bytes + gathered), local, l.tp);
+  } else if (reps > 1 && l.zero_stage == 0) {
+    d.reduce = ring_all_reduce(grad_bytes, reps, dp_link.bw, dp_link.lat);
+    d.net_bytes += between_nodes(2.0 * (reps - 1) / reps * grad_bytes, reps, l.tp);
+  } else if (reps > 1) {
+    d.reduce = ring_gather(grad_bytes, reps, dp_link.bw, dp_link.lat);
+    d.gather = ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
+    d.net_bytes += between_nodes((reps - 1.0) / reps * (grad_bytes + param_bytes), reps, l.tp);
+  }
+  if (const int edp = l.expert_dp(); expert_elems > 0 && edp > 1) {
+    const Link edp_link = link_for(c, l.world() / l.pp, l.expert_tp() * l.ep);
+    const double eg = expert_elems * p.grad_bytes, ep_bytes = expert_elems * p.param_bytes;
+    if (l.zero_stage == 0) {
+      d.reduce += ring_all_reduce(eg, edp, edp_link.bw, edp_link.lat);
+    } else {
+      d.reduce += ring_gather(eg, edp, edp_link.bw, edp_link.lat);
+      d.gather += ring_gather(ep_bytes, edp, edp_link.bw, edp_link.lat);
+    }
+  }
+  return d;
+}
+
+// The gradient reduction left exposed after the last backward under
+// --overlap-grad-reduce: bucket by bucket on one stage (bucketed_exposure),
+// else what outlasts the last chunk's backward.
+double exposed_grad_reduce(const Job& job, const Layout& l, const parallel::PipelineLayout& pl, const BlockCosts& bc,
+                           const ChunkCost& last, double reduce, double P) {
+  const double last_backward = last.backward_input + last.backward_weight;
+  if (!l.overlap_grad_reduce) return reduce;
+  if (!(l.pp == 1 && pl.chunks == 1 && l.zero_stage <= 1 && reduce > 0)) return std::max(0.0, reduce - last_backward);
+  // Units as backward meets them, each's time from its forward parts, scaled to the chunk's backward.
+  const model::ModelConfig& mc = job.model;
+  const auto bwd = [](const PassCost& f) { return 2 * (f.gemm + f.elementwise) + f.tp + 2 * f.cp + f.ep; };
+  const double C = static_cast<double>(mc.hidden_size);
+  const double vocab = static_cast<double>(mc.padded_vocab_size(l.tp)) / l.tp * C;
+  const double positions =
+      mc.position_embedding_type == model::Position::learned ? static_cast<double>(mc.max_position_embeddings) * C : 0.0;
+  const double head_elems = mc.tied() ? 0.0 : vocab, emb_elems = vocab + positions;
+  const double L = static_cast<double>(mc.num_layers);
+  const double block_elems = std::max(0.0, (P - head_elems - emb_elems) / L);
+  std::vector<std::pair<double, double>> units;
+  units.emplace_back(bwd(bc.head_forward()), head_elems);
+  for (int64_t b = 0; b < mc.num_layers; ++b) units.emplace_back(bwd(bc.block_forward()) + last.recompute / L, block_elems);
+  units.emplace_back(bwd(bc.embedding_forward()), emb_elems);
+  double sum = 0;
+  for (const auto& u : units) sum += u.first;
+  for (auto& u : units) u.first *= sum > 0 ? last_backward / sum : 0;
+  const double bucket = l.ddp_bucket_size > 0 ? static_cast<double>(l.ddp_bucket_size)
+                                              : std::max(40e6, 1e6 * static_cast<double>(l.dp));
+  return bucketed_exposure(units, bucket, reduce);
+}
+
+}  // namespace
+
+Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Precision& p, const StageMemory* memory) {
+  validate_layout(job, l, c.num_devices);
+  if (c.data_centers > 1 && l.dp % c.data_centers != 0)
+    fail("data-parallel size {} does not split over --data-centers {} (each data centre holds whole replicas)", l.dp,
+         c.data_centers);
+  Estimate e;
+  e.layout = l;
+  e.memory = memory ? *memory : peak_memory(job, l, p, &c.device);
+  if (e.memory.total() > c.device.memory_bytes) {
+    e.fits = false;
+    e.why_not = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB on {} ({})", e.memory.stage,
+                            e.memory.total() / 1073741824.0, c.device.memory_bytes / 1073741824.0, c.device.key,
+                            describe(e.memory));
+  }
+
+  const BlockCosts bc(job, l, c, p);
+  const parallel::PipelineLayout pl = pipeline_layout(job, l);
+  const ChunkCosts cost = chunk_costs(job, l, c, p, bc, pl);
   const int64_t m = l.microbatches(job);
   // Neighbouring stages are world / PP ranks apart (PP is the outermost grid dimension); each transfer
   // has one NIC.
   const Link pp_link = link_for(c, l.pp > 1 ? 2 * (c.num_devices / l.pp) : 1, c.devices_per_node);
   const double p2p = bc.p2p_bytes() / pp_link.bw + pp_link.lat;
-  double makespan = 0;
   int busiest = 0;
   std::vector<double> busy(l.pp, 0.0);
   for (int s = 0; s < l.pp; ++s)
     for (const ChunkCost& cc : cost[s]) busy[s] += static_cast<double>(m) * (cc.forward + cc.backward_input + cc.backward_weight);
   for (int s = 1; s < l.pp; ++s)
     if (busy[s] > busy[busiest]) busiest = s;
-  if (l.pp == 1) {
-    makespan = busy[0];
-  } else {
-    const parallel::ScheduleConfig sc = schedule_config(job, l, pl.chunks);
-    const parallel::SimResult sim = parallel::simulate(
-        parallel::make_schedule(sc),
-        [&](int stage, const parallel::Action& a) {
-          const ChunkCost& cc = cost[stage][a.chunk];
-          switch (a.kind) {
-            case parallel::ActionKind::forward: return cc.forward;
-            case parallel::ActionKind::backward: return cc.backward_input + cc.backward_weight;
-            case parallel::ActionKind::backward_input: return cc.backward_input;
-            case parallel::ActionKind::backward_weight: return cc.backward_weight;
-            default: return 0.0;
-          }
-        },
-        p2p);
-    CLAW_CHECK(sim.deadlock_free, "schedule {} deadlocks: {}", parallel::to_string(sc.kind), sim.describe());
-    makespan = sim.makespan;
-  }
+  const double makespan = pipeline_makespan(job, l, pl, cost, busy, busiest, p2p);
   StepTime& t = e.time;
   for (const ChunkCost& cc : cost[busiest]) {
     const double mm = static_cast<double>(m);
@@ -320,130 +455,28 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   }
   t.bubble = makespan - busy[busiest];
 
-  // Data parallelism over the busiest stage's parameters: the dense ones are
-  // replicated over dp x cp (the CP ranks hold other tokens of the samples);
-  // under expert parallelism the experts only over the expert-data-parallel
-  // ranks, a collective of their own (the two overlap nothing here: summed).
+  // Data parallelism over the busiest stage's parameters.
   const model::ModelConfig& mc = job.model;
   double expert_elems = 0;
   if (mc.moe.enabled() && l.expert_region())
     expert_elems = static_cast<double>(mc.moe.num_moe_layers(mc.num_layers)) / l.pp * mc.moe.num_experts / l.ep *
                    static_cast<double>(mc.moe_ffn()) * mc.hidden_size * (mc.mlp == model::Mlp::swiglu ? 3 : 2);
   const double P = static_cast<double>(e.memory.param_elements) - expert_elems;
-  const int reps = l.dp * l.cp;
-  const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp);
-  const double grad_bytes = P * p.grad_bytes, param_bytes = P * p.param_bytes;
-  double reduce = 0, gather = 0, diloco_outer = 0;
-  // Bytes this rank sends between nodes per step (Device::network_cpu_s_per_byte):
-  // of a ring over `ranks` members `stride` apart, the share of hops that
-  // leave a node (one per node boundary) times the bytes each rank sends.
-  // Bytes across the long haul cost their CPU time while the rank waits on
-  // the slower link anyway: only what exceeds that wait (haul_wait) counts.
-  double net_bytes = 0, haul_bytes = 0, haul_wait = 0;
-  const auto between_nodes = [&](double sent, int ranks, int stride) {
-    const double span = static_cast<double>(ranks) * stride;
-    if (ranks <= 1 || span <= c.devices_per_node) return 0.0;
-    return sent * std::min(1.0, span / c.devices_per_node / ranks);
-  };
-  if (reps > 1) {
-    if (c.data_centers > 1) {
-      const int local = reps / c.data_centers;
-      const Link in = link_for(c, l.tp * local, l.tp);
-      const double ranks_per_dc = static_cast<double>(c.num_devices) / c.data_centers, n = c.data_centers;
-      // What one data centre sends across per step, each way: hierarchical
-      // reduction all-reduces every rank's 1/local block of the gradients
-      // across (a ring of n, one rank per centre); flat data parallelism
-      // runs claw's ring over all reps ranks, ordered by centre, so a
-      // centre's last rank sends (reps - 1)/reps of the buffer across per
-      // ring pass: two for the gradients' all-reduce, one more for ZeRO's
-      // parameter all-gather (2.25x the hierarchical bytes at 4 ranks in 2
-      // centres, measured in bench/RESULTS.md "Across data centres"). Each
-      // pass's chunks cross (reps - 1) hops in turn, n of every reps of them
-      // long-haul ones, so a pass waits (reps - 1) n / reps one-way delays.
-      const double R = reps, passes = l.zero_stage >= 1 ? 3 : 2;
-      const double crossing = l.flat_across_data_centers
-                                  ? (R - 1) / R * (2 * grad_bytes + (l.zero_stage >= 1 ? param_bytes : 0))
-                                  : ranks_per_dc * 2 * (n - 1) / n * grad_bytes / local;
-      const double latency = l.flat_across_data_centers ? passes * (R - 1) * n / R * c.inter_dc_rtt / 2
-                                                        : (n - 1) * c.inter_dc_rtt;
-      const double inter = crossing / c.inter_dc_bandwidth + latency;
-      if (l.diloco_inner_steps > 0) {
-        // DiLoCo: the outer step's deltas (fp32 all-reduced, or packed to
-        // b bits + a 4-byte scale per block and all-gathered: n/2 x (b + 32 /
-        // block)/32 of the bytes), once per H steps, waited for.
-        const double packed = l.diloco_delta_bits < 32
-                                  ? n / 2 * (l.diloco_delta_bits + 32.0 / parallel::kDeltaBlock) / 32
-                                  : 1.0;
-        diloco_outer = (crossing * packed / c.inter_dc_bandwidth + (n - 1) * c.inter_dc_rtt) /
-                       static_cast<double>(l.diloco_inner_steps);
-        reduce = ring_gather(grad_bytes, local, in.bw, in.lat);
-        haul_bytes = crossing / ranks_per_dc * packed / static_cast<double>(l.diloco_inner_steps);
-        haul_wait = diloco_outer;
-      } else {
-        reduce = ring_gather(grad_bytes, local, in.bw, in.lat) + inter;
-        t.inter_dc = inter;
-        haul_bytes = crossing / ranks_per_dc;
-        haul_wait = inter;
-      }
-      const double gathered = l.zero_stage >= 1 ? param_bytes : grad_bytes, nl = local;
-      gather = ring_gather(gathered, local, in.bw, in.lat);
-      net_bytes += between_nodes((nl - 1) / nl * (grad_bytes + gathered), local, l.tp);
-    } else if (l.zero_stage == 0) {
-      reduce = ring_all_reduce(grad_bytes, reps, dp_link.bw, dp_link.lat);
-      net_bytes += between_nodes(2.0 * (reps - 1) / reps * grad_bytes, reps, l.tp);
-    } else {
-      reduce = ring_gather(grad_bytes, reps, dp_link.bw, dp_link.lat);
-      gather = ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
-      net_bytes += between_nodes((reps - 1.0) / reps * (grad_bytes + param_bytes), reps, l.tp);
-    }
-  }
-  if (const int edp = l.expert_dp(); expert_elems > 0 && edp > 1) {
-    const Link edp_link = link_for(c, l.world() / l.pp, l.expert_tp() * l.ep);
-    const double eg = expert_elems * p.grad_bytes, ep_bytes = expert_elems * p.param_bytes;
-    if (l.zero_stage == 0) {
-      reduce += ring_all_reduce(eg, edp, edp_link.bw, edp_link.lat);
-    } else {
-      reduce += ring_gather(eg, edp, edp_link.bw, edp_link.lat);
-      gather += ring_gather(ep_bytes, edp, edp_link.bw, edp_link.lat);
-    }
-  }
-  t.dp_comm_total = reduce + gather;
-  const ChunkCost& last = cost[busiest].back();
+  const DpComm d = data_parallel_comm(l, c, p, P, expert_elems);
+  t.inter_dc = d.inter_dc;
+  t.dp_comm_total = d.reduce + d.gather;
   const ChunkCost& first = cost[busiest].front();
-  const double last_backward = last.backward_input + last.backward_weight;
-  double exposed_reduce = reduce;
-  if (l.overlap_grad_reduce && l.pp == 1 && pl.chunks == 1 && l.zero_stage <= 1 && reduce > 0) {
-    // Units as backward meets them, each's time from its forward parts, scaled to the chunk's backward.
-    const auto bwd = [](const PassCost& f) { return 2 * (f.gemm + f.elementwise) + f.tp + 2 * f.cp + f.ep; };
-    const double C = static_cast<double>(mc.hidden_size);
-    const double vocab = static_cast<double>(mc.padded_vocab_size(l.tp)) / l.tp * C;
-    const double positions = mc.position_embedding_type == model::Position::learned
-                                 ? static_cast<double>(mc.max_position_embeddings) * C
-                                 : 0.0;
-    const double head_elems = mc.tied() ? 0.0 : vocab, emb_elems = vocab + positions;
-    const double L = static_cast<double>(mc.num_layers);
-    const double block_elems = std::max(0.0, (P - head_elems - emb_elems) / L);
-    std::vector<std::pair<double, double>> units;
-    units.emplace_back(bwd(head), head_elems);
-    for (int64_t b = 0; b < mc.num_layers; ++b) units.emplace_back(bwd(block) + last.recompute / L, block_elems);
-    units.emplace_back(bwd(emb), emb_elems);
-    double sum = 0;
-    for (const auto& u : units) sum += u.first;
-    for (auto& u : units) u.first *= sum > 0 ? last_backward / sum : 0;
-    const double bucket = l.ddp_bucket_size > 0 ? static_cast<double>(l.ddp_bucket_size)
-                                                : std::max(40e6, 1e6 * static_cast<double>(l.dp));
-    exposed_reduce = bucketed_exposure(units, bucket, reduce);
-  } else if (l.overlap_grad_reduce) {
-    exposed_reduce = std::max(0.0, reduce - last_backward);
-  }
+  const double exposed_reduce = exposed_grad_reduce(job, l, pl, bc, cost[busiest].back(), d.reduce, P);
   const double hide_gather = l.overlap_param_gather || (l.overlap_grad_reduce && l.zero_stage >= 1) ? first.forward : 0;
-  t.dp_comm = exposed_reduce + std::max(0.0, gather - hide_gather) + diloco_outer;
-  if (diloco_outer > 0) {
-    t.dp_comm_total += diloco_outer;
-    t.inter_dc = diloco_outer;
+  t.dp_comm = exposed_reduce + std::max(0.0, d.gather - hide_gather) + d.diloco_outer;
+  if (d.diloco_outer > 0) {
+    t.dp_comm_total += d.diloco_outer;
+    t.inter_dc = d.diloco_outer;
   }
+  const int reps = l.dp * l.cp;
   if (l.zero_stage >= 3 && reps > 1) {  // parameters gathered for every micro-batch's forward and backward
-    const double per_mb = 2 * ring_gather(param_bytes, reps, dp_link.bw, dp_link.lat);
+    const Link dp_link = link_for(c, l.tp * l.cp * l.dp, l.tp);
+    const double per_mb = 2 * ring_gather(P * p.param_bytes, reps, dp_link.bw, dp_link.lat);
     t.dp_comm_total += static_cast<double>(m) * per_mb;
     const double hidden = l.overlap_param_gather ? first.forward + first.backward_input : 0;
     t.dp_comm += static_cast<double>(m) * std::max(0.0, per_mb - hidden);
@@ -454,8 +487,8 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   const double per_elem = p.grad_bytes + 2 * std::max(p.master_bytes, 4.0) + 4 * p.moment_bytes +
                           (p.master_bytes > 0 ? p.param_bytes : 0);
   t.optimizer = shard * per_elem / c.device.memory_bandwidth;
-  t.network_cpu = net_bytes * c.device.network_cpu_s_per_byte +
-                  std::max(0.0, haul_bytes * c.device.network_cpu_s_per_byte - haul_wait);
+  t.network_cpu = d.net_bytes * c.device.network_cpu_s_per_byte +
+                  std::max(0.0, d.haul_bytes * c.device.network_cpu_s_per_byte - d.haul_wait);
   t.total = makespan + t.dp_comm + t.optimizer + t.network_cpu;
 
   const double tokens = static_cast<double>(job.global_batch_size * job.seq_length);
