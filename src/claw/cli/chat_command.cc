@@ -34,7 +34,7 @@ void write(const std::string& s) {
 }
 
 void run(const ChatArgs& a) {
-  InferenceModel m = load_inference_model(a.engine.model);
+  serve::InferenceModel m = serve::load_inference_model(a.engine.model);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
   const std::string name =
       a.chat_template.empty() ? data::default_chat_template(m.cfg.vocab_size) : a.chat_template;

@@ -16,7 +16,7 @@
 #include "claw/data/file_io.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/quant.h"
-#include "claw/cli/model_flags.h"
+#include "claw/model/config_flags.h"
 #include "claw/comm/group.h"
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
@@ -47,7 +47,7 @@ void save_one_rank(model::GPT& gpt, const std::string& root, int64_t iteration, 
                    nlohmann::json state) {
   comm::SelfGroup self("world");
   ckpt::Saver saver(self, {.root = root});
-  ckpt::SaveInfo info{.iteration = iteration, .model = model_flags_json(gpt.config()), .args = std::move(args),
+  ckpt::SaveInfo info{.iteration = iteration, .model = model::model_flags_json(gpt.config()), .args = std::move(args),
                       .state = std::move(state)};
   if (info.args.is_null()) info.args = nlohmann::json::object();
   if (info.state.is_null()) info.state = nlohmann::json::object();
@@ -112,7 +112,7 @@ struct Inspect {
                  st.value("consumed_train_samples", int64_t{0}), st.value("consumed_valid_samples", int64_t{0}),
                  st.value("optimizer_steps", int64_t{0}), st.value("seed", uint64_t{0}));
     if (!meta.model.empty()) {
-      const model::ModelConfig m = model_from_flags_json(meta.model, "checkpoint " + d);
+      const model::ModelConfig m = model::model_from_flags_json(meta.model, "checkpoint " + d);
       fmt::print("  model:      {}: {} layers, hidden {}, {} heads ({} KV groups), FFN {}, vocabulary {}, {}, {}, {}, "
                  "{} embeddings\n",
                  m.name, m.num_layers, m.hidden_size, m.num_attention_heads, m.kv_heads(), m.ffn(), m.vocab_size,
@@ -172,7 +172,7 @@ struct Export {
     if (!wt) fail("--type '{}': valid types are {}", type, kernels::kWeightTypeChoices);
     const std::string d = ckpt::resolve_load_dir(load, step);
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
-    const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    const model::ModelConfig cfg = model::model_from_flags_json(meta.model, "checkpoint " + d);
     if (format == "peft") {
       if (!cfg.lora.enabled())
         fail("--format peft writes LoRA adapters; {} has none (its model has no --lora-rank): export it with --format "
@@ -273,7 +273,7 @@ struct Import {
       from = hf_dir;
     } else {
       base_dir = ckpt::resolve_load_dir(base_load, -1, "claw ckpt import --format peft");
-      cfg = model_from_flags_json(ckpt::Metadata::read(base_dir).model, "checkpoint " + base_dir);
+      cfg = model::model_from_flags_json(ckpt::Metadata::read(base_dir).model, "checkpoint " + base_dir);
       if (cfg.lora.enabled())
         fail("--load {} holds LoRA adapters already; merge them first (claw ckpt merge-lora) or import over its base",
              base_dir);
@@ -322,7 +322,7 @@ struct Convert {
     if (!known) fail("--dtype '{}' is not one of f32, bf16, f16, fp8_e4m3, fp8_e5m2", dtype);
     const std::string d = ckpt::resolve_load_dir(load, step, "claw ckpt convert");
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
-    const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    const model::ModelConfig cfg = model::model_from_flags_json(meta.model, "checkpoint " + d);
     model::GPT gpt(cfg);
     std::vector<ckpt::Shard> shards = ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false});
     ckpt::load_shards(d, meta, shards);
@@ -357,7 +357,7 @@ struct MergeLora {
   void run() const {
     const std::string d = ckpt::resolve_load_dir(load, step, "claw ckpt merge-lora");
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
-    const model::ModelConfig cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+    const model::ModelConfig cfg = model::model_from_flags_json(meta.model, "checkpoint " + d);
     if (!cfg.lora.enabled()) fail("{} has no LoRA adapters (its model has no --lora-rank): nothing to merge", d);
     model::GPT with(cfg);
     std::vector<ckpt::Shard> shards = ckpt::collect_shards({&with.store()}, nullptr, {.optimizer = false});
@@ -390,7 +390,7 @@ std::string import_hf_checkpoint(const std::string& input, const std::string& sa
   ckpt::load_hf_params(gpt.params(), hf.tensors, input);
   comm::SelfGroup self("world");
   ckpt::Saver saver(self, {.root = save});
-  ckpt::SaveInfo info{.iteration = 0, .model = model_flags_json(cfg)};
+  ckpt::SaveInfo info{.iteration = 0, .model = model::model_flags_json(cfg)};
   info.args = {{"imported_from", input}};
   info.state = {{"consumed_train_samples", 0}, {"consumed_valid_samples", 0}, {"optimizer_steps", 0}};
   saver.save(ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false}), info);

@@ -11,7 +11,7 @@
 
 namespace claw::cli {
 
-EngineJob start_engine_job(InferenceModelOptions& model) {
+EngineJob start_engine_job(serve::InferenceModelOptions& model) {
   EngineJob job;
   job.world = comm::World::create({});
   log::set_rank(job.world->rank(), job.world->size());
@@ -35,7 +35,7 @@ serve::EngineConfig EngineJob::agree(serve::EngineConfig e) const {
   return e;
 }
 
-void add_model_flags(CLI::App& app, InferenceModelOptions& model) {
+void add_model_flags(CLI::App& app, serve::InferenceModelOptions& model) {
   app.add_option("--model,-m", model.path, "a claw checkpoint (root or iter_* directory), a Hugging Face directory or a GGUF file");
   app.add_option("--dtype", model.dtype,
                  "weights of the linear layers: auto (a GGUF file's type, else f32), f32, bf16, q8_0 or q4_0")
@@ -76,7 +76,7 @@ void add_sampling_flags(CLI::App& app, serve::SamplingParams& p) {
 
 CpuCtx EngineFlags::cpu() const { return CpuCtx{num_threads > 0 ? num_threads : kernels::default_num_threads()}; }
 
-serve::EngineConfig EngineFlags::resolve(const InferenceModel& m) const {
+serve::EngineConfig EngineFlags::resolve(const serve::InferenceModel& m) const {
   serve::EngineConfig e = engine;
   e.prefix_caching = !no_prefix_caching;
   serve::BlockPool::check_block_size(e.block_size);  // before sizing blocks by it

@@ -7,13 +7,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "claw/cli/inference_model.h"
+#include "claw/serve/inference_model.h"
 #include "claw/serve/engine.h"
 
 namespace claw::cli {
 
 struct EngineFlags {
-  InferenceModelOptions model;
+  serve::InferenceModelOptions model;
   serve::EngineConfig engine;
   std::string kv_cache_memory;  // --kv-cache-memory: a size; empty: a quarter of the available memory
   bool no_prefix_caching = false;
@@ -23,7 +23,7 @@ struct EngineFlags {
   void add_to(CLI::App& app);
   // The engine's configuration for a loaded model: the KV blocks the memory
   // budget holds, but no more than max_num_seqs full-length sequences need.
-  serve::EngineConfig resolve(const InferenceModel& m) const;
+  serve::EngineConfig resolve(const serve::InferenceModel& m) const;
   CpuCtx cpu() const;
 };
 
@@ -41,10 +41,10 @@ struct EngineJob {
   serve::EngineConfig agree(serve::EngineConfig e) const;
 };
 // Starts the job and points `model` at its groups.
-EngineJob start_engine_job(InferenceModelOptions& model);
+EngineJob start_engine_job(serve::InferenceModelOptions& model);
 
 // --model, --dtype, --ckpt-step and the tokenizer flags.
-void add_model_flags(CLI::App& app, InferenceModelOptions& model);
+void add_model_flags(CLI::App& app, serve::InferenceModelOptions& model);
 
 // --temperature, --top-k, --top-p, --min-p, --seed.
 void add_sampling_flags(CLI::App& app, serve::SamplingParams& p);

@@ -66,9 +66,9 @@ void run(const GenerateArgs& a) {
   if (given != 1) fail("give exactly one of --prompt TEXT, --prompt-file FILE (- for stdin), --prompt-tokens IDS");
   if (a.output_format != "text" && a.output_format != "json")
     fail("--output-format '{}' is not one of text, json", a.output_format);
-  InferenceModelOptions mo = a.engine.model;
+  serve::InferenceModelOptions mo = a.engine.model;
   const EngineJob job = start_engine_job(mo);
-  InferenceModel m = load_inference_model(mo);
+  serve::InferenceModel m = serve::load_inference_model(mo);
   log::info("generate", "loaded {}: {} layers, hidden {}, vocabulary {}; {}", m.source, m.cfg.num_layers,
             m.cfg.hidden_size, m.cfg.vocab_size, m.weights_summary());
   const CpuCtx cpu = a.engine.cpu();

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "claw/cli/engine_flags.h"
-#include "claw/cli/inference_model.h"
+#include "claw/serve/inference_model.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/data/file_io.h"
@@ -18,7 +18,7 @@ namespace claw::cli {
 namespace {
 
 struct PerplexityArgs {
-  InferenceModelOptions model;
+  serve::InferenceModelOptions model;
   std::string text_file, output_format = "text";
   int64_t ctx_size = 256, chunks = 0;
   int num_threads = 0;
@@ -30,7 +30,7 @@ struct PerplexityArgs {
     if (ctx_size < 2) fail("--ctx-size {}: a window needs at least 2 tokens", ctx_size);
     if (chunks < 0) fail("--chunks {}: give 0 (all windows) or a positive count", chunks);
     const CpuCtx cpu{num_threads > 0 ? num_threads : kernels::default_num_threads()};
-    InferenceModel m = load_inference_model(model);
+    serve::InferenceModel m = serve::load_inference_model(model);
     log::info("perplexity", "loaded {}: {}", m.source, m.weights_summary());
     if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
     const std::string text = data::read_file(text_file, "--text-file");

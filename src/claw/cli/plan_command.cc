@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "claw/cli/flags.h"
-#include "claw/cli/model_flags.h"
+#include "claw/model/config_flags.h"
 #include "claw/cli/train_command.h"
 #include "claw/ckpt/checkpoint.h"
 #include "claw/ckpt/format.h"
@@ -71,7 +71,7 @@ std::vector<int64_t> parse_layer_list(const std::string& flag, const std::string
 
 const std::vector<F>& plan_flags() {
   using A = PlanArgs;
-  static const std::vector<F> flags = concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }), {
+  static const std::vector<F> flags = concat(model::model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }), {
       int_flag<A>("seq-length", "tokens per sequence (default: the model's max-position-embeddings)",
                   [](A& a) -> auto& { return a.seq_length; }),
       int_flag<A>("global-batch-size", "sequences per optimizer step", [](A& a) -> auto& { return a.global_batch_size; }),

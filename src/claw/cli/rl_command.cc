@@ -5,7 +5,7 @@
 #include "claw/ckpt/checkpoint.h"
 #include "claw/cli/ckpt_command.h"
 #include "claw/cli/flags.h"
-#include "claw/cli/model_flags.h"
+#include "claw/model/config_flags.h"
 #include "claw/cli/train_args.h"
 #include "claw/comm/world.h"
 #include "claw/core/log.h"
@@ -140,7 +140,7 @@ struct RlCommand {
     std::string resolved = fmt::format("resolved config (model preset: {}):\n", args.model.name);
     for (const R& f : rl_flags()) resolved += fmt::format("  {:<36} {}\n", f.name, f.get(args));
     log::info("rl", "{}", resolved);
-    args.ckpt.model_flags = model_flags_json(args.model);
+    args.ckpt.model_flags = model::model_flags_json(args.model);
     for (const R& f : rl_flags()) args.ckpt.args[f.name] = f.get(args);
     args.ckpt.args["model"] = args.model.name;
     rl::run_rl({.model = args.model, .train = args.train, .lr = args.lr, .adam = args.adam, .data = args.data,

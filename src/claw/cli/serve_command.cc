@@ -40,10 +40,10 @@ void run(ServeArgs& a) {
   // Under mpirun: ranks > 0 hold their slices of the model and run rank 0's
   // steps until its engine stops (SIGTERM reaches them too, blocked: they
   // end when rank 0 has drained).
-  InferenceModelOptions mo = a.engine.model;
+  serve::InferenceModelOptions mo = a.engine.model;
   const EngineJob job = start_engine_job(mo);
   if (!job.leader()) {
-    InferenceModel m = load_inference_model(mo);
+    serve::InferenceModel m = serve::load_inference_model(mo);
     serve::Engine follower(*m.gpt, a.engine.cpu(), job.agree(a.engine.resolve(m)));
     follower.follow();
     return;
@@ -51,7 +51,7 @@ void run(ServeArgs& a) {
   serve::HttpServer http(a.server);
   http.start();
   log::info("serve", "listening on http://{}:{} (/health is 503 until the model is loaded)", a.server.host, http.port());
-  InferenceModel m = load_inference_model(mo);
+  serve::InferenceModel m = serve::load_inference_model(mo);
   const serve::EngineConfig ecfg = job.agree(a.engine.resolve(m));
   serve::AsyncEngine engine(*m.gpt, a.engine.cpu(), ecfg);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);

@@ -15,7 +15,7 @@
 #include "claw/ckpt/hf.h"
 #include "claw/cli/ckpt_command.h"
 #include "claw/cli/flags.h"
-#include "claw/cli/model_flags.h"
+#include "claw/model/config_flags.h"
 #include "claw/cli/train_args.h"
 #include "claw/comm/world.h"
 #include "claw/core/error.h"
@@ -376,8 +376,8 @@ std::vector<F> checkpoint_flags() {
 const std::vector<F>& train_flags() {
   using A = TrainArgs;
   static const std::vector<F> flags = [] {
-    std::vector<F> all = concat(model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }),
-                                fp8_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }));
+    std::vector<F> all = concat(model::model_shape_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }),
+                                model::fp8_flags<A>([](A& a) -> model::ModelConfig& { return a.model; }));
     for (const auto& group : {training_flags(), resilience_flags(), run_flags(), optimizer_flags(), data_flags(),
                               parallelism_flags(), checkpoint_flags()})
       all = concat(std::move(all), group);
@@ -503,7 +503,7 @@ void use_weights_model(TrainArgs& a, const GivenFlags& given, const std::string&
     if (!a.ckpt.load.empty()) fail("--load-hf and --load both name weights to start from; give one");
     const model::ModelConfig hf =
         ckpt::model_from_hf_config(ckpt::read_hf_config(a.ckpt.load_hf, "--load-hf"), a.ckpt.load_hf + "/config.json");
-    a.model = model_over_weights(hf, a.model, given, preset, "--load-hf " + a.ckpt.load_hf);
+    a.model = model::model_over_weights(hf, a.model, given, preset, "--load-hf " + a.ckpt.load_hf);
     return;
   }
   const std::optional<std::string> dir = checkpoint_to_load(a.ckpt);
@@ -512,13 +512,13 @@ void use_weights_model(TrainArgs& a, const GivenFlags& given, const std::string&
   try {
     const ckpt::Metadata meta = ckpt::Metadata::read(*dir);
     if (!meta.model.is_object() || meta.model.empty()) return;  // a checkpoint from before models were recorded
-    recorded = model_from_flags_json(meta.model, "checkpoint " + *dir);
+    recorded = model::model_from_flags_json(meta.model, "checkpoint " + *dir);
   } catch (const Error& e) {  // unreadable: the loader reports it (or falls back) in its turn
     log::warn("train", "--load {}: the model recorded in {} is unreadable ({}); the flags' model is used", a.ckpt.load,
               *dir, e.what());
     return;
   }
-  a.model = model_over_weights(recorded, a.model, given, preset, "checkpoint " + *dir);
+  a.model = model::model_over_weights(recorded, a.model, given, preset, "checkpoint " + *dir);
 }
 
 // Rank 0 writes the directory as a one-rank claw checkpoint (under --save,
@@ -595,7 +595,7 @@ struct TrainCommand {
     std::unique_ptr<comm::World> world = launch(args, *binder);
     if (!args.ckpt.load_hf.empty()) import_hf_for_finetune(args, *world);
     log::info("train", "{}", resolved_config(args));
-    args.ckpt.model_flags = model_flags_json(args.model);
+    args.ckpt.model_flags = model::model_flags_json(args.model);
     for (const F& f : train_flags()) args.ckpt.args[f.name] = f.get(args);
     args.ckpt.args["model"] = args.model.name;
     train::Trainer trainer(args.model, args.train, args.lr, args.adam, args.data, args.parallel, *world, args.ckpt);
@@ -628,7 +628,7 @@ struct EvalCommand {
     const std::string dir = ckpt::resolve_load_dir(args.ckpt.load, args.ckpt.ckpt_step);
     const ckpt::Metadata meta = ckpt::Metadata::read(dir);
     // The checkpoint's model; the command line's flags for the rest.
-    args.model = model_over_weights(model_from_flags_json(meta.model, "checkpoint " + dir), args.model,
+    args.model = model::model_over_weights(model::model_from_flags_json(meta.model, "checkpoint " + dir), args.model,
                                     [&](const std::string& f) { return binder->given(f); }, "", "checkpoint " + dir);
     args.ckpt.load = dir;
     args.ckpt.ckpt_step = -1;

@@ -1,4 +1,4 @@
-#include "claw/cli/inference_model.h"
+#include "claw/serve/inference_model.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -9,14 +9,14 @@
 #include "claw/ckpt/format.h"
 #include "claw/ckpt/hf.h"
 #include "claw/ckpt/shards.h"
-#include "claw/cli/model_flags.h"
+#include "claw/model/config_flags.h"
 #include "claw/core/error.h"
 #include "claw/ckpt/gguf_model.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/gpt2_bpe.h"
 #include "claw/kernels/cpu/blas.h"
 
-namespace claw::cli {
+namespace claw::serve {
 namespace {
 
 namespace fs = std::filesystem;
@@ -51,7 +51,7 @@ std::string dir_name(const fs::path& p) {
 void load_claw(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerOptions& tok) {
   const std::string d = ckpt::resolve_load_dir(o.path, o.step, "--model");
   const ckpt::Metadata meta = ckpt::Metadata::read(d);
-  m.cfg = model_from_flags_json(meta.model, "checkpoint " + d);
+  m.cfg = model::model_from_flags_json(meta.model, "checkpoint " + d);
   m.cfg.hidden_dropout = 0;
   m.gpt = make_model(o, m);
   const std::vector<ckpt::Shard> shards = ckpt::collect_shards({&m.gpt->store()}, nullptr, {.optimizer = false});
@@ -180,4 +180,4 @@ InferenceModel load_inference_model(const InferenceModelOptions& o) {
   return m;
 }
 
-}  // namespace claw::cli
+}  // namespace claw::serve

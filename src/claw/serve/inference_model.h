@@ -1,4 +1,5 @@
-// The model and tokenizer that `claw generate`, `claw chat` and `claw serve`
+// The model and tokenizer that `claw generate`, `claw chat`, `claw serve`,
+// `claw perplexity` (and any tool that runs a trained model)
 // run, from whatever the user points --model at:
 //
 //   a claw checkpoint   a root with iter_* directories (the latest, or
@@ -33,7 +34,7 @@
 #include "claw/model/gpt.h"
 #include "claw/model/tensor_parallel.h"
 
-namespace claw::cli {
+namespace claw::serve {
 
 struct InferenceModelOptions {
   std::string path;       // --model
@@ -63,4 +64,4 @@ struct InferenceModel {
 
 InferenceModel load_inference_model(const InferenceModelOptions& o);
 
-}  // namespace claw::cli
+}  // namespace claw::serve

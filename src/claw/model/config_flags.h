@@ -1,6 +1,7 @@
-// The model-shape flags (Megatron's spelling), shared by the commands that
-// take a model: `claw train` and `claw plan`. Each overrides a field of the
-// --model preset's ModelConfig.
+// The model's flags (Megatron's spelling): one table that `claw train`,
+// `claw plan` and `claw rl` bind to their command lines (each flag overrides
+// a field of the --model preset's ModelConfig), and that a checkpoint's
+// metadata records the model in ({flag: value}), read back by every loader.
 #pragma once
 
 #include <set>
@@ -9,33 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "claw/cli/flags.h"
+#include "claw/core/flag.h"
 #include "claw/core/error.h"
 #include "claw/model/config.h"
 
-namespace claw::cli {
+namespace claw::model {
 
-// A list flag's value: names separated by commas or spaces, and back.
-inline std::vector<std::string> split_names(const std::string& v) {
-  std::vector<std::string> out;
-  std::string w;
-  for (char c : v + ",") {
-    if (c == ',' || c == ' ') {
-      if (!w.empty()) out.push_back(w);
-      w.clear();
-    } else {
-      w += c;
-    }
-  }
-  return out;
-}
-inline std::string join_names(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& w : names) s += (s.empty() ? "" : ",") + w;
-  return s;
-}
-
-// cfg_of: Args& -> model::ModelConfig& (the config the flags write).
+// cfg_of: Args& -> ModelConfig& (the config the flags write).
 template <typename A, typename Get>
 std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
   using F = Flag<A>;
@@ -56,26 +37,26 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
                   [cfg_of](A& a) -> auto& { return cfg_of(a).max_position_embeddings; }),
       F{"normalization", "LayerNorm or RMSNorm", false,
         [cfg_of](A& a, const std::string& v) {
-          if (v == "LayerNorm") cfg_of(a).normalization = model::Norm::layernorm;
-          else if (v == "RMSNorm") cfg_of(a).normalization = model::Norm::rmsnorm;
+          if (v == "LayerNorm") cfg_of(a).normalization = Norm::layernorm;
+          else if (v == "RMSNorm") cfg_of(a).normalization = Norm::rmsnorm;
           else fail("--normalization '{}' is not one of: LayerNorm, RMSNorm", v);
         },
-        [cfg_of](const A& a) { return std::string(model::to_string(cfg_of(const_cast<A&>(a)).normalization)); }, "{LayerNorm,RMSNorm}"},
+        [cfg_of](const A& a) { return std::string(to_string(cfg_of(const_cast<A&>(a)).normalization)); }, "{LayerNorm,RMSNorm}"},
       double_flag<A>("norm-epsilon", "epsilon of the norms", [cfg_of](A& a) -> auto& { return cfg_of(a).norm_epsilon; }),
       F{"position-embedding-type", "learned_absolute or rope", false,
         [cfg_of](A& a, const std::string& v) {
-          if (v == "learned_absolute") cfg_of(a).position_embedding_type = model::Position::learned;
-          else if (v == "rope") cfg_of(a).position_embedding_type = model::Position::rope;
+          if (v == "learned_absolute") cfg_of(a).position_embedding_type = Position::learned;
+          else if (v == "rope") cfg_of(a).position_embedding_type = Position::rope;
           else fail("--position-embedding-type '{}' is not one of: learned_absolute, rope", v);
         },
-        [cfg_of](const A& a) { return std::string(model::to_string(cfg_of(const_cast<A&>(a)).position_embedding_type)); },
+        [cfg_of](const A& a) { return std::string(to_string(cfg_of(const_cast<A&>(a)).position_embedding_type)); },
         "{learned_absolute,rope}"},
       double_flag<A>("rotary-base", "RoPE theta", [cfg_of](A& a) -> auto& { return cfg_of(a).rotary_base; }),
       F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
         [cfg_of](A& a, const std::string& v) {
-          cfg_of(a).mlp = parse_bool("swiglu", v) ? model::Mlp::swiglu : model::Mlp::gelu;
+          cfg_of(a).mlp = parse_bool("swiglu", v) ? Mlp::swiglu : Mlp::gelu;
         },
-        [cfg_of](const A& a) { return std::string(cfg_of(const_cast<A&>(a)).mlp == model::Mlp::swiglu ? "true" : "false"); }},
+        [cfg_of](const A& a) { return std::string(cfg_of(const_cast<A&>(a)).mlp == Mlp::swiglu ? "true" : "false"); }},
       switch_flag<A>("disable-bias-linear", "no biases in linear layers",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).add_bias_linear; }, false),
       switch_flag<A>("untie-embeddings-and-output-weights", "separate output-layer weights",
@@ -175,20 +156,20 @@ std::vector<Flag<A>> fp8_flags(Get cfg_of) {
 
 // A model's shape as {flag: value} (what a checkpoint records in its "model"
 // section, with the preset name under "model"), and back.
-inline const std::vector<Flag<model::ModelConfig>>& model_config_flags() {
-  using M = model::ModelConfig;
+inline const std::vector<Flag<ModelConfig>>& model_config_flags() {
+  using M = ModelConfig;
   static const std::vector<Flag<M>> flags = model_shape_flags<M>([](M& m) -> M& { return m; });
   return flags;
 }
-inline nlohmann::json model_flags_json(const model::ModelConfig& m) {
+inline nlohmann::json model_flags_json(const ModelConfig& m) {
   nlohmann::json j = {{"model", m.name}};
   for (const auto& f : model_config_flags()) j[f.name] = f.get(m);
   return j;
 }
 // `context` names the source in errors (e.g. "checkpoint DIR").
-inline model::ModelConfig model_from_flags_json(const nlohmann::json& j, const std::string& context) {
+inline ModelConfig model_from_flags_json(const nlohmann::json& j, const std::string& context) {
   if (!j.is_object() || j.empty()) fail("{}: no model configuration recorded", context);
-  model::ModelConfig m;
+  ModelConfig m;
   if (j.contains("model") && j["model"].is_string()) m.name = j["model"].get<std::string>();
   for (const auto& f : model_config_flags()) {
     if (!j.contains(f.name)) {
@@ -224,9 +205,9 @@ inline bool is_architecture_flag(const std::string& name) {
 // weights: the error names both values. Fields no model flag covers (--bf16's
 // product dtype) stay as given.
 template <typename WasGiven>
-model::ModelConfig model_over_weights(const model::ModelConfig& weights, const model::ModelConfig& given,
+ModelConfig model_over_weights(const ModelConfig& weights, const ModelConfig& given,
                                       WasGiven was_given, const std::string& preset, const std::string& source) {
-  model::ModelConfig m = given;
+  ModelConfig m = given;
   for (const auto& f : model_config_flags()) {
     const std::string have = f.get(weights);
     if (is_architecture_flag(f.name)) {
@@ -248,10 +229,4 @@ model::ModelConfig model_over_weights(const model::ModelConfig& weights, const m
   return m;
 }
 
-template <typename T>
-std::vector<T> concat(std::vector<T> a, const std::vector<T>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-}  // namespace claw::cli
+}  // namespace claw::model
