@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Every flag of `claw train` and `claw rl` applies or is refused.
+"""Every flag of `claw train`, `rl`, `eval`, `generate` and `serve` applies or
+is refused.
 
 For each flag of the command's resolved configuration (the table it prints
-before allocating anything) the test gives a value other than the default,
-alone on top of a small run (--train-iters 0), and requires one of:
+before it runs: train and rl before allocating anything, eval once the
+checkpoint's model is read, generate and serve once the model is loaded)
+the test gives a value other than the default, alone on top of a small run
+(train: --train-iters 0; eval, generate, serve: a one-layer checkpoint the
+test trains first; serve is stopped once it has printed it), and requires
+one of:
   - the run starts and its printed configuration shows the value given (so
     the value reached the configuration the command runs, and was not lost
     on the way, as --lora-rank once was under --load-hf); or
   - the command refuses it with a one-line `claw: error:` naming the flag,
     exit code 1 or 2, before any step.
-A flag that is accepted but printed with another value fails the test.
+A flag that is accepted but printed with another value fails the test, and
+so does a flag of the command's --help that its configuration does not show.
 
-    flags_apply.py CLAW_BINARY train|rl
+    flags_apply.py CLAW_BINARY train|rl|eval|generate|serve
 """
 import concurrent.futures
 import json
@@ -20,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 
 # Values for flags whose alternatives cannot be derived from the default
 # (choices of a string, or a file the flag names).
@@ -34,13 +41,49 @@ CHOICES = {
     "pipeline-schedule": "gpipe", "cp-comm-type": "a2a", "parallel-order": "tp-dp-cp-ep-pp",
     "chat-template": "chatml", "task": "add", "hidden-dropout": "0.1", "lora-dropout": "0.1",
     "rollout-server-host": "0.0.0.0", "loss-agg-mode": "seq-mean-token-mean",
+    "dtype": "bf16", "kv-cache-dtype": "bf16", "kv-cache-memory": "64MiB", "output-format": "json",
+    "prompt": "c d", "prompt-tokens": "1,2,3", "stop": "zz", "host": "127.0.0.2", "api-key": "k",
+    "max-body-size": "1MiB", "served-model-name": "m2",
 }
 # Flags that name something to read or write: a path made for the test.
 PATHS = {"metrics-file": "m.jsonl", "tensorboard-dir": "tb", "peak-cache-dir": "peak", "save": "ck",
          "data-cache-path": "cache", "data-dir": "nodata", "load": "noload", "load-hf": "nohf",
          "data-path": "nodata/x", "vocab-file": "nodata/vocab.json", "merge-file": "nodata/merges.txt",
          "tokenizer-model": "nodata/tok.model", "prompt-data": "prompts2.jsonl", "eval-prompt-data": "prompts2.jsonl",
-         "env-url": "http://127.0.0.1:9/", "reward-file": "nodata/r.py"}
+         "env-url": "http://127.0.0.1:9/", "reward-file": "nodata/r.py", "prompt-file": "prompt.txt",
+         "logits-file": "logits.st", "grads-file": "grads.st"}
+# Flags of a command's --help that its printed configuration need not show:
+# the help, the config file and test hooks, and train's preset (named in the
+# configuration's title).
+NOT_PRINTED = {"help", "config", "test-fault", "model"}
+# Flags printed as "(set)", not their value.
+SECRETS = {"api-key"}
+
+
+def help_flags(claw, command, env):
+    out = subprocess.run([claw, command, "--help"], capture_output=True, text=True, env=env).stdout
+    return {m.group(1) for m in re.finditer(r"^\s+(?:-\w,)?--([a-z0-9-]+)", out, re.M)}
+
+
+def run_until_config(args, env, cwd, timeout=300):
+    """A server: run until its configuration is printed, then SIGTERM it.
+    (exit code, output); the code is 0 when it was stopped by the test."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    out, inside, stopped = [], False, False
+    for line in p.stdout:
+        out.append(line)
+        if "resolved config" in line:
+            inside = True
+        elif inside and not line.startswith("  "):
+            p.terminate()
+            stopped = True
+            break
+    p.stdout.close()
+    code = p.wait()
+    timer.cancel()
+    return (0 if stopped else code), "".join(out)
 
 
 def config(out):
@@ -97,19 +140,40 @@ def main():
     # A one-layer model: each run builds it (and its optimizer) before step 0.
     common = ["--train-iters", "0", "--num-threads", "1", "--micro-batch-size", "2", "--seq-length", "64",
               "--eval-interval", "0", "--num-layers", "1", "--hidden-size", "64"]
+    with open(os.path.join(tmp, "prompt.txt"), "w") as f:
+        f.write("e f")
     base = [claw, command, *common]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if command == "rl":
         base += ["--model", "gpt2-tiny", "--prompt-data", os.path.join(tmp, "prompts.jsonl"),
                  "--global-batch-size", "8", "--num-generations", "4", "--max-new-tokens", "4"]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    r = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp)
-    defaults = config(r.stdout + r.stderr)
-    if r.returncode != 0 or not defaults:
-        sys.exit(f"the base run failed (exit {r.returncode}):\n{(r.stdout + r.stderr)[-2000:]}")
+    elif command in ("eval", "generate", "serve"):
+        ck = os.path.join(tmp, "base")
+        t = subprocess.run([claw, "train", *common, "--train-iters", "1", "--save", ck], capture_output=True,
+                           text=True, env=env, cwd=tmp)
+        if t.returncode != 0:
+            sys.exit(f"training the checkpoint failed:\n{(t.stdout + t.stderr)[-2000:]}")
+        base = {"eval": [claw, "eval", "--load", ck, "--eval-iters", "1", "--micro-batch-size", "2",
+                         "--seq-length", "64", "--num-threads", "1"],
+                "generate": [claw, "generate", "--model", ck, "--prompt", "a b", "--max-tokens", "2",
+                             "--num-threads", "1"],
+                "serve": [claw, "serve", "--model", ck, "--port", "0", "--num-threads", "1"]}[command]
+
+    def run(args):
+        if command == "serve":
+            return run_until_config(args, env, tmp)
+        p = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tmp, timeout=300)
+        return p.returncode, p.stdout + p.stderr
+
+    code, out = run(base)
+    defaults = config(out)
+    if code != 0 or not defaults:
+        sys.exit(f"the base run failed (exit {code}):\n{out[-2000:]}")
     # The BLAS kernel claw would restart itself with, set once for every run.
-    if m := re.search(r"restarting with OPENBLAS_CORETYPE=(\w+)", r.stderr):
+    if m := re.search(r"restarting with OPENBLAS_CORETYPE=(\w+)", out):
         env["OPENBLAS_CORETYPE"] = m.group(1)
     given_in_base = {a[2:] for a in base if a.startswith("--")}
+    unseen = sorted(help_flags(claw, command, env) - set(defaults) - NOT_PRINTED - given_in_base)
     if command == "rl":
         # claw train's flags are walked by its own case; here rl's own flags and
         # the shared ones rl's learner checks differently.
@@ -126,16 +190,15 @@ def main():
         if value is None:
             return name, "skip", f"no other value than the default {defaults[name]!r}"
         args = [f"--{name}"] + ([value] if value != "" else [])
-        p = subprocess.run(base + args, capture_output=True, text=True, env=env, cwd=tmp, timeout=300)
-        out = p.stdout + p.stderr
-        want = "true" if value == "" else value
+        code, out = run(base + args)
+        want = "true" if value == "" else "(set)" if name in SECRETS else value
         last = out.strip().splitlines()[-1] if out.strip() else ""
-        if p.returncode in (1, 2) and last.startswith("claw: error:"):
+        if code in (1, 2) and last.startswith("claw: error:"):
             if "step 1/" in out:
                 return name, "FAIL", f"refused after a step ran: {last}"
             return name, "refused", last
-        if p.returncode != 0:
-            return name, "FAIL", f"exit {p.returncode} without a one-line error: {out[-600:]}"
+        if code != 0:
+            return name, "FAIL", f"exit {code} without a one-line error: {out[-600:]}"
         got = config(out).get(name)
         if got is None or not same(want, got):
             return name, "FAIL", f"accepted --{name} {want!r} but the configuration says {got!r}"
@@ -145,6 +208,7 @@ def main():
                                                                          "activations", "total")]
     with concurrent.futures.ThreadPoolExecutor(max_workers=int(os.environ.get("CLAW_TEST_JOBS", "2"))) as pool:
         results = list(pool.map(check, names))
+    results += [(name, "FAIL", "in --help but not in the printed configuration") for name in unseen]
     counts = {}
     for name, verdict, detail in results:
         counts[verdict] = counts.get(verdict, 0) + 1

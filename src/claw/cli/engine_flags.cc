@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "claw/cli/flags.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
@@ -72,6 +74,32 @@ void add_sampling_flags(CLI::App& app, serve::SamplingParams& p) {
       ->capture_default_str();
   app.add_option("--min-p", p.min_p, "drop tokens less likely than min-p times the most likely")->capture_default_str();
   app.add_option("--seed", p.seed, "seed of the sampling draws")->capture_default_str();
+}
+
+std::vector<std::pair<std::string, std::string>> EngineFlags::resolved(const serve::InferenceModel& m,
+                                                                       const serve::EngineConfig& e) const {
+  return {{"model", model.path},
+          {"dtype", std::string(kernels::weight_type_name(m.weight_type))},
+          {"ckpt-step", std::to_string(model.step)},
+          {"tokenizer-type", model.tokenizer.type},
+          {"vocab-file", model.tokenizer.vocab_file},
+          {"merge-file", model.tokenizer.merge_file},
+          {"tokenizer-model", model.tokenizer.model_file},
+          {"block-size", std::to_string(e.block_size)},
+          {"kv-cache-dtype", std::string(kernels::kv_dtype_name(e.kv_cache_dtype))},
+          {"kv-cache-memory", kv_cache_memory},
+          {"num-kv-blocks", std::to_string(e.num_blocks)},
+          {"max-num-batched-tokens", std::to_string(e.max_num_batched_tokens)},
+          {"max-num-seqs", std::to_string(e.max_num_seqs)},
+          {"max-model-len", std::to_string(e.max_model_len)},
+          {"no-prefix-caching", e.prefix_caching ? "false" : "true"},
+          {"num-threads", std::to_string(cpu().num_threads)}};
+}
+
+void print_resolved_config(const std::string& command, const std::vector<std::pair<std::string, std::string>>& lines) {
+  std::string s = "resolved config:\n";
+  for (const auto& [flag, value] : lines) s += fmt::format("  {:<36} {}\n", flag, value);
+  log::info(command, "{}", s);
 }
 
 CpuCtx EngineFlags::cpu() const { return CpuCtx{num_threads > 0 ? num_threads : kernels::default_num_threads()}; }

@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -25,7 +27,16 @@ struct EngineFlags {
   // budget holds, but no more than max_num_seqs full-length sequences need.
   serve::EngineConfig resolve(const serve::InferenceModel& m) const;
   CpuCtx cpu() const;
+  // This struct's flags as the run resolved them (the model's weight type,
+  // the engine's sizes, the threads), for the printed configuration.
+  std::vector<std::pair<std::string, std::string>> resolved(const serve::InferenceModel& m,
+                                                            const serve::EngineConfig& e) const;
 };
+
+// "resolved config:" and one `  flag value` line per flag of the command,
+// printed (by rank 0) once the model is loaded and before any request runs:
+// what each flag came to (tests/cli/flags_apply.py checks every flag against it).
+void print_resolved_config(const std::string& command, const std::vector<std::pair<std::string, std::string>>& lines);
 
 // Tensor parallelism for the engine commands: under a launcher (mpirun,
 // srun) every rank of the job holds 1/N of the model, N the world size

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/cli/engine_flags.h"
@@ -66,6 +67,11 @@ void run(const GenerateArgs& a) {
   if (given != 1) fail("give exactly one of --prompt TEXT, --prompt-file FILE (- for stdin), --prompt-tokens IDS");
   if (a.output_format != "text" && a.output_format != "json")
     fail("--output-format '{}' is not one of text, json", a.output_format);
+  if (a.logprobs != 0 && a.output_format != "json")
+    fail("--logprobs {} needs --output-format json (the text output has no log-probabilities)", a.logprobs);
+  if (a.logprobs < 0 || a.logprobs > 20) fail("--logprobs must be between 0 and 20, got {}", a.logprobs);
+  if (a.echo && a.output_format != "text")
+    fail("--echo prints the prompt before a text output; --output-format json reports prompt_tokens instead");
   serve::InferenceModelOptions mo = a.engine.model;
   const EngineJob job = start_engine_job(mo);
   serve::InferenceModel m = serve::load_inference_model(mo);
@@ -74,6 +80,16 @@ void run(const GenerateArgs& a) {
   const CpuCtx cpu = a.engine.cpu();
   serve::Engine engine(*m.gpt, cpu, job.agree(a.engine.resolve(m)));
   if (!job.leader()) return engine.follow();
+  std::vector<std::pair<std::string, std::string>> config = a.engine.resolved(m, engine.config());
+  const serve::SamplingParams& sp = a.sampling;
+  config.insert(config.end(), {{"prompt", a.prompt}, {"prompt-file", a.prompt_file},
+                               {"prompt-tokens", a.prompt_tokens}, {"max-tokens", std::to_string(a.max_tokens)},
+                               {"temperature", fmt::format("{}", sp.temperature)}, {"top-k", std::to_string(sp.top_k)},
+                               {"top-p", fmt::format("{}", sp.top_p)}, {"min-p", fmt::format("{}", sp.min_p)},
+                               {"seed", std::to_string(sp.seed)}, {"stop", fmt::format("{}", fmt::join(a.stop, " "))},
+                               {"ignore-eos", a.ignore_eos ? "true" : "false"}, {"echo", a.echo ? "true" : "false"},
+                               {"logprobs", std::to_string(a.logprobs)}, {"output-format", a.output_format}});
+  print_resolved_config("generate", config);
   std::vector<int32_t> prompt;
   std::string prompt_text;
   if (!a.prompt_tokens.empty()) {

@@ -56,6 +56,14 @@ void run(ServeArgs& a) {
   serve::AsyncEngine engine(*m.gpt, a.engine.cpu(), ecfg);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
   const std::string tmpl = a.chat_template.empty() ? data::default_chat_template(m.cfg.vocab_size) : a.chat_template;
+  std::vector<std::pair<std::string, std::string>> config = a.engine.resolved(m, engine.config());
+  config.insert(config.end(), {{"host", a.server.host}, {"port", std::to_string(http.port())},
+                               {"api-key", a.server.api_key.empty() ? "" : "(set)"},
+                               {"max-body-size", a.max_body_size},
+                               {"max-concurrent-requests", std::to_string(a.server.max_concurrent_requests)},
+                               {"chat-template", tmpl},
+                               {"served-model-name", a.served_model_name.empty() ? m.name : a.served_model_name}});
+  print_resolved_config("serve", config);
   http.set_model({.name = a.served_model_name.empty() ? m.name : a.served_model_name,
                   .engine = &engine,
                   .tokenizer = m.tokenizer.get(),

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -608,6 +609,39 @@ struct TrainCommand {
   }
 };
 
+// The flags `claw eval` reads: the model's architecture (which must agree
+// with the checkpoint) and what its forward pass computes, the batch, the
+// data, the layout and the checkpoint. Training's other flags (optimizer,
+// schedule, saving, dropout, LoRA's shape, data parallelism's optimizer
+// sharding and overlap, resilience) would change nothing here: unknown to it.
+const std::vector<F>& eval_flags() {
+  static const std::vector<F> flags = [] {
+    const std::set<std::string> other = {
+        "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "kv-channels", "ffn-hidden-size",
+        "make-vocab-size-divisible-by", "max-position-embeddings", "normalization", "norm-epsilon",
+        "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "vocab-size",
+        "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
+        "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+        "moe-layer-freq", "moe-expert-capacity-factor", "moe-token-drop-policy",
+        "micro-batch-size", "global-batch-size", "seq-length", "eval-iters",
+        "num-threads", "device", "bf16", "fp16", "allow-tf32",
+        "data-path", "data-cache-path", "tokenizer-type", "vocab-file", "merge-file", "tokenizer-model",
+        "reset-position-ids", "reset-attention-mask", "sft", "eod-mask-loss", "split", "data-dir",
+        "parallel", "tensor-model-parallel-size", "sequence-parallel", "pipeline-model-parallel-size",
+        "pipeline-schedule", "num-layers-per-virtual-pipeline-stage", "decoder-first-pipeline-num-layers",
+        "decoder-last-pipeline-num-layers", "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
+        "expert-tensor-parallel-size", "parallel-order", "distributed-timeout-minutes", "log-all-ranks",
+        "load", "ckpt-step"};
+    std::vector<F> out;
+    for (const F& f : train_flags())
+      if (other.count(f.name) || f.name.starts_with("fp8-") || f.name.starts_with("num-layers-at-") ||
+          f.name == "first-last-layers-bf16")
+        out.push_back(f);
+    return out;
+  }();
+  return flags;
+}
+
 // `claw eval --load DIR`: the checkpoint's model (its recorded flags; the
 // command line overrides the rest) at any layout the launched ranks allow,
 // evaluated on --eval-iters global batches of --data-path (all of it the
@@ -630,11 +664,15 @@ struct EvalCommand {
     // The checkpoint's model; the command line's flags for the rest.
     args.model = model::model_over_weights(model::model_from_flags_json(meta.model, "checkpoint " + dir), args.model,
                                     [&](const std::string& f) { return binder->given(f); }, "", "checkpoint " + dir);
-    args.ckpt.load = dir;
-    args.ckpt.ckpt_step = -1;
     args.train.train_iters = std::max<int64_t>(1, args.train.eval_iters);
     args.train.eval_interval = 0;
     std::unique_ptr<comm::World> world = launch(args, *binder);
+    std::string config = fmt::format("resolved config (checkpoint {}):\n", dir);
+    for (const F& f : eval_flags()) config += fmt::format("  {:<36} {}\n", f.name, f.get(args));
+    config += fmt::format("  {:<36} {}\n  {:<36} {}\n", "logits-file", logits_file, "grads-file", grads_file);
+    log::info("eval", "{}", config);
+    args.ckpt.load = dir;
+    args.ckpt.ckpt_step = -1;
     train::Evaluator evaluator(args.model, args.train, args.data, args.parallel, *world, args.ckpt);
     const double loss = evaluator.evaluate_train_split(args.train.train_iters);
     if (world->rank() == 0)
@@ -659,7 +697,7 @@ void add_eval_command(CLI::App& app) {
                   "also write the first global batch's loss and the gradients of the trainable parameters (LoRA: the "
                   "adapters') as safetensors (one rank)");
   static const TrainArgs defaults;
-  cmd->binder = std::make_unique<FlagBinder<TrainArgs>>(*sub, train_flags(), defaults);
+  cmd->binder = std::make_unique<FlagBinder<TrainArgs>>(*sub, eval_flags(), defaults);
   sub->callback([cmd] { cmd->run(); });
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -451,7 +452,14 @@ class Supervisor {
     const std::string bind = remote_ ? "0.0.0.0" : "127.0.0.1";
     const int port = server_.bind_to_any_port(bind);
     if (port < 0) fail("claw launch: cannot listen for heartbeats on {}", bind);
-    server_thread_ = std::thread([this] { server_.listen_after_bind(); });
+    auto ended = std::make_shared<std::atomic<bool>>(false);
+    server_thread_ = std::thread([this, ended] {
+      server_.listen_after_bind();
+      *ended = true;
+    });
+    // stop() reaches the server only once it runs: a supervisor that fails
+    // just after this must not wait forever in its destructor.
+    while (!server_.is_running() && !*ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const std::string advertised =
         !cfg_.supervisor_host.empty() ? cfg_.supervisor_host : remote_ ? this_host() : "127.0.0.1";
     url_ = fmt::format("http://{}:{}", advertised, port);

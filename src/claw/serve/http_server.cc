@@ -516,7 +516,14 @@ void HttpServer::start() {
     port_ = s.cfg.port;
   }
   widen_listen_backlog(port_);
-  s.thread = std::thread([&h] { h.listen_after_bind(); });
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  s.thread = std::thread([&h, ended] {
+    h.listen_after_bind();
+    *ended = true;
+  });
+  // Until the thread is in its accept loop, stop() would not reach it and
+  // the destructor would wait forever (a model that fails to load, just after).
+  while (!h.is_running() && !*ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void HttpServer::drain_and_stop() {

@@ -138,6 +138,10 @@ InferenceModel load_inference_model(const InferenceModelOptions& o) {
     want = kernels::parse_weight_type(o.dtype);
     if (!want) fail("--dtype '{}': valid are auto, {}", o.dtype, kernels::kWeightTypeChoices);
   }
+  const data::TokenizerOptions& given = o.tokenizer;
+  if (given.type.empty() && (!given.vocab_file.empty() || !given.merge_file.empty() || !given.model_file.empty()))
+    fail("--vocab-file, --merge-file and --tokenizer-model need --tokenizer-type (without it the model's own "
+         "tokenizer is used)");
   const fs::path p(o.path);
   if (!fs::exists(p)) fail("--model {}: no such file or directory", o.path);
   InferenceModel m;
