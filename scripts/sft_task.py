@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Synthetic instruction tasks for supervised fine-tuning: chat JSONL with
 held-out examples, for checking that SFT teaches a model something it could
-not do before (bench/bench_sft.py) and for the SFT layout tests.
+not do before (bench/drivers/bench_sft.py) and for the SFT layout tests.
 
     scripts/sft_task.py --task reverse --train 4000 --test 200 --out DIR [--seed 1] [--preference]
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A Python environment with Hugging Face `transformers` for
-# bench/hf_transformers_check.py, on CPU, without downloading a torch.
+# bench/drivers/hf_transformers_check.py, on CPU, without downloading a torch.
 #
 #   PY=$(tools/hf_env.sh [VENV])    # default VENV: build/hf-venv
-#   "$PY" bench/hf_transformers_check.py --claw build/bin/claw
+#   "$PY" bench/drivers/hf_transformers_check.py --claw build/bin/claw
 #
 # The venv sees Debian's system packages (--system-site-packages): torch 1.13
 # (python3-torch) and numpy 1.24 come from there, and pip adds only the pure

@@ -1,5 +1,5 @@
 // Runs a dedup pass of `claw curate` (claw/curate/dedup.h) on JSONL
-// from stdin, for bench/bench_dedup_quality.py and by hand:
+// from stdin, for bench/drivers/bench_dedup_quality.py and by hand:
 //
 //   curate_dedup_driver --mode exact|minhash|shingles [--ngram 5] [--bands 14]
 //       [--rows 8] [--seed 1] [--threshold 0] [--normalization whitespace_lowercase]

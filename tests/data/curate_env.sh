@@ -3,7 +3,7 @@
 # under /tmp (made once): datatrove (heuristic filters, MinHash), datasketch
 # (MinHash LSH), fastText's Python binding (language ID), spaCy (datatrove's
 # English word tokenizer; xxhash 3, regex and tokenizers for datatrove's
-# MinHash in bench/bench_curate.py). Prints the venv's python.
+# MinHash in bench/drivers/bench_curate.py). Prints the venv's python.
 set -euo pipefail
 venv=${CLAW_CURATE_VENV:-/tmp/claw-curate-venv}
 if ! "$venv/bin/python" -c 'import datatrove, datasketch, fasttext, fasteners, orjson, spacy' 2>/dev/null; then

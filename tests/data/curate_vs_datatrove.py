@@ -20,7 +20,7 @@ reason; for c4_quality also the rewritten text of a kept document).
 
 Also measures the word split against spaCy's (datatrove's split_into_words)
 and the sentence split, and the speed of both sides (documents per second,
-one thread; bench/bench_curate.py is the benchmark). datatrove's splits are
+one thread; bench/drivers/bench_curate.py is the benchmark). datatrove's splits are
 computed once per text and shared by the filters (computed_once), and spaCy
 keeps its caches between texts (datatrove's memory zones are not entered),
 so its speed here is above what datatrove runs at.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hugging Face export/import against HF-named PyTorch models (hf_reference.py,
-# Debian's python3-torch); bench/hf_transformers_check.py runs the same checks
+# Debian's python3-torch); bench/drivers/hf_transformers_check.py runs the same checks
 # with `transformers` itself.
 #
 #   hf_interchange.sh CLAW_BINARY gpt2|llama

@@ -102,7 +102,7 @@ struct DataCenterAdvice {
 DataCenterAdvice advise_data_centers(const Estimate& best, const Cluster& cluster);
 
 // Across data centres: the step time of one layout under each way of
-// crossing them (`claw plan --json`'s "data_centers"; bench/bench_dc.py puts
+// crossing them (`claw plan --json`'s "data_centers"; bench/drivers/bench_dc.py puts
 // them beside its measurements).
 struct DataCenterStrategies {
   double one_dc = 0;                   // the layout inside one data centre (no long haul)

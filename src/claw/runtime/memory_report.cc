@@ -108,7 +108,7 @@ void check_node_memory(const plan::StageMemory& mine, comm::Group& world) {
       ++ranks;
     }
   // The model matches claw's arenas to the byte and the measured peak RSS
-  // within about 1% (bench/planner_memory.py); 3% leaves room for the rest.
+  // within about 1% (bench/drivers/planner_memory.py); 3% leaves room for the rest.
   const double needed = node * 1.03;
   const MemoryLimit avail = available_memory();
   if (needed <= static_cast<double>(avail.bytes)) return;

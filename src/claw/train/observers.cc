@@ -170,7 +170,7 @@ void StragglerReport::end_step(StepState& s) {
 
 // Per-stage pipeline timing (gathered over the pipeline group): the measured
 // idle time next to what the simulator predicts from the measured costs
-// (bench/bench_pipeline.py).
+// (bench/drivers/bench_pipeline.py).
 void PipelineTiming::end_step(StepState& s) {
   comm::Group& pp = runtime_.parallel_state().pp();
   if (pp.size() <= 1) return;
@@ -227,7 +227,7 @@ void CheckpointCadence::end_step(StepState& s) {
   saver_.poll();
   if ((ckpt_.save_interval > 0 && s.step % ckpt_.save_interval == 0) || s.last || s.exiting) save_(last_saved_ = s.step);
   blocked_s_ += seconds_since(t);
-  // What checkpointing cost this step (bench/bench_ckpt.py), and the
+  // What checkpointing cost this step (bench/drivers/bench_ckpt.py), and the
   // background work of a save committed in it.
   s.rec["ckpt_blocked_ms"] = blocked_s_ * 1e3;
   if (const auto c = saver_.take_committed()) {
