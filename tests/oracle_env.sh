@@ -7,7 +7,7 @@
 #
 #   hf           transformers 4.49, PEFT and gguf beside Debian's torch (tools/hf_env.sh)
 #   torch2       PyPI torch 2.5 for the float8 casts (tools/torch2_env.sh)
-#   curate       datatrove, fastText, spaCy, datasketch (tests/data/curate_env.sh)
+#   curate       datatrove, fastText, spaCy, datasketch (tests/e2e/curate/curate_env.sh)
 #   tensorboard  TensorBoard's EventAccumulator
 #   openai       the official openai Python SDK
 #   openai-npm   the official openai npm package (Node.js)
@@ -21,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 case ${1:-} in
   hf) exec "$here/../tools/hf_env.sh" /tmp/claw-hf-venv ;;
   torch2) exec "$here/../tools/torch2_env.sh" /tmp/claw-torch2-venv ;;
-  curate) exec "$here/data/curate_env.sh" ;;
+  curate) exec "$here/e2e/curate/curate_env.sh" ;;
   tensorboard)
     venv=/tmp/claw-venv-tensorboard
     if ! "$venv/bin/python" -c 'import tensorboard' 2>/dev/null; then

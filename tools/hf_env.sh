@@ -12,7 +12,7 @@
 # release that works with torch 1.13: 4.50's modeling_utils imports
 # torch.distributed.tensor (torch 2.x's DTensor), so no model loads. numpy<2
 # keeps pip from replacing the numpy Debian's torch was built against. PEFT
-# (tests/parity/peft_interchange.sh) goes in with --no-deps: its declared
+# (tests/e2e/parity/peft_interchange.sh) goes in with --no-deps: its declared
 # torch>=1.13 would otherwise let pip pull a CUDA torch over Debian's; peft
 # 0.13.2 and accelerate 1.0.1 run on torch 1.13; jinja2 is what PEFT's
 # save_pretrained writes its model card with.

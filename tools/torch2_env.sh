@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Python environment with PyTorch 2.x from PyPI, for the references that
-# Debian's torch 1.13 lacks (the float8 dtypes of tests/parity/fp_formats.py).
+# Debian's torch 1.13 lacks (the float8 dtypes of tests/e2e/parity/fp_formats.py).
 #
 #   PY=$(tools/torch2_env.sh [VENV])    # default VENV: /tmp/claw-torch2-venv
 #

@@ -1,6 +1,6 @@
 """`claw curate` against datatrove on the same documents and thread count.
 
-  python bench/drivers/bench_curate.py --claw build/bin/claw [--big-mb 1024]   (python: tests/data/curate_env.sh)
+  python bench/drivers/bench_curate.py --claw build/bin/claw [--big-mb 1024]   (python: tests/e2e/curate/curate_env.sh)
 
 Input: the built-in State of the Union corpus cut into documents of 3-12
 sentences, every 10th turned into boilerplate (a bulleted list, a repeated

@@ -4,7 +4,7 @@
         [--models gpt2-tiny,gpt2-124m] [--rtts 0,5,21,50] [--rate-mbit 1000] [--quality]
 
 throughput  4 ranks, two hosts of one rank in each centre (network namespaces,
-            tests/net/dc_net.sh), joined by tools/wan_forwarder at each
+            tests/e2e/net/dc_net.sh), joined by tools/wan_forwarder at each
             round-trip time (one-way delay rtt / 2) and --rate-mbit. Layouts:
               single   the 4 ranks in one group on this host (no link, shared
                        memory between ranks): the baseline
@@ -223,7 +223,7 @@ def run(cmd, log, env):
 
 
 class Bench:
-    """The two centres of one run (tests/net/dc_net.sh), the links probed in it and the planner's device written
+    """The two centres of one run (tests/e2e/net/dc_net.sh), the links probed in it and the planner's device written
     from them."""
 
     def __init__(self, a, tmp, results):

@@ -319,7 +319,7 @@ def datasketch_run(shingles, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--driver", required=True, help="tests/data/curate_dedup_driver binary")
+    ap.add_argument("--driver", required=True, help="tests/e2e/data/curate_dedup_driver binary")
     ap.add_argument("--sotu", default=os.path.join(ROOT, "data", "sotu.jsonl"))
     ap.add_argument("--planted", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)

@@ -212,7 +212,7 @@ def hf_worker(hf_dir, threads, concurrency):
     import torch
     import transformers as tf
     import transformers.generation.utils as gen_utils
-    gen_utils.is_fsdp_managed_module = lambda m: False  # Debian's torch 1.13 (see tests/serve/hf_generate.py)
+    gen_utils.is_fsdp_managed_module = lambda m: False  # Debian's torch 1.13 (see tests/e2e/serve/hf_generate.py)
     torch.set_num_threads(threads)
     model = tf.AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
     V = model.config.vocab_size

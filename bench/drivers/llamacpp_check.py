@@ -1,7 +1,7 @@
 """Does llama.cpp (PyPI llama-cpp-python) load the GGUF files claw exports,
 and give claw's greedy tokens? For a random GPT-2 and a random Llama (GQA)
 that transformers made (wide initialisation, so the greedy choice has
-margins; tests/serve/hf_generate.py), imported into claw and exported at
+margins; tests/e2e/serve/hf_generate.py), imported into claw and exported at
 f32, q8_0 and q4_0: 64 greedy tokens from llama.cpp against `claw generate`
 on the same file. At f32 they must be equal; at q8_0/q4_0 the two engines
 quantize activations differently (llama.cpp: q8 blocks with f16 scales; claw:

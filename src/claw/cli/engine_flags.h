@@ -35,7 +35,7 @@ struct EngineFlags {
 
 // "resolved config:" and one `  flag value` line per flag of the command,
 // printed (by rank 0) once the model is loaded and before any request runs:
-// what each flag came to (tests/cli/flags_apply.py checks every flag against it).
+// what each flag came to (tests/e2e/cli/flags_apply.py checks every flag against it).
 void print_resolved_config(const std::string& command, const std::vector<std::pair<std::string, std::string>>& lines);
 
 // Tensor parallelism for the engine commands: under a launcher (mpirun,

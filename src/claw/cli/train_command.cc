@@ -729,7 +729,7 @@ void add_train_command(CLI::App& app) {
                       ")")
       ->default_str("gpt2-tiny");
   sub->add_option("--config", cmd->config_file, "TOML file of flag = value pairs; command-line flags override it");
-  // Hidden (no group): failures on demand for tests/mpi (core/fault_injector.h).
+  // Hidden (no group): failures on demand for tests/e2e/parallel (core/fault_injector.h).
   sub->add_option("--test-fault", cmd->test_faults, "a fault or mutation (core/fault_injector.h lists them)")
       ->group("")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

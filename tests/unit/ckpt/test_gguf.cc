@@ -1,7 +1,7 @@
 // GGUF: the container round-trips its metadata and tensors; a damaged file
 // is an error naming the file and what is wrong; claw models round-trip
 // through it (the values at f32, the stored blocks at q8_0/q4_0; llama's
-// q/k row order undone). Other readers' view is tests/serve/gguf_oracle.sh.
+// q/k row order undone). Other readers' view is tests/e2e/serve/gguf_oracle.sh.
 #include <gtest/gtest.h>
 
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // their text primitives (curate/text_stats.h): each rule of each filter on
 // hand-made documents on both sides of its threshold, with datatrove
 // 0.10.1's semantics (Python str lengths and classes, spaCy's English
-// tokenizer); keys read and checked. tests/data/curate_vs_datatrove.py
+// tokenizer); keys read and checked. tests/e2e/curate/curate_vs_datatrove.py
 // compares the filters with datatrove itself on a few thousand documents.
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // SentencePiece: a model trained in the test with claw's trainer loads,
 // encodes and decodes through the Tokenizer interface; special tokens,
 // eod, bad files and bad training options. (ids against spm_encode:
-// tests/tokenizer/sentencepiece_test.sh.)
+// tests/e2e/tokenizer/sentencepiece_test.sh.)
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // The supervisor's command-line editing and configuration checks; the
-// supervised runs themselves are tests/mpi/launch.sh.
+// supervised runs themselves are tests/e2e/parallel/launch.sh.
 #include <gtest/gtest.h>
 
 #include "claw/core/error.h"

@@ -1,0 +1,42 @@
+# Sourced by the train_*.sh tests and references.sh: the small models the
+# parity tests train, and their flags in one place, so that a single-rank run
+# two scripts compare against is one reference (compare_runs.sh: reference).
+# Every run is scheduled for 20 steps: a layout's shortened run stops after
+# $short of them (--exit-interval) on the same learning-rate schedule and is
+# compared with the reference's first steps; one run per parallelism kind
+# goes the whole way. Validation every 4 steps, so a shortened run has one.
+mpi_common=(--num-layers 2 --hidden-size 64 --seq-length 32 --micro-batch-size 1 --global-batch-size 8
+            --train-iters 20 --eval-interval 4 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 3 --peak-gflops 100
+            --num-threads 1)
+short=4
+gpt=(--model gpt2-tiny --num-attention-heads 4 --hidden-dropout 0.1)
+# Dropout masks are drawn per token of the run's stream; a CP rank's tokens
+# are not a contiguous part of it, so context-parallel runs train without.
+gpt_nodrop=(--model gpt2-tiny --num-attention-heads 4 --hidden-dropout 0)
+llama=(--model llama-tiny --num-attention-heads 8 --num-query-groups 2 --ffn-hidden-size 192)
+# Routing is a top-k: a token whose k-th and (k+1)-th scores differ by a
+# rounding error would take another expert on another layout; small models
+# at this learning rate keep every token clear of such ties for 20 steps.
+mixtral=(--model mixtral-tiny --num-attention-heads 4 --ffn-hidden-size 128 --num-query-groups 2)
+deepseek=(--model deepseek-tiny --num-attention-heads 4 --ffn-hidden-size 128 --num-query-groups 4 --moe-layer-freq 0,1
+          --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 32)
+
+# task_data sft|dpo: the prefix of `claw preprocess --sft|--dpo` output of
+# scripts/sft_task.py's conversations (400; --preference pairs for dpo),
+# made once per suite under $CLAW_TEST_REFS (else in $tmp). Prints the prefix.
+task_data() {
+  local kind=$1 dir=${CLAW_TEST_REFS:-$tmp}/task_$1
+  (
+    flock 9
+    if [[ ! -f $dir/done ]]; then
+      rm -rf "$dir" && mkdir -p "$dir"
+      # shellcheck disable=SC2046
+      /usr/bin/python3 "$here/../../../scripts/sft_task.py" --train 400 --test 10 --out "$dir/task" \
+        $([[ $kind == dpo ]] && echo --preference) >/dev/null || exit 1
+      "$claw" preprocess --input "$dir/task/train.jsonl" --output-prefix "$dir/chat" --"$kind" --workers 1 \
+        >"$dir/preprocess.log" 2>&1 || { cat "$dir/preprocess.log"; exit 1; }
+      touch "$dir/done"
+    fi
+  ) 9>"${dir}.lock" || fail "the $kind data (scripts/sft_task.py, claw preprocess --$kind)"
+  echo "$dir/chat_${kind}_document"
+}

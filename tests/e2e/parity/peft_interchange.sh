@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
+# from tools/hf_env.sh's venv under /tmp).
+#
+#   peft_interchange.sh CLAW_BINARY gpt2|llama
+#
+# 1. claw fine-tunes a base with LoRA (all-linear) for 3 steps and exports
+#    the adapter (--format peft) and the base (--format hf): PEFT's
+#    PeftModel.from_pretrained gives claw's logits, loss and adapter
+#    gradients on the same batch;
+# 2. PEFT makes an adapter of its own (random A and B, other targets, rsLoRA
+#    for Llama) and saves it; claw imports it over the base (a claw
+#    checkpoint for GPT-2, the HF directory for Llama): the same logits,
+#    loss and gradients; exported again, it holds PEFT's tensors bit for bit;
+# 3. the adapter over a base of another width: a one-line error naming the
+#    file and tensor.
+. "$(dirname "$0")/../../lib.sh"
+set -e
+claw=$1
+family=$2
+py=$("$here/../../oracle_env.sh" hf)
+check() { "$py" "$here/peft_check.py" "$@" 2> >(grep -v -e Warning -e warn >&2); }
+shape=(--micro-batch-size 2 --global-batch-size 4 --seq-length 32)
+quiet() { "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }; }
+
+quiet "$claw" train --model "$family-tiny" --train-iters 2 "${shape[@]}" --save "$tmp/base" --eval-interval 0 \
+  --peak-gflops 100
+quiet "$claw" train --model "$family-tiny" --load "$tmp/base" --finetune --lora-rank 4 --lora-alpha 8 --train-iters 3 --lr 1e-2 "${shape[@]}" \
+  --save "$tmp/lora" --eval-interval 0 --peak-gflops 100
+"$claw" ckpt export --load "$tmp/base" --format hf --output "$tmp/hf_base" >/dev/null
+"$claw" ckpt export --load "$tmp/lora" --format peft --output "$tmp/peft_claw"
+quiet "$claw" eval --load "$tmp/lora" "${shape[@]}" --eval-iters 1 --logits-file "$tmp/logits.st" \
+  --grads-file "$tmp/grads.st"
+echo "claw's adapter in PEFT:"
+check compare "$family" "$tmp/hf_base" "$tmp/peft_claw" "$tmp/logits.st" "$tmp/grads.st"
+
+check make "$family" "$tmp/hf_base" "$tmp/peft_made"
+if [[ $family == gpt2 ]]; then base=(--load "$tmp/base"); else base=(--load-hf "$tmp/hf_base"); fi
+"$claw" ckpt import --format peft --input "$tmp/peft_made" "${base[@]}" --save "$tmp/imported" 2>/dev/null
+quiet "$claw" eval --load "$tmp/imported" "${shape[@]}" --eval-iters 1 --logits-file "$tmp/logits2.st" \
+  --grads-file "$tmp/grads2.st"
+echo "PEFT's adapter in claw:"
+check compare "$family" "$tmp/hf_base" "$tmp/peft_made" "$tmp/logits2.st" "$tmp/grads2.st"
+"$claw" ckpt export --load "$tmp/imported" --format peft --output "$tmp/peft_again" >/dev/null
+"$py" - "$tmp/peft_made" "$tmp/peft_again" <<'PY'
+import sys
+from safetensors.torch import load_file
+a, b = (load_file(f"{d}/adapter_model.safetensors") for d in sys.argv[1:3])
+assert sorted(a) == sorted(b), (sorted(a)[:3], sorted(b)[:3])
+assert all(a[k].shape == b[k].shape and bool((a[k] == b[k]).all()) for k in a), "tensors differ"
+print(f"import then export: {len(a)} tensors bit for bit")
+PY
+
+# Another base shape: wider.
+quiet "$claw" train --model "$family-tiny" --hidden-size 128 --num-attention-heads 4 --train-iters 1 "${shape[@]}" \
+  --save "$tmp/other" --eval-interval 0 --peak-gflops 100
+if "$claw" ckpt import --format peft --input "$tmp/peft_made" --load "$tmp/other" --save "$tmp/bad" \
+    >"$tmp/out" 2>"$tmp/err"; then
+  echo "an adapter over another base shape was accepted"; exit 1
+fi
+cat "$tmp/err"
+[[ $(wc -l <"$tmp/err") -eq 1 ]] && grep -q "peft_made/adapter_model.safetensors: 'base_model.model.* has shape" "$tmp/err" &&
+  grep -q "another shape" "$tmp/err"
+[[ ! -e $tmp/bad ]] || { echo "a failed import left $tmp/bad"; exit 1; }

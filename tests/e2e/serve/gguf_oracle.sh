@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# GGUF interchange, against llama.cpp's `gguf` reader and transformers'
+# GGUF loader: a random GPT-2 or Llama (GQA) model that transformers made,
+# imported into claw and exported with `claw ckpt export --format gguf` at
+# each --type:
+#   - the reader sees the tensors in that type, and transformers rebuilds
+#     the model from the file within the type's rounding;
+#   - at f32, transformers' greedy tokens (64) from the file equal claw's
+#     from the same file and from the Hugging Face directory;
+#   - at q8_0 and q4_0, claw reading the file (its blocks as stored) gives
+#     bitwise the tokens and log-probabilities of claw quantizing the
+#     Hugging Face weights itself (--dtype).
+#
+#   gguf_oracle.sh CLAW_BINARY gpt2|llama
+. "$(dirname "$0")/../../lib.sh"
+set -e
+claw=$1
+family=$2
+py=$("$here/../../oracle_env.sh" hf)
+
+"$py" "$here/hf_generate.py" make "$family" "$tmp/hf"
+"$claw" ckpt import --input "$tmp/hf" --save "$tmp/ck" >/dev/null 2>&1
+for t in f32 bf16 q8_0 q4_0; do
+  "$claw" ckpt export --load "$tmp/ck" --format gguf --type $t --output "$tmp/m-$t.gguf" >/dev/null 2>&1
+  "$py" "$here/gguf_oracle.py" check "$tmp/hf" $t "$tmp/m-$t.gguf" 2>/dev/null
+done
+
+prompt=17,250,3,999,42,7,512,88,1,640
+gen() { "$claw" generate --prompt-tokens "$prompt" --max-tokens 64 --ignore-eos --output-format json --logprobs 2 \
+  --num-threads 2 "$@" 2>"$tmp/claw.log" || { cat "$tmp/claw.log"; exit 1; }; }
+"$py" "$here/gguf_oracle.py" generate "$tmp/m-f32.gguf" 64 "$prompt" >"$tmp/hf.json" 2>/dev/null
+gen --model "$tmp/m-f32.gguf" >"$tmp/claw-gguf.json"
+gen --model "$tmp/hf" >"$tmp/claw-hf.json"
+/usr/bin/python3 - "$tmp/hf.json" "$tmp/claw-gguf.json" "$tmp/claw-hf.json" <<'PY'
+import json, sys
+hf, claw, direct = (json.load(open(p)) for p in sys.argv[1:4])
+assert len(hf["tokens"]) == 64, hf
+d = next((i for i, (a, b) in enumerate(zip(hf["tokens"], claw["tokens"])) if a != b), None)
+assert claw["tokens"] == hf["tokens"], f"claw differs from transformers at token {d}: {claw['tokens']} vs {hf['tokens']}"
+assert direct["tokens"] == claw["tokens"], "the f32 GGUF and the Hugging Face directory give different tokens"
+print(f"f32 GGUF: 64 greedy tokens equal to transformers' from the same file (smallest logit gap {min(hf['gaps']):.4f})")
+PY
+for t in q8_0 q4_0; do
+  gen --model "$tmp/m-$t.gguf" >"$tmp/a.json"
+  grep -q "GGUF .*($family, $t)" "$tmp/claw.log" || { cat "$tmp/claw.log"; fail "the $t file did not load as $t"; }
+  gen --model "$tmp/hf" --dtype $t >"$tmp/b.json"
+  cmp -s "$tmp/a.json" "$tmp/b.json" || fail "$t: the file's blocks and claw's own $t quantization disagree"
+  echo "$t GGUF: tokens and log-probabilities bitwise those of --dtype $t on the Hugging Face weights"
+done

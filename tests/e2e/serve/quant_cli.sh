@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Low-precision weights and KV cache end to end, on a model claw trained:
+#   - perplexity on held-out text (a speech after the training split's) at
+#     each weight type: bf16 and q8_0 within 0.5% of f32, q4_0 within 5%;
+#   - a GGUF file of each type gives bitwise the perplexity of --dtype on
+#     the checkpoint (its blocks are what claw's quantization makes);
+#   - generation with the KV cache in bf16 and int8, and bad --dtype,
+#     --kv-cache-dtype and --type values named in one clear line.
+#
+#   quant_cli.sh CLAW_BINARY [MODEL]   (MODEL: the fixture serve_model's checkpoint; else trained here)
+. "$(dirname "$0")/../../lib.sh"
+set -e
+claw=$1
+ck=${2:-$tmp/ck}
+data=${CLAW_DATA_DIR:-$(cd "$(dirname "$0")/../../.." && pwd)/data}
+held_out=$data/sotu/2021_joseph_r_biden_d.txt
+[[ -f $held_out ]] || fail "$held_out missing (scripts/fetch-data)"
+
+[[ -d $ck ]] || "$(dirname "$0")/model_fixture.sh" "$claw" "$ck" >/dev/null
+ppl() { "$claw" perplexity --text-file "$held_out" --ctx-size 64 --chunks 40 --num-threads 2 --output-format json \
+  "$@" 2>"$tmp/ppl.log" || { cat "$tmp/ppl.log"; exit 1; }; }
+for t in f32 bf16 q8_0 q4_0; do
+  ppl --model "$ck" --dtype $t >"$tmp/$t.json"
+  "$claw" ckpt export --load "$ck" --format gguf --type $t --output "$tmp/$t.gguf" >/dev/null 2>&1
+  ppl --model "$tmp/$t.gguf" >"$tmp/$t-gguf.json"
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+r = {t: json.load(open(f"{d}/{t}.json")) for t in ("f32", "bf16", "q8_0", "q4_0")}
+g = {t: json.load(open(f"{d}/{t}-gguf.json")) for t in r}
+base = r["f32"]["perplexity"]
+for t, limit in (("bf16", 0.005), ("q8_0", 0.005), ("q4_0", 0.05)):
+    rel = r[t]["perplexity"] / base - 1
+    print(f"{t}: perplexity {r[t]['perplexity']:.3f} vs f32 {base:.3f} ({100 * rel:+.3f}%, limit {100 * limit:.1f}%)")
+    assert abs(rel) <= limit, (t, rel)
+for t in r:
+    assert g[t]["weights"] == t and g[t]["perplexity"] == r[t]["perplexity"], (t, g[t], r[t])
+print("GGUF files: the same perplexity as --dtype, bitwise, at every type")
+PY
+
+prompt="Fellow citizens of the Senate and of the House of Representatives, the"
+for kv in bf16 int8; do
+  "$claw" generate --model "$ck" --prompt "$prompt" --max-tokens 16 --kv-cache-dtype $kv --output-format json \
+    --num-threads 2 >"$tmp/kv.json" 2>"$tmp/kv.log" || { cat "$tmp/kv.log"; exit 1; }
+  grep -q "blocks of 16 tokens in $kv" "$tmp/kv.log" || { cat "$tmp/kv.log"; fail "--kv-cache-dtype $kv not used"; }
+  /usr/bin/python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert len(o['tokens']) == 16, o" "$tmp/kv.json"
+done
+expect_error() {  # expected text, then the command
+  local want=$1; shift
+  if "$@" >"$tmp/out" 2>&1; then fail "accepted: $*"; fi
+  grep -q -- "$want" "$tmp/out" || { cat "$tmp/out"; fail "no '$want' in the error of: $*"; }
+}
+expect_error "--dtype 'q5_k': valid are auto, f32, bf16, q8_0, q4_0" \
+  "$claw" generate --model "$ck" --prompt x --dtype q5_k
+expect_error "--kv-cache-dtype 'fp8': valid are" "$claw" generate --model "$ck" --prompt x --kv-cache-dtype fp8
+expect_error "--type 'q2': valid types are f32, bf16, q8_0, q4_0" \
+  "$claw" ckpt export --load "$ck" --format gguf --type q2 --output "$tmp/x.gguf"
+head -c 100 "$tmp/q8_0.gguf" >"$tmp/cut.gguf"
+expect_error "cut.gguf" "$claw" generate --model "$tmp/cut.gguf" --prompt x
+echo "bad --dtype, --kv-cache-dtype, --type and a truncated GGUF file: clear errors"
