@@ -414,6 +414,34 @@ std::string resolve_load_dir(const std::string& root, int64_t iteration, const s
   return iteration_dir(root, iteration);
 }
 
+std::optional<int64_t> previous_complete_iteration(const std::string& root, int64_t iteration) {
+  std::optional<int64_t> previous;
+  for (int64_t c : complete_iterations(root))
+    if (c < iteration) previous = c;
+  return previous;
+}
+
+std::optional<std::string> find_checkpoint(const std::string& root, int64_t step, bool fallback, bool log_fallback) {
+  std::error_code ec;
+  if (step < 0 && fs::is_directory(root, ec) && !fs::exists(fs::path(root) / "metadata.json", ec) &&
+      complete_iterations(root).empty() && !read_latest(root))
+    return std::nullopt;
+  if (const std::optional<int64_t> latest = read_latest(root); fallback && step < 0 && latest) {
+    const std::vector<int64_t> its = complete_iterations(root);
+    if (std::find(its.begin(), its.end(), *latest) == its.end()) {
+      const std::optional<int64_t> previous = previous_complete_iteration(root, *latest);
+      if (!previous)
+        fail("--load {}: iteration {} is the latest but has no metadata.json, and no complete checkpoint precedes it",
+             root, *latest);
+      if (log_fallback)
+        log::warn("ckpt", "--load {}: iteration {} (the latest) has no metadata.json; --load-fallback: loading "
+                  "iteration {} instead", root, *latest, *previous);
+      return iteration_dir(root, *previous);
+    }
+  }
+  return resolve_load_dir(root, step);
+}
+
 void check_compatible(const Metadata& meta, const std::string& dir, const std::vector<Shard>& shards,
                       const std::vector<std::string>& all_params) {
   for (const Shard& s : shards) {

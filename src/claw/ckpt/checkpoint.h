@@ -143,6 +143,18 @@ class Saver {
 // holds when there is none.
 std::string resolve_load_dir(const std::string& root, int64_t iteration = -1, const std::string& what = "--load");
 
+// The checkpoint a run's `--load root` starts from: resolve_load_dir's
+// choice, except that a directory holding no checkpoint yet gives nullopt
+// (a run that saves there starts from iteration 0) and that with `fallback`
+// (--load-fallback) a latest iteration without metadata.json gives way to
+// the newest complete one before it (logged when `log_fallback`). The one
+// rule for every loader, and for the commands that read the model a
+// checkpoint records before loading it.
+std::optional<std::string> find_checkpoint(const std::string& root, int64_t step, bool fallback,
+                                           bool log_fallback = true);
+// The newest complete iteration of `root` before `iteration`.
+std::optional<int64_t> previous_complete_iteration(const std::string& root, int64_t iteration);
+
 // Checks that the checkpoint holds every tensor in `shards` at the shape
 // this model has (and, with `all_params`, no model tensor that the model
 // lacks), naming the first mismatch.

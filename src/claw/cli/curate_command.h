@@ -1,5 +1,5 @@
 // `claw curate --config pipeline.toml`: a corpus through cleaning, PII
-// redaction, heuristic filters and deduplication (data/curate/pipeline.h has
+// redaction, heuristic filters and deduplication (curate/pipeline.h has
 // the file format). Flags: --threads, --skip-bad-lines, --log-interval, and
 // --num-tasks/--task-id (default: Slurm's SLURM_ARRAY_TASK_COUNT and
 // SLURM_ARRAY_TASK_ID) to split the shards between the tasks of a job array.

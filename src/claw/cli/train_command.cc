@@ -479,22 +479,12 @@ std::unique_ptr<comm::World> launch(TrainArgs& args, const FlagBinder<TrainArgs>
 
 namespace {
 
-// The checkpoint --load starts from, if there is one yet (--load and --save
-// naming one empty directory start a run from scratch): the iteration
-// --ckpt-step names, else the latest complete one (with --load-fallback the
-// newest complete one when the latest is not).
+// The checkpoint --load starts from, if there is one yet (ckpt::find_checkpoint);
+// a missing directory is left to the loader to report.
 std::optional<std::string> checkpoint_to_load(const train::CheckpointConfig& c) {
-  namespace fs = std::filesystem;
   std::error_code ec;
-  if (c.load.empty() || !fs::is_directory(c.load, ec)) return std::nullopt;  // the loader names what is missing
-  if (fs::exists(fs::path(c.load) / "metadata.json", ec)) return c.load;
-  const std::vector<int64_t> its = ckpt::complete_iterations(c.load);
-  const auto complete = [&](int64_t it) { return std::find(its.begin(), its.end(), it) != its.end(); };
-  if (c.ckpt_step >= 0) return complete(c.ckpt_step) ? std::optional(ckpt::iteration_dir(c.load, c.ckpt_step)) : std::nullopt;
-  if (const std::optional<int64_t> latest = ckpt::read_latest(c.load); latest && complete(*latest))
-    return ckpt::iteration_dir(c.load, *latest);
-  if (c.load_fallback && !its.empty()) return ckpt::iteration_dir(c.load, its.back());
-  return std::nullopt;
+  if (c.load.empty() || !std::filesystem::is_directory(c.load, ec)) return std::nullopt;
+  return ckpt::find_checkpoint(c.load, c.ckpt_step, c.load_fallback, /*log_fallback=*/false);
 }
 
 }  // namespace

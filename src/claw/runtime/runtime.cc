@@ -347,32 +347,12 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
   const std::string& root = opts.root;
   comm::Group& everyone = pstate_->world();
   LoadedCheckpoint out;
-  if (opts.step < 0 && std::filesystem::is_directory(root) && !std::filesystem::exists(root + "/metadata.json") &&
-      ckpt::complete_iterations(root).empty() && !ckpt::read_latest(root)) {
+  const std::optional<std::string> found = ckpt::find_checkpoint(root, opts.step, opts.fallback);
+  if (!found) {
     log::info("ckpt", "--load {}: no checkpoint there yet; starting from iteration 0", root);
     return out;
   }
-  // The complete iteration before `it` (a checkpoint whose metadata.json
-  // is missing is not complete).
-  const auto previous_complete = [&](int64_t it) {
-    std::optional<int64_t> previous;
-    for (int64_t c : ckpt::complete_iterations(root))
-      if (c < it) previous = c;
-    return previous;
-  };
-  std::string dir;
-  if (const std::optional<int64_t> latest = ckpt::read_latest(root); opts.fallback && opts.step < 0 && latest) {
-    const std::vector<int64_t> its = ckpt::complete_iterations(root);
-    if (std::find(its.begin(), its.end(), *latest) == its.end()) {
-      const std::optional<int64_t> previous = previous_complete(*latest);
-      if (!previous) fail("--load {}: iteration {} is the latest but has no metadata.json, and no complete checkpoint "
-                          "precedes it", root, *latest);
-      log::warn("ckpt", "--load {}: iteration {} (the latest) has no metadata.json; --load-fallback: loading iteration "
-                "{} instead", root, *latest, *previous);
-      dir = ckpt::iteration_dir(root, *previous);
-    }
-  }
-  if (dir.empty()) dir = ckpt::resolve_load_dir(root, opts.step);
+  std::string dir = *found;
   // On a GPU the chunks read into host mirrors holding the current values
   // (so what no chunk covers, such as padding, keeps them), then go over.
   stage_to_host(optimizer);
@@ -386,7 +366,7 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
       const std::string base = std::filesystem::path(dir).filename().string();
       std::optional<int64_t> previous;
       if (opts.fallback && base.size() == 12 && base.rfind("iter_", 0) == 0)
-        previous = previous_complete(std::stoll(base.substr(5)));
+        previous = ckpt::previous_complete_iteration(root, std::stoll(base.substr(5)));
       if (!previous) throw;
       log::warn("ckpt", "{}; --load-fallback: loading iteration {} instead", e.what(), *previous);
       dir = ckpt::iteration_dir(root, *previous);
@@ -412,7 +392,7 @@ LoadedCheckpoint Runtime::load_checkpoint(const LoadOptions& opts, optim::AdamW*
     }
     const bool ok = everyone.all_reduce_value(error.empty() ? 1.0 : 0.0, comm::ReduceOp::min) == 1.0;
     if (ok) break;
-    const std::optional<int64_t> previous = previous_complete(meta.iteration);
+    const std::optional<int64_t> previous = ckpt::previous_complete_iteration(root, meta.iteration);
     if (!opts.fallback || !previous) {
       if (!error.empty())
         fail("--load {}: {}{}", root, error,
