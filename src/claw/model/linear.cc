@@ -216,8 +216,8 @@ Linear::Operand Linear::gemm_operand(const CpuCtx& cpu, Fp8Role role, const floa
   if (cpu.gpu) {
     CLAW_CHECK(half_ == DType::bf16 && !(fp8_ && fp8_->active()), "{}: the GPU's low-precision products are bf16",
                weight.spec.name);
-    if (role == Fp8Role::weight && a == weight.data() && weight.compute.dtype() == DType::bf16)
-      return {{.bits = static_cast<const uint16_t*>(weight.compute.raw())}};
+    if (const uint16_t* copy = weight.bf16_compute(); role == Fp8Role::weight && a == weight.data() && copy)
+      return {{.bits = copy}};
     return {{.bits = kernels::cuda::bf16_in_scratch(*cpu.gpu, a, n, slot)}};
   }
   std::vector<float>& buf = operand_f32[slot];

@@ -84,9 +84,9 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
   };
   kernels::Bf16Operand wq;  // the weight once per call, each chunk's x and logit gradients as they come
   if (bf16 && gpu) {
-    wq = weight_->compute.dtype() == DType::bf16
-             ? kernels::Bf16Operand{.bits = static_cast<const uint16_t*>(weight_->compute.raw())}
-             : device_bf16(W, Vl * C_, 1);  // no compute copy: slot 1 (the linear layers' second) is free here
+    const uint16_t* copy = weight_->bf16_compute();
+    wq = copy ? kernels::Bf16Operand{.bits = copy}
+              : device_bf16(W, Vl * C_, 1);  // no compute copy: slot 1 (the linear layers' second) is free here
   } else if (bf16) {
     wq = kernels::round_to_bf16(ctx.cpu, W, Vl * C_, half_.w32, half_.w16);
   }

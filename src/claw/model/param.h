@@ -123,6 +123,11 @@ struct Param {
   Tensor grad;     // unbound (null) for a frozen parameter
   float* data() const { return value.data<float>(); }
   float* gdata() const { return grad.data<float>(); }
+  // The bf16 compute copy's bits (--bf16 on a GPU: refreshed after every
+  // optimizer step), or null when the layers read the values themselves.
+  const uint16_t* bf16_compute() const {
+    return compute.dtype() == DType::bf16 ? static_cast<const uint16_t*>(compute.raw()) : nullptr;
+  }
 };
 
 // A contiguous run of one parameter's elements held by this rank, with its
