@@ -1,9 +1,11 @@
 #include "claw/ckpt/safetensors.h"
 
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/core/error.h"
@@ -82,19 +84,49 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   } catch (const nlohmann::json::exception& e) {
     fail("{}: bad safetensors header: {}", path, e.what());
   }
+  // Every field checked for its type before it is read: a damaged or foreign
+  // header is an error naming the file, the tensor and the field.
+  if (!header.is_object()) fail("{}: the safetensors header is not a JSON object", path);
   const size_t data0 = 8 + len;
   for (auto& [name, v] : header.items()) {
+    const std::string where = fmt::format("{}: tensor '{}'", path, name);
     if (name == "__metadata__") {
-      for (auto& [k, mv] : v.items()) metadata_[k] = mv.get<std::string>();
+      if (!v.is_object()) fail("{}: __metadata__ is not an object of strings", path);
+      for (auto& [k, mv] : v.items()) {
+        if (!mv.is_string()) fail("{}: __metadata__ '{}' is not a string", path, k);
+        metadata_[k] = mv.get<std::string>();
+      }
       continue;
     }
-    TensorView t{name, parse_safetensors_dtype(v.at("dtype").get<std::string>(), path + ": " + name),
-                 v.at("shape").get<std::vector<int64_t>>(), nullptr};
-    auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+    if (!v.is_object()) fail("{}: not an object with dtype, shape and data_offsets", where);
+    const auto field = [&](const char* key) -> const nlohmann::json& {
+      if (!v.contains(key)) fail("{}: no '{}'", where, key);
+      return v[key];
+    };
+    const nlohmann::json& dtype = field("dtype");
+    if (!dtype.is_string()) fail("{}: 'dtype' is not a string", where);
+    const auto naturals = [&](const char* key) {
+      const nlohmann::json& a = field(key);
+      if (!a.is_array()) fail("{}: '{}' is not an array of non-negative integers", where, key);
+      std::vector<uint64_t> out;
+      for (const nlohmann::json& x : a) {
+        if (!x.is_number_unsigned()) fail("{}: '{}' holds {}, not a non-negative integer", where, key, x.dump());
+        out.push_back(x.get<uint64_t>());
+      }
+      return out;
+    };
+    const std::vector<uint64_t> shape = naturals("shape");
+    const std::vector<uint64_t> off = naturals("data_offsets");
+    TensorView t{name, parse_safetensors_dtype(dtype.get<std::string>(), path + ": " + name), {}, nullptr};
     uint64_t n = dtype_size(t.dtype);
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    if (off.size() != 2 || off[1] - off[0] != n || data0 + off[1] > size)
-      fail("{}: tensor '{}' has data_offsets inconsistent with its shape or the file size", path, name);
+    for (uint64_t d : shape) {
+      if (d > static_cast<uint64_t>(INT64_MAX) || (d != 0 && n > UINT64_MAX / d))
+        fail("{}: shape {} overflows", where, field("shape").dump());
+      n *= d;
+      t.shape.push_back(static_cast<int64_t>(d));
+    }
+    if (off.size() != 2 || off[0] > off[1] || off[1] - off[0] != n || off[1] > size - data0)
+      fail("{}: data_offsets inconsistent with its shape or the file size", where);
     t.data = bytes_.data() + data0 + off[0];
     tensors_.push_back(std::move(t));
   }
