@@ -23,9 +23,16 @@ struct ServeArgs {
   std::string max_body_size = "8MiB";
   std::string chat_template;     // empty: from the model
   std::string served_model_name; // empty: the model directory's name
+  bool api_key_given = false;    // --api-key on the command line (an empty key is refused)
 };
 
 void run(ServeArgs& a) {
+  if (a.api_key_given && a.server.api_key.empty())
+    fail("--api-key is empty: give a key, or leave the flag out to serve without one");
+  if (a.server.api_key.empty() && a.server.host != "127.0.0.1" && a.server.host != "localhost" &&
+      a.server.host != "::1")
+    log::warn("serve", "--host {} without --api-key: anyone who can reach this address can use the model",
+              a.server.host);
   a.server.max_body_bytes = static_cast<int64_t>(parse_size("--max-body-size", a.max_body_size));
   if (a.server.max_concurrent_requests < 1) fail("--max-concurrent-requests must be at least 1");
   if (!a.chat_template.empty()) data::chat_template(a.chat_template);  // refuse a bad name before loading
@@ -95,13 +102,17 @@ void add_serve_command(CLI::App& app) {
   a->engine.add_to(*sub);
   sub->add_option("--host", a->server.host, "address to listen on")->capture_default_str();
   sub->add_option("--port", a->server.port, "port to listen on (0: any free port)")->capture_default_str();
-  sub->add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' (all but /health)");
+  CLI::Option* key = sub->add_option("--api-key", a->server.api_key,
+                                     "require 'Authorization: Bearer KEY' (all but /health)");
   sub->add_option("--max-body-size", a->max_body_size, "largest request body")->capture_default_str();
   sub->add_option("--max-concurrent-requests", a->server.max_concurrent_requests,
                   "requests answered at once; more get 429")->capture_default_str();
   sub->add_option("--chat-template", a->chat_template, "llama3, chatml or plain (default: from the model)");
   sub->add_option("--served-model-name", a->served_model_name, "the model name clients use (default: the directory's)");
-  sub->callback([a] { run(*a); });
+  sub->callback([a, key] {
+    a->api_key_given = key->count() > 0;
+    run(*a);
+  });
 }
 
 }  // namespace claw::cli

@@ -4,10 +4,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -23,6 +25,16 @@ namespace claw::serve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// a == b in a time that depends on their lengths only, not on where they
+// first differ (an API key must not be guessable byte by byte from timings).
+bool same_secret(std::string_view a, std::string_view b) {
+  const size_t n = std::max(a.size(), b.size());
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i)
+    diff = diff | static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
 
 // Histogram buckets (seconds) for the latency metrics.
 const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -455,7 +467,8 @@ void HttpServer::start() {
   h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     if (s.cfg.api_key.empty() || req.path == "/health" || req.path == "/")
       return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + s.cfg.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + s.cfg.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
     s.reply_error(res, {401, "Incorrect API key provided (Authorization: Bearer <--api-key>)", "",
                         "invalid_request_error", "invalid_api_key"});
     return httplib::Server::HandlerResponse::Handled;

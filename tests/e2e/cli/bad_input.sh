@@ -173,6 +173,10 @@ PY
     # left to learn from; the run says why instead of hanging.
     rl --prompt-data "$(prompts)" --env-url http://127.0.0.1:9 --env-timeout 5 --train-iters 1
     expect_error "every episode of step 1 failed" ;;
+  serve_empty_api_key)
+    # An empty key would serve without authentication: refused before the model loads.
+    out=$("$claw" serve --model "$tmp/none" --port 0 --api-key "" 2>&1); rc=$?
+    expect_error "--api-key is empty: give a key, or leave the flag out" ;;
   dpo_bad_pair)
     printf '%s\n' '{"prompt": "a", "chosen": "b", "rejected": "c"}' '{"prompt": "a", "chosen": "b"}' >"$tmp/pairs.jsonl"
     out=$("$claw" preprocess --input "$tmp/pairs.jsonl" --output-prefix "$tmp/pref" --dpo 2>&1); rc=$?
