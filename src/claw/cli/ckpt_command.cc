@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <map>
 
 #include <fmt/format.h>
@@ -40,6 +41,20 @@ std::string recorded_arg(const ckpt::Metadata& meta, const char* key) {
   return meta.args.is_object() && meta.args.contains(key) && meta.args[key].is_string()
              ? meta.args[key].get<std::string>()
              : std::string();
+}
+
+// The `claw ckpt` commands that write a checkpoint (import, convert,
+// merge-lora) never overwrite one and never move `latest` back: iteration
+// `iteration` must be new under `save`, and no later one may be there.
+void check_new_iteration(const std::string& save, int64_t iteration, const std::string& command) {
+  std::error_code ec;
+  const std::string dir = ckpt::iteration_dir(save, iteration);
+  if (std::filesystem::exists(dir, ec))
+    fail("{}: --save {} already holds iteration {} ({}); claw ckpt never overwrites a checkpoint: choose another "
+         "--save", command, save, iteration, dir);
+  if (const std::optional<int64_t> latest = ckpt::read_latest(save); latest && *latest > iteration)
+    fail("{}: --save {} holds iteration {} as its latest; writing iteration {} there would move it back: choose "
+         "another --save", command, save, *latest, iteration);
 }
 
 // Saves `gpt`'s parameters as a one-rank checkpoint (no optimizer state).
@@ -243,6 +258,7 @@ struct Import {
     }
     if (!base_load.empty() || !base_hf.empty())
       fail("--load and --load-hf name the base model of --format peft; --format hf imports --input alone");
+    check_new_iteration(save, 0, "claw ckpt import");
     fmt::print("{}\n", import_hf_checkpoint(input, save));
   }
 
@@ -297,6 +313,7 @@ struct Import {
         std::copy_n(plain.store().find(p->spec.name)->data(), p->spec.local_shape().numel(), p->data());
     }
     ckpt::load_peft_params(gpt.params(), adapter, input);
+    check_new_iteration(save, 0, "claw ckpt import");
     save_one_rank(gpt, save, 0, {{"imported_from", input}, {"base", from}},
                   {{"consumed_train_samples", 0}, {"consumed_valid_samples", 0}, {"optimizer_steps", 0}});
     return fmt::format("imported the PEFT adapter {} (rank {}, alpha {}, targets {}) over {} into {}", input,
@@ -322,6 +339,7 @@ struct Convert {
     if (!known) fail("--dtype '{}' is not one of f32, bf16, f16, fp8_e4m3, fp8_e5m2", dtype);
     const std::string d = ckpt::resolve_load_dir(load, step, "claw ckpt convert");
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
+    check_new_iteration(save, meta.iteration, "claw ckpt convert");
     const model::ModelConfig cfg = model::model_from_flags_json(meta.model, "checkpoint " + d);
     model::GPT gpt(cfg);
     std::vector<ckpt::Shard> shards = ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false});
@@ -357,6 +375,7 @@ struct MergeLora {
   void run() const {
     const std::string d = ckpt::resolve_load_dir(load, step, "claw ckpt merge-lora");
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
+    check_new_iteration(save, meta.iteration, "claw ckpt merge-lora");
     const model::ModelConfig cfg = model::model_from_flags_json(meta.model, "checkpoint " + d);
     if (!cfg.lora.enabled()) fail("{} has no LoRA adapters (its model has no --lora-rank): nothing to merge", d);
     model::GPT with(cfg);

@@ -173,6 +173,23 @@ PY
     # left to learn from; the run says why instead of hanging.
     rl --prompt-data "$(prompts)" --env-url http://127.0.0.1:9 --env-timeout 5 --train-iters 1
     expect_error "every episode of step 1 failed" ;;
+  ckpt_convert_overwrite|ckpt_convert_latest_back)
+    # claw ckpt never overwrites a checkpoint nor moves `latest` back (a
+    # convert onto its own directory once replaced an fp32 + Adam checkpoint).
+    run --num-layers 1 --hidden-size 64 --seq-length 32 --micro-batch-size 2 --train-iters 2 --save-interval 1 \
+      --save "$tmp/ck" --eval-interval 0 --num-threads 2
+    [[ $rc -eq 0 ]] || { printf '%s\n' "$out" | tail -3; fail "training the checkpoint"; }
+    before=$(cat "$tmp/ck/iter_0000001/metadata.json")
+    if [[ $case_name == ckpt_convert_overwrite ]]; then
+      out=$("$claw" ckpt convert --load "$tmp/ck" --ckpt-step 1 --save "$tmp/ck" --dtype bf16 2>&1); rc=$?
+      expect_error "--save .*/ck already holds iteration 1 .* never overwrites a checkpoint"
+      [[ $(cat "$tmp/ck/iter_0000001/metadata.json") == "$before" ]] || fail "iteration 1 was rewritten"
+    else
+      "$claw" ckpt convert --load "$tmp/ck" --save "$tmp/c" --dtype bf16 >/dev/null 2>&1 || fail "convert iteration 2"
+      out=$("$claw" ckpt convert --load "$tmp/ck" --ckpt-step 1 --save "$tmp/c" --dtype bf16 2>&1); rc=$?
+      expect_error "holds iteration 2 as its latest; writing iteration 1 there would move it back"
+      [[ $(cat "$tmp/c/latest_checkpointed_iteration.txt") == 2 ]] || fail "latest moved"
+    fi ;;
   serve_empty_api_key)
     # An empty key would serve without authentication: refused before the model loads.
     out=$("$claw" serve --model "$tmp/none" --port 0 --api-key "" 2>&1); rc=$?
