@@ -84,6 +84,10 @@ bool JsonlReader::next(LineChunk& chunk, size_t target_bytes) {
     text.resize(old + got);
     if (got == 0) eof_ = true;
   }
+  // A UTF-8 byte order mark before the first record (editors on Windows
+  // write one) is not part of it: records are handed on as text, and one
+  // wrapped in another JSON object would not parse with the mark inside.
+  if (next_line_ == 1 && text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
   if (text.empty()) return false;
   chunk.first_line = next_line_;
   chunk.num_lines = std::count(text.begin(), text.end(), '\n') + (text.back() != '\n' ? 1 : 0);

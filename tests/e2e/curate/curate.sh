@@ -96,7 +96,17 @@ case $case_name in
     run --config "$tmp/p.toml" --skip-bad-lines
     [[ $rc -eq 0 ]] || fail "--skip-bad-lines: exit code $rc"
     grep -q "2 documents in -> 2 out (100.0% kept).* 2 bad lines skipped, 1 blank" <<<"$out" || fail "counts: $out"
-    echo "ok: --skip-bad-lines counts 2 bad lines" ;;
+    echo "ok: --skip-bad-lines counts 2 bad lines"
+    # A UTF-8 byte order mark before the first record, with a deduplication
+    # stage (whose segments wrap each record in another JSON object): read
+    # as the record it precedes, not an internal error.
+    printf '\xef\xbb\xbf{"text": "first document", "id": "a"}\n{"text": "second document", "id": "b"}\n' >"$tmp/bom.jsonl"
+    config "$tmp/bom.jsonl" "$tmp/bom_out" '[[stage]]' 'kind = "exact_dedup"'
+    run --config "$tmp/p.toml"
+    [[ $rc -eq 0 ]] || fail "a BOM before the first record: exit code $rc"
+    zstdcat "$tmp/bom_out/shard_00000.jsonl.zst" | head -n 1 | grep -q '^{"id":"a","text":"first document"}$' ||
+      fail "the first record after a BOM: $(zstdcat "$tmp/bom_out/shard_00000.jsonl.zst" | head -n 1)"
+    echo "ok: a BOM before the first record" ;;
   interrupted_resume)
     make_corpus "$tmp/in" 6
     config "$tmp/in" "$tmp/whole" "${stages[@]}"
