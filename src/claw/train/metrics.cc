@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <utility>
 #include <vector>
 
@@ -25,10 +26,29 @@ constexpr std::pair<const char*, const char*> kTensorBoardTags[] = {
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path, const std::string& tensorboard_dir) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, const std::string& tensorboard_dir, int64_t resumed_at)
+    : path_(path) {
   if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (path.empty()) return;
-  f_ = std::fopen(path.c_str(), "w");
+  if (resumed_at > 0) {
+    // The steps the resumed run keeps, written whole under a temporary name
+    // and renamed over the file (a crash here leaves the old file), then
+    // appended to. A torn last line of a killed attempt does not parse: dropped.
+    std::string kept;
+    if (std::ifstream in(path); in)
+      for (std::string line; std::getline(in, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+            j["step"].get<int64_t>() <= resumed_at)
+          kept += line + "\n";
+      }
+    const std::string tmp = path + ".tmp";
+    std::FILE* t = std::fopen(tmp.c_str(), "w");
+    if (!t || std::fwrite(kept.data(), 1, kept.size(), t) != kept.size() || std::fclose(t) != 0 ||
+        std::rename(tmp.c_str(), path.c_str()) != 0)
+      fail("--metrics-file {}: cannot rewrite it for the resumed run: {}", path, std::strerror(errno));
+  }
+  f_ = std::fopen(path.c_str(), resumed_at > 0 ? "a" : "w");
   if (!f_) fail("--metrics-file {}: cannot open for writing: {}", path, std::strerror(errno));
 }
 

@@ -5,6 +5,7 @@
 // scalars can also go to TensorBoard (--tensorboard-dir, see tensorboard.h).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -18,9 +19,13 @@ class TensorBoardWriter;
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Opens (truncates) `path`; an empty path writes nothing. A non-empty
+  // Opens `path`; an empty path writes nothing. A non-empty
   // `tensorboard_dir` also writes each record's scalars as TensorBoard events.
-  explicit MetricsWriter(const std::string& path, const std::string& tensorboard_dir = {});
+  // A fresh run (`resumed_at` 0) truncates the file; a run resumed from
+  // iteration `resumed_at` keeps the records of steps up to it (an earlier
+  // attempt's, under `claw launch`) and drops later ones, which it runs again,
+  // so the file holds every step once.
+  explicit MetricsWriter(const std::string& path, const std::string& tensorboard_dir = {}, int64_t resumed_at = 0);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

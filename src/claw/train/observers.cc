@@ -262,11 +262,12 @@ void CheckpointCadence::finish(TrainResult& r) {
 
 // ---- Progress -----------------------------------------------------------------------
 
-Progress::Progress(const TrainConfig& cfg, int rank, const Throughput& throughput, bool dpo)
+Progress::Progress(const TrainConfig& cfg, int rank, const Throughput& throughput, bool dpo, int64_t resumed_at)
     : cfg_(cfg),
       throughput_(throughput),
       dpo_(dpo),
-      metrics_(rank == 0 ? cfg.metrics_file : std::string(), rank == 0 ? cfg.tensorboard_dir : std::string()) {}
+      metrics_(rank == 0 ? cfg.metrics_file : std::string(), rank == 0 ? cfg.tensorboard_dir : std::string(),
+               resumed_at) {}
 
 void Progress::end_step(StepState& s) {
   metrics_.write(s.rec);

@@ -169,7 +169,8 @@ class CheckpointCadence : public StepObserver {
 
 class Progress : public StepObserver {
  public:
-  Progress(const TrainConfig& cfg, int rank, const Throughput& throughput, bool dpo);
+  // `resumed_at`: the iteration a --load resumed from (0: a fresh run), for the metrics file.
+  Progress(const TrainConfig& cfg, int rank, const Throughput& throughput, bool dpo, int64_t resumed_at);
   void end_step(StepState& s) override;
 
  private:

@@ -383,7 +383,7 @@ const Throughput& Trainer::add_observers(std::vector<std::unique_ptr<StepObserve
     ckpt = c.get();
     out.push_back(std::move(c));
   }
-  out.push_back(std::make_unique<Progress>(cfg_, world_.rank(), throughput, dpo_train_ != nullptr));
+  out.push_back(std::make_unique<Progress>(cfg_, world_.rank(), throughput, dpo_train_ != nullptr, start_iteration_));
   return throughput;
 }
 

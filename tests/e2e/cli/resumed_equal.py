@@ -3,8 +3,10 @@
 
   resumed_equal.py FULL.jsonl RESUMED.jsonl FIRST LAST [FIELD ...]   (default fields: loss grad_norm)
 
-RESUMED must hold exactly the steps FIRST..LAST, and each FIELD of each of
-them must equal FULL's at the same step.
+RESUMED must hold each of the steps FIRST..LAST once: exactly those (a
+file of the resumed run's own), or 1..LAST (the file of the interrupted
+run, which the resumed one keeps up to its checkpoint and appends to); each
+FIELD of every step there must equal FULL's at the same step.
 """
 import json
 import sys
@@ -14,8 +16,9 @@ fields = sys.argv[5:] or ["loss", "grad_norm"]
 full = {r["step"]: r for r in map(json.loads, open(full_path))}
 resumed = [json.loads(line) for line in open(resumed_path)]
 steps = [r["step"] for r in resumed]
-assert steps == list(range(first, last + 1)), f"resumed steps {steps}, expected {first}..{last}"
+assert steps in (list(range(first, last + 1)), list(range(1, last + 1))), \
+    f"resumed steps {steps}, expected {first}..{last} (or 1..{last}, each once)"
 for r in resumed:
     for f in fields:
         assert r[f] == full[r["step"]][f], f"step {r['step']} {f}: resumed {r[f]}, uninterrupted {full[r['step']][f]}"
-print(f"ok: steps {first}-{last} resumed equal the uninterrupted run's ({', '.join(fields)})")
+print(f"ok: steps {steps[0]}-{last} (resumed from {first}) equal the uninterrupted run's ({', '.join(fields)})")
