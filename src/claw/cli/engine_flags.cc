@@ -97,9 +97,7 @@ std::vector<std::pair<std::string, std::string>> EngineFlags::resolved(const ser
 }
 
 void print_resolved_config(const std::string& command, const std::vector<std::pair<std::string, std::string>>& lines) {
-  std::string s = "resolved config:\n";
-  for (const auto& [flag, value] : lines) s += fmt::format("  {:<36} {}\n", flag, value);
-  log::info(command, "{}", s);
+  log::info(command, "{}", config_table("resolved config", lines));
 }
 
 CpuCtx EngineFlags::cpu() const { return CpuCtx{num_threads > 0 ? num_threads : kernels::default_num_threads()}; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "claw/core/error.h"
@@ -61,6 +62,12 @@ std::vector<std::pair<std::string, std::string>> read_toml_pairs(const std::stri
   };
   visit(root, visit);
   return out;
+}
+
+std::string config_table(const std::string& title, const std::vector<std::pair<std::string, std::string>>& lines) {
+  std::string s = title + ":\n";
+  for (const auto& [flag, value] : lines) s += fmt::format("  {:<36} {}\n", flag, value);
+  return s;
 }
 
 }  // namespace claw::cli

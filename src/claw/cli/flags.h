@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -63,6 +64,17 @@ class FlagBinder {
   std::vector<int> switches_;
   std::vector<CLI::Option*> options_;
 };
+
+// The configuration a command prints before it runs: "`title`:" and one
+// `  flag value` line per entry (tests/e2e/cli/flags_apply.py reads it).
+std::string config_table(const std::string& title, const std::vector<std::pair<std::string, std::string>>& lines);
+// Each flag of a table with its value in `args`, for config_table.
+template <typename Args>
+std::vector<std::pair<std::string, std::string>> flag_values(const std::vector<Flag<Args>>& flags, const Args& args) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Flag<Args>& f : flags) out.emplace_back(f.name, f.get(args));
+  return out;
+}
 
 // Reads a TOML file of `key = value` pairs (keys are flag names; '_' and '-'
 // are interchangeable; tables only group keys, their names are ignored) and

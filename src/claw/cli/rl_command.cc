@@ -137,9 +137,8 @@ struct RlCommand {
     // Not launch(): the data-parallel size is the learners', which run_rl resolves.
     std::unique_ptr<comm::World> world = join_job(args);
     if (!args.ckpt.load_hf.empty()) import_hf_for_finetune(args, *world);
-    std::string resolved = fmt::format("resolved config (model preset: {}):\n", args.model.name);
-    for (const R& f : rl_flags()) resolved += fmt::format("  {:<36} {}\n", f.name, f.get(args));
-    log::info("rl", "{}", resolved);
+    log::info("rl", "{}", config_table(fmt::format("resolved config (model preset: {})", args.model.name),
+                                        flag_values(rl_flags(), args)));
     args.ckpt.model_flags = model::model_flags_json(args.model);
     for (const R& f : rl_flags()) args.ckpt.args[f.name] = f.get(args);
     args.ckpt.args["model"] = args.model.name;

@@ -388,9 +388,7 @@ const std::vector<F>& train_flags() {
 }
 
 std::string resolved_config(const TrainArgs& a) {
-  std::string s = fmt::format("resolved config (model preset: {}):\n", a.model.name);
-  for (const F& f : train_flags()) s += fmt::format("  {:<36} {}\n", f.name, f.get(a));
-  return s;
+  return config_table(fmt::format("resolved config (model preset: {})", a.model.name), flag_values(train_flags(), a));
 }
 
 namespace {
@@ -657,10 +655,9 @@ struct EvalCommand {
     args.train.train_iters = std::max<int64_t>(1, args.train.eval_iters);
     args.train.eval_interval = 0;
     std::unique_ptr<comm::World> world = launch(args, *binder);
-    std::string config = fmt::format("resolved config (checkpoint {}):\n", dir);
-    for (const F& f : eval_flags()) config += fmt::format("  {:<36} {}\n", f.name, f.get(args));
-    config += fmt::format("  {:<36} {}\n  {:<36} {}\n", "logits-file", logits_file, "grads-file", grads_file);
-    log::info("eval", "{}", config);
+    auto config = flag_values(eval_flags(), args);
+    config.insert(config.end(), {{"logits-file", logits_file}, {"grads-file", grads_file}});
+    log::info("eval", "{}", config_table(fmt::format("resolved config (checkpoint {})", dir), config));
     args.ckpt.load = dir;
     args.ckpt.ckpt_step = -1;
     train::Evaluator evaluator(args.model, args.train, args.data, args.parallel, *world, args.ckpt);
