@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "claw/cli/engine_flags.h"
 #include "claw/cli/flags.h"
@@ -31,10 +32,19 @@ void run(ServeArgs& a) {
     fail("--api-key is empty: give a key, or leave the flag out to serve without one");
   if (a.server.api_key.empty() && a.server.host != "127.0.0.1" && a.server.host != "localhost" &&
       a.server.host != "::1")
-    log::warn("serve", "--host {} without --api-key: anyone who can reach this address can use the model",
-              a.server.host);
+    log::warn("serve", "--host {} without --api-key: anyone who can reach this address can use the model "
+              "(requests must still name an allowed Host: this address, loopback or --allowed-hosts)", a.server.host);
   a.server.max_body_bytes = static_cast<int64_t>(parse_size("--max-body-size", a.max_body_size));
-  if (a.server.max_concurrent_requests < 1) fail("--max-concurrent-requests must be at least 1");
+  for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"--max-concurrent-requests", a.server.max_concurrent_requests},
+                                {"--max-request-sequences", a.server.max_request_sequences},
+                                {"--max-queued-sequences", a.server.max_queued_sequences},
+                                {"--max-queued-tokens", a.server.max_queued_tokens},
+                                {"--max-connections", a.server.max_connections},
+                                {"--max-connections-per-client", a.server.max_connections_per_client}})
+    if (v < 1) fail("{} must be at least 1 (got {})", flag, v);
+  if (!(a.server.header_timeout_s > 0)) fail("--header-timeout must be positive seconds (got {})", a.server.header_timeout_s);
+  if (!(a.server.shutdown_timeout_s >= 0))
+    fail("--shutdown-timeout must be seconds, 0 or more (got {})", a.server.shutdown_timeout_s);
   if (!a.chat_template.empty()) data::chat_template(a.chat_template);  // refuse a bad name before loading
   // SIGTERM and SIGINT are taken by sigwait below; blocked before any thread
   // starts so that every thread inherits the mask.
@@ -68,6 +78,14 @@ void run(ServeArgs& a) {
                                {"api-key", a.server.api_key.empty() ? "" : "(set)"},
                                {"max-body-size", a.max_body_size},
                                {"max-concurrent-requests", std::to_string(a.server.max_concurrent_requests)},
+                               {"max-request-sequences", std::to_string(a.server.max_request_sequences)},
+                               {"max-queued-sequences", std::to_string(a.server.max_queued_sequences)},
+                               {"max-queued-tokens", std::to_string(a.server.max_queued_tokens)},
+                               {"max-connections", std::to_string(a.server.max_connections)},
+                               {"max-connections-per-client", std::to_string(a.server.max_connections_per_client)},
+                               {"header-timeout", fmt::format("{}", a.server.header_timeout_s)},
+                               {"shutdown-timeout", fmt::format("{}", a.server.shutdown_timeout_s)},
+                               {"allowed-hosts", fmt::format("{}", fmt::join(a.server.allowed_hosts, ","))},
                                {"chat-template", tmpl},
                                {"served-model-name", a.served_model_name.empty() ? m.name : a.served_model_name}});
   print_resolved_config("serve", config);
@@ -107,6 +125,22 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--max-body-size", a->max_body_size, "largest request body")->capture_default_str();
   sub->add_option("--max-concurrent-requests", a->server.max_concurrent_requests,
                   "requests answered at once; more get 429")->capture_default_str();
+  sub->add_option("--max-request-sequences", a->server.max_request_sequences,
+                  "sequences (prompts x n) in one request; more get 400")->capture_default_str();
+  sub->add_option("--max-queued-sequences", a->server.max_queued_sequences,
+                  "sequences of all requests being answered; more get 429")->capture_default_str();
+  sub->add_option("--max-queued-tokens", a->server.max_queued_tokens,
+                  "prompt tokens (x n) of all requests being answered; more get 429")->capture_default_str();
+  sub->add_option("--max-connections", a->server.max_connections, "open connections; more get 503")
+      ->capture_default_str();
+  sub->add_option("--max-connections-per-client", a->server.max_connections_per_client,
+                  "open connections from one address; more get 429")->capture_default_str();
+  sub->add_option("--header-timeout", a->server.header_timeout_s,
+                  "seconds for a request's head to arrive")->capture_default_str();
+  sub->add_option("--allowed-hosts", a->server.allowed_hosts,
+                  "Host names accepted without --api-key besides loopback and --host ('*': any)")->delimiter(',');
+  sub->add_option("--shutdown-timeout", a->server.shutdown_timeout_s,
+                  "on SIGTERM, seconds to let requests finish before cancelling them")->capture_default_str();
   sub->add_option("--chat-template", a->chat_template, "llama3, chatml or plain (default: from the model)");
   sub->add_option("--served-model-name", a->served_model_name, "the model name clients use (default: the directory's)");
   sub->callback([a, key] {

@@ -16,6 +16,11 @@ void StreamSignal::wait_past(uint64_t seen) {
   cv_.wait(lock, [&] { return count_ != seen; });
 }
 
+void StreamSignal::wait_past_for(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return count_ != seen; });
+}
+
 void StreamSignal::notify() {
   {
     std::lock_guard lock(mu_);
@@ -89,6 +94,25 @@ void AsyncEngine::cancel(TokenStream& s) {
   // Not yet handed to the engine: its id is still -1 and the engine thread
   // drops it on seeing it cancelled.
   if (s.id_ >= 0) cancels_.push_back(s.id_);
+  cv_.notify_all();
+}
+
+void AsyncEngine::cancel_all(const std::string& why) {
+  {
+    std::lock_guard lock(mu_);
+    auto end = [&](TokenStream& s) {
+      std::lock_guard slock(s.mu_);
+      if (s.done_) return;
+      s.error_ = why;
+      s.cancelled_ = true;
+      s.done_ = true;
+      s.wake();
+      if (s.id_ >= 0) cancels_.push_back(s.id_);
+    };
+    for (const std::weak_ptr<TokenStream>& w : live_)
+      if (const std::shared_ptr<TokenStream> st = w.lock()) end(*st);
+    for (auto& in : incoming_) end(*in.second);
+  }
   cv_.notify_all();
 }
 

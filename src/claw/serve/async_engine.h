@@ -18,6 +18,7 @@
 // engine itself stays single-threaded.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -38,6 +39,8 @@ class StreamSignal {
   uint64_t count() const;
   // Returns once count() differs from `seen`.
   void wait_past(uint64_t seen);
+  // The same, or after `timeout`, whichever comes first.
+  void wait_past_for(uint64_t seen, std::chrono::milliseconds timeout);
   void notify();
 
  private:
@@ -81,6 +84,9 @@ class AsyncEngine {
   // which also notifies `signal` (when given) of every token and its end.
   std::shared_ptr<TokenStream> submit(GenerationRequest r, std::shared_ptr<StreamSignal> signal = nullptr);
   void cancel(TokenStream& s);
+  // Cancels every request admitted and not yet done; their streams end with
+  // `why` as their error (a drain that ran out of time).
+  void cancel_all(const std::string& why);
   // Steps the engine until shutdown() and every running and waiting request
   // is done, or a step fails (every request then ends with its error).
   void run();

@@ -18,6 +18,7 @@
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/serve/chat_page.h"
+#include "claw/serve/http_connections.h"
 #include "claw/serve/openai_api.h"
 #include "claw/serve/text_stream.h"
 
@@ -56,11 +57,43 @@ struct Histogram {
   }
 };
 
+ConnectionLimits connection_limits(const ServerConfig& c) {
+  return {.max_connections = c.max_connections,
+          .max_connections_per_client = c.max_connections_per_client,
+          .header_timeout_s = c.header_timeout_s,
+          .max_body_bytes = c.max_body_bytes};
+}
+
+// "name", "name:port", "[v6]:port" -> the name, lower case.
+std::string host_name(std::string h) {
+  if (h.starts_with('[')) {
+    h = h.substr(1, h.find(']') - 1);
+  } else if (std::count(h.begin(), h.end(), ':') == 1) {
+    h = h.substr(0, h.find(':'));
+  }
+  std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return std::tolower(c); });
+  return h;
+}
+
+bool is_json_type(std::string t) {
+  t = t.substr(0, t.find(';'));
+  std::erase_if(t, [](unsigned char c) { return std::isspace(c); });
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  return t == "application/json";
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
+  explicit Impl(ServerConfig c) : cfg(std::move(c)), http(connection_limits(cfg)) {
+    allowed_hosts = {"localhost", "127.0.0.1", "::1"};
+    if (cfg.host != "0.0.0.0" && cfg.host != "::") allowed_hosts.push_back(host_name(cfg.host));
+    for (const std::string& h : cfg.allowed_hosts) allowed_hosts.push_back(h == "*" ? h : host_name(h));
+  }
   ServerConfig cfg;
-  httplib::Server http;
+  GuardedServer http;
+  std::vector<std::string> allowed_hosts;
+  std::atomic<int64_t> queued_seqs{0}, queued_tokens{0};  // of the requests being answered
   std::thread thread;
   std::mutex mu;
   std::unique_ptr<ServedModel> model;  // null while loading
@@ -71,6 +104,12 @@ struct HttpServer::Impl {
   uint64_t requests_ok = 0, requests_error = 0, prompt_tokens = 0, generation_tokens = 0;
   Histogram ttft, tpot;
   std::atomic<uint64_t> next_id{0};
+
+  bool host_allowed(const std::string& host) const {
+    const std::string name = host_name(host);
+    return std::any_of(allowed_hosts.begin(), allowed_hosts.end(),
+                       [&](const std::string& a) { return a == "*" || a == name; });
+  }
 
   ServedModel* served() {
     std::lock_guard lock(mu);
@@ -159,15 +198,51 @@ struct HttpServer::Impl {
     ++generation_tokens;
   }
 
-  // Holds one of the --max-concurrent-requests places until the response
+  // Holds one of the --max-concurrent-requests places and the request's
+  // sequences and prompt tokens in the admission totals until the response
   // is done (a stream's provider keeps it alive).
   struct Slot {
-    explicit Slot(std::atomic<int64_t>& count) : n(count) {}
+    explicit Slot(Impl& server) : s(server) {}
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
-    ~Slot() { --n; }
-    std::atomic<int64_t>& n;
+    ~Slot() {
+      s.queued_seqs -= seqs;
+      s.queued_tokens -= tokens;
+      --s.in_flight;
+    }
+    Impl& s;
+    int64_t seqs = 0, tokens = 0;
   };
+
+  // Admission: the request's sequences and prompt tokens against the
+  // bounds, before anything reaches the engine. Throws 400 for a request
+  // that could never be served, 429 when the server is full.
+  void admit(const ApiRequest& job, Slot& slot) {
+    const auto prompts = static_cast<int64_t>(job.prompts.size());
+    int64_t tokens = 0;
+    for (const std::vector<int32_t>& p : job.prompts) tokens += static_cast<int64_t>(p.size());
+    tokens *= job.n;
+    const int64_t seqs = prompts * job.n;
+    if (seqs > cfg.max_request_sequences)
+      throw ApiError{400, fmt::format("{} prompt(s) x n {} = {} sequences; at most {} in one request "
+                                      "(--max-request-sequences)", prompts, job.n, seqs, cfg.max_request_sequences),
+                     job.n > 1 ? "n" : "prompt"};
+    if (tokens > cfg.max_queued_tokens)
+      throw ApiError{400, fmt::format("the request's prompts x n hold {} tokens; at most {} (--max-queued-tokens)",
+                                      tokens, cfg.max_queued_tokens), "prompt"};
+    slot.seqs = seqs;
+    slot.tokens = tokens;
+    const int64_t all_seqs = queued_seqs += seqs, all_tokens = queued_tokens += tokens;
+    if (all_seqs > cfg.max_queued_sequences)
+      throw ApiError{429, fmt::format("the server holds {} sequences with this request; at most {} "
+                                      "(--max-queued-sequences): retry later", all_seqs, cfg.max_queued_sequences),
+                     "", "rate_limit_exceeded"};
+    if (all_tokens > cfg.max_queued_tokens)
+      throw ApiError{429, fmt::format("the server holds {} prompt tokens with this request; at most {} "
+                                      "(--max-queued-tokens): retry later", all_tokens, cfg.max_queued_tokens),
+                     "", "rate_limit_exceeded"};
+  }
+
   // What every response names: its id, creation time, prompt tokens and start.
   struct Reply {
     std::string id;
@@ -186,7 +261,7 @@ struct HttpServer::Impl {
       return reply_error(res, {429, fmt::format("more than {} concurrent requests (--max-concurrent-requests)",
                                                 cfg.max_concurrent_requests), "", "rate_limit_exceeded"});
     }
-    auto slot = std::make_shared<Slot>(in_flight);
+    auto slot = std::make_shared<Slot>(*this);
     ApiRequest job;
     std::vector<Choice> choices;
     const Clock::time_point t0 = Clock::now();
@@ -198,6 +273,7 @@ struct HttpServer::Impl {
         bad("", fmt::format("the body is not valid JSON: {}", e.what()));
       }
       job = parse_request(*m, body, chat);
+      admit(job, *slot);
       choices = launch(*m, job);
     } catch (const ApiError& e) {
       count(false);
@@ -223,6 +299,24 @@ struct HttpServer::Impl {
       reply_whole(res, m, job, choices, r);
   }
 
+  // The next token of a choice, waiting while its client is connected:
+  // nothing once the choice has ended, or with `gone` set once the client
+  // has closed the connection (checked at every token of the request and
+  // at least every 100 ms).
+  std::optional<TokenOutput> next_token(Choice& c, bool& gone) {
+    for (;;) {
+      const uint64_t seen = c.signal->count();
+      bool ended = false;
+      if (std::optional<TokenOutput> t = c.stream->try_next(&ended)) return t;
+      if (ended) return std::nullopt;
+      if (GuardedServer::client_gone()) {
+        gone = true;
+        return std::nullopt;
+      }
+      c.signal->wait_past_for(seen, std::chrono::milliseconds(100));
+    }
+  }
+
   // A non-streaming response: every choice's whole text.
   void reply_whole(httplib::Response& res, ServedModel* m, const ApiRequest& job, std::vector<Choice>& choices,
                    const Reply& r) {
@@ -236,7 +330,8 @@ struct HttpServer::Impl {
       json& lp = c.lp;
       const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : "";
       std::vector<TokenOutput> observed;
-      while (auto t = c.stream->next()) {
+      bool gone = false;
+      while (auto t = next_token(c, gone)) {
         if (t->prompt) {
           add_prompt_score(*m, job, *t, c);
           continue;
@@ -258,9 +353,14 @@ struct HttpServer::Impl {
           break;
         }
       }
+      if (gone) {  // nobody to answer: every choice's generation stops
+        for (Choice& other : choices) m->engine->cancel(*other.stream);
+        count(false);
+        return reply_error(res, {499, "the client closed the connection", "", "invalid_request_error"});
+      }
       if (!c.stream->error().empty()) {
         count(false);
-        return reply_error(res, {500, c.stream->error(), "", "server_error"});
+        return reply_error(res, {draining ? 503 : 500, c.stream->error(), "", "server_error"});
       }
       if (m->observer) m->observer->finished(job.model, job.prompts[c.prompt_index], observed);
       c.text->finish();  // what it held back joins text() (one statement each: + leaves the order open)
@@ -412,6 +512,14 @@ struct HttpServer::Impl {
     gauge("claw:kv_blocks_used", "KV-cache blocks held by sequences", static_cast<double>(s.blocks_used));
     gauge("claw:kv_blocks_free", "KV-cache blocks free (empty or cached)", static_cast<double>(s.blocks_free));
     gauge("claw:http_requests_in_flight", "HTTP generation requests being answered", static_cast<double>(in_flight.load()));
+    gauge("claw:admitted_sequences", "Sequences (prompts x n) of the requests being answered",
+          static_cast<double>(queued_seqs.load()));
+    gauge("claw:admitted_prompt_tokens", "Prompt tokens of the requests being answered",
+          static_cast<double>(queued_tokens.load()));
+    gauge("claw:http_connections_open", "Open HTTP connections", static_cast<double>(http.open_connections()));
+    counter("claw:http_connections_refused_total", "Connections refused beyond --max-connections(-per-client)",
+            static_cast<double>(http.refused_connections()));
+    counter("claw:engine_steps_total", "Engine steps run", static_cast<double>(s.steps));
     ttft.print(out, "claw:time_to_first_token_seconds", "Time from request to its first token");
     tpot.print(out, "claw:time_per_output_token_seconds", "Time between consecutive tokens of a request");
     return out;
@@ -444,7 +552,7 @@ void widen_listen_backlog(int port) {
 
 }  // namespace
 
-HttpServer::HttpServer(ServerConfig cfg) : impl_(std::make_unique<Impl>()) { impl_->cfg = std::move(cfg); }
+HttpServer::HttpServer(ServerConfig cfg) : impl_(std::make_unique<Impl>(std::move(cfg))) {}
 
 HttpServer::~HttpServer() {
   impl_->http.stop();
@@ -459,19 +567,29 @@ void HttpServer::set_model(ServedModel m) {
 void HttpServer::start() {
   Impl& s = *impl_;
   httplib::Server& h = s.http;
-  const int threads = static_cast<int>(std::min<int64_t>(s.cfg.max_concurrent_requests + 8, 1024));
-  h.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  h.set_payload_max_length(static_cast<size_t>(s.cfg.max_body_bytes));
-  h.set_read_timeout(60, 0);
-  h.set_write_timeout(60, 0);
   h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (s.cfg.api_key.empty() || req.path == "/health" || req.path == "/")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + s.cfg.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
-    s.reply_error(res, {401, "Incorrect API key provided (Authorization: Bearer <--api-key>)", "",
-                        "invalid_request_error", "invalid_api_key"});
-    return httplib::Server::HandlerResponse::Handled;
+    if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (!s.cfg.api_key.empty()) {
+      if (req.path == "/" || same_secret(req.get_header_value("Authorization"), "Bearer " + s.cfg.api_key))
+        return httplib::Server::HandlerResponse::Unhandled;
+      s.reply_error(res, {401, "Incorrect API key provided (Authorization: Bearer <--api-key>)", "",
+                          "invalid_request_error", "invalid_api_key"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // Without a key: what a web page elsewhere could send is refused.
+    const std::string host = req.get_header_value("Host");
+    if (!host.empty() && !s.host_allowed(host)) {
+      s.reply_error(res, {403, fmt::format("Host '{}' is not served here: without --api-key, requests must name "
+                                           "this server (loopback or --host), or one of --allowed-hosts", host),
+                          "", "invalid_request_error"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.method == "POST" && !is_json_type(req.get_header_value("Content-Type"))) {
+      s.reply_error(res, {415, fmt::format("Content-Type '{}': requests are JSON (application/json)",
+                                           req.get_header_value("Content-Type")), "", "invalid_request_error"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   h.set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -542,7 +660,17 @@ void HttpServer::start() {
 void HttpServer::drain_and_stop() {
   Impl& s = *impl_;
   s.draining = true;
-  while (s.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.cfg.shutdown_timeout_s));
+  while (s.in_flight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (s.in_flight.load() > 0) {
+    log::warn("serve", "{} request(s) still running after --shutdown-timeout {} s: cancelled", s.in_flight.load(),
+              s.cfg.shutdown_timeout_s);
+    if (ServedModel* m = s.served()) m->engine->cancel_all("the server is shutting down (--shutdown-timeout)");
+    // Their handlers answer at once; a stream whose client reads nothing
+    // fails its write within the write timeout.
+    while (s.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   s.http.stop();
   if (s.thread.joinable()) s.thread.join();
 }

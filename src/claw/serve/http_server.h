@@ -12,10 +12,13 @@
 //
 // Errors are OpenAI's JSON, {"error": {"message", "type", "param", "code"}},
 // with 400 for an invalid request (naming the field), 401 for a missing or
-// wrong API key (every endpoint but /health), 404 for an unknown model or
-// path, 413 for a body over the limit, 503 while loading or draining.
-// Streaming responses are server-sent events; a client that disconnects
-// mid-stream has its request cancelled and its KV blocks freed.
+// wrong API key (every endpoint but /health), 403 for a Host not allowed and
+// 415 for a body not sent as JSON (without a key), 404 for an unknown model
+// or path, 413 for a body over the limit, 429 beyond a limit on requests,
+// sequences, tokens or connections, 503 while loading or draining.
+// Streaming responses are server-sent events. A client that disconnects,
+// streaming or not, has its request cancelled and its KV blocks freed
+// within an engine step.
 #pragma once
 
 #include <atomic>
@@ -36,6 +39,23 @@ struct ServerConfig {
   std::string api_key;             // --api-key
   int64_t max_body_bytes = 8 << 20;        // --max-body-size
   int64_t max_concurrent_requests = 256;   // --max-concurrent-requests: beyond it, 429
+  // Admission: the sequences (prompts x n) and prompt tokens (each
+  // sequence's prompt) of one request, and of all requests being answered.
+  // A request over a per-request bound gets 400 (it could never be
+  // served); one that would take the server over a total bound, 429.
+  int64_t max_request_sequences = 256;     // --max-request-sequences
+  int64_t max_queued_sequences = 1024;     // --max-queued-sequences
+  int64_t max_queued_tokens = 1 << 20;     // --max-queued-tokens
+  // Connections (serve/http_connections.h).
+  int64_t max_connections = 1024;          // --max-connections
+  int64_t max_connections_per_client = 512;  // --max-connections-per-client
+  double header_timeout_s = 5;             // --header-timeout
+  // Without --api-key, requests must name one of these in Host (a browser
+  // page elsewhere cannot reach the server through DNS rebinding) and send
+  // JSON (a cross-site form post cannot); empty: loopback names and --host.
+  // "*" allows any host.
+  std::vector<std::string> allowed_hosts;  // --allowed-hosts
+  double shutdown_timeout_s = 30;          // --shutdown-timeout: drain this long, then cancel
 };
 
 // A caller that trains on what is sampled (claw rl's environments) sees
@@ -72,8 +92,9 @@ class HttpServer {
   void start();
   int port() const { return port_; }
   void set_model(ServedModel m);
-  // Stops accepting requests (new ones get 503), waits for those in flight
-  // to finish, then stops listening.
+  // Stops accepting requests (new ones get 503), waits up to
+  // --shutdown-timeout for those in flight to finish, cancels what is left
+  // (its clients get 503), then stops listening.
   void drain_and_stop();
 
  private:

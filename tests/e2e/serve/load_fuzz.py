@@ -7,6 +7,15 @@ tests/e2e/serve/load_fuzz.sh); Python's standard library only, real sockets.
                                            streams dropped after their first event, malformed
                                            bodies (checked: 400 with OpenAI's error JSON);
                                            then /metrics: no KV block in use, nothing running
+    load_fuzz.py limits PORT PID           admission and connection limits (the server started with
+                                           --max-body-size 1MiB --max-request-sequences 32 --max-queued-sequences 64
+                                           --max-connections-per-client 320 --shutdown-timeout 0.2):
+                                           20,000 sequences in one call refused at once and a
+                                           one-token request answered right after; a full queue 429;
+                                           a dropped non-streaming request cancelled within a few
+                                           engine steps; 300 half-open connections and bad body
+                                           lengths leave /health answering; the per-client cap; Host
+                                           and Content-Type checks; SIGTERM cancels what is left
     load_fuzz.py fuzz PORT SECONDS SEED    random and mutated JSON bodies and raw HTTP requests
                                            (broken request lines, headers, lengths) for SECONDS:
                                            every answer is an HTTP status with a JSON body when it
@@ -14,7 +23,9 @@ tests/e2e/serve/load_fuzz.sh); Python's standard library only, real sockets.
 """
 import http.client
 import json
+import os
 import random
+import signal
 import socket
 import sys
 import threading
@@ -113,7 +124,7 @@ def load(port, n, concurrency):
             # must cancel it and free its blocks.
             s = socket.create_connection((HOST, port), timeout=60)
             body = json.dumps({"prompt": "Long ago " * 10, "max_tokens": 200, "stream": True, "ignore_eos": True})
-            s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
             got = b""
             while b"data:" not in got:
@@ -282,7 +293,8 @@ def fuzz(port, seconds, seed, threads=8):
                 headers.append("X" * rng.randint(1, 9000) + ": y")
             method = rng.choice(["POST"] * 8 + ["GET", "PUT", "\x00POST", "POST /x"])
             line = f"{method} {path} HTTP/1.1" if rng.random() > 0.05 else "garbage"
-            req = (line + "\r\nHost: x\r\nConnection: close\r\n" + "".join(x + "\r\n" for x in headers) +
+            host = "127.0.0.1" if rng.random() < 0.9 else rng.choice(["x", "", "[::1]:1", "localhost:80"])
+            req = (line + f"\r\nHost: {host}\r\nConnection: close\r\n" + "".join(x + "\r\n" for x in headers) +
                    f"Content-Length: {length}\r\n\r\n")
             try:
                 out = raw(port, req.encode("latin-1") + body)
@@ -312,10 +324,178 @@ def fuzz(port, seconds, seed, threads=8):
           f"(statuses {dict(sorted(seen.items()))}); no crash, every error a JSON body")
 
 
+def raw_open(port, data):
+    s = socket.create_connection((HOST, port), timeout=30)
+    s.sendall(data)
+    return s
+
+
+def read_reply(s, timeout):
+    """What the server sends until it closes, within `timeout` seconds."""
+    s.settimeout(timeout)
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return out
+
+
+def limits(port, pid):
+    # 1. One request of 20,000 prompts x n 16: refused before anything is
+    # queued; a one-token request right after is answered at once.
+    t0 = time.time()
+    status, out = request(port, "POST", "/v1/completions", json.dumps({"prompt": ["a"] * 20000, "n": 16,
+                                                                        "max_tokens": 1}))
+    refused = time.time() - t0
+    error_json(status, out, 400, "20,000 x 16 sequences")
+    assert b"--max-request-sequences" in out, out
+    t0 = time.time()
+    status, out = request(port, "POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 1}))
+    answered = time.time() - t0
+    assert status == 200, (status, out[:200])
+    assert answered < 1.0, f"a one-token request took {answered:.2f} s after the refused one"
+    m = metrics(port)
+    assert m["claw:num_requests_waiting"] == 0 and m["claw:admitted_sequences"] == 0, m
+    print(f"limits: 320,000 sequences refused (400) in {refused * 1000:.0f} ms; a one-token request answered "
+          f"{answered * 1000:.0f} ms later")
+
+    # 2. The queue: two streams of 32 sequences hold 64 (--max-queued-sequences);
+    # a third request is told to come back (429); it fits once they end.
+    streams = []
+    for _ in range(2):
+        body = json.dumps({"prompt": ["Once"] * 4, "n": 8, "max_tokens": 200, "stream": True, "ignore_eos": True})
+        s = raw_open(port, f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        got = b""
+        while b"data:" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        streams.append(s)
+    status, out = request(port, "POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 1}))
+    error_json(status, out, 429, "a request beyond --max-queued-sequences")
+    assert b"--max-queued-sequences" in out, out
+    for s in streams:
+        s.close()
+    for _ in range(200):
+        m = metrics(port)
+        if m["claw:admitted_sequences"] == 0 and m["claw:kv_blocks_used"] == 0:
+            break
+        time.sleep(0.05)
+    assert m["claw:admitted_sequences"] == 0 and m["claw:kv_blocks_used"] == 0, m
+    status, out = request(port, "POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 1}))
+    assert status == 200, (status, out[:200])
+    print("limits: 64 sequences admitted, the next request 429 (--max-queued-sequences), answered once they ended")
+
+    # 3. A non-streaming request whose client leaves: cancelled within a few
+    # engine steps (it asked for 200 tokens, so 200 steps if it ran on).
+    body = json.dumps({"prompt": ["Fellow"] * 4, "n": 8, "max_tokens": 200, "ignore_eos": True})
+    s = raw_open(port, f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    for _ in range(400):
+        m = metrics(port)
+        if m["claw:num_requests_running"] > 0 and m["claw:kv_blocks_used"] > 0:
+            break
+        time.sleep(0.01)
+    assert m["claw:kv_blocks_used"] > 0, m
+    s.close()
+    steps_at_close = m["claw:engine_steps_total"]
+    for _ in range(400):
+        m = metrics(port)
+        if m["claw:kv_blocks_used"] == 0 and m["claw:num_requests_running"] == 0:
+            break
+        time.sleep(0.01)
+    ran_on = m["claw:engine_steps_total"] - steps_at_close
+    assert m["claw:kv_blocks_used"] == 0 and m["claw:num_requests_running"] == 0, m
+    assert ran_on <= 20, f"the dropped request ran {ran_on:.0f} more engine steps"
+    print(f"limits: a dropped non-streaming request (32 sequences, 200 tokens) freed its KV blocks "
+          f"{ran_on:.0f} engine step(s) after the client left")
+
+    # 4. 300 connections that send half a head, and bodies that promise what
+    # they never send: /health still answers, and the bad lengths at once.
+    half = [raw_open(port, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le") for _ in range(300)]
+    t0 = time.time()
+    status, _ = request(port, "GET", "/health", timeout=5)
+    assert status == 200, status
+    health = time.time() - t0
+    bad = {"Content-Length: -1": 413, "Content-Length: 99999999999999999999999": 413,
+           "Content-Length: 12x": 400, "Transfer-Encoding: chunked": 400}
+    for header, want in bad.items():
+        tail = b"fffffffffff\r\n" if "chunked" in header else b""
+        t0 = time.time()
+        c = raw_open(port, f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           f"{header}\r\n\r\n".encode() + tail)
+        out = read_reply(c, 10)
+        took = time.time() - t0
+        c.close()
+        assert out.startswith(b"HTTP/1.1 %d" % want), (header, out[:200])
+        assert took < 3, f"{header}: answered after {took:.1f} s"
+    # The half heads are dropped after --header-timeout (5 s).
+    t0 = time.time()
+    out = read_reply(half[0], 15)
+    dropped = time.time() - t0
+    assert dropped < 10, f"a half head was held {dropped:.1f} s"
+    for c in half:
+        c.close()
+    print(f"limits: 300 half-open connections: /health answered in {health * 1000:.0f} ms, bad lengths "
+          f"(-1, overflowing, malformed, a huge chunk) refused at once, half heads dropped after {dropped:.1f} s")
+
+    # 5. One client's connections beyond --max-connections-per-client (320): 429.
+    held = [raw_open(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n") for _ in range(330)]
+    time.sleep(0.5)
+    replies = [read_reply(c, 0.05) for c in held]
+    refused = sum(r.startswith(b"HTTP/1.1 429") for r in replies)
+    for c in held:
+        c.close()
+    assert refused >= 10, f"{refused} of 330 connections refused"
+    m = metrics(port)
+    assert m["claw:http_connections_refused_total"] >= 10, m
+    print(f"limits: {refused} of 330 simultaneous connections from one client refused (429)")
+
+    # 6. Without --api-key: a foreign Host (DNS rebinding) and a non-JSON body
+    # (a cross-site form) are refused; loopback names are served.
+    body = json.dumps({"prompt": "Hi", "max_tokens": 1})
+    for host, ctype, want in [("evil.example", "application/json", 403), ("127.0.0.1:1", "text/plain", 415),
+                              ("127.0.0.1:1", "application/x-www-form-urlencoded", 415),
+                              (f"localhost:{port}", "application/json; charset=utf-8", 200),
+                              ("[::1]:8000", "application/json", 200)]:
+        status, out = request(port, "POST", "/v1/completions", body, {"Host": host, "Content-Type": ctype})
+        assert status == want, (host, ctype, status, out[:200])
+    print("limits: foreign Host 403, text/plain and form bodies 415, loopback names served")
+
+    # 7. SIGTERM with a request running: drained for --shutdown-timeout (0.2 s),
+    # then cancelled with a 503; the server exits (the shell checks its code).
+    result = {}
+
+    def long_request():
+        result["reply"] = request(port, "POST", "/v1/completions", json.dumps(
+            {"prompt": ["Fellow"] * 4, "n": 8, "max_tokens": 250, "ignore_eos": True}))
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    for _ in range(400):
+        if metrics(port)["claw:num_requests_running"] > 0:
+            break
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGTERM)
+    t.join(30)
+    assert not t.is_alive(), "the request was not answered after SIGTERM"
+    error_json(*result["reply"], 503, "a request cancelled by the shutdown")
+    print("limits: SIGTERM: the running request cancelled with 503 after --shutdown-timeout")
+
+
 if __name__ == "__main__":
     mode, port = sys.argv[1], int(sys.argv[2])
     if mode == "load":
         load(port, int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "limits":
+        limits(port, int(sys.argv[3]))
     elif mode == "fuzz":
         fuzz(port, float(sys.argv[3]), int(sys.argv[4]))
     else:
