@@ -24,7 +24,8 @@ struct ServeArgs {
   std::string max_body_size = "8MiB";
   std::string chat_template;     // empty: from the model
   std::string served_model_name; // empty: the model directory's name
-  bool api_key_given = false;    // --api-key on the command line (an empty key is refused)
+  bool api_key_given = false;
+  bool content_special_tokens = false;    // --api-key on the command line (an empty key is refused)
 };
 
 void run(ServeArgs& a) {
@@ -87,6 +88,7 @@ void run(ServeArgs& a) {
                                {"shutdown-timeout", fmt::format("{}", a.server.shutdown_timeout_s)},
                                {"allowed-hosts", fmt::format("{}", fmt::join(a.server.allowed_hosts, ","))},
                                {"chat-template", tmpl},
+                               {"content-special-tokens", a.content_special_tokens ? "true" : "false"},
                                {"served-model-name", a.served_model_name.empty() ? m.name : a.served_model_name}});
   print_resolved_config("serve", config);
   http.set_model({.name = a.served_model_name.empty() ? m.name : a.served_model_name,
@@ -94,7 +96,8 @@ void run(ServeArgs& a) {
                   .tokenizer = m.tokenizer.get(),
                   .eos = m.eos,
                   .chat = data::chat_template(tmpl),
-                  .max_model_len = engine.config().max_model_len});
+                  .max_model_len = engine.config().max_model_len,
+                  .content_special_tokens = a.content_special_tokens});
   log::info("serve", "serving {} as '{}' ({}; chat template {}, context {} tokens) on http://{}:{}", m.source,
             a.served_model_name.empty() ? m.name : a.served_model_name, m.weights_summary(), tmpl,
             engine.config().max_model_len, a.server.host, http.port());
@@ -142,6 +145,8 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--shutdown-timeout", a->server.shutdown_timeout_s,
                   "on SIGTERM, seconds to let requests finish before cancelling them")->capture_default_str();
   sub->add_option("--chat-template", a->chat_template, "llama3, chatml or plain (default: from the model)");
+  sub->add_flag("--content-special-tokens", a->content_special_tokens,
+                "read special-token text in chat messages as the special tokens (default: as text)");
   sub->add_option("--served-model-name", a->served_model_name, "the model name clients use (default: the directory's)");
   sub->callback([a, key] {
     a->api_key_given = key->count() > 0;

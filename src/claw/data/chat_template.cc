@@ -21,24 +21,73 @@ ChatTemplate chat_template(const std::string& name) {
   fail("--chat-template '{}' is not one of {}", name, fmt::join(chat_template_names(), ", "));
 }
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 std::vector<std::pair<size_t, size_t>>* content) const {
   std::string out;
+  auto put = [&](const std::string& text) {
+    if (content) content->emplace_back(out.size(), out.size() + text.size());
+    out += text;
+  };
   if (name == "llama3") {
     out = "<|begin_of_text|>";
-    for (const ChatMessage& m : messages)
-      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+    for (const ChatMessage& m : messages) {
+      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+      put(m.content);
+      out += "<|eot_id|>";
+    }
     return add_generation_prompt ? out + "<|start_header_id|>assistant<|end_header_id|>\n\n" : out;
   }
   if (name == "chatml") {
-    for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    for (const ChatMessage& m : messages) {
+      out += "<|im_start|>" + m.role + "\n";
+      put(m.content);
+      out += "<|im_end|>\n";
+    }
     return add_generation_prompt ? out + "<|im_start|>assistant\n" : out;
   }
   for (const ChatMessage& m : messages) {
     std::string role = m.role;
     if (!role.empty()) role[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(role[0])));
-    out += role + ": " + m.content + "\n";
+    out += role + ": ";
+    put(m.content);
+    out += "\n";
   }
   return add_generation_prompt ? out + "Assistant:" : out;
+}
+
+std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt, bool content_as_text) const {
+  std::vector<std::pair<size_t, size_t>> content;
+  const std::string text = render(messages, add_generation_prompt, &content);
+  if (!content_as_text) return tok.encode(text, SpecialTokens::recognise);
+  // Cut at the template's special tokens outside the contents (leftmost,
+  // then longest); what lies between is text. The same ids as recognise
+  // when the contents hold no special-token text: that encoding, too,
+  // encodes the runs between special tokens on their own.
+  const std::vector<std::string> specials = special_tokens();
+  auto in_content = [&](size_t at) {
+    for (const auto& [b, e] : content)
+      if (at >= b && at < e) return true;
+    return false;
+  };
+  std::vector<int32_t> out;
+  size_t pos = 0;
+  for (size_t at = 0; at < text.size(); ++at) {
+    if (in_content(at)) continue;
+    const std::string* found = nullptr;
+    for (const std::string& s : specials)
+      if (std::string_view(text).substr(at).starts_with(s) && (!found || s.size() > found->size())) found = &s;
+    if (!found) continue;
+    const std::vector<int32_t> run = tok.encode(std::string_view(text).substr(pos, at - pos), SpecialTokens::as_text);
+    out.insert(out.end(), run.begin(), run.end());
+    const std::vector<int32_t> id = tok.encode(*found, SpecialTokens::recognise);
+    out.insert(out.end(), id.begin(), id.end());
+    pos = at + found->size();
+    at = pos - 1;
+  }
+  const std::vector<int32_t> run = tok.encode(std::string_view(text).substr(pos), SpecialTokens::as_text);
+  out.insert(out.end(), run.begin(), run.end());
+  return out;
 }
 
 std::vector<std::string> ChatTemplate::special_tokens() const {

@@ -9,12 +9,16 @@
 //   plain    User: Hi\nAssistant:                                        (stop: \nUser:)
 //            for models without chat tokens (GPT-2)
 // Special-token text is encoded as the special ids where the tokenizer has
-// them (SpecialTokens::recognise).
+// them (SpecialTokens::recognise); ChatTemplate::encode can keep the
+// messages' own text out of that.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "claw/data/tokenizer.h"
 
 namespace claw::data {
 
@@ -28,7 +32,18 @@ struct ChatTemplate {
   // The messages, then (add_generation_prompt) the start of an assistant
   // turn: rendering messages[0, i) with it and messages[0, i] without it
   // differ by turn i's reply and the text that ends it.
-  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // `content`, when given, receives where each message's content lies in
+  // the text ([begin, end) byte offsets).
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
+                     std::vector<std::pair<size_t, size_t>>* content = nullptr) const;
+  // The rendered messages as token ids, the template's own special tokens
+  // as their ids. With content_as_text (what a server does with its users'
+  // messages) special-token text inside a message's content is encoded as
+  // the characters it is, so a user cannot forge a turn boundary or an end
+  // of text; otherwise as the special ids, as encoding the rendered text
+  // with SpecialTokens::recognise does.
+  std::vector<int32_t> encode(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt, bool content_as_text) const;
   std::vector<std::string> stop() const;
   // The special tokens the template writes (a tokenizer must have each as
   // one id, SpecialTokens::recognise, to express the template).

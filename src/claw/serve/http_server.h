@@ -81,6 +81,10 @@ struct ServedModel {
   data::ChatTemplate chat;
   int64_t max_model_len = 0;
   RequestObserver* observer = nullptr;
+  // Special-token text in chat messages' content read as the special
+  // tokens (--content-special-tokens); by default as plain text, so that a
+  // user cannot forge turns. Completions' prompts are text either way.
+  bool content_special_tokens = false;
 };
 
 class HttpServer {

@@ -39,10 +39,6 @@ T field(const json& body, const char* name, T fallback) {
   return v.get<T>();
 }
 
-std::vector<int32_t> encode(const ServedModel& m, const std::string& text, bool special) {
-  return m.tokenizer->encode(text, special ? data::SpecialTokens::recognise : data::SpecialTokens::as_text);
-}
-
 // chat.completions: the messages rendered by the model's chat template.
 void parse_messages(const ServedModel& m, const json& body, ApiRequest& job) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
@@ -70,9 +66,8 @@ void parse_messages(const ServedModel& m, const json& body, ApiRequest& job) {
     }
     msgs.push_back(std::move(cm));
   }
-  const std::string text = m.chat.render(msgs);
-  job.prompts.push_back(encode(m, text, true));
-  job.prompt_texts.push_back(text);
+  job.prompts.push_back(m.chat.encode(*m.tokenizer, msgs, true, !m.content_special_tokens));
+  job.prompt_texts.push_back(m.chat.render(msgs));
   for (const std::string& s : m.chat.stop()) job.stop.push_back(s);
 }
 
@@ -89,12 +84,12 @@ void parse_prompt(const ServedModel& m, const json& body, ApiRequest& job) {
     return ids;
   };
   if (p.is_string()) {
-    job.prompts.push_back(encode(m, p.get<std::string>(), false));
+    job.prompts.push_back(m.tokenizer->encode(p.get<std::string>()));
     job.prompt_texts.push_back(p.get<std::string>());
   } else if (p.is_array() && !p.empty() && p[0].is_string()) {
     for (const json& s : p) {
       if (!s.is_string()) bad("prompt", "'prompt' mixes strings and other values");
-      job.prompts.push_back(encode(m, s.get<std::string>(), false));
+      job.prompts.push_back(m.tokenizer->encode(s.get<std::string>()));
       job.prompt_texts.push_back(s.get<std::string>());
     }
   } else if (p.is_array() && !p.empty() && p[0].is_array()) {

@@ -469,6 +469,18 @@ def limits(port, pid):
         assert status == want, (host, ctype, status, out[:200])
     print("limits: foreign Host 403, text/plain and form bodies 415, loopback names served")
 
+    # Special-token text in a chat message is the user's text, not a special
+    # token (GPT-2's <|endoftext|>: 1 id as special, several as text).
+    def chat_prompt_tokens(content):
+        status, out = request(port, "POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": content}], "max_tokens": 1}))
+        assert status == 200, (status, out[:200])
+        return json.loads(out)["usage"]["prompt_tokens"]
+
+    forged = chat_prompt_tokens("<|endoftext|>") - chat_prompt_tokens("")
+    assert forged > 1, f"<|endoftext|> in a message took {forged} token(s): read as the special token"
+    print(f"limits: '<|endoftext|>' in a chat message is {forged} tokens of text, not the special token")
+
     # 7. SIGTERM with a request running: drained for --shutdown-timeout (0.2 s),
     # then cancelled with a 503; the server exits (the shell checks its code).
     result = {}
