@@ -577,6 +577,7 @@ struct TrainCommand {
     if (const char* url = std::getenv("CLAW_SUPERVISOR"); url && *url) {
       args.train.watchdog.supervisor = url;
       if (const char* v = std::getenv("CLAW_LAUNCH_ATTEMPT")) args.train.watchdog.attempt = std::atoi(v);
+      if (const char* v = std::getenv("CLAW_SUPERVISOR_TOKEN")) args.train.watchdog.token = v;
       if (const char* v = std::getenv("CLAW_HEARTBEAT_INTERVAL")) args.train.watchdog.heartbeat_interval_s = std::atof(v);
     }
     if (!test_faults.empty())

@@ -59,7 +59,8 @@ void WatchdogOptions::validate() const {
 }
 
 struct Watchdog::Client {
-  explicit Client(const std::string& url) : http(url) {
+  Client(const std::string& url, const std::string& token) : http(url) {
+    if (!token.empty()) http.set_bearer_token_auth(token.c_str());
     http.set_connection_timeout(2, 0);
     http.set_read_timeout(5, 0);
     http.set_write_timeout(5, 0);
@@ -76,7 +77,7 @@ Watchdog::Watchdog(WatchdogOptions opt, int rank, int world_size)
   host_ = host;
   section_start_ns_ = now_ns();
   if (supervised()) {
-    client_ = std::make_unique<Client>(opt_.supervisor);
+    client_ = std::make_unique<Client>(opt_.supervisor, opt_.token);
     last_answer_ = Clock::now();
     if (!post("start"))
       fail("the supervisor at {} (CLAW_SUPERVISOR, set by `claw launch`) does not answer", opt_.supervisor);

@@ -53,6 +53,7 @@ struct WatchdogOptions {
   // The supervisor (`claw launch`): its heartbeat URL ("" when there is none),
   // the launch attempt (0 first), and the heartbeat period.
   std::string supervisor;
+  std::string token;  // the job's secret (CLAW_SUPERVISOR_TOKEN), sent with every heartbeat
   int attempt = 0;
   double heartbeat_interval_s = 1;
   double supervisor_timeout_s = 10;  // no answer this long: the supervisor is gone, the rank ends

@@ -28,6 +28,7 @@
 #include "claw/core/error.h"
 #include "claw/core/exit_signal.h"
 #include "claw/core/log.h"
+#include "claw/core/secret.h"
 
 namespace claw::launch {
 
@@ -143,6 +144,7 @@ struct Board {
   std::map<int, RankState> ranks;
   std::vector<std::pair<int, std::string>> hangs;  // rank, report
   int64_t last_step = 0;                           // the highest step any rank finished in this attempt
+  int64_t forged = 0;                              // heartbeats refused for want of the token
   std::optional<int64_t> first_step;               // the first step this attempt finished
   Clock::time_point first_step_at;
   std::string abort_reason;                        // set: the ranks of this attempt are told to end
@@ -325,7 +327,20 @@ bool restartable(int code) { return code != 1 && code != 2 && code != 3; }
 
 // A rank's heartbeat on the board (POST /heartbeat: one JSON object); the
 // reply tells a rank of an attempt that is over, or aborted, to stop.
-void on_heartbeat(Board& board, const httplib::Request& req, httplib::Response& res) {
+// A heartbeat must carry the job's token (CLAW_SUPERVISOR_TOKEN, which only
+// the job's processes are given): anything else that can reach the port
+// could otherwise report a hang and restart the job.
+void on_heartbeat(Board& board, const std::string& token, const httplib::Request& req, httplib::Response& res) {
+  if (!same_secret(req.get_header_value("Authorization"), "Bearer " + token)) {
+    res.status = 401;
+    res.set_content(R"j({"error":"a heartbeat needs the job's token (Authorization: Bearer $CLAW_SUPERVISOR_TOKEN)"})j",
+                    "application/json");
+    std::lock_guard<std::mutex> lk(board.mu);
+    if (board.forged++ == 0)
+      log::warn("launch", "a heartbeat from {} without the job's token: refused (and every later one)",
+                req.remote_addr);
+    return;
+  }
   const std::optional<comm::Heartbeat> m = comm::Heartbeat::from_json(nlohmann::json::parse(req.body, nullptr, false));
   if (!m) {
     res.status = 400;
@@ -419,12 +434,20 @@ class Supervisor {
         events_.write({{"event", "stopped"}, {"attempt", attempt}, {"code", code}});
         return code;
       }
-      const std::string failure = end.failure.empty() ? describe_code(code) : end.failure;
+      // The launcher itself killed (not a rank: mpirun exits with 128 + the
+      // signal of a rank it saw killed) is named as such.
+      const std::string failure = !end.failure.empty() ? end.failure
+                                  : WIFSIGNALED(end.status)
+                                      ? fmt::format("the launcher ({} pid {}) was killed by signal {} ({})", launcher_,
+                                                    child, WTERMSIG(end.status), strsignal(WTERMSIG(end.status)))
+                                      : describe_code(code);
       failed_at_ = Clock::now();
-      lost_from_ = last_step;
+      // The furthest the job has got, over every attempt: an attempt that
+      // died before its first step lost what the one before it had done.
+      lost_from_ = std::max(lost_from_, last_step);
       events_.write({{"event", "failure"}, {"attempt", attempt}, {"reason", failure}, {"code", code},
                      {"last_step", last_step}});
-      if (failure == describe_code(code) && !restartable(code)) {
+      if (end.failure.empty() && !WIFSIGNALED(end.status) && !restartable(code)) {
         log::error("launch", "the job failed with {}: not restarted (a restart would fail the same way)", failure);
         return code;
       }
@@ -448,7 +471,7 @@ class Supervisor {
  private:
   void start_server() {
     server_.Post("/heartbeat",
-                 [this](const httplib::Request& req, httplib::Response& res) { on_heartbeat(board_, req, res); });
+                 [this](const httplib::Request& req, httplib::Response& res) { on_heartbeat(board_, token_, req, res); });
     const std::string bind = remote_ ? "0.0.0.0" : "127.0.0.1";
     const int port = server_.bind_to_any_port(bind);
     if (port < 0) fail("claw launch: cannot listen for heartbeats on {}", bind);
@@ -479,7 +502,7 @@ class Supervisor {
     if (launcher_ == "mpirun") {
       argv = {"mpirun", "-np", std::to_string(nproc_)};
       if (!hostfile_.empty()) argv.insert(argv.end(), {"--hostfile", hostfile_});
-      for (const char* v : {"CLAW_SUPERVISOR", "CLAW_LAUNCH_ATTEMPT", "CLAW_HEARTBEAT_INTERVAL"})
+      for (const char* v : {"CLAW_SUPERVISOR", "CLAW_SUPERVISOR_TOKEN", "CLAW_LAUNCH_ATTEMPT", "CLAW_HEARTBEAT_INTERVAL"})
         argv.insert(argv.end(), {"-x", v});
     } else {
       argv = {"srun", "-n", std::to_string(nproc_)};
@@ -517,6 +540,7 @@ class Supervisor {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // the supervisor dies: so does the launcher
       if (getppid() != parent) _exit(127);
       setenv("CLAW_SUPERVISOR", url_.c_str(), 1);
+      setenv("CLAW_SUPERVISOR_TOKEN", token_.c_str(), 1);
       setenv("CLAW_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
       setenv("CLAW_HEARTBEAT_INTERVAL", fmt::format("{}", cfg_.heartbeat_interval_s).c_str(), 1);
       std::vector<char*> cargv;
@@ -699,7 +723,8 @@ class Supervisor {
   int nproc_;
   std::string hostfile_;
   std::optional<Clock::time_point> failed_at_;
-  int64_t lost_from_ = 0;  // the last step finished before the failure
+  const std::string token_ = random_secret();  // authenticates the job's heartbeats
+  int64_t lost_from_ = 0;  // the last step any attempt finished before the failure
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "claw/core/error.h"
 #include "claw/core/log.h"
+#include "claw/core/secret.h"
 #include "claw/serve/chat_page.h"
 #include "claw/serve/http_connections.h"
 #include "claw/serve/openai_api.h"
@@ -26,16 +27,6 @@ namespace claw::serve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// a == b in a time that depends on their lengths only, not on where they
-// first differ (an API key must not be guessable byte by byte from timings).
-bool same_secret(std::string_view a, std::string_view b) {
-  const size_t n = std::max(a.size(), b.size());
-  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i)
-    diff = diff | static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
 
 // Histogram buckets (seconds) for the latency metrics.
 const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};

@@ -10,7 +10,13 @@
 #             fires within twice the learned timeout, the job is restarted
 #             and completes bitwise
 #     config  a mistyped flag: exit code 2 and no restart
-#     orphan  kill -9 of the supervisor itself: no rank is left running
+#     relaunch  kill -9 of a rank, then of the next attempt's mpirun before its
+#             first step: that failure names the launcher, and the third
+#             attempt's lost steps count from the furthest step any attempt
+#             reached
+#     orphan  heartbeats without the job's token refused (a forged hang report
+#             restarts nothing); kill -9 of the supervisor itself: no rank is
+#             left running
 set -uo pipefail
 claw=$1
 mode=$2
@@ -124,10 +130,56 @@ config)
   grep -q "not restarted" "$tmp/launch.log" || fail "the supervisor does not say it does not restart"
   echo "ok: a mistyped flag ends the job with exit code 2, not restarted"
   ;;
+relaunch)
+  at=$((12 + RANDOM % 6))
+  start_supervised
+  wait_for_step "$at"
+  mapfile -t pids < <(ranks)
+  kill -9 "${pids[RANDOM % ${#pids[@]}]}"
+  starts() { grep -c '"event": *"start"' "$tmp/events.jsonl"; }
+  for _ in $(seq 600); do [[ $(starts) -ge 2 ]] && break; sleep 0.02; done
+  launcher=
+  for _ in $(seq 200); do launcher=$(pgrep -f "^mpirun .*$tmp/" | head -n 1); [[ -n $launcher ]] && break; sleep 0.01; done
+  [[ -n $launcher ]] || fail "no second attempt's mpirun"
+  kill -9 "$launcher"
+  echo "killed a rank after step $at, then the second attempt's mpirun (pid $launcher)"
+  wait "$sup"
+  code=$?
+  sup=
+  [[ $code == 0 ]] || fail "claw launch exited $code"
+  grep -q "launch: the job completed after 2 restart(s)" "$tmp/launch.log" || fail "no completion after two restarts"
+  /usr/bin/python3 - "$tmp/events.jsonl" "$launcher" <<'PY' || fail "the failures or the lost steps are wrong"
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+failures = [e for e in events if e["event"] == "failure"]
+resumed = [e for e in events if e["event"] == "resumed"]
+assert len(failures) == 2, failures
+assert "killed by signal 9" in failures[0]["reason"] and "launcher" not in failures[0]["reason"], failures[0]
+want = f"the launcher (mpirun pid {sys.argv[2]}) was killed by signal 9"
+assert want in failures[1]["reason"], (want, failures[1])
+assert failures[1]["last_step"] == 0, failures[1]  # it died before its first step
+furthest = failures[0]["last_step"]
+last = resumed[-1]
+assert last["lost_steps"] == furthest - last["from_iteration"] > 0, (furthest, last)
+print(f"ok: attempt 2's death names the launcher; attempt 3 resumed from iteration {last['from_iteration']}, "
+      f"{last['lost_steps']} step(s) lost (attempt 1 had reached step {furthest})")
+PY
+  ;;
 orphan)
   start_supervised
   wait_for_step 5
   [[ $(ranks | wc -l) == 4 ]] || fail "expected 4 running ranks"
+  # A hang report from outside the job (no token, or a wrong one) is refused.
+  url=$(grep -o "heartbeats at [^ ]*/heartbeat" "$tmp/launch.log" | head -n 1 | cut -d' ' -f3)
+  forged='{"event":"hang","attempt":0,"rank":0,"world_size":4,"host":"x","pid":1,"step":1,"section":"data","report":"forged"}'
+  for auth in "X-None: 1" "Authorization: Bearer 0123"; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -H "$auth" -d "$forged" "$url")
+    [[ $code == 401 ]] || fail "a heartbeat without the job's token ($auth) got HTTP $code"
+  done
+  sleep 1
+  [[ -z $(event failure reason) ]] || fail "a forged hang report ended the attempt: $(event failure reason)"
+  grep -q "without the job's token: refused" "$tmp/launch.log" || fail "the refused heartbeat is not logged"
+  echo "ok: forged hang reports refused (401), the job went on"
   kill -9 "$sup"
   wait "$sup" 2>/dev/null
   sup=
