@@ -15,6 +15,7 @@
 
 #include "claw/ckpt/safetensors.h"
 #include "claw/core/error.h"
+#include "claw/core/json_depth.h"
 
 namespace claw::ckpt {
 
@@ -340,17 +341,28 @@ Metadata Metadata::from_json(const nlohmann::json& j, const std::string& path) {
   return m;
 }
 
+nlohmann::json parse_json_text(std::string_view text, const std::string& path, const std::string& what) {
+  if (const size_t deep = json_too_deep(text); deep != std::string_view::npos)
+    fail("{}: {} nested deeper than {} levels at byte {}", path, what, kMaxJsonDepth, deep);
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {} is not valid JSON: {}", path, what, e.what());
+  }
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("{}: cannot open {}", path, what);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) fail("{}: cannot read {}", path, what);
+  return parse_json_text(text, path, what);
+}
+
 Metadata Metadata::read(const std::string& dir) {
   const std::string path = dir + "/metadata.json";
-  std::ifstream f(path);
-  if (!f) fail("{}: cannot open (not a complete claw checkpoint directory)", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
-  }
-  return from_json(j, path);
+  if (!std::ifstream(path)) fail("{}: cannot open (not a complete claw checkpoint directory)", path);
+  return from_json(read_json_file(path, "the checkpoint's metadata"), path);
 }
 
 std::string iteration_dir(const std::string& root, int64_t iteration) {

@@ -28,6 +28,13 @@
 
 namespace claw::ckpt {
 
+// A JSON file (a checkpoint's metadata, a model's config, an adapter's
+// config): its text parsed, refused when it nests deeper than
+// core/json_depth.h allows; errors name the file and what it is.
+nlohmann::json read_json_file(const std::string& path, const std::string& what);
+// The same for a JSON text held in memory (a safetensors header).
+nlohmann::json parse_json_text(std::string_view text, const std::string& path, const std::string& what);
+
 constexpr int kFormatVersion = 1;
 constexpr uint64_t kChecksumBlock = uint64_t{1} << 20;
 

@@ -365,14 +365,9 @@ void write_hf_dir(const std::string& dir, const nlohmann::json& config, const Hf
 
 nlohmann::json read_hf_config(const std::string& dir, const std::string& flag) {
   const std::string cfg_path = dir + "/config.json";
-  std::ifstream f(cfg_path);
-  if (!f)
+  if (!std::ifstream(cfg_path))
     fail("{} {}: no {} (a Hugging Face model directory holds config.json and *.safetensors)", flag, dir, cfg_path);
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", cfg_path, e.what());
-  }
+  return read_json_file(cfg_path, "the model's config");
 }
 
 void read_hf_tensors(const std::string& path, HfStateDict& into) {
@@ -400,13 +395,7 @@ HfModel read_hf_dir(const std::string& dir) {
   std::vector<std::string> files;
   const std::string index = dir + "/model.safetensors.index.json";
   if (fs::exists(index)) {
-    std::ifstream fi(index);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(fi);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not valid JSON: {}", index, e.what());
-    }
+    const nlohmann::json j = read_json_file(index, "the safetensors index");
     std::set<std::string> unique;
     for (const auto& [name, file] : j.at("weight_map").items()) unique.insert(file.get<std::string>());
     files.assign(unique.begin(), unique.end());

@@ -142,14 +142,10 @@ void write_peft_dir(const std::string& dir, const nlohmann::json& config, const 
 
 PeftAdapter read_peft_dir(const std::string& dir) {
   const std::string cfg_path = dir + "/" + kConfigFile, weights = dir + "/" + kWeightsFile;
-  std::ifstream f(cfg_path);
-  if (!f) fail("--input {}: no {} (a PEFT adapter directory holds {} and {})", dir, kConfigFile, kConfigFile, kWeightsFile);
+  if (!std::ifstream(cfg_path))
+    fail("--input {}: no {} (a PEFT adapter directory holds {} and {})", dir, kConfigFile, kConfigFile, kWeightsFile);
   PeftAdapter a;
-  try {
-    a.config = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", cfg_path, e.what());
-  }
+  a.config = read_json_file(cfg_path, "the adapter's config");
   if (!a.config.is_object()) fail("{}: not a JSON object", cfg_path);
   if (!fs::exists(weights))
     fail("--input {}: no {}{}", dir, kWeightsFile,

@@ -1,5 +1,7 @@
 #include "claw/ckpt/safetensors.h"
 
+#include "claw/ckpt/format.h"
+
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -78,12 +80,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(bytes_[i]) << (8 * i);
   if (len > size - 8) fail("{}: header length {} exceeds the file size {}", path, len, size);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + static_cast<int64_t>(len));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: bad safetensors header: {}", path, e.what());
-  }
+  const nlohmann::json header = parse_json_text(
+      std::string_view(reinterpret_cast<const char*>(bytes_.data()) + 8, static_cast<size_t>(len)), path,
+      "the safetensors header");
   // Every field checked for its type before it is read: a damaged or foreign
   // header is an error naming the file, the tensor and the field.
   if (!header.is_object()) fail("{}: the safetensors header is not a JSON object", path);

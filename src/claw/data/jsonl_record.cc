@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/core/json_depth.h"
 #include "claw/data/json_line.h"
 
 namespace claw::data {
@@ -42,6 +43,8 @@ std::string describe_json_type(const nlohmann::json& v) {
 std::string parse_json_object(std::string_view line, nlohmann::json& out) {
   if (size_t bad = find_invalid_utf8(line); bad != std::string_view::npos)
     return fmt::format("invalid UTF-8 at byte {} of the line (0x{:02x})", bad, static_cast<unsigned char>(line[bad]));
+  if (const size_t deep = json_too_deep(line); deep != std::string_view::npos)
+    return fmt::format("JSON nested deeper than {} levels at byte {}", kMaxJsonDepth, deep);
   try {
     out = nlohmann::json::parse(line.begin(), line.end());
   } catch (const nlohmann::json::parse_error& e) {

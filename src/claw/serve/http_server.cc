@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "claw/core/error.h"
+#include "claw/core/json_depth.h"
 #include "claw/core/log.h"
 #include "claw/core/secret.h"
 #include "claw/serve/chat_page.h"
@@ -258,6 +259,8 @@ struct HttpServer::Impl {
     const Clock::time_point t0 = Clock::now();
     try {
       json body;
+      if (const size_t deep = json_too_deep(req.body); deep != std::string::npos)
+        bad("", fmt::format("the body nests deeper than {} levels (at byte {})", kMaxJsonDepth, deep));
       try {
         body = json::parse(req.body);
       } catch (const json::exception& e) {

@@ -106,7 +106,19 @@ case $case_name in
     [[ $rc -eq 0 ]] || fail "a BOM before the first record: exit code $rc"
     zstdcat "$tmp/bom_out/shard_00000.jsonl.zst" | head -n 1 | grep -q '^{"id":"a","text":"first document"}$' ||
       fail "the first record after a BOM: $(zstdcat "$tmp/bom_out/shard_00000.jsonl.zst" | head -n 1)"
-    echo "ok: a BOM before the first record" ;;
+    echo "ok: a BOM before the first record"
+    # A record of 100,000 nested brackets, with a deduplication stage: a bad
+    # line named with its reason (exit 1), not a stack overflow; skipped
+    # with --skip-bad-lines.
+    /usr/bin/python3 -c 'print("{\"text\": \"ok\"}"); print("{\"text\": \"x\", \"n\": " + "[" * 100000 + "]" * 100000 + "}")' >"$tmp/deep.jsonl"
+    rm -rf "$tmp/out"
+    config "$tmp/deep.jsonl" "$tmp/out" '[[stage]]' 'kind = "exact_dedup"'
+    run --config "$tmp/p.toml"
+    expect_error "deep.jsonl:2: JSON nested deeper than 512 levels at byte 530"
+    config "$tmp/deep.jsonl" "$tmp/deep_out2" '[[stage]]' 'kind = "exact_dedup"'
+    run --config "$tmp/p.toml" --skip-bad-lines
+    [[ $rc -eq 0 ]] || fail "a deep record skipped: exit code $rc: $out"
+    echo "ok: a record nested 100,000 deep is a bad line" ;;
   interrupted_resume)
     make_corpus "$tmp/in" 6
     config "$tmp/in" "$tmp/whole" "${stages[@]}"

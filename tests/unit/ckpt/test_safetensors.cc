@@ -40,8 +40,11 @@ TEST(Safetensors, EveryBadFieldIsAnErrorNamingIt) {
     const char* header;
     std::vector<std::string> parts;
   };
+  const std::string deep = R"({"__metadata__":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
   const std::vector<Case> cases = {
       {R"([1, 2])", {"not a JSON object"}},
+      {deep.c_str(), {"nested deeper than 512 levels at byte 527"}},
+      {R"({"w":)", {"not valid JSON"}},
       {R"({"w":{"dtype":"F32","shape":"x","data_offsets":[0,16]}})", {"tensor 'w'", "'shape'", "not an array"}},
       {R"({"w":{"shape":[2,2],"data_offsets":[0,16]}})", {"tensor 'w'", "no 'dtype'"}},
       {R"({"w":{"dtype":"F32","shape":[2,2]}})", {"tensor 'w'", "no 'data_offsets'"}},
