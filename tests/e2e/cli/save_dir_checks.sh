@@ -4,8 +4,8 @@
 #     read-only tmpfs where this user may mount one) fails at once with
 #     exit 1, naming it, before any step;
 #   - a second job given the --save of a running one is refused (exit 1)
-#     naming the holder's pid and host; once the first job ends, the lock
-#     is free again.
+#     naming the holder's pid and host, and so is `claw ckpt convert` into
+#     it; once the first job ends, the lock is free again.
 #   save_dir_checks.sh CLAW_BINARY
 set -uo pipefail
 claw=$1
@@ -34,7 +34,9 @@ if unshare -m true 2>/dev/null; then
   grep -q "Read-only file system" "$tmp/ro.log" || { cat "$tmp/ro.log"; fail "the reason is not named"; }
 fi
 
-# The lock: a long run holds $tmp/ckpt; a second is refused naming it.
+# The lock: a long run holds $tmp/ckpt; a second is refused naming it, and
+# so is `claw ckpt convert` writing there.
+"$claw" train "${common[@]}" --train-iters 2 --save "$tmp/src" >"$tmp/src.log" 2>&1 || { cat "$tmp/src.log"; fail "src"; }
 "$claw" train "${common[@]}" --train-iters 100000 --save "$tmp/ckpt" --save-interval 100000 \
   --metrics-file "$tmp/first.jsonl" >"$tmp/first.log" 2>&1 &
 pid=$!
@@ -49,6 +51,13 @@ code=$?
 grep -q "another job is saving checkpoints there (held by pid $pid on host " "$tmp/second.log" ||
   { cat "$tmp/second.log"; fail "the refusal does not name pid $pid"; }
 echo "ok: $(grep "claw: error" "$tmp/second.log")"
+"$claw" ckpt convert --load "$tmp/src" --save "$tmp/ckpt" --dtype bf16 >"$tmp/convert.log" 2>&1
+code=$?
+[[ $code == 1 ]] || { cat "$tmp/convert.log"; fail "ckpt convert onto a held --save: exit code $code, expected 1"; }
+grep -q "another job is saving checkpoints there (held by pid $pid on host " "$tmp/convert.log" ||
+  { cat "$tmp/convert.log"; fail "ckpt convert: the refusal does not name pid $pid"; }
+[[ ! -e $tmp/ckpt/iter_0000002 ]] || fail "ckpt convert wrote into the held directory"
+echo "ok: ckpt convert: $(grep "claw: error" "$tmp/convert.log")"
 kill -TERM "$pid"
 wait "$pid"
 pid=
