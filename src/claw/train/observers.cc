@@ -54,6 +54,15 @@ void log_precision(const model::ModelConfig& m, const CpuCtx& cpu) {
             fp8_blocks.size(), m.num_layers, fp8_blocks.empty() ? "none" : fmt::format("{}", fmt::join(fp8_blocks, ",")),
             f.layer_selection == "auto" ? " before the automatic selection" : "", dtype_name(m.gemm_dtype));
 }
+// The arithmetic a step's GEMMs run in, which keys the cached peak its
+// speed may raise (kernels/cpu/peak.h).
+std::string gemm_arithmetic(const model::ModelConfig& m) {
+  if (m.fp8.enabled())
+    return fmt::format("{}-{}+{}", m.fp8.recipe == "nvfp4" ? "nvfp4" : "fp8-" + m.fp8.format, m.fp8.recipe,
+                       dtype_name(m.gemm_dtype));
+  if (m.gemm_dtype != DType::f32) return fmt::format("{}-{}", dtype_name(m.gemm_dtype), kernels::bf16_gemm_kernel());
+  return "fp32";
+}
 }  // namespace
 
 Sections::Sections(const TrainConfig& cfg, int rank, int world_size) {
@@ -71,7 +80,7 @@ Throughput::Throughput(const model::ModelConfig& model, const TrainConfig& cfg, 
       tokens_per_step_(static_cast<double>(cfg.global_batch_size * cfg.seq_length)),
       flops_per_step_(model.flops_per_token(cfg.seq_length) * tokens_per_step_),
       peak_(cfg.peak_gflops * world_size),
-      peak_key_(kernels::PeakKey::current(runtime.cpu().num_threads)),
+      peak_key_(kernels::PeakKey::current(runtime.cpu().num_threads, gemm_arithmetic(model))),
       peak_cache_{.dir = cfg.peak_cache_dir} {
   comm::ParallelState& ps = runtime_.parallel_state();
   const CpuCtx& cpu = runtime_.cpu();
@@ -92,8 +101,9 @@ Throughput::Throughput(const model::ModelConfig& model, const TrainConfig& cfg, 
         model_gemm_shapes(model, cfg.micro_batch_size * cfg.seq_length / ps.cp().size(), ps.tp().size()),
         peak_cache_);
     peak_ = ps.world().all_reduce_value(mine.gflops);
-    log::info("train", "MFU denominator: {:.1f} GFLOP/s per rank on {} thread(s) x {} rank(s), fp32 GEMM {}",
-              mine.gflops, cpu.num_threads, world_size, mine.provenance);
+    log::info("train", "MFU denominator: {:.1f} GFLOP/s per rank on {} thread(s) x {} rank(s), fp32 GEMM {}{}",
+              mine.gflops, cpu.num_threads, world_size, mine.provenance,
+              peak_key_.arithmetic == "fp32" ? "" : fmt::format(" (the entry of {} steps)", peak_key_.arithmetic));
   }
   log_precision(model, cpu);
 }

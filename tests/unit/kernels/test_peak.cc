@@ -92,6 +92,23 @@ TEST_F(PeakCache, KeyedByCpuCoreAndThreads) {
   EXPECT_EQ(again.total(), 0);
 }
 
+// A bf16 (or FP8) step faster than the fp32 SGEMM figure raises its own
+// entry only: fp32 runs keep dividing by what SGEMM measures.
+TEST_F(PeakCache, AStepRaisesOnlyThePeakOfItsArithmetic) {
+  FakeMeasure m;
+  m.gflops = {{"1024x2304x768", 240}};
+  const double fp32 = calibrated_gemm_peak(key, model, opt, m.fn()).gflops;
+  PeakKey bf16 = key;
+  bf16.arithmetic = "bf16-onednn";
+  EXPECT_NE(bf16.id(), key.id());
+  EXPECT_DOUBLE_EQ(calibrated_gemm_peak(bf16, model, opt, m.fn()).gflops, fp32);  // SGEMM for its start
+  EXPECT_DOUBLE_EQ(raise_gemm_peak(bf16, 554, "training step 66", opt), 554);
+  FakeMeasure none;
+  EXPECT_DOUBLE_EQ(calibrated_gemm_peak(key, model, opt, none.fn()).gflops, fp32);
+  EXPECT_DOUBLE_EQ(calibrated_gemm_peak(bf16, model, opt, none.fn()).gflops, 554);
+  EXPECT_EQ(none.total(), 0);
+}
+
 TEST_F(PeakCache, NewShapesAreMeasuredAndMerged) {
   FakeMeasure m;
   calibrated_gemm_peak(key, model, opt, m.fn());

@@ -120,9 +120,11 @@ std::string read_cpu_model() {
 
 std::string GemmShape::name() const { return fmt::format("{}x{}x{}", m, n, k); }
 
-std::string PeakKey::id() const { return fmt::format("{}|{}|threads={}", cpu, blas_core, threads); }
+std::string PeakKey::id() const { return fmt::format("{}|{}|threads={}|{}", cpu, blas_core, threads, arithmetic); }
 
-PeakKey PeakKey::current(int threads) { return {read_cpu_model(), blas_info().core, threads}; }
+PeakKey PeakKey::current(int threads, std::string arithmetic) {
+  return {read_cpu_model(), blas_info().core, threads, std::move(arithmetic)};
+}
 
 std::string default_peak_cache_dir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "claw").string();

@@ -5,7 +5,9 @@
 // run divided by 197 GFLOP/s, the next by 148) and, measured low, lets a
 // step exceed it. The calibration takes the best GFLOP/s of several
 // repetitions over the model's own GEMM shapes and 2048^3, and keeps it in a
-// small JSON file keyed by CPU model, BLAS kernel set and thread count. Later
+// small JSON file keyed by CPU model, BLAS kernel set, thread count and the
+// arithmetic of the steps measured against it (fp32 BLAS, bf16 GEMMs, each
+// FP8/MX emulation: a bf16 step must not raise the fp32 figure). Later
 // runs reuse it; a shape the entry has not seen is measured and merged; a
 // measurement or a training step faster than the entry raises it, so the
 // cached figure stays an upper bound of what was ever observed.
@@ -27,10 +29,15 @@ struct GemmShape {
 // What the peak is measured on: one cache entry each.
 struct PeakKey {
   std::string cpu;        // /proc/cpuinfo "model name"
-  std::string blas_core;  // OpenBLAS kernel set in use
+  std::string blas_core;  // OpenBLAS kernel set in use (OPENBLAS_CORETYPE's, when set)
   int threads = 1;
-  std::string id() const;  // "cpu|core|threads=N"
-  static PeakKey current(int threads);
+  // What the steps raising this entry compute in: "fp32" (BLAS SGEMM), or
+  // the training precision's name (gemm_arithmetic in train/observers.cc).
+  // The calibration measures SGEMM whatever it is; only steps of this
+  // arithmetic raise it.
+  std::string arithmetic = "fp32";
+  std::string id() const;  // "cpu|core|threads=N|arithmetic"
+  static PeakKey current(int threads, std::string arithmetic = "fp32");
 };
 
 struct PeakCacheOptions {
