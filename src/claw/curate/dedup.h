@@ -112,6 +112,13 @@ class ExactDedup {
 // compared with the bucket's first documents that matched none before it
 // (at most 32 of them), so a bucket of k documents costs O(32 k) comparisons
 // rather than k^2 / 2.
+//
+// With params.verify each candidate pair is judged by the exact Jaccard of
+// the two shingle sets (kept in a file under workdir: 8 bytes per distinct
+// shingle, 16 per document), and a document is removed only for a kept one
+// it passed against (greedy in document order over the verified pairs, not
+// union-find: no chain removes a document below the threshold of the one
+// kept). verified_pairs then counts pairs at or above p.jaccard().
 class MinHashDedup {
  public:
   // Validates `params` (claw::Error).
@@ -135,6 +142,7 @@ class MinHashDedup {
   const MinHasher& hasher() const;
 
  private:
+  void add_signature(uint64_t doc, std::span<const uint32_t> sig, bool from_text);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -70,7 +70,9 @@ class MinHash final : public CorpusDeduplicator {
   MinHash(const MinHashParams& p, const std::string& workdir, size_t budget) : hasher_(p), perm_(p.num_perm()) {
     if (!workdir.empty()) dedup_.emplace(p, workdir, budget);
   }
-  size_t fingerprint_bytes() const override { return sizeof(uint32_t) * (1 + perm_); }
+  // Verification needs the texts (the shingle sets): no fingerprints then.
+  size_t fingerprint_bytes() const override { return hasher_.params().verify ? 0 : sizeof(uint32_t) * (1 + perm_); }
+  void add_text(uint64_t doc, std::string_view text) override { dedup_->add(doc, text); }
   void fingerprint(std::string_view text, std::span<std::byte> out) const override {
     thread_local MinHasher::Scratch scratch;
     thread_local std::vector<uint32_t> sig;
@@ -148,6 +150,7 @@ std::unique_ptr<CorpusDeduplicator> make_deduplicator(const std::string& kind, S
   p.rows = static_cast<int>(keys.integer("rows", p.rows));
   p.seed = static_cast<uint64_t>(keys.integer("seed", static_cast<int64_t>(p.seed)));
   p.threshold = keys.number("threshold", p.threshold);
+  p.verify = keys.boolean("verify", true);
   p.norm.lowercase = keys.boolean("lowercase", p.norm.lowercase);
   p.norm.normalize_numbers = keys.boolean("normalize_numbers", p.norm.normalize_numbers);
   p.norm.strip_diacritics = keys.boolean("strip_diacritics", p.norm.strip_diacritics);

@@ -45,8 +45,10 @@ class CorpusDeduplicator {
 
 // kind "exact_dedup" (keys: normalization = "whitespace_lowercase" | "none",
 // memory_mb = 256) or "minhash_dedup" (ngram = 5, bands = 14, rows = 8,
-// seed, threshold = 0: every LSH candidate pair is a duplicate, as
-// datatrove; else the pair's estimated Jaccard must reach it; lowercase,
+// seed, verify = true: a candidate pair is a duplicate when the exact
+// Jaccard of its shingle sets reaches threshold (0.8 when threshold is 0);
+// verify = false: threshold = 0 takes every LSH candidate pair, as
+// datatrove, else the pair's estimated Jaccard must reach it; lowercase,
 // normalize_numbers, strip_diacritics; memory_mb = 256) or
 // "paragraph_dedup" (lines repeated across or within documents, all but
 // the first occurrence dropped; min_chars = 1: shorter lines, blank ones

@@ -30,6 +30,24 @@ void MinHashParams::validate() const {
     fail("minhash threshold must be between 0 (accept every LSH candidate) and 1, got {}", threshold);
 }
 
+void MinHasher::shingle_set(std::string_view text, Scratch& scratch, std::vector<uint64_t>& out) const {
+  const std::span<const uint64_t> all = shingles(text, scratch);
+  out.assign(all.begin(), all.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+}
+
+double MinHasher::jaccard(std::span<const uint64_t> a, std::span<const uint64_t> b) {
+  size_t i = 0, j = 0, both = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] < b[j]) ++i;
+    else if (b[j] < a[i]) ++j;
+    else ++both, ++i, ++j;
+  }
+  const size_t either = a.size() + b.size() - both;
+  return either == 0 ? 0.0 : static_cast<double>(both) / static_cast<double>(either);
+}
+
 double lsh_probability(double s, int bands, int rows) {
   return 1.0 - std::pow(1.0 - std::pow(s, rows), bands);
 }

@@ -71,6 +71,13 @@ struct MinHashParams {
   double threshold = 0.0;  // 0: every LSH candidate pair is a duplicate (datatrove); else a
                            // candidate pair is one only if its estimated Jaccard >= threshold
   TextNorm norm;           // text simplification before shingling
+  // Verification (NeMo Curator's false-positive check, made exact): each
+  // candidate pair's shingle sets are compared and the pair is a duplicate
+  // only if their Jaccard similarity is at least jaccard(); a document is
+  // removed only for a kept document it was verified against (dedup.h).
+  // Needs the texts (MinHashDedup::add), not signatures alone.
+  bool verify = false;
+  double jaccard() const { return threshold > 0 ? threshold : 0.8; }  // what verification requires
 
   int num_perm() const { return bands * rows; }
   // claw::Error naming the field and its valid range.
@@ -101,6 +108,11 @@ class MinHasher {
   // fewer than `ngram` words (datatrove writes no signature for those
   // either). The span points into `scratch`.
   std::span<const uint64_t> shingles(std::string_view text, Scratch& scratch) const;
+
+  // The distinct shingles of a text, sorted (what exact Jaccard is taken of).
+  void shingle_set(std::string_view text, Scratch& scratch, std::vector<uint64_t>& out) const;
+  // |A n B| / |A u B| of two sorted sets of distinct shingles (0 when both are empty).
+  static double jaccard(std::span<const uint64_t> a, std::span<const uint64_t> b);
 
   // sig (num_perm() entries) = the MinHash signature of a non-empty shingle
   // multiset (repeats do not change it).

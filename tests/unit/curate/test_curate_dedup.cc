@@ -392,9 +392,10 @@ TEST(CurateMinHashDedup, FindsPlantedNearDuplicatesOnly) {
 TEST(CurateMinHashDedup, IndependentOfOrderThreadsAndBudget) {
   const Corpus c = planted_corpus(9, 150);
   TempDir dir;
-  for (double threshold : {0.0, 0.85}) {
+  for (double threshold : {0.0, 0.85, -1.0}) {  // -1: verified at 0.8
     MinHashParams p;
-    p.threshold = threshold;
+    p.threshold = std::max(threshold, 0.0);
+    p.verify = threshold < 0;
     DedupStats ref_st, st;
     const auto ref = minhash_run(c, p, dir.path(), kDefaultDedupMemory, 1, 0, &ref_st);
     EXPECT_GT(ref.size(), 50u);
@@ -453,6 +454,45 @@ TEST(CurateMinHashDedup, ThresholdVerifiesCandidates) {
   const double est = MinHasher::estimate_jaccard(sa, sb);
   EXPECT_EQ(run(est, st), (std::vector<Duplicate>{{1, 0}, {2, 0}}));
   EXPECT_EQ(run(est + 0.5 / h.num_perm(), st), (std::vector<Duplicate>{{2, 0}}));
+}
+
+// A chain a ~ b ~ c with a and c apart: union-find over the LSH candidates
+// removes b and c for a; verification removes b (J(a, b) >= 0.8) and keeps
+// c, whose only match above the threshold is the removed b.
+TEST(CurateMinHashDedup, VerificationRemovesOnlyForAKeptDocumentAboveTheThreshold) {
+  TextGen gen(5);
+  const auto a = gen.words(800);
+  const auto b = gen.edit(a, 12);
+  auto c = b;
+  // 12 more edits away from b, none undoing b's.
+  for (int e = 0, i = 1; e < 12; i += 61, ++e) c[i] = "more" + std::to_string(e) + gen.word();
+  MinHashParams p;
+  p.bands = 40;
+  p.rows = 4;  // every pair above ~0.5 is a candidate
+  const MinHasher h(p);
+  const double ab = true_jaccard(h, join(a), join(b)), bc = true_jaccard(h, join(b), join(c)),
+               ac = true_jaccard(h, join(a), join(c));
+  ASSERT_GE(ab, 0.8);
+  ASSERT_GE(bc, 0.8);
+  ASSERT_LT(ac, 0.8);
+  TempDir dir;
+  auto run = [&](bool verify, DedupStats& st) {
+    p.verify = verify;
+    MinHashDedup d(p, dir.path());
+    d.add(2, join(c));
+    d.add(0, join(a));
+    d.add(1, join(b));
+    d.add(3, "too short");
+    return d.finish(&st);
+  };
+  DedupStats st;
+  EXPECT_EQ(run(false, st), (std::vector<Duplicate>{{1, 0}, {2, 0}})) << "J(a, c) = " << ac;
+  EXPECT_EQ(run(true, st), (std::vector<Duplicate>{{1, 0}}));
+  EXPECT_EQ(st.verified_pairs, 2);  // a-b and b-c
+  EXPECT_EQ(st.compared_pairs, 3);
+  EXPECT_EQ(st.removed, 1);
+  EXPECT_EQ(st.clusters, 1);
+  EXPECT_EQ(st.no_shingles, 1);
 }
 
 TEST(CurateMinHashDedup, EmptyAndSparseNumbers) {
