@@ -149,9 +149,12 @@ int64_t integer(const nlohmann::json& v, const std::string& file, const std::str
   const std::string expected = hi == INT64_MAX ? fmt::format("an integer >= {}", lo)
                                                : fmt::format("an integer in [{}, {}]", lo, hi);
   if (!v.is_number_integer()) bad(file, at, expected, v);
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi) : (v.get<int64_t>() < lo ||
-                                                                                 v.get<int64_t>() > hi))
-    bad(file, at, expected, v);
+  // JSON's non-negative integers parse as unsigned: both bounds for them too
+  // (a checksum_block of 0 passed here and divided by zero).
+  const bool out = v.is_number_unsigned()
+                       ? v.get<uint64_t>() > static_cast<uint64_t>(hi) || (lo > 0 && v.get<uint64_t>() < static_cast<uint64_t>(lo))
+                       : v.get<int64_t>() < lo || v.get<int64_t>() > hi;
+  if (out) bad(file, at, expected, v);
   return v.get<int64_t>();
 }
 

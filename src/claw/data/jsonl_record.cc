@@ -50,6 +50,9 @@ std::string parse_json_object(std::string_view line, nlohmann::json& out) {
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte counts from 1 and points at the last byte read.
     return fmt::format("malformed JSON at byte {}: {}", e.byte > 0 ? e.byte - 1 : 0, parse_error_reason(e));
+  } catch (const nlohmann::json::exception& e) {  // a number out of range (1e400)
+    std::string_view what = e.what();
+    return fmt::format("malformed JSON: {}", what.substr(what.find(']') == std::string_view::npos ? 0 : what.find(']') + 2));
   }
   if (!out.is_object()) return fmt::format("expected a JSON object, got {}", describe_json_type(out));
   return {};

@@ -1,5 +1,7 @@
 #include "claw/data/tiktoken.h"
 
+#include <algorithm>
+
 #include <array>
 #include <charconv>
 #include <filesystem>
@@ -114,6 +116,7 @@ BpeVocabulary read_rank_file(const std::string& path, const std::string& pattern
   v.whole_piece_first = true;
 
   const std::string text = read_file(path, "tiktoken rank file");
+  const auto max_ranks = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
   std::vector<std::string>& token_bytes = v.token_bytes;
   std::vector<int64_t> line_of_rank;  // rank -> line that defined it (0: none)
   RankMap rank_of;
@@ -134,6 +137,12 @@ BpeVocabulary read_rank_file(const std::string& path, const std::string& pattern
     if (ec != std::errc() || end != rank_text.data() + rank_text.size() || rank < 0 || rank == INT32_MAX)
       fail("tiktoken rank file {} line {}: rank \"{}\" is not an integer in [0, {})", path, line_no, rank_text,
            INT32_MAX);
+    // Ranks are dense in real files: one far beyond the file's line count
+    // (and beyond every known encoding's) is damage, not a vocabulary, and
+    // would size the tables by it.
+    if (static_cast<size_t>(rank) > std::max<size_t>(2 * max_ranks + 1024, size_t{1} << 18))
+      fail("tiktoken rank file {} line {}: rank {} is far beyond the file's {} lines (ranks are dense from 0)", path,
+           line_no, rank, max_ranks);
     if (static_cast<size_t>(rank) >= token_bytes.size()) {
       token_bytes.resize(static_cast<size_t>(rank) + 1);
       line_of_rank.resize(static_cast<size_t>(rank) + 1, 0);
