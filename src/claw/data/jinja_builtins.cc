@@ -173,6 +173,31 @@ Value string_method(const std::string& s, const std::string& m, Env& env) {
       }
       return Value(out);
     });
+  if (m == "format")  // "{}", "{0}", "{name}" (no format specs)
+    return bound(m, [s, &env](const Args& a) {
+      std::string out;
+      size_t next = 0;
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '{' && i + 1 < s.size() && s[i + 1] == '{') {
+          out += '{', ++i;
+        } else if (s[i] == '}' && i + 1 < s.size() && s[i + 1] == '}') {
+          out += '}', ++i;
+        } else if (s[i] == '{') {
+          const size_t close = s.find('}', i);
+          if (close == std::string::npos) env.error("str.format(): a '{' is not closed");
+          const std::string field = s.substr(i + 1, close - i - 1);
+          if (field.find_first_of(":!") != std::string::npos) env.error("str.format(): format specs are not supported");
+          const Value v = field.empty() ? a.get(next++, "", Value())
+                          : std::isdigit(static_cast<unsigned char>(field[0])) ? a.get(std::stoul(field), "", Value())
+                                                                              : a.get(SIZE_MAX, field, Value());
+          out += v.str();
+          i = close;
+        } else {
+          out += s[i];
+        }
+      }
+      return Value(out);
+    });
   if (m == "isdigit" || m == "isalpha" || m == "isspace" || m == "isalnum")
     return bound(m, [s, m](const Args&) {
       auto pred = m == "isdigit" ? ::isdigit : m == "isalpha" ? ::isalpha : m == "isspace" ? ::isspace : ::isalnum;
@@ -189,7 +214,7 @@ List iterate(const Value& v, Env& env) {
     case Value::Kind::list: return v.as_list();
     case Value::Kind::dict: {
       List keys;
-      for (const auto& [k, x] : v.as_dict().items) keys.emplace_back(k);
+      for (size_t i = 0; i < v.as_dict().items.size(); ++i) keys.push_back(v.as_dict().key(i));
       return keys;
     }
     case Value::Kind::string: {
@@ -209,13 +234,15 @@ Value get_attr(const Value& obj, const std::string& attr, Env& env) {
     if (attr == "items")
       return bound(attr, [obj](const Args&) {
         List out;
-        for (const auto& [k, v] : obj.as_dict().items) out.emplace_back(List{Value(k), v});
+        const Dict& d = obj.as_dict();
+        for (size_t i = 0; i < d.items.size(); ++i) out.emplace_back(List{d.key(i), d.items[i].second});
         return Value(out);
       });
     if (attr == "keys" || attr == "values")
       return bound(attr, [obj, attr](const Args&) {
         List out;
-        for (const auto& [k, v] : obj.as_dict().items) out.push_back(attr == "keys" ? Value(k) : v);
+        const Dict& d = obj.as_dict();
+        for (size_t i = 0; i < d.items.size(); ++i) out.push_back(attr == "keys" ? d.key(i) : d.items[i].second);
         return Value(out);
       });
     if (attr == "get")
@@ -234,11 +261,12 @@ Value get_attr(const Value& obj, const std::string& attr, Env& env) {
 }
 
 Value get_item(const Value& obj, const Value& key, Env& env) {
-  if (obj.is_dict()) {
-    if (!key.is_string()) return Value();
-    const Value* v = obj.as_dict().find(key.as_string());
+  if (obj.is_dict()) {  // keys are held as strings: 0 and "0" are one key (dict literals with numbers)
+    if (key.is_undefined() || key.is_list() || key.is_dict()) return Value();
+    const Value* v = obj.as_dict().find(key.str());
     return v ? *v : Value();
   }
+  if (obj.is_generator()) env.error("'generator' object is not subscriptable");
   if (obj.is_list() || obj.is_string()) {
     if (!key.is_number() && !key.is_bool()) {
       if (key.is_string() && obj.is_string()) return get_attr(obj, key.as_string(), env);

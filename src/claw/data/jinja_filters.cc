@@ -33,6 +33,7 @@ std::string indent_text(const std::string& s, const Value& width, bool first, bo
 // select/reject/selectattr/rejectattr: the items passing (or failing) a test.
 Value select(const Value& v, const Args& args, bool attr, bool keep, Env& env) {
   List out;
+  if (!v.truthy()) return Value::generator(out);  // as Jinja2: none | selectattr(...) is empty
   const size_t first_test = attr ? 1 : 0;
   const std::string path = attr ? args.get(0, "attribute", Value()).str() : "";
   const Value test = args.get(first_test, "test", Value());
@@ -51,7 +52,7 @@ Value select(const Value& v, const Args& args, bool attr, bool keep, Env& env) {
     const bool pass = test.is_string() ? apply_test(test.as_string(), subject, rest, env) : subject.truthy();
     if (pass == keep) out.push_back(x);
   }
-  return Value(out);
+  return Value::generator(out);
 }
 
 Value attribute_of(const Value& x, const std::string& path, Env& env) {
@@ -90,6 +91,16 @@ bool done(Value& result, Value v) {
 // Filters of single values (strings, numbers) and of any value (tojson, default, length).
 bool scalar_filter(const std::string& name, const Value& v, const Args& args, Env& env, Value& result) {
   if (name == "tojson") {
+    std::vector<const Value*> stack{&v};
+    while (!stack.empty()) {  // Python's json cannot write a generator
+      const Value* x = stack.back();
+      stack.pop_back();
+      if (x->is_generator()) env.error("Object of type generator is not JSON serializable");
+      if (x->is_list())
+        for (const Value& y : x->as_list()) stack.push_back(&y);
+      if (x->is_dict())
+        for (const auto& kv : x->as_dict().items) stack.push_back(&kv.second);
+    }
     const Value indent = args.get(0, "indent", Value());
     return done(result, Value(v.to_json(indent.is_number() ? static_cast<int>(indent.as_int()) : -1,
                            args.get(99, "sort_keys", Value(false)).truthy())));
@@ -106,6 +117,7 @@ bool scalar_filter(const std::string& name, const Value& v, const Args& args, En
     while (b > a && drop(s[b - 1])) --b;
     return done(result, Value(s.substr(a, b - a)));
   }
+  if ((name == "length" || name == "count") && v.is_generator()) env.error("object of type 'generator' has no len()");
   if (name == "length" || name == "count") {
     if (v.is_string()) return done(result, Value(static_cast<int64_t>(iterate(v, env).size())));
     if (v.is_list()) return done(result, Value(static_cast<int64_t>(v.as_list().size())));
@@ -127,7 +139,9 @@ bool scalar_filter(const std::string& name, const Value& v, const Args& args, En
     return done(result, m.as_callable().call(args));
   }
   if (name == "string") return done(result, Value(v.str()));
-  if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") return done(result, v.is_string() ? v : Value(v.str()));
+  if (name == "safe") return done(result, v.is_markup() ? v : Value::markup(v.str()));
+  if (name == "e" || name == "escape" || name == "forceescape")
+    return done(result, v.is_markup() && name != "forceescape" ? v : Value::markup(html_escape(v.str())));
   if (name == "int") {
     if (v.is_number() || v.is_bool()) return done(result, Value(v.is_int() || v.is_bool() ? v.as_int() : static_cast<int64_t>(v.as_double())));
     try {
@@ -166,12 +180,13 @@ bool sequence_filter(const std::string& name, const Value& v, const Args& args, 
     }
     return done(result, Value(out));
   }
+  if (name == "last" && v.is_generator()) env.error("'generator' object is not reversible");
   if (name == "first" || name == "last") {
     const List items = iterate(v, env);
     if (items.empty()) return done(result, Value());
     return done(result, name == "first" ? items.front() : items.back());
   }
-  if (name == "list") return done(result, Value(iterate(v, env)));
+  if (name == "list") return done(result, Value(List(iterate(v, env))));
   if (name == "unique") {
     List out;
     for (const Value& x : iterate(v, env))
@@ -205,7 +220,8 @@ bool sequence_filter(const std::string& name, const Value& v, const Args& args, 
   if (name == "dictsort") {
     if (!v.is_dict()) env.error("dictsort needs a dict");
     List items;
-    for (const auto& [k, x] : v.as_dict().items) items.emplace_back(List{Value(k), x});
+    const Dict& d = v.as_dict();
+    for (size_t i = 0; i < d.items.size(); ++i) items.emplace_back(List{d.key(i), d.items[i].second});
     const bool by_value = args.get(1, "by", Value("key")).str() == "value";
     std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
       return order(a.as_list()[by_value ? 1 : 0], b.as_list()[by_value ? 1 : 0], false) < 0;
@@ -216,11 +232,13 @@ bool sequence_filter(const std::string& name, const Value& v, const Args& args, 
     if (v.is_undefined()) return done(result, Value(List{}));
     if (!v.is_dict()) env.error(fmt::format("items needs a dict, got {}", v.type_name()));
     List items;
-    for (const auto& [k, x] : v.as_dict().items) items.emplace_back(List{Value(k), x});
+    const Dict& d = v.as_dict();
+    for (size_t i = 0; i < d.items.size(); ++i) items.emplace_back(List{d.key(i), d.items[i].second});
     return done(result, Value(items));
   }
   if (name == "map") {
     List out;
+    if (!v.truthy()) return done(result, Value::generator(out));
     const Value attr = args.get(99, "attribute", Value());
     for (const Value& x : iterate(v, env)) {
       if (!attr.is_undefined()) {
@@ -234,7 +252,29 @@ bool sequence_filter(const std::string& name, const Value& v, const Args& args, 
       for (size_t i = 1; i < args.positional.size(); ++i) rest.positional.push_back(args.positional[i]);
       out.push_back(apply_filter(filter.as_string(), x, rest, env));
     }
-    return done(result, Value(out));
+    return done(result, Value::generator(out));
+  }
+  if (name == "min" || name == "max") {
+    const List items = iterate(v, env);
+    if (items.empty()) return done(result, Value());
+    const bool cs = args.get(0, "case_sensitive", Value(false)).truthy();
+    const Value attr = args.get(1, "attribute", Value());
+    const Value* best = &items[0];
+    for (const Value& x : items) {
+      const Value a = attr.is_undefined() ? x : attribute_of(x, attr.str(), env);
+      const Value b = attr.is_undefined() ? *best : attribute_of(*best, attr.str(), env);
+      if (name == "min" ? order(a, b, cs) < 0 : order(a, b, cs) > 0) best = &x;
+    }
+    return done(result, *best);
+  }
+  if (name == "sum") {
+    const Value attr = args.get(0, "attribute", Value());
+    Value total = args.get(1, "start", Value(int64_t{0}));
+    for (const Value& x : iterate(v, env)) {
+      const Value y = attr.is_undefined() ? x : attribute_of(x, attr.str(), env);
+      total = total.is_int() && y.is_int() ? Value(total.as_int() + y.as_int()) : Value(total.as_double() + y.as_double());
+    }
+    return done(result, total);
   }
   if (name == "select") return done(result, select(v, args, false, true, env));
   if (name == "reject") return done(result, select(v, args, false, false, env));

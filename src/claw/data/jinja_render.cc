@@ -194,6 +194,12 @@ class Renderer final : public Env {
   Value arith(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") return Value(a.str() + b.str());
     if (op == "+") {
+      if (a.is_markup() || b.is_markup()) {  // Markup + str escapes the str
+        if (!(a.is_string() || a.is_markup()) || !(b.is_string() || b.is_markup()))
+          error(fmt::format("unsupported operand types for +: '{}' and '{}'", a.type_name(), b.type_name()));
+        return Value::markup((a.is_markup() ? a.as_string() : html_escape(a.as_string())) +
+                             (b.is_markup() ? b.as_string() : html_escape(b.as_string())));
+      }
       if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
       if (a.is_list() && b.is_list()) {
         List l = a.as_list();
@@ -315,8 +321,8 @@ class Renderer final : public Env {
         Dict d;
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           const Value k = eval(*e.args[i]);
-          if (!k.is_string()) error("dict keys must be strings here");
-          d.set(k.as_string(), eval(*e.args[i + 1]));
+          if (k.is_list() || k.is_dict() || k.is_undefined()) error(fmt::format("a dict key cannot be {}", k.type_name()));
+          d.set(k.str(), eval(*e.args[i + 1]), &k);
         }
         return Value(d);
       }

@@ -19,10 +19,19 @@ Value* Dict::find(const std::string& key) {
   return nullptr;
 }
 
-void Dict::set(const std::string& key, Value v) {
-  if (Value* at = find(key)) *at = std::move(v);
-  else items.emplace_back(key, std::move(v));
+void Dict::set(const std::string& key, Value v, const Value* given_key) {
+  if (Value* at = find(key)) {
+    *at = std::move(v);
+    return;
+  }
+  const bool keep = !key_values.empty() || (given_key && !given_key->is_string());
+  if (keep && key_values.empty())
+    for (const auto& kv : items) key_values.emplace_back(kv.first);
+  items.emplace_back(key, std::move(v));
+  if (keep) key_values.push_back(given_key ? *given_key : Value(key));
 }
+
+Value Dict::key(size_t i) const { return key_values.empty() ? Value(items[i].first) : key_values[i]; }
 
 Value Args::get(size_t index, const std::string& name, const Value& fallback) const {
   for (const auto& [k, v] : keyword)
@@ -43,6 +52,33 @@ Value::Value(const char* s) : Value(std::string(s)) {}
 Value::Value(List l) : kind_(Kind::list), l_(std::make_shared<List>(std::move(l))) {}
 Value::Value(Dict d) : kind_(Kind::dict), m_(std::make_shared<Dict>(std::move(d))) {}
 Value::Value(Callable c) : kind_(Kind::callable), c_(std::make_shared<Callable>(std::move(c))) {}
+
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
+Value Value::generator(List items) {
+  Value v(std::move(items));
+  v.generator_ = true;
+  return v;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '\'': out += "&#39;"; break;
+      case '"': out += "&#34;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
@@ -77,7 +113,7 @@ bool Value::truthy() const {
     case Kind::integer: return i_ != 0;
     case Kind::real: return d_ != 0;
     case Kind::string: return !s_->empty();
-    case Kind::list: return !l_->empty();
+    case Kind::list: return generator_ || !l_->empty();
     case Kind::dict: return m_->is_namespace || !m_->items.empty();
     case Kind::callable: return true;
   }
@@ -212,6 +248,7 @@ void json_dump(const Value& v, int indent, bool sort_keys, int depth, std::strin
 }  // namespace
 
 std::string Value::repr() const {
+  if (generator_) return "<generator object>";
   switch (kind_) {
     case Kind::string: return python_repr_string(*s_);
     case Kind::list: {
@@ -222,7 +259,7 @@ std::string Value::repr() const {
     case Kind::dict: {
       std::string out = "{";
       for (size_t i = 0; i < m_->items.size(); ++i)
-        out += (i ? ", " : "") + python_repr_string(m_->items[i].first) + ": " + m_->items[i].second.repr();
+        out += (i ? ", " : "") + m_->key(i).repr() + ": " + m_->items[i].second.repr();
       return out + "}";
     }
     default: return str();
@@ -258,7 +295,7 @@ std::string Value::type_name() const {
     case Kind::integer: return "int";
     case Kind::real: return "float";
     case Kind::string: return "str";
-    case Kind::list: return "list";
+    case Kind::list: return generator_ ? "generator" : "list";
     case Kind::dict: return m_->is_namespace ? "Namespace" : "dict";
     case Kind::callable: return "function";
   }

@@ -28,12 +28,16 @@ namespace claw::data::jinja {
 class Value;
 using List = std::vector<Value>;
 
+// Keys are held as strings (str() of a number key: 0 and "0" are one key);
+// a dict literal with number keys keeps them as given for iteration.
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
+  std::vector<Value> key_values;  // empty, or each item's key as given
   bool is_namespace = false;
   const Value* find(const std::string& key) const;
   Value* find(const std::string& key);
-  void set(const std::string& key, Value v);
+  void set(const std::string& key, Value v, const Value* given_key = nullptr);
+  Value key(size_t i) const;
 };
 
 // Positional and keyword arguments of a call.
@@ -65,6 +69,15 @@ class Value {
   Value(Dict d);             // NOLINT
   Value(Callable c);         // NOLINT
   static Value from_json(const nlohmann::ordered_json& j);
+  // A string marked safe (Jinja2's Markup, from |safe or |escape): a plain
+  // string added to it is HTML-escaped first, as markupsafe does.
+  static Value markup(std::string s);
+  // What Jinja2's map, select, reject, selectattr and rejectattr return: a
+  // generator over the items. It iterates (for, join, list, first) and is
+  // always true, but has no len(), no index and no JSON, as in Python.
+  static Value generator(List items);
+  bool is_generator() const { return kind_ == Kind::list && generator_; }
+  bool is_markup() const { return kind_ == Kind::string && markup_; }
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::undefined; }
@@ -99,6 +112,8 @@ class Value {
  private:
   Kind kind_ = Kind::undefined;
   bool b_ = false;
+  bool markup_ = false;
+  bool generator_ = false;
   int64_t i_ = 0;
   double d_ = 0;
   std::shared_ptr<std::string> s_;
@@ -110,5 +125,7 @@ class Value {
 // Python's float repr: the shortest text that reads back as `d`, with ".0"
 // on integral values and e-notation outside [1e-4, 1e16).
 std::string python_float(double d);
+// markupsafe's escape: & < > ' " as &amp; &lt; &gt; &#39; &#34;.
+std::string html_escape(const std::string& s);
 
 }  // namespace claw::data::jinja

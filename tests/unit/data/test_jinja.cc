@@ -160,6 +160,10 @@ TEST(Jinja, ErrorsNameTheTemplateAndLine) {
   EXPECT_CLAW_ERROR(render("{% extends 'base' %}"), "t.jinja line 1", "unsupported tag", "extends");
   EXPECT_CLAW_ERROR(render("{{ x | frobnicate }}"), "unknown filter 'frobnicate'");
   EXPECT_CLAW_ERROR(render("{{ xs.append(1) }}", {{"xs", json::array()}}), "sandbox");
+  // As Python: map/select give generators, which have no JSON and no len().
+  EXPECT_CLAW_ERROR(render("{{ [1] | map('string') | tojson }}"), "Object of type generator is not JSON serializable");
+  EXPECT_CLAW_ERROR(render("{{ [1] | select | length }}"), "has no len()");
+  EXPECT_EQ(render("{{ [1] | map('string') | list | tojson }}{{ 'yes' if [] | select else 'no' }}"), "[\"1\"]yes");
 }
 
 }  // namespace
