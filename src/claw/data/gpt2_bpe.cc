@@ -2,6 +2,7 @@
 
 #include <array>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -143,6 +144,64 @@ BpeVocabulary read_gpt2_files(const std::string& encoder_json_path, const std::s
 }
 
 }  // namespace
+
+BpeVocabulary byte_level_bpe(const ByteLevelBpeSpec& spec, const std::string& source) {
+  BpeVocabulary v;
+  v.name = spec.name;
+  v.pretokenizer = spec.pre;
+  v.whole_piece_first = spec.ignore_merges;
+  const size_t vocab = spec.tokens.size();
+  if (vocab == 0) fail("{}: no tokens", source);
+  std::vector<bool> special(vocab, false);
+  for (int32_t id : spec.specials) {
+    if (id < 0 || static_cast<size_t>(id) >= vocab) fail("{}: special token id {} is outside [0, {})", source, id, vocab);
+    special[static_cast<size_t>(id)] = true;
+  }
+  v.token_bytes.assign(vocab, "");
+  std::unordered_map<std::string, int32_t> id_of;
+  id_of.reserve(vocab);
+  std::string bytes;
+  for (size_t id = 0; id < vocab; ++id) {
+    const std::string& t = spec.tokens[id];
+    if (special[id]) {
+      if (t.empty()) fail("{}: special token {} is empty", source, id);
+      v.specials.push_back(SpecialToken{t, static_cast<int32_t>(id)});
+      continue;
+    }
+    if (!alphabet_to_bytes(t, bytes))
+      fail("{}: token {} \"{}\" has a character outside the byte-level alphabet (not a byte-level BPE vocabulary?)",
+           source, id, t);
+    v.token_bytes[id] = bytes;
+    if (!id_of.emplace(bytes, static_cast<int32_t>(id)).second)
+      continue;  // a duplicate spelling (some vocabularies hold unused copies): the first id is the one merges make
+  }
+  for (int b = 0; b < 256; ++b)
+    if (!id_of.count(std::string(1, static_cast<char>(b))))
+      fail("{}: no token for byte 0x{:02x}; a byte-level vocabulary needs all 256", source, b);
+  // Every merge is kept, at its rank: as the tokenizers library does, a
+  // token several merges make is made by whichever applies first.
+  std::unordered_set<uint64_t> pairs;
+  std::string left, right;
+  int32_t rank = 0;
+  for (size_t i = 0; i < spec.merges.size(); ++i) {
+    const std::string& line = spec.merges[i];
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+      fail("{}: merge {} \"{}\" is not two tokens separated by one space", source, i, line);
+    if (!alphabet_to_bytes(std::string_view(line).substr(0, sp), left) ||
+        !alphabet_to_bytes(std::string_view(line).substr(sp + 1), right))
+      fail("{}: merge {} \"{}\" has a character outside the byte-level alphabet", source, i, line);
+    auto l = id_of.find(left), r = id_of.find(right), m = id_of.find(left + right);
+    if (l == id_of.end() || r == id_of.end() || m == id_of.end())
+      fail("{}: merge {} \"{}\" joins or makes a token the vocabulary lacks", source, i, line);
+    if (!pairs.insert(static_cast<uint64_t>(l->second) << 32 | static_cast<uint32_t>(r->second)).second)
+      continue;  // the same pair again: its first rank is the one that applies
+    v.merges.push_back(BpeMerge{l->second, r->second, m->second, rank++});
+  }
+  if (spec.eod < 0 || static_cast<size_t>(spec.eod) >= vocab) fail("{}: end-of-text id {} is outside the vocabulary", source, spec.eod);
+  v.eod = spec.eod;
+  return v;
+}
 
 Gpt2Bpe::Gpt2Bpe(BpeVocabulary v) : BpeTokenizer(std::move(v)) {}
 

@@ -40,6 +40,23 @@
 
 namespace claw::data {
 
+// Any byte-level BPE vocabulary written in GPT-2's byte alphabet, as GGUF
+// files (tokenizer.ggml.model "gpt2") and tokenizer.json store them:
+// `tokens` by id, `merges` as "left right", the ids in `specials` matched as
+// whole strings (control tokens: their text is not in the alphabet and
+// never merged; with SpecialTokens::recognise), `eod` the end-of-text id,
+// `pre` the pre-tokenizer. The checks are encoder.json's (above); `source`
+// names the vocabulary in errors.
+struct ByteLevelBpeSpec {
+  std::string name;
+  Pretokenizer pre = Pretokenizer::gpt2;
+  std::vector<std::string> tokens, merges;
+  std::vector<int32_t> specials;
+  int32_t eod = -1;
+  bool ignore_merges = false;  // a piece that is itself a token is that token (tokenizer.json's ignore_merges)
+};
+BpeVocabulary byte_level_bpe(const ByteLevelBpeSpec& spec, const std::string& source);
+
 class Gpt2Bpe final : public BpeTokenizer {
  public:
   static constexpr std::string_view kEndOfText = "<|endoftext|>";

@@ -254,28 +254,6 @@ bool sequence_filter(const std::string& name, const Value& v, const Args& args, 
     }
     return done(result, Value::generator(out));
   }
-  if (name == "min" || name == "max") {
-    const List items = iterate(v, env);
-    if (items.empty()) return done(result, Value());
-    const bool cs = args.get(0, "case_sensitive", Value(false)).truthy();
-    const Value attr = args.get(1, "attribute", Value());
-    const Value* best = &items[0];
-    for (const Value& x : items) {
-      const Value a = attr.is_undefined() ? x : attribute_of(x, attr.str(), env);
-      const Value b = attr.is_undefined() ? *best : attribute_of(*best, attr.str(), env);
-      if (name == "min" ? order(a, b, cs) < 0 : order(a, b, cs) > 0) best = &x;
-    }
-    return done(result, *best);
-  }
-  if (name == "sum") {
-    const Value attr = args.get(0, "attribute", Value());
-    Value total = args.get(1, "start", Value(int64_t{0}));
-    for (const Value& x : iterate(v, env)) {
-      const Value y = attr.is_undefined() ? x : attribute_of(x, attr.str(), env);
-      total = total.is_int() && y.is_int() ? Value(total.as_int() + y.as_int()) : Value(total.as_double() + y.as_double());
-    }
-    return done(result, total);
-  }
   if (name == "select") return done(result, select(v, args, false, true, env));
   if (name == "reject") return done(result, select(v, args, false, false, env));
   if (name == "selectattr") return done(result, select(v, args, true, true, env));
@@ -307,11 +285,40 @@ bool sequence_filter(const std::string& name, const Value& v, const Args& args, 
   return false;
 }
 
+// Filters that fold a sequence to one value.
+bool aggregate_filter(const std::string& name, const Value& v, const Args& args, Env& env, Value& result) {
+  if (name == "min" || name == "max") {
+    const List items = iterate(v, env);
+    if (items.empty()) return done(result, Value());
+    const bool cs = args.get(0, "case_sensitive", Value(false)).truthy();
+    const Value attr = args.get(1, "attribute", Value());
+    const Value* best = &items[0];
+    for (const Value& x : items) {
+      const Value a = attr.is_undefined() ? x : attribute_of(x, attr.str(), env);
+      const Value b = attr.is_undefined() ? *best : attribute_of(*best, attr.str(), env);
+      if (name == "min" ? order(a, b, cs) < 0 : order(a, b, cs) > 0) best = &x;
+    }
+    return done(result, *best);
+  }
+  if (name == "sum") {
+    const Value attr = args.get(0, "attribute", Value());
+    Value total = args.get(1, "start", Value(int64_t{0}));
+    for (const Value& x : iterate(v, env)) {
+      const Value y = attr.is_undefined() ? x : attribute_of(x, attr.str(), env);
+      total = total.is_int() && y.is_int() ? Value(total.as_int() + y.as_int()) : Value(total.as_double() + y.as_double());
+    }
+    return done(result, total);
+  }
+  return false;
+}
+
 }  // namespace
 
 Value apply_filter(const std::string& name, const Value& v, const Args& args, Env& env) {
   Value result;
-  if (scalar_filter(name, v, args, env, result) || sequence_filter(name, v, args, env, result)) return result;
+  if (scalar_filter(name, v, args, env, result) || sequence_filter(name, v, args, env, result) ||
+      aggregate_filter(name, v, args, env, result))
+    return result;
   env.error(fmt::format("unknown filter '{}'", name));
 }
 
