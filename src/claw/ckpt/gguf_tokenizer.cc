@@ -11,8 +11,9 @@ namespace {
 data::Pretokenizer pre_tokenizer(const std::string& pre, const std::string& source) {
   if (pre == "gpt-2" || pre == "gpt2") return data::Pretokenizer::gpt2;
   if (pre == "llama-bpe" || pre == "llama3" || pre == "dbrx" || pre == "smaug-bpe") return data::Pretokenizer::cl100k;
-  fail("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer claw has (gpt-2, llama-bpe, llama3, dbrx, smaug-bpe)",
-       source, pre);
+  if (pre == "qwen2") return data::Pretokenizer::qwen2;
+  fail("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer claw has (gpt-2, llama-bpe, llama3, dbrx, smaug-bpe, "
+       "qwen2)", source, pre);
 }
 
 std::vector<std::string> strings(const nlohmann::json& md, const char* key, const std::string& source) {

@@ -5,7 +5,8 @@
 //
 // Pre-tokenizers: "gpt-2" (GPT-2's), "llama-bpe" / "llama3" / "dbrx" /
 // "smaug-bpe" (Llama 3's, which is cl100k_base's, with a piece that is a
-// token taken whole: tokenizer.json's ignore_merges). Control and user-defined
+// token taken whole: tokenizer.json's ignore_merges), "qwen2" (the same with
+// one digit a piece, merges applied). Control and user-defined
 // tokens (types 3 and 4) are special: matched as whole strings when special
 // tokens are recognised, never merged. Others (SentencePiece "llama", and
 // the other pre-tokenizers) are refused naming the field.

@@ -11,15 +11,16 @@ std::string_view to_string(Pretokenizer p) {
     case Pretokenizer::gpt2: return "gpt2";
     case Pretokenizer::cl100k: return "cl100k";
     case Pretokenizer::o200k: return "o200k";
+    case Pretokenizer::qwen2: return "qwen2";
   }
   CLAW_CHECK(false, "pretokenizer {}", static_cast<int>(p));
   return {};
 }
 
 Pretokenizer parse_pretokenizer(std::string_view name, std::string_view flag) {
-  for (Pretokenizer p : {Pretokenizer::gpt2, Pretokenizer::cl100k, Pretokenizer::o200k})
+  for (Pretokenizer p : {Pretokenizer::gpt2, Pretokenizer::cl100k, Pretokenizer::o200k, Pretokenizer::qwen2})
     if (name == to_string(p)) return p;
-  fail("{} '{}' is not one of: gpt2, cl100k, o200k", flag, name);
+  fail("{} '{}' is not one of: gpt2, cl100k, o200k, qwen2", flag, name);
 }
 
 PretokenEnd pretoken_end_function(Pretokenizer p) {
@@ -27,6 +28,7 @@ PretokenEnd pretoken_end_function(Pretokenizer p) {
     case Pretokenizer::gpt2: return gpt2_pretoken_end;
     case Pretokenizer::cl100k: return cl100k_pretoken_end;
     case Pretokenizer::o200k: return o200k_pretoken_end;
+    case Pretokenizer::qwen2: return qwen2_pretoken_end;
   }
   CLAW_CHECK(false, "pretokenizer {}", static_cast<int>(p));
   return nullptr;

@@ -6,6 +6,7 @@
 //   gpt2    GPT-2, r50k_base, p50k_base     gpt2_pretokenizer.h
 //   cl100k  cl100k_base                     tiktoken_pretokenizer.h
 //   o200k   o200k_base                      tiktoken_pretokenizer.h
+//   qwen2   Qwen 2 / 2.5 / 3 (cl100k's, one digit a piece)  tiktoken_pretokenizer.h
 //
 // Invariant: the pieces tile the text (each starts where the previous one
 // ended, none is empty), for any bytes, valid UTF-8 or not.
@@ -21,9 +22,9 @@
 
 namespace claw::data {
 
-enum class Pretokenizer : uint8_t { gpt2, cl100k, o200k };
+enum class Pretokenizer : uint8_t { gpt2, cl100k, o200k, qwen2 };
 
-// "gpt2", "cl100k", "o200k".
+// "gpt2", "cl100k", "o200k", "qwen2".
 std::string_view to_string(Pretokenizer p);
 // The inverse of to_string; claw::Error naming `flag` and the valid names.
 Pretokenizer parse_pretokenizer(std::string_view name, std::string_view flag);

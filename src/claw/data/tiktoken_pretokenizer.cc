@@ -110,7 +110,8 @@ size_t upper_then_lower_end(std::string_view s, size_t x) {
 
 }  // namespace
 
-size_t cl100k_pretoken_end(std::string_view s, size_t b) {
+namespace {
+size_t cl100k_like_end(std::string_view s, size_t b, bool single_digits) {
   const size_t n = s.size();
   CLAW_CHECK(b < n, "begin {} of a {}-byte text", b, n);
   if (size_t e = contraction_end(s, b)) return e;
@@ -121,10 +122,14 @@ size_t cl100k_pretoken_end(std::string_view s, size_t b) {
     if (c1.flags & kLetter) return run_end(s, c1.end, kLetter);
   }
   if (c0.flags & kLetter) return run_end(s, c0.end, kLetter);
-  if (c0.flags & kNumber) return number_end(s, c0.end);
+  if (c0.flags & kNumber) return single_digits ? c0.end : number_end(s, c0.end);
   if (size_t e = punctuation_end(s, b, 0)) return e;
   return whitespace_end(s, b);
 }
+}  // namespace
+
+size_t cl100k_pretoken_end(std::string_view s, size_t b) { return cl100k_like_end(s, b, false); }
+size_t qwen2_pretoken_end(std::string_view s, size_t b) { return cl100k_like_end(s, b, true); }
 
 size_t o200k_pretoken_end(std::string_view s, size_t b) {
   const size_t n = s.size();

@@ -42,6 +42,9 @@ namespace claw::data {
 
 // End (byte offset) of the pre-token starting at byte begin < text.size().
 size_t cl100k_pretoken_end(std::string_view text, size_t begin);
+// Qwen 2's pattern: cl100k's with every digit a piece of its own (\p{N}
+// instead of \p{N}{1,3}).
+size_t qwen2_pretoken_end(std::string_view text, size_t begin);
 size_t o200k_pretoken_end(std::string_view text, size_t begin);
 
 }  // namespace claw::data
