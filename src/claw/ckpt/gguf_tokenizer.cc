@@ -55,6 +55,7 @@ GgufTokenizer gguf_tokenizer(const nlohmann::json& md, const std::string& source
   // Llama 3's vocabulary came from tiktoken: a piece that is a token is
   // that token (llama.cpp's ignore_merges for these pre-tokenizers).
   spec.ignore_merges = spec.pre == data::Pretokenizer::cl100k;
+  spec.nfc = spec.pre == data::Pretokenizer::qwen2;  // Qwen 2's tokenizer.json normalizes to NFC
   spec.tokens = strings(md, "tokenizer.ggml.tokens", source);
   spec.merges = strings(md, "tokenizer.ggml.merges", source);
   if (spec.tokens.empty()) fail("{}: no tokenizer.ggml.tokens", source);

@@ -1,5 +1,8 @@
 #include "claw/data/bpe_tokenizer.h"
 
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
+
 #include <algorithm>
 #include <atomic>
 
@@ -7,6 +10,7 @@
 #include "claw/core/parallel.h"
 #include "claw/data/bpe_hash.h"
 #include "claw/data/bpe_piece_cache.h"
+#include "claw/data/jsonl_record.h"
 
 namespace claw::data {
 namespace {
@@ -47,6 +51,7 @@ BpeTokenizer::EncodeState& BpeTokenizer::thread_state() const {
 BpeTokenizer::BpeTokenizer(BpeVocabulary v)
     : name_(v.name),
       pretokenizer_(v.pretokenizer),
+      nfc_(v.nfc),
       encoder_(padded_token_bytes(v), v.merges, v.whole_piece_first),
       specials_(std::move(v.specials)),
       vocab_size_(encoder_.num_ids()),
@@ -66,7 +71,28 @@ std::string_view BpeTokenizer::token_bytes(int32_t id) const {
   fail("token id {} is outside the {} vocabulary [0, {})", id, name_, vocab_size_);
 }
 
+namespace {
+// NFC of valid UTF-8 text (ICU); `text` itself when it is ASCII, already
+// normalized, or not valid UTF-8 (whose bytes byte-level BPE keeps).
+std::string_view nfc(std::string_view text, std::string& buffer) {
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return text;
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(status);
+  if (U_FAILURE(status) || find_invalid_utf8(text) != std::string_view::npos) return text;
+  const icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  if (n->isNormalized(u, status) && U_SUCCESS(status)) return text;
+  status = U_ZERO_ERROR;
+  const icu::UnicodeString normalized = n->normalize(u, status);
+  if (U_FAILURE(status)) return text;
+  buffer.clear();
+  normalized.toUTF8String(buffer);
+  return buffer;
+}
+}  // namespace
+
 void BpeTokenizer::encode_ordinary(std::string_view text, EncodeState& state, std::vector<int32_t>& out) const {
+  std::string normalized;
+  if (nfc_) text = nfc(text, normalized);
   const PretokenEnd end_of = pretoken_end_function(pretokenizer_);
   for (size_t b = 0; b < text.size();) {
     const size_t e = end_of(text, b);

@@ -52,6 +52,8 @@ struct BpeVocabulary {
   std::vector<std::string> token_bytes;  // id -> bytes of a mergeable token; "" for special or unused ids
   std::vector<BpeMerge> merges;          // see bpe_encoder.h
   bool whole_piece_first = false;        // tiktoken's lookup of whole pieces (bpe_encoder.h)
+  bool nfc = false;                      // Unicode NFC before pre-tokenization (tokenizer.json's NFC
+                                         // normalizer: Qwen 2); text that is not valid UTF-8 is left as is
   std::vector<SpecialToken> specials;    // ids distinct from mergeable tokens' ids
   int32_t eod = -1;                      // a mergeable or special id
 };
@@ -85,6 +87,7 @@ class BpeTokenizer : public Tokenizer {
 
   std::string name_;
   Pretokenizer pretokenizer_;
+  bool nfc_ = false;
   BpeEncoder encoder_;
   std::vector<SpecialToken> specials_;
   int32_t vocab_size_ = 0;

@@ -150,6 +150,7 @@ BpeVocabulary byte_level_bpe(const ByteLevelBpeSpec& spec, const std::string& so
   v.name = spec.name;
   v.pretokenizer = spec.pre;
   v.whole_piece_first = spec.ignore_merges;
+  v.nfc = spec.nfc;
   const size_t vocab = spec.tokens.size();
   if (vocab == 0) fail("{}: no tokens", source);
   std::vector<bool> special(vocab, false);

@@ -54,6 +54,7 @@ struct ByteLevelBpeSpec {
   std::vector<int32_t> specials;
   int32_t eod = -1;
   bool ignore_merges = false;  // a piece that is itself a token is that token (tokenizer.json's ignore_merges)
+  bool nfc = false;            // NFC before pre-tokenization (tokenizer.json's NFC normalizer)
 };
 BpeVocabulary byte_level_bpe(const ByteLevelBpeSpec& spec, const std::string& source);
 

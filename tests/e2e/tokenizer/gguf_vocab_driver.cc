@@ -5,7 +5,10 @@
 //
 //   gguf_vocab_driver VOCAB.gguf
 //
-// Prints each mismatch and a summary; exit 1 on any mismatch.
+// Prints each mismatch and a summary; exit 1 on any mismatch. With
+// `--encode TEXTS.jsonl` (one JSON string per line) it prints instead the
+// ids of each text, one line each, special tokens recognised as the
+// tokenizers library does (tests/e2e/tokenizer/gguf_vs_tokenizers.py).
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -16,6 +19,8 @@
 #include "claw/ckpt/gguf.h"
 #include "claw/ckpt/gguf_tokenizer.h"
 #include "claw/core/error.h"
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -34,13 +39,25 @@ std::string join(const std::vector<int32_t>& ids) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: gguf_vocab_driver VOCAB.gguf\n");
+  if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--encode")) {
+    std::fprintf(stderr, "usage: gguf_vocab_driver VOCAB.gguf [--encode TEXTS.jsonl]\n");
     return 2;
   }
   const std::string path = argv[1];
   const claw::ckpt::gguf::Reader r(path);
   const claw::ckpt::GgufTokenizer g = claw::ckpt::gguf_tokenizer(r.metadata(), path);
+  if (argc == 4) {
+    std::ifstream in(argv[3]);
+    std::string out;
+    for (std::string line; std::getline(in, line);) {
+      const std::string text = nlohmann::json::parse(line).get<std::string>();
+      // As the tokenizers library: added (special) tokens matched in the text.
+      out += join(g.tokenizer->encode(text, claw::data::SpecialTokens::recognise)) + "\n";
+      if (out.size() > (1 << 20)) std::fputs(out.c_str(), stdout), out.clear();
+    }
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
   const std::string inp = read(path + ".inp"), out = read(path + ".out");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> cases;
