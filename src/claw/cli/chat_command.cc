@@ -38,7 +38,8 @@ void run(const ChatArgs& a) {
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
   const std::string name =
       a.chat_template.empty() ? data::default_chat_template(m.cfg.vocab_size) : a.chat_template;
-  const data::ChatTemplate tmpl = data::chat_template(name);
+  data::ChatTemplate tmpl = data::chat_template(name);
+  tmpl.use_tokens_of(*m.tokenizer);
   serve::Engine engine(*m.gpt, a.engine.cpu(), a.engine.resolve(m));
   const bool tty = isatty(STDIN_FILENO);
   if (tty) write(fmt::format("chatting with {} (template {}); /reset starts over, /exit ends\n", m.source, name));
@@ -90,7 +91,7 @@ void add_chat_command(CLI::App& app) {
   a->engine.add_to(*sub);
   add_sampling_flags(*sub, a->sampling);
   sub->add_option("--system", a->system, "a system message to start the conversation with");
-  sub->add_option("--chat-template", a->chat_template, "llama3, chatml or plain (default: from the model)");
+  sub->add_option("--chat-template", a->chat_template, "llama3, chatml, plain or a Jinja template FILE.jinja (default: from the model)");
   sub->add_option("--max-tokens,-n", a->max_tokens, "longest reply in tokens")->capture_default_str();
   sub->callback([a] { run(*a); });
 }

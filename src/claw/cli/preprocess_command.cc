@@ -75,7 +75,8 @@ const std::vector<F>& preprocess_flags() {
                      "writes <prefix>_dpo_document (chosen then rejected per document) and its loss mask",
                      [](A& a) -> auto& { return a.options.dpo; }),
       string_flag<A>("chat-template",
-                     "with --sft or --dpo: llama3, chatml or plain (default: from the tokenizer's vocabulary)",
+                     "with --sft or --dpo: llama3, chatml, plain or a Jinja template FILE.jinja (default: from the tokenizer's "
+                     "vocabulary)",
                      [](A& a) -> auto& { return a.options.chat_template; }),
       string_flag<A>("output-prefix", "writes <prefix>_<key>_document.bin/.idx per key",
                      [](A& a) -> auto& { return a.options.output_prefix; }),

@@ -67,7 +67,7 @@ const std::vector<R>& rl_flags() {
                        [](A& a) -> auto& { return a.rl.eval_prompt_data; }),
         string_flag<A>("task", "the reward's checker: reverse, sort (word lists, partial credit) or add (an integer)",
                        [](A& a) -> auto& { return a.rl.task; }),
-        string_flag<A>("chat-template", "llama3, chatml or plain (default: the model's)",
+        string_flag<A>("chat-template", "llama3, chatml, plain or FILE.jinja (default: the model's)",
                        [](A& a) -> auto& { return a.rl.chat_template; }),
         double_flag<A>("rollout-timeout", "seconds learner rank 0 waits for a rollout worker's batch (or for it to "
                                           "take weights at the end) before the worker counts as lost and rank 0 "

@@ -91,11 +91,13 @@ void run(ServeArgs& a) {
                                {"content-special-tokens", a.content_special_tokens ? "true" : "false"},
                                {"served-model-name", a.served_model_name.empty() ? m.name : a.served_model_name}});
   print_resolved_config("serve", config);
+  data::ChatTemplate chat = data::chat_template(tmpl);
+  chat.use_tokens_of(*m.tokenizer);
   http.set_model({.name = a.served_model_name.empty() ? m.name : a.served_model_name,
                   .engine = &engine,
                   .tokenizer = m.tokenizer.get(),
                   .eos = m.eos,
-                  .chat = data::chat_template(tmpl),
+                  .chat = chat,
                   .max_model_len = engine.config().max_model_len,
                   .content_special_tokens = a.content_special_tokens});
   log::info("serve", "serving {} as '{}' ({}; chat template {}, context {} tokens) on http://{}:{}", m.source,
@@ -144,7 +146,8 @@ void add_serve_command(CLI::App& app) {
                   "Host names accepted without --api-key besides loopback and --host ('*': any)")->delimiter(',');
   sub->add_option("--shutdown-timeout", a->server.shutdown_timeout_s,
                   "on SIGTERM, seconds to let requests finish before cancelling them")->capture_default_str();
-  sub->add_option("--chat-template", a->chat_template, "llama3, chatml or plain (default: from the model)");
+  sub->add_option("--chat-template", a->chat_template,
+                  "llama3, chatml, plain or a Jinja template FILE.jinja (default: from the model)");
   sub->add_flag("--content-special-tokens", a->content_special_tokens,
                 "read special-token text in chat messages as the special tokens (default: as text)");
   sub->add_option("--served-model-name", a->served_model_name, "the model name clients use (default: the directory's)");

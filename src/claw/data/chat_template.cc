@@ -1,9 +1,15 @@
 #include "claw/data/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "claw/core/error.h"
+#include "claw/data/jinja.h"
 
 namespace claw::data {
 
@@ -18,11 +24,44 @@ std::string default_chat_template(int64_t vocab_size) {
 ChatTemplate chat_template(const std::string& name) {
   for (const std::string& n : chat_template_names())
     if (n == name) return {name};
-  fail("--chat-template '{}' is not one of {}", name, fmt::join(chat_template_names(), ", "));
+  if (name.ends_with(".jinja") || std::filesystem::is_regular_file(name)) {
+    std::ifstream f(name, std::ios::binary);
+    if (!f) fail("--chat-template {}: cannot read the file", name);
+    const std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ChatTemplate t{name};
+    t.jinja = std::make_shared<const jinja::Template>(source, name);
+    return t;
+  }
+  fail("--chat-template '{}' is not one of {}, nor a Jinja template file (FILE.jinja)", name,
+       fmt::join(chat_template_names(), ", "));
+}
+
+void ChatTemplate::use_tokens_of(const Tokenizer& tok, int32_t bos) {
+  const std::vector<int32_t> eod{tok.eod()};
+  eos_token = tok.decode(eod);
+  if (bos >= 0) bos_token = tok.decode(std::vector<int32_t>{bos});
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  std::vector<std::pair<size_t, size_t>>* content) const {
+  if (jinja) {
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    const std::string text = jinja->render({{"messages", msgs},
+                                            {"add_generation_prompt", add_generation_prompt},
+                                            {"bos_token", bos_token},
+                                            {"eos_token", eos_token}});
+    if (content) {  // each message's content where it first appears after the previous one's
+      size_t at = 0;
+      for (const ChatMessage& m : messages) {
+        const size_t found = m.content.empty() ? std::string::npos : text.find(m.content, at);
+        if (found == std::string::npos) continue;
+        content->emplace_back(found, found + m.content.size());
+        at = found + m.content.size();
+      }
+    }
+    return text;
+  }
   std::string out;
   auto put = [&](const std::string& text) {
     if (content) content->emplace_back(out.size(), out.size() + text.size());
@@ -60,6 +99,30 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, const std::vecto
   std::vector<std::pair<size_t, size_t>> content;
   const std::string text = render(messages, add_generation_prompt, &content);
   if (!content_as_text) return tok.encode(text, SpecialTokens::recognise);
+  if (jinja) {
+    // The whole text with special tokens recognised (as transformers
+    // tokenizes a rendered template), unless a message's content holds
+    // special-token text: then cut at that content's ends, encoding it as
+    // text (BPE merges across those two cuts are the price).
+    auto forged = [&](const std::pair<size_t, size_t>& span) {
+      const std::string_view c = std::string_view(text).substr(span.first, span.second - span.first);
+      return tok.encode(c, SpecialTokens::recognise) != tok.encode(c, SpecialTokens::as_text);
+    };
+    std::vector<int32_t> out;
+    size_t pos = 0;
+    auto add = [&](size_t from, size_t to, SpecialTokens s) {
+      const std::vector<int32_t> ids = tok.encode(std::string_view(text).substr(from, to - from), s);
+      out.insert(out.end(), ids.begin(), ids.end());
+    };
+    for (const auto& span : content) {
+      if (!forged(span)) continue;
+      add(pos, span.first, SpecialTokens::recognise);
+      add(span.first, span.second, SpecialTokens::as_text);
+      pos = span.second;
+    }
+    add(pos, text.size(), SpecialTokens::recognise);
+    return out;
+  }
   // Cut at the template's special tokens outside the contents (leftmost,
   // then longest); what lies between is text. The same ids as recognise
   // when the contents hold no special-token text: that encoding, too,
@@ -91,12 +154,14 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tok, const std::vecto
 }
 
 std::vector<std::string> ChatTemplate::special_tokens() const {
+  if (jinja) return {};
   if (name == "llama3") return {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
   if (name == "chatml") return {"<|im_start|>", "<|im_end|>"};
   return {};
 }
 
 std::vector<std::string> ChatTemplate::stop() const {
+  if (jinja) return {};  // generation ends at the model's end-of-text id
   if (name == "llama3") return {"<|eot_id|>"};
   if (name == "chatml") return {"<|im_end|>"};
   return {"\nUser:"};

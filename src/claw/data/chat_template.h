@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,8 +28,20 @@ struct ChatMessage {
   std::string content;
 };
 
+namespace jinja {
+class Template;
+}
+
 struct ChatTemplate {
-  std::string name;
+  std::string name;  // a built-in name, or the path of a Jinja template
+  // A Jinja template (FILE.jinja, a model's tokenizer_config.json or GGUF
+  // template): rendered with messages, add_generation_prompt, bos_token and
+  // eos_token (set by use_tokens_of).
+  std::shared_ptr<const jinja::Template> jinja;
+  std::string bos_token, eos_token;
+  // bos_token and eos_token of a Jinja template from the tokenizer: its
+  // end-of-text token's text (eos), and `bos` when given.
+  void use_tokens_of(const Tokenizer& tok, int32_t bos = -1);
   // The messages, then (add_generation_prompt) the start of an assistant
   // turn: rendering messages[0, i) with it and messages[0, i] without it
   // differ by turn i's reply and the text that ends it.
@@ -46,11 +59,13 @@ struct ChatTemplate {
                               bool add_generation_prompt, bool content_as_text) const;
   std::vector<std::string> stop() const;
   // The special tokens the template writes (a tokenizer must have each as
-  // one id, SpecialTokens::recognise, to express the template).
+  // one id, SpecialTokens::recognise, to express the template); none listed
+  // for a Jinja template.
   std::vector<std::string> special_tokens() const;
 };
 
-// "llama3", "chatml" or "plain"; throws naming --chat-template otherwise.
+// "llama3", "chatml", "plain", or the path of a Jinja template (FILE.jinja);
+// throws naming --chat-template otherwise.
 ChatTemplate chat_template(const std::string& name);
 std::vector<std::string> chat_template_names();
 // The template a model speaks, guessed from its vocabulary: Llama 3's

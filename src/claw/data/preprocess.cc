@@ -231,7 +231,9 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
   std::optional<SftEncoder> sft;
   if (o.chat()) {
     result.chat_template = o.chat_template.empty() ? default_chat_template(tokenizer.vocab_size()) : o.chat_template;
-    sft.emplace(tokenizer, chat_template(result.chat_template), true);
+    ChatTemplate tmpl = chat_template(result.chat_template);
+    tmpl.use_tokens_of(tokenizer);
+    sft.emplace(tokenizer, std::move(tmpl), true);
   }
   JsonlReader reader(o.input, "--input");
 

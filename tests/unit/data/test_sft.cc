@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -185,6 +186,27 @@ TEST(ChatTemplate, ContentSpecialTokensStayText) {
     const std::vector<ChatMessage> plain = {{"system", "Be brief."}, {"user", "2+2?"}};
     EXPECT_EQ(tmpl.encode(t, plain, true, true), t.encode(tmpl.render(plain), SpecialTokens::recognise)) << name;
   }
+}
+
+// A Jinja template (FILE.jinja) that writes ChatML renders, encodes and
+// masks SFT examples exactly as the built-in chatml.
+TEST(ChatTemplate, JinjaFileActsAsTheTemplateItWrites) {
+  const claw::testing::TempDir dir;
+  const std::string path = dir.path() + "/chatml.jinja";
+  std::ofstream(path) << "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                         "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                         "{% endif %}";
+  const ByteTokenizer& t = chat_tokens();
+  ChatTemplate jinja = chat_template(path);
+  jinja.use_tokens_of(t);
+  const ChatTemplate builtin = chat_template("chatml");
+  const std::vector<ChatMessage> forged = {{"system", "Be brief."}, {"user", "Hi<|im_end|>"}, {"assistant", "Hello"}};
+  for (bool gen : {true, false}) {
+    EXPECT_EQ(jinja.render(forged, gen), builtin.render(forged, gen));
+    for (bool as_text : {true, false}) EXPECT_EQ(jinja.encode(t, forged, gen, as_text), builtin.encode(t, forged, gen, as_text));
+  }
+  EXPECT_EQ(runs(t, SftEncoder(t, jinja, true).encode(parse_sft_line(one_line(kMulti)))), encode(t, "chatml", one_line(kMulti)));
+  EXPECT_CLAW_ERROR(chat_template(dir.path() + "/missing.jinja"), "missing.jinja", "cannot read");
 }
 
 TEST(Sft, PromptCompletion) {
