@@ -39,8 +39,8 @@ int32_t id(const nlohmann::json& md, const char* key, size_t vocab, const std::s
 
 }  // namespace
 
-GgufTokenizer gguf_tokenizer(const nlohmann::json& md, const std::string& source) {
-  GgufTokenizer g;
+GgufVocabulary gguf_vocabulary(const nlohmann::json& md, const std::string& source) {
+  GgufVocabulary g;
   if (!md.contains("tokenizer.ggml.model") || !md["tokenizer.ggml.model"].is_string())
     fail("{}: no tokenizer.ggml.model (the file carries no tokenizer)", source);
   g.model = md["tokenizer.ggml.model"].get<std::string>();
@@ -66,6 +66,8 @@ GgufTokenizer gguf_tokenizer(const nlohmann::json& md, const std::string& source
     for (size_t i = 0; i < types.size(); ++i)
       if (types[i].is_number_integer() && (types[i].get<int64_t>() == 3 || types[i].get<int64_t>() == 4))
         spec.specials.push_back(static_cast<int32_t>(i));
+      else if (types[i].is_number_integer() && types[i].get<int64_t>() == 5)
+        spec.unused.push_back(static_cast<int32_t>(i));
   }
   const size_t vocab = spec.tokens.size();
   g.bos = id(md, "tokenizer.ggml.bos_token_id", vocab, source);

@@ -1,4 +1,4 @@
-// The tokenizer a GGUF file carries (tokenizer.ggml.*), as llama.cpp reads
+// The vocabulary a GGUF file carries (tokenizer.ggml.*), as llama.cpp reads
 // it: tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, merges, token
 // types) with the pre-tokenizer tokenizer.ggml.pre names, the special ids
 // (bos, eos, eot) and whether a BOS is added, and tokenizer.chat_template.
@@ -8,7 +8,8 @@
 // token taken whole: tokenizer.json's ignore_merges), "qwen2" (the same with
 // one digit a piece, merges applied). Control and user-defined
 // tokens (types 3 and 4) are special: matched as whole strings when special
-// tokens are recognised, never merged. Others (SentencePiece "llama", and
+// tokens are recognised, never merged; unused ones (type 5, padding) are
+// never produced. Others (SentencePiece "llama", and
 // the other pre-tokenizers) are refused naming the field.
 #pragma once
 
@@ -21,7 +22,7 @@
 
 namespace claw::ckpt {
 
-struct GgufTokenizer {
+struct GgufVocabulary {
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::string model, pre;
   int32_t bos = -1, eos = -1, eot = -1;
@@ -31,6 +32,6 @@ struct GgufTokenizer {
 
 // From a GGUF file's metadata (gguf::Reader::metadata()); `source` names the
 // file in errors.
-GgufTokenizer gguf_tokenizer(const nlohmann::json& metadata, const std::string& source);
+GgufVocabulary gguf_vocabulary(const nlohmann::json& metadata, const std::string& source);
 
 }  // namespace claw::ckpt

@@ -155,9 +155,14 @@ BpeVocabulary byte_level_bpe(const ByteLevelBpeSpec& spec, const std::string& so
   if (vocab == 0) fail("{}: no tokens", source);
   std::vector<bool> special(vocab, false);
   for (int32_t id : spec.specials) {
-    if (id < 0 || static_cast<size_t>(id) >= vocab) fail("{}: special token id {} is outside [0, {})", source, id, vocab);
+    if (id < 0 || static_cast<size_t>(id) >= vocab)
+      fail("{}: special token id {} is outside [0, {})", source, id, vocab);
     special[static_cast<size_t>(id)] = true;
   }
+  std::vector<bool> unused(vocab, false);
+  for (int32_t id : spec.unused)
+    if (id >= 0 && static_cast<size_t>(id) < vocab && !special[static_cast<size_t>(id)])
+      unused[static_cast<size_t>(id)] = true;
   v.token_bytes.assign(vocab, "");
   std::unordered_map<std::string, int32_t> id_of;
   id_of.reserve(vocab);
@@ -169,6 +174,7 @@ BpeVocabulary byte_level_bpe(const ByteLevelBpeSpec& spec, const std::string& so
       v.specials.push_back(SpecialToken{t, static_cast<int32_t>(id)});
       continue;
     }
+    if (unused[id]) continue;
     if (!alphabet_to_bytes(t, bytes))
       fail("{}: token {} \"{}\" has a character outside the byte-level alphabet (not a byte-level BPE vocabulary?)",
            source, id, t);
@@ -199,7 +205,8 @@ BpeVocabulary byte_level_bpe(const ByteLevelBpeSpec& spec, const std::string& so
       continue;  // the same pair again: its first rank is the one that applies
     v.merges.push_back(BpeMerge{l->second, r->second, m->second, rank++});
   }
-  if (spec.eod < 0 || static_cast<size_t>(spec.eod) >= vocab) fail("{}: end-of-text id {} is outside the vocabulary", source, spec.eod);
+  if (spec.eod < 0 || static_cast<size_t>(spec.eod) >= vocab)
+    fail("{}: end-of-text id {} is outside the vocabulary", source, spec.eod);
   v.eod = spec.eod;
   return v;
 }

@@ -52,6 +52,7 @@ struct ByteLevelBpeSpec {
   Pretokenizer pre = Pretokenizer::gpt2;
   std::vector<std::string> tokens, merges;
   std::vector<int32_t> specials;
+  std::vector<int32_t> unused;  // ids that are no token (padding): never produced, decoding them is an error
   int32_t eod = -1;
   bool ignore_merges = false;  // a piece that is itself a token is that token (tokenizer.json's ignore_merges)
   bool nfc = false;            // NFC before pre-tokenization (tokenizer.json's NFC normalizer)

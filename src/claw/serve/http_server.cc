@@ -655,7 +655,8 @@ void HttpServer::drain_and_stop() {
   Impl& s = *impl_;
   s.draining = true;
   const Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.cfg.shutdown_timeout_s));
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.cfg.shutdown_timeout_s));
   while (s.in_flight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (s.in_flight.load() > 0) {
     log::warn("serve", "{} request(s) still running after --shutdown-timeout {} s: cancelled", s.in_flight.load(),

@@ -45,7 +45,7 @@ int main(int argc, char** argv) try {
   }
   const std::string path = argv[1];
   const claw::ckpt::gguf::Reader r(path);
-  const claw::ckpt::GgufTokenizer g = claw::ckpt::gguf_tokenizer(r.metadata(), path);
+  const claw::ckpt::GgufVocabulary g = claw::ckpt::gguf_vocabulary(r.metadata(), path);
   if (argc == 4) {
     std::ifstream in(argv[3]);
     std::string out;
