@@ -157,6 +157,7 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
     w.add_strings("tokenizer.ggml.tokens", tokens);
     w.add_i32s("tokenizer.ggml.token_type", types);
     w.add_strings("tokenizer.ggml.merges", tok.merges);
+    if (!tok.chat_template.empty()) w.add_string("tokenizer.chat_template", tok.chat_template);
     if (tok.eos >= 0) {
       w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tok.eos));
       w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tok.eos));
@@ -338,6 +339,8 @@ GgufModel read_gguf_model(const std::string& path) {
   for (const auto& [t, n] : counts)
     if (n > counts[g.weight_type]) g.weight_type = t;
 
+  for (const auto& [k, v] : md.items())
+    if (k.starts_with("tokenizer.")) g.tokenizer_metadata[k] = v;
   if (md.contains("tokenizer.ggml.model") && md["tokenizer.ggml.model"] == "gpt2" &&
       md.contains("tokenizer.ggml.tokens") && md.contains("tokenizer.ggml.merges")) {
     g.tokenizer.tokens = md["tokenizer.ggml.tokens"].get<std::vector<std::string>>();

@@ -38,6 +38,7 @@ struct GgufTokenizer {
   std::vector<std::string> tokens;  // by id, in GPT-2's byte alphabet (encoder.json's keys)
   std::vector<std::string> merges;  // "a b", by rank
   int32_t eos = -1;
+  std::string chat_template;  // Jinja source written as tokenizer.chat_template ("" : none)
   bool empty() const { return tokens.empty(); }
 };
 
@@ -71,6 +72,9 @@ struct GgufModel {
   std::map<std::string, kernels::WeightMatrix> matrices;
   kernels::WeightType weight_type = kernels::WeightType::f32;  // the type of most matrices
   GgufTokenizer tokenizer;  // empty: none in the file, or not GPT-2 BPE
+  // Every tokenizer.* key of the file (gguf_tokenizer.h reads them: the
+  // vocabulary with its pre-tokenizer, special ids, chat template).
+  nlohmann::json tokenizer_metadata = nlohmann::json::object();
 };
 GgufModel read_gguf_model(const std::string& path);
 

@@ -36,10 +36,13 @@ void write(const std::string& s) {
 void run(const ChatArgs& a) {
   serve::InferenceModel m = serve::load_inference_model(a.engine.model);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
-  const std::string name =
-      a.chat_template.empty() ? data::default_chat_template(m.cfg.vocab_size) : a.chat_template;
-  data::ChatTemplate tmpl = data::chat_template(name);
-  tmpl.use_tokens_of(*m.tokenizer);
+  // The model's own template (a GGUF file's) unless --chat-template names one.
+  const bool own = a.chat_template.empty() && !m.chat_template.empty();
+  const std::string name = !a.chat_template.empty() ? a.chat_template
+                           : own                    ? m.source + " chat template"
+                                                    : data::default_chat_template(m.cfg.vocab_size);
+  data::ChatTemplate tmpl = own ? data::jinja_chat_template(m.chat_template, name) : data::chat_template(name);
+  tmpl.use_tokens_of(*m.tokenizer, m.bos);
   serve::Engine engine(*m.gpt, a.engine.cpu(), a.engine.resolve(m));
   const bool tty = isatty(STDIN_FILENO);
   if (tty) write(fmt::format("chatting with {} (template {}); /reset starts over, /exit ends\n", m.source, name));

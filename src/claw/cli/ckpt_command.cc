@@ -14,6 +14,7 @@
 #include "claw/ckpt/hf.h"
 #include "claw/ckpt/peft.h"
 #include "claw/data/builtin_corpus.h"
+#include "claw/data/chat_template.h"
 #include "claw/data/file_io.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/quant.h"
@@ -176,12 +177,14 @@ struct Inspect {
 };
 
 struct Export {
-  std::string load, format = "hf", output, max_shard = "5GB", type = "f32";
+  std::string load, format = "hf", output, max_shard = "5GB", type = "f32", chat_template;
   int64_t step = -1;
 
   void run() const {
     check_format(format, true);
     if (output.empty()) fail("claw ckpt export: --output DIR is required");
+    if (!chat_template.empty() && format != "gguf")
+      fail("--chat-template is for --format gguf (a Hugging Face export does not write one yet)");
     const uint64_t max_shard_bytes = parse_size("--max-shard-size", max_shard);
     const std::optional<kernels::WeightType> wt = kernels::parse_weight_type(type);
     if (!wt) fail("--type '{}': valid types are {}", type, kernels::kWeightTypeChoices);
@@ -225,6 +228,12 @@ struct Export {
     if (format == "gguf") {
       ckpt::GgufExportOptions o{.type = *wt, .name = std::filesystem::path(d).parent_path().filename().string(),
                                 .tokenizer = gguf_tokenizer(meta, cfg)};
+      if (!chat_template.empty()) {  // a Jinja file, checked by parsing it, written as tokenizer.chat_template
+        if (o.tokenizer.empty()) fail("--chat-template: {} has no tokenizer to write it with", d);
+        const data::ChatTemplate t = data::chat_template(chat_template);
+        if (!t.jinja) fail("--chat-template {}: give a Jinja template file (FILE.jinja)", chat_template);
+        o.tokenizer.chat_template = data::read_file(chat_template, "chat template");
+      }
       const ckpt::GgufWriteReport r = ckpt::write_gguf_model(
           output, cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); }, o);
       fmt::print("exported {} (iteration {}) to {}: GGUF {}, {} tensors, {} matrices in {}{}, {} of tensor data, "
@@ -442,6 +451,7 @@ void add_ckpt_command(CLI::App& app) {
   e->add_option("--type", ex->type, "hf: the tensors' type, f32 or bf16; gguf: the matrices', f32, bf16, q8_0 or q4_0")
       ->default_str("f32");
   e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
+  e->add_option("--chat-template", ex->chat_template, "gguf: a Jinja template FILE.jinja to write as the model's");
   e->add_option("--max-shard-size", ex->max_shard, "largest safetensors file before sharding with an index")
       ->default_str("5GB");
   e->callback([ex] { ex->run(); });

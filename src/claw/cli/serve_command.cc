@@ -73,7 +73,11 @@ void run(ServeArgs& a) {
   const serve::EngineConfig ecfg = job.agree(a.engine.resolve(m));
   serve::AsyncEngine engine(*m.gpt, a.engine.cpu(), ecfg);
   if (!m.tokenizer) fail("{} has no tokenizer: give --tokenizer-type and its files", m.source);
-  const std::string tmpl = a.chat_template.empty() ? data::default_chat_template(m.cfg.vocab_size) : a.chat_template;
+  // The model's own template (a GGUF file's) unless --chat-template names one.
+  const bool own = a.chat_template.empty() && !m.chat_template.empty();
+  const std::string tmpl = !a.chat_template.empty() ? a.chat_template
+                           : own                    ? m.source + " chat template"
+                                                    : data::default_chat_template(m.cfg.vocab_size);
   std::vector<std::pair<std::string, std::string>> config = a.engine.resolved(m, engine.config());
   config.insert(config.end(), {{"host", a.server.host}, {"port", std::to_string(http.port())},
                                {"api-key", a.server.api_key.empty() ? "" : "(set)"},
@@ -91,8 +95,8 @@ void run(ServeArgs& a) {
                                {"content-special-tokens", a.content_special_tokens ? "true" : "false"},
                                {"served-model-name", a.served_model_name.empty() ? m.name : a.served_model_name}});
   print_resolved_config("serve", config);
-  data::ChatTemplate chat = data::chat_template(tmpl);
-  chat.use_tokens_of(*m.tokenizer);
+  data::ChatTemplate chat = own ? data::jinja_chat_template(m.chat_template, tmpl) : data::chat_template(tmpl);
+  chat.use_tokens_of(*m.tokenizer, m.bos);
   http.set_model({.name = a.served_model_name.empty() ? m.name : a.served_model_name,
                   .engine = &engine,
                   .tokenizer = m.tokenizer.get(),

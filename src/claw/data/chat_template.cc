@@ -36,6 +36,12 @@ ChatTemplate chat_template(const std::string& name) {
        fmt::join(chat_template_names(), ", "));
 }
 
+ChatTemplate jinja_chat_template(const std::string& source, const std::string& name) {
+  ChatTemplate t{name};
+  t.jinja = std::make_shared<const jinja::Template>(source, name);
+  return t;
+}
+
 void ChatTemplate::use_tokens_of(const Tokenizer& tok, int32_t bos) {
   const std::vector<int32_t> eod{tok.eod()};
   eos_token = tok.decode(eod);

@@ -67,6 +67,8 @@ struct ChatTemplate {
 // "llama3", "chatml", "plain", or the path of a Jinja template (FILE.jinja);
 // throws naming --chat-template otherwise.
 ChatTemplate chat_template(const std::string& name);
+// A Jinja template given as its source (a model's own); `name` names it.
+ChatTemplate jinja_chat_template(const std::string& source, const std::string& name);
 std::vector<std::string> chat_template_names();
 // The template a model speaks, guessed from its vocabulary: Llama 3's
 // (128256, padded up to 128512) uses its own chat tokens; GPT-2's has none

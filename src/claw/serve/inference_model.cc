@@ -12,6 +12,7 @@
 #include "claw/model/config_flags.h"
 #include "claw/core/error.h"
 #include "claw/ckpt/gguf_model.h"
+#include "claw/ckpt/gguf_tokenizer.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/gpt2_bpe.h"
 #include "claw/kernels/cpu/blas.h"
@@ -114,9 +115,14 @@ std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptio
   ckpt::load_gguf_params(g, rest, o.path);
   m.source = fmt::format("GGUF {} ({}, {})", o.path, g.arch, kernels::weight_type_name(g.weight_type));
   if (tok.type.empty() && !g.tokenizer.empty()) {
-    *gguf_tokenizer = std::make_unique<data::Gpt2Bpe>(
-        data::Gpt2Bpe::from_tokens(g.tokenizer.tokens, g.tokenizer.merges, o.path + " tokenizer.ggml"));
-    if (g.tokenizer.eos >= 0) m.eos.push_back(g.tokenizer.eos);
+    // The file's vocabulary with its pre-tokenizer, special tokens and
+    // template (ckpt/gguf_tokenizer.h).
+    ckpt::GgufVocabulary v = ckpt::gguf_vocabulary(g.tokenizer_metadata, o.path);
+    *gguf_tokenizer = std::move(v.tokenizer);
+    for (int32_t id : {v.eos, v.eot})
+      if (id >= 0 && std::find(m.eos.begin(), m.eos.end(), id) == m.eos.end()) m.eos.push_back(id);
+    m.chat_template = v.chat_template;
+    m.bos = v.bos;
   }
   return stored;
 }

@@ -56,6 +56,10 @@ struct InferenceModel {
   std::unique_ptr<model::GPT> gpt;
   std::unique_ptr<data::Tokenizer> tokenizer;  // null: token ids only
   std::vector<int32_t> eos;                    // ids that end generation
+  // The model's own chat template (Jinja source: a GGUF file's
+  // tokenizer.chat_template), "" when it has none; its BOS id, or -1.
+  std::string chat_template;
+  int32_t bos = -1;
   kernels::WeightType weight_type = kernels::WeightType::f32;  // of the linear layers
   model::GPT::InferenceWeights weights;
   // "weights q8_0 (29 matrices; 3 kept f32), 130.2 MiB a token reads"

@@ -59,3 +59,28 @@ expect_error "--type 'q2': valid types are f32, bf16, q8_0, q4_0" \
 head -c 100 "$tmp/q8_0.gguf" >"$tmp/cut.gguf"
 expect_error "cut.gguf" "$claw" generate --model "$tmp/cut.gguf" --prompt x
 echo "bad --dtype, --kv-cache-dtype, --type and a truncated GGUF file: clear errors"
+
+# A GGUF file's own chat template (written by `ckpt export --chat-template`):
+# `claw serve` renders chats with it unless --chat-template names another.
+source "$(dirname "$0")/wait_for_server.sh"
+printf '%s' '{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}' \
+  >"$tmp/own.jinja"
+"$claw" ckpt export --load "$ck" --format gguf --output "$tmp/own.gguf" --chat-template "$tmp/own.jinja" >/dev/null
+expect_error "--chat-template is for --format gguf" \
+  "$claw" ckpt export --load "$ck" --output "$tmp/hf" --chat-template "$tmp/own.jinja"
+prompt_tokens() {  # prompt_tokens ARGS...: the chat's prompt tokens as `claw serve ARGS` counts them
+  "$claw" serve --model "$tmp/own.gguf" --port 0 --num-threads 1 "$@" >"$tmp/serve.log" 2>&1 &
+  local pid=$!
+  wait_for_server $pid "$tmp/serve.log"
+  curl -sf "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 1}' |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])'
+  kill $pid
+  wait $pid || true
+}
+own=$(prompt_tokens)
+grep -q "chat template GGUF .*own.gguf .* chat template" "$tmp/serve.log" || { cat "$tmp/serve.log"; fail "not the file's template"; }
+same=$(prompt_tokens --chat-template "$tmp/own.jinja")
+plain=$(prompt_tokens --chat-template plain)
+[[ $own == "$same" && $own != "$plain" ]] || fail "prompt tokens: own $own, the same file $same, plain $plain"
+echo "a GGUF file's chat template: $own prompt tokens, as with --chat-template on its source ($same; plain: $plain)"
