@@ -11,11 +11,14 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "claw/cli/flags.h"
+#include "claw/ckpt/format.h"
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
 #include "claw/data/builtin_corpus.h"
+#include "claw/data/chat_template.h"
 #include "claw/data/pretokenizer_unicode.h"
 #include "claw/data/tokenizer_factory.h"
 #include "claw/kernels/cpu/blas.h"
@@ -30,6 +33,9 @@ struct TokenizeArgs {
   bool special = false;
   bool whole_input = false;
   bool stats = false;
+  std::string chat;           // --chat FILE.json: a conversation rendered by --chat-template, then its ids
+  std::string chat_template;  // built-in name or FILE.jinja (default: from the vocabulary)
+  bool no_generation_prompt = false;
   int64_t num_threads = 0;
   // Longest text held at once (a line; with --whole-input, the input): the
   // reader must stop somewhere, or a stream without newlines (/dev/zero)
@@ -65,6 +71,12 @@ const std::vector<F>& tokenize_flags() {
                   [](A& a) -> auto& { return a.max_line_bytes; }),
       switch_flag<A>("stats", "print bytes, tokens and encoding MB/s to stderr",
                      [](A& a) -> auto& { return a.stats; }),
+      string_flag<A>("chat", "a conversation (JSON: [{\"role\", \"content\"}, ...] or {\"messages\": [...]}): print it "
+                     "rendered by --chat-template, then its ids", [](A& a) -> auto& { return a.chat; }),
+      string_flag<A>("chat-template", "with --chat: llama3, chatml, plain or FILE.jinja (default: from the vocabulary)",
+                     [](A& a) -> auto& { return a.chat_template; }),
+      switch_flag<A>("no-generation-prompt", "with --chat: end after the last message (no assistant turn opened)",
+                     [](A& a) -> auto& { return a.no_generation_prompt; }),
   };
   return flags;
 }
@@ -293,6 +305,30 @@ void decode(const data::Tokenizer& tok, const TokenizeArgs& a, Input& in, Totals
   }
 }
 
+// --chat: the conversation as the template renders it, then its ids (the
+// messages' own special-token text as text unless --special), for looking
+// at what a template makes of a conversation.
+void print_chat(const data::Tokenizer& tok, const TokenizeArgs& a) {
+  const nlohmann::json j = ckpt::read_json_file(a.chat, "the conversation (--chat)");
+  const nlohmann::json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
+  if (!list.is_array() || list.empty())
+    fail("--chat {}: expected a non-empty array of {{\"role\", \"content\"}} objects, or {{\"messages\": [...]}}", a.chat);
+  std::vector<data::ChatMessage> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& m = list[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
+      fail("--chat {}: message {} needs string \"role\" and \"content\"", a.chat, i);
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  data::ChatTemplate tmpl =
+      data::chat_template(a.chat_template.empty() ? data::default_chat_template(tok.vocab_size()) : a.chat_template);
+  tmpl.use_tokens_of(tok);
+  const bool gen = !a.no_generation_prompt;
+  const std::vector<int32_t> ids = tmpl.encode(tok, messages, gen, !a.special);
+  fmt::print("{}\n{}\n", tmpl.render(messages, gen), fmt::join(ids, " "));
+}
+
 struct TokenizeCommand {
   std::unique_ptr<FlagBinder<TokenizeArgs>> binder;
 
@@ -309,6 +345,7 @@ struct TokenizeCommand {
     const auto t0 = std::chrono::steady_clock::now();
     const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(o);
     const double load_s = seconds_since(t0);
+    if (!a.chat.empty()) return print_chat(*tok, a);
     Input in(a.input);
     Totals t;
     const auto t1 = std::chrono::steady_clock::now();

@@ -51,6 +51,17 @@ case $case_name in
     expect_output "64 100257 65"
     run tokenize "${tik[@]}" <<<"a<|endoftext|>b"
     expect_output "64 27 91 8862 728 428 91 29 65" ;;
+  chat)  # --chat: the conversation as the template renders it, then the ids of that text
+    printf '[{"role": "user", "content": "Hi there"}]' >"$tmp/c.json"
+    run tokenize --chat "$tmp/c.json" --chat-template chatml
+    [[ $rc -eq 0 ]] || { echo "FAIL: exit $rc: $err"; exit 1; }
+    want=$'<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n'
+    [[ $out == "$want"$'\n'* ]] || { echo "FAIL: rendered: $out"; exit 1; }
+    ids=$(printf '%s' "$want" | "$claw" tokenize --whole-input 2>/dev/null)
+    [[ ${out##*$'\n'} == "$ids" ]] || { echo "FAIL: ids ${out##*$'\n'}, the rendered text's: $ids"; exit 1; }
+    printf '{"messages": "x"}' >"$tmp/bad.json"
+    run tokenize --chat "$tmp/bad.json"
+    expect_error "--chat .*bad.json: expected a non-empty array" ;;
   unknown_type)
     run tokenize --tokenizer-type BertWordPieceTokenizer <<<"x"
     expect_error "--tokenizer-type 'BertWordPieceTokenizer' is not one of: GPT2BPETokenizer, TikTokenizer, SentencePieceTokenizer" ;;
