@@ -312,7 +312,8 @@ void print_chat(const data::Tokenizer& tok, const TokenizeArgs& a) {
   const nlohmann::json j = ckpt::read_json_file(a.chat, "the conversation (--chat)");
   const nlohmann::json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
   if (!list.is_array() || list.empty())
-    fail("--chat {}: expected a non-empty array of {{\"role\", \"content\"}} objects, or {{\"messages\": [...]}}", a.chat);
+    fail("--chat {}: expected a non-empty array of {{\"role\", \"content\"}} objects, or {{\"messages\": [...]}}",
+         a.chat);
   std::vector<data::ChatMessage> messages;
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& m = list[i];
