@@ -341,17 +341,6 @@ GgufModel read_gguf_model(const std::string& path) {
 
   for (const auto& [k, v] : md.items())
     if (k.starts_with("tokenizer.")) g.tokenizer_metadata[k] = v;
-  if (md.contains("tokenizer.ggml.model") && md["tokenizer.ggml.model"] == "gpt2" &&
-      md.contains("tokenizer.ggml.tokens") && md.contains("tokenizer.ggml.merges")) {
-    g.tokenizer.tokens = md["tokenizer.ggml.tokens"].get<std::vector<std::string>>();
-    g.tokenizer.merges = md["tokenizer.ggml.merges"].get<std::vector<std::string>>();
-    // Padding tokens added on export are not the tokenizer's.
-    while (!g.tokenizer.tokens.empty() && g.tokenizer.tokens.back() ==
-                                              fmt::format("[PAD{}]", g.tokenizer.tokens.size() - 1))
-      g.tokenizer.tokens.pop_back();
-    if (md.contains("tokenizer.ggml.eos_token_id") && md["tokenizer.ggml.eos_token_id"].is_number_integer())
-      g.tokenizer.eos = md["tokenizer.ggml.eos_token_id"].get<int32_t>();
-  }
   return g;
 }
 

@@ -71,7 +71,6 @@ struct GgufModel {
   // in claw's order, by HF name.
   std::map<std::string, kernels::WeightMatrix> matrices;
   kernels::WeightType weight_type = kernels::WeightType::f32;  // the type of most matrices
-  GgufTokenizer tokenizer;  // empty: none in the file, or not GPT-2 BPE
   // Every tokenizer.* key of the file (gguf_tokenizer.h reads them: the
   // vocabulary with its pre-tokenizer, special ids, chat template).
   nlohmann::json tokenizer_metadata = nlohmann::json::object();

@@ -12,8 +12,9 @@ namespace claw::data::jinja {
 namespace {
 
 std::string indent_text(const std::string& s, const Value& width, bool first, bool blank) {
-  const std::string pad = width.is_string() ? width.as_string()
-                                            : std::string(static_cast<size_t>(width.is_number() ? width.as_int() : 4), ' ');
+  const std::string pad =
+      width.is_string() ? width.as_string()
+                        : std::string(static_cast<size_t>(width.is_number() ? width.as_int() : 4), ' ');
   std::string out;
   size_t at = 0;
   bool first_line = true;
@@ -30,31 +31,6 @@ std::string indent_text(const std::string& s, const Value& width, bool first, bo
   return out;
 }
 
-// select/reject/selectattr/rejectattr: the items passing (or failing) a test.
-Value select(const Value& v, const Args& args, bool attr, bool keep, Env& env) {
-  List out;
-  if (!v.truthy()) return Value::generator(out);  // as Jinja2: none | selectattr(...) is empty
-  const size_t first_test = attr ? 1 : 0;
-  const std::string path = attr ? args.get(0, "attribute", Value()).str() : "";
-  const Value test = args.get(first_test, "test", Value());
-  Args rest;
-  for (size_t i = first_test + 1; i < args.positional.size(); ++i) rest.positional.push_back(args.positional[i]);
-  for (const Value& x : iterate(v, env)) {
-    Value subject = x;
-    if (attr) {
-      for (size_t at = 0; at <= path.size();) {
-        const size_t dot = path.find('.', at);
-        subject = get_attr(subject, path.substr(at, dot == std::string::npos ? std::string::npos : dot - at), env);
-        if (dot == std::string::npos) break;
-        at = dot + 1;
-      }
-    }
-    const bool pass = test.is_string() ? apply_test(test.as_string(), subject, rest, env) : subject.truthy();
-    if (pass == keep) out.push_back(x);
-  }
-  return Value::generator(out);
-}
-
 Value attribute_of(const Value& x, const std::string& path, Env& env) {
   Value cur = x;
   for (size_t at = 0; at <= path.size();) {
@@ -67,6 +43,23 @@ Value attribute_of(const Value& x, const std::string& path, Env& env) {
     at = dot + 1;
   }
   return cur;
+}
+
+// select/reject/selectattr/rejectattr: the items passing (or failing) a test.
+Value select(const Value& v, const Args& args, bool attr, bool keep, Env& env) {
+  List out;
+  if (!v.truthy()) return Value::generator(out);  // as Jinja2: none | selectattr(...) is empty
+  const size_t first_test = attr ? 1 : 0;
+  const std::string path = attr ? args.get(0, "attribute", Value()).str() : "";
+  const Value test = args.get(first_test, "test", Value());
+  Args rest;
+  for (size_t i = first_test + 1; i < args.positional.size(); ++i) rest.positional.push_back(args.positional[i]);
+  for (const Value& x : iterate(v, env)) {
+    const Value subject = attr ? attribute_of(x, path, env) : x;
+    const bool pass = test.is_string() ? apply_test(test.as_string(), subject, rest, env) : subject.truthy();
+    if (pass == keep) out.push_back(x);
+  }
+  return Value::generator(out);
 }
 
 int order(const Value& a, const Value& b, bool case_sensitive) {
@@ -105,17 +98,10 @@ bool scalar_filter(const std::string& name, const Value& v, const Args& args, En
     return done(result, Value(v.to_json(indent.is_number() ? static_cast<int>(indent.as_int()) : -1,
                            args.get(99, "sort_keys", Value(false)).truthy())));
   }
-  if (name == "trim") {
-    const Value chars = args.get(0, "chars", Value());
-    std::string s = v.str();
-    auto drop = [&](char c) {
-      return chars.is_string() ? chars.as_string().find(c) != std::string::npos
-                               : std::isspace(static_cast<unsigned char>(c)) != 0;
-    };
-    size_t a = 0, b = s.size();
-    while (a < b && drop(s[a])) ++a;
-    while (b > a && drop(s[b - 1])) --b;
-    return done(result, Value(s.substr(a, b - a)));
+  if (name == "trim") {  // Python's str.strip
+    Args chars;
+    chars.positional.push_back(args.get(0, "chars", Value()));
+    return done(result, get_attr(Value(v.str()), "strip", env).as_callable().call(chars));
   }
   if ((name == "length" || name == "count") && v.is_generator()) env.error("object of type 'generator' has no len()");
   if (name == "length" || name == "count") {
@@ -143,7 +129,8 @@ bool scalar_filter(const std::string& name, const Value& v, const Args& args, En
   if (name == "e" || name == "escape" || name == "forceescape")
     return done(result, v.is_markup() && name != "forceescape" ? v : Value::markup(html_escape(v.str())));
   if (name == "int") {
-    if (v.is_number() || v.is_bool()) return done(result, Value(v.is_int() || v.is_bool() ? v.as_int() : static_cast<int64_t>(v.as_double())));
+    if (v.is_number() || v.is_bool())
+      return done(result, Value(v.is_int() || v.is_bool() ? v.as_int() : static_cast<int64_t>(v.as_double())));
     try {
       return done(result, Value(static_cast<int64_t>(std::stoll(v.str()))));
     } catch (const std::exception&) {
@@ -259,7 +246,8 @@ bool sequence_filter(const std::string& name, const Value& v, const Args& args, 
   if (name == "selectattr") return done(result, select(v, args, true, true, env));
   if (name == "rejectattr") return done(result, select(v, args, true, false, env));
   if (name == "indent")
-    return done(result, Value(indent_text(v.str(), args.get(0, "width", Value(int64_t{4})), args.get(1, "first", Value(false)).truthy(),
+    return done(result, Value(indent_text(v.str(), args.get(0, "width", Value(int64_t{4})),
+                                          args.get(1, "first", Value(false)).truthy(),
                              args.get(2, "blank", Value(false)).truthy())));
   if (name == "wordcount") {
     int64_t n = 0;
@@ -305,7 +293,8 @@ bool aggregate_filter(const std::string& name, const Value& v, const Args& args,
     Value total = args.get(1, "start", Value(int64_t{0}));
     for (const Value& x : iterate(v, env)) {
       const Value y = attr.is_undefined() ? x : attribute_of(x, attr.str(), env);
-      total = total.is_int() && y.is_int() ? Value(total.as_int() + y.as_int()) : Value(total.as_double() + y.as_double());
+      total = total.is_int() && y.is_int() ? Value(total.as_int() + y.as_int())
+                                           : Value(total.as_double() + y.as_double());
     }
     return done(result, total);
   }
@@ -331,7 +320,8 @@ Dict make_globals(Env& env) {
                                   if (n == 1) stop = a.positional[0].as_int();
                                   if (n >= 2) start = a.positional[0].as_int(), stop = a.positional[1].as_int();
                                   if (n >= 3) step = a.positional[2].as_int();
-                                  if (n == 0 || n > 3 || step == 0) e->error("range() takes 1 to 3 integers, step not 0");
+                                  if (n == 0 || n > 3 || step == 0)
+                                    e->error("range() takes 1 to 3 integers, step not 0");
                                   List out;
                                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
                                     out.emplace_back(i);

@@ -424,14 +424,22 @@ class ExprParser {
     }
     return with_filter ? filters(e) : e;
   }
+  // Comma-separated items up to `close` (a trailing comma allowed), each
+  // read by `item`; the opening bracket is already read.
+  template <class F>
+  void items_until(const char* close, F&& item) {
+    for (bool first = true; !accept_op(close); first = false) {
+      if (!first) {
+        expect_op(",");
+        if (accept_op(close)) break;
+      }
+      item();
+    }
+  }
   // (args) after a callee: positional then name=value.
   void call_args(Expr& e) {
     std::vector<ExprP> pos, kwv;
-    while (!accept_op(")")) {
-      if (!pos.empty() || !kwv.empty()) {
-        expect_op(",");
-        if (accept_op(")")) break;
-      }
+    items_until(")", [&] {
       if (toks_[pos_].kind == Token::Kind::name && toks_[pos_ + 1].kind == Token::Kind::op &&
           toks_[pos_ + 1].text == "=") {
         e.kw.push_back(toks_[pos_].text);
@@ -441,7 +449,7 @@ class ExprParser {
         if (!kwv.empty()) error("a positional argument after a keyword argument");
         pos.push_back(expression());
       }
-    }
+    });
     for (auto& p : pos) e.args.push_back(p);
     for (auto& k : kwv) e.args.push_back(k);
   }
@@ -559,26 +567,16 @@ class ExprParser {
     }
     if (accept_op("[")) {
       auto l = make(Expr::Kind::list);
-      while (!accept_op("]")) {
-        if (!l->args.empty()) {
-          expect_op(",");
-          if (accept_op("]")) break;
-        }
-        l->args.push_back(expression());
-      }
+      items_until("]", [&] { l->args.push_back(expression()); });
       return l;
     }
     if (accept_op("{")) {
       auto d = make(Expr::Kind::dict);
-      while (!accept_op("}")) {
-        if (!d->args.empty()) {
-          expect_op(",");
-          if (accept_op("}")) break;
-        }
+      items_until("}", [&] {
         d->args.push_back(expression());
         expect_op(":");
         d->args.push_back(expression());
-      }
+      });
       return d;
     }
     error("expected a value");

@@ -114,7 +114,9 @@ std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptio
     if (!stored.count(p->spec.name)) rest.push_back(p);
   ckpt::load_gguf_params(g, rest, o.path);
   m.source = fmt::format("GGUF {} ({}, {})", o.path, g.arch, kernels::weight_type_name(g.weight_type));
-  if (tok.type.empty() && !g.tokenizer.empty()) {
+  const nlohmann::json& vocab = g.tokenizer_metadata;
+  if (tok.type.empty() && vocab.value("tokenizer.ggml.model", "") == "gpt2" &&
+      vocab.contains("tokenizer.ggml.tokens")) {
     // The file's vocabulary with its pre-tokenizer, special tokens and
     // template (ckpt/gguf_tokenizer.h).
     ckpt::GgufVocabulary v = ckpt::gguf_vocabulary(g.tokenizer_metadata, o.path);
