@@ -10,11 +10,8 @@
 #include "claw/data/file_io.h"
 
 namespace claw::data {
-namespace {
 
-// encoder.py's bytes_to_unicode, inverted: code point -> byte, -1 if the
-// code point is not in the alphabet. Only U+0000..U+0143 can be in it.
-const std::array<int, 324>& alphabet_to_byte() {
+static const std::array<int, 324>& alphabet_to_byte_table() {
   static const std::array<int, 324> table = [] {
     std::array<int, 324> t;
     t.fill(-1);
@@ -26,11 +23,13 @@ const std::array<int, 324>& alphabet_to_byte() {
   return table;
 }
 
-// Decodes a token written in the byte alphabet (UTF-8 of code points
-// U+0021..U+0143) to raw bytes; false if any character is outside it.
+int alphabet_byte(uint32_t cp) {
+  const auto& table = alphabet_to_byte_table();
+  return cp < table.size() ? table[cp] : -1;
+}
+
 bool alphabet_to_bytes(std::string_view s, std::string& out) {
   out.clear();
-  const auto& table = alphabet_to_byte();
   for (size_t i = 0; i < s.size();) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     uint32_t cp;
@@ -43,11 +42,14 @@ bool alphabet_to_bytes(std::string_view s, std::string& out) {
     } else {
       return false;  // three- and four-byte characters are all outside the alphabet
     }
-    if (cp >= table.size() || table[cp] < 0) return false;
-    out.push_back(static_cast<char>(table[cp]));
+    const int b = alphabet_byte(cp);
+    if (b < 0) return false;
+    out.push_back(static_cast<char>(b));
   }
   return true;
 }
+
+namespace {
 
 std::string missing_hint(const std::string& path) {
   return fmt::format("GPT-2 tokenizer file {} not found; run scripts/fetch-data to download it", path);

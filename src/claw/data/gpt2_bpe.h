@@ -32,6 +32,7 @@
 // Thread-safety: as BpeTokenizer (immutable, all methods const).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,12 @@
 #include "claw/data/bpe_tokenizer.h"
 
 namespace claw::data {
+
+// GPT-2's byte alphabet (above): the byte a code point stands for, -1 for
+// one outside the alphabet; and a token written in it as raw bytes (false
+// if a character is outside it).
+int alphabet_byte(uint32_t code_point);
+bool alphabet_to_bytes(std::string_view token, std::string& bytes);
 
 // Any byte-level BPE vocabulary written in GPT-2's byte alphabet, as GGUF
 // files (tokenizer.ggml.model "gpt2") and tokenizer.json store them:

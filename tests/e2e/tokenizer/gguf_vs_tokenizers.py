@@ -1,9 +1,10 @@
 """Token ids of claw's GGUF vocabularies (ckpt/gguf_tokenizer.h) against the
 tokenizers library (PyPI, Rust), which transformers builds from the same
-GGUF file offline, on the oracle corpus of tests/e2e/tokenizer/make_corpus.cjs
-(English prose, C++ and Python code, multilingual text in Latin, Cyrillic,
-Greek, Arabic, Hebrew, Devanagari, Thai, CJK and emoji, whitespace runs,
-fuzz lines), each line with its newline.
+GGUF file offline, on the 5 MB slice of the oracle corpus that
+hf_vs_tokenizers.py uses (make_corpus.cjs: multilingual text in Latin,
+Cyrillic, Greek, Arabic, Hebrew, Devanagari, Thai, CJK and emoji, whitespace
+runs, fuzz lines, special tokens, then C++/Python code and English prose),
+each line with its newline.
 
     python gguf_vs_tokenizers.py --driver gguf_vocab_driver --models DIR --corpus DIR VOCAB...
 
@@ -20,18 +21,8 @@ import sys
 import tempfile
 import time
 
-
-def corpus_lines(corpus_dir):
-    lines, total = [], 0
-    for path in sorted(glob.glob(os.path.join(corpus_dir, "*.txt"))):
-        for raw in open(path, "rb").read().splitlines(keepends=True):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                continue  # the library takes str: invalid UTF-8 has no Python string
-            lines.append(text)
-            total += len(raw)
-    return lines, total
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_vs_tokenizers import corpus_lines  # noqa: E402  (the 5 MB slice)
 
 
 def main():

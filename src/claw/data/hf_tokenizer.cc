@@ -1,0 +1,576 @@
+#include "claw/data/hf_tokenizer.h"
+
+#include <unicode/locid.h>
+#include <unicode/normalizer2.h>
+#include <unicode/regex.h>
+#include <unicode/unistr.h>
+#include <unicode/utext.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "claw/core/error.h"
+#include "claw/core/json_depth.h"
+#include "claw/data/bpe_hash.h"
+#include "claw/data/bpe_piece_cache.h"
+#include "claw/data/file_io.h"
+#include "claw/data/gpt2_bpe.h"
+#include "claw/data/hf_tokenizer_spec.h"
+#include "claw/data/jsonl_record.h"
+#include "claw/data/pretokenizer_unicode.h"
+
+namespace claw::data {
+namespace hf {
+namespace {
+
+// Per thread: the piece cache, the core's scratch and one ICU matcher per
+// regex, for the pipeline whose tag is `tag`.
+struct State {
+  uint64_t tag = 0;
+  BpePieceCache cache;
+  BpeEncoder::Scratch scratch;
+  std::vector<std::unique_ptr<icu::RegexMatcher>> matchers;
+  std::vector<int32_t> ids;
+};
+
+State& thread_state(const Pipeline& p) {
+  thread_local State s;
+  if (s.tag != p.tag) {
+    s.cache = BpePieceCache();
+    s.matchers.clear();
+    s.matchers.resize(p.regexes.size());
+    s.tag = p.tag;
+  }
+  return s;
+}
+
+using Range = std::pair<size_t, size_t>;
+
+// Non-empty matches of `r` in `text` as byte ranges.
+void regex_matches(const Regex& r, std::string_view text, State& s, std::vector<Range>& out) {
+  out.clear();
+  UErrorCode status = U_ZERO_ERROR;
+  std::unique_ptr<icu::RegexMatcher>& m = s.matchers[static_cast<size_t>(r.index)];
+  if (!m) {
+    m.reset(r.pattern->matcher(status));
+    CLAW_CHECK(U_SUCCESS(status), "regex matcher: {}", u_errorName(status));
+  }
+  UText* ut = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
+  CLAW_CHECK(U_SUCCESS(status), "utext_openUTF8: {}", u_errorName(status));
+  m->reset(ut);
+  while (m->find(status) && U_SUCCESS(status)) {
+    const int64_t b = m->start64(status), e = m->end64(status);
+    if (e > b) out.emplace_back(static_cast<size_t>(b), static_cast<size_t>(e));
+  }
+  m->reset(icu::UnicodeString());
+  utext_close(ut);
+  CLAW_CHECK(U_SUCCESS(status), "regex search: {}", u_errorName(status));
+}
+
+void literal_matches(std::string_view literal, std::string_view text, std::vector<Range>& out) {
+  out.clear();
+  for (size_t at = text.find(literal); at != std::string_view::npos; at = text.find(literal, at + literal.size()))
+    out.emplace_back(at, at + literal.size());
+}
+
+std::string icu_transform(std::string_view text, NormalizerStep::Kind kind) {
+  if (find_invalid_utf8(text) != std::string_view::npos) return std::string(text);  // bytes stay bytes
+  const icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  icu::UnicodeString result;
+  UErrorCode status = U_ZERO_ERROR;
+  if (kind == NormalizerStep::lowercase) {
+    result = u;
+    result.toLower(icu::Locale::getRoot());
+  } else {
+    const icu::Normalizer2* n = kind == NormalizerStep::nfc    ? icu::Normalizer2::getNFCInstance(status)
+                                : kind == NormalizerStep::nfd  ? icu::Normalizer2::getNFDInstance(status)
+                                : kind == NormalizerStep::nfkc ? icu::Normalizer2::getNFKCInstance(status)
+                                                               : icu::Normalizer2::getNFKDInstance(status);
+    CLAW_CHECK(U_SUCCESS(status), "ICU normalizer: {}", u_errorName(status));
+    result = n->normalize(u, status);
+    CLAW_CHECK(U_SUCCESS(status), "ICU normalize: {}", u_errorName(status));
+  }
+  std::string out;
+  result.toUTF8String(out);
+  return out;
+}
+
+bool is_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+std::string splice(std::string_view text, const std::vector<Range>& matches, std::string_view content) {
+  std::string out;
+  size_t prev = 0;
+  for (const auto& [b, e] : matches) {
+    out.append(text.substr(prev, b - prev));
+    out.append(content);
+    prev = e;
+  }
+  out.append(text.substr(prev));
+  return out;
+}
+
+// Whether the character starting at byte i is White_Space / a letter or number.
+bool space_at(std::string_view s, size_t i) { return (unicode::next_char(s, i).flags & unicode::kSpace) != 0; }
+bool word_at(std::string_view s, size_t i) {
+  return (unicode::next_char(s, i).flags & (unicode::kLetter | unicode::kNumber)) != 0;
+}
+// Start of the character that ends at byte i > 0.
+size_t char_before(std::string_view s, size_t i) {
+  size_t j = i - 1;
+  while (j > 0 && i - j < 4 && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
+  return j;
+}
+
+}  // namespace
+
+std::string normalize(const Pipeline& p, std::string text) {
+  State* state = nullptr;
+  std::vector<Range> matches;
+  for (const NormalizerStep& s : p.normalizer) {
+    switch (s.kind) {
+      case NormalizerStep::nfc:
+      case NormalizerStep::nfd:
+      case NormalizerStep::nfkc:
+      case NormalizerStep::nfkd:
+        if (!is_ascii(text)) text = icu_transform(text, s.kind);
+        break;
+      case NormalizerStep::lowercase:
+        if (is_ascii(text))
+          std::transform(text.begin(), text.end(), text.begin(), [](char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; });
+        else
+          text = icu_transform(text, s.kind);
+        break;
+      case NormalizerStep::prepend:
+        if (!text.empty()) text.insert(0, s.text);
+        break;
+      case NormalizerStep::replace:
+        if (s.regex) {
+          if (state == nullptr) state = &thread_state(p);
+          regex_matches(*s.regex, text, *state, matches);
+        } else {
+          literal_matches(s.text, text, matches);
+        }
+        if (!matches.empty()) text = splice(text, matches, s.content);
+        break;
+      case NormalizerStep::strip: {
+        size_t b = 0, e = text.size();
+        if (s.left)
+          while (b < e && space_at(text, b)) b = unicode::next_char(text, b).end;
+        if (s.right)
+          while (e > b && space_at(text, char_before(text, e))) e = char_before(text, e);
+        text = text.substr(b, e - b);
+        break;
+      }
+    }
+  }
+  return text;
+}
+
+namespace {
+
+struct Piece {
+  std::string text;
+  bool at_start;  // begins where the whole input begins (Metaspace's "first")
+};
+
+// Pieces of `text` after a split with the given matches (tokenizers'
+// SplitDelimiterBehavior, invert included).
+void split_pieces(const Piece& piece, const std::vector<Range>& matches, SplitBehavior behavior, bool invert,
+                  std::vector<Piece>& out) {
+  struct Part {
+    size_t b, e;
+    bool match;
+  };
+  std::vector<Part> parts;
+  size_t prev = 0;
+  for (const auto& [b, e] : matches) {
+    if (b > prev) parts.push_back({prev, b, invert});
+    parts.push_back({b, e, !invert});
+    prev = e;
+  }
+  if (prev < piece.text.size()) parts.push_back({prev, piece.text.size(), invert});
+  std::vector<Part> merged;
+  switch (behavior) {
+    case SplitBehavior::removed:
+      for (const Part& p : parts)
+        if (!p.match) merged.push_back(p);
+      break;
+    case SplitBehavior::isolated: merged = parts; break;
+    case SplitBehavior::merged_with_previous: {
+      bool previous_match = false;
+      for (const Part& p : parts) {
+        if (p.match && !previous_match && !merged.empty()) merged.back().e = p.e;
+        else merged.push_back(p);
+        previous_match = p.match;
+      }
+      break;
+    }
+    case SplitBehavior::merged_with_next: {
+      bool previous_match = false;
+      for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+        if (it->match && !previous_match && !merged.empty()) merged.back().b = it->b;
+        else merged.push_back(*it);
+        previous_match = it->match;
+      }
+      std::reverse(merged.begin(), merged.end());
+      break;
+    }
+    case SplitBehavior::contiguous: {
+      bool previous_match = false;
+      for (const Part& p : parts) {
+        if (p.match == previous_match && !merged.empty()) merged.back().e = p.e;
+        else merged.push_back(p);
+        previous_match = p.match;
+      }
+      break;
+    }
+  }
+  for (const Part& p : merged)
+    if (p.e > p.b) out.push_back(Piece{piece.text.substr(p.b, p.e - p.b), piece.at_start && p.b == 0});
+}
+
+void scanner_matches(Pretokenizer kind, std::string_view text, std::vector<Range>& out) {
+  out.clear();
+  const PretokenEnd end_of = pretoken_end_function(kind);
+  for (size_t b = 0; b < text.size();) {
+    const size_t e = end_of(text, b);
+    out.emplace_back(b, e);
+    b = e;
+  }
+}
+
+void number_matches(std::string_view text, bool individual, std::vector<Range>& out) {
+  out.clear();
+  for (size_t i = 0; i < text.size();) {
+    const unicode::Char c = unicode::next_char(text, i);
+    if (c.flags & unicode::kNumber) {
+      if (!individual && !out.empty() && out.back().second == i) out.back().second = c.end;
+      else out.emplace_back(i, c.end);
+    }
+    i = c.end;
+  }
+}
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  std::vector<Range> m;
+  literal_matches(from, text, m);
+  return m.empty() ? std::string(text) : splice(text, m, to);
+}
+
+void pre_tokenize(const Pipeline& p, std::vector<Piece>& pieces, State& s) {
+  std::vector<Piece> next;
+  std::vector<Range> matches;
+  for (const PreStep& step : p.pre) {
+    next.clear();
+    for (Piece& piece : pieces) {
+      switch (step.kind) {
+        case PreStep::split:
+          if (step.scanner) scanner_matches(step.scanner_kind, piece.text, matches);
+          else if (step.regex) regex_matches(*step.regex, piece.text, s, matches);
+          else literal_matches(step.literal, piece.text, matches);
+          split_pieces(piece, matches, step.behavior, step.invert, next);
+          break;
+        case PreStep::byte_level:
+          if (step.add_prefix_space && piece.text[0] != ' ') piece.text.insert(0, " ");
+          if (step.use_regex) {
+            scanner_matches(Pretokenizer::gpt2, piece.text, matches);
+            split_pieces(piece, matches, SplitBehavior::isolated, false, next);
+          } else {
+            next.push_back(std::move(piece));
+          }
+          break;
+        case PreStep::metaspace: {
+          piece.text = replace_all(piece.text, " ", step.replacement);
+          const bool prepend = step.prepend == PreStep::always || (step.prepend == PreStep::first && piece.at_start);
+          if (prepend && !piece.text.starts_with(step.replacement)) piece.text.insert(0, step.replacement);
+          if (step.split_on_replacement) {
+            literal_matches(step.replacement, piece.text, matches);
+            split_pieces(piece, matches, SplitBehavior::merged_with_next, false, next);
+          } else {
+            next.push_back(std::move(piece));
+          }
+          break;
+        }
+        case PreStep::digits:
+          number_matches(piece.text, step.individual_digits, matches);
+          split_pieces(piece, matches, step.individual_digits ? SplitBehavior::isolated : SplitBehavior::contiguous,
+                       false, next);
+          break;
+      }
+    }
+    pieces.swap(next);
+  }
+}
+
+// The model on one piece.
+void encode_piece(const Pipeline& p, std::string_view piece, State& s, std::vector<int32_t>& out) {
+  const BpeEncoder& enc = *p.encoder;
+  auto expand = [&](size_t first) {
+    if (p.fallback.empty()) return;
+    bool any = false;
+    for (size_t i = first; i < out.size(); ++i) any |= out[i] >= p.vocab_size;
+    if (!any) return;
+    std::vector<int32_t> ids(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    out.resize(first);
+    for (int32_t id : ids) {
+      if (id < p.vocab_size) {
+        out.push_back(id);
+        continue;
+      }
+      for (int32_t f : p.fallback[static_cast<size_t>(id - p.vocab_size)])
+        if (!(p.fuse_unk && f == p.unk && out.size() > first && out.back() == p.unk)) out.push_back(f);
+    }
+  };
+  if (piece.size() > BpePieceCache::kMaxPieceBytes) {
+    const size_t first = out.size();
+    enc.encode_piece(piece, s.scratch, out);
+    expand(first);
+    return;
+  }
+  const uint64_t hash = hash_bytes(piece);
+  if (BpePieceCache::Hit hit = s.cache.find(piece, hash); hit.found) {
+    if (hit.ids.size() == 1) out.push_back(hit.ids[0]);
+    else out.insert(out.end(), hit.ids.begin(), hit.ids.end());
+    return;
+  }
+  const size_t first = out.size();
+  enc.encode_piece(piece, s.scratch, out);
+  expand(first);
+  if (out.size() > first)
+    s.cache.insert(piece, hash, std::span<const int32_t>(out.data() + first, out.size() - first));
+  // A piece made only of unknown characters without unk_token gives no ids
+  // and is not cached (the cache holds non-empty results): encoded anew.
+}
+
+struct Segment {
+  std::string_view text;  // when id < 0
+  int32_t id;
+};
+
+// Splits `text` at the added tokens `candidates` (indexes into p.added;
+// `contents` their text to match), leftmost first, longest at one position.
+void split_added(const Pipeline& p, std::string_view text, const std::vector<int32_t>& candidates,
+                 const std::vector<std::string>* contents, SpecialTokens special, std::vector<Segment>& out) {
+  constexpr size_t npos = std::string_view::npos;
+  std::vector<int32_t> active;
+  for (int32_t c : candidates)
+    if (special == SpecialTokens::recognise || !p.added[static_cast<size_t>(c)].special) active.push_back(c);
+  auto content = [&](int32_t c) -> const std::string& {
+    return contents ? (*contents)[static_cast<size_t>(c)] : p.added[static_cast<size_t>(c)].content;
+  };
+  std::vector<size_t> next(active.size());
+  for (size_t k = 0; k < active.size(); ++k) next[k] = text.find(content(active[k]));
+  size_t pos = 0;  // start of the text not yet emitted
+  size_t from = 0; // where to look for matches
+  for (;;) {
+    size_t at = npos;
+    int32_t found = -1;
+    for (size_t k = 0; k < active.size(); ++k) {
+      if (next[k] != npos && next[k] < from) next[k] = text.find(content(active[k]), from);
+      if (next[k] == npos) continue;
+      if (next[k] < at || (next[k] == at && content(active[k]).size() > content(found).size())) {
+        at = next[k];
+        found = active[k];
+      }
+    }
+    if (found < 0) break;
+    const HfAddedToken& t = p.added[static_cast<size_t>(found)];
+    size_t b = at, e = at + content(found).size();
+    if (t.single_word && ((b > 0 && word_at(text, char_before(text, b))) || (e < text.size() && word_at(text, e)))) {
+      from = at + 1;  // this occurrence is inside a word; look further
+      for (size_t k = 0; k < active.size(); ++k)
+        if (active[k] == found) next[k] = text.find(content(found), from);
+      continue;
+    }
+    if (t.lstrip)
+      while (b > pos && space_at(text, char_before(text, b))) b = char_before(text, b);
+    if (t.rstrip)
+      while (e < text.size() && space_at(text, e)) e = unicode::next_char(text, e).end;
+    if (b > pos) out.push_back(Segment{text.substr(pos, b - pos), -1});
+    out.push_back(Segment{{}, t.id});
+    pos = from = e;
+  }
+  if (pos < text.size()) out.push_back(Segment{text.substr(pos), -1});
+}
+
+void encode_text(const Pipeline& p, std::string_view text, SpecialTokens special, State& s,
+                 std::vector<int32_t>& out) {
+  std::vector<Segment> raw, normalized_parts;
+  split_added(p, text, p.raw_matches, nullptr, special, raw);
+  std::vector<Piece> pieces;
+  for (const Segment& seg : raw) {
+    if (seg.id >= 0) {
+      out.push_back(seg.id);
+      continue;
+    }
+    const bool at_start = seg.text.data() == text.data();
+    const std::string normalized = normalize(p, std::string(seg.text));
+    normalized_parts.clear();
+    split_added(p, normalized, p.normalized_matches, &p.normalized_content, special, normalized_parts);
+    for (const Segment& part : normalized_parts) {
+      if (part.id >= 0) {
+        out.push_back(part.id);
+        continue;
+      }
+      pieces.clear();
+      pieces.push_back(Piece{std::string(part.text), at_start && part.text.data() == normalized.data()});
+      pre_tokenize(p, pieces, s);
+      for (const Piece& piece : pieces)
+        if (!piece.text.empty()) encode_piece(p, piece.text, s, out);
+    }
+  }
+}
+
+// tokenizers' decoders over token strings.
+std::string decode_tokens(const Pipeline& p, std::vector<std::string> tokens) {
+  for (const DecodeStep& step : p.decoder) {
+    switch (step.kind) {
+      case DecodeStep::byte_level: {
+        std::string all, b;
+        for (const std::string& t : tokens)
+          for (size_t i = 0; i < t.size();) {
+            const unsigned char lead = static_cast<unsigned char>(t[i]);
+            const size_t n = std::min<size_t>(lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4, t.size() - i);
+            // A character of the byte alphabet is its byte; any other is itself.
+            uint32_t cp = n == 1 ? lead : n == 2 ? ((lead & 0x1Fu) << 6) | (static_cast<unsigned char>(t[i + 1]) & 0x3Fu) : 0x10000;
+            const int byte = alphabet_byte(cp);
+            if (byte >= 0) all.push_back(static_cast<char>(byte));
+            else all.append(t, i, n);
+            i += n;
+          }
+        tokens.assign(1, std::move(all));
+        break;
+      }
+      case DecodeStep::byte_fallback: {
+        std::vector<std::string> out;
+        std::string bytes;
+        bool in_bytes = false;
+        for (std::string& t : tokens) {
+          const bool is_byte = t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+                               std::isxdigit(static_cast<unsigned char>(t[4]));
+          if (is_byte) {
+            bytes.push_back(static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+            in_bytes = true;
+            continue;
+          }
+          if (in_bytes) out.push_back(std::move(bytes)), bytes.clear(), in_bytes = false;
+          out.push_back(std::move(t));
+        }
+        if (in_bytes) out.push_back(std::move(bytes));
+        tokens.swap(out);
+        break;
+      }
+      case DecodeStep::fuse: {
+        std::string all;
+        for (const std::string& t : tokens) all += t;
+        tokens.assign(1, std::move(all));
+        break;
+      }
+      case DecodeStep::strip:
+        for (std::string& t : tokens) {
+          size_t b = 0, e = t.size();
+          for (int k = 0; k < step.start && t.compare(b, step.content.size(), step.content) == 0 && b < e; ++k)
+            b += step.content.size();
+          for (int k = 0; k < step.stop && e >= b + step.content.size() &&
+                          t.compare(e - step.content.size(), step.content.size(), step.content) == 0;
+               ++k)
+            e -= step.content.size();
+          t = t.substr(b, e - b);
+        }
+        break;
+      case DecodeStep::replace:
+        for (std::string& t : tokens) t = replace_all(t, step.text, step.content);
+        break;
+      case DecodeStep::metaspace:
+        // The replacement is a space, except in the first token, where it
+        // is dropped (the prefix the pre-tokenizer added) unless it never
+        // adds one.
+        for (size_t i = 0; i < tokens.size(); ++i)
+          tokens[i] = replace_all(tokens[i], step.text, i == 0 && step.prepend != PreStep::never ? "" : " ");
+        break;
+    }
+  }
+  std::string out;
+  for (const std::string& t : tokens) out += t;
+  return out;
+}
+
+}  // namespace
+}  // namespace hf
+
+namespace {
+// The eos_token of a tokenizer_config.json beside `path`, if any.
+std::string configured_eos(const std::string& path) {
+  const std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  if (!path_exists(config.string())) return {};
+  const std::string text = read_file(config.string(), "tokenizer config");
+  if (json_too_deep(text) != std::string_view::npos) fail("{}: JSON nested deeper than {} levels", config.string(), kMaxJsonDepth);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: not valid JSON (byte {}): {}", config.string(), e.byte, e.what());
+  }
+  auto it = doc.is_object() ? doc.find("eos_token") : doc.end();
+  if (it == doc.end() || it->is_null()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  fail("{}: eos_token must be a string or {{\"content\": string}}", config.string());
+}
+}  // namespace
+
+HfTokenizer HfTokenizer::load(const std::string& path, const std::string& eod_token) {
+  const std::string text = read_file(path, "tokenizer.json");
+  return parse(text, path, eod_token.empty() ? configured_eos(path) : eod_token);
+}
+
+HfTokenizer HfTokenizer::parse(std::string_view json_text, const std::string& source, const std::string& eod_token) {
+  return HfTokenizer(hf::read_pipeline(json_text, source, eod_token));
+}
+
+std::vector<int32_t> HfTokenizer::encode_impl(std::string_view text, SpecialTokens special) const {
+  hf::State& s = hf::thread_state(*p_);
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 4 + 1);
+  hf::encode_text(*p_, text, special, s, out);
+  return out;
+}
+
+std::string HfTokenizer::decode(std::span<const int32_t> ids) const {
+  for (int32_t id : ids)
+    if (id < 0 || id >= p_->vocab_size) fail("token id {} is outside the vocabulary of {} [0, {})", id, p_->source, p_->vocab_size);
+  if (!p_->byte_text.empty()) {
+    std::string out;
+    for (int32_t id : ids) out += p_->byte_text[static_cast<size_t>(id)];
+    return out;
+  }
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) tokens.push_back(p_->token_text[static_cast<size_t>(id)]);
+  return hf::decode_tokens(*p_, std::move(tokens));
+}
+
+int32_t HfTokenizer::vocab_size() const { return p_->vocab_size; }
+int32_t HfTokenizer::eod() const { return p_->eod; }
+std::string HfTokenizer::name() const { return "tokenizer.json"; }
+std::string_view HfTokenizer::mode() const { return p_->byte_level ? "byte-level" : "character"; }
+const std::vector<HfAddedToken>& HfTokenizer::added_tokens() const { return p_->added; }
+
+std::vector<int32_t> HfTokenizer::add_special_tokens(std::span<const int32_t> ids) const {
+  std::vector<int32_t> out(p_->prefix);
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.insert(out.end(), p_->suffix.begin(), p_->suffix.end());
+  return out;
+}
+
+std::optional<int32_t> HfTokenizer::token_to_id(std::string_view token) const {
+  auto it = p_->id_of.find(std::string(token));
+  if (it == p_->id_of.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace claw::data
