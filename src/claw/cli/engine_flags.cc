@@ -44,10 +44,11 @@ void add_model_flags(CLI::App& app, serve::InferenceModelOptions& model) {
       ->capture_default_str();
   app.add_option("--ckpt-step", model.step, "this iteration of a claw checkpoint instead of the latest");
   app.add_option("--tokenizer-type", model.tokenizer.type,
-                 "GPT2BPETokenizer, TikTokenizer or SentencePieceTokenizer (default: the model's)");
+                 "GPT2BPETokenizer, TikTokenizer, SentencePieceTokenizer or HFTokenizer (default: the model's)");
   app.add_option("--vocab-file", model.tokenizer.vocab_file, "GPT-2 encoder.json / vocab.json");
   app.add_option("--merge-file", model.tokenizer.merge_file, "GPT-2 vocab.bpe / merges.txt");
-  app.add_option("--tokenizer-model", model.tokenizer.model_file, "tiktoken rank file or SentencePiece .model");
+  app.add_option("--tokenizer-model", model.tokenizer.model_file,
+                 "tiktoken rank file, SentencePiece .model, or tokenizer.json (or its model directory)");
 }
 
 void EngineFlags::add_to(CLI::App& app) {

@@ -60,7 +60,7 @@ const std::vector<F>& preprocess_flags() {
                      [](A& a) -> auto& { return a.tokenizer.vocab_file; }),
       string_flag<A>("merge-file", "GPT-2 vocab.bpe (default with GPT2BPETokenizer: the built-in one)",
                      [](A& a) -> auto& { return a.tokenizer.merge_file; }),
-      string_flag<A>("tokenizer-model", "tiktoken rank file or SentencePiece .model",
+      string_flag<A>("tokenizer-model", "tiktoken rank file, SentencePiece .model, or tokenizer.json (or its model directory)",
                      [](A& a) -> auto& { return a.tokenizer.model_file; }),
       string_flag<A>("tiktoken-pattern", "pre-tokenizer of a tiktoken rank file (default: from its name)",
                      [](A& a) -> auto& { return a.tokenizer.tiktoken_pattern; }),

@@ -49,13 +49,13 @@ using F = Flag<TokenizeArgs>;
 const std::vector<F>& tokenize_flags() {
   using A = TokenizeArgs;
   static const std::vector<F> flags = {
-      string_flag<A>("tokenizer-type", "GPT2BPETokenizer, TikTokenizer or SentencePieceTokenizer",
+      string_flag<A>("tokenizer-type", "GPT2BPETokenizer, TikTokenizer, SentencePieceTokenizer or HFTokenizer",
                      [](A& a) -> auto& { return a.tokenizer.type; }),
       string_flag<A>("vocab-file", "GPT-2 encoder.json (default: <data dir>/gpt2/encoder.json)",
                      [](A& a) -> auto& { return a.tokenizer.vocab_file; }),
       string_flag<A>("merge-file", "GPT-2 vocab.bpe (default: <data dir>/gpt2/vocab.bpe)",
                      [](A& a) -> auto& { return a.tokenizer.merge_file; }),
-      string_flag<A>("tokenizer-model", "tiktoken rank file (.tiktoken) or SentencePiece .model",
+      string_flag<A>("tokenizer-model", "tiktoken rank file (.tiktoken), SentencePiece .model, or tokenizer.json (or its model directory)",
                      [](A& a) -> auto& { return a.tokenizer.model_file; }),
       string_flag<A>("tiktoken-pattern", "pre-tokenizer of a rank file: gpt2, cl100k or o200k (default: from its name)",
                      [](A& a) -> auto& { return a.tokenizer.tiktoken_pattern; }),
@@ -73,7 +73,7 @@ const std::vector<F>& tokenize_flags() {
                      [](A& a) -> auto& { return a.stats; }),
       string_flag<A>("chat", "a conversation (JSON: [{\"role\", \"content\"}, ...] or {\"messages\": [...]}): print it "
                      "rendered by --chat-template, then its ids", [](A& a) -> auto& { return a.chat; }),
-      string_flag<A>("chat-template", "with --chat: llama3, chatml, plain or FILE.jinja (default: from the vocabulary)",
+      string_flag<A>("chat-template", "with --chat: llama3, chatml, plain or FILE.jinja (default: the tokenizer's own, else from the vocabulary)",
                      [](A& a) -> auto& { return a.chat_template; }),
       switch_flag<A>("no-generation-prompt", "with --chat: end after the last message (no assistant turn opened)",
                      [](A& a) -> auto& { return a.no_generation_prompt; }),
@@ -322,9 +322,7 @@ void print_chat(const data::Tokenizer& tok, const TokenizeArgs& a) {
       fail("--chat {}: message {} needs string \"role\" and \"content\"", a.chat, i);
     messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
-  data::ChatTemplate tmpl =
-      data::chat_template(a.chat_template.empty() ? data::default_chat_template(tok.vocab_size()) : a.chat_template);
-  tmpl.use_tokens_of(tok);
+  const data::ChatTemplate tmpl = data::chat_template_for(tok, a.chat_template);
   const bool gen = !a.no_generation_prompt;
   const std::vector<int32_t> ids = tmpl.encode(tok, messages, gen, !a.special);
   fmt::print("{}\n{}\n", tmpl.render(messages, gen), fmt::join(ids, " "));

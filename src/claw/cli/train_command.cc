@@ -235,7 +235,7 @@ std::vector<F> data_flags() {
                      [](A& a) -> auto& { return a.data.tokenizer.vocab_file; }),
       string_flag<A>("merge-file", "GPT-2 vocab.bpe (default: the built-in one)",
                      [](A& a) -> auto& { return a.data.tokenizer.merge_file; }),
-      string_flag<A>("tokenizer-model", "tiktoken rank file or SentencePiece .model",
+      string_flag<A>("tokenizer-model", "tiktoken rank file, SentencePiece .model, or tokenizer.json (or its model directory)",
                      [](A& a) -> auto& { return a.data.tokenizer.model_file; }),
       switch_flag<A>("reset-position-ids", "restart positions at each document of a packed sequence",
                      [](A& a) -> auto& { return a.data.packing.reset_position_ids; }),

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "claw/core/error.h"
+#include "claw/data/hf_tokenizer.h"
 #include "claw/data/jinja.h"
 
 namespace claw::data {
@@ -39,6 +40,15 @@ ChatTemplate chat_template(const std::string& name) {
 ChatTemplate jinja_chat_template(const std::string& source, const std::string& name) {
   ChatTemplate t{name};
   t.jinja = std::make_shared<const jinja::Template>(source, name);
+  return t;
+}
+
+ChatTemplate chat_template_for(const Tokenizer& tok, const std::string& name) {
+  const auto* hf = dynamic_cast<const HfTokenizer*>(&tok);
+  ChatTemplate t = !name.empty()                            ? chat_template(name)
+                   : hf != nullptr && !hf->chat_template().empty() ? jinja_chat_template(hf->chat_template(), "the tokenizer's own (tokenizer_config.json)")
+                                                            : chat_template(default_chat_template(tok.vocab_size()));
+  t.use_tokens_of(tok, hf != nullptr ? hf->bos() : -1);
   return t;
 }
 

@@ -70,6 +70,11 @@ ChatTemplate chat_template(const std::string& name);
 // A Jinja template given as its source (a model's own); `name` names it.
 ChatTemplate jinja_chat_template(const std::string& source, const std::string& name);
 std::vector<std::string> chat_template_names();
+// The template to render for `tok`: `name` (a built-in or FILE.jinja) when
+// given; else the tokenizer's own (a tokenizer.json directory's
+// tokenizer_config.json template, with its bos_token); else
+// default_chat_template(tok.vocab_size()). bos_token/eos_token are set.
+ChatTemplate chat_template_for(const Tokenizer& tok, const std::string& name);
 // The template a model speaks, guessed from its vocabulary: Llama 3's
 // (128256, padded up to 128512) uses its own chat tokens; GPT-2's has none
 // and gets "plain"; anything else ChatML.

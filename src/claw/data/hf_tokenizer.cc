@@ -503,29 +503,83 @@ std::string decode_tokens(const Pipeline& p, std::vector<std::string> tokens) {
 }  // namespace hf
 
 namespace {
-// The eos_token of a tokenizer_config.json beside `path`, if any.
-std::string configured_eos(const std::string& path) {
-  const std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  if (!path_exists(config.string())) return {};
-  const std::string text = read_file(config.string(), "tokenizer config");
-  if (json_too_deep(text) != std::string_view::npos) fail("{}: JSON nested deeper than {} levels", config.string(), kMaxJsonDepth);
-  nlohmann::json doc;
+
+// tokenizer_config.json beside `json_path`, or null when there is none.
+nlohmann::json tokenizer_config(const std::string& json_path) {
+  const std::string config = (std::filesystem::path(json_path).parent_path() / "tokenizer_config.json").string();
+  if (!path_exists(config)) return nullptr;
+  const std::string text = read_file(config, "tokenizer config");
+  if (const size_t at = json_too_deep(text); at != std::string_view::npos)
+    fail("{}: JSON nested deeper than {} levels at byte {}", config, kMaxJsonDepth, at);
   try {
-    doc = nlohmann::json::parse(text);
+    nlohmann::json doc = nlohmann::json::parse(text);
+    if (!doc.is_object()) fail("{}: a tokenizer config is a JSON object", config);
+    return doc;
   } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: not valid JSON (byte {}): {}", config.string(), e.byte, e.what());
+    fail("{}: not valid JSON (byte {}): {}", config, e.byte, e.what());
   }
-  auto it = doc.is_object() ? doc.find("eos_token") : doc.end();
-  if (it == doc.end() || it->is_null()) return {};
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
-  fail("{}: eos_token must be a string or {{\"content\": string}}", config.string());
 }
+
+// A token named by tokenizer_config.json: a string or {"content": string}.
+std::string config_token(const nlohmann::json& config, const char* key, const std::string& json_path) {
+  auto it = config.is_object() ? config.find(key) : config.end();
+  if (it == config.end() || it->is_null()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  fail("{}: {} must be a string or {{\"content\": string}}",
+       (std::filesystem::path(json_path).parent_path() / "tokenizer_config.json").string(), key);
+}
+
 }  // namespace
+
+std::string hf_tokenizer_json(const std::string& path) {
+  if (std::filesystem::is_directory(path)) {
+    const std::string file = (std::filesystem::path(path) / "tokenizer.json").string();
+    if (!path_exists(file)) fail("{}: no tokenizer.json in this directory", path);
+    return file;
+  }
+  return path;
+}
+
+HfTokenizerConfig read_hf_tokenizer_config(const std::string& path) {
+  const std::string file = hf_tokenizer_json(path);
+  const nlohmann::json config = tokenizer_config(file);
+  const std::string config_path = (std::filesystem::path(file).parent_path() / "tokenizer_config.json").string();
+  HfTokenizerConfig c;
+  c.bos_token = config_token(config, "bos_token", file);
+  c.eos_token = config_token(config, "eos_token", file);
+  if (auto it = config.is_object() ? config.find("chat_template") : config.end(); it != config.end() && !it->is_null()) {
+    if (it->is_string()) {
+      c.chat_template = it->get<std::string>();
+    } else if (it->is_array()) {
+      for (const nlohmann::json& t : *it)
+        if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+          c.chat_template = t["template"].get<std::string>();
+      if (c.chat_template.empty())
+        fail("{}: chat_template is a list without a {{\"name\": \"default\", \"template\": ...}}", config_path);
+    } else {
+      fail("{}: chat_template must be a string or a list of {{\"name\", \"template\"}}", config_path);
+    }
+  }
+  const std::string jinja = (std::filesystem::path(file).parent_path() / "chat_template.jinja").string();
+  if (c.chat_template.empty() && path_exists(jinja)) c.chat_template = read_file(jinja, "chat template");
+  return c;
+}
 
 HfTokenizer HfTokenizer::load(const std::string& path, const std::string& eod_token) {
   const std::string text = read_file(path, "tokenizer.json");
-  return parse(text, path, eod_token.empty() ? configured_eos(path) : eod_token);
+  const HfTokenizerConfig config = read_hf_tokenizer_config(path);
+  HfTokenizer t = parse(text, path, eod_token.empty() ? config.eos_token : eod_token);
+  if (!config.bos_token.empty()) {
+    const std::optional<int32_t> id = t.token_to_id(config.bos_token);
+    if (!id)
+      fail("{}: bos_token \"{}\" is not in the vocabulary of {}",
+           (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string(), config.bos_token, path);
+    t.bos_ = *id;
+  }
+  t.chat_template_ = config.chat_template;
+  return t;
 }
 
 HfTokenizer HfTokenizer::parse(std::string_view json_text, const std::string& source, const std::string& eod_token) {

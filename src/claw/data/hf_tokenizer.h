@@ -82,7 +82,8 @@ struct HfAddedToken {
 class HfTokenizer final : public Tokenizer {
  public:
   // `path` is a tokenizer.json; eod_token names the end-of-text token ("":
-  // see above). Every error names the path and the field.
+  // see above); a tokenizer_config.json beside it also names bos().
+  // Every error names the path and the field.
   static HfTokenizer load(const std::string& path, const std::string& eod_token = "");
   // The same from the file's text; `source` names it in errors.
   static HfTokenizer parse(std::string_view json_text, const std::string& source, const std::string& eod_token);
@@ -90,6 +91,10 @@ class HfTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t vocab_size() const override;
   int32_t eod() const override;
+  // tokenizer_config.json's bos_token; -1 when it names none.
+  int32_t bos() const { return bos_; }
+  // Its chat template (Jinja source, read_hf_tokenizer_config); "" when none.
+  const std::string& chat_template() const { return chat_template_; }
   std::string name() const override;
 
   // The post-processor's single-sequence template around `ids`.
@@ -106,6 +111,20 @@ class HfTokenizer final : public Tokenizer {
   std::vector<int32_t> encode_impl(std::string_view text, SpecialTokens special) const override;
 
   std::shared_ptr<const hf::Pipeline> p_;
+  int32_t bos_ = -1;
+  std::string chat_template_;
 };
+
+// What a Hugging Face directory's tokenizer_config.json says beyond
+// tokenizer.json: chat_template (a string, or the "default" of a list of
+// {name, template}; else a chat_template.jinja beside it), bos_token and
+// eos_token (HfTokenizer::load makes these bos() and eod()). `path` is the
+// directory or its tokenizer.json; fields are empty when it says nothing.
+struct HfTokenizerConfig {
+  std::string chat_template, bos_token, eos_token;
+};
+HfTokenizerConfig read_hf_tokenizer_config(const std::string& path);
+// The tokenizer.json of `path` (itself, or the one in the directory it names).
+std::string hf_tokenizer_json(const std::string& path);
 
 }  // namespace claw::data

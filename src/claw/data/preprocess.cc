@@ -230,9 +230,8 @@ PreprocessResult preprocess(const PreprocessOptions& o, const Tokenizer& tokeniz
   check_output_directory(o.output_prefix);
   std::optional<SftEncoder> sft;
   if (o.chat()) {
-    result.chat_template = o.chat_template.empty() ? default_chat_template(tokenizer.vocab_size()) : o.chat_template;
-    ChatTemplate tmpl = chat_template(result.chat_template);
-    tmpl.use_tokens_of(tokenizer);
+    ChatTemplate tmpl = chat_template_for(tokenizer, o.chat_template);
+    result.chat_template = tmpl.name;
     sft.emplace(tokenizer, std::move(tmpl), true);
   }
   JsonlReader reader(o.input, "--input");

@@ -62,9 +62,7 @@ class Problem {
     if (tokenizer_->vocab_size() > job.model.vocab_size)
       fail("the tokenizer ({}) has {} ids, more than the model's --vocab-size {}", tokenizer_->name(),
            tokenizer_->vocab_size(), job.model.vocab_size);
-    tmpl_ = data::chat_template(job.rl.chat_template.empty() ? data::default_chat_template(job.model.vocab_size)
-                                                             : job.rl.chat_template);
-    tmpl_.use_tokens_of(*tokenizer_);
+    tmpl_ = data::chat_template_for(*tokenizer_, job.rl.chat_template);
     stops_ = tmpl_.stop();
     prompts_ = read_prompts(job.rl.prompt_data, task_);
     tokens_ = encode(prompts_, job.rl.prompt_data);

@@ -330,7 +330,7 @@ struct HttpServer::Impl {
           add_prompt_score(*m, job, *t, c);
           continue;
         }
-        if (m->observer) observed.push_back(*t);
+        if (m->observer || job.return_token_ids) observed.push_back(*t);
         record(t0, c);
         ++c.tokens;
         const int64_t offset = static_cast<int64_t>(prefix.size() + c.text->text().size());
@@ -361,6 +361,11 @@ struct HttpServer::Impl {
       const std::string text = valid_utf8(prefix + c.text->text());
       completion += c.tokens;
       json choice = {{"index", i}, {"finish_reason", c.finish.empty() ? "stop" : c.finish}};
+      if (job.return_token_ids) {
+        json ids = json::array();
+        for (const TokenOutput& o : observed) ids.push_back(o.token);
+        choice["token_ids"] = std::move(ids);
+      }
       if (job.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
         choice["logprobs"] = job.logprobs >= 0 ? json{{"content", lp}} : json(nullptr);
@@ -373,6 +378,7 @@ struct HttpServer::Impl {
     json out = {{"id", id}, {"object", job.chat ? "chat.completion" : "text_completion"}, {"created", created},
                 {"model", m->name}, {"choices", out_choices},
                 {"usage", usage_json(prompt_total, completion)}};
+    if (job.return_token_ids) out["prompt_token_ids"] = job.prompts.size() == 1 ? json(job.prompts[0]) : json(job.prompts);
     count(true);
     res.set_content(dump_json(out), "application/json");
     return;

@@ -15,6 +15,7 @@
 #include "claw/ckpt/gguf_tokenizer.h"
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/gpt2_bpe.h"
+#include "claw/data/hf_tokenizer.h"
 #include "claw/kernels/cpu/blas.h"
 
 namespace claw::serve {
@@ -83,7 +84,10 @@ void load_hf(const InferenceModelOptions& o, InferenceModel& m, data::TokenizerO
         if (x.is_number_integer()) m.eos.push_back(x.get<int32_t>());
   }
   const fs::path dir(o.path);
-  if (tok.type.empty() && fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
+  if (tok.type.empty() && fs::exists(dir / "tokenizer.json")) {
+    tok.type = "HFTokenizer";  // with its tokenizer_config.json: template, BOS, EOS
+    tok.model_file = dir.string();
+  } else if (tok.type.empty() && fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
     tok.type = "GPT2BPETokenizer";
     tok.vocab_file = (dir / "vocab.json").string();
     tok.merge_file = (dir / "merges.txt").string();
@@ -182,6 +186,10 @@ InferenceModel load_inference_model(const InferenceModelOptions& o) {
   }
   if (!m.tokenizer && !tok.type.empty()) {
     m.tokenizer = data::make_tokenizer(tok);
+    if (const auto* hf = dynamic_cast<const data::HfTokenizer*>(m.tokenizer.get())) {
+      if (m.chat_template.empty()) m.chat_template = hf->chat_template();
+      if (m.bos < 0) m.bos = hf->bos();
+    }
   }
   if (m.tokenizer) {
     if (m.tokenizer->vocab_size() > m.cfg.vocab_size)

@@ -114,6 +114,7 @@ void parse_prompt(const ServedModel& m, const json& body, ApiRequest& job) {
 // Length, sampling, n, stop, streaming and log-probabilities.
 void parse_options(const ServedModel& m, const json& body, ApiRequest& job) {
   const bool chat = job.chat;
+  job.return_token_ids = field<bool>(body, "return_token_ids", false);
   GenerationRequest& r = job.base;
   r.max_tokens = field<int64_t>(body, "max_completion_tokens", field<int64_t>(body, "max_tokens", chat ? 0 : 16));
   if (r.max_tokens == 0 && chat) r.max_tokens = m.max_model_len;  // chat's default: up to the context
@@ -147,6 +148,8 @@ void parse_options(const ServedModel& m, const json& body, ApiRequest& job) {
   }
   if (!field<bool>(body, "ignore_eos", false)) r.stop_tokens = m.eos;
   job.stream = field<bool>(body, "stream", false);
+  if (job.stream && job.return_token_ids)
+    bad("return_token_ids", "'return_token_ids' is answered without 'stream' (the whole reply carries the ids)");
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     if (!body["stream_options"].is_object()) bad("stream_options", "'stream_options' must be an object");
     if (!job.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");

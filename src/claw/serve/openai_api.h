@@ -45,6 +45,9 @@ struct ApiRequest {
   GenerationRequest base;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, echo = false;
+  // vLLM's return_token_ids: the reply carries prompt_token_ids (the ids the
+  // model was given, template applied) and each choice's token_ids.
+  bool return_token_ids = false;
   int64_t logprobs = -1;  // completions: top alternatives (-1: none); chat: top_logprobs with logprobs true
   bool seeded = false;
   bool scores_prompt() const { return echo && logprobs >= 0; }  // completions' echo with logprobs

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A model directory as the Hub ships one (random Llama weights that
+# transformers saves, a real tokenizer.json shape and chat template):
+# `claw tokenize --chat` and `claw serve` give the same prompt ids as
+# transformers' apply_chat_template, and `claw preprocess --sft` the same
+# tokens with the loss on exactly the assistant turns (hf_chat_e2e.py).
+#
+#   hf_chat_e2e.sh CLAW_BINARY llama3|qwen2
+. "$(dirname "$0")/../../lib.sh"
+set -e
+claw=$1
+family=$2
+repo=$(cd "$here/../../.." && pwd)
+py=$("$repo/tests/oracle_env.sh" hf)
+llama_cpp=$("$repo/tools/llamacpp_sdist.sh")
+cache=$llama_cpp/../hf-json-$(sha256sum "$here/hf_json_from_gguf.py" | cut -c1-16)
+mkdir -p "$cache"
+dir=$tmp/$family
+"$py" "$here/hf_chat_e2e.py" make "$family" "$dir" "$llama_cpp/models" "$cache" "$llama_cpp/models/templates"
+"$py" "$here/hf_chat_e2e.py" expect "$dir" "$tmp/expected.json"
+n=$(/usr/bin/python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["cases"]))' "$tmp/expected.json")
+
+# claw tokenize --chat: the template rendered, then its ids (the last line).
+for ((i = 0; i < n; i++)); do
+  /usr/bin/python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1]))["cases"][int(sys.argv[2])]["messages"], sys.stdout)' \
+    "$tmp/expected.json" $i >"$tmp/conv$i.json"
+  "$claw" tokenize --tokenizer-type HFTokenizer --tokenizer-model "$dir" --chat "$tmp/conv$i.json" >"$tmp/tok$i.txt"
+  tail -n 1 "$tmp/tok$i.txt" >>"$tmp/tokenize.txt"
+done
+
+# claw serve --model DIR: the directory's own tokenizer and template.
+source "$here/../serve/wait_for_server.sh"
+"$claw" serve --model "$dir" --port 0 --num-threads 2 --max-model-len 512 >"$tmp/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; claw_test_cleanup' EXIT
+wait_for_server $pid "$tmp/serve.log"
+for ((i = 0; i < n; i++)); do
+  /usr/bin/python3 -c 'import json, sys; print(json.dumps({"messages": json.load(open(sys.argv[1])), "max_tokens": 1, "return_token_ids": True}))' \
+    "$tmp/conv$i.json" >"$tmp/req$i.json"
+  curl -sf "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' -d @"$tmp/req$i.json" \
+    >>"$tmp/serve.jsonl" || { tail -20 "$tmp/serve.log"; fail "chat request $i"; }
+  echo >>"$tmp/serve.jsonl"
+done
+grep -q "chat template Hugging Face .* chat template" "$tmp/serve.log" || { cat "$tmp/serve.log"; fail "serve did not use the directory's template"; }
+
+# claw preprocess --sft: the conversations that end with a reply.
+/usr/bin/python3 -c '
+import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]:
+    if c["messages"][-1]["role"] == "assistant":
+        print(json.dumps({"messages": c["messages"]}, ensure_ascii=False))' "$tmp/expected.json" >"$tmp/sft.jsonl"
+"$claw" preprocess --input "$tmp/sft.jsonl" --output-prefix "$tmp/sft" --sft --tokenizer-type HFTokenizer \
+  --tokenizer-model "$dir" --workers 1 >"$tmp/preprocess.log" 2>&1 || { cat "$tmp/preprocess.log"; fail "preprocess --sft"; }
+"$py" "$here/hf_chat_e2e.py" check "$tmp/expected.json" "$tmp/tokenize.txt" "$tmp/serve.jsonl" "$tmp/sft_sft_document"
