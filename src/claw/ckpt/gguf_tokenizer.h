@@ -1,16 +1,24 @@
 // The vocabulary a GGUF file carries (tokenizer.ggml.*), as llama.cpp reads
-// it: tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, merges, token
-// types) with the pre-tokenizer tokenizer.ggml.pre names, the special ids
-// (bos, eos, eot) and whether a BOS is added, and tokenizer.chat_template.
+// it, with the special ids (bos, eos, eot), whether a BOS is added, and
+// tokenizer.chat_template.
 //
-// Pre-tokenizers: "gpt-2" (GPT-2's), "llama-bpe" / "llama3" / "dbrx" /
-// "smaug-bpe" (Llama 3's, which is cl100k_base's, with a piece that is a
-// token taken whole: tokenizer.json's ignore_merges), "qwen2" (the same with
-// one digit a piece, merges applied). Control and user-defined
-// tokens (types 3 and 4) are special: matched as whole strings when special
-// tokens are recognised, never merged; unused ones (type 5, padding) are
-// never produced. Others (SentencePiece "llama", and
-// the other pre-tokenizers) are refused naming the field.
+// tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, merges, token types):
+//   - pre "gpt-2", "llama-bpe" / "llama3" / "dbrx" / "smaug-bpe" (Llama 3's,
+//     cl100k_base's pattern, a piece that is a token taken whole) and "qwen2"
+//     (one digit a piece, NFC) run on data::BpeTokenizer with claw's
+//     hand-written scanners;
+//   - "qwen35", "deepseek-llm", "deepseek-coder", "starcoder" (and "refact",
+//     "command-r", "smollm", "codeshell", "exaone", "minerva": one digit a
+//     piece, then GPT-2's pattern), "mpt", "olmo" are written as the
+//     tokenizer.json their families publish (Split regexes, Digits,
+//     ByteLevel) and run by data::HfTokenizer.
+// "llama" (SentencePiece: tokens and scores, byte tokens) becomes the BPE
+// that transformers derives from it (merges ranked by score, a prefix ▁ and
+// spaces as ▁, byte fallback); "gemma4" the same with its own merges and no
+// prefix. Control and user-defined tokens (types 3, 4) are matched as whole
+// strings when special tokens are recognised, never merged; unused ones
+// (type 5, padding) are never produced. Any other model or pre-tokenizer is
+// refused naming the field.
 #pragma once
 
 #include <memory>

@@ -351,48 +351,33 @@ struct Segment {
   int32_t id;
 };
 
-// Splits `text` at the added tokens `candidates` (indexes into p.added;
-// `contents` their text to match), leftmost first, longest at one position.
-void split_added(const Pipeline& p, std::string_view text, const std::vector<int32_t>& candidates,
-                 const std::vector<std::string>* contents, SpecialTokens special, std::vector<Segment>& out) {
-  constexpr size_t npos = std::string_view::npos;
-  std::vector<int32_t> active;
-  for (int32_t c : candidates)
-    if (special == SpecialTokens::recognise || !p.added[static_cast<size_t>(c)].special) active.push_back(c);
-  auto content = [&](int32_t c) -> const std::string& {
-    return contents ? (*contents)[static_cast<size_t>(c)] : p.added[static_cast<size_t>(c)].content;
-  };
-  std::vector<size_t> next(active.size());
-  for (size_t k = 0; k < active.size(); ++k) next[k] = text.find(content(active[k]));
+// Splits `text` at the added tokens of `set` (their text: `contents`, by
+// index into p.added): leftmost first, longest at one position; with
+// SpecialTokens::as_text the special ones are not matched.
+void split_added(const Pipeline& p, std::string_view text, const Pipeline::AddedSet& set,
+                 const std::vector<std::string>& contents, SpecialTokens special, std::vector<Segment>& out) {
   size_t pos = 0;  // start of the text not yet emitted
-  size_t from = 0; // where to look for matches
-  for (;;) {
-    size_t at = npos;
-    int32_t found = -1;
-    for (size_t k = 0; k < active.size(); ++k) {
-      if (next[k] != npos && next[k] < from) next[k] = text.find(content(active[k]), from);
-      if (next[k] == npos) continue;
-      if (next[k] < at || (next[k] == at && content(active[k]).size() > content(found).size())) {
-        at = next[k];
-        found = active[k];
-      }
+  for (size_t at = 0; at < text.size(); ++at) {
+    const std::vector<int32_t>& candidates = set.by_first_byte[static_cast<unsigned char>(text[at])];
+    if (candidates.empty()) continue;
+    for (int32_t c : candidates) {
+      const HfAddedToken& t = p.added[static_cast<size_t>(c)];
+      const std::string& content = contents[static_cast<size_t>(c)];
+      if (special == SpecialTokens::as_text && t.special) continue;
+      if (text.compare(at, content.size(), content) != 0) continue;
+      size_t b = at, e = at + content.size();
+      if (t.single_word && ((b > 0 && word_at(text, char_before(text, b))) || (e < text.size() && word_at(text, e))))
+        continue;  // inside a word
+      if (t.lstrip)
+        while (b > pos && space_at(text, char_before(text, b))) b = char_before(text, b);
+      if (t.rstrip)
+        while (e < text.size() && space_at(text, e)) e = unicode::next_char(text, e).end;
+      if (b > pos) out.push_back(Segment{text.substr(pos, b - pos), -1});
+      out.push_back(Segment{{}, t.id});
+      pos = e;
+      at = e - 1;
+      break;
     }
-    if (found < 0) break;
-    const HfAddedToken& t = p.added[static_cast<size_t>(found)];
-    size_t b = at, e = at + content(found).size();
-    if (t.single_word && ((b > 0 && word_at(text, char_before(text, b))) || (e < text.size() && word_at(text, e)))) {
-      from = at + 1;  // this occurrence is inside a word; look further
-      for (size_t k = 0; k < active.size(); ++k)
-        if (active[k] == found) next[k] = text.find(content(found), from);
-      continue;
-    }
-    if (t.lstrip)
-      while (b > pos && space_at(text, char_before(text, b))) b = char_before(text, b);
-    if (t.rstrip)
-      while (e < text.size() && space_at(text, e)) e = unicode::next_char(text, e).end;
-    if (b > pos) out.push_back(Segment{text.substr(pos, b - pos), -1});
-    out.push_back(Segment{{}, t.id});
-    pos = from = e;
   }
   if (pos < text.size()) out.push_back(Segment{text.substr(pos), -1});
 }
@@ -400,27 +385,57 @@ void split_added(const Pipeline& p, std::string_view text, const std::vector<int
 void encode_text(const Pipeline& p, std::string_view text, SpecialTokens special, State& s,
                  std::vector<int32_t>& out) {
   std::vector<Segment> raw, normalized_parts;
-  split_added(p, text, p.raw_matches, nullptr, special, raw);
+  split_added(p, text, p.raw_matches, p.normalized_content, special, raw);
   std::vector<Piece> pieces;
+  std::string normalized;
   for (const Segment& seg : raw) {
     if (seg.id >= 0) {
       out.push_back(seg.id);
       continue;
     }
     const bool at_start = seg.text.data() == text.data();
-    const std::string normalized = normalize(p, std::string(seg.text));
+    std::string_view norm = seg.text;
+    if (!p.normalizer.empty()) {
+      normalized = normalize(p, std::string(seg.text));
+      norm = normalized;
+    }
     normalized_parts.clear();
-    split_added(p, normalized, p.normalized_matches, &p.normalized_content, special, normalized_parts);
+    if (p.normalized_matches.empty())
+      normalized_parts.push_back(Segment{norm, -1});
+    else
+      split_added(p, norm, p.normalized_matches, p.normalized_content, special, normalized_parts);
     for (const Segment& part : normalized_parts) {
       if (part.id >= 0) {
         out.push_back(part.id);
         continue;
       }
+      if (p.fast_scanner != nullptr) {
+        for (size_t b = 0; b < part.text.size();) {
+          const size_t e = p.fast_scanner(part.text, b);
+          encode_piece(p, part.text.substr(b, e - b), s, out);
+          b = e;
+        }
+        continue;
+      }
       pieces.clear();
-      pieces.push_back(Piece{std::string(part.text), at_start && part.text.data() == normalized.data()});
+      pieces.push_back(Piece{std::string(part.text), at_start && part.text.data() == norm.data()});
       pre_tokenize(p, pieces, s);
-      for (const Piece& piece : pieces)
-        if (!piece.text.empty()) encode_piece(p, piece.text, s, out);
+      for (const Piece& piece : pieces) {
+        const std::string_view t = piece.text;
+        if (p.word_marker.empty()) {
+          if (!t.empty()) encode_piece(p, t, s, out);
+          continue;
+        }
+        // Cut before each run of markers (see hf_tokenizer_spec.h).
+        const std::string_view m = p.word_marker;
+        size_t begin = 0;
+        for (size_t at = t.find(m, 1); at != std::string_view::npos; at = t.find(m, at + m.size())) {
+          if (at >= m.size() && t.compare(at - m.size(), m.size(), m) == 0) continue;  // inside a run
+          if (at > begin) encode_piece(p, t.substr(begin, at - begin), s, out);
+          begin = at;
+        }
+        if (begin < t.size()) encode_piece(p, t.substr(begin), s, out);
+      }
     }
   }
 }

@@ -559,15 +559,37 @@ std::shared_ptr<Pipeline> read_pipeline(std::string_view json_text, const std::s
   r.decoder(field("decoder"), "decoder");
   r.eod(eod_token);
 
-  // Matching order: longest content first among those starting at one
-  // position (hf_tokenizer.cc scans positions left to right).
-  for (int32_t i = 0; i < static_cast<int32_t>(p->added.size()); ++i)
-    (p->added[static_cast<size_t>(i)].normalized && !p->normalizer.empty() ? p->normalized_matches : p->raw_matches)
-        .push_back(i);
   p->normalized_content.resize(p->added.size());
-  for (int32_t i : p->normalized_matches) {
-    p->normalized_content[static_cast<size_t>(i)] = normalize(*p, p->added[static_cast<size_t>(i)].content);
-    if (p->normalized_content[static_cast<size_t>(i)].empty()) fail("{}: added token {} normalizes to nothing", source, i);
+  for (int32_t i = 0; i < static_cast<int32_t>(p->added.size()); ++i) {
+    const HfAddedToken& a = p->added[static_cast<size_t>(i)];
+    const bool normalized = a.normalized && !p->normalizer.empty();
+    std::string& content = p->normalized_content[static_cast<size_t>(i)];
+    content = normalized ? normalize(*p, a.content) : a.content;
+    if (content.empty()) fail("{}: added token {} normalizes to nothing", source, i);
+    (normalized ? p->normalized_matches : p->raw_matches)
+        .by_first_byte[static_cast<unsigned char>(content[0])]
+        .push_back(i);
+  }
+  for (Pipeline::AddedSet* set : {&p->raw_matches, &p->normalized_matches})
+    for (std::vector<int32_t>& v : set->by_first_byte)
+      std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
+        return p->normalized_content[static_cast<size_t>(a)].size() > p->normalized_content[static_cast<size_t>(b)].size();
+      });
+  if (!p->byte_level && (p->pre.empty() || (p->pre.size() == 1 && p->pre[0].kind == PreStep::metaspace &&
+                                             !p->pre[0].split_on_replacement))) {
+    const std::string marker = p->pre.empty() ? "\u2581" : p->pre[0].replacement;
+    bool inner = false;
+    for (const std::string& t : p->token_text)
+      for (size_t at = t.find(marker, 1); at != std::string::npos && !inner; at = t.find(marker, at + 1))
+        inner = at < marker.size() || t.compare(at - marker.size(), marker.size(), marker) != 0;
+    if (!inner) p->word_marker = marker;
+  }
+  const std::vector<PreStep>& pre = p->pre;
+  auto mapping_only = [](const PreStep& s) { return s.kind == PreStep::byte_level && !s.add_prefix_space && !s.use_regex; };
+  if (pre.size() >= 1 && pre.size() <= 2 && (pre.size() == 1 || mapping_only(pre[1]))) {
+    if (pre[0].kind == PreStep::split && pre[0].scanner) p->fast_scanner = pretoken_end_function(pre[0].scanner_kind);
+    if (pre.size() == 1 && pre[0].kind == PreStep::byte_level && !pre[0].add_prefix_space && pre[0].use_regex)
+      p->fast_scanner = pretoken_end_function(Pretokenizer::gpt2);
   }
   if (p->byte_level && p->decoder.size() == 1 && p->decoder[0].kind == DecodeStep::byte_level) {
     p->byte_text.resize(static_cast<size_t>(p->vocab_size));

@@ -84,9 +84,30 @@ struct Pipeline {
   uint64_t tag = 0;                                // per pipeline; tags per-thread caches
 
   // Added tokens matched in the raw text and (normalized ones, by their
-  // normalized content) after normalization; indexes into `added`.
-  std::vector<int32_t> raw_matches, normalized_matches;
+  // normalized content) after normalization: indexes into `added` grouped
+  // by their text's first byte, longest first, so a scan looks only at the
+  // positions where one could start.
+  struct AddedSet {
+    std::vector<std::vector<int32_t>> by_first_byte = std::vector<std::vector<int32_t>>(256);
+    bool empty() const {
+      for (const auto& v : by_first_byte)
+        if (!v.empty()) return false;
+      return true;
+    }
+  };
+  AddedSet raw_matches, normalized_matches;
   std::vector<std::string> normalized_content;  // by index into `added`
+
+  // The pre-tokenizer when it is one hand-written scanner (a known Split
+  // regex, or ByteLevel's own), optionally followed by a ByteLevel that
+  // only maps bytes: pieces are then cut straight from the text.
+  PretokenEnd fast_scanner = nullptr;
+  // Character mode with no splitting pre-tokenizer (SentencePiece-style:
+  // the whole text is one word) when no token holds the space marker
+  // ("▁") after another character: no merge can then join across the
+  // start of a marker run, so the text is cut before each one and the
+  // pieces cached, with the same ids.
+  std::string word_marker;
 };
 
 // Reads a tokenizer.json's text (hf_tokenizer_spec.cc).

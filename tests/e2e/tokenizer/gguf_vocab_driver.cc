@@ -73,7 +73,8 @@ int main(int argc, char** argv) try {
   for (const std::string& text : cases) {
     std::getline(lines, want);
     const std::vector<int32_t> ids = g.tokenizer->encode(text, claw::data::SpecialTokens::as_text);
-    if (join(ids) == want) {
+    // Newer .out files write the ids without the leading space.
+    if (join(ids) == want || join(ids) == " " + want) {
       ++ok;
     } else {
       ++bad;
