@@ -16,6 +16,7 @@
 #include "claw/data/builtin_corpus.h"
 #include "claw/data/chat_template.h"
 #include "claw/data/file_io.h"
+#include "claw/data/hf_tokenizer.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/quant.h"
 #include "claw/model/config_flags.h"
@@ -107,6 +108,74 @@ ckpt::GgufTokenizer gguf_tokenizer(const ckpt::Metadata& meta, const model::Mode
   return t;
 }
 
+// The Hugging Face directory whose tokenizer a checkpoint uses: the one
+// recorded with --tokenizer-type HFTokenizer, else the directory it was
+// imported or fine-tuned from when that holds a tokenizer.json; "" if none.
+std::string hf_tokenizer_dir(const ckpt::Metadata& meta) {
+  if (recorded_arg(meta, "tokenizer-type") == "HFTokenizer")
+    return std::filesystem::path(data::hf_tokenizer_json(recorded_arg(meta, "tokenizer-model"))).parent_path().string();
+  for (const char* key : {"load-hf", "imported_from"}) {
+    const std::string d = recorded_arg(meta, key);
+    if (!d.empty() && std::filesystem::exists(std::filesystem::path(d) / "tokenizer.json")) return d;
+  }
+  return {};
+}
+
+// The tokenizer files of a Hugging Face export beside config.json, so that
+// AutoTokenizer and generate() find what the checkpoint was trained with:
+// a tokenizer.json directory's files as they are (tokenizer_config.json
+// with `chat_template` replaced by --chat-template when given), or GPT-2's
+// vocab.json + merges.txt; and generation_config.json with the BOS and EOS
+// ids. Returns what was written, for the report.
+std::string write_hf_tokenizer(const std::string& out, const ckpt::Metadata& meta, const model::ModelConfig& cfg,
+                               const std::string& chat_template) {
+  namespace fs = std::filesystem;
+  const std::string template_source = chat_template.empty() ? "" : data::read_file(chat_template, "chat template");
+  if (!chat_template.empty() && !data::chat_template(chat_template).jinja)
+    fail("--chat-template {}: give a Jinja template file (FILE.jinja)", chat_template);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::FILE* f = std::fopen((fs::path(out) / name).c_str(), "wb");
+    if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
+      fail("{}: cannot write {}", out, name);
+  };
+  nlohmann::json config = nlohmann::json::object(), generation = {{"_from_model_config", false}};
+  std::string what;
+  if (const std::string dir = hf_tokenizer_dir(meta); !dir.empty()) {
+    const data::HfTokenizer tok = data::HfTokenizer::load((fs::path(dir) / "tokenizer.json").string());
+    write("tokenizer.json", data::read_file((fs::path(dir) / "tokenizer.json").string(), "tokenizer.json"));
+    if (fs::exists(fs::path(dir) / "tokenizer_config.json"))
+      config = nlohmann::json::parse(data::read_file((fs::path(dir) / "tokenizer_config.json").string(), "tokenizer config"));
+    for (const char* extra : {"special_tokens_map.json", "chat_template.jinja"})
+      if (fs::exists(fs::path(dir) / extra) && (template_source.empty() || std::string(extra) != "chat_template.jinja"))
+        write(extra, data::read_file((fs::path(dir) / extra).string(), extra));
+    if (tok.bos() >= 0) generation["bos_token_id"] = tok.bos();
+    generation["eos_token_id"] = tok.eod();
+    what = fmt::format("tokenizer.json and tokenizer_config.json of {}", dir);
+  } else if (recorded_arg(meta, "tokenizer-type") == "GPT2BPETokenizer" ||
+             (recorded_arg(meta, "tokenizer-type").empty() && cfg.vocab_size == 50257)) {
+    std::string vocab = recorded_arg(meta, "vocab-file"), merges = recorded_arg(meta, "merge-file");
+    if (vocab.empty()) vocab = data::default_data_dir() + "/gpt2/encoder.json";
+    if (merges.empty()) merges = data::default_data_dir() + "/gpt2/vocab.bpe";
+    write("vocab.json", data::read_file(vocab, "GPT-2 encoder file"));
+    write("merges.txt", data::read_file(merges, "GPT-2 merges file"));
+    config = {{"tokenizer_class", "GPT2Tokenizer"}, {"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"},
+              {"unk_token", "<|endoftext|>"}, {"model_max_length", cfg.max_position_embeddings},
+              {"add_prefix_space", false}};
+    generation["bos_token_id"] = 50256;
+    generation["eos_token_id"] = 50256;
+    what = "GPT-2's vocab.json and merges.txt";
+  } else {
+    if (!template_source.empty())
+      fail("--chat-template: the checkpoint's tokenizer ({}) has no Hugging Face form claw writes",
+           recorded_arg(meta, "tokenizer-type"));
+    return "no tokenizer (its kind has no Hugging Face form claw writes)";
+  }
+  if (!template_source.empty()) config["chat_template"] = template_source;
+  if (!config.empty()) write("tokenizer_config.json", config.dump(2));
+  write("generation_config.json", generation.dump(2));
+  return what + (template_source.empty() ? "" : ", chat template " + chat_template) + ", generation_config.json";
+}
+
 struct Inspect {
   std::string dir;
   int64_t step = -1;
@@ -183,8 +252,8 @@ struct Export {
   void run() const {
     check_format(format, true);
     if (output.empty()) fail("claw ckpt export: --output DIR is required");
-    if (!chat_template.empty() && format != "gguf")
-      fail("--chat-template is for --format gguf (a Hugging Face export does not write one yet)");
+    if (!chat_template.empty() && format == "peft")
+      fail("--chat-template is for --format hf and gguf (an adapter carries no tokenizer)");
     const uint64_t max_shard_bytes = parse_size("--max-shard-size", max_shard);
     const std::optional<kernels::WeightType> wt = kernels::parse_weight_type(type);
     if (!wt) fail("--type '{}': valid types are {}", type, kernels::kWeightTypeChoices);
@@ -250,8 +319,9 @@ struct Export {
         ckpt::to_hf(cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); });
     const nlohmann::json config = ckpt::hf_config(cfg);
     ckpt::write_hf_dir(output, config, hf, max_shard_bytes, type == "bf16" ? DType::bf16 : DType::f32);
-    fmt::print("exported {} (iteration {}) to {}: {} ({} tensors, {}), config.json\n", d, meta.iteration, output,
-               config["architectures"][0].get<std::string>(), hf.size(), type);
+    const std::string tokenizer = write_hf_tokenizer(output, meta, cfg, chat_template);
+    fmt::print("exported {} (iteration {}) to {}: {} ({} tensors, {}), config.json; {}\n", d, meta.iteration, output,
+               config["architectures"][0].get<std::string>(), hf.size(), type, tokenizer);
   }
 };
 
@@ -419,7 +489,12 @@ std::string import_hf_checkpoint(const std::string& input, const std::string& sa
   comm::SelfGroup self("world");
   ckpt::Saver saver(self, {.root = save});
   ckpt::SaveInfo info{.iteration = 0, .model = model::model_flags_json(cfg)};
-  info.args = {{"imported_from", input}};
+  info.args = {{"imported_from", std::filesystem::absolute(input).string()}};
+  if (std::filesystem::exists(std::filesystem::path(input) / "tokenizer.json")) {
+    // The model's own tokenizer goes with it (serve, chat and export read these).
+    info.args["tokenizer-type"] = "HFTokenizer";
+    info.args["tokenizer-model"] = std::filesystem::absolute(input).string();
+  }
   info.state = {{"consumed_train_samples", 0}, {"consumed_valid_samples", 0}, {"optimizer_steps", 0}};
   saver.save(ckpt::collect_shards({&gpt.store()}, nullptr, {.optimizer = false}), info);
   return fmt::format("imported {} ({}, {} parameters) into {}", input, hf.config.value("model_type", "?"),
@@ -451,7 +526,9 @@ void add_ckpt_command(CLI::App& app) {
   e->add_option("--type", ex->type, "hf: the tensors' type, f32 or bf16; gguf: the matrices', f32, bf16, q8_0 or q4_0")
       ->default_str("f32");
   e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
-  e->add_option("--chat-template", ex->chat_template, "gguf: a Jinja template FILE.jinja to write as the model's");
+  e->add_option("--chat-template", ex->chat_template,
+                 "a Jinja template FILE.jinja to write as the model's (hf: tokenizer_config.json; gguf: "
+                 "tokenizer.chat_template)");
   e->add_option("--max-shard-size", ex->max_shard, "largest safetensors file before sharding with an index")
       ->default_str("5GB");
   e->callback([ex] { ex->run(); });

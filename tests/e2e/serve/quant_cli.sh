@@ -66,8 +66,16 @@ source "$(dirname "$0")/wait_for_server.sh"
 printf '%s' '{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[ASSISTANT]{% endif %}' \
   >"$tmp/own.jinja"
 "$claw" ckpt export --load "$ck" --format gguf --output "$tmp/own.gguf" --chat-template "$tmp/own.jinja" >/dev/null
-expect_error "--chat-template is for --format gguf" \
-  "$claw" ckpt export --load "$ck" --output "$tmp/hf" --chat-template "$tmp/own.jinja"
+# A Hugging Face export writes the tokenizer beside config.json, the template in tokenizer_config.json.
+"$claw" ckpt export --load "$ck" --output "$tmp/hf" --chat-template "$tmp/own.jinja" >/dev/null
+/usr/bin/python3 - "$tmp/hf" "$tmp/own.jinja" <<'PY' || fail "the Hugging Face export's tokenizer files"
+import json, os, sys
+d, jinja = sys.argv[1:3]
+config = json.load(open(os.path.join(d, "tokenizer_config.json")))
+assert config["chat_template"] == open(jinja).read() and config["tokenizer_class"] == "GPT2Tokenizer", config
+assert json.load(open(os.path.join(d, "generation_config.json")))["eos_token_id"] == 50256
+assert os.path.getsize(os.path.join(d, "vocab.json")) > 0 and os.path.getsize(os.path.join(d, "merges.txt")) > 0
+PY
 prompt_tokens() {  # prompt_tokens ARGS...: the chat's prompt tokens as `claw serve ARGS` counts them
   "$claw" serve --model "$tmp/own.gguf" --port 0 --num-threads 1 "$@" >"$tmp/serve.log" 2>&1 &
   local pid=$!

@@ -17,6 +17,9 @@ its chats (the oracle of hf_chat_e2e.sh).
         to where the text through it ends, by the tokens' character offsets
         (the templates have no {% generation %} blocks for
         return_assistant_tokens_mask)
+    hf_chat_e2e.py roundtrip OUT.json EXPORTED_DIR
+        after claw ckpt import and export --format hf: transformers renders
+        the same prompt ids from the exported directory
     hf_chat_e2e.py check OUT.json TOKENIZE.txt SERVE.jsonl SFT_PREFIX
         claw's results against them: `claw tokenize --chat` ids, `claw serve`
         prompt_token_ids, `claw preprocess --sft` tokens and loss masks
@@ -90,6 +93,22 @@ def expect(d, out):
     json.dump({"eod": tok.convert_tokens_to_ids(tok.eos_token), "cases": cases}, open(out, "w"), ensure_ascii=False)
 
 
+def roundtrip(expected, exported):
+    """The directory claw ckpt import + export --format hf wrote: transformers
+    reads its tokenizer and template and renders the same prompt ids."""
+    from transformers import AutoTokenizer, GenerationConfig
+    doc = json.load(open(expected))
+    tok = AutoTokenizer.from_pretrained(exported)
+    bad = sum(tok.apply_chat_template(c["messages"], add_generation_prompt=True) != c["prompt_ids"]
+              for c in doc["cases"])
+    eos = GenerationConfig.from_pretrained(exported).eos_token_id
+    if eos != doc["eod"]:
+        bad += 1
+        print(f"generation_config.json eos_token_id {eos}, the tokenizer's {doc['eod']}")
+    print(f"exported directory: {len(doc['cases'])} conversations, {bad} differences from the original")
+    sys.exit(1 if bad else 0)
+
+
 def check(expected, tokenize_out, serve_out, sft_prefix):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
     from megatron_format import MegatronReader
@@ -130,6 +149,8 @@ if __name__ == "__main__":
         make(*sys.argv[2:7])
     elif cmd == "expect":
         expect(*sys.argv[2:4])
+    elif cmd == "roundtrip":
+        roundtrip(*sys.argv[2:4])
     elif cmd == "check":
         check(*sys.argv[2:6])
     else:

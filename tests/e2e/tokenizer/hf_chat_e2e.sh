@@ -3,7 +3,8 @@
 # transformers saves, a real tokenizer.json shape and chat template):
 # `claw tokenize --chat` and `claw serve` give the same prompt ids as
 # transformers' apply_chat_template, and `claw preprocess --sft` the same
-# tokens with the loss on exactly the assistant turns (hf_chat_e2e.py).
+# tokens with the loss on exactly the assistant turns, and `claw ckpt import`
+# + `export --format hf` keep tokenizer and template (hf_chat_e2e.py).
 #
 #   hf_chat_e2e.sh CLAW_BINARY llama3|qwen2
 . "$(dirname "$0")/../../lib.sh"
@@ -52,3 +53,10 @@ for c in json.load(open(sys.argv[1]))["cases"]:
 "$claw" preprocess --input "$tmp/sft.jsonl" --output-prefix "$tmp/sft" --sft --tokenizer-type HFTokenizer \
   --tokenizer-model "$dir" --workers 1 >"$tmp/preprocess.log" 2>&1 || { cat "$tmp/preprocess.log"; fail "preprocess --sft"; }
 "$py" "$here/hf_chat_e2e.py" check "$tmp/expected.json" "$tmp/tokenize.txt" "$tmp/serve.jsonl" "$tmp/sft_sft_document"
+
+# Through a claw checkpoint and back: the tokenizer and template go along.
+"$claw" ckpt import --format hf --input "$dir" --save "$tmp/ck" >/dev/null
+"$claw" ckpt export --load "$tmp/ck" --format hf --output "$tmp/exported" >"$tmp/export.log" ||
+  { cat "$tmp/export.log"; fail "export"; }
+grep -q "tokenizer.json and tokenizer_config.json" "$tmp/export.log" || { cat "$tmp/export.log"; fail "no tokenizer exported"; }
+"$py" "$here/hf_chat_e2e.py" roundtrip "$tmp/expected.json" "$tmp/exported"
