@@ -144,7 +144,8 @@ std::string write_hf_tokenizer(const std::string& out, const ckpt::Metadata& met
     const data::HfTokenizer tok = data::HfTokenizer::load((fs::path(dir) / "tokenizer.json").string());
     write("tokenizer.json", data::read_file((fs::path(dir) / "tokenizer.json").string(), "tokenizer.json"));
     if (fs::exists(fs::path(dir) / "tokenizer_config.json"))
-      config = nlohmann::json::parse(data::read_file((fs::path(dir) / "tokenizer_config.json").string(), "tokenizer config"));
+      config = nlohmann::json::parse(
+          data::read_file((fs::path(dir) / "tokenizer_config.json").string(), "tokenizer config"));
     for (const char* extra : {"special_tokens_map.json", "chat_template.jinja"})
       if (fs::exists(fs::path(dir) / extra) && (template_source.empty() || std::string(extra) != "chat_template.jinja"))
         write(extra, data::read_file((fs::path(dir) / extra).string(), extra));

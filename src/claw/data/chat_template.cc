@@ -45,9 +45,13 @@ ChatTemplate jinja_chat_template(const std::string& source, const std::string& n
 
 ChatTemplate chat_template_for(const Tokenizer& tok, const std::string& name) {
   const auto* hf = dynamic_cast<const HfTokenizer*>(&tok);
-  ChatTemplate t = !name.empty()                            ? chat_template(name)
-                   : hf != nullptr && !hf->chat_template().empty() ? jinja_chat_template(hf->chat_template(), "the tokenizer's own (tokenizer_config.json)")
-                                                            : chat_template(default_chat_template(tok.vocab_size()));
+  ChatTemplate t;
+  if (!name.empty())
+    t = chat_template(name);
+  else if (hf != nullptr && !hf->chat_template().empty())
+    t = jinja_chat_template(hf->chat_template(), hf->chat_template_file());
+  else
+    t = chat_template(default_chat_template(tok.vocab_size()));
   t.use_tokens_of(tok, hf != nullptr ? hf->bos() : -1);
   return t;
 }

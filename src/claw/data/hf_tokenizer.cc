@@ -7,6 +7,7 @@
 #include <unicode/utext.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -77,7 +78,8 @@ void literal_matches(std::string_view literal, std::string_view text, std::vecto
 
 std::string icu_transform(std::string_view text, NormalizerStep::Kind kind) {
   if (find_invalid_utf8(text) != std::string_view::npos) return std::string(text);  // bytes stay bytes
-  const icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  const icu::UnicodeString u =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
   icu::UnicodeString result;
   UErrorCode status = U_ZERO_ERROR;
   if (kind == NormalizerStep::lowercase) {
@@ -140,7 +142,7 @@ std::string normalize(const Pipeline& p, std::string text) {
         break;
       case NormalizerStep::lowercase:
         if (is_ascii(text))
-          std::transform(text.begin(), text.end(), text.begin(), [](char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; });
+          for (char& c : text) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c;
         else
           text = icu_transform(text, s.kind);
         break;
@@ -445,16 +447,15 @@ std::string decode_tokens(const Pipeline& p, std::vector<std::string> tokens) {
   for (const DecodeStep& step : p.decoder) {
     switch (step.kind) {
       case DecodeStep::byte_level: {
-        std::string all, b;
+        // A character of the byte alphabet is its byte; any other is itself.
+        std::string all, bytes;
         for (const std::string& t : tokens)
           for (size_t i = 0; i < t.size();) {
-            const unsigned char lead = static_cast<unsigned char>(t[i]);
-            const size_t n = std::min<size_t>(lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4, t.size() - i);
-            // A character of the byte alphabet is its byte; any other is itself.
-            uint32_t cp = n == 1 ? lead : n == 2 ? ((lead & 0x1Fu) << 6) | (static_cast<unsigned char>(t[i + 1]) & 0x3Fu) : 0x10000;
-            const int byte = alphabet_byte(cp);
-            if (byte >= 0) all.push_back(static_cast<char>(byte));
-            else all.append(t, i, n);
+            const size_t n = std::min(utf8_length(static_cast<unsigned char>(t[i])), t.size() - i);
+            if (alphabet_to_bytes(std::string_view(t).substr(i, n), bytes))
+              all += bytes;
+            else
+              all.append(t, i, n);
             i += n;
           }
         tokens.assign(1, std::move(all));
@@ -465,7 +466,8 @@ std::string decode_tokens(const Pipeline& p, std::vector<std::string> tokens) {
         std::string bytes;
         bool in_bytes = false;
         for (std::string& t : tokens) {
-          const bool is_byte = t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+          const bool is_byte = t.size() == 6 && t.starts_with("<0x") && t[5] == '>' &&
+                               std::isxdigit(static_cast<unsigned char>(t[3])) &&
                                std::isxdigit(static_cast<unsigned char>(t[4]));
           if (is_byte) {
             bytes.push_back(static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
@@ -564,7 +566,9 @@ HfTokenizerConfig read_hf_tokenizer_config(const std::string& path) {
   HfTokenizerConfig c;
   c.bos_token = config_token(config, "bos_token", file);
   c.eos_token = config_token(config, "eos_token", file);
-  if (auto it = config.is_object() ? config.find("chat_template") : config.end(); it != config.end() && !it->is_null()) {
+  auto it = config.is_object() ? config.find("chat_template") : config.end();
+  if (it != config.end() && !it->is_null()) {
+    c.chat_template_file = config_path;
     if (it->is_string()) {
       c.chat_template = it->get<std::string>();
     } else if (it->is_array()) {
@@ -578,7 +582,10 @@ HfTokenizerConfig read_hf_tokenizer_config(const std::string& path) {
     }
   }
   const std::string jinja = (std::filesystem::path(file).parent_path() / "chat_template.jinja").string();
-  if (c.chat_template.empty() && path_exists(jinja)) c.chat_template = read_file(jinja, "chat template");
+  if (c.chat_template.empty() && path_exists(jinja)) {
+    c.chat_template = read_file(jinja, "chat template");
+    c.chat_template_file = jinja;
+  }
   return c;
 }
 
@@ -594,6 +601,7 @@ HfTokenizer HfTokenizer::load(const std::string& path, const std::string& eod_to
     t.bos_ = *id;
   }
   t.chat_template_ = config.chat_template;
+  t.chat_template_file_ = config.chat_template_file;
   return t;
 }
 
@@ -611,7 +619,8 @@ std::vector<int32_t> HfTokenizer::encode_impl(std::string_view text, SpecialToke
 
 std::string HfTokenizer::decode(std::span<const int32_t> ids) const {
   for (int32_t id : ids)
-    if (id < 0 || id >= p_->vocab_size) fail("token id {} is outside the vocabulary of {} [0, {})", id, p_->source, p_->vocab_size);
+    if (id < 0 || id >= p_->vocab_size)
+      fail("token id {} is outside the vocabulary of {} [0, {})", id, p_->source, p_->vocab_size);
   if (!p_->byte_text.empty()) {
     std::string out;
     for (int32_t id : ids) out += p_->byte_text[static_cast<size_t>(id)];

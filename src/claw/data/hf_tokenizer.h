@@ -93,8 +93,10 @@ class HfTokenizer final : public Tokenizer {
   int32_t eod() const override;
   // tokenizer_config.json's bos_token; -1 when it names none.
   int32_t bos() const { return bos_; }
-  // Its chat template (Jinja source, read_hf_tokenizer_config); "" when none.
+  // Its chat template (Jinja source, read_hf_tokenizer_config); "" when
+  // none; and the file that holds it.
   const std::string& chat_template() const { return chat_template_; }
+  const std::string& chat_template_file() const { return chat_template_file_; }
   std::string name() const override;
 
   // The post-processor's single-sequence template around `ids`.
@@ -112,7 +114,7 @@ class HfTokenizer final : public Tokenizer {
 
   std::shared_ptr<const hf::Pipeline> p_;
   int32_t bos_ = -1;
-  std::string chat_template_;
+  std::string chat_template_, chat_template_file_;
 };
 
 // What a Hugging Face directory's tokenizer_config.json says beyond
@@ -122,6 +124,7 @@ class HfTokenizer final : public Tokenizer {
 // directory or its tokenizer.json; fields are empty when it says nothing.
 struct HfTokenizerConfig {
   std::string chat_template, bos_token, eos_token;
+  std::string chat_template_file;  // the file it came from, for errors
 };
 HfTokenizerConfig read_hf_tokenizer_config(const std::string& path);
 // The tokenizer.json of `path` (itself, or the one in the directory it names).

@@ -303,7 +303,8 @@ class Reader {
       for (size_t i = 0; i < single.size(); ++i) {
         const std::string item = fmt::format("{}.single[{}]", field, i);
         const json& piece = single[i];
-        if (!piece.is_object() || piece.size() != 1) error(item, "must be {\"SpecialToken\": ...} or {\"Sequence\": ...}");
+        if (!piece.is_object() || piece.size() != 1)
+          error(item, "must be {\"SpecialToken\": ...} or {\"Sequence\": ...}");
         if (piece.contains("Sequence")) {
           if (seen_sequence) error(item, "a single-sequence template holds one Sequence");
           seen_sequence = true;
@@ -329,6 +330,7 @@ class Reader {
   }
 
   void model(const json& v);
+  void encoder(const json& v, bool ignore_merges);
   void added_tokens(const json& v);
   void eod(const std::string& eod_token);
 
@@ -336,12 +338,6 @@ class Reader {
   const std::string& source_;
   Pipeline& p_;
 };
-
-// Byte length of the UTF-8 character whose first byte is `lead` (1 for a
-// byte that starts none).
-size_t utf8_length(unsigned char lead) {
-  return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF8 ? 4 : 1;
-}
 
 void Reader::model(const json& v) {
   const std::string type = v.is_object() && v.contains("type") ? type_of(v, "model") : "BPE";
@@ -377,10 +373,19 @@ void Reader::model(const json& v) {
   if (auto it = v.find("unk_token"); it != v.end() && !it->is_null()) {
     if (!it->is_string()) error("model.unk_token", "must be a string or null");
     auto u = p_.id_of.find(it->get<std::string>());
-    if (u == p_.id_of.end()) error("model.unk_token", fmt::format("\"{}\" is not in the vocabulary", it->get<std::string>()));
+    if (u == p_.id_of.end())
+      error("model.unk_token", fmt::format("\"{}\" is not in the vocabulary", it->get<std::string>()));
     p_.unk = u->second;
   }
 
+  encoder(v, ignore_merges);
+}
+
+// The core's tables: the tokens' bytes as it merges them, the merges
+// (character mode: joining each character's bytes first), and what each id
+// past the vocabulary stands for.
+void Reader::encoder(const json& v, bool ignore_merges) {
+  const int32_t size = p_.vocab_size;
   // Token bytes as the core sees them.
   std::vector<std::string> bytes(static_cast<size_t>(size));
   std::unordered_map<std::string, int32_t> id_of_bytes;
@@ -573,7 +578,8 @@ std::shared_ptr<Pipeline> read_pipeline(std::string_view json_text, const std::s
   for (Pipeline::AddedSet* set : {&p->raw_matches, &p->normalized_matches})
     for (std::vector<int32_t>& v : set->by_first_byte)
       std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
-        return p->normalized_content[static_cast<size_t>(a)].size() > p->normalized_content[static_cast<size_t>(b)].size();
+        const auto& c = p->normalized_content;
+        return c[static_cast<size_t>(a)].size() > c[static_cast<size_t>(b)].size();
       });
   if (!p->byte_level && (p->pre.empty() || (p->pre.size() == 1 && p->pre[0].kind == PreStep::metaspace &&
                                              !p->pre[0].split_on_replacement))) {
@@ -585,7 +591,9 @@ std::shared_ptr<Pipeline> read_pipeline(std::string_view json_text, const std::s
     if (!inner) p->word_marker = marker;
   }
   const std::vector<PreStep>& pre = p->pre;
-  auto mapping_only = [](const PreStep& s) { return s.kind == PreStep::byte_level && !s.add_prefix_space && !s.use_regex; };
+  auto mapping_only = [](const PreStep& s) {
+    return s.kind == PreStep::byte_level && !s.add_prefix_space && !s.use_regex;
+  };
   if (pre.size() >= 1 && pre.size() <= 2 && (pre.size() == 1 || mapping_only(pre[1]))) {
     if (pre[0].kind == PreStep::split && pre[0].scanner) p->fast_scanner = pretoken_end_function(pre[0].scanner_kind);
     if (pre.size() == 1 && pre[0].kind == PreStep::byte_level && !pre[0].add_prefix_space && pre[0].use_regex)

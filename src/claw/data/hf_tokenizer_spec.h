@@ -110,6 +110,12 @@ struct Pipeline {
   std::string word_marker;
 };
 
+// Byte length of the UTF-8 character whose first byte is `lead` (1 for a
+// byte that starts none).
+inline size_t utf8_length(unsigned char lead) {
+  return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF8 ? 4 : 1;
+}
+
 // Reads a tokenizer.json's text (hf_tokenizer_spec.cc).
 std::shared_ptr<Pipeline> read_pipeline(std::string_view json_text, const std::string& source,
                                         const std::string& eod_token);

@@ -11,5 +11,6 @@ repo=$(cd "$here/../../.." && pwd)
 node "$here/make_corpus.cjs" "$tmp" "${CLAW_DATA_DIR:?CLAW_DATA_DIR must name the data directory}" "$repo" ||
   fail "could not build the corpus"
 py=$("$repo/tests/oracle_env.sh" hf)
+export RAYON_NUM_THREADS=1  # the library on one thread: the test holds one CPU
 models=$("$repo/tools/llamacpp_sdist.sh")/models
 "$py" "$here/gguf_vs_tokenizers.py" --driver "$driver" --models "$models" --corpus "$tmp" "$@"

@@ -230,7 +230,8 @@ def build(family, models_dir, out_dir):
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         f = builder(read_gguf(os.path.join(models_dir, f"ggml-vocab-{vocab_name}.gguf")))
-        with open(path + ".tmp", "w") as out:
+        tmp = f"{path}.{os.getpid()}.tmp"  # tests that share the cache may build a file at once
+        with open(tmp, "w") as out:
             json.dump(f, out, ensure_ascii=False)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     return path, vocab_name

@@ -12,6 +12,7 @@ repo=$(cd "$here/../../.." && pwd)
 node "$here/make_corpus.cjs" "$tmp" "${CLAW_DATA_DIR:?CLAW_DATA_DIR must name the data directory}" "$repo" ||
   fail "could not build the corpus"
 py=$("$repo/tests/oracle_env.sh" hf)
+export RAYON_NUM_THREADS=1  # the library on one thread, as claw's driver: the test holds one CPU
 llama_cpp=$("$repo/tools/llamacpp_sdist.sh")
 cache=$llama_cpp/../hf-json-$(sha256sum "$here/hf_json_from_gguf.py" | cut -c1-16)
 mkdir -p "$cache"

@@ -89,6 +89,27 @@ case $case_name in
     head -c 1000 "$data/gpt2/vocab.bpe" >"$tmp/bad.model"
     run tokenize --tokenizer-type SentencePieceTokenizer --tokenizer-model "$tmp/bad.model" <<<"x"
     expect_error "SentencePiece model .*bad.model: cannot load it .*expected a .model file" ;;
+  hf_malformed_json)
+    printf '{"model": {"type": "BPE", "vocab": {' >"$tmp/tokenizer.json"
+    run tokenize --tokenizer-type HFTokenizer --tokenizer-model "$tmp" <<<"x"
+    expect_error ".*tokenizer.json: not valid JSON \(byte [0-9]+\)" ;;
+  hf_unknown_pre_tokenizer)
+    printf '{"pre_tokenizer": {"type": "BertPreTokenizer"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}' \
+      >"$tmp/tokenizer.json"
+    run tokenize --tokenizer-type HFTokenizer --tokenizer-model "$tmp/tokenizer.json" <<<"x"
+    expect_error ".*tokenizer.json: pre_tokenizer.type: pre-tokenizer \"BertPreTokenizer\" is not supported \(supported: .*\)" ;;
+  hf_missing_file)
+    run tokenize --tokenizer-type HFTokenizer --tokenizer-model "$tmp" <<<"x"
+    expect_error ".*: no tokenizer.json in this directory" ;;
+  hf_template_raises)
+    printf '{"pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}, "added_tokens": [{"id": 256, "content": "</s>", "special": true}], "model": {"type": "BPE", "vocab": {%s}, "merges": []}}' \
+      "$(/usr/bin/python3 -c 'import json; bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100)); cs = bs[:] + [256 + n for n, b in enumerate(b for b in range(256) if b not in bs)]; bs += [b for b in range(256) if b not in bs]; print(", ".join(json.dumps(chr(c)) + ": " + str(b) for b, c in zip(bs, cs)))')" \
+      >"$tmp/tokenizer.json"
+    printf '{"eos_token": "</s>", "chat_template": "{%% for m in messages %%}{{ m.content }}\\n{%% endfor %%}{{ raise_exception(\\"no system role here\\") }}"}' \
+      >"$tmp/tokenizer_config.json"
+    printf '[{"role": "user", "content": "hi"}]' >"$tmp/chat.json"
+    run tokenize --tokenizer-type HFTokenizer --tokenizer-model "$tmp" --chat "$tmp/chat.json"
+    expect_error ".*/tokenizer_config.json line 2: the template raised: no system role here" ;;
   invalid_utf8)
     run tokenize < <(printf 'fine\nalso fine\nbad \xff byte\n')
     expect_error "stdin line 3: invalid UTF-8 at byte 5 of the line \(0xff\)" ;;

@@ -61,7 +61,9 @@ json byte_level_file() {
           {"post_processor", nullptr},
           {"decoder", {{"type", "ByteLevel"}}},
           {"model",
-           {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"h e", "he l", "hel l", "hell o", sp + " h"})}}}};
+           {{"type", "BPE"},
+            {"vocab", vocab},
+            {"merges", json::array({"h e", "he l", "hel l", "hell o", sp + " h"})}}}};
 }
 
 HfTokenizer parse(const json& j) { return HfTokenizer::parse(j.dump(), "t/tokenizer.json", "<|end|>"); }
@@ -183,7 +185,8 @@ TEST(HfTokenizer, DirectoryConfigBringsTemplateBosAndEos) {
   {
     std::ofstream(dir.path() + "/tokenizer.json") << f.dump();
     std::ofstream(dir.path() + "/tokenizer_config.json")
-        << json{{"bos_token", "<|begin|>"}, {"eos_token", {{"content", "<|end|>"}}}, {"chat_template", "{{ x }}"}}.dump();
+        << json{{"bos_token", "<|begin|>"}, {"eos_token", {{"content", "<|end|>"}}}, {"chat_template", "{{ x }}"}}
+               .dump();
   }
   const HfTokenizer t = HfTokenizer::load(hf_tokenizer_json(dir.path()));
   EXPECT_EQ(t.bos(), 262);
