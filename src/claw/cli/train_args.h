@@ -54,7 +54,9 @@ using GivenFlags = std::function<bool(const std::string&)>;
 // yet. Its architecture is the weights' and a flag or --model preset
 // (`preset`, if given) that disagrees is an error naming both values; the
 // other model flags keep their given values, else take the weights'
-// (model/config_flags.h: model::model_over_weights).
+// (model/config_flags.h: model::model_over_weights). --load-hf DIR with a
+// tokenizer.json also sets the data's tokenizer to it (HFTokenizer) unless
+// --tokenizer-type is given.
 void use_weights_model(TrainArgs& a, const GivenFlags& given, const std::string& preset);
 // --load-hf DIR: rank 0 imports it as a claw checkpoint that every rank
 // loads as --finetune.

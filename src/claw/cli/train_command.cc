@@ -493,6 +493,10 @@ void use_weights_model(TrainArgs& a, const GivenFlags& given, const std::string&
     const model::ModelConfig hf =
         ckpt::model_from_hf_config(ckpt::read_hf_config(a.ckpt.load_hf, "--load-hf"), a.ckpt.load_hf + "/config.json");
     a.model = model::model_over_weights(hf, a.model, given, preset, "--load-hf " + a.ckpt.load_hf);
+    // The directory's own tokenizer (and with it its chat template) unless
+    // the flags name another.
+    if (!given("tokenizer-type") && std::filesystem::exists(std::filesystem::path(a.ckpt.load_hf) / "tokenizer.json"))
+      a.data.tokenizer = data::TokenizerOptions{.type = "HFTokenizer", .model_file = a.ckpt.load_hf};
     return;
   }
   const std::optional<std::string> dir = checkpoint_to_load(a.ckpt);

@@ -54,6 +54,14 @@ for c in json.load(open(sys.argv[1]))["cases"]:
   --tokenizer-model "$dir" --workers 1 >"$tmp/preprocess.log" 2>&1 || { cat "$tmp/preprocess.log"; fail "preprocess --sft"; }
 "$py" "$here/hf_chat_e2e.py" check "$tmp/expected.json" "$tmp/tokenize.txt" "$tmp/serve.jsonl" "$tmp/sft_sft_document"
 
+# claw train --sft --load-hf DIR: the directory's tokenizer marks the data's ends (its eos, not GPT-2's).
+eod=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["eod"])' "$tmp/expected.json")
+"$claw" train --sft --load-hf "$dir" --data-path "$tmp/sft_sft_document" --seq-length 64 --micro-batch-size 1 \
+  --global-batch-size 1 --train-iters 1 --lr 1e-4 --split 100,0,0 --num-threads 2 >"$tmp/train.log" 2>&1 ||
+  { tail -20 "$tmp/train.log"; fail "train --sft --load-hf"; }
+grep -q "packing: .*eod $eod)" "$tmp/train.log" || { grep "data:" "$tmp/train.log"; fail "train did not use eod $eod"; }
+echo "train --sft --load-hf: the directory's tokenizer (eod $eod)"
+
 # Through a claw checkpoint and back: the tokenizer and template go along.
 "$claw" ckpt import --format hf --input "$dir" --save "$tmp/ck" >/dev/null
 "$claw" ckpt export --load "$tmp/ck" --format hf --output "$tmp/exported" >"$tmp/export.log" ||
