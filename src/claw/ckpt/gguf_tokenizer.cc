@@ -1,6 +1,7 @@
 #include "claw/ckpt/gguf_tokenizer.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -14,11 +15,20 @@
 namespace claw::ckpt {
 namespace {
 
-// Pre-tokenizers on claw's hand-written scanners (the fast path).
+bool one_of(const std::string& name, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (name == n) return true;
+  return false;
+}
+
+// Pre-tokenizers on claw's hand-written scanners (the fast path), by the
+// names llama.cpp gives them.
 std::optional<data::Pretokenizer> scanner_for(const std::string& pre) {
-  if (pre == "gpt-2" || pre == "gpt2") return data::Pretokenizer::gpt2;
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "dbrx" || pre == "smaug-bpe") return data::Pretokenizer::cl100k;
-  if (pre == "qwen2") return data::Pretokenizer::qwen2;
+  if (one_of(pre, {"gpt-2", "gpt2"})) return data::Pretokenizer::gpt2;
+  if (one_of(pre, {"llama3", "llama-v3", "llama-bpe", "dbrx", "smaug-bpe", "falcon3", "falcon-h1", "pixtral",
+                   "midm-2.0", "lfm2", "jina-v5-nano"}))
+    return data::Pretokenizer::cl100k;
+  if (one_of(pre, {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"})) return data::Pretokenizer::qwen2;
   return std::nullopt;
 }
 
@@ -55,10 +65,11 @@ std::optional<json> pre_tokenizer_json(const std::string& pre) {
   } else if (pre == "qwen35") {
     splits = {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+"
               "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
-  } else if (pre == "mpt" || pre == "olmo") {
-    return byte_level(true);  // GPT-2's pattern; vocabularies without the bytes UTF-8 never holds
-  } else if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" || pre == "codeshell" ||
-             pre == "exaone" || pre == "minerva") {
+  } else if (one_of(pre, {"mpt", "olmo", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
+                          "a.x-4.0", "mellum", "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe",
+                          "exaone4"})) {
+    return byte_level(true);  // GPT-2's pattern (these vocabularies may lack bytes UTF-8 never holds)
+  } else if (one_of(pre, {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"})) {
     // One digit a piece, then GPT-2's pattern.
     return json{{"type", "Sequence"},
                 {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
@@ -181,9 +192,9 @@ std::unique_ptr<data::Tokenizer> pipeline_tokenizer(const GgufVocabulary& g, con
   if (is_byte_level) {
     std::optional<json> pre = pre_tokenizer_json(g.pre);
     if (!pre)
-      fail("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer claw has (gpt-2, mpt, olmo, llama-bpe, llama3, dbrx, "
-           "smaug-bpe, qwen2, qwen35, deepseek-llm, deepseek-coder, starcoder, refact, command-r, smollm, codeshell, "
-           "exaone, minerva)",
+      fail("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer claw has (gpt-2 and its kind: phi-2, mpt, olmo, ...; "
+           "llama-bpe and its kind: llama3, dbrx, smaug-bpe, falcon3, ...; qwen2, qwen35, deepseek-llm, deepseek-coder, "
+           "starcoder and its kind: refact, command-r, smollm, codeshell, exaone, minerva-7b)",
            source, g.pre);
     // Control and user-defined tokens are added tokens, and in the
     // vocabulary too where ordinary tokens follow them.

@@ -3,15 +3,16 @@
 // tokenizer.chat_template.
 //
 // tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, merges, token types):
-//   - pre "gpt-2", "llama-bpe" / "llama3" / "dbrx" / "smaug-bpe" (Llama 3's,
-//     cl100k_base's pattern, a piece that is a token taken whole) and "qwen2"
-//     (one digit a piece, NFC) run on data::BpeTokenizer with claw's
-//     hand-written scanners;
+//   - pre "gpt-2", "llama-bpe" / "llama3" / "dbrx" / "smaug-bpe" / ...
+//     (Llama 3's, cl100k_base's pattern, a piece that is a token taken
+//     whole) and "qwen2" / "deepseek-r1-qwen" / ... (one digit a piece, NFC)
+//     run on data::BpeTokenizer with claw's hand-written scanners;
 //   - "qwen35", "deepseek-llm", "deepseek-coder", "starcoder" (and "refact",
-//     "command-r", "smollm", "codeshell", "exaone", "minerva": one digit a
-//     piece, then GPT-2's pattern), "mpt", "olmo" are written as the
-//     tokenizer.json their families publish (Split regexes, Digits,
-//     ByteLevel) and run by data::HfTokenizer.
+//     "command-r", "smollm", "codeshell", "exaone", "minerva-7b": one digit
+//     a piece, then GPT-2's pattern), GPT-2's pattern under other names
+//     ("mpt", "olmo", "phi-2", ...) are written as the tokenizer.json their
+//     families publish (Split regexes, Digits, ByteLevel) and run by
+//     data::HfTokenizer. The names are llama.cpp's.
 // "llama" (SentencePiece: tokens and scores, byte tokens) becomes the BPE
 // that transformers derives from it (merges ranked by score, a prefix ▁ and
 // spaces as ▁, byte fallback); "gemma4" the same with its own merges and no
