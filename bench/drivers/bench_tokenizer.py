@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def claw_args(encoding, data_dir):
@@ -41,15 +41,33 @@ def claw_args(encoding, data_dir):
     return ["--tokenizer-type", "TikTokenizer", "--tokenizer-model", f"{data_dir}/tiktoken/{encoding}.tiktoken"]
 
 
-def run_claw(claw, encoding, data_dir, path, threads, whole):
-    cmd = [claw, "tokenize", *claw_args(encoding, data_dir), "--stats", "--num-threads", str(threads), "--input", path]
+def run_tokenize(claw, tokenizer_args, path, threads, whole):
+    """`claw tokenize --stats` on `path`: its stats line as a dict."""
+    cmd = [claw, "tokenize", *tokenizer_args, "--stats", "--num-threads", str(threads), "--input", path]
     if whole:
         cmd.append("--whole-input")
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        sys.exit(f"bench_tokenizer: {' '.join(cmd)} failed: {r.stderr.strip()}")
+        sys.exit(f"{' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
     line = [l for l in r.stderr.splitlines() if l.startswith("tokenize:")][-1]
     return {k: v for k, v in re.findall(r"(\w+)=(\S+)", line)}
+
+
+def run_claw(claw, encoding, data_dir, path, threads, whole):
+    return run_tokenize(claw, claw_args(encoding, data_dir), path, threads, whole)
+
+
+def speeches_file(data_dir, tmp):
+    """The State of the Union speeches as one file (10.8 MB) under tmp."""
+    speeches = sorted(glob.glob(os.path.join(data_dir, "sotu", "*.txt")))
+    if not speeches:
+        sys.exit("no speeches in <data dir>/sotu; run scripts/fetch-data")
+    path = os.path.join(tmp, "sotu.txt")
+    with open(path, "w", encoding="utf-8") as out:
+        for s in speeches:
+            with open(s, encoding="utf-8") as f:
+                out.write(f.read().rstrip("\n") + "\n")
+    return path
 
 
 def main():
@@ -66,16 +84,7 @@ def main():
     if not os.path.exists(os.path.join(modules, "tiktoken", "package.json")):
         sys.exit(f"bench_tokenizer: tiktoken is not installed in {modules}; run scripts/setup")
     with tempfile.TemporaryDirectory() as tmp:
-        path = a.input
-        if path is None:
-            speeches = sorted(glob.glob(os.path.join(a.data_dir, "sotu", "*.txt")))
-            if not speeches:
-                sys.exit("bench_tokenizer: no speeches in <data dir>/sotu; run scripts/fetch-data")
-            path = os.path.join(tmp, "sotu.txt")
-            with open(path, "w", encoding="utf-8") as out:
-                for s in speeches:
-                    with open(s, encoding="utf-8") as f:
-                        out.write(f.read().rstrip("\n") + "\n")
+        path = a.input or speeches_file(a.data_dir, tmp)
         print(f"# input {path}: {os.path.getsize(path)} bytes; machine load {os.getloadavg()[0]:.2f} "
               f"on {os.cpu_count()} CPUs", flush=True)
 
