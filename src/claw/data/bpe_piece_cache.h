@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "claw/data/bpe_hash.h"
+
 namespace claw::data {
 
 class BpePieceCache {
@@ -60,5 +62,28 @@ class BpePieceCache {
   std::string pieces_;
   std::vector<int32_t> ids_;
 };
+
+// Appends the ids of `piece` to `out`: the cached ones, else those that
+// `encode(piece, out)` appends, cached when there are any. Pieces over
+// kMaxPieceBytes are encoded every time. The loop every BPE tokenizer runs
+// per piece (bpe_tokenizer.h, hf_tokenizer.h).
+template <class Encode>
+void encode_cached(BpePieceCache& cache, std::string_view piece, std::vector<int32_t>& out, Encode&& encode) {
+  if (piece.size() > BpePieceCache::kMaxPieceBytes) {
+    encode(piece, out);
+    return;
+  }
+  const uint64_t hash = hash_bytes(piece);
+  if (BpePieceCache::Hit hit = cache.find(piece, hash); hit.found) {
+    if (hit.ids.size() == 1)  // most words: no call to a general copy
+      out.push_back(hit.ids[0]);
+    else
+      out.insert(out.end(), hit.ids.begin(), hit.ids.end());
+    return;
+  }
+  const size_t first = out.size();
+  encode(piece, out);
+  if (out.size() > first) cache.insert(piece, hash, std::span<const int32_t>(out.data() + first, out.size() - first));
+}
 
 }  // namespace claw::data

@@ -8,7 +8,6 @@
 
 #include "claw/core/error.h"
 #include "claw/core/parallel.h"
-#include "claw/data/bpe_hash.h"
 #include "claw/data/bpe_piece_cache.h"
 #include "claw/data/jsonl_record.h"
 
@@ -102,21 +101,9 @@ void BpeTokenizer::encode_ordinary(std::string_view text, EncodeState& state, st
       out.push_back(encoder_.byte_id(static_cast<unsigned char>(piece[0])));
       continue;
     }
-    if (piece.size() > BpePieceCache::kMaxPieceBytes) {
-      encoder_.encode_piece(piece, state.scratch, out);
-      continue;
-    }
-    const uint64_t hash = hash_bytes(piece);
-    if (BpePieceCache::Hit hit = state.cache.find(piece, hash); hit.found) {
-      if (hit.ids.size() == 1)  // most words: no call to a general copy
-        out.push_back(hit.ids[0]);
-      else
-        out.insert(out.end(), hit.ids.begin(), hit.ids.end());
-      continue;
-    }
-    const size_t first = out.size();
-    encoder_.encode_piece(piece, state.scratch, out);
-    state.cache.insert(piece, hash, std::span<const int32_t>(out.data() + first, out.size() - first));
+    encode_cached(state.cache, piece, out, [&](std::string_view p, std::vector<int32_t>& ids) {
+      encoder_.encode_piece(p, state.scratch, ids);
+    });
   }
 }
 

@@ -14,7 +14,6 @@
 
 #include "claw/core/error.h"
 #include "claw/core/json_depth.h"
-#include "claw/data/bpe_hash.h"
 #include "claw/data/bpe_piece_cache.h"
 #include "claw/data/file_io.h"
 #include "claw/data/gpt2_bpe.h"
@@ -309,43 +308,29 @@ void pre_tokenize(const Pipeline& p, std::vector<Piece>& pieces, State& s) {
 }
 
 // The model on one piece.
+// The model on one piece: the core's ids, each id past the vocabulary (a
+// byte or partial character it lacks) replaced by its fallback ids.
 void encode_piece(const Pipeline& p, std::string_view piece, State& s, std::vector<int32_t>& out) {
-  const BpeEncoder& enc = *p.encoder;
-  auto expand = [&](size_t first) {
-    if (p.fallback.empty()) return;
-    bool any = false;
-    for (size_t i = first; i < out.size(); ++i) any |= out[i] >= p.vocab_size;
-    if (!any) return;
-    std::vector<int32_t> ids(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
-    out.resize(first);
-    for (int32_t id : ids) {
+  encode_cached(s.cache, piece, out, [&](std::string_view text, std::vector<int32_t>& ids) {
+    const size_t first = ids.size();
+    p.encoder->encode_piece(text, s.scratch, ids);
+    if (p.fallback.empty() ||
+        std::none_of(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end(),
+                     [&](int32_t id) { return id >= p.vocab_size; }))
+      return;
+    const std::vector<int32_t> core(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end());
+    ids.resize(first);
+    for (int32_t id : core) {
       if (id < p.vocab_size) {
-        out.push_back(id);
+        ids.push_back(id);
         continue;
       }
       for (int32_t f : p.fallback[static_cast<size_t>(id - p.vocab_size)])
-        if (!(p.fuse_unk && f == p.unk && out.size() > first && out.back() == p.unk)) out.push_back(f);
+        if (!(p.fuse_unk && f == p.unk && ids.size() > first && ids.back() == p.unk)) ids.push_back(f);
     }
-  };
-  if (piece.size() > BpePieceCache::kMaxPieceBytes) {
-    const size_t first = out.size();
-    enc.encode_piece(piece, s.scratch, out);
-    expand(first);
-    return;
-  }
-  const uint64_t hash = hash_bytes(piece);
-  if (BpePieceCache::Hit hit = s.cache.find(piece, hash); hit.found) {
-    if (hit.ids.size() == 1) out.push_back(hit.ids[0]);
-    else out.insert(out.end(), hit.ids.begin(), hit.ids.end());
-    return;
-  }
-  const size_t first = out.size();
-  enc.encode_piece(piece, s.scratch, out);
-  expand(first);
-  if (out.size() > first)
-    s.cache.insert(piece, hash, std::span<const int32_t>(out.data() + first, out.size() - first));
+  });
   // A piece made only of unknown characters without unk_token gives no ids
-  // and is not cached (the cache holds non-empty results): encoded anew.
+  // and is not cached: it is encoded anew.
 }
 
 struct Segment {

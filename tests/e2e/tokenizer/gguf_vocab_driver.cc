@@ -11,7 +11,6 @@
 // tokenizers library does (tests/e2e/tokenizer/gguf_vs_tokenizers.py).
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,16 +18,11 @@
 #include "claw/ckpt/gguf.h"
 #include "claw/ckpt/gguf_tokenizer.h"
 #include "claw/core/error.h"
+#include "claw/data/file_io.h"
 
 #include <nlohmann/json.hpp>
 
 namespace {
-
-std::string read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) claw::fail("{} not found", path);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
@@ -58,7 +52,7 @@ int main(int argc, char** argv) try {
     std::fputs(out.c_str(), stdout);
     return 0;
   }
-  const std::string inp = read(path + ".inp"), out = read(path + ".out");
+  const std::string inp = claw::data::read_file(path + ".inp", "llama.cpp cases"), out = claw::data::read_file(path + ".out", "llama.cpp cases");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> cases;
   for (size_t at = 0;;) {

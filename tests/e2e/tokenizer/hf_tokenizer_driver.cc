@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,15 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "claw/core/error.h"
+#include "claw/data/file_io.h"
 #include "claw/data/hf_tokenizer.h"
 
 namespace {
-
-std::string read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) claw::fail("{} not found", path);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
@@ -80,8 +74,8 @@ int main(int argc, char** argv) try {
     return 0;
   }
   if (mode != "--cases") claw::fail("unknown mode {}", mode);
-  const std::string inp = read(file);
-  const std::string outs = read(file.substr(0, file.size() - 4) + ".out");
+  const std::string inp = claw::data::read_file(file, "llama.cpp cases");
+  const std::string outs = claw::data::read_file(file.substr(0, file.size() - 4) + ".out", "llama.cpp cases");
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::istringstream lines(outs);
   int ok = 0, bad = 0;
