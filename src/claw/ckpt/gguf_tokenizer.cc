@@ -245,7 +245,7 @@ std::unique_ptr<data::Tokenizer> pipeline_tokenizer(const GgufVocabulary& g, con
     doc["model"] = bpe_model(std::move(vocab), std::move(merges), unk, true);
     doc["post_processor"] = nullptr;
     return std::make_unique<data::HfTokenizer>(
-        data::HfTokenizer::parse(doc.dump(), source, tokens[static_cast<size_t>(eod)]));
+        data::HfTokenizer::from_json(doc, source, tokens[static_cast<size_t>(eod)]));
   }
   doc["added_tokens"] = added;
   doc["post_processor"] = nullptr;
@@ -254,7 +254,7 @@ std::unique_ptr<data::Tokenizer> pipeline_tokenizer(const GgufVocabulary& g, con
   for (size_t i = 0; i < lines.size(); ++i) merges.push_back(merge_pair(lines[i], ids, i, source));
   doc["model"] = bpe_model(std::move(vocab), std::move(merges), "", false);
   return std::make_unique<data::HfTokenizer>(
-      data::HfTokenizer::parse(doc.dump(), source, tokens[static_cast<size_t>(eod)]));
+      data::HfTokenizer::from_json(doc, source, tokens[static_cast<size_t>(eod)]));
 }
 
 }  // namespace

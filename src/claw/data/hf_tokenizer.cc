@@ -594,6 +594,10 @@ HfTokenizer HfTokenizer::parse(std::string_view json_text, const std::string& so
   return HfTokenizer(hf::read_pipeline(json_text, source, eod_token));
 }
 
+HfTokenizer HfTokenizer::from_json(const nlohmann::json& doc, const std::string& source, const std::string& eod_token) {
+  return HfTokenizer(hf::read_pipeline(doc, source, eod_token));
+}
+
 std::vector<int32_t> HfTokenizer::encode_impl(std::string_view text, SpecialTokens special) const {
   hf::State& s = hf::thread_state(*p_);
   std::vector<int32_t> out;

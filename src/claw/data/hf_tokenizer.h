@@ -65,6 +65,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "claw/data/tokenizer.h"
 
 namespace claw::data {
@@ -87,6 +89,9 @@ class HfTokenizer final : public Tokenizer {
   static HfTokenizer load(const std::string& path, const std::string& eod_token = "");
   // The same from the file's text; `source` names it in errors.
   static HfTokenizer parse(std::string_view json_text, const std::string& source, const std::string& eod_token);
+  // The same from the document as a JSON value (a tokenizer.json written by
+  // another reader, e.g. a GGUF vocabulary's: no text in between).
+  static HfTokenizer from_json(const nlohmann::json& doc, const std::string& source, const std::string& eod_token);
 
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t vocab_size() const override;

@@ -234,7 +234,8 @@ class Reader {
       s.content = string_of(v, "content", field);
       const json& start = member(v, "start", field);
       const json& stop = member(v, "stop", field);
-      if (!start.is_number_unsigned() || !stop.is_number_unsigned())
+      auto count = [](const json& x) { return x.is_number_integer() && x.get<int64_t>() >= 0; };
+      if (!count(start) || !count(stop))
         error(field, "start and stop must be counts (integers >= 0)");
       s.start = static_cast<int>(std::min<uint64_t>(start.get<uint64_t>(), 1 << 20));
       s.stop = static_cast<int>(std::min<uint64_t>(stop.get<uint64_t>(), 1 << 20));
@@ -533,6 +534,11 @@ std::shared_ptr<Pipeline> read_pipeline(std::string_view json_text, const std::s
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON (byte {}): {}", source, e.byte, e.what());
   }
+  return read_pipeline(doc, source, eod_token);
+}
+
+std::shared_ptr<Pipeline> read_pipeline(const nlohmann::json& doc, const std::string& source,
+                                        const std::string& eod_token) {
   if (!doc.is_object()) fail("{}: a tokenizer.json is a JSON object", source);
   auto p = std::make_shared<Pipeline>();
   p->source = source;

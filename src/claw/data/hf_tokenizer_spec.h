@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "claw/data/bpe_encoder.h"
 #include "claw/data/hf_tokenizer.h"
 #include "claw/data/pretokenizer.h"
@@ -118,6 +120,9 @@ inline size_t utf8_length(unsigned char lead) {
 
 // Reads a tokenizer.json's text (hf_tokenizer_spec.cc).
 std::shared_ptr<Pipeline> read_pipeline(std::string_view json_text, const std::string& source,
+                                        const std::string& eod_token);
+// The same from the document already parsed.
+std::shared_ptr<Pipeline> read_pipeline(const nlohmann::json& doc, const std::string& source,
                                         const std::string& eod_token);
 
 // The normalizer applied to `text` (hf_tokenizer.cc); used by the reader
