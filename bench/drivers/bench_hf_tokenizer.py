@@ -23,7 +23,6 @@ Prints one line per figure:
   bench_hf_tokenizer family=llama3 mode=lines impl=claw threads=2 mb_per_s=... ratio_vs_tokenizers=...
 """
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -69,16 +68,13 @@ def main():
     a = p.parse_args()
     llama_cpp = subprocess.run([os.path.join(REPO, "tools", "llamacpp_sdist.sh")], capture_output=True, text=True,
                                check=True).stdout.strip()
-    # The tests' cache: keyed by the builder's hash, as hf_vs_tokenizers.sh keys it.
-    builder = os.path.join(REPO, "tests", "e2e", "tokenizer", "hf_json_from_gguf.py")
-    cache = os.path.join(llama_cpp, "..", "hf-json-" + hashlib.sha256(open(builder, "rb").read()).hexdigest()[:16])
     with tempfile.TemporaryDirectory() as tmp:
         path = a.input or speeches_file(a.data_dir, tmp)
         print(f"# input {path}: {os.path.getsize(path)} bytes; machine load {os.getloadavg()[0]:.2f} "
               f"on {os.cpu_count()} CPUs", flush=True)
         threads = [int(t) for t in a.threads.split(",")]
         for family in a.families.split(","):
-            tokenizer_json, _ = hf_json_from_gguf.build(family, os.path.join(llama_cpp, "models"), cache)
+            tokenizer_json, _ = hf_json_from_gguf.build(family, os.path.join(llama_cpp, "models"))
             for mode in ("lines", "whole"):
                 one = None
                 for n in (threads if mode == "lines" else [1]):

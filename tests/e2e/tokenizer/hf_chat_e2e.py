@@ -1,7 +1,7 @@
 """A model directory as the Hub ships one, and what transformers makes of
 its chats (the oracle of hf_chat_e2e.sh).
 
-    hf_chat_e2e.py make FAMILY DIR MODELS JSON_CACHE TEMPLATES
+    hf_chat_e2e.py make FAMILY DIR MODELS TEMPLATES
         DIR: a random LlamaForCausalLM (save_pretrained) with FAMILY's
         tokenizer.json (hf_json_from_gguf.py) and a tokenizer_config.json
         holding the family's real chat template, bos_token and eos_token:
@@ -50,13 +50,13 @@ FAMILIES = {
 }
 
 
-def make(family, out, models, json_cache, templates):
+def make(family, out, models, templates):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import hf_json_from_gguf
     import torch
     import transformers as tf
     f = FAMILIES[family]
-    path, _ = hf_json_from_gguf.build(f["json"], models, json_cache)
+    path, _ = hf_json_from_gguf.build(f["json"], models)
     os.makedirs(out, exist_ok=True)
     shutil.copy(path, os.path.join(out, "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": f["bos_token"], "eos_token": f["eos_token"],
@@ -146,7 +146,7 @@ def check(expected, tokenize_out, serve_out, sft_prefix):
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make":
-        make(*sys.argv[2:7])
+        make(*sys.argv[2:6])
     elif cmd == "expect":
         expect(*sys.argv[2:4])
     elif cmd == "roundtrip":

@@ -14,10 +14,8 @@ family=$2
 repo=$(cd "$here/../../.." && pwd)
 py=$("$repo/tests/oracle_env.sh" hf)
 llama_cpp=$("$repo/tools/llamacpp_sdist.sh")
-cache=$llama_cpp/../hf-json-$(sha256sum "$here/hf_json_from_gguf.py" | cut -c1-16)
-mkdir -p "$cache"
 dir=$tmp/$family
-"$py" "$here/hf_chat_e2e.py" make "$family" "$dir" "$llama_cpp/models" "$cache" "$llama_cpp/models/templates"
+"$py" "$here/hf_chat_e2e.py" make "$family" "$dir" "$llama_cpp/models" "$llama_cpp/models/templates"
 "$py" "$here/hf_chat_e2e.py" expect "$dir" "$tmp/expected.json"
 n=$(/usr/bin/python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["cases"]))' "$tmp/expected.json")
 

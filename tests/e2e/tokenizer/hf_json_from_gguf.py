@@ -16,6 +16,7 @@ transformers writes non-legacy files), gemma (Gemma's: Replace, no prefix).
 qwen2-flags: Qwen 2 with lstrip/rstrip/single_word/normalized added tokens,
 to exercise the added-token rules.
 """
+import hashlib
 import json
 import os
 import struct
@@ -258,10 +259,20 @@ FAMILIES = {
 }
 
 
-def build(family, models_dir, out_dir):
-    """Writes OUT_DIR/FAMILY/tokenizer.json; returns its path and the GGUF vocabulary's name."""
+def cache_dir(models_dir):
+    """Where built files are kept: beside llama.cpp's tree, under this
+    builder's hash, so a rerun does not rebuild them and a changed builder
+    does not reuse them."""
+    with open(os.path.abspath(__file__), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    return os.path.join(models_dir, "..", "..", f"hf-json-{digest}")
+
+
+def build(family, models_dir):
+    """Writes cache_dir(MODELS_DIR)/FAMILY/tokenizer.json once; returns its
+    path and the GGUF vocabulary's name."""
     vocab_name, builder = FAMILIES[family]
-    path = os.path.join(out_dir, family, "tokenizer.json")
+    path = os.path.join(cache_dir(models_dir), family, "tokenizer.json")
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         f = builder(read_gguf(os.path.join(models_dir, f"ggml-vocab-{vocab_name}.gguf")))

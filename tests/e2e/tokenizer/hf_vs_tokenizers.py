@@ -13,8 +13,7 @@ with its newline) these must be identical, line by line:
     lines that hold special tokens (special.txt) and the first 2,000;
   - decode(ids, skip_special_tokens=False) of the library's ids.
 
-    python hf_vs_tokenizers.py --driver hf_tokenizer_driver --models DIR --corpus DIR --work DIR \
-        --json-cache DIR FAMILY...
+    python hf_vs_tokenizers.py --driver hf_tokenizer_driver --models DIR --corpus DIR --work DIR FAMILY...
 
 Prints per family the lines, tokens and differences (the first few shown)
 and both sides' times; fails on any difference.
@@ -86,7 +85,6 @@ def main():
     ap.add_argument("--models", required=True)
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--json-cache", required=True, help="where the built tokenizer.json files are kept")
     ap.add_argument("families", nargs="+")
     a = ap.parse_args()
     from tokenizers import Tokenizer
@@ -101,7 +99,7 @@ def main():
             f.write(json.dumps(t) + "\n")
     failed = False
     for family in a.families:
-        path, vocab = hf_json_from_gguf.build(family, a.models, a.json_cache)
+        path, vocab = hf_json_from_gguf.build(family, a.models)
         tok = Tokenizer.from_file(path)
         ok, n = llama_cpp_cases(tok, a.models, vocab)
         cases = subprocess.run([a.driver, path, "--cases", os.path.join(a.models, f"ggml-vocab-{vocab}.gguf.inp")],
