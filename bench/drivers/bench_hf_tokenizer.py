@@ -40,6 +40,7 @@ import json, sys, time
 from tokenizers import Tokenizer
 path, text_path, mode, repeats = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 tok = Tokenizer.from_file(path)
+tok.encode_special_tokens = True  # special-token text as text, as `claw tokenize` encodes it by default
 data = open(text_path, encoding="utf-8", newline="").read()  # \r\n stays as it is
 lines = data.split("\n")  # as claw tokenize: each line without its newline
 if lines and lines[-1] == "":
