@@ -6,7 +6,7 @@
 #   tests/oracle_env.sh hf|torch2|curate|tensorboard|openai|openai-npm
 #
 #   hf           transformers 4.49, PEFT and gguf beside Debian's torch (tools/hf_env.sh)
-#   torch2       PyPI torch 2.5 for the float8 casts (tools/torch2_env.sh)
+#   torch2       PyPI torch 2.5 for the float8 casts, transformers 4.57 (tools/torch2_env.sh)
 #   curate       datatrove, fastText, spaCy, datasketch (tests/e2e/curate/curate_env.sh)
 #   tensorboard  TensorBoard's EventAccumulator
 #   openai       the official openai Python SDK

@@ -14,9 +14,16 @@ if [[ ! -d $dir/models/templates ]]; then
   mkdir -p "$cache"
   tarball=$cache/llama_cpp_python-$version.tar.gz
   if [[ ! -s $tarball ]]; then
-    url=$(curl -fsSL "https://pypi.org/pypi/llama-cpp-python/$version/json" |
-          /usr/bin/python3 -c 'import json, sys; print([u["url"] for u in json.load(sys.stdin)["urls"] if u["packagetype"] == "sdist"][0])')
-    case $url in http*) ;; *) url="https://pypi.org/${url#../../}" ;; esac
+    # The simple index (PEP 503), which every PyPI mirror serves: the
+    # sdist's link, relative or absolute, with its #sha256= fragment.
+    index=https://pypi.org/simple/llama-cpp-python/
+    url=$(curl -fsSL "$index" | /usr/bin/python3 -c '
+import re, sys, urllib.parse
+name = sys.argv[2]
+links = [h for h in re.findall(r"href=\"([^\"]+)\"", sys.stdin.read()) if h.split("#")[0].endswith("/" + name)]
+if not links:
+    sys.exit(f"llamacpp_sdist: {name} is not in {sys.argv[1]}")
+print(urllib.parse.urljoin(sys.argv[1], links[0].split("#")[0]))' "$index" "llama_cpp_python-$version.tar.gz")
     echo "llamacpp_sdist: downloading $url" >&2
     curl -fsSL --retry 3 -o "$tarball.tmp" "$url"
     mv "$tarball.tmp" "$tarball"

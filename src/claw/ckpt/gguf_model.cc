@@ -114,6 +114,10 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
          cfg.moe.num_experts);
   const nlohmann::json config = hf_config(cfg);  // refuses models with no GPT-2 or Llama form
   const std::string arch = config["model_type"].get<std::string>();
+  if (arch != "gpt2" && arch != "llama")
+    fail("GGUF export of {} models ({}) is not available yet (export --format hf gives {})", arch,
+         cfg.qk_layernorm ? "--qk-layernorm" : cfg.add_qkv_bias ? "--add-qkv-bias" : "--window-size",
+         config["architectures"][0].get<std::string>());
   HfStateDict hf = to_hf(cfg, get);
   if (arch == "gpt2" && !hf.count("lm_head.weight")) hf["lm_head.weight"] = hf.at("transformer.wte.weight");
 

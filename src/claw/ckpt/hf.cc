@@ -63,6 +63,117 @@ T need(const nlohmann::json& j, const char* key, const std::string& path) {
   if (!j.contains(key) || j[key].is_null()) fail("{}: missing field '{}'", path, key);
   return get_or<T>(j, key, T{}, path);
 }
+// The fields every Llama-style family's config.json shares.
+nlohmann::json llama_family_config(const model::ModelConfig& c, const char* architecture, const char* type) {
+  return {{"architectures", {architecture}},
+          {"model_type", type},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.ffn()},
+          {"num_hidden_layers", c.num_layers},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.kv_heads()},
+          {"head_dim", c.head_dim()},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rms_norm_eps", c.norm_epsilon},
+          {"rope_theta", c.rotary_base},
+          {"rope_scaling", nullptr},
+          {"hidden_act", "silu"},
+          {"attention_dropout", 0.0},
+          {"initializer_range", c.init_method_std},
+          {"tie_word_embeddings", c.tied()},
+          {"torch_dtype", "float32"}};
+}
+
+// MixtralForCausalLM: every layer a sparse MoE block of SwiGLU experts,
+// softmax top-k routing renormalised over the k (claw's softmax router).
+nlohmann::json hf_mixtral_config(const model::ModelConfig& c) {
+  const model::MoeConfig& m = c.moe;
+  if (!m.enabled()) fail("--hf-architecture MixtralForCausalLM: this model has no experts (--num-experts 0)");
+  if (m.num_moe_layers(c.num_layers) != c.num_layers || m.shared_expert_intermediate_size > 0 ||
+      m.router_score_function != "softmax" || m.router_enable_expert_bias)
+    fail("--num-experts {}: Hugging Face has this MoE as MixtralForCausalLM only (every layer MoE, softmax routing, "
+         "no shared expert, no expert bias); this model has --moe-layer-freq {}, --moe-router-score-function {}{}{}",
+         m.num_experts, m.layer_freq, m.router_score_function,
+         m.shared_expert_intermediate_size > 0 ? ", a shared expert" : "",
+         m.router_enable_expert_bias ? ", --moe-router-enable-expert-bias" : "");
+  if (c.qkv_bias()) fail("MixtralForCausalLM has no linear biases; this model has them");
+  if (c.qk_layernorm) fail("MixtralForCausalLM has no --qk-layernorm; this model has it");
+  nlohmann::json j = llama_family_config(c, "MixtralForCausalLM", "mixtral");
+  j.erase("rope_scaling");
+  j["intermediate_size"] = c.moe_ffn();
+  j["num_local_experts"] = m.num_experts;
+  j["num_experts_per_tok"] = m.router_topk;
+  j["router_aux_loss_coef"] = m.aux_loss_coeff;
+  j["output_router_logits"] = false;
+  j["router_jitter_noise"] = 0.0;
+  j["sliding_window"] = c.window_size > 0 ? nlohmann::json(c.window_size) : nlohmann::json(nullptr);
+  return j;
+}
+
+// Qwen3ForCausalLM: Llama's layers with an RMSNorm on each head's queries
+// and keys (q_norm, k_norm) and a head dimension of its own; attention_bias
+// puts biases on q, k, v and o, the MLP has none.
+nlohmann::json hf_qwen3_config(const model::ModelConfig& c) {
+  if (!c.qk_layernorm) fail("--hf-architecture Qwen3ForCausalLM: this model has no --qk-layernorm");
+  if (c.add_qkv_bias && !c.add_bias_linear)
+    fail("--qk-layernorm with --add-qkv-bias: Qwen3ForCausalLM's attention_bias covers q, k, v and o together; this "
+         "model has biases on q, k and v only");
+  if (c.add_bias_linear)
+    fail("--qk-layernorm without --disable-bias-linear: Qwen3ForCausalLM's MLP has no biases; this model's has");
+  if (c.window_size > 0)
+    fail("--window-size {} with --qk-layernorm: Qwen3ForCausalLM's sliding window (use_sliding_window) is not "
+         "exported",
+         c.window_size);
+  nlohmann::json j = llama_family_config(c, "Qwen3ForCausalLM", "qwen3");
+  j["attention_bias"] = false;
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["max_window_layers"] = c.num_layers;
+  return j;
+}
+
+// Phi3ForCausalLM: Llama's layers with q, k, v fused into qkv_proj and
+// gate, up into gate_up_proj (model::HfNames slices them), no biases, and
+// Mistral's sliding window (null: none).
+nlohmann::json hf_phi3_config(const model::ModelConfig& c) {
+  if (c.add_bias_linear || c.add_qkv_bias || c.qk_layernorm)
+    fail("--hf-architecture Phi3ForCausalLM: Phi-3 has no biases and no --qk-layernorm; this model has them");
+  nlohmann::json j = llama_family_config(c, "Phi3ForCausalLM", "phi3");
+  j.erase("head_dim");
+  if (c.head_dim() * c.num_attention_heads != c.hidden_size)
+    fail("--kv-channels {}: Phi3ForCausalLM's head dimension is hidden / heads ({})", c.kv_channels,
+         c.hidden_size / c.num_attention_heads);
+  j["sliding_window"] = c.window_size > 0 ? nlohmann::json(c.window_size) : nlohmann::json(nullptr);
+  j["original_max_position_embeddings"] = c.max_position_embeddings;
+  j["partial_rotary_factor"] = 1.0;
+  j["resid_pdrop"] = c.hidden_dropout;
+  j["embd_pdrop"] = c.hidden_dropout;
+  return j;
+}
+
+// Qwen2ForCausalLM: Llama's layers with biases on q, k and v only, and the
+// head dimension hidden / heads (its config has no head_dim).
+nlohmann::json hf_qwen2_config(const model::ModelConfig& c) {
+  if (!c.add_qkv_bias || c.add_bias_linear)
+    fail("--hf-architecture Qwen2ForCausalLM: Qwen 2 has biases on q, k and v only (--add-qkv-bias "
+         "--disable-bias-linear); this model has {}",
+         c.add_bias_linear ? "biases in every linear layer" : "none");
+  if (c.kv_channels > 0 && c.kv_channels * c.num_attention_heads != c.hidden_size)
+    fail("--kv-channels {}: Qwen2ForCausalLM's head dimension is hidden / heads ({}); this model has no Hugging Face "
+         "Qwen 2 form",
+         c.kv_channels, c.hidden_size / c.num_attention_heads);
+  if (c.window_size > 0)
+    fail("--window-size {} with --add-qkv-bias: Qwen2ForCausalLM's sliding window (use_sliding_window) is not "
+         "exported; Hugging Face's Mistral has the window but no biases",
+         c.window_size);
+  nlohmann::json j = llama_family_config(c, "Qwen2ForCausalLM", "qwen2");
+  j.erase("head_dim");
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["max_window_layers"] = c.num_layers;
+  return j;
+}
 }  // namespace
 
 void fail_field_type(const std::string& path, const char* key, const std::string& value) {
@@ -78,6 +189,10 @@ nlohmann::json hf_config(const model::ModelConfig& c) {
     if (c.kv_heads() != c.num_attention_heads || c.head_dim() * c.num_attention_heads != c.hidden_size)
       fail("GPT2LMHeadModel has neither grouped-query attention nor --kv-channels; this model has no Hugging Face "
            "GPT-2 form");
+    if (c.window_size > 0)
+      fail("GPT2LMHeadModel has no sliding-window attention; a model with --window-size {} has no Hugging Face GPT-2 "
+           "form",
+           c.window_size);
     return {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
             {"vocab_size", c.vocab_size},
@@ -100,52 +215,32 @@ nlohmann::json hf_config(const model::ModelConfig& c) {
   if (c.normalization != model::Norm::rmsnorm || c.position_embedding_type != model::Position::rope ||
       c.mlp != model::Mlp::swiglu)
     fail("this model mixes GPT-2 and Llama parts (--normalization {}, --position-embedding-type {}, --swiglu {}); "
-         "Hugging Face has GPT2LMHeadModel (LayerNorm, learned positions, GELU) and LlamaForCausalLM (RMSNorm, rope, "
+         "Hugging Face has GPT2LMHeadModel (LayerNorm, learned positions, GELU) and the Llama family (RMSNorm, rope, "
          "SwiGLU) only",
          model::to_string(c.normalization), model::to_string(c.position_embedding_type),
          c.mlp == model::Mlp::swiglu ? "on" : "off");
-  nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
-                      {"model_type", "llama"},
-                      {"vocab_size", c.vocab_size},
-                      {"hidden_size", c.hidden_size},
-                      {"intermediate_size", c.ffn()},
-                      {"num_hidden_layers", c.num_layers},
-                      {"num_attention_heads", c.num_attention_heads},
-                      {"num_key_value_heads", c.kv_heads()},
-                      {"head_dim", c.head_dim()},
-                      {"max_position_embeddings", c.max_position_embeddings},
-                      {"rms_norm_eps", c.norm_epsilon},
-                      {"rope_theta", c.rotary_base},
-                      {"rope_scaling", nullptr},
-                      {"hidden_act", "silu"},
-                      {"attention_bias", c.add_bias_linear},
-                      {"mlp_bias", c.add_bias_linear},
-                      {"attention_dropout", 0.0},
-                      {"initializer_range", c.init_method_std},
-                      {"tie_word_embeddings", c.tied()},
-                      {"torch_dtype", "float32"}};
-  if (!c.moe.enabled()) return j;
-  // MixtralForCausalLM: every layer a sparse MoE block of SwiGLU experts,
-  // softmax top-k routing renormalised over the k (claw's softmax router).
-  const model::MoeConfig& m = c.moe;
-  if (m.num_moe_layers(c.num_layers) != c.num_layers || m.shared_expert_intermediate_size > 0 ||
-      m.router_score_function != "softmax" || m.router_enable_expert_bias)
-    fail("--num-experts {}: Hugging Face has this MoE as MixtralForCausalLM only (every layer MoE, softmax routing, "
-         "no shared expert, no expert bias); this model has --moe-layer-freq {}, --moe-router-score-function {}{}{}",
-         m.num_experts, m.layer_freq, m.router_score_function,
-         m.shared_expert_intermediate_size > 0 ? ", a shared expert" : "",
-         m.router_enable_expert_bias ? ", --moe-router-enable-expert-bias" : "");
-  if (c.add_bias_linear) fail("MixtralForCausalLM has no linear biases; this model has them");
-  for (const char* key : {"attention_bias", "mlp_bias", "rope_scaling"}) j.erase(key);
-  j["architectures"] = {"MixtralForCausalLM"};
-  j["model_type"] = "mixtral";
-  j["intermediate_size"] = c.moe_ffn();
-  j["num_local_experts"] = m.num_experts;
-  j["num_experts_per_tok"] = m.router_topk;
-  j["router_aux_loss_coef"] = m.aux_loss_coeff;
-  j["output_router_logits"] = false;
-  j["router_jitter_noise"] = 0.0;
-  j["sliding_window"] = nullptr;
+  const std::string& arch = c.hf_architecture;
+  if (arch == "GPT2LMHeadModel")
+    fail("--hf-architecture GPT2LMHeadModel: this model has Llama's parts (RMSNorm, rope, SwiGLU), not GPT-2's");
+  if (c.moe.enabled() || arch == "MixtralForCausalLM") return hf_mixtral_config(c);
+  if (c.qk_layernorm || arch == "Qwen3ForCausalLM") return hf_qwen3_config(c);
+  if ((c.add_qkv_bias && !c.add_bias_linear) || arch == "Qwen2ForCausalLM") return hf_qwen2_config(c);
+  if (arch == "Phi3ForCausalLM") return hf_phi3_config(c);
+  nlohmann::json j = llama_family_config(c, "LlamaForCausalLM", "llama");
+  if (c.window_size > 0 || arch == "MistralForCausalLM") {
+    // MistralForCausalLM: Llama's layers, every one attending over a sliding window.
+    if (c.add_bias_linear)
+      fail("--window-size {}: Hugging Face has sliding-window attention in MistralForCausalLM, which has no linear "
+           "biases; this model has them",
+           c.window_size);
+    for (const char* key : {"attention_bias", "mlp_bias"}) j.erase(key);
+    j["architectures"] = {"MistralForCausalLM"};
+    j["model_type"] = "mistral";
+    j["sliding_window"] = c.window_size > 0 ? nlohmann::json(c.window_size) : nlohmann::json(nullptr);
+    return j;
+  }
+  j["attention_bias"] = c.add_bias_linear;
+  j["mlp_bias"] = c.add_bias_linear;
   return j;
 }
 
@@ -154,6 +249,7 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
   model::ModelConfig c;
   if (type == "gpt2") {
     c.name = "hf-gpt2";
+    c.hf_architecture = "GPT2LMHeadModel";
     c.num_layers = need<int64_t>(j, "n_layer", path);
     c.hidden_size = need<int64_t>(j, "n_embd", path);
     c.num_attention_heads = need<int64_t>(j, "n_head", path);
@@ -167,13 +263,20 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       fail("{}: activation_function '{}': claw's GELU is the tanh approximation (gelu_new, gelu_pytorch_tanh)", path,
            act);
-  } else if (type == "llama" || type == "mixtral") {
+  } else if (type == "llama" || type == "mixtral" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
+             type == "phi3") {
     c.name = "hf-" + type;
+    static const std::map<std::string, std::string> classes = {
+        {"llama", "LlamaForCausalLM"},  {"mixtral", "MixtralForCausalLM"}, {"mistral", "MistralForCausalLM"},
+        {"qwen2", "Qwen2ForCausalLM"},  {"qwen3", "Qwen3ForCausalLM"},     {"phi3", "Phi3ForCausalLM"}};
+    c.hf_architecture = classes.at(type);
     c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
     c.hidden_size = need<int64_t>(j, "hidden_size", path);
     c.num_attention_heads = need<int64_t>(j, "num_attention_heads", path);
     c.num_query_groups = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, path);
-    const int64_t head_dim = get_or<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, path);
+    // Qwen 2's config has no head_dim (transformers ignores one there).
+    const int64_t head_dim = type == "qwen2" || type == "phi3" ? c.hidden_size / c.num_attention_heads
+                                             : get_or<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, path);
     c.kv_channels = head_dim == c.hidden_size / c.num_attention_heads ? 0 : head_dim;
     c.ffn_hidden_size = need<int64_t>(j, "intermediate_size", path);
     c.vocab_size = need<int64_t>(j, "vocab_size", path);
@@ -185,9 +288,20 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
     c.normalization = model::Norm::rmsnorm;
     c.position_embedding_type = model::Position::rope;
     c.mlp = model::Mlp::swiglu;
-    c.add_bias_linear = get_or<bool>(j, "attention_bias", false, path);
-    if (get_or<bool>(j, "mlp_bias", c.add_bias_linear, path) != c.add_bias_linear)
-      fail("{}: attention_bias and mlp_bias differ; claw's --disable-bias-linear covers both", path);
+    if (type == "llama") {
+      c.add_bias_linear = get_or<bool>(j, "attention_bias", false, path);
+      if (get_or<bool>(j, "mlp_bias", c.add_bias_linear, path) != c.add_bias_linear)
+        fail("{}: attention_bias and mlp_bias differ; claw's --disable-bias-linear covers both", path);
+    } else if (type == "qwen3") {
+      c.add_bias_linear = false;
+      c.qk_layernorm = true;  // q_norm, k_norm over each head
+      if (get_or<bool>(j, "attention_bias", false, path))
+        fail("{}: attention_bias true: claw has no Qwen 3 attention with biases on q, k, v and o but none in the MLP",
+             path);
+    } else {
+      c.add_bias_linear = false;
+      c.add_qkv_bias = type == "qwen2";  // Qwen 2: q, k and v have biases, nothing else
+    }
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
       fail("{}: rope_scaling {} is not supported (claw implements plain RoPE)", path, j["rope_scaling"].dump());
     const std::string act = get_or<std::string>(j, "hidden_act", "silu", path);
@@ -197,13 +311,21 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
       c.moe.router_topk = need<int64_t>(j, "num_experts_per_tok", path);
       c.moe.aux_loss_coeff = get_or<double>(j, "router_aux_loss_coef", 0.0, path);
       c.moe.ffn_hidden_size = c.ffn_hidden_size;
-      if (j.contains("sliding_window") && !j["sliding_window"].is_null() &&
-          get_or<int64_t>(j, "sliding_window", 0, path) < c.max_position_embeddings)
-        fail("{}: sliding_window {} is shorter than max_position_embeddings {}; claw's attention is full causal", path,
-             j["sliding_window"].dump(), c.max_position_embeddings);
     }
+    // Mistral and Mixtral: every layer attends over sliding_window keys
+    // (null: all). Qwen 2's window is off unless use_sliding_window.
+    if ((type == "mistral" || type == "mixtral" || type == "phi3") && j.contains("sliding_window") &&
+        !j["sliding_window"].is_null())
+      c.window_size = need<int64_t>(j, "sliding_window", path);
+    if (type == "phi3" && get_or<double>(j, "partial_rotary_factor", 1.0, path) != 1.0)
+      fail("{}: partial_rotary_factor {}: claw rotates every dimension of a head (1.0)", path,
+           j["partial_rotary_factor"].dump());
+    if ((type == "qwen2" || type == "qwen3") && get_or<bool>(j, "use_sliding_window", false, path))
+      fail("{}: use_sliding_window true: claw does not run Qwen's sliding window (layers from max_window_layers "
+           "on); set it false if the model was trained without it",
+           path);
   } else {
-    fail("{}: model_type '{}' is not supported (gpt2, llama or mixtral)", path, type);
+    fail("{}: model_type '{}' is not supported (gpt2, llama, mistral, mixtral, phi3, qwen2 or qwen3)", path, type);
   }
   c.validate();
   return c;

@@ -12,6 +12,7 @@
 #include "claw/kernels/cpu/attention.h"
 #include "claw/kernels/cpu/attention_offset.h"
 #include "claw/kernels/cpu/paged_attention.h"
+#include "claw/kernels/cpu/rmsnorm.h"
 #include "claw/kernels/cpu/rope.h"
 
 namespace claw::model {
@@ -40,6 +41,11 @@ void Attention::Saved::layout(ArenaLayout& L, const std::string& prefix, const M
   v = L.take<float>(prefix + ".v", N * GD);
   out = L.take<float>(prefix + ".out", N * HD);
   lse = L.take<float>(prefix + ".lse", N * tp.heads(cfg));
+  if (!cfg.qk_layernorm) return;
+  q_pre = L.take<float>(prefix + ".q_pre", N * HD);
+  k_pre = L.take<float>(prefix + ".k_pre", N * GD);
+  q_rstd = L.take<float>(prefix + ".q_rstd", N * tp.heads(cfg));
+  k_rstd = L.take<float>(prefix + ".k_rstd", N * tp.kv_groups(cfg));
 }
 
 namespace {
@@ -59,12 +65,12 @@ LinearSplit kv_split(const ModelConfig& cfg, const TensorParallel& tp) {
 // not grow with depth (GPT-2 paper sec. 2.3; Megatron's scaled_init_method).
 Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope,
                      const TensorParallel& tp)
-    : q_proj(attn_name(l, "q_proj"), cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim(), cfg.add_bias_linear,
+    : q_proj(attn_name(l, "q_proj"), cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim(), cfg.qkv_bias(),
              cfg.init_method_std, hf.attention(l, 'q', false), hf.attention(l, 'q', true), tp,
              {.kind = TpSplit::column}),
-      k_proj(attn_name(l, "k_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.add_bias_linear,
+      k_proj(attn_name(l, "k_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
              cfg.init_method_std, hf.attention(l, 'k', false), hf.attention(l, 'k', true), tp, kv_split(cfg, tp)),
-      v_proj(attn_name(l, "v_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.add_bias_linear,
+      v_proj(attn_name(l, "v_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
              cfg.init_method_std, hf.attention(l, 'v', false), hf.attention(l, 'v', true), tp, kv_split(cfg, tp)),
       o_proj(attn_name(l, "o_proj"), cfg.num_attention_heads * cfg.head_dim(), cfg.hidden_size, cfg.add_bias_linear,
              cfg.init_method_std / std::sqrt(2.0 * cfg.num_layers), hf.attention(l, 'o', false),
@@ -75,7 +81,16 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       H_(tp.dims().heads(cfg)),
       G_(tp.dims().kv_groups(cfg)),
       D_(cfg.head_dim()),
+      window_(cfg.layer_window(l)),
+      qk_norm_(cfg.qk_layernorm),
+      eps_(cfg.norm_epsilon),
       rope_(rope && !rope->empty() ? rope : nullptr) {
+  if (qk_norm_) {
+    q_norm.spec = {.name = attn_name(l, "q_norm.weight"), .shape = {D_}, .weight_decay = false, .init = Init::ones,
+                   .hf = hf.qk_norm(l, 'q')};
+    k_norm.spec = {.name = attn_name(l, "k_norm.weight"), .shape = {D_}, .weight_decay = false, .init = Init::ones,
+                   .hf = hf.qk_norm(l, 'k')};
+  }
   if (!cfg.lora.enabled()) return;
   // Hugging Face's module names: GPT-2 fuses q, k, v into c_attn.
   const bool gpt2 = cfg.position_embedding_type == Position::learned;
@@ -96,32 +111,64 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
   }
 }
 
+// A sliding window is a document mask too (attention.h, context_parallel.h):
+// the token at place t of its row sees keys [max(its document's start,
+// t - W + 1), t]. Under context parallelism seg_start and positions are
+// always given and t is their sum (the document's start in the full row plus
+// the place within the document).
+const int32_t* Attention::visible_from(const StepCtx& ctx) const {
+  if (window_ == 0) return ctx.seg_start;
+  window_lo_.resize(static_cast<size_t>(ctx.B * ctx.T));
+  for (int64_t b = 0; b < ctx.B; ++b)
+    for (int64_t t = 0; t < ctx.T; ++t) {
+      const int64_t i = b * ctx.T + t;
+      const int64_t start = ctx.seg_start ? ctx.seg_start[i] : 0;
+      const int64_t place = ctx.cp_size > 1 ? start + ctx.positions[i] : t;
+      window_lo_[i] = static_cast<int32_t>(std::max(start, place - window_ + 1));
+    }
+  return window_lo_.data();
+}
+
 void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved& s, Scratch& scratch) const {
+  if (window_ > 0 && ctx.cpu.gpu) fail("--window-size (sliding-window attention) runs on the CPU only for now");
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
-  q_proj.forward(ctx, x, s.q);
-  k_proj.forward(ctx, x, s.k);
+  const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
+  if (qk_norm_) {
+    if (ctx.cpu.gpu) fail("--qk-layernorm runs on the CPU only for now");
+    // Each head's row of D is a row of the norm; the un-normed projections are kept for backward.
+    q_proj.forward(ctx, x, s.q_pre);
+    k_proj.forward(ctx, x, s.k_pre);
+    if (round) {
+      kernels::round_half_values(ctx.cpu, activation_dtype_, s.q_pre, ctx.tokens() * H_ * D_);
+      kernels::round_half_values(ctx.cpu, activation_dtype_, s.k_pre, ctx.tokens() * G_ * D_);
+    }
+    kernels::rmsnorm_forward(ctx.cpu, s.q, s.q_rstd, s.q_pre, q_norm.data(), ctx.tokens() * H_, D_, eps_);
+    kernels::rmsnorm_forward(ctx.cpu, s.k, s.k_rstd, s.k_pre, k_norm.data(), ctx.tokens() * G_, D_, eps_);
+  } else {
+    q_proj.forward(ctx, x, s.q);
+    k_proj.forward(ctx, x, s.k);
+  }
   v_proj.forward(ctx, x, s.v);
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
-  const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
   if (round) {
     kernels::round_half_values(ctx.cpu, activation_dtype_, s.q, ctx.tokens() * H_ * D_);
     kernels::round_half_values(ctx.cpu, activation_dtype_, s.k, ctx.tokens() * G_ * D_);
     kernels::round_half_values(ctx.cpu, activation_dtype_, s.v, ctx.tokens() * G_ * D_);
   }
   if (cp_)
-    cp_->forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.seg_start);
+    cp_->forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, visible_from(ctx));
   else if (ctx.kv_cache)
     ctx.kv_cache->attend(ctx.cpu, layer_, s.q, s.k, s.v, s.out, s.lse, ctx.B, ctx.T, H_, G_, D_);
   else if (ctx.batch_invariant && !ctx.cpu.gpu)  // the engine's order: its log-probabilities to the bit
     kernels::fixed_order_attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
-                                           1.0 / std::sqrt(double(D_)), ctx.seg_start);
+                                           1.0 / std::sqrt(double(D_)), ctx.seg_start, window_);
   else
     kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
-                               1.0 / std::sqrt(double(D_)), ctx.seg_start);
+                               1.0 / std::sqrt(double(D_)), visible_from(ctx));
   if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.out, ctx.tokens() * H_ * D_);
   o_proj.forward(ctx, s.out, y);
 }
@@ -133,30 +180,63 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
   o_proj.backward_input(ctx, dy, scratch.datt, false);
   if (cp_)
     cp_->backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out, s.lse,
-                  ctx.seg_start);
+                  visible_from(ctx));
   else
     kernels::attention_backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out,
-                                s.lse, ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)), ctx.seg_start);
+                                s.lse, ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)), visible_from(ctx));
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
     kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
   }
+  // --qk-layernorm: the gradients before the norm (dq in datt, consumed by
+  // the attention backward above).
+  float* dq = scratch.dq;
+  float* dk = scratch.dk;
+  if (qk_norm_) {
+    dq = scratch.datt;
+    dk_pre_.resize(static_cast<size_t>(ctx.tokens() * G_ * D_));
+    dk = dk_pre_.data();
+    qk_norm_backward(ctx, s, scratch.dq, scratch.dk, dq, dk);
+  }
   // The input gradient takes each rank's partial dk/dv (their sum over the
   // group is the whole); the weight gradients of a shared KV group need the
   // sum over the ranks holding it.
-  q_proj.backward_input(ctx, scratch.dq, dx, false);
-  k_proj.backward_input(ctx, scratch.dk, dx, true);
+  q_proj.backward_input(ctx, dq, dx, false);
+  k_proj.backward_input(ctx, dk, dx, true);
   v_proj.backward_input(ctx, scratch.dv, dx, true);
   if (tp_.kv_group && tp_.kv_group->size() > 1) {
-    tp_.kv_group->all_reduce(scratch.dk, ctx.tokens() * G_ * D_, DType::f32);
+    tp_.kv_group->all_reduce(dk, ctx.tokens() * G_ * D_, DType::f32);
     tp_.kv_group->all_reduce(scratch.dv, ctx.tokens() * G_ * D_, DType::f32);
   }
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
-  q_proj.backward_weight(ctx, scratch.dq, x);
-  k_proj.backward_weight(ctx, scratch.dk, x);
+  q_proj.backward_weight(ctx, dq, x);
+  k_proj.backward_weight(ctx, dk, x);
   v_proj.backward_weight(ctx, scratch.dv, x);
   tp_.reduce_rows(dx, ctx.B, ctx.T, C_);
+}
+
+// The norm's backward is linear in its output gradient, so a rank's partial
+// dk (its query heads' share when several ranks hold a KV group) gives the
+// partial input gradient (summed over those ranks afterwards, as without the
+// norm) and a partial weight gradient. Every rank holds other heads, so the
+// weights' gradients are sums over the tensor-parallel group.
+void Attention::qk_norm_backward(const StepCtx& ctx, const Saved& s, const float* dq_normed, const float* dk_normed,
+                                 float* dq, float* dk) {
+  const int64_t N = ctx.tokens();
+  const bool reduce = tp_.group && tp_.group->size() > 1;
+  const bool trains = q_norm.grad.defined() || k_norm.grad.defined();
+  dnorm_w_.assign(static_cast<size_t>(2 * D_), 0.0f);
+  float* dwq = !q_norm.grad.defined() ? nullptr : reduce ? dnorm_w_.data() : q_norm.gdata();
+  float* dwk = !k_norm.grad.defined() ? nullptr : reduce ? dnorm_w_.data() + D_ : k_norm.gdata();
+  kernels::rmsnorm_backward(ctx.cpu, dq, dwq, dq_normed, s.q_pre, q_norm.data(), s.q_rstd, N * H_, D_, false);
+  kernels::rmsnorm_backward(ctx.cpu, dk, dwk, dk_normed, s.k_pre, k_norm.data(), s.k_rstd, N * G_, D_, false);
+  if (!reduce || !trains) return;
+  tp_.group->all_reduce(dnorm_w_.data(), 2 * D_, DType::f32);
+  if (float* g = q_norm.gdata())
+    for (int64_t d = 0; d < D_; ++d) g[d] += dnorm_w_[d];
+  if (float* g = k_norm.gdata())
+    for (int64_t d = 0; d < D_; ++d) g[d] += dnorm_w_[D_ + d];
 }
 
 void Attention::collect(std::vector<Param*>& out) {
@@ -164,6 +244,7 @@ void Attention::collect(std::vector<Param*>& out) {
   k_proj.collect(out);
   v_proj.collect(out);
   o_proj.collect(out);
+  if (qk_norm_) out.insert(out.end(), {&q_norm, &k_norm});
 }
 
 }  // namespace claw::model

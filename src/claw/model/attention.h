@@ -63,6 +63,11 @@ class Attention {
     float* v = nullptr;    // [N, Gl*D]
     float* out = nullptr;  // [N, Hl*D]
     float* lse = nullptr;  // [B, Hl, T]
+    // --qk-layernorm: the projections before the norm and its 1/rms per head row.
+    float* q_pre = nullptr;   // [N, Hl*D]
+    float* k_pre = nullptr;   // [N, Gl*D]
+    float* q_rstd = nullptr;  // [N, Hl]
+    float* k_rstd = nullptr;  // [N, Gl]
     void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp);
   };
 
@@ -80,16 +85,29 @@ class Attention {
   void backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dy, float* dx, Scratch& scratch);
 
   void collect(std::vector<Param*>& out);
+  bool qk_norm() const { return qk_norm_; }
   // The model's CP attention (null: none), shared by its layers.
   void use_context_parallel(CpAttention* cp) { cp_ = cp; }
   void linears(std::vector<Linear*>& out) { out.insert(out.end(), {&q_proj, &k_proj, &v_proj, &o_proj}); }
 
   Linear q_proj, k_proj, v_proj, o_proj;
+  Param q_norm, k_norm;  // --qk-layernorm: [D] each
 
  private:
   int layer_;
   const TensorParallel& tp_;
   int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups
+  int64_t window_;          // --window-size of this layer (0: full causal)
+  bool qk_norm_;
+  double eps_;
+  // --qk-layernorm's backward: dq, dk before the norm and its weight gradients.
+  void qk_norm_backward(const StepCtx& ctx, const Saved& s, const float* dq_normed, const float* dk_normed, float* dq,
+                        float* dk);
+  std::vector<float> dk_pre_, dnorm_w_;
+  // The flash kernel's first visible key per token under the window (its
+  // seg_start; ctx.seg_start itself when there is no window).
+  const int32_t* visible_from(const StepCtx& ctx) const;
+  mutable std::vector<int32_t> window_lo_;
   const RopeTables* rope_;
   CpAttention* cp_ = nullptr;
   DType activation_dtype_ = DType::f32;  // f32: not rounded

@@ -14,6 +14,12 @@ std::string_view to_string(Norm n) { return n == Norm::layernorm ? "LayerNorm" :
 std::string_view to_string(Position p) { return p == Position::learned ? "learned_absolute" : "rope"; }
 std::string_view to_string(Mlp m) { return m == Mlp::gelu ? "gelu" : "swiglu"; }
 
+std::vector<int64_t> layer_windows(const ModelConfig& cfg) {
+  std::vector<int64_t> w(static_cast<size_t>(cfg.num_layers));
+  for (int64_t l = 0; l < cfg.num_layers; ++l) w[l] = cfg.layer_window(l);
+  return w;
+}
+
 int64_t ModelConfig::padded_vocab_size(int tp) const {
   int64_t m = make_vocab_size_divisible_by * tp;
   return (vocab_size + m - 1) / m * m;
@@ -183,17 +189,30 @@ void ModelConfig::validate() const {
         fail("--lora-target-modules: '{}' names no linear layer of this {} model; valid: {}", t,
              gpt2 ? "GPT-2" : "Llama", fmt::join(known, ", "));
   }
+  static const std::vector<std::string_view> hf_classes = {
+      "GPT2LMHeadModel",  "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+      "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM"};
+  if (!hf_architecture.empty() && std::find(hf_classes.begin(), hf_classes.end(), hf_architecture) == hf_classes.end())
+    fail("--hf-architecture '{}' is not one of: {} (or empty: the class the model's options imply)", hf_architecture,
+         fmt::join(hf_classes, ", "));
+  if (qk_layernorm && normalization != Norm::rmsnorm)
+    fail("--qk-layernorm normalizes queries and keys with RMSNorm; it needs --normalization RMSNorm");
+  if (window_size < 0 || window_size > kMaxPositions)
+    fail("--window-size must be in [0, {}] (0: full causal attention), got {}", kMaxPositions, window_size);
   if (!(init_method_std > 0)) fail("--init-method-std must be positive, got {}", init_method_std);
   validate_moe(moe, num_layers);
+  if (lora.enabled() && hf_architecture == "Phi3ForCausalLM")
+    fail("--lora-rank with --hf-architecture Phi3ForCausalLM: adapters on Phi-3's fused qkv_proj and gate_up_proj are "
+         "not available yet (--hf-architecture '' trains them on the separate projections)");
   if (moe.enabled() && lora.enabled()) fail("--lora-rank with --num-experts: LoRA adapters on experts are not available yet");
 }
 
 int64_t ModelConfig::num_params() const {
   const int64_t C = hidden_size, D = head_dim(), H = num_attention_heads, G = kv_heads(), F = ffn(),
                 Vp = padded_vocab_size();
-  const int64_t b = add_bias_linear ? 1 : 0;
+  const int64_t b = add_bias_linear ? 1 : 0, bqkv = qkv_bias() ? 1 : 0;
   const int64_t norm = normalization == Norm::layernorm ? 2 * C : C;
-  int64_t attn = C * H * D + 2 * C * G * D + H * D * C + b * (H * D + 2 * G * D + C);
+  int64_t attn = C * H * D + 2 * C * G * D + H * D * C + bqkv * (H * D + 2 * G * D) + b * C + (qk_layernorm ? 2 * D : 0);
   const auto ffn_of = [&](int64_t f) { return mlp == Mlp::gelu ? 2 * C * f + b * (f + C) : 3 * C * f + b * (2 * f + C); };
   int64_t block = 2 * norm + attn + ffn_of(F);
   int64_t embed = Vp * C + (position_embedding_type == Position::learned ? max_position_embeddings * C : 0);
@@ -222,8 +241,13 @@ int64_t ModelConfig::num_matmul_params() const {
 }
 
 double ModelConfig::flops_per_token(int64_t seq_length) const {
-  return 6.0 * static_cast<double>(num_matmul_params()) +
-         12.0 * num_layers * num_attention_heads * head_dim() * static_cast<double>(seq_length);
+  // A query of a windowed layer sees at most the window's keys.
+  double keys = 0;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    const int64_t w = layer_window(l);
+    keys += static_cast<double>(w > 0 ? std::min(w, seq_length) : seq_length);
+  }
+  return 6.0 * static_cast<double>(num_matmul_params()) + 12.0 * num_attention_heads * head_dim() * keys;
 }
 
 namespace {
@@ -260,8 +284,9 @@ ModelConfig llama(std::string name, int64_t layers, int64_t hidden, int64_t head
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"gpt2-tiny",  "gpt2-124m",  "llama-tiny",  "mixtral-tiny", "deepseek-tiny", "llama3.2-1b", "llama3-8b",
-          "llama3-70b", "llama3-405b", "gpt3-175b",   "mixtral-8x7b", "deepseek-v3"};
+  return {"gpt2-tiny",  "gpt2-124m",   "llama-tiny",  "mixtral-tiny", "deepseek-tiny", "llama3.2-1b",
+          "llama3-8b",  "llama3-70b",  "llama3-405b", "gpt3-175b",    "mixtral-8x7b",  "deepseek-v3",
+          "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b",    "qwen3-32b",    "mistral-7b",    "phi-3-mini"};
 }
 
 ModelConfig model_preset(std::string_view name) {
@@ -308,6 +333,37 @@ ModelConfig model_preset(std::string_view name) {
     c.moe = {.num_experts = 256, .router_topk = 8, .router_score_function = "sigmoid", .aux_loss_coeff = 0.0001,
              .router_enable_expert_bias = true, .ffn_hidden_size = 2048, .shared_expert_intermediate_size = 2048,
              .layer_freq = freq};
+    return c;
+  }
+  // Qwen 2.5 (Qwen Team 2024; the published config.json): Llama's layers
+  // with biases on q, k and v, untied embeddings at these sizes.
+  if (name == "qwen2.5-7b" || name == "qwen2.5-72b") {
+    ModelConfig c = name == "qwen2.5-7b" ? llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 1e6, 32768)
+                                         : llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 1e6, 32768);
+    c.add_qkv_bias = true;
+    return c;
+  }
+  // Qwen 3 dense (Qwen Team 2025): no biases, RMSNorm on each head's
+  // queries and keys, heads of 128 wider than hidden / heads at 32B.
+  if (name == "qwen3-8b" || name == "qwen3-32b") {
+    ModelConfig c = name == "qwen3-8b" ? llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 1e6, 40960)
+                                       : llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 1e6, 40960);
+    c.kv_channels = 128;
+    c.qk_layernorm = true;
+    c.norm_epsilon = 1e-6;
+    return c;
+  }
+  // Mistral 7B v0.1 (Jiang et al. 2023): every layer attends over a sliding window of 4096.
+  if (name == "mistral-7b") {
+    ModelConfig c = llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 10000.0, 32768);
+    c.window_size = 4096;
+    return c;
+  }
+  // Phi-3-mini 4k (Abdin et al. 2024): MHA, a window of 2047, a 32064-token vocabulary.
+  if (name == "phi-3-mini") {
+    ModelConfig c = llama("phi-3-mini", 32, 3072, 32, 32, 8192, 32064, 10000.0, 4096);
+    c.make_vocab_size_divisible_by = 64;  // the published embedding has 32064 rows
+    c.window_size = 2047;
     return c;
   }
   if (name == "llama3-8b") return llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 500000.0, 8192);

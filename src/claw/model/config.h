@@ -5,7 +5,8 @@
 //
 // Presets (model_preset): gpt2-tiny, gpt2-124m, llama-tiny, mixtral-tiny,
 // deepseek-tiny, and the full shapes of llama3-8b/70b/405b, gpt3-175b,
-// mixtral-8x7b and deepseek-v3 (for planning; they need not fit on one CPU).
+// mixtral-8x7b, deepseek-v3, qwen2.5-7b/72b, mistral-7b and phi-3-mini (for
+// planning; they need not fit on one CPU).
 #pragma once
 
 #include <cstdint>
@@ -123,9 +124,25 @@ struct ModelConfig {
   double rotary_base = 10000.0;            // --rotary-base: RoPE theta
   Mlp mlp = Mlp::gelu;                     // --swiglu selects SwiGLU
   bool add_bias_linear = true;             // --disable-bias-linear turns biases off
+  // --add-qkv-bias: biases on the query, key and value projections even
+  // with --disable-bias-linear (Qwen 2's attention).
+  bool add_qkv_bias = false;
+  // --qk-layernorm: RMSNorm over each head's query and key (one weight of
+  // head-dim elements each, shared by the heads), after the projections and
+  // before RoPE (Qwen 3).
+  bool qk_layernorm = false;
+  // --window-size W: sliding-window attention, each query sees itself and
+  // the W - 1 keys before it (Hugging Face's sliding_window; Mistral's
+  // 4096); 0 = full causal attention.
+  int64_t window_size = 0;
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   double hidden_dropout = 0.0;             // --hidden-dropout: after embedding, attention and MLP outputs
   double init_method_std = 0.02;           // --init-method-std: N(0, std) init; output layers / sqrt(2L)
+  // --hf-architecture: the Hugging Face class `ckpt export --format hf` writes
+  // (LlamaForCausalLM, MistralForCausalLM, Phi3ForCausalLM, ...; `ckpt import`
+  // records the one it read). Empty: the class the model's options imply.
+  // Phi3ForCausalLM also names the tensors: fused qkv_proj and gate_up_proj.
+  std::string hf_architecture;
   LoraConfig lora;                         // --lora-*: adapters on the linear layers
   MoeConfig moe;                           // --num-experts, --moe-*: Mixture-of-Experts layers
   Fp8Config fp8;                           // --fp8-*: FP8 linear layers (a training choice, not a shape)
@@ -141,6 +158,10 @@ struct ModelConfig {
   }
   bool half_activations() const { return activation_dtype() != DType::f32; }
 
+  // Whether the q/k/v projections have biases.
+  bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
+  // Keys a query of layer l sees at most, itself included (0: all before it).
+  int64_t layer_window(int64_t /*layer*/) const { return window_size; }
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
@@ -163,9 +184,13 @@ struct ModelConfig {
   // rounding error). The N of the MFU formula.
   int64_t num_matmul_params() const;
   // Model FLOPs per token for a training step at sequence length T, PaLM
-  // appendix B: 6N + 12 L H Q T (N = num_matmul_params, Q = head dim).
+  // appendix B: 6N + 12 L H Q T (N = num_matmul_params, Q = head dim); a
+  // layer with a sliding window of W counts min(T, W) for its T.
   double flops_per_token(int64_t seq_length) const;
 };
+
+// layer_window(l) of every layer.
+std::vector<int64_t> layer_windows(const ModelConfig& cfg);
 
 // Returns a preset; throws claw::Error listing the valid names.
 ModelConfig model_preset(std::string_view name);

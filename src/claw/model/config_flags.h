@@ -59,8 +59,18 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
         [cfg_of](const A& a) { return std::string(cfg_of(const_cast<A&>(a)).mlp == Mlp::swiglu ? "true" : "false"); }},
       switch_flag<A>("disable-bias-linear", "no biases in linear layers",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).add_bias_linear; }, false),
+      switch_flag<A>("add-qkv-bias", "biases on the q/k/v projections even with --disable-bias-linear (Qwen 2)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).add_qkv_bias; }),
+      switch_flag<A>("qk-layernorm", "RMSNorm over each head's queries and keys before RoPE (Qwen 3)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).qk_layernorm; }),
+      int_flag<A>("window-size", "sliding-window attention: keys a query sees, itself included (0: full causal)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).window_size; }),
       switch_flag<A>("untie-embeddings-and-output-weights", "separate output-layer weights",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).untie_embeddings_and_output_weights; }),
+      string_flag<A>("hf-architecture",
+                     "the Hugging Face class ckpt export --format hf writes (ckpt import records it; empty: the one "
+                     "the model's options imply)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).hf_architecture; }),
       double_flag<A>("hidden-dropout", "dropout after embedding, attention and MLP outputs",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).hidden_dropout; }),
       double_flag<A>("init-method-std", "std of the normal initialisation",
@@ -174,6 +184,9 @@ inline ModelConfig model_from_flags_json(const nlohmann::json& j, const std::str
   for (const auto& f : model_config_flags()) {
     if (!j.contains(f.name)) {
       if (f.name.starts_with("lora-")) continue;  // recorded before adapters existed: none
+      if (f.name == "add-qkv-bias" || f.name == "qk-layernorm" || f.name == "window-size" ||
+          f.name == "hf-architecture")
+        continue;  // recorded before they existed: off
       fail("{}: the model configuration has no '{}'", context, f.name);
     }
     if (!j[f.name].is_string()) fail("{}: the model configuration's '{}' is not a string", context, f.name);
@@ -189,7 +202,7 @@ inline bool is_architecture_flag(const std::string& name) {
   static const std::set<std::string> arch = {
       "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "kv-channels", "ffn-hidden-size",
       "vocab-size", "make-vocab-size-divisible-by", "max-position-embeddings", "normalization", "norm-epsilon",
-      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear",
+      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "window-size",
       "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
       "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
       "moe-layer-freq"};

@@ -7,7 +7,8 @@ namespace claw::model {
 HfNames::HfNames(const ModelConfig& cfg)
     : cfg_(cfg),
       gpt2_(cfg.position_embedding_type == Position::learned && cfg.normalization == Norm::layernorm &&
-            cfg.mlp == Mlp::gelu) {}
+            cfg.mlp == Mlp::gelu),
+      phi3_(cfg.hf_architecture == "Phi3ForCausalLM") {}
 
 namespace {
 std::string suffix(bool bias) { return bias ? "bias" : "weight"; }
@@ -42,6 +43,14 @@ HfRef HfNames::post_attention_norm(int l, bool bias) const {
 }
 
 HfRef HfNames::attention(int l, char which, bool bias) const {
+  if (phi3_ && which != 'o') {  // qkv_proj: rows [q (H D) | k (G D) | v (G D)]
+    const int64_t q = cfg_.num_attention_heads * cfg_.head_dim(), kv = cfg_.kv_heads() * cfg_.head_dim();
+    HfRef r{fmt::format("model.layers.{}.self_attn.qkv_proj.{}", l, suffix(bias))};
+    r.slice_dim = 0;
+    r.begin = which == 'q' ? 0 : which == 'k' ? q : q + kv;
+    r.end = which == 'q' ? q : which == 'k' ? q + kv : q + 2 * kv;
+    return r;
+  }
   if (!gpt2_) return {fmt::format("model.layers.{}.self_attn.{}_proj.{}", l, which, suffix(bias))};
   if (which == 'o') return {fmt::format("transformer.h.{}.attn.c_proj.{}", l, suffix(bias)), !bias};
   // c_attn packs [q | k | v] along its output dimension (dim 1 of the Conv1D
@@ -55,7 +64,19 @@ HfRef HfNames::attention(int l, char which, bool bias) const {
   return r;
 }
 
+HfRef HfNames::qk_norm(int l, char which) const {
+  return {fmt::format("model.layers.{}.self_attn.{}_norm.weight", l, which)};
+}
+
 HfRef HfNames::mlp(int l, const std::string& which, bool bias) const {
+  if (phi3_ && which != "down") {  // gate_up_proj: rows [gate (F) | up (F)]
+    const int64_t F = cfg_.ffn();
+    HfRef r{fmt::format("model.layers.{}.mlp.gate_up_proj.{}", l, suffix(bias))};
+    r.slice_dim = 0;
+    r.begin = which == "gate" ? 0 : F;
+    r.end = which == "gate" ? F : 2 * F;
+    return r;
+  }
   if (!gpt2_) return {fmt::format("model.layers.{}.mlp.{}_proj.{}", l, which, suffix(bias))};
   return {fmt::format("transformer.h.{}.mlp.c_{}.{}", l, which, suffix(bias)), !bias};
 }

@@ -2,9 +2,12 @@
 //
 // Two families: GPT-2 (GPT2LMHeadModel: fused c_attn, Conv1D weights stored
 // [in, out]) and Llama (LlamaForCausalLM: separate q/k/v/o, gate/up/down,
-// nn.Linear weights [out, in]). A model with learned positions, LayerNorm and
-// GELU is named as GPT-2; anything else as Llama (HF has no architecture for
-// other mixtures; an exporter refuses those).
+// nn.Linear weights [out, in]; Mistral, Mixtral and Qwen name theirs so). A
+// model with learned positions, LayerNorm and GELU is named as GPT-2;
+// anything else as Llama (HF has no architecture for other mixtures; an
+// exporter refuses those). --hf-architecture Phi3ForCausalLM names Llama's
+// layers as Phi-3 stores them: q, k, v as row slices of one qkv_proj and gate,
+// up as the halves of one gate_up_proj.
 #pragma once
 
 #include <string>
@@ -27,6 +30,8 @@ class HfNames {
   HfRef post_attention_norm(int layer, bool bias) const;
   // which: 'q', 'k', 'v' (parts of GPT-2's c_attn) or 'o'.
   HfRef attention(int layer, char which, bool bias) const;
+  // --qk-layernorm's weights: which 'q' or 'k' (q_norm, k_norm).
+  HfRef qk_norm(int layer, char which) const;
   // which: "fc", "proj" (GELU MLP) or "gate", "up", "down" (SwiGLU).
   HfRef mlp(int layer, const std::string& which, bool bias) const;
   // MixtralForCausalLM's sparse MoE block: which: "router", or "gate", "up",
@@ -35,7 +40,7 @@ class HfNames {
 
  private:
   const ModelConfig& cfg_;
-  bool gpt2_;
+  bool gpt2_, phi3_;
 };
 
 }  // namespace claw::model

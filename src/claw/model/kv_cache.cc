@@ -23,8 +23,15 @@ void KvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, const flo
     std::copy_n(k + b * T * row_, T * row_, K + at);
     std::copy_n(v + b * T * row_, T * row_, V + at);
   }
+  const int64_t W = windows_[layer];
+  if (W > 0) {
+    q_lo_.resize(static_cast<size_t>(B * T));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) q_lo_[b * T + t] = static_cast<int32_t>(std::max<int64_t>(0, q_pos[b] + t - W + 1));
+  }
   kernels::attention_offset_forward(cpu, out, lse, q, K, V, B, T, Tk, H, G, D, 1.0 / std::sqrt(double(D)),
-                                    {.q_pos = q_pos.data(), .k_len = k_len.data(), .ld_kv_batch = capacity_ * row_});
+                                    {.q_pos = q_pos.data(), .k_len = k_len.data(), .q_lo = W > 0 ? q_lo_.data() : nullptr,
+                                     .ld_kv_batch = capacity_ * row_});
 }
 
 }  // namespace claw::model

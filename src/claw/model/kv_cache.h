@@ -61,7 +61,8 @@ class KvCache final : public AttentionCache {
         row_(tp.kv_groups(cfg) * cfg.head_dim()),
         k_(static_cast<size_t>(layers_ * batch * capacity * row_)),
         v_(k_.size()),
-        length_(static_cast<size_t>(batch), 0) {
+        length_(static_cast<size_t>(batch), 0),
+        windows_(layer_windows(cfg)) {
     if (capacity > cfg.max_position_embeddings)
       fail("a KV cache of {} positions exceeds --max-position-embeddings {}", capacity, cfg.max_position_embeddings);
   }
@@ -90,7 +91,8 @@ class KvCache final : public AttentionCache {
       for (int64_t t = 0; t < T; ++t) out[b * T + t] = length_[b] + static_cast<int32_t>(t);
   }
   // Row b's T new keys and values go to positions [length_b, length_b + T),
-  // then its queries attend to [0, length_b + T).
+  // then its queries attend to [0, length_b + T) (a sliding window: the
+  // last W keys up to each query).
   void attend(const CpuCtx& cpu, int64_t layer, const float* q, const float* k, const float* v, float* out,
               float* lse, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) override;
   void reset() { std::fill(length_.begin(), length_.end(), 0); }
@@ -100,6 +102,8 @@ class KvCache final : public AttentionCache {
   int64_t layers_, batch_, capacity_, row_;
   std::vector<float> k_, v_;
   std::vector<int32_t> length_;
+  std::vector<int64_t> windows_;  // per layer: keys a query sees (0: all)
+  std::vector<int32_t> q_lo_;     // a windowed layer's first visible key per query
 };
 
 }  // namespace claw::model

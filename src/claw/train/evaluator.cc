@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "claw/ckpt/safetensors.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
@@ -72,15 +74,28 @@ void Evaluator::write_gradients(const std::string& path) {
   std::vector<std::string> names;
   for (model::Param* p : runtime_->model().first().store().params())
     if (p->spec.trainable) names.push_back("grad." + p->spec.name);
+  // Each tensor's Hugging Face name, for oracles: the name, [name, dim,
+  // begin, end] for a slice of a fused tensor (Phi-3's qkv_proj), or [name
+  // with "{}", "stack", E] for experts stacked along dimension 0 (Mixtral's
+  // experts.{}.w1); none for a transposed GPT-2 weight.
+  nlohmann::json hf_names = nlohmann::json::object();
   size_t i = 0;
   for (model::Param* p : runtime_->model().first().store().params()) {
     if (!p->spec.trainable) continue;
+    const model::HfRef& hf = p->spec.hf;
+    if (hf.name.empty() || hf.transpose) {
+    } else if (hf.stack > 0) {
+      hf_names[p->spec.name] = nlohmann::json::array({hf.name, "stack", hf.stack});
+    } else {
+      hf_names[p->spec.name] = hf.slice_dim < 0 ? nlohmann::json(hf.name)
+                                                : nlohmann::json::array({hf.name, hf.slice_dim, hf.begin, hf.end});
+    }
     const Shape s = p->spec.local_shape();
     std::vector<int64_t> dims;
     for (int d = 0; d < s.ndim(); ++d) dims.push_back(s[d]);
     views.push_back({names[i++], DType::f32, dims, p->gdata()});
   }
-  ckpt::write_safetensors(path, views);
+  ckpt::write_safetensors(path, views, {{"hf_names", hf_names.dump()}});
   log::info("eval", "wrote the loss ({:.6f}) and the gradients of {} trainable tensors on the first global batch "
             "({} x {} tokens) to {}", loss, names.size(), M * B, T, path);
 }

@@ -40,3 +40,11 @@ task_data() {
   ) 9>"${dir}.lock" || fail "the $kind data (scripts/sft_task.py, claw preprocess --$kind)"
   echo "$dir/chat_${kind}_document"
 }
+
+# The architecture options of the families claw imports, on llama-tiny's
+# shape: Qwen 2's q/k/v biases and Mistral's sliding window (8 keys of the
+# 32-token rows; the CP 2 chunks are 8 tokens, so windows cross them).
+qwen2=("${llama[@]}" --add-qkv-bias)
+mistral=("${llama[@]}" --window-size 8)
+# Qwen 3's per-head q/k norms with a head dimension of its own (32 on a width of 64).
+qwen3=("${llama[@]}" --qk-layernorm --kv-channels 32)

@@ -2,7 +2,11 @@
 # LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
 # from tools/hf_env.sh's venv under /tmp).
 #
-#   peft_interchange.sh CLAW_BINARY gpt2|llama
+#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral
+#
+# qwen2 and mistral are llama-tiny with --add-qkv-bias and --window-size 8:
+# their bases export as Qwen2ForCausalLM and MistralForCausalLM, whose
+# modules PEFT names as Llama's.
 #
 # 1. claw fine-tunes a base with LoRA (all-linear) for 3 steps and exports
 #    the adapter (--format peft) and the base (--format hf): PEFT's
@@ -20,27 +24,33 @@ claw=$1
 family=$2
 py=$("$here/../../oracle_env.sh" hf)
 check() { "$py" "$here/peft_check.py" "$@" 2> >(grep -v -e Warning -e warn >&2); }
+case $family in
+  gpt2|llama) model=(--model "$family-tiny") names=$family ;;
+  qwen2) model=(--model llama-tiny --add-qkv-bias) names=llama ;;
+  mistral) model=(--model llama-tiny --window-size 8) names=llama ;;
+  *) echo "peft_interchange.sh: unknown family '$family'" >&2; exit 2 ;;
+esac
 shape=(--micro-batch-size 2 --global-batch-size 4 --seq-length 32)
 quiet() { "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }; }
 
-quiet "$claw" train --model "$family-tiny" --train-iters 2 "${shape[@]}" --save "$tmp/base" --eval-interval 0 \
+quiet "$claw" train "${model[@]}" --train-iters 2 "${shape[@]}" --save "$tmp/base" --eval-interval 0 \
   --peak-gflops 100
-quiet "$claw" train --model "$family-tiny" --load "$tmp/base" --finetune --lora-rank 4 --lora-alpha 8 --train-iters 3 --lr 1e-2 "${shape[@]}" \
+quiet "$claw" train "${model[@]}" --load "$tmp/base" --finetune --lora-rank 4 --lora-alpha 8 --train-iters 3 --lr 1e-2 "${shape[@]}" \
   --save "$tmp/lora" --eval-interval 0 --peak-gflops 100
 "$claw" ckpt export --load "$tmp/base" --format hf --output "$tmp/hf_base" >/dev/null
 "$claw" ckpt export --load "$tmp/lora" --format peft --output "$tmp/peft_claw"
 quiet "$claw" eval --load "$tmp/lora" "${shape[@]}" --eval-iters 1 --logits-file "$tmp/logits.st" \
   --grads-file "$tmp/grads.st"
 echo "claw's adapter in PEFT:"
-check compare "$family" "$tmp/hf_base" "$tmp/peft_claw" "$tmp/logits.st" "$tmp/grads.st"
+check compare "$names" "$tmp/hf_base" "$tmp/peft_claw" "$tmp/logits.st" "$tmp/grads.st"
 
-check make "$family" "$tmp/hf_base" "$tmp/peft_made"
+check make "$names" "$tmp/hf_base" "$tmp/peft_made"
 if [[ $family == gpt2 ]]; then base=(--load "$tmp/base"); else base=(--load-hf "$tmp/hf_base"); fi
 "$claw" ckpt import --format peft --input "$tmp/peft_made" "${base[@]}" --save "$tmp/imported" 2>/dev/null
 quiet "$claw" eval --load "$tmp/imported" "${shape[@]}" --eval-iters 1 --logits-file "$tmp/logits2.st" \
   --grads-file "$tmp/grads2.st"
 echo "PEFT's adapter in claw:"
-check compare "$family" "$tmp/hf_base" "$tmp/peft_made" "$tmp/logits2.st" "$tmp/grads2.st"
+check compare "$names" "$tmp/hf_base" "$tmp/peft_made" "$tmp/logits2.st" "$tmp/grads2.st"
 "$claw" ckpt export --load "$tmp/imported" --format peft --output "$tmp/peft_again" >/dev/null
 "$py" - "$tmp/peft_made" "$tmp/peft_again" <<'PY'
 import sys
@@ -52,7 +62,7 @@ print(f"import then export: {len(a)} tensors bit for bit")
 PY
 
 # Another base shape: wider.
-quiet "$claw" train --model "$family-tiny" --hidden-size 128 --num-attention-heads 4 --train-iters 1 "${shape[@]}" \
+quiet "$claw" train "${model[@]}" --hidden-size 128 --num-attention-heads 4 --train-iters 1 "${shape[@]}" \
   --save "$tmp/other" --eval-interval 0 --peak-gflops 100
 if "$claw" ckpt import --format peft --input "$tmp/peft_made" --load "$tmp/other" --save "$tmp/bad" \
     >"$tmp/out" 2>"$tmp/err"; then

@@ -366,8 +366,89 @@ TEST(Ckpt, HuggingFaceMixtralStacksExperts) {
   EXPECT_CLAW_ERROR(hf_config(model::model_preset("deepseek-tiny")), "MixtralForCausalLM only", "sigmoid",
                     "a shared expert");
   nlohmann::json windowed = j;
-  windowed["sliding_window"] = 128;
-  EXPECT_CLAW_ERROR(model_from_hf_config(windowed, "config.json"), "sliding_window 128");
+  windowed["sliding_window"] = 128;  // Mixtral's window: every layer's
+  EXPECT_EQ(model_from_hf_config(windowed, "config.json").window_size, 128);
+  EXPECT_EQ(hf_config(model_from_hf_config(windowed, "config.json"))["sliding_window"], 128);
+}
+
+// The Llama-shaped families: each option maps to its class and back, the
+// tensors round-trip (Phi-3's fused qkv_proj and gate_up_proj as row
+// slices), and what claw cannot honour is refused naming the field.
+TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
+  struct Family {
+    const char* arch;
+    void (*set)(model::ModelConfig&);
+  };
+  const Family families[] = {
+      {"Qwen2ForCausalLM", [](model::ModelConfig& c) { c.add_qkv_bias = true; }},
+      {"Qwen3ForCausalLM", [](model::ModelConfig& c) { c.qk_layernorm = true, c.kv_channels = 32; }},
+      {"MistralForCausalLM", [](model::ModelConfig& c) { c.window_size = 8; }},
+      {"Phi3ForCausalLM", [](model::ModelConfig& c) { c.hf_architecture = "Phi3ForCausalLM", c.window_size = 8; }},
+  };
+  for (const Family& f : families) {
+    model::ModelConfig cfg = tiny(true);
+    f.set(cfg);
+    const nlohmann::json j = hf_config(cfg);
+    EXPECT_EQ(j["architectures"][0], f.arch);
+    const model::ModelConfig back = model_from_hf_config(j, "config.json");
+    EXPECT_EQ(back.hf_architecture, f.arch);
+    EXPECT_EQ(back.add_qkv_bias, cfg.add_qkv_bias) << f.arch;
+    EXPECT_EQ(back.qk_layernorm, cfg.qk_layernorm) << f.arch;
+    EXPECT_EQ(back.head_dim(), cfg.head_dim()) << f.arch;
+    EXPECT_EQ(back.window_size, cfg.window_size) << f.arch;
+    EXPECT_EQ(back.num_params(), cfg.num_params()) << f.arch;
+    EXPECT_EQ(hf_config(back), j) << f.arch;
+    std::map<std::string, std::vector<float>> ours;
+    float v = 0;
+    for (const model::ParamSpec& s : model_param_specs(back)) {
+      int64_t n = 1;
+      for (int64_t d : checkpoint_shape(s)) n *= d;
+      for (int64_t i = 0; i < n; ++i) ours[s.name].push_back(v += 1e-3f);
+    }
+    const HfStateDict hf = to_hf(back, [&](const std::string& p) { return ours.at(p); });
+    for (const model::ParamSpec& s : model_param_specs(back))
+      EXPECT_EQ(from_hf(s, hf, "test"), ours.at(s.name)) << f.arch << " " << s.name;
+    if (cfg.add_qkv_bias) EXPECT_EQ(hf.count("model.layers.0.self_attn.k_proj.bias"), 1u);
+    if (cfg.qk_layernorm) EXPECT_EQ(hf.at("model.layers.1.self_attn.q_norm.weight").shape, (std::vector<int64_t>{32}));
+    if (back.hf_architecture == "Phi3ForCausalLM") {
+      const int64_t C = cfg.hidden_size, KV = cfg.kv_heads() * cfg.head_dim(), F = cfg.ffn();
+      const HfTensor& qkv = hf.at("model.layers.0.self_attn.qkv_proj.weight");
+      EXPECT_EQ(qkv.shape, (std::vector<int64_t>{C + 2 * KV, C}));
+      const std::vector<float>& k = ours.at("layers.0.attention.k_proj.weight");
+      EXPECT_EQ(std::vector<float>(qkv.data.begin() + C * C, qkv.data.begin() + (C + KV) * C), k);
+      const HfTensor& gate_up = hf.at("model.layers.0.mlp.gate_up_proj.weight");
+      EXPECT_EQ(gate_up.shape, (std::vector<int64_t>{2 * F, C}));
+      EXPECT_EQ(std::vector<float>(gate_up.data.begin() + F * C, gate_up.data.end()),
+                ours.at("layers.0.mlp.up_proj.weight"));
+    }
+  }
+  nlohmann::json qwen2 = hf_config([] {
+    model::ModelConfig c = tiny(true);
+    c.add_qkv_bias = true;
+    return c;
+  }());
+  qwen2["use_sliding_window"] = true;
+  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "q/config.json", "use_sliding_window");
+  qwen2["use_sliding_window"] = false;
+  qwen2["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "rope_scaling", "yarn");
+  nlohmann::json qwen3 = qwen2;
+  qwen3["model_type"] = "qwen3";
+  qwen3["rope_scaling"] = nullptr;
+  qwen3["attention_bias"] = true;
+  EXPECT_CLAW_ERROR(model_from_hf_config(qwen3, "q/config.json"), "attention_bias");
+  nlohmann::json phi3 = qwen2;
+  phi3["model_type"] = "phi3";
+  phi3["rope_scaling"] = nullptr;
+  phi3["partial_rotary_factor"] = 0.5;
+  EXPECT_CLAW_ERROR(model_from_hf_config(phi3, "p/config.json"), "partial_rotary_factor 0.5");
+  model::ModelConfig both = tiny(true);
+  both.add_qkv_bias = true;
+  both.window_size = 8;
+  EXPECT_CLAW_ERROR(hf_config(both), "--window-size 8", "Qwen2ForCausalLM");
+  model::ModelConfig bad = tiny(true);
+  bad.hf_architecture = "BertModel";
+  EXPECT_CLAW_ERROR(bad.validate(), "--hf-architecture 'BertModel'", "Phi3ForCausalLM");
 }
 
 TEST(Ckpt, HuggingFaceRefusesWhatItCannotRepresent) {

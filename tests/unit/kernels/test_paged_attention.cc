@@ -1,7 +1,8 @@
 // fixed_order_attention_forward, training's attention in the engine's order:
 // bitwise what paged_attention_forward gives each document as a sequence of
 // its own (any block size, scattered blocks), and the softmax attention it
-// stands for (a double-precision reference) with its log-sum-exp.
+// stands for (a double-precision reference) with its log-sum-exp; with and
+// without a sliding window (7 keys: windows cross the 16-key tiles).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ struct Inputs {
 
 // Each document of each row as its own sequence of a paged cache, its
 // blocks taken from a shuffled pool, its tokens all new in one step.
-std::vector<float> paged(const Case& c, const Inputs& in, int64_t block_size) {
+std::vector<float> paged(const Case& c, const Inputs& in, int64_t block_size, int64_t window) {
   const int64_t T = c.T(), H = c.H, G = c.G, D = c.D;
   int64_t blocks = 0;
   for (const auto& lengths : c.rows)
@@ -86,7 +87,7 @@ std::vector<float> paged(const Case& c, const Inputs& in, int64_t block_size) {
   }
   std::vector<float> out(in.q.size());
   paged_attention_forward(CpuCtx{2}, out.data(), in.q.data(), K, V, block_size, seqs.data(),
-                          static_cast<int64_t>(seqs.size()), H, G, D, 1.0 / std::sqrt(double(D)));
+                          static_cast<int64_t>(seqs.size()), H, G, D, 1.0 / std::sqrt(double(D)), window);
   return out;
 }
 
@@ -102,15 +103,16 @@ TEST(FixedOrderAttention, EqualsPagedAttentionPerDocumentBitwise) {
     const std::vector<int32_t> seg = seg_starts(c);
     const int64_t B = c.B(), T = c.T();
     std::vector<float> out(in.q.size()), lse(static_cast<size_t>(B * c.H * T));
-    for (int threads : {1, 2}) {
-      fixed_order_attention_forward(CpuCtx{threads}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), B,
-                                    T, c.H, c.G, c.D, 1.0 / std::sqrt(double(c.D)), seg.data());
-      for (int64_t block_size : {1, 5, 16}) {
-        const std::vector<float> want = paged(c, in, block_size);
-        ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * sizeof(float)))
-            << "D " << c.D << ", block size " << block_size << ", " << threads << " threads";
+    for (int64_t window : {0, 7})
+      for (int threads : {1, 2}) {
+        fixed_order_attention_forward(CpuCtx{threads}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(),
+                                      B, T, c.H, c.G, c.D, 1.0 / std::sqrt(double(c.D)), seg.data(), window);
+        for (int64_t block_size : {1, 5, 16}) {
+          const std::vector<float> want = paged(c, in, block_size, window);
+          ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * sizeof(float)))
+              << "D " << c.D << ", block size " << block_size << ", " << threads << " threads, window " << window;
+        }
       }
-    }
   }
 }
 
@@ -121,13 +123,15 @@ TEST(FixedOrderAttention, IsSoftmaxAttentionWithItsLogSumExp) {
     const int64_t B = c.B(), T = c.T(), H = c.H, G = c.G, D = c.D;
     std::vector<float> out(in.q.size()), lse(static_cast<size_t>(B * H * T));
     const double scale = 1.0 / std::sqrt(double(D));
+    for (int64_t window : {0, 7}) {
     fixed_order_attention_forward(CpuCtx{2}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), B, T, H, G,
-                                  D, scale, seg.data());
+                                  D, scale, seg.data(), window);
     double worst = 0;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t h = 0; h < H; ++h) {
-          const int64_t g = h / (H / G), lo = seg[static_cast<size_t>(b * T + t)];
+          const int64_t g = h / (H / G), seg_lo = seg[static_cast<size_t>(b * T + t)];
+          const int64_t lo = window > 0 ? std::max(seg_lo, t - window + 1) : seg_lo;
           const float* q = in.q.data() + ((b * T + t) * H + h) * D;
           std::vector<double> s;
           auto at = [&](const std::vector<float>& x, int64_t j, int64_t i) {
@@ -149,7 +153,8 @@ TEST(FixedOrderAttention, IsSoftmaxAttentionWithItsLogSumExp) {
             worst = std::max(worst, std::abs(out[static_cast<size_t>(((b * T + t) * H + h) * D + i)] - o));
           }
         }
-    EXPECT_LT(worst, 1e-5) << "D " << D;
+    EXPECT_LT(worst, 1e-5) << "D " << D << ", window " << window;
+    }
   }
 }
 

@@ -28,10 +28,12 @@ ModelConfig small(const char* preset) {
 
 // One token at a time, then a prompt prefilled in one chunk and the rest
 // decoded, on two rows of different lengths: every position's logits equal
-// the whole-sequence forward's (1e-5 relative).
+// the whole-sequence forward's (1e-5 relative). Also under a sliding window
+// of 5 keys (Mistral's attention), which the 24 tokens cross.
 TEST(Inference, IncrementalDecodingEqualsFullForward) {
-  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
-    const ModelConfig c = small(preset);
+  for (const char* preset : {"gpt2-tiny", "llama-tiny", "llama-tiny+window"}) {
+    ModelConfig c = small(std::string_view(preset).starts_with("llama") ? "llama-tiny" : preset);
+    if (std::string_view(preset).ends_with("+window")) c.window_size = 5;
     GPT m(c);
     m.init_weights(ctx, 1234);
     const int64_t T = 24, V = c.vocab_size;

@@ -63,6 +63,47 @@ TEST(PlanMemory, Gpt2ParametersGradientsAndAdamStateByHand) {
   EXPECT_GT(s3.zero_buffers, 0);
 }
 
+// The families' published sizes: each preset's parameters are its model
+// card's count, the closed form of its shape (Llama's layers; Qwen 2.5 adds
+// q/k/v biases, Qwen 3 the q/k norms' weights and a head dimension of its
+// own), and the planner's fp32 weights, gradients and AdamW state
+// are 4, 4 and 8 bytes of each. A sliding window caps the attention FLOPs'
+// sequence length at the window.
+TEST(PlanMemory, FamilyPresetsHoldTheirPublishedParameterCounts) {
+  const auto closed_form = [](int64_t L, int64_t C, int64_t H, int64_t G, int64_t F, int64_t V, bool qkv_bias,
+                              int64_t D = 0, bool qk_norm = false) {
+    D = D > 0 ? D : C / H;
+    const int64_t attn =
+        C * H * D + 2 * C * G * D + H * D * C + (qkv_bias ? H * D + 2 * G * D : 0) + (qk_norm ? 2 * D : 0);
+    return 2 * V * C + L * (attn + 3 * C * F + 2 * C) + C;  // untied embeddings and head, final norm
+  };
+  const struct {
+    const char* preset;
+    int64_t published, closed;
+  } cases[] = {
+      {"qwen2.5-7b", 7'615'616'512, closed_form(28, 3584, 28, 4, 18944, 152064, true)},
+      {"qwen2.5-72b", 72'706'203'648, closed_form(80, 8192, 64, 8, 29568, 152064, true)},
+      {"qwen3-8b", 8'190'735'360, closed_form(36, 4096, 32, 8, 12288, 151936, false, 128, true)},
+      {"qwen3-32b", 32'762'123'264, closed_form(64, 5120, 64, 8, 25600, 151936, false, 128, true)},
+      {"mistral-7b", 7'241'732'096, closed_form(32, 4096, 32, 8, 14336, 32000, false)},
+      {"phi-3-mini", 3'821'079'552, closed_form(32, 3072, 32, 32, 8192, 32064, false)},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(c.closed, c.published) << c.preset;
+    const Job job = job_of(c.preset, 4096, 8);
+    EXPECT_EQ(job.model.num_params(), c.published) << c.preset;
+    const StageMemory m = stage_memory(job, Layout{}, 0, precision("fp32"));
+    EXPECT_EQ(m.param_elements, c.published) << c.preset;
+    EXPECT_EQ(m.arenas.values, 4 * c.published) << c.preset;
+    EXPECT_EQ(m.arenas.grads, 4 * c.published) << c.preset;
+    EXPECT_EQ(m.arenas.optimizer, 8 * c.published) << c.preset;
+  }
+  const model::ModelConfig mistral = model::model_preset("mistral-7b");
+  const double attn = 12.0 * 32 * 32 * 128;  // 12 L H Q
+  EXPECT_DOUBLE_EQ(mistral.flops_per_token(16384) - mistral.flops_per_token(4096), 0.0);
+  EXPECT_DOUBLE_EQ(mistral.flops_per_token(4096) - mistral.flops_per_token(2048), attn * 2048);
+}
+
 // --freeze: the frozen parameters keep their values but lose their gradients
 // and AdamW moments, exactly their elements' share of both.
 TEST(PlanMemory, FrozenParametersDropTheirGradientsAndOptimizerState) {

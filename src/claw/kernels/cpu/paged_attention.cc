@@ -76,11 +76,12 @@ struct ContiguousRows {
   void prefetch(int64_t) const {}  // consecutive rows: the hardware prefetcher follows them
 };
 
-// One query head's attention to keys [0, pos] (positions counted from its
-// sequence's first token): kD is D when the compiler should know it (0: D at
-// run time). Returns the log-sum-exp of the scaled scores.
+// One query head's attention to keys [lo, pos] (positions counted from its
+// sequence's first token; lo = 0 but under a sliding window): kD is D when
+// the compiler should know it (0: D at run time). Returns the log-sum-exp of
+// the scaled scores.
 template <int64_t kD, typename Rows>
-float attend_one(const float* q, float* out, int64_t pos, const Rows& rows, int64_t D_, float fscale) {
+float attend_one(const float* q, float* out, int64_t lo, int64_t pos, const Rows& rows, int64_t D_, float fscale) {
   const int64_t D = kD ? kD : D_;
   float acc[kD ? kD : kMaxHeadDim] = {};
   float scores[kTile];
@@ -89,7 +90,7 @@ float attend_one(const float* q, float* out, int64_t pos, const Rows& rows, int6
   // online softmax rescales at the same places for any paging.
   int64_t kv[kTile];  // rows of the views
   float tmp[kD ? kD : kMaxHeadDim];
-  for (int64_t j0 = 0; j0 <= pos; j0 += kTile) {
+  for (int64_t j0 = lo; j0 <= pos; j0 += kTile) {
     const int64_t n = std::min(kTile, pos + 1 - j0);
     // The next tile's rows on their way while this one is computed.
     for (int64_t p = j0 + kTile; p < std::min(j0 + 2 * kTile, pos + 1); ++p) rows.prefetch(p);
@@ -120,11 +121,13 @@ float attend_one(const float* q, float* out, int64_t pos, const Rows& rows, int6
 // attend_one with the common head sizes known to the compiler (the
 // accumulator stays in registers): the same operations in the same order as
 // any D.
+// window: keys a query sees, itself included (0: all).
 template <typename Rows>
-float attend(const float* q, float* out, int64_t pos, const Rows& rows, int64_t D, float fscale) {
-  if (D == 64) return attend_one<64>(q, out, pos, rows, D, fscale);
-  if (D == 128) return attend_one<128>(q, out, pos, rows, D, fscale);
-  return attend_one<0>(q, out, pos, rows, D, fscale);
+float attend(const float* q, float* out, int64_t pos, int64_t window, const Rows& rows, int64_t D, float fscale) {
+  const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+  if (D == 64) return attend_one<64>(q, out, lo, pos, rows, D, fscale);
+  if (D == 128) return attend_one<128>(q, out, lo, pos, rows, D, fscale);
+  return attend_one<0>(q, out, lo, pos, rows, D, fscale);
 }
 
 }  // namespace
@@ -168,7 +171,7 @@ void kv_store_row(const KvView& v, int64_t row, const float* src, int64_t D) {
 
 void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const KvView& keys,
                              const KvView& values, int64_t block_size, const PagedSeq* seqs, int64_t num_seqs,
-                             int64_t H, int64_t G, int64_t D, double scale) {
+                             int64_t H, int64_t G, int64_t D, double scale, int64_t window) {
   CLAW_CHECK(block_size >= 1 && D <= kMaxHeadDim && H % G == 0,
              "paged attention: block size {}, head dim {} (<= {}), {} heads over {} KV heads", block_size, D,
              kMaxHeadDim, H, G);
@@ -183,7 +186,7 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
     const int64_t h = task % H;
     const PagedSeq& s = seqs[it.seq];
     const int64_t r = s.first_row + it.token;
-    attend(q + (r * H + h) * D, out + (r * H + h) * D, s.context + it.token,
+    attend(q + (r * H + h) * D, out + (r * H + h) * D, s.context + it.token, window,
            PagedRows{keys, values, s, h / per_group, G, block_size, D}, D, fscale);
   });
 }
@@ -191,7 +194,7 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
 
 void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k,
                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D,
-                                   double scale, const int32_t* seg_start) {
+                                   double scale, const int32_t* seg_start, int64_t window) {
   CLAW_CHECK(D <= kMaxHeadDim && H % G == 0, "fixed-order attention: head dim {} (<= {}), {} heads over {} KV heads",
              D, kMaxHeadDim, H, G);
   if (seg_start)
@@ -205,7 +208,7 @@ void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, co
     const int64_t first = seg_start ? seg_start[b * T + t] : 0;
     const int64_t i = (b * T + t) * H + h;
     const ContiguousRows rows{k + (b * T * G + h / per_group) * D, v + (b * T * G + h / per_group) * D, first, G * D};
-    lse[(b * H + h) * T + t] = attend(q + i * D, out + i * D, t - first, rows, D, fscale);
+    lse[(b * H + h) * T + t] = attend(q + i * D, out + i * D, t - first, window, rows, D, fscale);
   });
 }
 

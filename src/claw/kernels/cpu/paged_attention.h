@@ -11,7 +11,8 @@
 // The step's queries are q [N, H, D] (RoPE applied), grouped by sequence:
 // sequence s owns rows [first_row, first_row + num_tokens), the first at
 // position `context` (what it had cached before the step), whose keys must
-// already be in the cache. Query at position p attends to keys [0, p]; H
+// already be in the cache. Query at position p attends to keys [0, p] (a
+// sliding window of W keys: [max(0, p - W + 1), p]); H
 // query heads share G key/value heads (head h reads kv head h / (H / G)).
 //
 //   out_i = sum_j softmax_j(scale q_i . k_j) v_j
@@ -66,7 +67,7 @@ struct PagedSeq {
 
 void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const KvView& keys,
                              const KvView& values, int64_t block_size, const PagedSeq* seqs, int64_t num_seqs,
-                             int64_t H, int64_t G, int64_t D, double scale);
+                             int64_t H, int64_t G, int64_t D, double scale, int64_t window = 0);
 
 // The same per-query computation over contiguous keys and values, for
 // training's causal attention when its result must equal the engine's to
@@ -76,9 +77,10 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
 // lse [B, H, T], the log-sum-exp its backward reads. seg_start (null: 0)
 // gives each token's document start in its row: the query attends to keys
 // [seg_start, t], its positions counted from there as the engine counts a
-// sequence's, so a packed document gets what it gets alone.
+// sequence's, so a packed document gets what it gets alone; a sliding window
+// of W keys (window > 0) starts at max(seg_start, t - W + 1), as the engine's.
 void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k,
                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D,
-                                   double scale, const int32_t* seg_start);
+                                   double scale, const int32_t* seg_start, int64_t window = 0);
 
 }  // namespace claw::kernels

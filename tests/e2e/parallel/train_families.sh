@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `claw train` of the architecture options that the Hugging Face families
+# bring, under mpirun, against one rank (compare_runs.sh: per-step losses and
+# validation losses 2e-5 relative, 4 steps each).
+#
+#   train_families.sh CLAW_BINARY CASE
+#
+# qwen2    --add-qkv-bias (Qwen 2's attention): TP 2 + SP (the biases split
+#          with their heads), PP 2, DP 2 with ZeRO-1.
+# qwen3    --qk-layernorm --kv-channels 32 (Qwen 3's attention): the same
+#          layouts and TP 4 (the norms' weights summed over the heads'
+#          ranks; 2 KV groups held by 2 ranks each).
+# mistral  --window-size 8 (Mistral's sliding window): TP 2 + SP, PP 2, DP 2
+#          with ZeRO-1, and CP 2 with p2p and a2a, whose chunks the windows cross.
+. "$(dirname "$0")/../../lib.sh"
+claw=$1
+case_name=$2
+# shellcheck source=models.sh
+source "$here/models.sh"
+# shellcheck source=compare_runs.sh
+source "$here/compare_runs.sh"
+common=("${mpi_common[@]}")
+loss_rtol=2e-5
+check_layout() { true; }
+layouts=("2:$short --tensor-model-parallel-size 2 --sequence-parallel" "2:$short --pipeline-model-parallel-size 2"
+         "2:$short --use-distributed-optimizer")
+
+case $case_name in
+qwen2) compare qwen2 "${qwen2[@]}" -- "${layouts[@]}" ;;
+qwen3) compare qwen3 "${qwen3[@]}" -- "${layouts[@]}" "4:$short --tensor-model-parallel-size 4" ;;
+mistral)
+  compare mistral "${mistral[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" \
+    "2:$short --context-parallel-size 2 --cp-comm-type a2a" ;;
+*) fail "unknown case '$case_name' (qwen2, qwen3, mistral)" ;;
+esac

@@ -1,0 +1,193 @@
+"""A model family of `transformers` against claw. The oracle of hf_family.sh,
+run with tools/hf_env.sh's venv (transformers 4.49 over Debian's torch), or
+for the families that transformers 4.49 lacks (Qwen 3) with
+tools/torch2_env.sh's (transformers 4.57 over PyPI's torch 2.5).
+
+    hf_family.py make FAMILY HF_DIR              a random FAMILY model made by transformers,
+                                                 save_pretrained (qwen2: Qwen2ForCausalLM,
+                                                 biases on q, k, v; qwen3: Qwen3ForCausalLM,
+                                                 RMSNorm on each head's q and k, heads of 32
+                                                 on a width of 64 with 4 heads; phi3:
+                                                 Phi3ForCausalLM, fused qkv_proj and
+                                                 gate_up_proj, a window of 8; mixtral:
+                                                 MixtralForCausalLM, 4 experts, top 2, the
+                                                 load-balancing loss; mistral:
+                                                 MistralForCausalLM, a sliding window of 8)
+    hf_family.py logits HF_DIR LOGITS_FILE       transformers' logits on the tokens of a
+                                                 `claw eval --logits-file` file equal claw's
+                                                 (1e-5 x max |logit|)
+    hf_family.py grads HF_DIR GRADS_FILE         one training step: the mean cross-entropy of
+                                                 the `claw eval --grads-file` batch and the
+                                                 gradient of every parameter, in float64
+                                                 from the same float32 weights, equal claw's
+                                                 (loss 1e-6, each gradient 1e-5 x its max)
+    hf_family.py same HF_DIR_A HF_DIR_B          the same tensors bit for bit, the same config
+    hf_family.py generate HF_DIR N IDS           N greedy tokens after the prompt IDS with
+                                                 generate() (JSON: tokens, top-1/top-2 gaps)
+
+Weights are drawn wider than transformers' default (std 0.2), and norms and
+biases (zero and one by default) are perturbed, so that a misplaced bias or
+norm shows and greedy choices are decided by clear margins.
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers as tf
+import transformers.generation.utils as gen_utils
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+# Debian's torch 1.13 cannot import torch.distributed.fsdp under Python 3.11;
+# generate() imports it only to ask whether the model is FSDP-wrapped (under
+# torch 2 the stub answers the same).
+gen_utils.is_fsdp_managed_module = lambda module: False
+
+SHAPE = dict(vocab_size=50257, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, initializer_range=0.2,
+             bos_token_id=1, eos_token_id=2, torch_dtype="float32")
+FAMILIES = {
+    # Qwen 2 / 2.5: biases on q, k and v only; tied embeddings as the small Qwen 2.5 models have them.
+    "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**SHAPE, rope_theta=1e6, tie_word_embeddings=True,
+                                                         use_sliding_window=False)),
+    # Qwen 3: per-head q/k RMSNorm, a head dimension of its own, no biases, tied embeddings (as 0.6B-4B).
+    "qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**SHAPE, head_dim=32, rope_theta=1e6,
+                                                         tie_word_embeddings=True, use_sliding_window=False)),
+    # Phi-3: q/k/v in one qkv_proj, gate/up in one gate_up_proj, Mistral's window.
+    "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**SHAPE, rope_theta=1e4, sliding_window=8, pad_token_id=0,
+                                                     original_max_position_embeddings=256,
+                                                     tie_word_embeddings=False)),
+    # Mixtral: every layer 4 SwiGLU experts, top 2, with the load-balancing loss.
+    "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(**SHAPE, rope_theta=1e6, num_local_experts=4,
+                                                              num_experts_per_tok=2, router_aux_loss_coef=0.02,
+                                                              sliding_window=None, tie_word_embeddings=False)),
+    # Mistral: every layer attends over a sliding window (8 keys: the 32-token batches cross it).
+    "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**SHAPE, rope_theta=1e6, sliding_window=8,
+                                                              tie_word_embeddings=False)),
+}
+
+
+def load(hf_dir):
+    return tf.AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32,
+                                                   attn_implementation="eager").eval()
+
+
+def cmd_make(family, out):
+    torch.manual_seed(7)
+    model = FAMILIES[family]().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+            if name.endswith(".bias") or name.endswith("block_sparse_moe.gate.weight"):
+                p.normal_(0, 0.5)
+    model.save_pretrained(out, safe_serialization=True)
+    n = len(load_file(os.path.join(out, "model.safetensors")))
+    print(f"made {out}: {type(model).__name__} by transformers {tf.__version__}, {n} tensors")
+
+
+def cmd_logits(hf_dir, logits_file):
+    model = load(hf_dir)
+    got = load_file(logits_file)
+    tokens = got["tokens"].long()
+    with torch.no_grad():
+        ref = model(tokens).logits.double()
+    claw = got["logits"].double()[..., :ref.shape[-1]]
+    assert claw.shape == ref.shape, f"claw's logits {tuple(claw.shape)}, transformers' {tuple(ref.shape)}"
+    diff = (claw - ref).abs().max().item()
+    tol = 1e-5 * ref.abs().max().item()
+    print(f"{type(model).__name__}: max |claw - transformers| = {diff:.2e} over {tuple(ref.shape)} logits "
+          f"(tolerance {tol:.1e})")
+    assert diff <= tol, "logits differ"
+
+
+def cmd_grads(hf_dir, grads_file):
+    model = load(hf_dir).double()
+    got = load_file(grads_file)
+    with safe_open(grads_file, "pt") as f:
+        hf_of = json.loads(f.metadata()["hf_names"])  # claw's parameter name -> transformers'
+    tokens, targets = got["tokens"].long(), got["targets"].long()
+    moe = getattr(model.config, "router_aux_loss_coef", 0) > 0
+    out = model(tokens, output_router_logits=True) if moe else model(tokens)
+    loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), targets.reshape(-1))
+    # The gradients are the objective's: with experts, plus claw's
+    # load-balancing loss (Megatron's, summed over the layers: coeff E
+    # sum_i f_i P_i with f_i the fraction of the N k choices that went to
+    # expert i and P_i its mean softmax score) on transformers' router logits.
+    # transformers' own pools the layers and has no 1/k; claw reports the
+    # language-model loss alone.
+    objective = loss
+    if moe:
+        cfg = model.config
+        E, k = cfg.num_local_experts, cfg.num_experts_per_tok
+        for logits in out.router_logits:
+            scores = torch.softmax(logits, dim=-1)
+            chosen = torch.topk(scores, k, dim=-1).indices
+            f = torch.nn.functional.one_hot(chosen, E).sum(dim=(0, 1)).double() / (logits.shape[0] * k)
+            objective = objective + cfg.router_aux_loss_coef * E * (f * scores.mean(dim=0)).sum()
+    objective.backward()
+    claw_loss = got["loss"].item()
+    print(f"loss: claw {claw_loss:.8f}, transformers {loss.item():.8f}")
+    assert abs(claw_loss - loss.item()) <= 1e-6 * abs(loss.item()), "losses differ"
+    params = dict(model.named_parameters())
+    worst, covered = 0.0, {}
+    for key, g in got.items():
+        if not key.startswith("grad."):
+            continue
+        name = key[len("grad."):]
+        hf = hf_of[name]
+        if isinstance(hf, list) and hf[1] == "stack":  # experts stacked along dimension 0
+            names = [hf[0].replace("{}", str(e)) for e in range(hf[2])]
+            ref = torch.stack([params[n].grad for n in names])
+            covered.update({n: params[n].shape[0] for n in names})
+        elif isinstance(hf, list):  # a row slice of a fused tensor
+            hf, dim, begin, end = hf
+            assert dim == 0, hf_of[name]
+            ref = params[hf].grad[begin:end]
+            covered[hf] = covered.get(hf, 0) + (end - begin)
+        else:
+            ref = params[hf].grad
+            covered[hf] = ref.shape[0]
+        mine = g.double()[:ref.shape[0]] if g.shape != ref.shape else g.double()
+        assert mine.shape == ref.shape, f"{name} ({hf}): claw {tuple(g.shape)}, transformers {tuple(ref.shape)}"
+        rel = (mine - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+        worst = max(worst, rel)
+        assert rel <= 1e-5, f"{name} ({hf}): gradients differ by {rel:.2e} of their largest"
+    missing = sorted(n for n, p in params.items() if covered.get(n, 0) != p.shape[0])
+    assert not missing, f"claw's gradients do not cover {missing}"
+    print(f"gradients: {len(covered)} tensors, worst difference {worst:.2e} of the tensor's largest (tolerance 1e-5)")
+
+
+def cmd_same(a, b):
+    pa, pb = load_file(os.path.join(a, "model.safetensors")), load_file(os.path.join(b, "model.safetensors"))
+    assert sorted(pa) == sorted(pb), f"tensor names differ: {sorted(set(pa) ^ set(pb))[:5]}"
+    bad = [k for k in pa if pa[k].dtype != pb[k].dtype or pa[k].shape != pb[k].shape or not torch.equal(pa[k], pb[k])]
+    assert not bad, f"{len(bad)} tensors differ, e.g. {bad[:3]}"
+    ca, cb = (tf.AutoConfig.from_pretrained(d) for d in (a, b))
+    assert type(ca) is type(cb), f"{type(ca).__name__} exported as {type(cb).__name__}"
+    # Token ids are the tokenizer's (generation_config.json); Qwen 2's
+    # max_window_layers means nothing without use_sliding_window.
+    skip = {"_name_or_path", "transformers_version", "bos_token_id", "eos_token_id", "pad_token_id"}
+    da, db = ca.to_dict(), cb.to_dict()
+    if not da.get("use_sliding_window", True):  # Qwen: then the window fields mean nothing
+        skip |= {"max_window_layers", "sliding_window"}
+    diff = [(k, da.get(k), db.get(k)) for k in sorted(set(da) | set(db)) if k not in skip and da.get(k) != db.get(k)]
+    assert not diff, f"config fields differ: {diff}"
+    print(f"same: {len(pa)} tensors bitwise equal, {type(ca).__name__} fields agree")
+
+
+def cmd_generate(hf_dir, n, ids):
+    model = load(hf_dir)
+    prompt = torch.tensor([[int(x) for x in ids.split(",")]])
+    with torch.no_grad():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=int(n),
+                             min_new_tokens=int(n), do_sample=False, output_scores=True, return_dict_in_generate=True,
+                             pad_token_id=model.config.eos_token_id)
+    gaps = [float(torch.topk(s[0], 2).values[0] - torch.topk(s[0], 2).values[1]) for s in out.scores]
+    print(json.dumps({"tokens": out.sequences[0, prompt.shape[1]:].tolist(), "gaps": gaps}))
+
+
+if __name__ == "__main__":
+    {"make": cmd_make, "logits": cmd_logits, "grads": cmd_grads, "same": cmd_same,
+     "generate": cmd_generate}[sys.argv[1]](*sys.argv[2:])

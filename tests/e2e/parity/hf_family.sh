@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A model family made by `transformers` through claw (hf_family.py is the
+# oracle; transformers 4.49 from tools/hf_env.sh's venv under /tmp, or 4.57
+# over PyPI's torch 2.5 from tools/torch2_env.sh's for Qwen 3).
+#
+#   hf_family.sh CLAW_BINARY qwen2|qwen3|mistral|phi3|mixtral
+#
+# 1. a random model of the family, saved by transformers, imported with
+#    `claw ckpt import --format hf`: `claw eval`'s logits equal transformers'
+#    (1e-5 relative) on two 32-token sequences;
+# 2. one training step: the loss and the gradient of every parameter equal
+#    transformers' (float64 from the same weights; 1e-5 of each tensor's largest);
+# 3. `claw ckpt export --format hf` of the import gives the original's tensors
+#    bit for bit and a config of the same class with the same fields;
+# 4. 32 greedy tokens of `claw generate` on the directory as transformers saved
+#    it (the serving engine's paged KV cache, prefilled in chunks of 4 and
+#    whole) equal generate()'s.
+. "$(dirname "$0")/../../lib.sh"
+set -e
+claw=$1
+family=$2
+env=hf
+[[ $family != qwen3 ]] || env=torch2
+py=$("$here/../../oracle_env.sh" $env)
+hf() { "$py" "$here/hf_family.py" "$@" 2> >(grep -v -e Warning -e warn >&2); }
+quiet() { "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }; }
+evalf=(--eval-iters 1 --micro-batch-size 2 --global-batch-size 2 --seq-length 32 --num-threads 2)
+
+hf make "$family" "$tmp/hf"
+quiet "$claw" ckpt import --format hf --input "$tmp/hf" --save "$tmp/imported"
+quiet "$claw" eval --load "$tmp/imported" "${evalf[@]}" --logits-file "$tmp/logits.st" --grads-file "$tmp/grads.st"
+hf logits "$tmp/hf" "$tmp/logits.st"
+hf grads "$tmp/hf" "$tmp/grads.st"
+quiet "$claw" ckpt export --load "$tmp/imported" --format hf --output "$tmp/hf_again"
+hf same "$tmp/hf" "$tmp/hf_again"
+
+prompt=17,250,3,999,42,7,512,88,1,640
+hf generate "$tmp/hf" 32 "$prompt" >"$tmp/hf.json"
+for chunk in 4 0; do
+  flags=(--num-threads 2)
+  [[ $chunk == 0 ]] || flags+=(--max-num-batched-tokens "$chunk")
+  "$claw" generate --model "$tmp/hf" --prompt-tokens "$prompt" --max-tokens 32 --ignore-eos --output-format json \
+    "${flags[@]}" >"$tmp/claw.json" 2>"$tmp/claw.log" || { cat "$tmp/claw.log"; exit 1; }
+  /usr/bin/python3 - "$tmp/hf.json" "$tmp/claw.json" "$chunk" <<'PY'
+import json, sys
+hf, claw = (json.load(open(p)) for p in sys.argv[1:3])
+first = next((i for i, (a, b) in enumerate(zip(hf["tokens"], claw["tokens"])) if a != b), None)
+assert claw["tokens"] == hf["tokens"], (
+    f"claw differs from transformers at token {first}: claw {claw['tokens']}\nhf {hf['tokens']}\n"
+    f"logit gap there {hf['gaps'][first] if first is not None else None}")
+how = f"prefill chunks of {sys.argv[3]}" if sys.argv[3] != "0" else "whole prefill"
+print(f"generate ({how}): 32 greedy tokens equal; smallest top-1/top-2 logit gap {min(hf['gaps']):.4f}")
+PY
+done
