@@ -114,6 +114,9 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
          cfg.moe.num_experts);
   const nlohmann::json config = hf_config(cfg);  // refuses models with no GPT-2 or Llama form
   const std::string arch = config["model_type"].get<std::string>();
+  if (cfg.rope_scaling.enabled())
+    fail("GGUF export with --rope-scaling-type {} is not available yet (llama.cpp's rope_freqs.weight is not written)",
+         cfg.rope_scaling.type);
   if (arch != "gpt2" && arch != "llama")
     fail("GGUF export of {} models ({}) is not available yet (export --format hf gives {})", arch,
          cfg.qk_layernorm ? "--qk-layernorm" : cfg.add_qkv_bias ? "--add-qkv-bias" : "--window-size",

@@ -63,6 +63,69 @@ T need(const nlohmann::json& j, const char* key, const std::string& path) {
   if (!j.contains(key) || j[key].is_null()) fail("{}: missing field '{}'", path, key);
   return get_or<T>(j, key, T{}, path);
 }
+// config.json's rope_scaling (null: none).
+nlohmann::json hf_rope_scaling(const model::RopeScaling& r) {
+  if (!r.enabled()) return nullptr;
+  nlohmann::json j = {{"rope_type", r.type}, {"factor", r.factor}};
+  if (r.type == "llama3") {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  return j;
+}
+
+// rope_scaling of config.json `path` (rope_type, or the older "type").
+model::RopeScaling rope_scaling_of(const nlohmann::json& j, const std::string& path) {
+  model::RopeScaling r;
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return r;
+  const nlohmann::json& s = j["rope_scaling"];
+  const std::string where = path + ": rope_scaling";
+  if (!s.is_object()) fail("{} {} is not an object", where, s.dump());
+  r.type = s.contains("rope_type") ? need<std::string>(s, "rope_type", where) : need<std::string>(s, "type", where);
+  if (r.type == "default") return {};
+  if (r.type != "linear" && r.type != "llama3")
+    fail("{} {}: rope_type '{}' is not supported (claw scales RoPE as linear and llama3)", where, s.dump(), r.type);
+  r.factor = need<double>(s, "factor", where);
+  if (r.type == "llama3") {
+    r.low_freq_factor = need<double>(s, "low_freq_factor", where);
+    r.high_freq_factor = need<double>(s, "high_freq_factor", where);
+    r.original_max_position_embeddings = need<int64_t>(s, "original_max_position_embeddings", where);
+  }
+  return r;
+}
+
+// Qwen3-MoE's experts: layer l is sparse unless in mlp_only_layers, and only
+// every decoder_sparse_step-th ((l + 1) % step == 0); dense layers keep
+// intermediate_size.
+void qwen3_moe_of(const nlohmann::json& j, const std::string& path, model::ModelConfig& c) {
+  model::MoeConfig& m = c.moe;
+  m.num_experts = need<int64_t>(j, "num_experts", path);
+  m.router_topk = need<int64_t>(j, "num_experts_per_tok", path);
+  m.ffn_hidden_size = need<int64_t>(j, "moe_intermediate_size", path);
+  m.aux_loss_coeff = get_or<double>(j, "router_aux_loss_coef", 0.0, path);
+  if (!get_or<bool>(j, "norm_topk_prob", true, path))
+    fail("{}: norm_topk_prob false: claw's softmax router renormalises the top-k weights (true)", path);
+  const int64_t step = get_or<int64_t>(j, "decoder_sparse_step", 1, path);
+  if (step < 1) fail("{}: decoder_sparse_step {} must be positive", path, step);
+  std::set<int64_t> dense;
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+    if (!j["mlp_only_layers"].is_array()) fail("{}: mlp_only_layers is not a list of layer indices", path);
+    for (const nlohmann::json& l : j["mlp_only_layers"]) {
+      if (!l.is_number_integer()) fail("{}: mlp_only_layers holds {}, not a layer index", path, l.dump());
+      dense.insert(l.get<int64_t>());
+    }
+  }
+  std::string freq;
+  bool all = true;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool sparse = !dense.count(l) && (l + 1) % step == 0;
+    all = all && sparse;
+    freq += (l ? "," : "") + std::string(sparse ? "1" : "0");
+  }
+  m.layer_freq = all ? "1" : freq;
+}
+
 // The fields every Llama-style family's config.json shares.
 nlohmann::json llama_family_config(const model::ModelConfig& c, const char* architecture, const char* type) {
   return {{"architectures", {architecture}},
@@ -77,7 +140,7 @@ nlohmann::json llama_family_config(const model::ModelConfig& c, const char* arch
           {"max_position_embeddings", c.max_position_embeddings},
           {"rms_norm_eps", c.norm_epsilon},
           {"rope_theta", c.rotary_base},
-          {"rope_scaling", nullptr},
+          {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
           {"hidden_act", "silu"},
           {"attention_dropout", 0.0},
           {"initializer_range", c.init_method_std},
@@ -100,6 +163,7 @@ nlohmann::json hf_mixtral_config(const model::ModelConfig& c) {
   if (c.qkv_bias()) fail("MixtralForCausalLM has no linear biases; this model has them");
   if (c.qk_layernorm) fail("MixtralForCausalLM has no --qk-layernorm; this model has it");
   nlohmann::json j = llama_family_config(c, "MixtralForCausalLM", "mixtral");
+  if (c.rope_scaling.enabled()) fail("MixtralForCausalLM has no rope_scaling; this model has --rope-scaling-type");
   j.erase("rope_scaling");
   j["intermediate_size"] = c.moe_ffn();
   j["num_local_experts"] = m.num_experts;
@@ -111,11 +175,45 @@ nlohmann::json hf_mixtral_config(const model::ModelConfig& c) {
   return j;
 }
 
+nlohmann::json hf_qwen3_config(const model::ModelConfig& c);
+
+// Qwen3MoeForCausalLM: Qwen 3's attention; the layers not in mlp_only_layers
+// (and every decoder_sparse_step-th) sparse blocks of SwiGLU experts, softmax
+// top-k renormalised over the k (norm_topk_prob), no shared expert.
+nlohmann::json hf_qwen3_moe_config(const model::ModelConfig& c) {
+  const model::MoeConfig& m = c.moe;
+  if (!m.enabled() || !c.qk_layernorm)
+    fail("--hf-architecture Qwen3MoeForCausalLM: Qwen3-MoE has experts and --qk-layernorm; this model has {}",
+         m.enabled() ? "no --qk-layernorm" : "no experts");
+  if (m.shared_expert_intermediate_size > 0 || m.router_score_function != "softmax" || m.router_enable_expert_bias)
+    fail("--num-experts {}: Qwen3MoeForCausalLM routes by softmax with no shared expert and no expert bias; this "
+         "model has --moe-router-score-function {}{}{}",
+         m.num_experts, m.router_score_function, m.shared_expert_intermediate_size > 0 ? ", a shared expert" : "",
+         m.router_enable_expert_bias ? ", --moe-router-enable-expert-bias" : "");
+  nlohmann::json j = hf_qwen3_config(c);
+  j["architectures"] = {"Qwen3MoeForCausalLM"};
+  j["model_type"] = "qwen3_moe";
+  j["num_experts"] = m.num_experts;
+  j["num_experts_per_tok"] = m.router_topk;
+  j["moe_intermediate_size"] = c.moe_ffn();
+  j["norm_topk_prob"] = true;
+  j["decoder_sparse_step"] = 1;
+  nlohmann::json dense = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (!m.is_moe_layer(l, c.num_layers)) dense.push_back(l);
+  j["mlp_only_layers"] = dense;
+  j["router_aux_loss_coef"] = m.aux_loss_coeff;
+  j["output_router_logits"] = false;
+  return j;
+}
+
 // Qwen3ForCausalLM: Llama's layers with an RMSNorm on each head's queries
 // and keys (q_norm, k_norm) and a head dimension of its own; attention_bias
 // puts biases on q, k, v and o, the MLP has none.
 nlohmann::json hf_qwen3_config(const model::ModelConfig& c) {
   if (!c.qk_layernorm) fail("--hf-architecture Qwen3ForCausalLM: this model has no --qk-layernorm");
+  if (c.moe.enabled() && c.hf_architecture == "Qwen3ForCausalLM")
+    fail("--hf-architecture Qwen3ForCausalLM: this model has experts (Qwen3MoeForCausalLM holds them)");
   if (c.add_qkv_bias && !c.add_bias_linear)
     fail("--qk-layernorm with --add-qkv-bias: Qwen3ForCausalLM's attention_bias covers q, k, v and o together; this "
          "model has biases on q, k and v only");
@@ -222,6 +320,7 @@ nlohmann::json hf_config(const model::ModelConfig& c) {
   const std::string& arch = c.hf_architecture;
   if (arch == "GPT2LMHeadModel")
     fail("--hf-architecture GPT2LMHeadModel: this model has Llama's parts (RMSNorm, rope, SwiGLU), not GPT-2's");
+  if (arch == "Qwen3MoeForCausalLM" || (c.moe.enabled() && c.qk_layernorm)) return hf_qwen3_moe_config(c);
   if (c.moe.enabled() || arch == "MixtralForCausalLM") return hf_mixtral_config(c);
   if (c.qk_layernorm || arch == "Qwen3ForCausalLM") return hf_qwen3_config(c);
   if ((c.add_qkv_bias && !c.add_bias_linear) || arch == "Qwen2ForCausalLM") return hf_qwen2_config(c);
@@ -264,11 +363,12 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
       fail("{}: activation_function '{}': claw's GELU is the tanh approximation (gelu_new, gelu_pytorch_tanh)", path,
            act);
   } else if (type == "llama" || type == "mixtral" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-             type == "phi3") {
+             type == "qwen3_moe" || type == "phi3") {
     c.name = "hf-" + type;
     static const std::map<std::string, std::string> classes = {
         {"llama", "LlamaForCausalLM"},  {"mixtral", "MixtralForCausalLM"}, {"mistral", "MistralForCausalLM"},
-        {"qwen2", "Qwen2ForCausalLM"},  {"qwen3", "Qwen3ForCausalLM"},     {"phi3", "Phi3ForCausalLM"}};
+        {"qwen2", "Qwen2ForCausalLM"},  {"qwen3", "Qwen3ForCausalLM"},     {"phi3", "Phi3ForCausalLM"},
+        {"qwen3_moe", "Qwen3MoeForCausalLM"}};
     c.hf_architecture = classes.at(type);
     c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
     c.hidden_size = need<int64_t>(j, "hidden_size", path);
@@ -292,7 +392,7 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
       c.add_bias_linear = get_or<bool>(j, "attention_bias", false, path);
       if (get_or<bool>(j, "mlp_bias", c.add_bias_linear, path) != c.add_bias_linear)
         fail("{}: attention_bias and mlp_bias differ; claw's --disable-bias-linear covers both", path);
-    } else if (type == "qwen3") {
+    } else if (type == "qwen3" || type == "qwen3_moe") {
       c.add_bias_linear = false;
       c.qk_layernorm = true;  // q_norm, k_norm over each head
       if (get_or<bool>(j, "attention_bias", false, path))
@@ -302,10 +402,10 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
       c.add_bias_linear = false;
       c.add_qkv_bias = type == "qwen2";  // Qwen 2: q, k and v have biases, nothing else
     }
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-      fail("{}: rope_scaling {} is not supported (claw implements plain RoPE)", path, j["rope_scaling"].dump());
+    c.rope_scaling = rope_scaling_of(j, path);
     const std::string act = get_or<std::string>(j, "hidden_act", "silu", path);
     if (act != "silu") fail("{}: hidden_act '{}': claw's SwiGLU uses silu", path, act);
+    if (type == "qwen3_moe") qwen3_moe_of(j, path, c);
     if (type == "mixtral") {
       c.moe.num_experts = need<int64_t>(j, "num_local_experts", path);
       c.moe.router_topk = need<int64_t>(j, "num_experts_per_tok", path);
@@ -320,12 +420,13 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
     if (type == "phi3" && get_or<double>(j, "partial_rotary_factor", 1.0, path) != 1.0)
       fail("{}: partial_rotary_factor {}: claw rotates every dimension of a head (1.0)", path,
            j["partial_rotary_factor"].dump());
-    if ((type == "qwen2" || type == "qwen3") && get_or<bool>(j, "use_sliding_window", false, path))
+    if (type.starts_with("qwen") && get_or<bool>(j, "use_sliding_window", false, path))
       fail("{}: use_sliding_window true: claw does not run Qwen's sliding window (layers from max_window_layers "
            "on); set it false if the model was trained without it",
            path);
   } else {
-    fail("{}: model_type '{}' is not supported (gpt2, llama, mistral, mixtral, phi3, qwen2 or qwen3)", path, type);
+    fail("{}: model_type '{}' is not supported (gpt2, llama, mistral, mixtral, phi3, qwen2, qwen3 or qwen3_moe)", path,
+         type);
   }
   c.validate();
   return c;

@@ -17,9 +17,40 @@
 
 namespace claw::model {
 
-RopeTables::RopeTables(int64_t max_positions, int64_t head_dim, double theta)
-    : cos(max_positions * head_dim / 2), sin(max_positions * head_dim / 2) {
-  kernels::rope_table(cos.data(), sin.data(), max_positions, head_dim, theta);
+std::vector<float> rope_inv_freqs(const ModelConfig& cfg) {
+  const int64_t D = cfg.head_dim(), half = D / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv[i] = kernels::rope_inv_freq(i, D, cfg.rotary_base);
+  const RopeScaling& rs = cfg.rope_scaling;
+  const float factor = static_cast<float>(rs.factor);
+  if (rs.type == "linear") {
+    for (float& f : inv) f /= factor;
+  } else if (rs.type == "llama3") {
+    // Wavelengths longer than the original context / low_freq_factor are
+    // stretched by the factor, shorter than it / high_freq_factor kept, and
+    // those between interpolated by where the wavelength falls.
+    const float two_pi = static_cast<float>(2 * M_PI), original = static_cast<float>(rs.original_max_position_embeddings);
+    const float low_wavelen = static_cast<float>(rs.original_max_position_embeddings / rs.low_freq_factor);
+    const float high_wavelen = static_cast<float>(rs.original_max_position_embeddings / rs.high_freq_factor);
+    const float low = static_cast<float>(rs.low_freq_factor);
+    const float span = static_cast<float>(rs.high_freq_factor - rs.low_freq_factor);
+    for (float& f : inv) {
+      const float wavelen = two_pi / f;
+      if (wavelen > low_wavelen) {
+        f = f / factor;
+      } else if (!(wavelen < high_wavelen)) {
+        const float smooth = (original / wavelen - low) / span;
+        f = (1.0f - smooth) * f / factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+RopeTables::RopeTables(const ModelConfig& cfg)
+    : cos(cfg.max_position_embeddings * cfg.head_dim() / 2), sin(cfg.max_position_embeddings * cfg.head_dim() / 2) {
+  const std::vector<float> inv = rope_inv_freqs(cfg);
+  kernels::rope_table(cos.data(), sin.data(), cfg.max_position_embeddings, cfg.head_dim(), inv.data());
 }
 
 void RopeTables::upload(const kernels::cuda::Device& device) {

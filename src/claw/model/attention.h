@@ -38,11 +38,16 @@
 
 namespace claw::model {
 
+// The inverse frequencies [D/2] of the model's RoPE: 1 / theta^(2i/D), then
+// --rope-scaling-type's stretch, in fp32 operation by operation as Hugging
+// Face computes them (rope_scaling "linear", "llama3").
+std::vector<float> rope_inv_freqs(const ModelConfig& cfg);
+
 // cos/sin tables [P, D/2] shared by all layers.
 struct RopeTables {
   std::vector<float> cos, sin;
   RopeTables() = default;
-  RopeTables(int64_t max_positions, int64_t head_dim, double theta);
+  explicit RopeTables(const ModelConfig& cfg);  // P = max_position_embeddings
   bool empty() const { return cos.empty(); }
   // Copies the tables to the device whose memory the model's kernels read.
   void upload(const kernels::cuda::Device& device);

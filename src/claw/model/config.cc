@@ -170,6 +170,19 @@ void ModelConfig::validate() const {
   if (position_embedding_type == Position::rope && head_dim() % 2 != 0)
     fail("rotary embeddings need an even head dimension (--kv-channels or hidden/heads), got {}", head_dim());
   if (rotary_base <= 0) fail("--rotary-base must be positive, got {}", rotary_base);
+  const RopeScaling& rs = rope_scaling;
+  if (rs.enabled()) {
+    if (rs.type != "linear" && rs.type != "llama3")
+      fail("--rope-scaling-type '{}' is not one of: none, linear, llama3", rs.type);
+    if (position_embedding_type != Position::rope) fail("--rope-scaling-type {} needs rotary embeddings", rs.type);
+    if (!(rs.factor >= 1)) fail("--rope-scaling-factor must be >= 1, got {}", rs.factor);
+    if (rs.type == "llama3" && !(rs.low_freq_factor > 0 && rs.high_freq_factor > rs.low_freq_factor))
+      fail("--rope-scaling-high-freq-factor {} must exceed --rope-scaling-low-freq-factor {} > 0",
+           rs.high_freq_factor, rs.low_freq_factor);
+    if (rs.type == "llama3" && rs.original_max_position_embeddings < 1)
+      fail("--rope-scaling-original-max-position-embeddings must be positive, got {}",
+           rs.original_max_position_embeddings);
+  }
   if (!(norm_epsilon > 0)) fail("--norm-epsilon must be positive, got {}", norm_epsilon);
   if (!(hidden_dropout >= 0 && hidden_dropout < 1)) fail("--hidden-dropout must be in [0, 1), got {}", hidden_dropout);
   if (lora.rank < 0 || lora.rank > kMaxWidth) fail("--lora-rank must be in [0, {}] (0: no adapters), got {}", kMaxWidth, lora.rank);
@@ -191,7 +204,7 @@ void ModelConfig::validate() const {
   }
   static const std::vector<std::string_view> hf_classes = {
       "GPT2LMHeadModel",  "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
-      "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM"};
+      "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Phi3ForCausalLM"};
   if (!hf_architecture.empty() && std::find(hf_classes.begin(), hf_classes.end(), hf_architecture) == hf_classes.end())
     fail("--hf-architecture '{}' is not one of: {} (or empty: the class the model's options imply)", hf_architecture,
          fmt::join(hf_classes, ", "));
@@ -286,7 +299,8 @@ ModelConfig llama(std::string name, int64_t layers, int64_t hidden, int64_t head
 std::vector<std::string> preset_names() {
   return {"gpt2-tiny",  "gpt2-124m",   "llama-tiny",  "mixtral-tiny", "deepseek-tiny", "llama3.2-1b",
           "llama3-8b",  "llama3-70b",  "llama3-405b", "gpt3-175b",    "mixtral-8x7b",  "deepseek-v3",
-          "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b",    "qwen3-32b",    "mistral-7b",    "phi-3-mini"};
+          "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b",    "qwen3-32b",    "qwen3-235b-a22b", "mistral-7b",
+          "phi-3-mini"};
 }
 
 ModelConfig model_preset(std::string_view name) {
@@ -351,6 +365,19 @@ ModelConfig model_preset(std::string_view name) {
     c.kv_channels = 128;
     c.qk_layernorm = true;
     c.norm_epsilon = 1e-6;
+    return c;
+  }
+  // Qwen3-235B-A22B: Qwen 3's attention, every layer 128 narrow experts
+  // (1536 wide), top 8, softmax renormalised over the 8, no shared expert.
+  if (name == "qwen3-235b-a22b") {
+    ModelConfig c = llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 1e6, 40960);
+    c.kv_channels = 128;
+    c.qk_layernorm = true;
+    c.norm_epsilon = 1e-6;
+    c.moe.num_experts = 128;
+    c.moe.router_topk = 8;
+    c.moe.ffn_hidden_size = 1536;
+    c.moe.aux_loss_coeff = 0.001;
     return c;
   }
   // Mistral 7B v0.1 (Jiang et al. 2023): every layer attends over a sliding window of 4096.

@@ -83,6 +83,21 @@ struct MoeConfig {
   int64_t num_moe_layers(int64_t num_layers) const;
 };
 
+// RoPE frequencies stretched for contexts longer than the model was trained
+// on (Hugging Face's rope_scaling; the flags --rope-scaling-*):
+//   linear  every inverse frequency / factor (position interpolation)
+//   llama3  Llama 3.1's: wavelengths above original / low_freq_factor
+//           divided by factor, below original / high_freq_factor kept,
+//           interpolated smoothly between
+struct RopeScaling {
+  std::string type;                  // --rope-scaling-type: "" (none), linear, llama3
+  double factor = 8.0;               // --rope-scaling-factor
+  double low_freq_factor = 1.0;      // --rope-scaling-low-freq-factor (llama3)
+  double high_freq_factor = 4.0;     // --rope-scaling-high-freq-factor (llama3)
+  int64_t original_max_position_embeddings = 8192;  // --rope-scaling-original-max-position-embeddings (llama3)
+  bool enabled() const { return !type.empty(); }
+};
+
 // FP8 and block-scaled formats for the transformer blocks' linear layers
 // (model/fp8.h): Megatron's --fp8-* flags. Off when recipe is empty.
 struct Fp8Config {
@@ -122,6 +137,7 @@ struct ModelConfig {
   double norm_epsilon = 1e-5;              // --norm-epsilon
   Position position_embedding_type = Position::learned;  // --position-embedding-type learned_absolute|rope
   double rotary_base = 10000.0;            // --rotary-base: RoPE theta
+  RopeScaling rope_scaling;                // --rope-scaling-*: stretched frequencies (Llama 3.1's)
   Mlp mlp = Mlp::gelu;                     // --swiglu selects SwiGLU
   bool add_bias_linear = true;             // --disable-bias-linear turns biases off
   // --add-qkv-bias: biases on the query, key and value projections even

@@ -52,6 +52,22 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
         [cfg_of](const A& a) { return std::string(to_string(cfg_of(const_cast<A&>(a)).position_embedding_type)); },
         "{learned_absolute,rope}"},
       double_flag<A>("rotary-base", "RoPE theta", [cfg_of](A& a) -> auto& { return cfg_of(a).rotary_base; }),
+      F{"rope-scaling-type", "RoPE frequency scaling: none, linear or llama3 (Hugging Face's rope_scaling)", false,
+        [cfg_of](A& a, const std::string& v) { cfg_of(a).rope_scaling.type = v == "none" ? "" : v; },
+        [cfg_of](const A& a) {
+          const std::string& t = cfg_of(const_cast<A&>(a)).rope_scaling.type;
+          return t.empty() ? std::string("none") : t;
+        },
+        "{none,linear,llama3}"},
+      double_flag<A>("rope-scaling-factor", "RoPE scaling: how much longer the context gets",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.factor; }),
+      double_flag<A>("rope-scaling-low-freq-factor", "llama3 RoPE scaling: low_freq_factor",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.low_freq_factor; }),
+      double_flag<A>("rope-scaling-high-freq-factor", "llama3 RoPE scaling: high_freq_factor",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.high_freq_factor; }),
+      int_flag<A>("rope-scaling-original-max-position-embeddings",
+                  "llama3 RoPE scaling: the context the model was trained on",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.original_max_position_embeddings; }),
       F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
         [cfg_of](A& a, const std::string& v) {
           cfg_of(a).mlp = parse_bool("swiglu", v) ? Mlp::swiglu : Mlp::gelu;
@@ -185,7 +201,7 @@ inline ModelConfig model_from_flags_json(const nlohmann::json& j, const std::str
     if (!j.contains(f.name)) {
       if (f.name.starts_with("lora-")) continue;  // recorded before adapters existed: none
       if (f.name == "add-qkv-bias" || f.name == "qk-layernorm" || f.name == "window-size" ||
-          f.name == "hf-architecture")
+          f.name == "hf-architecture" || f.name.starts_with("rope-scaling-"))
         continue;  // recorded before they existed: off
       fail("{}: the model configuration has no '{}'", context, f.name);
     }
@@ -202,7 +218,8 @@ inline bool is_architecture_flag(const std::string& name) {
   static const std::set<std::string> arch = {
       "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "kv-channels", "ffn-hidden-size",
       "vocab-size", "make-vocab-size-divisible-by", "max-position-embeddings", "normalization", "norm-epsilon",
-      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "window-size",
+      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "window-size", "rope-scaling-type", "rope-scaling-factor",
+      "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor", "rope-scaling-original-max-position-embeddings",
       "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
       "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
       "moe-layer-freq"};

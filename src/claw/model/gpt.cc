@@ -55,7 +55,7 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
       tp_(resolve_tp(tp, own_tp_, own_kv_)),
       hf_(cfg_),
       rope_(cfg_.position_embedding_type == Position::rope && storage.allocate  // a shape-only model runs nothing
-                ? RopeTables(cfg_.max_position_embeddings, cfg_.head_dim(), cfg_.rotary_base)
+                ? RopeTables(cfg_)
                 : RopeTables()),
       embedding_(cfg_, hf_, tp_),
       final_norm_("final_norm", cfg_, hf_.final_norm(false), hf_.final_norm(true), tp_),

@@ -82,6 +82,13 @@ HfRef HfNames::mlp(int l, const std::string& which, bool bias) const {
 }
 
 HfRef HfNames::moe(int l, const std::string& which) const {
+  if (cfg_.hf_architecture == "Qwen3MoeForCausalLM") {  // mlp.gate, mlp.experts.{e}.gate_proj/up_proj/down_proj
+    const std::string block = fmt::format("model.layers.{}.mlp.", l);
+    if (which == "router") return {block + "gate.weight"};
+    HfRef r{block + "experts.{}." + which + "_proj.weight"};
+    r.stack = cfg_.moe.num_experts;
+    return r;
+  }
   const std::string block = fmt::format("model.layers.{}.block_sparse_moe.", l);
   if (which == "router") return {block + "gate.weight"};
   HfRef r{block + "experts.{}." + (which == "gate" ? "w1" : which == "up" ? "w3" : "w2") + ".weight"};

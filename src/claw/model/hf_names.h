@@ -35,7 +35,8 @@ class HfNames {
   // which: "fc", "proj" (GELU MLP) or "gate", "up", "down" (SwiGLU).
   HfRef mlp(int layer, const std::string& which, bool bias) const;
   // MixtralForCausalLM's sparse MoE block: which: "router", or "gate", "up",
-  // "down" (the stacked experts' w1, w3, w2).
+  // "down" (the stacked experts' w1, w3, w2); Qwen3MoeForCausalLM's mlp.gate
+  // and mlp.experts.{e}.gate_proj, up_proj, down_proj.
   HfRef moe(int layer, const std::string& which) const;
 
  private:

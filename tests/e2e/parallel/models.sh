@@ -48,3 +48,5 @@ qwen2=("${llama[@]}" --add-qkv-bias)
 mistral=("${llama[@]}" --window-size 8)
 # Qwen 3's per-head q/k norms with a head dimension of its own (32 on a width of 64).
 qwen3=("${llama[@]}" --qk-layernorm --kv-channels 32)
+# Qwen3-MoE: Qwen 3's attention over mixtral-tiny's experts, the first layer dense.
+qwen3moe=("${mixtral[@]}" --qk-layernorm --kv-channels 32 --moe-layer-freq 0,1)

@@ -10,6 +10,8 @@
 # qwen3    --qk-layernorm --kv-channels 32 (Qwen 3's attention): the same
 #          layouts and TP 4 (the norms' weights summed over the heads'
 #          ranks; 2 KV groups held by 2 ranks each).
+# qwen3moe Qwen 3's attention over experts, layer 0 dense: the same layouts
+#          and EP 2.
 # mistral  --window-size 8 (Mistral's sliding window): TP 2 + SP, PP 2, DP 2
 #          with ZeRO-1, and CP 2 with p2p and a2a, whose chunks the windows cross.
 . "$(dirname "$0")/../../lib.sh"
@@ -28,8 +30,11 @@ layouts=("2:$short --tensor-model-parallel-size 2 --sequence-parallel" "2:$short
 case $case_name in
 qwen2) compare qwen2 "${qwen2[@]}" -- "${layouts[@]}" ;;
 qwen3) compare qwen3 "${qwen3[@]}" -- "${layouts[@]}" "4:$short --tensor-model-parallel-size 4" ;;
+qwen3moe)  # experts run whole on each TP rank (--expert-tensor-parallel-size 1)
+  compare qwen3moe "${qwen3moe[@]}" -- "${layouts[0]} --expert-tensor-parallel-size 1" "${layouts[@]:1}" \
+    "2:$short --expert-model-parallel-size 2" ;;
 mistral)
   compare mistral "${mistral[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" \
     "2:$short --context-parallel-size 2 --cp-comm-type a2a" ;;
-*) fail "unknown case '$case_name' (qwen2, qwen3, mistral)" ;;
+*) fail "unknown case '$case_name' (qwen2, qwen3, qwen3moe, mistral)" ;;
 esac

@@ -7,11 +7,15 @@ tools/torch2_env.sh's (transformers 4.57 over PyPI's torch 2.5).
                                                  save_pretrained (qwen2: Qwen2ForCausalLM,
                                                  biases on q, k, v; qwen3: Qwen3ForCausalLM,
                                                  RMSNorm on each head's q and k, heads of 32
-                                                 on a width of 64 with 4 heads; phi3:
+                                                 on a width of 64 with 4 heads; qwen3moe:
+                                                 Qwen3MoeForCausalLM, 8 experts top 2, layer 0
+                                                 dense; phi3:
                                                  Phi3ForCausalLM, fused qkv_proj and
                                                  gate_up_proj, a window of 8; mixtral:
                                                  MixtralForCausalLM, 4 experts, top 2, the
-                                                 load-balancing loss; mistral:
+                                                 load-balancing loss; llama3:
+                                                 LlamaForCausalLM with Llama 3.1's
+                                                 rope_scaling; mistral:
                                                  MistralForCausalLM, a sliding window of 8)
     hf_family.py logits HF_DIR LOGITS_FILE       transformers' logits on the tokens of a
                                                  `claw eval --logits-file` file equal claw's
@@ -54,6 +58,11 @@ FAMILIES = {
     # Qwen 3: per-head q/k RMSNorm, a head dimension of its own, no biases, tied embeddings (as 0.6B-4B).
     "qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**SHAPE, head_dim=32, rope_theta=1e6,
                                                          tie_word_embeddings=True, use_sliding_window=False)),
+    # Qwen3-MoE: Qwen 3's attention, 8 narrow experts top 2 (renormalised), layer 0 dense.
+    "qwen3moe": lambda: tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+        **SHAPE, head_dim=32, rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False, num_experts=8,
+        num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[0], router_aux_loss_coef=0.01)),
     # Phi-3: q/k/v in one qkv_proj, gate/up in one gate_up_proj, Mistral's window.
     "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**SHAPE, rope_theta=1e4, sliding_window=8, pad_token_id=0,
                                                      original_max_position_embeddings=256,
@@ -62,6 +71,12 @@ FAMILIES = {
     "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(**SHAPE, rope_theta=1e6, num_local_experts=4,
                                                               num_experts_per_tok=2, router_aux_loss_coef=0.02,
                                                               sliding_window=None, tie_word_embeddings=False)),
+    # Llama 3.1's RoPE scaling (factor 8 over an original context of 64 on heads of 16: one frequency
+    # kept, two interpolated, five stretched).
+    "llama3": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**SHAPE, rope_theta=1e4, tie_word_embeddings=False,
+                                                         rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                                       "original_max_position_embeddings": 64})),
     # Mistral: every layer attends over a sliding window (8 keys: the 32-token batches cross it).
     "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**SHAPE, rope_theta=1e6, sliding_window=8,
                                                               tie_word_embeddings=False)),
@@ -80,7 +95,7 @@ def cmd_make(family, out):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
-            if name.endswith(".bias") or name.endswith("block_sparse_moe.gate.weight"):
+            if name.endswith(".bias") or name.endswith("block_sparse_moe.gate.weight") or name.endswith("mlp.gate.weight"):
                 p.normal_(0, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     n = len(load_file(os.path.join(out, "model.safetensors")))
@@ -120,8 +135,9 @@ def cmd_grads(hf_dir, grads_file):
     objective = loss
     if moe:
         cfg = model.config
-        E, k = cfg.num_local_experts, cfg.num_experts_per_tok
-        for logits in out.router_logits:
+        E = getattr(cfg, "num_local_experts", getattr(cfg, "num_experts", None))
+        k = cfg.num_experts_per_tok
+        for logits in (r for r in out.router_logits if r is not None):  # dense layers route nothing
             scores = torch.softmax(logits, dim=-1)
             chosen = torch.topk(scores, k, dim=-1).indices
             f = torch.nn.functional.one_hot(chosen, E).sum(dim=(0, 1)).double() / (logits.shape[0] * k)

@@ -2,12 +2,13 @@
 its chats (the oracle of hf_chat_e2e.sh).
 
     hf_chat_e2e.py make FAMILY DIR MODELS TEMPLATES
-        DIR: a random LlamaForCausalLM (save_pretrained) with FAMILY's
+        DIR: a random model of FAMILY (save_pretrained) with its
         tokenizer.json (hf_json_from_gguf.py) and a tokenizer_config.json
         holding the family's real chat template, bos_token and eos_token:
-          llama3  Llama 3's vocabulary, Llama 3.1 Instruct's template
-          qwen2   Qwen 2's vocabulary, Qwen 2.5 Instruct's template (on the
-                  Llama architecture: Qwen 2's own is another issue)
+          llama3  LlamaForCausalLM, Llama 3's vocabulary, Llama 3.1
+                  Instruct's template
+          qwen2   Qwen2ForCausalLM, Qwen 2's vocabulary, Qwen 2.5
+                  Instruct's template
     hf_chat_e2e.py expect DIR OUT.json
         the conversations (CONVERSATIONS) and, per conversation, the prompt ids
         of apply_chat_template(add_generation_prompt=True); for those that end
@@ -65,10 +66,13 @@ def make(family, out, models, templates):
     with open(os.path.join(out, "tokenizer_config.json"), "w") as o:
         json.dump(config, o, ensure_ascii=False, indent=2)
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=f["vocab_size"], max_position_embeddings=512, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
-                         tie_word_embeddings=False)
-    tf.LlamaForCausalLM(cfg).save_pretrained(out, safe_serialization=True)
+    shape = dict(vocab_size=f["vocab_size"], max_position_embeddings=512, hidden_size=32, intermediate_size=64,
+                 num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5)
+    if family == "qwen2":  # Qwen 2.5's small models tie their embeddings
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**shape, tie_word_embeddings=True, use_sliding_window=False))
+    else:
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**shape, tie_word_embeddings=False))
+    model.save_pretrained(out, safe_serialization=True)
 
 
 def expect(d, out):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A model directory as the Hub ships one (random Llama weights that
+# A model directory as the Hub ships one (random Llama 3 or Qwen 2 weights that
 # transformers saves, a real tokenizer.json shape and chat template):
 # `claw tokenize --chat` and `claw serve` give the same prompt ids as
 # transformers' apply_chat_template, and `claw preprocess --sft` the same

@@ -432,6 +432,12 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
   qwen2["use_sliding_window"] = false;
   qwen2["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "rope_scaling", "yarn");
+  qwen2["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};  // the older key
+  EXPECT_EQ(model_from_hf_config(qwen2, "q/config.json").rope_scaling.type, "linear");
+  EXPECT_EQ(hf_config(model_from_hf_config(qwen2, "q/config.json"))["rope_scaling"],
+            (nlohmann::json{{"rope_type", "linear"}, {"factor", 4.0}}));
+  qwen2["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "q/config.json: rope_scaling", "low_freq_factor");
   nlohmann::json qwen3 = qwen2;
   qwen3["model_type"] = "qwen3";
   qwen3["rope_scaling"] = nullptr;

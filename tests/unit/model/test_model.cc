@@ -8,7 +8,9 @@
 #include "claw/core/error.h"
 #include "claw/core/philox.h"
 #include "claw/model/config.h"
+#include "claw/model/attention.h"
 #include "claw/model/gpt.h"
+#include "expect_error.h"
 #include "random_batch.h"
 
 namespace claw::model {
@@ -78,6 +80,41 @@ TEST(ModelConfig, FlopsPerTokenFollowsPaLM) {
   int64_t n = c.num_params() - 1024 * 768;
   EXPECT_EQ(c.num_matmul_params(), n);
   EXPECT_DOUBLE_EQ(c.flops_per_token(256), 6.0 * n + 12.0 * 12 * 12 * 64 * 256);
+}
+
+// RoPE scaling's inverse frequencies: linear divides every one by the
+// factor; llama3 (Llama 3.1: factor 8, low 1, high 4, original 8192, as its
+// config.json has them) keeps wavelengths under 8192 / 4, stretches those
+// over 8192 / 1 by 8, and interpolates between on (8192 / wavelength - 1) / 3.
+TEST(ModelConfig, RopeScalingFrequencies) {
+  ModelConfig c = model_preset("llama3-8b");
+  const std::vector<float> plain = rope_inv_freqs(c);
+  ASSERT_EQ(plain.size(), 64u);
+  c.rope_scaling = {.type = "linear", .factor = 4.0};
+  std::vector<float> got = rope_inv_freqs(c);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(got[i], plain[i] / 4.0f) << i;
+  c.rope_scaling = {.type = "llama3", .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                    .original_max_position_embeddings = 8192};
+  got = rope_inv_freqs(c);
+  int kept = 0, stretched = 0, between = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double f = plain[i], wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > 8192) {
+      want = f / 8, ++stretched;
+    } else if (wavelen >= 2048) {
+      const double s = (8192 / wavelen - 1) / 3;
+      want = (1 - s) * f / 8 + s * f, ++between;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(got[i], want, 1e-6 * want) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(stretched, 0);
+  EXPECT_GT(between, 0);
+  c.rope_scaling.type = "yarn";
+  EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-type 'yarn'", "llama3");
 }
 
 TEST(ModelConfig, ValidateNamesTheFlag) {

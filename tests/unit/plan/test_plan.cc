@@ -98,6 +98,17 @@ TEST(PlanMemory, FamilyPresetsHoldTheirPublishedParameterCounts) {
     EXPECT_EQ(m.arenas.grads, 4 * c.published) << c.preset;
     EXPECT_EQ(m.arenas.optimizer, 8 * c.published) << c.preset;
   }
+  // Qwen3-235B-A22B: 94 layers of Qwen 3 attention (heads of 128, q/k norms)
+  // and 128 experts of 3 x 4096 x 1536 plus the router; 8 experts run per
+  // token, the "A22B": 22.2B active.
+  const model::ModelConfig moe = model::model_preset("qwen3-235b-a22b");
+  const int64_t moe_attn = 4096 * 64 * 128 * 2 + 2 * 4096 * 4 * 128 + 2 * 128, expert = 3 * 4096 * 1536;
+  const int64_t layer = moe_attn + 2 * 4096 + 128 * 4096 + 128 * expert;
+  EXPECT_EQ(moe.num_params(), 2 * 151936 * 4096 + 94 * layer + 4096);
+  EXPECT_EQ(moe.num_params(), 235'093'634'560);
+  EXPECT_EQ(moe.num_params() - 94 * (128 - 8) * expert, 22'190'763'520);
+  const StageMemory mm = stage_memory(job_of("qwen3-235b-a22b", 4096, 8), Layout{}, 0, precision("fp32"));
+  EXPECT_EQ(mm.param_elements, moe.num_params());
   const model::ModelConfig mistral = model::model_preset("mistral-7b");
   const double attn = 12.0 * 32 * 32 * 128;  // 12 L H Q
   EXPECT_DOUBLE_EQ(mistral.flops_per_token(16384) - mistral.flops_per_token(4096), 0.0);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "claw/core/error.h"
 #include "claw/core/storage.h"
@@ -39,20 +40,30 @@ void rotate(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, a
 
 }  // namespace
 
+float rope_inv_freq(int64_t i, int64_t D, double theta) {
+  // Hugging Face: inv_freq = 1.0 / (base ** (torch.arange(0, D, 2).float() / D)), all fp32.
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
+  return 1.0f / std::pow(static_cast<float>(theta), exponent);
+}
+
 template <typename T>
-void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
+void rope_table(T* cos, T* sin, int64_t P, int64_t D, const float* inv_freq) {
   CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
   const int64_t half = D / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    // Hugging Face: inv_freq = 1.0 / (base ** (torch.arange(0, D, 2).float() / D)), all fp32.
-    float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
-    float inv_freq = 1.0f / std::pow(static_cast<float>(theta), exponent);
+  for (int64_t i = 0; i < half; ++i)
     for (int64_t p = 0; p < P; ++p) {
-      double angle = static_cast<double>(p) * static_cast<double>(inv_freq);
+      const double angle = static_cast<double>(p) * static_cast<double>(inv_freq[i]);
       cos[p * half + i] = static_cast<T>(std::cos(angle));
       sin[p * half + i] = static_cast<T>(std::sin(angle));
     }
-  }
+}
+
+template <typename T>
+void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
+  CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
+  std::vector<float> inv_freq(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) inv_freq[i] = rope_inv_freq(i, D, theta);
+  rope_table(cos, sin, P, D, inv_freq.data());
 }
 
 template <typename T>
@@ -71,6 +82,8 @@ void rope_backward(const CpuCtx& ctx, T* dx, const acc_t<T>* cos, const acc_t<T>
 
 template void rope_table<float>(float*, float*, int64_t, int64_t, double);
 template void rope_table<double>(double*, double*, int64_t, int64_t, double);
+template void rope_table<float>(float*, float*, int64_t, int64_t, const float*);
+template void rope_table<double>(double*, double*, int64_t, int64_t, const float*);
 
 #define CLAW_INSTANTIATE(T)                                                                                  \
   template void rope_forward<T>(const CpuCtx&, T*, const acc_t<T>*, const acc_t<T>*, int64_t, int64_t,       \

@@ -31,6 +31,12 @@ namespace claw::kernels {
 // T: float or double.
 template <typename T>
 void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta);
+// The same tables from given inverse frequencies [D/2] (a scaled RoPE's,
+// model/attention.h): cos[p, i] = cos(p inv_freq[i]), the angle in double.
+template <typename T>
+void rope_table(T* cos, T* sin, int64_t P, int64_t D, const float* inv_freq);
+// Hugging Face's default inverse frequencies: 1 / theta^(2i / D) in fp32.
+float rope_inv_freq(int64_t i, int64_t D, double theta);
 
 template <typename T>
 void rope_forward(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
