@@ -1,6 +1,7 @@
 #include "claw/ckpt/hf.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -126,6 +127,68 @@ void qwen3_moe_of(const nlohmann::json& j, const std::string& path, model::Model
   m.layer_freq = all ? "1" : freq;
 }
 
+// Gemma 2 and Gemma 3 (text): the options hf_gemma_config writes, read back.
+void gemma_of(const nlohmann::json& j, const std::string& path, const std::string& type, model::ModelConfig& c) {
+  const bool v3 = type == "gemma3_text";
+  c.name = "hf-" + type;
+  c.hf_architecture = v3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM";
+  c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
+  c.hidden_size = need<int64_t>(j, "hidden_size", path);
+  c.num_attention_heads = need<int64_t>(j, "num_attention_heads", path);
+  c.num_query_groups = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, path);
+  const int64_t head_dim = need<int64_t>(j, "head_dim", path);
+  c.kv_channels = head_dim == c.hidden_size / c.num_attention_heads ? 0 : head_dim;
+  c.ffn_hidden_size = need<int64_t>(j, "intermediate_size", path);
+  c.vocab_size = need<int64_t>(j, "vocab_size", path);
+  c.max_position_embeddings = need<int64_t>(j, "max_position_embeddings", path);
+  c.norm_epsilon = get_or<double>(j, "rms_norm_eps", 1e-6, path);
+  c.rotary_base = get_or<double>(j, "rope_theta", 10000.0, path);
+  c.init_method_std = get_or<double>(j, "initializer_range", 0.02, path);
+  c.untie_embeddings_and_output_weights = !get_or<bool>(j, "tie_word_embeddings", true, path);
+  c.normalization = model::Norm::rmsnorm;
+  c.position_embedding_type = model::Position::rope;
+  c.mlp = model::Mlp::geglu;
+  c.add_bias_linear = false;
+  c.apply_layernorm_1p = c.post_sublayer_norm = c.scale_embedding = true;
+  c.qk_layernorm = v3;
+  const std::string act = get_or<std::string>(j, "hidden_activation", "gelu_pytorch_tanh", path);
+  if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+    fail("{}: hidden_activation '{}': claw's GeGLU gates with the tanh GELU (gelu_pytorch_tanh)", path, act);
+  if (get_or<bool>(j, "attention_bias", false, path)) fail("{}: attention_bias true: Gemma has no biases here", path);
+  for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (j.contains(cap) && !j[cap].is_null())
+      fail("{}: {} {}: claw has no soft-capping yet (Gemma 2's tanh caps)", path, cap, j[cap].dump());
+  if (get_or<bool>(j, "use_bidirectional_attention", false, path))
+    fail("{}: use_bidirectional_attention true: claw's attention is causal", path);
+  c.softmax_scale = 1.0 / std::sqrt(need<double>(j, "query_pre_attn_scalar", path));
+  if (j.contains("sliding_window") && !j["sliding_window"].is_null())
+    c.window_size = need<int64_t>(j, "sliding_window", path);
+  c.rope_scaling = rope_scaling_of(j, path);
+  if (!v3) {  // Gemma 2: even layers windowed, odd global
+    c.window_attn_skip_freq = c.window_size > 0 ? 2 : 0;
+    return;
+  }
+  c.local_rotary_base = get_or<double>(j, "rope_local_base_freq", 10000.0, path);
+  // layer_types: windowed but every N-th (sliding_window_pattern N, 6 by default).
+  std::vector<bool> full(static_cast<size_t>(c.num_layers));
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    if (!j["layer_types"].is_array() || static_cast<int64_t>(j["layer_types"].size()) != c.num_layers)
+      fail("{}: layer_types must list one type per layer ({})", path, c.num_layers);
+    for (int64_t l = 0; l < c.num_layers; ++l) full[l] = j["layer_types"][l] == "full_attention";
+  } else {
+    const int64_t n = get_or<int64_t>(j, "sliding_window_pattern", 6, path);
+    for (int64_t l = 0; l < c.num_layers; ++l) full[l] = n > 0 && (l + 1) % n == 0;
+  }
+  const auto first = std::find(full.begin(), full.end(), true);
+  c.window_attn_skip_freq = first == full.end() ? 0 : (first - full.begin()) + 1;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (full[l] != (c.window_attn_skip_freq > 0 && (l + 1) % c.window_attn_skip_freq == 0))
+      fail("{}: layer_types puts full attention at layers claw cannot express: it makes every N-th layer global "
+           "(--window-attn-skip-freq N), here layer {} breaks the pattern of every {}",
+           path, l, c.window_attn_skip_freq);
+  if (c.window_size == 0) c.window_attn_skip_freq = 0;
+}
+
 // The fields every Llama-style family's config.json shares.
 nlohmann::json llama_family_config(const model::ModelConfig& c, const char* architecture, const char* type) {
   return {{"architectures", {architecture}},
@@ -231,6 +294,51 @@ nlohmann::json hf_qwen3_config(const model::ModelConfig& c) {
   return j;
 }
 
+// Gemma2ForCausalLM / Gemma3ForCausalLM (text): GeGLU MLPs, RMSNorms scaling
+// by 1 + weight on the inputs and the outputs of both sublayers, embeddings
+// times sqrt(hidden), scores scaled by query_pre_attn_scalar^-1/2, tied
+// embeddings; windowed layers but every window_attn_skip_freq-th (Gemma 2:
+// 2; Gemma 3: layer_types, its RoPE base for windowed layers in
+// rope_local_base_freq, per-head q/k norms).
+nlohmann::json hf_gemma_config(const model::ModelConfig& c) {
+  const bool v3 = c.qk_layernorm || c.hf_architecture == "Gemma3ForCausalLM";
+  const char* cls = v3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM";
+  const auto need_on = [&](bool on, const char* flag) {
+    if (!on) fail("{} needs {} (this model has it off)", cls, flag);
+  };
+  need_on(c.mlp == model::Mlp::geglu, "--geglu");
+  need_on(c.apply_layernorm_1p, "--apply-layernorm-1p");
+  need_on(c.post_sublayer_norm, "--post-sublayer-norm");
+  need_on(c.scale_embedding, "--scale-embedding");
+  need_on(c.tied(), "tied embeddings (no --untie-embeddings-and-output-weights)");
+  need_on(v3 == c.qk_layernorm, v3 ? "--qk-layernorm" : "no --qk-layernorm");
+  if (c.add_bias_linear || c.add_qkv_bias || c.moe.enabled())
+    fail("{}: this model has {}, which Gemma has not", cls, c.moe.enabled() ? "experts" : "linear biases");
+  if (!v3 && (c.local_rotary_base > 0 || c.rope_scaling.enabled()))
+    fail("Gemma2ForCausalLM has one unscaled RoPE; this model has --local-rotary-base or --rope-scaling-type");
+  nlohmann::json j = llama_family_config(c, cls, v3 ? "gemma3_text" : "gemma2");
+  j.erase("hidden_act");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["attention_bias"] = false;
+  const double qpas = 1.0 / (c.attention_scale() * c.attention_scale());
+  j["query_pre_attn_scalar"] = std::abs(qpas - std::round(qpas)) < 1e-6 ? nlohmann::json(std::llround(qpas))
+                                                                        : nlohmann::json(qpas);
+  j["sliding_window"] = c.window_size > 0 ? nlohmann::json(c.window_size) : nlohmann::json(nullptr);
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  if (!v3) {
+    if (c.window_size > 0 && c.window_attn_skip_freq != 2)
+      fail("Gemma2ForCausalLM alternates windowed and global layers (--window-attn-skip-freq 2); this model has {}",
+           c.window_attn_skip_freq);
+    return j;
+  }
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) types.push_back(c.layer_window(l) > 0 ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["rope_local_base_freq"] = c.local_rotary_base > 0 ? c.local_rotary_base : c.rotary_base;
+  return j;
+}
+
 // Phi3ForCausalLM: Llama's layers with q, k, v fused into qkv_proj and
 // gate, up into gate_up_proj (model::HfNames slices them), no biases, and
 // Mistral's sliding window (null: none).
@@ -311,15 +419,21 @@ nlohmann::json hf_config(const model::ModelConfig& c) {
             {"torch_dtype", "float32"}};
   }
   if (c.normalization != model::Norm::rmsnorm || c.position_embedding_type != model::Position::rope ||
-      c.mlp != model::Mlp::swiglu)
-    fail("this model mixes GPT-2 and Llama parts (--normalization {}, --position-embedding-type {}, --swiglu {}); "
+      !c.gated_mlp())
+    fail("this model mixes GPT-2 and Llama parts (--normalization {}, --position-embedding-type {}, MLP {}); "
          "Hugging Face has GPT2LMHeadModel (LayerNorm, learned positions, GELU) and the Llama family (RMSNorm, rope, "
-         "SwiGLU) only",
-         model::to_string(c.normalization), model::to_string(c.position_embedding_type),
-         c.mlp == model::Mlp::swiglu ? "on" : "off");
+         "SwiGLU or GeGLU) only",
+         model::to_string(c.normalization), model::to_string(c.position_embedding_type), model::to_string(c.mlp));
   const std::string& arch = c.hf_architecture;
   if (arch == "GPT2LMHeadModel")
     fail("--hf-architecture GPT2LMHeadModel: this model has Llama's parts (RMSNorm, rope, SwiGLU), not GPT-2's");
+  const bool gemma = c.mlp == model::Mlp::geglu || c.apply_layernorm_1p || c.post_sublayer_norm ||
+                     c.scale_embedding || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
+  if (gemma) return hf_gemma_config(c);
+  for (const auto& [on, flag] : {std::pair{c.softmax_scale > 0, "--softmax-scale"},
+                                 std::pair{c.local_rotary_base > 0, "--local-rotary-base"},
+                                 std::pair{c.window_attn_skip_freq > 0, "--window-attn-skip-freq"}})
+    if (on) fail("{}: of the Hugging Face classes claw writes, only Gemma's have it; this model is not Gemma's", flag);
   if (arch == "Qwen3MoeForCausalLM" || (c.moe.enabled() && c.qk_layernorm)) return hf_qwen3_moe_config(c);
   if (c.moe.enabled() || arch == "MixtralForCausalLM") return hf_mixtral_config(c);
   if (c.qk_layernorm || arch == "Qwen3ForCausalLM") return hf_qwen3_config(c);
@@ -424,9 +538,16 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
       fail("{}: use_sliding_window true: claw does not run Qwen's sliding window (layers from max_window_layers "
            "on); set it false if the model was trained without it",
            path);
+  } else if (type == "gemma2" || type == "gemma3_text") {
+    gemma_of(j, path, type, c);
+  } else if (type == "gemma3") {
+    fail("{}: model_type 'gemma3' is Gemma 3's image-and-text model; claw reads the text model (gemma3_text: "
+         "Gemma3ForCausalLM, as the 1B and text-only checkpoints hold it)",
+         path);
   } else {
-    fail("{}: model_type '{}' is not supported (gpt2, llama, mistral, mixtral, phi3, qwen2, qwen3 or qwen3_moe)", path,
-         type);
+    fail("{}: model_type '{}' is not supported (gemma2, gemma3_text, gpt2, llama, mistral, mixtral, phi3, qwen2, qwen3 "
+         "or qwen3_moe)",
+         path, type);
   }
   c.validate();
   return c;

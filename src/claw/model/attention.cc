@@ -13,6 +13,7 @@
 #include "claw/kernels/cpu/attention_offset.h"
 #include "claw/kernels/cpu/paged_attention.h"
 #include "claw/kernels/cpu/rmsnorm.h"
+#include "claw/model/norm.h"
 #include "claw/kernels/cpu/rope.h"
 
 namespace claw::model {
@@ -45,6 +46,13 @@ std::vector<float> rope_inv_freqs(const ModelConfig& cfg) {
     }
   }
   return inv;
+}
+
+ModelConfig local_rope_config(const ModelConfig& cfg) {
+  ModelConfig c = cfg;
+  c.rotary_base = cfg.local_rotary_base;
+  c.rope_scaling = {};
+  return c;
 }
 
 RopeTables::RopeTables(const ModelConfig& cfg)
@@ -114,12 +122,15 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       D_(cfg.head_dim()),
       window_(cfg.layer_window(l)),
       qk_norm_(cfg.qk_layernorm),
+      one_plus_(cfg.apply_layernorm_1p),
+      scale_(cfg.attention_scale()),
       eps_(cfg.norm_epsilon),
       rope_(rope && !rope->empty() ? rope : nullptr) {
   if (qk_norm_) {
-    q_norm.spec = {.name = attn_name(l, "q_norm.weight"), .shape = {D_}, .weight_decay = false, .init = Init::ones,
+    const Init init = cfg.apply_layernorm_1p ? Init::zeros : Init::ones;
+    q_norm.spec = {.name = attn_name(l, "q_norm.weight"), .shape = {D_}, .weight_decay = false, .init = init,
                    .hf = hf.qk_norm(l, 'q')};
-    k_norm.spec = {.name = attn_name(l, "k_norm.weight"), .shape = {D_}, .weight_decay = false, .init = Init::ones,
+    k_norm.spec = {.name = attn_name(l, "k_norm.weight"), .shape = {D_}, .weight_decay = false, .init = init,
                    .hf = hf.qk_norm(l, 'k')};
   }
   if (!cfg.lora.enabled()) return;
@@ -173,8 +184,10 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
       kernels::round_half_values(ctx.cpu, activation_dtype_, s.q_pre, ctx.tokens() * H_ * D_);
       kernels::round_half_values(ctx.cpu, activation_dtype_, s.k_pre, ctx.tokens() * G_ * D_);
     }
-    kernels::rmsnorm_forward(ctx.cpu, s.q, s.q_rstd, s.q_pre, q_norm.data(), ctx.tokens() * H_, D_, eps_);
-    kernels::rmsnorm_forward(ctx.cpu, s.k, s.k_rstd, s.k_pre, k_norm.data(), ctx.tokens() * G_, D_, eps_);
+    kernels::rmsnorm_forward(ctx.cpu, s.q, s.q_rstd, s.q_pre, scale_weight(ctx.cpu, q_norm, one_plus_, q_scale_),
+                             ctx.tokens() * H_, D_, eps_);
+    kernels::rmsnorm_forward(ctx.cpu, s.k, s.k_rstd, s.k_pre, scale_weight(ctx.cpu, k_norm, one_plus_, k_scale_),
+                             ctx.tokens() * G_, D_, eps_);
   } else {
     q_proj.forward(ctx, x, s.q);
     k_proj.forward(ctx, x, s.k);
@@ -196,10 +209,10 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
     ctx.kv_cache->attend(ctx.cpu, layer_, s.q, s.k, s.v, s.out, s.lse, ctx.B, ctx.T, H_, G_, D_);
   else if (ctx.batch_invariant && !ctx.cpu.gpu)  // the engine's order: its log-probabilities to the bit
     kernels::fixed_order_attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
-                                           1.0 / std::sqrt(double(D_)), ctx.seg_start, window_);
+                                           scale_, ctx.seg_start, window_);
   else
     kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
-                               1.0 / std::sqrt(double(D_)), visible_from(ctx));
+                               scale_, visible_from(ctx));
   if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.out, ctx.tokens() * H_ * D_);
   o_proj.forward(ctx, s.out, y);
 }
@@ -214,7 +227,7 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
                   visible_from(ctx));
   else
     kernels::attention_backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out,
-                                s.lse, ctx.B, ctx.T, H_, G_, D_, 1.0 / std::sqrt(double(D_)), visible_from(ctx));
+                                s.lse, ctx.B, ctx.T, H_, G_, D_, scale_, visible_from(ctx));
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
@@ -260,8 +273,10 @@ void Attention::qk_norm_backward(const StepCtx& ctx, const Saved& s, const float
   dnorm_w_.assign(static_cast<size_t>(2 * D_), 0.0f);
   float* dwq = !q_norm.grad.defined() ? nullptr : reduce ? dnorm_w_.data() : q_norm.gdata();
   float* dwk = !k_norm.grad.defined() ? nullptr : reduce ? dnorm_w_.data() + D_ : k_norm.gdata();
-  kernels::rmsnorm_backward(ctx.cpu, dq, dwq, dq_normed, s.q_pre, q_norm.data(), s.q_rstd, N * H_, D_, false);
-  kernels::rmsnorm_backward(ctx.cpu, dk, dwk, dk_normed, s.k_pre, k_norm.data(), s.k_rstd, N * G_, D_, false);
+  kernels::rmsnorm_backward(ctx.cpu, dq, dwq, dq_normed, s.q_pre, scale_weight(ctx.cpu, q_norm, one_plus_, q_scale_),
+                            s.q_rstd, N * H_, D_, false);
+  kernels::rmsnorm_backward(ctx.cpu, dk, dwk, dk_normed, s.k_pre, scale_weight(ctx.cpu, k_norm, one_plus_, k_scale_),
+                            s.k_rstd, N * G_, D_, false);
   if (!reduce || !trains) return;
   tp_.group->all_reduce(dnorm_w_.data(), 2 * D_, DType::f32);
   if (float* g = q_norm.gdata())

@@ -43,6 +43,10 @@ namespace claw::model {
 // Face computes them (rope_scaling "linear", "llama3").
 std::vector<float> rope_inv_freqs(const ModelConfig& cfg);
 
+// The RoPE of --local-rotary-base's windowed layers: that theta, unscaled
+// (Gemma 3's rope_local_base_freq).
+ModelConfig local_rope_config(const ModelConfig& cfg);
+
 // cos/sin tables [P, D/2] shared by all layers.
 struct RopeTables {
   std::vector<float> cos, sin;
@@ -104,7 +108,10 @@ class Attention {
   int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups
   int64_t window_;          // --window-size of this layer (0: full causal)
   bool qk_norm_;
+  bool one_plus_;  // --apply-layernorm-1p: the q/k norms scale by 1 + weight
+  double scale_;   // ModelConfig::attention_scale()
   double eps_;
+  mutable std::vector<float> q_scale_, k_scale_;
   // --qk-layernorm's backward: dq, dk before the norm and its weight gradients.
   void qk_norm_backward(const StepCtx& ctx, const Saved& s, const float* dq_normed, const float* dk_normed, float* dq,
                         float* dk);

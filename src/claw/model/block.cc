@@ -1,5 +1,9 @@
 #include "claw/model/block.h"
 
+#include <algorithm>
+
+#include "claw/core/error.h"
+
 #include "claw/core/philox.h"
 #include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/dropout.h"
@@ -19,6 +23,11 @@ void Block::Saved::layout_internal(ArenaLayout& L, const std::string& p, const M
   const bool dense_here = layer >= 0 ? !moe_here : moe_layers < cfg.num_layers;
   if (dense_here) mlp.layout(L, p + ".mlp", cfg, N, tp);
   if (moe_here) moe.layout(L, p + ".mlp", cfg, N, tp);
+  if (!cfg.post_sublayer_norm) return;
+  attn_y = L.take<float>(p + ".attn_y", R * cfg.hidden_size);
+  attn_out_norm.layout(L, p + ".attention_out_norm", cfg, R);
+  mlp_y = L.take<float>(p + ".mlp_y", R * cfg.hidden_size);
+  mlp_out_norm.layout(L, p + ".mlp_out_norm", cfg, R);
 }
 
 void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp) {
@@ -40,6 +49,11 @@ Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables*
     moe.emplace(l, cfg, hf, tp);
   else
     mlp.emplace(l, cfg, hf, tp);
+  if (cfg.post_sublayer_norm) {
+    const std::string p = "layers." + std::to_string(l);
+    attn_out_norm.emplace(p + ".attention_out_norm", cfg, hf.output_norm(l, "attention"), HfRef{}, tp);
+    mlp_out_norm.emplace(p + ".mlp_out_norm", cfg, hf.output_norm(l, "mlp"), HfRef{}, tp);
+  }
   attention.set_activation_dtype(cfg.activation_dtype());
   if (mlp) mlp->set_activation_dtype(cfg.activation_dtype());
   if (moe) moe->set_activation_dtype(cfg.activation_dtype());
@@ -66,7 +80,27 @@ const float* Block::branch_grad(const StepCtx& ctx, Scratch& scratch, const char
   return scratch.tmp;
 }
 
+float* Block::branch_output(const StepCtx& ctx, float* y, float* y_saved, const std::optional<NormLayer>& norm,
+                           NormLayer::Saved& s) const {
+  if (!norm) return y;
+  if (ctx.cpu.gpu) fail("--post-sublayer-norm runs on the CPU only for now");
+  std::copy_n(y, tp_.rows(ctx.tokens()) * C_, y_saved);
+  norm->forward(ctx, y_saved, s);
+  return s.out;
+}
+
+const float* Block::branch_output_grad(const StepCtx& ctx, const float* dy, const float* y_saved,
+                                       std::optional<NormLayer>& norm, const NormLayer::Saved& s, Scratch& scratch) {
+  if (!norm) return dy;
+  norm->backward(ctx, s, y_saved, dy, scratch.dpost, /*accumulate=*/false, scratch);
+  return scratch.dpost;
+}
+
 void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
+  if (cfg_.attn_logit_softcapping > 0 || cfg_.final_logit_softcapping > 0)
+    fail("--attn-logit-softcapping {} / --final-logit-softcapping {}: soft-capping (Gemma 2) runs in no kernel yet; "
+         "the planner takes such models, training and serving do not",
+         cfg_.attn_logit_softcapping, cfg_.final_logit_softcapping);
   const int64_t n = tp_.rows(ctx.tokens()) * C_;
   // 16-bit activations: the saved tensors are rounded where they are made.
   const bool round = cfg_.half_activations() && !ctx.kv_cache && !ctx.batch_invariant;
@@ -76,8 +110,9 @@ void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
   norm1.forward(ctx, s.x, s.norm1);
   rounded(s.norm1.out);
   attention.forward(ctx, s.norm1.out, scratch.tmp, s.attn, scratch);
-  dropout_fwd(ctx, scratch.tmp, ".attention.dropout");
-  kernels::add(ctx.cpu, s.x_mid, s.x, scratch.tmp, n);
+  float* branch = branch_output(ctx, scratch.tmp, s.attn_y, attn_out_norm, s.attn_out_norm);
+  dropout_fwd(ctx, branch, ".attention.dropout");
+  kernels::add(ctx.cpu, s.x_mid, s.x, branch, n);
   rounded(s.x_mid);
   norm2.forward(ctx, s.x_mid, s.norm2);
   rounded(s.norm2.out);
@@ -85,31 +120,37 @@ void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
     moe->forward(ctx, s.norm2.out, scratch.tmp, s.moe, scratch);
   else
     mlp->forward(ctx, s.norm2.out, scratch.tmp, s.mlp, scratch);
-  dropout_fwd(ctx, scratch.tmp, ".mlp.dropout");
-  kernels::add(ctx.cpu, s.out, s.x_mid, scratch.tmp, n);
+  branch = branch_output(ctx, scratch.tmp, s.mlp_y, mlp_out_norm, s.mlp_out_norm);
+  dropout_fwd(ctx, branch, ".mlp.dropout");
+  kernels::add(ctx.cpu, s.out, s.x_mid, branch, n);
 }
 
 void Block::backward(const StepCtx& ctx, Saved& s, Scratch& scratch) {
   // d(out) reaches x_mid unchanged through the skip path (dres keeps it) and
   // through the MLP branch, whose input gradient the norm adds onto dres.
+  const float* dmlp =
+      branch_output_grad(ctx, branch_grad(ctx, scratch, ".mlp.dropout"), s.mlp_y, mlp_out_norm, s.mlp_out_norm, scratch);
   if (moe)
-    moe->backward(ctx, s.moe, s.norm2.out, branch_grad(ctx, scratch, ".mlp.dropout"), scratch.dnorm, scratch);
+    moe->backward(ctx, s.moe, s.norm2.out, dmlp, scratch.dnorm, scratch);
   else
-    mlp->backward(ctx, s.mlp, s.norm2.out, branch_grad(ctx, scratch, ".mlp.dropout"), scratch.dnorm, scratch);
+    mlp->backward(ctx, s.mlp, s.norm2.out, dmlp, scratch.dnorm, scratch);
   norm2.backward(ctx, s.norm2, s.x_mid, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
-  attention.backward(ctx, s.attn, s.norm1.out, branch_grad(ctx, scratch, ".attention.dropout"), scratch.dnorm,
-                     scratch);
+  const float* dattn = branch_output_grad(ctx, branch_grad(ctx, scratch, ".attention.dropout"), s.attn_y,
+                                          attn_out_norm, s.attn_out_norm, scratch);
+  attention.backward(ctx, s.attn, s.norm1.out, dattn, scratch.dnorm, scratch);
   norm1.backward(ctx, s.norm1, s.x, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
 }
 
 void Block::collect(std::vector<Param*>& out) {
   norm1.collect(out);
   attention.collect(out);
+  if (attn_out_norm) attn_out_norm->collect(out);
   norm2.collect(out);
   if (moe)
     moe->collect(out);
   else
     mlp->collect(out);
+  if (mlp_out_norm) mlp_out_norm->collect(out);
 }
 
 std::vector<NamedSpan> Block::saved_tensors(const Saved& s, int64_t N) const {

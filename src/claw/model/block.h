@@ -34,6 +34,12 @@ class Block {
     MLP::Saved mlp;        // a dense layer's
     MoELayer::Saved moe;   // a MoE layer's
     float* out = nullptr;  // [R, C] block output
+    // --post-sublayer-norm: the attention's and the MLP's outputs [R, C]
+    // before their norms, and the norms' own.
+    float* attn_y = nullptr;
+    NormLayer::Saved attn_out_norm;
+    float* mlp_y = nullptr;
+    NormLayer::Saved mlp_out_norm;
     // Everything backward needs except `out` (the next block's input), under
     // `prefix`, for layer `layer`; a recomputed block points these at one
     // region shared by all recomputed blocks (layer -1: room for a dense and
@@ -58,12 +64,21 @@ class Block {
   NormLayer norm2;
   std::optional<MLP> mlp;  // a dense layer (--moe-layer-freq says which are not)
   std::optional<MoELayer> moe;
+  // --post-sublayer-norm: on the attention's and the MLP's outputs.
+  std::optional<NormLayer> attn_out_norm, mlp_out_norm;
 
  private:
   void dropout_fwd(const StepCtx& ctx, float* y, const char* site) const;
   // The gradient entering a branch from d(out) in scratch.dres: dres itself,
   // or a dropout-masked copy in scratch.tmp.
   const float* branch_grad(const StepCtx& ctx, Scratch& scratch, const char* site) const;
+  // A branch's output y (scratch.tmp, first R rows) as the residual add
+  // takes it: y itself, or --post-sublayer-norm's norm of it (y kept in `y_saved`).
+  float* branch_output(const StepCtx& ctx, float* y, float* y_saved, const std::optional<NormLayer>& norm,
+                       NormLayer::Saved& s) const;
+  // The gradient reaching a branch's output from `dy`, through its output norm when it has one.
+  const float* branch_output_grad(const StepCtx& ctx, const float* dy, const float* y_saved,
+                                  std::optional<NormLayer>& norm, const NormLayer::Saved& s, Scratch& scratch);
   int layer_;
   const TensorParallel& tp_;
   int64_t C_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,7 +13,11 @@ namespace claw::model {
 
 std::string_view to_string(Norm n) { return n == Norm::layernorm ? "LayerNorm" : "RMSNorm"; }
 std::string_view to_string(Position p) { return p == Position::learned ? "learned_absolute" : "rope"; }
-std::string_view to_string(Mlp m) { return m == Mlp::gelu ? "gelu" : "swiglu"; }
+std::string_view to_string(Mlp m) { return m == Mlp::gelu ? "gelu" : m == Mlp::swiglu ? "swiglu" : "geglu"; }
+
+double ModelConfig::attention_scale() const {
+  return softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim()));
+}
 
 std::vector<int64_t> layer_windows(const ModelConfig& cfg) {
   std::vector<int64_t> w(static_cast<size_t>(cfg.num_layers));
@@ -204,12 +209,22 @@ void ModelConfig::validate() const {
   }
   static const std::vector<std::string_view> hf_classes = {
       "GPT2LMHeadModel",  "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
-      "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Phi3ForCausalLM"};
+      "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
+      "Gemma3ForCausalLM"};
   if (!hf_architecture.empty() && std::find(hf_classes.begin(), hf_classes.end(), hf_architecture) == hf_classes.end())
     fail("--hf-architecture '{}' is not one of: {} (or empty: the class the model's options imply)", hf_architecture,
          fmt::join(hf_classes, ", "));
   if (qk_layernorm && normalization != Norm::rmsnorm)
     fail("--qk-layernorm normalizes queries and keys with RMSNorm; it needs --normalization RMSNorm");
+  if (!(attn_logit_softcapping >= 0 && final_logit_softcapping >= 0))
+    fail("--attn-logit-softcapping {} / --final-logit-softcapping {} must be >= 0 (0: none)", attn_logit_softcapping,
+         final_logit_softcapping);
+  if (scale_embedding && position_embedding_type == Position::learned)
+    fail("--scale-embedding scales word embeddings alone; with learned positions it is not available");
+  if (mlp == Mlp::geglu && moe.enabled()) fail("--geglu with --num-experts: GeGLU experts are not available yet");
+  if (!(softmax_scale >= 0)) fail("--softmax-scale must be >= 0 (0: 1/sqrt(head dim)), got {}", softmax_scale);
+  if (!(local_rotary_base >= 0)) fail("--local-rotary-base must be >= 0 (0: --rotary-base), got {}", local_rotary_base);
+  if (window_attn_skip_freq < 0) fail("--window-attn-skip-freq must be >= 0, got {}", window_attn_skip_freq);
   if (window_size < 0 || window_size > kMaxPositions)
     fail("--window-size must be in [0, {}] (0: full causal attention), got {}", kMaxPositions, window_size);
   if (!(init_method_std > 0)) fail("--init-method-std must be positive, got {}", init_method_std);
@@ -227,11 +242,12 @@ int64_t ModelConfig::num_params() const {
   const int64_t norm = normalization == Norm::layernorm ? 2 * C : C;
   int64_t attn = C * H * D + 2 * C * G * D + H * D * C + bqkv * (H * D + 2 * G * D) + b * C + (qk_layernorm ? 2 * D : 0);
   const auto ffn_of = [&](int64_t f) { return mlp == Mlp::gelu ? 2 * C * f + b * (f + C) : 3 * C * f + b * (2 * f + C); };
-  int64_t block = 2 * norm + attn + ffn_of(F);
+  const int64_t norms = (post_sublayer_norm ? 4 : 2) * norm;
+  int64_t block = norms + attn + ffn_of(F);
   int64_t embed = Vp * C + (position_embedding_type == Position::learned ? max_position_embeddings * C : 0);
   int64_t head = tied() ? 0 : Vp * C;
   const int64_t moe_layers = moe.num_moe_layers(num_layers);
-  const int64_t moe_block = 2 * norm + attn + moe_ffn_params(false);
+  const int64_t moe_block = norms + attn + moe_ffn_params(false);
   return embed + (num_layers - moe_layers) * block + moe_layers * moe_block + norm + head;
 }
 
@@ -294,13 +310,91 @@ ModelConfig llama(std::string name, int64_t layers, int64_t hidden, int64_t head
   c.untie_embeddings_and_output_weights = true;
   return c;
 }
+
+// The published sizes of the Hugging Face families (Qwen, Mistral, Phi-3,
+// Gemma), for planning.
+std::optional<ModelConfig> family_preset(std::string_view name) {
+  // Qwen 2.5 (Qwen Team 2024; the published config.json): Llama's layers
+  // with biases on q, k and v, untied embeddings at these sizes.
+  if (name == "qwen2.5-7b" || name == "qwen2.5-72b") {
+    ModelConfig c = name == "qwen2.5-7b" ? llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 1e6, 32768)
+                                         : llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 1e6, 32768);
+    c.add_qkv_bias = true;
+    return c;
+  }
+  // Qwen 3 dense (Qwen Team 2025): no biases, RMSNorm on each head's
+  // queries and keys, heads of 128 wider than hidden / heads at 32B.
+  if (name == "qwen3-8b" || name == "qwen3-32b") {
+    ModelConfig c = name == "qwen3-8b" ? llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 1e6, 40960)
+                                       : llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 1e6, 40960);
+    c.kv_channels = 128;
+    c.qk_layernorm = true;
+    c.norm_epsilon = 1e-6;
+    return c;
+  }
+  // Qwen3-235B-A22B: Qwen 3's attention, every layer 128 narrow experts
+  // (1536 wide), top 8, softmax renormalised over the 8, no shared expert.
+  if (name == "qwen3-235b-a22b") {
+    ModelConfig c = llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 1e6, 40960);
+    c.kv_channels = 128;
+    c.qk_layernorm = true;
+    c.norm_epsilon = 1e-6;
+    c.moe.num_experts = 128;
+    c.moe.router_topk = 8;
+    c.moe.ffn_hidden_size = 1536;
+    c.moe.aux_loss_coeff = 0.001;
+    return c;
+  }
+  // Gemma 2 (Gemma Team 2024) and Gemma 3 27B (text): GeGLU, (1 + w) norms
+  // around both sublayers, scaled embeddings, tied; windowed layers but every
+  // 2nd (Gemma 2) or 6th (Gemma 3); Gemma 2's soft-caps (planning only: the
+  // model refuses to run them yet), Gemma 3's q/k norms and two RoPE bases.
+  if (name == "gemma-2-9b" || name == "gemma-2-27b" || name == "gemma-3-27b") {
+    const bool v3 = name == "gemma-3-27b", big = name != "gemma-2-9b";
+    ModelConfig c = name == "gemma-2-9b"    ? llama("gemma-2-9b", 42, 3584, 16, 8, 14336, 256000, 10000.0, 8192)
+                    : name == "gemma-2-27b" ? llama("gemma-2-27b", 46, 4608, 32, 16, 36864, 256000, 10000.0, 8192)
+                                            : llama("gemma-3-27b", 62, 5376, 32, 16, 21504, 262208, 1e6, 131072);
+    c.kv_channels = big ? 128 : 256;
+    if (v3) c.make_vocab_size_divisible_by = 64;  // the published embedding has 262208 rows
+    c.mlp = Mlp::geglu;
+    c.apply_layernorm_1p = c.post_sublayer_norm = c.scale_embedding = true;
+    c.untie_embeddings_and_output_weights = false;
+    c.norm_epsilon = 1e-6;
+    c.softmax_scale = 1.0 / std::sqrt(name == "gemma-2-9b" ? 256.0 : name == "gemma-2-27b" ? 144.0 : 168.0);
+    c.window_size = v3 ? 1024 : 4096;
+    c.window_attn_skip_freq = v3 ? 6 : 2;
+    if (v3) {
+      c.qk_layernorm = true;
+      c.local_rotary_base = 10000.0;
+      c.rope_scaling = {.type = "linear", .factor = 8.0};
+    } else {
+      c.attn_logit_softcapping = 50.0;
+      c.final_logit_softcapping = 30.0;
+    }
+    return c;
+  }
+  // Mistral 7B v0.1 (Jiang et al. 2023): every layer attends over a sliding window of 4096.
+  if (name == "mistral-7b") {
+    ModelConfig c = llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 10000.0, 32768);
+    c.window_size = 4096;
+    return c;
+  }
+  // Phi-3-mini 4k (Abdin et al. 2024): MHA, a window of 2047, a 32064-token vocabulary.
+  if (name == "phi-3-mini") {
+    ModelConfig c = llama("phi-3-mini", 32, 3072, 32, 32, 8192, 32064, 10000.0, 4096);
+    c.make_vocab_size_divisible_by = 64;  // the published embedding has 32064 rows
+    c.window_size = 2047;
+    return c;
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 std::vector<std::string> preset_names() {
   return {"gpt2-tiny",  "gpt2-124m",   "llama-tiny",  "mixtral-tiny", "deepseek-tiny", "llama3.2-1b",
           "llama3-8b",  "llama3-70b",  "llama3-405b", "gpt3-175b",    "mixtral-8x7b",  "deepseek-v3",
           "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b",    "qwen3-32b",    "qwen3-235b-a22b", "mistral-7b",
-          "phi-3-mini"};
+          "phi-3-mini", "gemma-2-9b",  "gemma-2-27b", "gemma-3-27b"};
 }
 
 ModelConfig model_preset(std::string_view name) {
@@ -349,50 +443,7 @@ ModelConfig model_preset(std::string_view name) {
              .layer_freq = freq};
     return c;
   }
-  // Qwen 2.5 (Qwen Team 2024; the published config.json): Llama's layers
-  // with biases on q, k and v, untied embeddings at these sizes.
-  if (name == "qwen2.5-7b" || name == "qwen2.5-72b") {
-    ModelConfig c = name == "qwen2.5-7b" ? llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 1e6, 32768)
-                                         : llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 1e6, 32768);
-    c.add_qkv_bias = true;
-    return c;
-  }
-  // Qwen 3 dense (Qwen Team 2025): no biases, RMSNorm on each head's
-  // queries and keys, heads of 128 wider than hidden / heads at 32B.
-  if (name == "qwen3-8b" || name == "qwen3-32b") {
-    ModelConfig c = name == "qwen3-8b" ? llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 1e6, 40960)
-                                       : llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 1e6, 40960);
-    c.kv_channels = 128;
-    c.qk_layernorm = true;
-    c.norm_epsilon = 1e-6;
-    return c;
-  }
-  // Qwen3-235B-A22B: Qwen 3's attention, every layer 128 narrow experts
-  // (1536 wide), top 8, softmax renormalised over the 8, no shared expert.
-  if (name == "qwen3-235b-a22b") {
-    ModelConfig c = llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 1e6, 40960);
-    c.kv_channels = 128;
-    c.qk_layernorm = true;
-    c.norm_epsilon = 1e-6;
-    c.moe.num_experts = 128;
-    c.moe.router_topk = 8;
-    c.moe.ffn_hidden_size = 1536;
-    c.moe.aux_loss_coeff = 0.001;
-    return c;
-  }
-  // Mistral 7B v0.1 (Jiang et al. 2023): every layer attends over a sliding window of 4096.
-  if (name == "mistral-7b") {
-    ModelConfig c = llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 10000.0, 32768);
-    c.window_size = 4096;
-    return c;
-  }
-  // Phi-3-mini 4k (Abdin et al. 2024): MHA, a window of 2047, a 32064-token vocabulary.
-  if (name == "phi-3-mini") {
-    ModelConfig c = llama("phi-3-mini", 32, 3072, 32, 32, 8192, 32064, 10000.0, 4096);
-    c.make_vocab_size_divisible_by = 64;  // the published embedding has 32064 rows
-    c.window_size = 2047;
-    return c;
-  }
+  if (std::optional<ModelConfig> c = family_preset(name)) return *c;
   if (name == "llama3-8b") return llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 500000.0, 8192);
   if (name == "llama3-70b") return llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 500000.0, 8192);
   if (name == "llama3-405b") return llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 500000.0, 8192);

@@ -20,11 +20,11 @@ namespace claw::model {
 
 enum class Norm { layernorm, rmsnorm };
 enum class Position { learned, rope };
-enum class Mlp { gelu, swiglu };
+enum class Mlp { gelu, swiglu, geglu };
 
 std::string_view to_string(Norm n);      // "LayerNorm" / "RMSNorm" (Megatron's spelling)
 std::string_view to_string(Position p);  // "learned_absolute" / "rope"
-std::string_view to_string(Mlp m);       // "gelu" / "swiglu"
+std::string_view to_string(Mlp m);       // "gelu" / "swiglu" / "geglu"
 
 // Bounds of validate(): far past any published model, and small enough that
 // every count derived from a shape fits in 64 bits.
@@ -138,7 +138,7 @@ struct ModelConfig {
   Position position_embedding_type = Position::learned;  // --position-embedding-type learned_absolute|rope
   double rotary_base = 10000.0;            // --rotary-base: RoPE theta
   RopeScaling rope_scaling;                // --rope-scaling-*: stretched frequencies (Llama 3.1's)
-  Mlp mlp = Mlp::gelu;                     // --swiglu selects SwiGLU
+  Mlp mlp = Mlp::gelu;                     // --swiglu selects SwiGLU, --geglu GeGLU (tanh GELU: Gemma)
   bool add_bias_linear = true;             // --disable-bias-linear turns biases off
   // --add-qkv-bias: biases on the query, key and value projections even
   // with --disable-bias-linear (Qwen 2's attention).
@@ -147,6 +147,29 @@ struct ModelConfig {
   // head-dim elements each, shared by the heads), after the projections and
   // before RoPE (Qwen 3).
   bool qk_layernorm = false;
+  // --apply-layernorm-1p: every norm scales by (1 + weight), its weight
+  // starting at 0 (Gemma's RMSNorm; the q/k norms too).
+  bool apply_layernorm_1p = false;
+  // --post-sublayer-norm: a norm on the attention's and the MLP's outputs
+  // before each residual add (Gemma 2/3's post_attention_layernorm and
+  // post_feedforward_layernorm), beside the usual ones on their inputs.
+  bool post_sublayer_norm = false;
+  // --scale-embedding: the word embeddings times sqrt(hidden size) (Gemma).
+  bool scale_embedding = false;
+  // --softmax-scale: the attention scores' scale (0: 1 / sqrt(head dim));
+  // Gemma's query_pre_attn_scalar^-1/2.
+  double softmax_scale = 0;
+  // --local-rotary-base: RoPE theta of the windowed layers, unscaled (0:
+  // --rotary-base and --rope-scaling-* as every layer's; Gemma 3's 10000).
+  double local_rotary_base = 0;
+  // --attn-logit-softcapping / --final-logit-softcapping c: scores or
+  // logits become c tanh(x / c) (Gemma 2); 0 = none. Not implemented in the
+  // kernels yet: the planner takes them, a forward pass refuses them.
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
+  // --window-attn-skip-freq N: with --window-size, every N-th layer (l + 1
+  // divisible by N) attends to all keys (Gemma 2: 2, Gemma 3: 6); 0: none.
+  int64_t window_attn_skip_freq = 0;
   // --window-size W: sliding-window attention, each query sees itself and
   // the W - 1 keys before it (Hugging Face's sliding_window; Mistral's
   // 4096); 0 = full causal attention.
@@ -177,7 +200,12 @@ struct ModelConfig {
   // Whether the q/k/v projections have biases.
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   // Keys a query of layer l sees at most, itself included (0: all before it).
-  int64_t layer_window(int64_t /*layer*/) const { return window_size; }
+  int64_t layer_window(int64_t l) const {
+    return window_attn_skip_freq > 0 && (l + 1) % window_attn_skip_freq == 0 ? 0 : window_size;
+  }
+  bool gated_mlp() const { return mlp != Mlp::gelu; }
+  // The attention scores' scale: --softmax-scale, or 1 / sqrt(head dim).
+  double attention_scale() const;
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }

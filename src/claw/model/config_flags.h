@@ -16,9 +16,69 @@
 
 namespace claw::model {
 
-// cfg_of: Args& -> ModelConfig& (the config the flags write).
+// The options the Hugging Face families bring (Qwen, Mistral, Phi-3, Gemma,
+// Llama 3.1's RoPE scaling): part of model_shape_flags.
 template <typename A, typename Get>
-std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
+std::vector<Flag<A>> model_family_flags(Get cfg_of) {
+  using F = Flag<A>;
+  return {
+      F{"rope-scaling-type", "RoPE frequency scaling: none, linear or llama3 (Hugging Face's rope_scaling)", false,
+        [cfg_of](A& a, const std::string& v) { cfg_of(a).rope_scaling.type = v == "none" ? "" : v; },
+        [cfg_of](const A& a) {
+          const std::string& t = cfg_of(const_cast<A&>(a)).rope_scaling.type;
+          return t.empty() ? std::string("none") : t;
+        },
+        "{none,linear,llama3}"},
+      double_flag<A>("rope-scaling-factor", "RoPE scaling: how much longer the context gets",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.factor; }),
+      double_flag<A>("rope-scaling-low-freq-factor", "llama3 RoPE scaling: low_freq_factor",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.low_freq_factor; }),
+      double_flag<A>("rope-scaling-high-freq-factor", "llama3 RoPE scaling: high_freq_factor",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.high_freq_factor; }),
+      int_flag<A>("rope-scaling-original-max-position-embeddings",
+                  "llama3 RoPE scaling: the context the model was trained on",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.original_max_position_embeddings; }),
+      F{"geglu", "use a GeGLU MLP (tanh GELU gate, Gemma's) instead of GELU", true,
+        [cfg_of](A& a, const std::string& v) {
+          if (parse_bool("geglu", v)) cfg_of(a).mlp = Mlp::geglu;
+          else if (cfg_of(a).mlp == Mlp::geglu) cfg_of(a).mlp = Mlp::gelu;
+        },
+        [cfg_of](const A& a) { return std::string(cfg_of(const_cast<A&>(a)).mlp == Mlp::geglu ? "true" : "false"); }},
+      switch_flag<A>("apply-layernorm-1p", "norms scale by (1 + weight), the weight starting at 0 (Gemma)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).apply_layernorm_1p; }),
+      switch_flag<A>("post-sublayer-norm", "also a norm on the attention and MLP outputs before each residual add "
+                     "(Gemma 2/3)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).post_sublayer_norm; }),
+      switch_flag<A>("scale-embedding", "word embeddings times sqrt(hidden-size) (Gemma)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).scale_embedding; }),
+      double_flag<A>("softmax-scale", "attention score scale (0: 1/sqrt(head dim); Gemma: query_pre_attn_scalar^-0.5)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).softmax_scale; }),
+      double_flag<A>("local-rotary-base", "RoPE theta of the sliding-window layers, unscaled (0: --rotary-base)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).local_rotary_base; }),
+      double_flag<A>("attn-logit-softcapping", "attention scores become c tanh(s / c) (Gemma 2; 0: none)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).attn_logit_softcapping; }),
+      double_flag<A>("final-logit-softcapping", "logits become c tanh(z / c) (Gemma 2; 0: none)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).final_logit_softcapping; }),
+      int_flag<A>("window-attn-skip-freq", "with --window-size: every N-th layer attends to all keys (0: none)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).window_attn_skip_freq; }),
+      switch_flag<A>("disable-bias-linear", "no biases in linear layers",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).add_bias_linear; }, false),
+      switch_flag<A>("add-qkv-bias", "biases on the q/k/v projections even with --disable-bias-linear (Qwen 2)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).add_qkv_bias; }),
+      switch_flag<A>("qk-layernorm", "RMSNorm over each head's queries and keys before RoPE (Qwen 3)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).qk_layernorm; }),
+      int_flag<A>("window-size", "sliding-window attention: keys a query sees, itself included (0: full causal)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).window_size; }),
+      string_flag<A>("hf-architecture",
+                     "the Hugging Face class ckpt export --format hf writes (ckpt import records it; empty: the one "
+                     "the model's options imply)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).hf_architecture; }),
+  };
+}
+
+// The shape flags claw was born with (GPT-2, Llama, Mixtral; LoRA, MoE).
+template <typename A, typename Get>
+std::vector<Flag<A>> model_base_flags(Get cfg_of) {
   using F = Flag<A>;
   return {
       int_flag<A>("num-layers", "transformer blocks", [cfg_of](A& a) -> auto& { return cfg_of(a).num_layers; }),
@@ -52,41 +112,14 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
         [cfg_of](const A& a) { return std::string(to_string(cfg_of(const_cast<A&>(a)).position_embedding_type)); },
         "{learned_absolute,rope}"},
       double_flag<A>("rotary-base", "RoPE theta", [cfg_of](A& a) -> auto& { return cfg_of(a).rotary_base; }),
-      F{"rope-scaling-type", "RoPE frequency scaling: none, linear or llama3 (Hugging Face's rope_scaling)", false,
-        [cfg_of](A& a, const std::string& v) { cfg_of(a).rope_scaling.type = v == "none" ? "" : v; },
-        [cfg_of](const A& a) {
-          const std::string& t = cfg_of(const_cast<A&>(a)).rope_scaling.type;
-          return t.empty() ? std::string("none") : t;
-        },
-        "{none,linear,llama3}"},
-      double_flag<A>("rope-scaling-factor", "RoPE scaling: how much longer the context gets",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.factor; }),
-      double_flag<A>("rope-scaling-low-freq-factor", "llama3 RoPE scaling: low_freq_factor",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.low_freq_factor; }),
-      double_flag<A>("rope-scaling-high-freq-factor", "llama3 RoPE scaling: high_freq_factor",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.high_freq_factor; }),
-      int_flag<A>("rope-scaling-original-max-position-embeddings",
-                  "llama3 RoPE scaling: the context the model was trained on",
-                  [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.original_max_position_embeddings; }),
       F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
         [cfg_of](A& a, const std::string& v) {
-          cfg_of(a).mlp = parse_bool("swiglu", v) ? Mlp::swiglu : Mlp::gelu;
+          if (parse_bool("swiglu", v)) cfg_of(a).mlp = Mlp::swiglu;
+          else if (cfg_of(a).mlp == Mlp::swiglu) cfg_of(a).mlp = Mlp::gelu;
         },
         [cfg_of](const A& a) { return std::string(cfg_of(const_cast<A&>(a)).mlp == Mlp::swiglu ? "true" : "false"); }},
-      switch_flag<A>("disable-bias-linear", "no biases in linear layers",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).add_bias_linear; }, false),
-      switch_flag<A>("add-qkv-bias", "biases on the q/k/v projections even with --disable-bias-linear (Qwen 2)",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).add_qkv_bias; }),
-      switch_flag<A>("qk-layernorm", "RMSNorm over each head's queries and keys before RoPE (Qwen 3)",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).qk_layernorm; }),
-      int_flag<A>("window-size", "sliding-window attention: keys a query sees, itself included (0: full causal)",
-                  [cfg_of](A& a) -> auto& { return cfg_of(a).window_size; }),
       switch_flag<A>("untie-embeddings-and-output-weights", "separate output-layer weights",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).untie_embeddings_and_output_weights; }),
-      string_flag<A>("hf-architecture",
-                     "the Hugging Face class ckpt export --format hf writes (ckpt import records it; empty: the one "
-                     "the model's options imply)",
-                     [cfg_of](A& a) -> auto& { return cfg_of(a).hf_architecture; }),
       double_flag<A>("hidden-dropout", "dropout after embedding, attention and MLP outputs",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).hidden_dropout; }),
       double_flag<A>("init-method-std", "std of the normal initialisation",
@@ -138,6 +171,12 @@ std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
       string_flag<A>("moe-layer-freq", "k: layers 0, k, 2k, ... have experts; or one 0/1 per layer, comma-separated",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).moe.layer_freq; })
   };
+}
+
+// cfg_of: Args& -> ModelConfig& (the config the flags write).
+template <typename A, typename Get>
+std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
+  return concat(model_base_flags<A>(cfg_of), model_family_flags<A>(cfg_of));
 }
 
 // The FP8 flags (Megatron's names): how the linear layers compute, not the
@@ -192,6 +231,17 @@ inline nlohmann::json model_flags_json(const ModelConfig& m) {
   for (const auto& f : model_config_flags()) j[f.name] = f.get(m);
   return j;
 }
+// Model flags added after checkpoints were first written: a checkpoint
+// without one has the flag's default (the option off).
+inline bool added_after_first_checkpoints(const std::string& name) {
+  static const std::set<std::string> later = {
+      "add-qkv-bias",       "qk-layernorm",          "window-size",       "hf-architecture",
+      "geglu",              "apply-layernorm-1p",    "post-sublayer-norm", "scale-embedding",
+      "softmax-scale",      "local-rotary-base",     "attn-logit-softcapping", "final-logit-softcapping",
+      "window-attn-skip-freq"};
+  return later.count(name) > 0 || name.starts_with("rope-scaling-");
+}
+
 // `context` names the source in errors (e.g. "checkpoint DIR").
 inline ModelConfig model_from_flags_json(const nlohmann::json& j, const std::string& context) {
   if (!j.is_object() || j.empty()) fail("{}: no model configuration recorded", context);
@@ -200,9 +250,7 @@ inline ModelConfig model_from_flags_json(const nlohmann::json& j, const std::str
   for (const auto& f : model_config_flags()) {
     if (!j.contains(f.name)) {
       if (f.name.starts_with("lora-")) continue;  // recorded before adapters existed: none
-      if (f.name == "add-qkv-bias" || f.name == "qk-layernorm" || f.name == "window-size" ||
-          f.name == "hf-architecture" || f.name.starts_with("rope-scaling-"))
-        continue;  // recorded before they existed: off
+      if (added_after_first_checkpoints(f.name)) continue;  // recorded before they existed: off
       fail("{}: the model configuration has no '{}'", context, f.name);
     }
     if (!j[f.name].is_string()) fail("{}: the model configuration's '{}' is not a string", context, f.name);
@@ -219,6 +267,8 @@ inline bool is_architecture_flag(const std::string& name) {
       "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "kv-channels", "ffn-hidden-size",
       "vocab-size", "make-vocab-size-divisible-by", "max-position-embeddings", "normalization", "norm-epsilon",
       "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "window-size", "rope-scaling-type", "rope-scaling-factor",
+      "geglu", "apply-layernorm-1p", "post-sublayer-norm", "scale-embedding", "softmax-scale", "local-rotary-base",
+      "attn-logit-softcapping", "final-logit-softcapping", "window-attn-skip-freq",
       "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor", "rope-scaling-original-max-position-embeddings",
       "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
       "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",

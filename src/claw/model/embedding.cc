@@ -1,7 +1,9 @@
 #include "claw/model/embedding.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "claw/core/error.h"
 #include "claw/core/philox.h"
 #include "claw/kernels/cpu/dropout.h"
 #include "claw/kernels/cpu/embedding.h"
@@ -29,7 +31,9 @@ Embedding::Embedding(const ModelConfig& cfg, const HfNames& hf, const TensorPara
       vocab_(VocabShard::of(cfg.vocab_size, tp.dims().padded_vocab(cfg), tp.rank(), tp.size())),
       C_(cfg.hidden_size),
       learned_pos_(cfg.position_embedding_type == Position::learned),
-      dropout_(cfg.hidden_dropout) {
+      dropout_(cfg.hidden_dropout),
+      // Gemma: sqrt(hidden) rounded to fp32, as transformers makes the normalizer.
+      scale_(cfg.scale_embedding ? static_cast<float>(std::sqrt(static_cast<double>(cfg.hidden_size))) : 1.0f) {
   word.spec = {.name = "embedding.word_embeddings.weight",
                .shape = {vocab_.Vp, C_},
                .init_std = cfg.init_method_std,
@@ -56,6 +60,7 @@ void Embedding::forward(const StepCtx& ctx, const int32_t* tokens, float* out, S
       vocab_parallel_embedding_forward(ctx.cpu, *tp_.group, out, tokens, word.data(), vocab_, N, C_);
     if (wpe) add_positions(ctx, out, wpe, first, R, C_);
   }
+  if (scale_ != 1.0f) scale_rows(ctx, out, R * C_);
   if (ctx.training && dropout_ > 0)
     kernels::dropout_forward(ctx.cpu, out, out, R * C_, dropout_, RandomStream(ctx.seed, hash_name(kDropoutPurpose)),
                              (ctx.first_token() + first) * C_);
@@ -68,6 +73,7 @@ void Embedding::backward(const StepCtx& ctx, const int32_t* tokens, float* dout,
   if (ctx.training && dropout_ > 0)
     kernels::dropout_backward(ctx.cpu, dout, dout, R * C_, dropout_, RandomStream(ctx.seed, hash_name(kDropoutPurpose)),
                               (ctx.first_token() + first) * C_);
+  if (scale_ != 1.0f) scale_rows(ctx, dout, R * C_);
   if (tp_.size() == 1) {
     kernels::embedding_backward(ctx.cpu, word.gdata(), dwpe, dout, tokens, ctx.B, ctx.T, C_, ctx.positions);
     return;
@@ -82,6 +88,15 @@ void Embedding::backward(const StepCtx& ctx, const int32_t* tokens, float* dout,
   }
   if (dwpe)
     kernels::embedding_backward<float>(ctx.cpu, nullptr, dwpe, whole, tokens, ctx.B, ctx.T, C_, ctx.positions);
+}
+
+// x *= scale_ (--scale-embedding: forward's rows, and backward's gradient in place).
+void Embedding::scale_rows(const StepCtx& ctx, float* x, int64_t n) const {
+  if (ctx.cpu.gpu) fail("--scale-embedding runs on the CPU only for now");
+  const float s = scale_;
+  parallel_for(ctx.cpu, n, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) x[i] *= s;
+  });
 }
 
 void Embedding::collect(std::vector<Param*>& out) {

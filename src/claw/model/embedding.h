@@ -45,6 +45,8 @@ class Embedding {
   int64_t C_;
   bool learned_pos_;
   double dropout_;
+  float scale_;  // --scale-embedding: sqrt(hidden), else 1
+  void scale_rows(const StepCtx& ctx, float* x, int64_t n) const;
 };
 
 }  // namespace claw::model

@@ -57,14 +57,21 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
       rope_(cfg_.position_embedding_type == Position::rope && storage.allocate  // a shape-only model runs nothing
                 ? RopeTables(cfg_)
                 : RopeTables()),
+      rope_local_(cfg_.position_embedding_type == Position::rope && storage.allocate && cfg_.local_rotary_base > 0
+                      ? RopeTables(local_rope_config(cfg_))
+                      : RopeTables()),
       embedding_(cfg_, hf_, tp_),
       final_norm_("final_norm", cfg_, hf_.final_norm(false), hf_.final_norm(true), tp_),
       output_(cfg_, hf_, cfg_.tied() ? &embedding_.word : nullptr, tp_) {
   CLAW_CHECK(tp_.kv_group->size() == tp_.dims().kv_replicas(cfg_),
              "KV-replica group of {} ranks, but {} query groups over TP {} need {}", tp_.kv_group->size(),
              cfg_.kv_heads(), tp_.size(), tp_.dims().kv_replicas(cfg_));
-  for (int64_t k = 0; k < stage_.num_layers; ++k)
-    blocks_.push_back(std::make_unique<Block>(static_cast<int>(stage_.first_layer + k), cfg_, hf_, &rope_, tp_));
+  for (int64_t k = 0; k < stage_.num_layers; ++k) {
+    const int l = static_cast<int>(stage_.first_layer + k);
+    // --local-rotary-base: the windowed layers rotate by their own table.
+    const RopeTables* rope = !rope_local_.empty() && cfg_.layer_window(l) > 0 ? &rope_local_ : &rope_;
+    blocks_.push_back(std::make_unique<Block>(l, cfg_, hf_, rope, tp_));
+  }
   // FP8 and 16-bit GEMMs for the blocks' dense linear layers (MoE experts stay in fp32).
   for (int64_t k = 0; k < stage_.num_layers; ++k) {
     std::vector<Linear*> ls;
@@ -89,6 +96,7 @@ GPT::GPT(ModelConfig cfg, StoreOptions storage, TensorParallel tp, PipelineStage
                         (!cfg_.lora.enabled() || lora_trains(cfg_.lora, p->spec.name));
   store_ = std::make_unique<ParamStore>(params(), storage);
   if (storage.device && !rope_.empty()) rope_.upload(*storage.device);
+  if (storage.device && !rope_local_.empty()) rope_local_.upload(*storage.device);
 
   // Units: parameters collected per layer, in the store's (forward) order.
   std::vector<std::pair<std::string, std::vector<Param*>>> groups;
@@ -233,7 +241,7 @@ void GPT::reserve(int64_t B, int64_t T, Recompute recompute, int slots) {
   recompute_ = recompute;
   if (cp_group_) {
     cp_attention_ = make_cp_attention(cp_type_, cp_group_, B, T, tp_.dims().heads(cfg_), tp_.dims().kv_groups(cfg_),
-                                      cfg_.head_dim(), 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim())));
+                                      cfg_.head_dim(), cfg_.attention_scale());
     for (auto& b : blocks_) b->attention.use_context_parallel(cp_attention_.get());
   }
 }

@@ -266,6 +266,7 @@ class GPT {
   TensorParallel tp_;
   HfNames hf_;
   RopeTables rope_;
+  RopeTables rope_local_;  // --local-rotary-base: the windowed layers' (empty: none)
   Embedding embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
   NormLayer final_norm_;

@@ -38,8 +38,18 @@ HfRef HfNames::input_norm(int l, bool bias) const {
 }
 
 HfRef HfNames::post_attention_norm(int l, bool bias) const {
-  return {gpt2_ ? fmt::format("transformer.h.{}.ln_2.{}", l, suffix(bias))
-                : fmt::format("model.layers.{}.post_attention_layernorm.{}", l, suffix(bias))};
+  if (gpt2_) return {fmt::format("transformer.h.{}.ln_2.{}", l, suffix(bias))};
+  // With norms on the sublayers' outputs too (Gemma 2/3), the MLP's input
+  // norm is pre_feedforward_layernorm and post_attention_layernorm the
+  // attention output's.
+  return {fmt::format(fmt::runtime(cfg_.post_sublayer_norm ? "model.layers.{}.pre_feedforward_layernorm.{}"
+                                                           : "model.layers.{}.post_attention_layernorm.{}"),
+                      l, suffix(bias))};
+}
+
+HfRef HfNames::output_norm(int l, const std::string& which) const {
+  return {fmt::format("model.layers.{}.{}.weight", l,
+                      which == "attention" ? "post_attention_layernorm" : "post_feedforward_layernorm")};
 }
 
 HfRef HfNames::attention(int l, char which, bool bias) const {

@@ -27,7 +27,9 @@ class HfNames {
   HfRef output_layer() const;  // untied LM head
   HfRef final_norm(bool bias) const;
   HfRef input_norm(int layer, bool bias) const;
-  HfRef post_attention_norm(int layer, bool bias) const;
+  HfRef post_attention_norm(int layer, bool bias) const;  // the MLP's input norm
+  // --post-sublayer-norm's norm on the output of "attention" or "mlp".
+  HfRef output_norm(int layer, const std::string& which) const;
   // which: 'q', 'k', 'v' (parts of GPT-2's c_attn) or 'o'.
   HfRef attention(int layer, char which, bool bias) const;
   // --qk-layernorm's weights: which 'q' or 'k' (q_norm, k_norm).

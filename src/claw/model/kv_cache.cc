@@ -29,7 +29,7 @@ void KvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, const flo
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) q_lo_[b * T + t] = static_cast<int32_t>(std::max<int64_t>(0, q_pos[b] + t - W + 1));
   }
-  kernels::attention_offset_forward(cpu, out, lse, q, K, V, B, T, Tk, H, G, D, 1.0 / std::sqrt(double(D)),
+  kernels::attention_offset_forward(cpu, out, lse, q, K, V, B, T, Tk, H, G, D, scale_,
                                     {.q_pos = q_pos.data(), .k_len = k_len.data(), .q_lo = W > 0 ? q_lo_.data() : nullptr,
                                      .ld_kv_batch = capacity_ * row_});
 }

@@ -62,7 +62,8 @@ class KvCache final : public AttentionCache {
         k_(static_cast<size_t>(layers_ * batch * capacity * row_)),
         v_(k_.size()),
         length_(static_cast<size_t>(batch), 0),
-        windows_(layer_windows(cfg)) {
+        windows_(layer_windows(cfg)),
+        scale_(cfg.attention_scale()) {
     if (capacity > cfg.max_position_embeddings)
       fail("a KV cache of {} positions exceeds --max-position-embeddings {}", capacity, cfg.max_position_embeddings);
   }
@@ -103,6 +104,7 @@ class KvCache final : public AttentionCache {
   std::vector<float> k_, v_;
   std::vector<int32_t> length_;
   std::vector<int64_t> windows_;  // per layer: keys a query sees (0: all)
+  double scale_;                  // the attention scores' scale
   std::vector<int32_t> q_lo_;     // a windowed layer's first visible key per query
 };
 

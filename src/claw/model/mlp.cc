@@ -12,7 +12,7 @@ void MLP::Saved::layout(ArenaLayout& L, const std::string& prefix, const ModelCo
                         int64_t width) {
   const int64_t F = width > 0 ? width / tp.size : tp.ffn(cfg);
   h = L.take<float>(prefix + ".h", N * F);
-  if (cfg.mlp == Mlp::swiglu) u = L.take<float>(prefix + ".u", N * F);
+  if (cfg.gated_mlp()) u = L.take<float>(prefix + ".u", N * F);
 }
 
 namespace {
@@ -31,7 +31,7 @@ MLP::MLP(int l, const ModelConfig& cfg, const HfNames& hf, const TensorParallel&
       kind_(cfg.mlp),
       C_(cfg.hidden_size),
       F_(tp.dims().ffn(cfg)) {
-  if (kind_ == Mlp::swiglu)
+  if (kind_ != Mlp::gelu)
     up.emplace(mlp_name(l, "up_proj"), cfg.hidden_size, cfg.ffn(), cfg.add_bias_linear, cfg.init_method_std,
                hf.mlp(l, "up", false), hf.mlp(l, "up", true), tp, LinearSplit{.kind = TpSplit::column});
   if (!cfg.lora.enabled()) return;
@@ -58,7 +58,7 @@ MLP::MLP(const std::string& prefix, int64_t width, const ModelConfig& cfg, const
       kind_(cfg.mlp),
       C_(cfg.hidden_size),
       F_(width / tp.size()) {
-  if (kind_ == Mlp::swiglu)
+  if (kind_ != Mlp::gelu)
     up.emplace(prefix + ".up_proj", cfg.hidden_size, width, cfg.add_bias_linear, cfg.init_method_std,
                HfRef{hf_prefix.empty() ? "" : hf_prefix + ".up_proj.weight"}, HfRef{}, tp,
                LinearSplit{.kind = TpSplit::column});
@@ -68,6 +68,8 @@ void MLP::activate(const StepCtx& ctx, const Saved& s, float* a) const {
   const int64_t n = ctx.tokens() * F_;
   if (kind_ == Mlp::gelu)
     kernels::gelu_forward(ctx.cpu, a, s.h, n);
+  else if (kind_ == Mlp::geglu)
+    kernels::geglu_forward(ctx.cpu, a, s.h, s.u, n);
   else
     kernels::swiglu_forward(ctx.cpu, a, s.h, s.u, n);
 }
@@ -95,6 +97,8 @@ void MLP::backward(const StepCtx& ctx, Saved& s, const float* x_rows, const floa
   proj.backward_input(ctx, dy, da, false);
   if (kind_ == Mlp::gelu)
     kernels::gelu_backward(ctx.cpu, s.h, da, s.h, n);  // dh over h
+  else if (kind_ == Mlp::geglu)
+    kernels::geglu_backward(ctx.cpu, s.h, s.u, da, s.h, s.u, n);  // dgate over gate, dup over up
   else
     kernels::swiglu_backward(ctx.cpu, s.h, s.u, da, s.h, s.u, n);  // dgate over gate, dup over up
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);  // dy is dead

@@ -1,5 +1,6 @@
 // Normalisation layer: LayerNorm (weight + bias) or RMSNorm (weight only),
-// chosen by ModelConfig::normalization. Runs on the rows of the residual
+// chosen by ModelConfig::normalization; with --apply-layernorm-1p the scale is
+// 1 + weight (Gemma), the weight starting at 0. Runs on the rows of the residual
 // stream this rank holds (all N, or N/TP under sequence parallelism; its
 // weights are then replicated but see only part of the tokens, so their
 // gradients are summed over the tensor-parallel group, Megatron's
@@ -46,6 +47,12 @@ class NormLayer {
   Norm kind_;
   int64_t C_;
   double eps_;
+  bool one_plus_;                       // --apply-layernorm-1p: the kernels see 1 + weight
+  mutable std::vector<float> scale_;    // that 1 + weight
 };
+
+// The weights a norm's kernels multiply by: w itself, or (--apply-layernorm-1p)
+// 1 + w in `buffer`.
+const float* scale_weight(const CpuCtx& cpu, const Param& w, bool one_plus, std::vector<float>& buffer);
 
 }  // namespace claw::model

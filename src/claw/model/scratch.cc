@@ -26,6 +26,7 @@ void Scratch::layout(ArenaLayout& L, const ModelConfig& cfg, int64_t N, TpDims t
     moe_dprob = L.take<float>("scratch.moe_dprob", M);
     if (tp.sp()) moe_drouter = L.take<float>("scratch.moe_drouter", cfg.moe.num_experts * C2);
   }
+  if (cfg.post_sublayer_norm) dpost = L.take<float>("scratch.dpost", tp.rows(N) * C);
   if (tp.sp()) {
     gathered = L.take<float>("scratch.gathered", N * C);
     dnorm_w = L.take<float>("scratch.dnorm_w", 2 * C);

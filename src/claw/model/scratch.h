@@ -26,6 +26,7 @@ struct Scratch {
   float* logits = nullptr;    // [chunk, Vl] one chunk of LM-head logits
   float* gathered = nullptr;  // [N, C]   sequence parallelism: an all-gathered input or output gradient
   float* dnorm_w = nullptr;   // [2C]     sequence parallelism: a norm's partial weight gradients
+  float* dpost = nullptr;     // [R, C]   --post-sublayer-norm: the gradient before an output norm
   // MoE layers (model/moe.h; R tokens on this rank, M = R k dispatched
   // rows, Rin = M EP the rows its experts may receive, Fe an expert's width):
   float* moe_rows = nullptr;    // [Rin, C]  the dispatched tokens, then the rows' input gradients

@@ -84,7 +84,7 @@ class BlockCosts {
     F_ = static_cast<double>(dims.ffn(m));
     Vt_ = static_cast<double>(dims.vocab_rows(m));
     rows_ = l.sequence_parallel && l.tp > 1 ? N_ / l.tp : N_;
-    swiglu_ = m.mlp == model::Mlp::swiglu;
+    swiglu_ = m.gated_mlp();
     tp_link_ = link_for(c, l.tp);
     cp_link_ = link_for(c, l.tp * l.cp, l.tp);
     if (m.moe.enabled()) {
@@ -219,7 +219,7 @@ double recompute_flops_per_step(const Job& job, const Layout& l) {
   // One block's forward FLOPs per token: 2 x its matmul parameters + 4 H D T (scores and values, as PaLM counts).
   const double C = static_cast<double>(m.hidden_size), D = static_cast<double>(m.head_dim());
   const double block_params = C * (m.num_attention_heads + 2 * m.kv_heads()) * D + m.num_attention_heads * D * C +
-                              C * m.ffn() * (m.mlp == model::Mlp::swiglu ? 3 : 2);
+                              C * m.ffn() * (m.gated_mlp() ? 3 : 2);
   const double per_token = 2 * block_params + 4.0 * m.num_attention_heads * D * job.seq_length;
   const int64_t chunk_layers = l.layers_per_virtual_stage(job);
   const double recomputed = static_cast<double>(m.num_layers) *
@@ -460,7 +460,7 @@ Estimate estimate(const Job& job, const Layout& l, const Cluster& c, const Preci
   double expert_elems = 0;
   if (mc.moe.enabled() && l.expert_region())
     expert_elems = static_cast<double>(mc.moe.num_moe_layers(mc.num_layers)) / l.pp * mc.moe.num_experts / l.ep *
-                   static_cast<double>(mc.moe_ffn()) * mc.hidden_size * (mc.mlp == model::Mlp::swiglu ? 3 : 2);
+                   static_cast<double>(mc.moe_ffn()) * mc.hidden_size * (mc.gated_mlp() ? 3 : 2);
   const double P = static_cast<double>(e.memory.param_elements) - expert_elems;
   const DpComm d = data_parallel_comm(l, c, p, P, expert_elems);
   t.inter_dc = d.inter_dc;

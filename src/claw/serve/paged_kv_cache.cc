@@ -18,6 +18,7 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
       bytes_per_block_(block_bytes(cfg, tp, block_size, dtype)),
       dtype_(dtype),
       windows_(layer_windows(cfg)),
+      scale_(cfg.attention_scale()),
       storage_(new uint8_t[static_cast<size_t>(2 * layers_ * layer_elems_) * kernels::kv_dtype_size(dtype)]) {
   if (dtype == kernels::KvDtype::int8)
     scales_.reset(new float[static_cast<size_t>(2 * layers_ * num_blocks * block_size * tp.kv_groups(cfg))]);
@@ -77,7 +78,7 @@ void PagedKvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, cons
       }
     }
   kernels::paged_attention_forward(cpu, out, q, K, V, block_size_, paged_.data(), static_cast<int64_t>(paged_.size()),
-                                   H, G, D, 1.0 / std::sqrt(double(D)), windows_[layer]);
+                                   H, G, D, scale_, windows_[layer]);
 }
 
 }  // namespace claw::serve

@@ -29,7 +29,7 @@ std::vector<kernels::GemmShape> model_gemm_shapes(const model::ModelConfig& m, i
   const int64_t C = m.hidden_size, D = m.head_dim(), F = m.ffn() / tp;
   const int64_t qkv = (m.num_attention_heads + 2 * m.kv_heads()) * D / tp;
   return {{rows, qkv, C}, {rows, C, m.num_attention_heads * D / tp},
-          {rows, m.mlp == model::Mlp::swiglu ? 2 * F : F, C}, {rows, C, F},
+          {rows, m.gated_mlp() ? 2 * F : F, C}, {rows, C, F},
           {std::min<int64_t>(rows, 256), m.padded_vocab_size(tp) / tp, C}};
 }
 

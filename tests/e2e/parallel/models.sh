@@ -50,3 +50,9 @@ mistral=("${llama[@]}" --window-size 8)
 qwen3=("${llama[@]}" --qk-layernorm --kv-channels 32)
 # Qwen3-MoE: Qwen 3's attention over mixtral-tiny's experts, the first layer dense.
 qwen3moe=("${mixtral[@]}" --qk-layernorm --kv-channels 32 --moe-layer-freq 0,1)
+# Gemma 3's layers: GeGLU, (1 + w) norms before and after each sublayer, q/k
+# norms, scaled embeddings and scores, layer 0 windowed (8 keys, its own RoPE
+# base) and layer 1 global.
+gemma3=("${llama[@]}" --geglu --apply-layernorm-1p --post-sublayer-norm --scale-embedding --qk-layernorm
+        --kv-channels 32 --softmax-scale 0.2 --window-size 8 --window-attn-skip-freq 2 --local-rotary-base 10000
+        --rotary-base 1000000)

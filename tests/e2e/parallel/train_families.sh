@@ -12,6 +12,8 @@
 #          ranks; 2 KV groups held by 2 ranks each).
 # qwen3moe Qwen 3's attention over experts, layer 0 dense: the same layouts
 #          and EP 2.
+# gemma3   Gemma 3's options (models.sh): TP 2 + SP, PP 2, DP 2 with ZeRO-1,
+#          CP 2 (the windowed layer's chunks) and TP 4.
 # mistral  --window-size 8 (Mistral's sliding window): TP 2 + SP, PP 2, DP 2
 #          with ZeRO-1, and CP 2 with p2p and a2a, whose chunks the windows cross.
 . "$(dirname "$0")/../../lib.sh"
@@ -33,8 +35,11 @@ qwen3) compare qwen3 "${qwen3[@]}" -- "${layouts[@]}" "4:$short --tensor-model-p
 qwen3moe)  # experts run whole on each TP rank (--expert-tensor-parallel-size 1)
   compare qwen3moe "${qwen3moe[@]}" -- "${layouts[0]} --expert-tensor-parallel-size 1" "${layouts[@]:1}" \
     "2:$short --expert-model-parallel-size 2" ;;
+gemma3)
+  compare gemma3 "${gemma3[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" \
+    "4:$short --tensor-model-parallel-size 4 --sequence-parallel" ;;
 mistral)
   compare mistral "${mistral[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" \
     "2:$short --context-parallel-size 2 --cp-comm-type a2a" ;;
-*) fail "unknown case '$case_name' (qwen2, qwen3, qwen3moe, mistral)" ;;
+*) fail "unknown case '$case_name' (qwen2, qwen3, qwen3moe, gemma3, mistral)" ;;
 esac

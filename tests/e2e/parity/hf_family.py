@@ -15,7 +15,8 @@ tools/torch2_env.sh's (transformers 4.57 over PyPI's torch 2.5).
                                                  MixtralForCausalLM, 4 experts, top 2, the
                                                  load-balancing loss; llama3:
                                                  LlamaForCausalLM with Llama 3.1's
-                                                 rope_scaling; mistral:
+                                                 rope_scaling; gemma2, gemma3: Gemma's
+                                                 layers (Gemma 2 without soft-caps); mistral:
                                                  MistralForCausalLM, a sliding window of 8)
     hf_family.py logits HF_DIR LOGITS_FILE       transformers' logits on the tokens of a
                                                  `claw eval --logits-file` file equal claw's
@@ -77,6 +78,18 @@ FAMILIES = {
                                                          rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                                        "original_max_position_embeddings": 64})),
+    # Gemma 2 without its soft-caps (claw has none yet): GeGLU, (1 + w) norms on both sides of each
+    # sublayer, embeddings times sqrt(64), scores by query_pre_attn_scalar 24 (not the head's 32),
+    # layer 0 windowed (8), layer 1 global.
+    "gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(**SHAPE, head_dim=32, query_pre_attn_scalar=24,
+                                                           sliding_window=8, attn_logit_softcapping=None,
+                                                           final_logit_softcapping=None, tie_word_embeddings=True)),
+    # Gemma 3 (text): Gemma 2's layers with (1 + w) q/k norms, a windowed RoPE base of its own (10^4)
+    # and a linearly scaled global one (10^6, factor 4).
+    "gemma3": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
+        **SHAPE, head_dim=32, query_pre_attn_scalar=24, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], rope_theta=1e6, rope_local_base_freq=1e4,
+        rope_scaling={"rope_type": "linear", "factor": 4.0}, tie_word_embeddings=True)),
     # Mistral: every layer attends over a sliding window (8 keys: the 32-token batches cross it).
     "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**SHAPE, rope_theta=1e6, sliding_window=8,
                                                               tie_word_embeddings=False)),

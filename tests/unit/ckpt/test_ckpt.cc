@@ -384,6 +384,17 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
       {"Qwen3ForCausalLM", [](model::ModelConfig& c) { c.qk_layernorm = true, c.kv_channels = 32; }},
       {"MistralForCausalLM", [](model::ModelConfig& c) { c.window_size = 8; }},
       {"Phi3ForCausalLM", [](model::ModelConfig& c) { c.hf_architecture = "Phi3ForCausalLM", c.window_size = 8; }},
+      {"Gemma3ForCausalLM",
+       [](model::ModelConfig& c) {
+         c.mlp = model::Mlp::geglu;
+         c.apply_layernorm_1p = c.post_sublayer_norm = c.scale_embedding = c.qk_layernorm = true;
+         c.untie_embeddings_and_output_weights = false;
+         c.kv_channels = 32;
+         c.softmax_scale = 1 / std::sqrt(24.0);
+         c.window_size = 8;
+         c.window_attn_skip_freq = 2;
+         c.local_rotary_base = 1e4;
+       }},
   };
   for (const Family& f : families) {
     model::ModelConfig cfg = tiny(true);
@@ -410,6 +421,13 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
       EXPECT_EQ(from_hf(s, hf, "test"), ours.at(s.name)) << f.arch << " " << s.name;
     if (cfg.add_qkv_bias) EXPECT_EQ(hf.count("model.layers.0.self_attn.k_proj.bias"), 1u);
     if (cfg.qk_layernorm) EXPECT_EQ(hf.at("model.layers.1.self_attn.q_norm.weight").shape, (std::vector<int64_t>{32}));
+    if (cfg.post_sublayer_norm) {  // Gemma's four norms a layer, the MLP's input one named pre_feedforward
+      EXPECT_EQ(hf.at("model.layers.0.pre_feedforward_layernorm.weight").data, ours.at("layers.0.post_attention_norm.weight"));
+      EXPECT_EQ(hf.at("model.layers.0.post_attention_layernorm.weight").data, ours.at("layers.0.attention_out_norm.weight"));
+      EXPECT_EQ(hf.count("model.layers.1.post_feedforward_layernorm.weight"), 1u);
+      EXPECT_EQ(j["layer_types"], (nlohmann::json{"sliding_attention", "full_attention"}));
+      EXPECT_EQ(j["query_pre_attn_scalar"], 24);
+    }
     if (back.hf_architecture == "Phi3ForCausalLM") {
       const int64_t C = cfg.hidden_size, KV = cfg.kv_heads() * cfg.head_dim(), F = cfg.ffn();
       const HfTensor& qkv = hf.at("model.layers.0.self_attn.qkv_proj.weight");

@@ -117,6 +117,22 @@ TEST(ModelConfig, RopeScalingFrequencies) {
   EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-type 'yarn'", "llama3");
 }
 
+// Gemma 2's soft-caps: a preset the planner takes, a forward pass refuses.
+TEST(ModelConfig, SoftCappingPlansButDoesNotRun) {
+  EXPECT_EQ(model_preset("gemma-2-9b").final_logit_softcapping, 30.0);
+  ModelConfig c = model_preset("llama-tiny");
+  c.num_layers = 1;
+  c.vocab_size = 100;
+  c.final_logit_softcapping = 30;
+  c.validate();
+  GPT m(c);
+  m.init_weights(ctx, 1);
+  m.reserve(1, 8);
+  std::vector<int32_t> tokens(8, 1), targets(8, 2);
+  EXPECT_CLAW_ERROR(m.forward({.cpu = ctx, .B = 1, .T = 8}, tokens.data(), targets.data(), 0.0),
+                    "--final-logit-softcapping 30", "runs in no kernel yet");
+}
+
 TEST(ModelConfig, ValidateNamesTheFlag) {
   ModelConfig c = model_preset("gpt2-tiny");
   c.hidden_size = 250;

@@ -87,6 +87,13 @@ TEST(PlanMemory, FamilyPresetsHoldTheirPublishedParameterCounts) {
       {"qwen3-32b", 32'762'123'264, closed_form(64, 5120, 64, 8, 25600, 151936, false, 128, true)},
       {"mistral-7b", 7'241'732'096, closed_form(32, 4096, 32, 8, 14336, 32000, false)},
       {"phi-3-mini", 3'821'079'552, closed_form(32, 3072, 32, 32, 8192, 32064, false)},
+      // Gemma: tied embeddings (one V x C less) and four norms a layer (2 C more).
+      {"gemma-2-9b", 9'241'705'984, closed_form(42, 3584, 16, 8, 14336, 256000, false, 256) - 256000 * 3584 + 42 * 2 * 3584},
+      {"gemma-2-27b", 27'227'128'320,
+       closed_form(46, 4608, 32, 16, 36864, 256000, false, 128) - 256000 * 4608 + 46 * 2 * 4608},
+      // Gemma 3 27B's text model (the model card's 27.4B adds the vision tower).
+      {"gemma-3-27b", 27'009'346'304,
+       closed_form(62, 5376, 32, 16, 21504, 262208, false, 128, true) - 262208 * 5376 + 62 * 2 * 5376},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(c.closed, c.published) << c.preset;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "claw/core/error.h"
 #include "claw/core/storage.h"
 #include "claw/kernels/cpu/vec_math.h"
 
@@ -100,11 +101,46 @@ void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* 
   });
 }
 
+template <typename T>
+void geglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n) {
+  CLAW_CHECK(!ctx.gpu, "GeGLU runs on the CPU only for now");
+  using A = acc_t<T>;
+  parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      A g = widen(gate[i]);
+      A u = kSqrt2OverPi<A> * (g + kGeluCoeff<A> * g * g * g);
+      y[i] = narrow<T>(g * fast_sigmoid(A(2) * u) * widen(up[i]));
+    }
+  });
+}
+
+template <typename T>
+void geglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n) {
+  CLAW_CHECK(!ctx.gpu, "GeGLU runs on the CPU only for now");
+  using A = acc_t<T>;
+  parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      A g = widen(gate[i]), up_v = widen(up[i]), d = widen(dy[i]);
+      A g2 = g * g;
+      A u = kSqrt2OverPi<A> * (g + kGeluCoeff<A> * g2 * g);
+      A du = kSqrt2OverPi<A> * (A(1) + A(3) * kGeluCoeff<A> * g2);
+      A s, one_minus_s;
+      sigmoid_pair(A(2) * u, s, one_minus_s);
+      dgate[i] = narrow<T>(d * up_v * s * (A(1) + A(2) * g * one_minus_s * du));
+      dup[i] = narrow<T>(d * g * s);
+    }
+  });
+}
+
 #define CLAW_INSTANTIATE(T)                                                                       \
   template void gelu_forward<T>(const CpuCtx&, T*, const T*, int64_t);                            \
   template void gelu_backward<T>(const CpuCtx&, T*, const T*, const T*, int64_t);                 \
   template void swiglu_forward<T>(const CpuCtx&, T*, const T*, const T*, int64_t);                \
-  template void swiglu_backward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t);
+  template void swiglu_backward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t);        \
+  template void geglu_forward<T>(const CpuCtx&, T*, const T*, const T*, int64_t);                 \
+  template void geglu_backward<T>(const CpuCtx&, T*, T*, const T*, const T*, const T*, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
 CLAW_INSTANTIATE(bfloat16)

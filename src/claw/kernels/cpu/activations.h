@@ -8,6 +8,10 @@
 // SwiGLU (Shazeer 2020; Llama's MLP): y = silu(gate) * up, silu(g) = g sigmoid(g)
 //   dgate = dy * up * sigmoid(g) (1 + g (1 - sigmoid(g))),  dup = dy * silu(g)
 //
+// GeGLU (Shazeer 2020; Gemma's MLP, with the tanh GELU above):
+//   y = gelu(gate) * up,  dgate = dy * up * gelu'(gate),  dup = dy * gelu(gate)
+// (CPU only for now.)
+//
 // Shapes: all [n] element-wise. Gradient contract: activation grads
 // overwrite. In place is allowed element-wise: y may alias x; dx may alias dy
 // or x; dgate may alias gate and dup may alias up (each element is read
@@ -30,5 +34,10 @@ template <typename T>
 void swiglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n);
 template <typename T>
 void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n);
+
+template <typename T>
+void geglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n);
+template <typename T>
+void geglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n);
 
 }  // namespace claw::kernels
