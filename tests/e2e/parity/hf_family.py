@@ -29,6 +29,9 @@ tools/torch2_env.sh's (transformers 4.57 over PyPI's torch 2.5).
     hf_family.py same HF_DIR_A HF_DIR_B          the same tensors bit for bit, the same config
     hf_family.py generate HF_DIR N IDS           N greedy tokens after the prompt IDS with
                                                  generate() (JSON: tokens, top-1/top-2 gaps)
+    hf_family.py check HF_DIR LOGITS GRADS HF_DIR_B N IDS OUT
+                                                 logits, grads and same, then generate's
+                                                 JSON into OUT, in one interpreter
 
 Weights are drawn wider than transformers' default (std 0.2), and norms and
 biases (zero and one by default) are perturbed, so that a misplaced bias or
@@ -214,9 +217,19 @@ def cmd_generate(hf_dir, n, ids):
                              min_new_tokens=int(n), do_sample=False, output_scores=True, return_dict_in_generate=True,
                              pad_token_id=model.config.eos_token_id)
     gaps = [float(torch.topk(s[0], 2).values[0] - torch.topk(s[0], 2).values[1]) for s in out.scores]
-    print(json.dumps({"tokens": out.sequences[0, prompt.shape[1]:].tolist(), "gaps": gaps}))
+    return json.dumps({"tokens": out.sequences[0, prompt.shape[1]:].tolist(), "gaps": gaps})
+
+
+def cmd_check(hf_dir, logits_file, grads_file, exported_dir, n, ids, generated):
+    """logits, grads and same, then generate into the file `generated`: one interpreter start, not four."""
+    cmd_logits(hf_dir, logits_file)
+    cmd_grads(hf_dir, grads_file)
+    cmd_same(hf_dir, exported_dir)
+    with open(generated, "w") as f:
+        f.write(cmd_generate(hf_dir, n, ids))
 
 
 if __name__ == "__main__":
-    {"make": cmd_make, "logits": cmd_logits, "grads": cmd_grads, "same": cmd_same,
-     "generate": cmd_generate}[sys.argv[1]](*sys.argv[2:])
+    commands = {"make": cmd_make, "logits": cmd_logits, "grads": cmd_grads, "same": cmd_same, "check": cmd_check,
+                "generate": lambda *a: print(cmd_generate(*a))}
+    commands[sys.argv[1]](*sys.argv[2:])

@@ -30,13 +30,9 @@ evalf=(--eval-iters 1 --micro-batch-size 2 --global-batch-size 2 --seq-length 32
 hf make "$family" "$tmp/hf"
 quiet "$claw" ckpt import --format hf --input "$tmp/hf" --save "$tmp/imported"
 quiet "$claw" eval --load "$tmp/imported" "${evalf[@]}" --logits-file "$tmp/logits.st" --grads-file "$tmp/grads.st"
-hf logits "$tmp/hf" "$tmp/logits.st"
-hf grads "$tmp/hf" "$tmp/grads.st"
 quiet "$claw" ckpt export --load "$tmp/imported" --format hf --output "$tmp/hf_again"
-hf same "$tmp/hf" "$tmp/hf_again"
-
 prompt=17,250,3,999,42,7,512,88,1,640
-hf generate "$tmp/hf" 32 "$prompt" >"$tmp/hf.json"
+hf check "$tmp/hf" "$tmp/logits.st" "$tmp/grads.st" "$tmp/hf_again" 32 "$prompt" "$tmp/hf.json"
 for chunk in 4 0; do
   flags=(--num-threads 2)
   [[ $chunk == 0 ]] || flags+=(--max-num-batched-tokens "$chunk")
