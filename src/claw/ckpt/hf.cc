@@ -122,9 +122,36 @@ void qwen3_moe_of(const nlohmann::json& j, const std::string& path, model::Model
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool sparse = !dense.count(l) && (l + 1) % step == 0;
     all = all && sparse;
-    freq += (l ? "," : "") + std::string(sparse ? "1" : "0");
+    if (l > 0) freq += ',';
+    freq += sparse ? '1' : '0';
   }
   m.layer_freq = all ? "1" : freq;
+}
+
+// The fields every Llama-style config.json has, into c: the shape, RMSNorm,
+// RoPE. head_dim: required (Gemma), optional (default hidden / heads), or
+// implied (hidden / heads whatever the file says).
+enum class HeadDim { required, optional, implied };
+void llama_shape_of(const nlohmann::json& j, const std::string& path, HeadDim head, bool tied_by_default,
+                    model::ModelConfig& c) {
+  c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
+  c.hidden_size = need<int64_t>(j, "hidden_size", path);
+  c.num_attention_heads = need<int64_t>(j, "num_attention_heads", path);
+  c.num_query_groups = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, path);
+  const int64_t implied = c.hidden_size / c.num_attention_heads;
+  const int64_t head_dim = head == HeadDim::required   ? need<int64_t>(j, "head_dim", path)
+                           : head == HeadDim::optional ? get_or<int64_t>(j, "head_dim", implied, path)
+                                                       : implied;
+  c.kv_channels = head_dim == implied ? 0 : head_dim;
+  c.ffn_hidden_size = need<int64_t>(j, "intermediate_size", path);
+  c.vocab_size = need<int64_t>(j, "vocab_size", path);
+  c.max_position_embeddings = need<int64_t>(j, "max_position_embeddings", path);
+  c.norm_epsilon = get_or<double>(j, "rms_norm_eps", 1e-6, path);
+  c.rotary_base = get_or<double>(j, "rope_theta", 10000.0, path);
+  c.init_method_std = get_or<double>(j, "initializer_range", 0.02, path);
+  c.untie_embeddings_and_output_weights = !get_or<bool>(j, "tie_word_embeddings", tied_by_default, path);
+  c.normalization = model::Norm::rmsnorm;
+  c.position_embedding_type = model::Position::rope;
 }
 
 // Gemma 2 and Gemma 3 (text): the options hf_gemma_config writes, read back.
@@ -132,21 +159,7 @@ void gemma_of(const nlohmann::json& j, const std::string& path, const std::strin
   const bool v3 = type == "gemma3_text";
   c.name = "hf-" + type;
   c.hf_architecture = v3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM";
-  c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
-  c.hidden_size = need<int64_t>(j, "hidden_size", path);
-  c.num_attention_heads = need<int64_t>(j, "num_attention_heads", path);
-  c.num_query_groups = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, path);
-  const int64_t head_dim = need<int64_t>(j, "head_dim", path);
-  c.kv_channels = head_dim == c.hidden_size / c.num_attention_heads ? 0 : head_dim;
-  c.ffn_hidden_size = need<int64_t>(j, "intermediate_size", path);
-  c.vocab_size = need<int64_t>(j, "vocab_size", path);
-  c.max_position_embeddings = need<int64_t>(j, "max_position_embeddings", path);
-  c.norm_epsilon = get_or<double>(j, "rms_norm_eps", 1e-6, path);
-  c.rotary_base = get_or<double>(j, "rope_theta", 10000.0, path);
-  c.init_method_std = get_or<double>(j, "initializer_range", 0.02, path);
-  c.untie_embeddings_and_output_weights = !get_or<bool>(j, "tie_word_embeddings", true, path);
-  c.normalization = model::Norm::rmsnorm;
-  c.position_embedding_type = model::Position::rope;
+  llama_shape_of(j, path, HeadDim::required, /*tied_by_default=*/true, c);
   c.mlp = model::Mlp::geglu;
   c.add_bias_linear = false;
   c.apply_layernorm_1p = c.post_sublayer_norm = c.scale_embedding = true;
@@ -484,23 +497,9 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
         {"qwen2", "Qwen2ForCausalLM"},  {"qwen3", "Qwen3ForCausalLM"},     {"phi3", "Phi3ForCausalLM"},
         {"qwen3_moe", "Qwen3MoeForCausalLM"}};
     c.hf_architecture = classes.at(type);
-    c.num_layers = need<int64_t>(j, "num_hidden_layers", path);
-    c.hidden_size = need<int64_t>(j, "hidden_size", path);
-    c.num_attention_heads = need<int64_t>(j, "num_attention_heads", path);
-    c.num_query_groups = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, path);
-    // Qwen 2's config has no head_dim (transformers ignores one there).
-    const int64_t head_dim = type == "qwen2" || type == "phi3" ? c.hidden_size / c.num_attention_heads
-                                             : get_or<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, path);
-    c.kv_channels = head_dim == c.hidden_size / c.num_attention_heads ? 0 : head_dim;
-    c.ffn_hidden_size = need<int64_t>(j, "intermediate_size", path);
-    c.vocab_size = need<int64_t>(j, "vocab_size", path);
-    c.max_position_embeddings = need<int64_t>(j, "max_position_embeddings", path);
-    c.norm_epsilon = get_or<double>(j, "rms_norm_eps", 1e-6, path);
-    c.rotary_base = get_or<double>(j, "rope_theta", 10000.0, path);
-    c.init_method_std = get_or<double>(j, "initializer_range", 0.02, path);
-    c.untie_embeddings_and_output_weights = !get_or<bool>(j, "tie_word_embeddings", false, path);
-    c.normalization = model::Norm::rmsnorm;
-    c.position_embedding_type = model::Position::rope;
+    // Qwen 2's and Phi-3's configs have no head_dim (transformers ignores one there).
+    llama_shape_of(j, path, type == "qwen2" || type == "phi3" ? HeadDim::implied : HeadDim::optional,
+                   /*tied_by_default=*/false, c);
     c.mlp = model::Mlp::swiglu;
     if (type == "llama") {
       c.add_bias_linear = get_or<bool>(j, "attention_bias", false, path);

@@ -33,6 +33,23 @@ inline void sigmoid_pair(T z, T& s, T& one_minus_s) {
   one_minus_s = z >= T(0) ? small : big;
 }
 
+// The tanh GELU of x through sigmoid(2u) (below), and its derivative
+// s (1 + 2 x (1 - s) du/dx) (GeGLU's gate; gelu_backward spells it out).
+template <typename A>
+inline A gelu_tanh(A x) {
+  const A u = kSqrt2OverPi<A> * (x + kGeluCoeff<A> * x * x * x);
+  return x * fast_sigmoid(A(2) * u);
+}
+template <typename A>
+inline A gelu_tanh_grad(A x) {
+  const A x2 = x * x;
+  const A u = kSqrt2OverPi<A> * (x + kGeluCoeff<A> * x2 * x);
+  const A du = kSqrt2OverPi<A> * (A(1) + A(3) * kGeluCoeff<A> * x2);
+  A s, one_minus_s;
+  sigmoid_pair(A(2) * u, s, one_minus_s);
+  return s * (A(1) + A(2) * x * one_minus_s * du);
+}
+
 }  // namespace
 
 // GELU is evaluated through 0.5 (1 + tanh(u)) = sigmoid(2u): one exp, and no
@@ -42,15 +59,10 @@ inline void sigmoid_pair(T z, T& s, T& one_minus_s) {
 template <typename T>
 void gelu_forward(const CpuCtx& ctx, T* y, const T* x, int64_t n) {
   CLAW_ROUTE_TO_GPU(ctx, T, gelu_forward, y, x, n);
-  using A = acc_t<T>;
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
     // omp simd: y may alias x exactly; each element is read before it is written.
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      A xv = widen(x[i]);
-      A u = kSqrt2OverPi<A> * (xv + kGeluCoeff<A> * xv * xv * xv);
-      y[i] = narrow<T>(xv * fast_sigmoid(A(2) * u));
-    }
+    for (int64_t i = b; i < e; ++i) y[i] = narrow<T>(gelu_tanh(widen(x[i])));
   });
 }
 
@@ -104,14 +116,9 @@ void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* 
 template <typename T>
 void geglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n) {
   CLAW_CHECK(!ctx.gpu, "GeGLU runs on the CPU only for now");
-  using A = acc_t<T>;
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      A g = widen(gate[i]);
-      A u = kSqrt2OverPi<A> * (g + kGeluCoeff<A> * g * g * g);
-      y[i] = narrow<T>(g * fast_sigmoid(A(2) * u) * widen(up[i]));
-    }
+    for (int64_t i = b; i < e; ++i) y[i] = narrow<T>(gelu_tanh(widen(gate[i])) * widen(up[i]));
   });
 }
 
@@ -122,14 +129,9 @@ void geglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* g
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
-      A g = widen(gate[i]), up_v = widen(up[i]), d = widen(dy[i]);
-      A g2 = g * g;
-      A u = kSqrt2OverPi<A> * (g + kGeluCoeff<A> * g2 * g);
-      A du = kSqrt2OverPi<A> * (A(1) + A(3) * kGeluCoeff<A> * g2);
-      A s, one_minus_s;
-      sigmoid_pair(A(2) * u, s, one_minus_s);
-      dgate[i] = narrow<T>(d * up_v * s * (A(1) + A(2) * g * one_minus_s * du));
-      dup[i] = narrow<T>(d * g * s);
+      const A g = widen(gate[i]), d = widen(dy[i]);
+      dgate[i] = narrow<T>(d * widen(up[i]) * gelu_tanh_grad(g));
+      dup[i] = narrow<T>(d * gelu_tanh(g));
     }
   });
 }
