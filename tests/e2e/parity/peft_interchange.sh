@@ -2,11 +2,13 @@
 # LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
 # from tools/hf_env.sh's venv under /tmp).
 #
-#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral
+#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3
 #
-# qwen2 and mistral are llama-tiny with --add-qkv-bias and --window-size 8:
-# their bases export as Qwen2ForCausalLM and MistralForCausalLM, whose
-# modules PEFT names as Llama's.
+# qwen2, mistral, qwen3 and gemma3 are llama-tiny with the family's options:
+# their bases export as Qwen2ForCausalLM, MistralForCausalLM,
+# Qwen3ForCausalLM and Gemma3ForCausalLM, whose modules PEFT names as
+# Llama's (qwen3 and gemma3 with transformers 4.57 and PEFT 0.17 over torch
+# 2, tools/torch2_env.sh).
 #
 # 1. claw fine-tunes a base with LoRA (all-linear) for 3 steps and exports
 #    the adapter (--format peft) and the base (--format hf): PEFT's
@@ -22,14 +24,21 @@
 set -e
 claw=$1
 family=$2
-py=$("$here/../../oracle_env.sh" hf)
-check() { "$py" "$here/peft_check.py" "$@" 2> >(grep -v -e Warning -e warn >&2); }
+env=hf
 case $family in
   gpt2|llama) model=(--model "$family-tiny") names=$family ;;
   qwen2) model=(--model llama-tiny --add-qkv-bias) names=llama ;;
   mistral) model=(--model llama-tiny --window-size 8) names=llama ;;
+  qwen3) model=(--model llama-tiny --qk-layernorm --kv-channels 64) names=llama env=torch2 ;;
+  gemma3)  # gpt2-tiny's tied embeddings, Gemma 3's layers
+    model=(--model gpt2-tiny --normalization RMSNorm --position-embedding-type rope --disable-bias-linear --geglu
+           --apply-layernorm-1p --post-sublayer-norm --scale-embedding --qk-layernorm --kv-channels 64
+           --num-query-groups 2 --softmax-scale 0.125 --window-size 8 --window-attn-skip-freq 2
+           --local-rotary-base 10000) names=llama env=torch2 ;;
   *) echo "peft_interchange.sh: unknown family '$family'" >&2; exit 2 ;;
 esac
+py=$("$here/../../oracle_env.sh" $env)
+check() { "$py" "$here/peft_check.py" "$@" 2> >(grep -v -e Warning -e warn >&2); }
 shape=(--micro-batch-size 2 --global-batch-size 4 --seq-length 32)
 quiet() { "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }; }
 
