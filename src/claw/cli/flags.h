@@ -53,7 +53,9 @@ class FlagBinder {
       if (std::find(skip.begin(), skip.end(), flags_[i].name) != skip.end()) continue;
       std::string joined;
       for (const auto& w : words_[i]) joined += (joined.empty() ? "" : " ") + w;
-      flags_[i].set(args, flags_[i].is_switch ? "true" : flags_[i].multi ? joined : values_[i]);
+      // A switch counts its occurrences; CLI11 makes --name=false count -1.
+      const std::string sw = switches_[i] > 0 ? "true" : "false";
+      flags_[i].set(args, flags_[i].is_switch ? sw : flags_[i].multi ? joined : values_[i]);
     }
   }
 
