@@ -118,8 +118,7 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
     fail("GGUF export with --rope-scaling-type {} is not available yet (llama.cpp's rope_freqs.weight is not written)",
          cfg.rope_scaling.type);
   if (arch != "gpt2" && arch != "llama")
-    fail("GGUF export of {} models ({}) is not available yet (export --format hf gives {})", arch,
-         cfg.qk_layernorm ? "--qk-layernorm" : cfg.add_qkv_bias ? "--add-qkv-bias" : "--window-size",
+    fail("GGUF export of {} models is not available yet (export --format hf gives {})", arch,
          config["architectures"][0].get<std::string>());
   HfStateDict hf = to_hf(cfg, get);
   if (arch == "gpt2" && !hf.count("lm_head.weight")) hf["lm_head.weight"] = hf.at("transformer.wte.weight");
