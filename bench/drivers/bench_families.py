@@ -47,6 +47,9 @@ FAMILIES = {
         vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
         num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512, rope_theta=1e6,
         rope_local_base_freq=1e4)),
+    "olmo2-1b": ("Olmo2ForCausalLM", tf.Olmo2Config, dict(
+        vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
+        num_key_value_heads=16, rope_theta=5e5, rms_norm_eps=1e-6, tie_word_embeddings=False)),
     # Cut-down shapes (the machine holds two fp32 copies): Mistral 7B's layers, 4 of them; Phi-3-mini's, 8;
     # Qwen3-30B-A3B's (128 experts, top 8), 2.
     "mistral-7b/4-layers": ("MistralForCausalLM", tf.MistralConfig, dict(

@@ -122,16 +122,30 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       D_(cfg.head_dim()),
       window_(cfg.layer_window(l)),
       qk_norm_(cfg.qk_layernorm),
+      full_width_(cfg.qk_layernorm_full_width),
+      kv_copies_(tp.dims().kv_replicas(cfg)),
       one_plus_(cfg.apply_layernorm_1p),
       scale_(cfg.attention_scale()),
       eps_(cfg.norm_epsilon),
       rope_(rope && !rope->empty() ? rope : nullptr) {
   if (qk_norm_) {
     const Init init = cfg.apply_layernorm_1p ? Init::zeros : Init::ones;
-    q_norm.spec = {.name = attn_name(l, "q_norm.weight"), .shape = {D_}, .weight_decay = false, .init = init,
+    const int64_t q_width = full_width_ ? cfg.num_attention_heads * D_ : D_;
+    const int64_t k_width = full_width_ ? cfg.kv_heads() * D_ : D_;
+    q_norm.spec = {.name = attn_name(l, "q_norm.weight"), .shape = {q_width}, .weight_decay = false, .init = init,
                    .hf = hf.qk_norm(l, 'q')};
-    k_norm.spec = {.name = attn_name(l, "k_norm.weight"), .shape = {D_}, .weight_decay = false, .init = init,
+    k_norm.spec = {.name = attn_name(l, "k_norm.weight"), .shape = {k_width}, .weight_decay = false, .init = init,
                    .hf = hf.qk_norm(l, 'k')};
+    // Full width: each rank holds its heads' columns, split as the projection's rows are.
+    const auto shard_like = [](ParamSpec& norm, const ParamSpec& proj) {
+      if (proj.shard_dim < 0) return;
+      norm.split(0, proj.shard_count, proj.shard_index, proj.shard_group);
+      norm.primary = proj.primary;
+    };
+    if (full_width_) {
+      shard_like(q_norm.spec, q_proj.weight.spec);
+      shard_like(k_norm.spec, k_proj.weight.spec);
+    }
   }
   if (!cfg.lora.enabled()) return;
   // Hugging Face's module names: GPT-2 fuses q, k, v into c_attn.
@@ -184,10 +198,15 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
       kernels::round_half_values(ctx.cpu, activation_dtype_, s.q_pre, ctx.tokens() * H_ * D_);
       kernels::round_half_values(ctx.cpu, activation_dtype_, s.k_pre, ctx.tokens() * G_ * D_);
     }
-    kernels::rmsnorm_forward(ctx.cpu, s.q, s.q_rstd, s.q_pre, scale_weight(ctx.cpu, q_norm, one_plus_, q_scale_),
-                             ctx.tokens() * H_, D_, eps_);
-    kernels::rmsnorm_forward(ctx.cpu, s.k, s.k_rstd, s.k_pre, scale_weight(ctx.cpu, k_norm, one_plus_, k_scale_),
-                             ctx.tokens() * G_, D_, eps_);
+    const float* wq = scale_weight(ctx.cpu, q_norm, one_plus_, q_scale_);
+    const float* wk = scale_weight(ctx.cpu, k_norm, one_plus_, k_scale_);
+    if (full_width_) {
+      full_width_norm_forward(ctx, s.q, s.q_rstd, s.q_pre, wq, H_ * D_, 1);
+      full_width_norm_forward(ctx, s.k, s.k_rstd, s.k_pre, wk, G_ * D_, kv_copies_);
+    } else {
+      kernels::rmsnorm_forward(ctx.cpu, s.q, s.q_rstd, s.q_pre, wq, ctx.tokens() * H_, D_, eps_);
+      kernels::rmsnorm_forward(ctx.cpu, s.k, s.k_rstd, s.k_pre, wk, ctx.tokens() * G_, D_, eps_);
+    }
   } else {
     q_proj.forward(ctx, x, s.q);
     k_proj.forward(ctx, x, s.k);
@@ -268,6 +287,13 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
 void Attention::qk_norm_backward(const StepCtx& ctx, const Saved& s, const float* dq_normed, const float* dk_normed,
                                  float* dq, float* dk) {
   const int64_t N = ctx.tokens();
+  if (full_width_) {
+    const float* wq = scale_weight(ctx.cpu, q_norm, one_plus_, q_scale_);
+    const float* wk = scale_weight(ctx.cpu, k_norm, one_plus_, k_scale_);
+    full_width_norm_backward(ctx, dq, q_norm.gdata(), dq_normed, s.q_pre, wq, s.q_rstd, H_ * D_, 1);
+    full_width_norm_backward(ctx, dk, k_norm.gdata(), dk_normed, s.k_pre, wk, s.k_rstd, G_ * D_, kv_copies_);
+    return;
+  }
   const bool reduce = tp_.group && tp_.group->size() > 1;
   const bool trains = q_norm.grad.defined() || k_norm.grad.defined();
   dnorm_w_.assign(static_cast<size_t>(2 * D_), 0.0f);
@@ -283,6 +309,59 @@ void Attention::qk_norm_backward(const StepCtx& ctx, const Saved& s, const float
     for (int64_t d = 0; d < D_; ++d) g[d] += dnorm_w_[d];
   if (float* g = k_norm.gdata())
     for (int64_t d = 0; d < D_; ++d) g[d] += dnorm_w_[D_ + d];
+}
+
+// y = x w / rms(x) over the full row: this rank's sums of squares, summed
+// over the TP group (each column counted `copies` times), in double.
+void Attention::full_width_norm_forward(const StepCtx& ctx, float* y, float* rstd, const float* x, const float* w,
+                                        int64_t width, int copies) const {
+  const int64_t N = ctx.tokens();
+  row_sums_.resize(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    double ss = 0;
+    for (int64_t d = 0; d < width; ++d) ss += static_cast<double>(x[n * width + d]) * x[n * width + d];
+    row_sums_[n] = static_cast<float>(ss);
+  }
+  const int tp = tp_.group ? tp_.group->size() : 1;
+  if (tp > 1) tp_.group->all_reduce(row_sums_.data(), N, DType::f32);
+  const double full = static_cast<double>(width) * tp / copies;
+  for (int64_t n = 0; n < N; ++n) {
+    const float r = static_cast<float>(1.0 / std::sqrt(row_sums_[n] / copies / full + eps_));
+    rstd[n] = r;
+    for (int64_t d = 0; d < width; ++d) y[n * width + d] = x[n * width + d] * r * w[d];
+  }
+}
+
+// dx = r w dy - x r^3 <x w, dy> / width, the dot product over the full row.
+// With a KV group on several ranks, each holds a partial dy (their sum is
+// the whole): the partial dots sum to the whole dot over the TP group, each
+// rank takes 1/copies of the second term, and the weight's partial
+// gradients are summed over the group's ranks.
+void Attention::full_width_norm_backward(const StepCtx& ctx, float* dx, float* dw, const float* dy, const float* x,
+                                         const float* w, const float* rstd, int64_t width, int copies) {
+  const int64_t N = ctx.tokens();
+  row_sums_.resize(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    double dot = 0;
+    for (int64_t d = 0; d < width; ++d) dot += static_cast<double>(x[n * width + d]) * w[d] * dy[n * width + d];
+    row_sums_[n] = static_cast<float>(dot);
+  }
+  const int tp = tp_.group ? tp_.group->size() : 1;
+  if (tp > 1) tp_.group->all_reduce(row_sums_.data(), N, DType::f32);
+  const double full = static_cast<double>(width) * tp / copies;
+  for (int64_t n = 0; n < N; ++n) {
+    const double r = rstd[n], c = r * r * r * row_sums_[n] / full / copies;
+    for (int64_t d = 0; d < width; ++d)
+      dx[n * width + d] = static_cast<float>(r * w[d] * dy[n * width + d] - c * x[n * width + d]);
+  }
+  if (!dw) return;
+  // A fresh sum (the buffer may hold earlier micro-batches'), reduced over
+  // the ranks sharing the KV group, then accumulated.
+  dnorm_w_.assign(static_cast<size_t>(width), 0.0f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < width; ++d) dnorm_w_[d] += dy[n * width + d] * x[n * width + d] * rstd[n];
+  if (copies > 1) tp_.kv_group->all_reduce(dnorm_w_.data(), width, DType::f32);
+  for (int64_t d = 0; d < width; ++d) dw[d] += dnorm_w_[d];
 }
 
 void Attention::collect(std::vector<Param*>& out) {

@@ -100,7 +100,7 @@ class Attention {
   void linears(std::vector<Linear*>& out) { out.insert(out.end(), {&q_proj, &k_proj, &v_proj, &o_proj}); }
 
   Linear q_proj, k_proj, v_proj, o_proj;
-  Param q_norm, k_norm;  // --qk-layernorm: [D] each
+  Param q_norm, k_norm;  // --qk-layernorm: [D] each; --qk-layernorm-full-width: [H D], [G D] (TP: this rank's heads)
 
  private:
   int layer_;
@@ -108,6 +108,8 @@ class Attention {
   int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups
   int64_t window_;          // --window-size of this layer (0: full causal)
   bool qk_norm_;
+  bool full_width_;  // --qk-layernorm-full-width
+  int kv_copies_;    // TP ranks holding each of this rank's KV groups
   bool one_plus_;  // --apply-layernorm-1p: the q/k norms scale by 1 + weight
   double scale_;   // ModelConfig::attention_scale()
   double eps_;
@@ -116,6 +118,14 @@ class Attention {
   void qk_norm_backward(const StepCtx& ctx, const Saved& s, const float* dq_normed, const float* dk_normed, float* dq,
                         float* dk);
   std::vector<float> dk_pre_, dnorm_w_;
+  // --qk-layernorm-full-width: RMSNorm of rows of `width` local columns
+  // whose full row spans the TP group (each column on `copies` ranks); its
+  // backward takes and gives this rank's partial gradients.
+  void full_width_norm_forward(const StepCtx& ctx, float* y, float* rstd, const float* x, const float* w,
+                               int64_t width, int copies) const;
+  void full_width_norm_backward(const StepCtx& ctx, float* dx, float* dw, const float* dy, const float* x,
+                                const float* w, const float* rstd, int64_t width, int copies);
+  mutable std::vector<float> row_sums_;
   // The flash kernel's first visible key per token under the window (its
   // seg_start; ctx.seg_start itself when there is no window).
   const int32_t* visible_from(const StepCtx& ctx) const;

@@ -14,10 +14,10 @@ namespace claw::model {
 void Block::Saved::layout_internal(ArenaLayout& L, const std::string& p, const ModelConfig& cfg, int64_t B,
                                    int64_t T, TpDims tp, int64_t layer) {
   const int64_t N = B * T, R = tp.rows(N);
-  norm1.layout(L, p + ".input_norm", cfg, R);
+  if (cfg.pre_sublayer_norm) norm1.layout(L, p + ".input_norm", cfg, R);
   attn.layout(L, p + ".attention", cfg, B, T, tp);
   x_mid = L.take<float>(p + ".x_mid", R * cfg.hidden_size);
-  norm2.layout(L, p + ".post_attention_norm", cfg, R);
+  if (cfg.pre_sublayer_norm) norm2.layout(L, p + ".post_attention_norm", cfg, R);
   const int64_t moe_layers = cfg.moe.num_moe_layers(cfg.num_layers);
   const bool moe_here = layer >= 0 ? cfg.moe.is_moe_layer(layer, cfg.num_layers) : moe_layers > 0;
   const bool dense_here = layer >= 0 ? !moe_here : moe_layers < cfg.num_layers;
@@ -37,14 +37,13 @@ void Block::Saved::layout(ArenaLayout& L, int layer, const ModelConfig& cfg, int
 }
 
 Block::Block(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope, const TensorParallel& tp)
-    : norm1("layers." + std::to_string(l) + ".input_norm", cfg, hf.input_norm(l, false), hf.input_norm(l, true), tp),
-      attention(l, cfg, hf, rope, tp),
-      norm2("layers." + std::to_string(l) + ".post_attention_norm", cfg, hf.post_attention_norm(l, false),
-            hf.post_attention_norm(l, true), tp),
-      layer_(l),
-      tp_(tp),
-      C_(cfg.hidden_size),
-      cfg_(cfg) {
+    : attention(l, cfg, hf, rope, tp), layer_(l), tp_(tp), C_(cfg.hidden_size), cfg_(cfg) {
+  if (cfg.pre_sublayer_norm) {
+    const std::string p = "layers." + std::to_string(l);
+    norm1.emplace(p + ".input_norm", cfg, hf.input_norm(l, false), hf.input_norm(l, true), tp);
+    norm2.emplace(p + ".post_attention_norm", cfg, hf.post_attention_norm(l, false), hf.post_attention_norm(l, true),
+                  tp);
+  }
   if (cfg.moe.is_moe_layer(l, cfg.num_layers))
     moe.emplace(l, cfg, hf, tp);
   else
@@ -96,6 +95,15 @@ const float* Block::branch_output_grad(const StepCtx& ctx, const float* dy, cons
   return scratch.dpost;
 }
 
+template <typename Round>
+const float* Block::sublayer_input(const StepCtx& ctx, const std::optional<NormLayer>& norm, const float* x,
+                                   NormLayer::Saved& s, const Round& rounded) const {
+  if (!norm) return x;
+  norm->forward(ctx, x, s);
+  rounded(s.out);
+  return s.out;
+}
+
 void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
   if (cfg_.attn_logit_softcapping > 0 || cfg_.final_logit_softcapping > 0)
     fail("--attn-logit-softcapping {} / --final-logit-softcapping {}: soft-capping (Gemma 2) runs in no kernel yet; "
@@ -107,19 +115,16 @@ void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
   const auto rounded = [&](float* a) {
     if (round) kernels::round_half_values(ctx.cpu, cfg_.activation_dtype(), a, n);
   };
-  norm1.forward(ctx, s.x, s.norm1);
-  rounded(s.norm1.out);
-  attention.forward(ctx, s.norm1.out, scratch.tmp, s.attn, scratch);
+  attention.forward(ctx, sublayer_input(ctx, norm1, s.x, s.norm1, rounded), scratch.tmp, s.attn, scratch);
   float* branch = branch_output(ctx, scratch.tmp, s.attn_y, attn_out_norm, s.attn_out_norm);
   dropout_fwd(ctx, branch, ".attention.dropout");
   kernels::add(ctx.cpu, s.x_mid, s.x, branch, n);
   rounded(s.x_mid);
-  norm2.forward(ctx, s.x_mid, s.norm2);
-  rounded(s.norm2.out);
+  const float* mlp_in = sublayer_input(ctx, norm2, s.x_mid, s.norm2, rounded);
   if (moe)
-    moe->forward(ctx, s.norm2.out, scratch.tmp, s.moe, scratch);
+    moe->forward(ctx, mlp_in, scratch.tmp, s.moe, scratch);
   else
-    mlp->forward(ctx, s.norm2.out, scratch.tmp, s.mlp, scratch);
+    mlp->forward(ctx, mlp_in, scratch.tmp, s.mlp, scratch);
   branch = branch_output(ctx, scratch.tmp, s.mlp_y, mlp_out_norm, s.mlp_out_norm);
   dropout_fwd(ctx, branch, ".mlp.dropout");
   kernels::add(ctx.cpu, s.out, s.x_mid, branch, n);
@@ -130,22 +135,33 @@ void Block::backward(const StepCtx& ctx, Saved& s, Scratch& scratch) {
   // through the MLP branch, whose input gradient the norm adds onto dres.
   const float* dmlp =
       branch_output_grad(ctx, branch_grad(ctx, scratch, ".mlp.dropout"), s.mlp_y, mlp_out_norm, s.mlp_out_norm, scratch);
+  const float* mlp_in = norm2 ? s.norm2.out : s.x_mid;
   if (moe)
-    moe->backward(ctx, s.moe, s.norm2.out, dmlp, scratch.dnorm, scratch);
+    moe->backward(ctx, s.moe, mlp_in, dmlp, scratch.dnorm, scratch);
   else
-    mlp->backward(ctx, s.mlp, s.norm2.out, dmlp, scratch.dnorm, scratch);
-  norm2.backward(ctx, s.norm2, s.x_mid, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
+    mlp->backward(ctx, s.mlp, mlp_in, dmlp, scratch.dnorm, scratch);
+  sublayer_input_grad(ctx, norm2, s.norm2, s.x_mid, scratch);
   const float* dattn = branch_output_grad(ctx, branch_grad(ctx, scratch, ".attention.dropout"), s.attn_y,
                                           attn_out_norm, s.attn_out_norm, scratch);
-  attention.backward(ctx, s.attn, s.norm1.out, dattn, scratch.dnorm, scratch);
-  norm1.backward(ctx, s.norm1, s.x, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
+  attention.backward(ctx, s.attn, norm1 ? s.norm1.out : s.x, dattn, scratch.dnorm, scratch);
+  sublayer_input_grad(ctx, norm1, s.norm1, s.x, scratch);
+}
+
+// A sublayer's input gradient (scratch.dnorm) onto the residual stream's
+// (scratch.dres), through its input norm when it has one.
+void Block::sublayer_input_grad(const StepCtx& ctx, std::optional<NormLayer>& norm, const NormLayer::Saved& s,
+                                const float* x, Scratch& scratch) {
+  if (norm)
+    norm->backward(ctx, s, x, scratch.dnorm, scratch.dres, /*accumulate=*/true, scratch);
+  else
+    kernels::add(ctx.cpu, scratch.dres, scratch.dres, scratch.dnorm, tp_.rows(ctx.tokens()) * C_);
 }
 
 void Block::collect(std::vector<Param*>& out) {
-  norm1.collect(out);
+  if (norm1) norm1->collect(out);
   attention.collect(out);
   if (attn_out_norm) attn_out_norm->collect(out);
-  norm2.collect(out);
+  if (norm2) norm2->collect(out);
   if (moe)
     moe->collect(out);
   else
@@ -158,15 +174,14 @@ std::vector<NamedSpan> Block::saved_tensors(const Saved& s, int64_t N) const {
   const TpDims d = tp_.dims();
   const int64_t HD = d.heads(cfg_) * cfg_.head_dim(), GD = d.kv_groups(cfg_) * cfg_.head_dim(), F = d.ffn(cfg_),
                 R = d.rows(N);
-  std::vector<NamedSpan> t = {
-      {p + ".input_norm.out", s.norm1.out, R * C_},
-      {p + ".attention.q", s.attn.q, N * HD},
-      {p + ".attention.k", s.attn.k, N * GD},
-      {p + ".attention.v", s.attn.v, N * GD},
-      {p + ".attention.out", s.attn.out, N * HD},
-      {p + ".x_mid", s.x_mid, R * C_},
-      {p + ".post_attention_norm.out", s.norm2.out, R * C_},
-  };
+  std::vector<NamedSpan> t;
+  if (norm1) t.push_back({p + ".input_norm.out", s.norm1.out, R * C_});
+  t.insert(t.end(), {{p + ".attention.q", s.attn.q, N * HD},
+                     {p + ".attention.k", s.attn.k, N * GD},
+                     {p + ".attention.v", s.attn.v, N * GD},
+                     {p + ".attention.out", s.attn.out, N * HD},
+                     {p + ".x_mid", s.x_mid, R * C_}});
+  if (norm2) t.push_back({p + ".post_attention_norm.out", s.norm2.out, R * C_});
   if (mlp) {
     t.push_back({p + ".mlp.h", s.mlp.h, N * F});
     if (s.mlp.u) t.push_back({p + ".mlp.u", s.mlp.u, N * F});

@@ -1,6 +1,8 @@
 // Pre-norm transformer block:
 //   x_mid = x + dropout(attention(norm1(x)))
 //   out   = x_mid + dropout(mlp(norm2(x_mid)))
+// --post-sublayer-norm adds a norm on each branch's output before the add
+// (Gemma); --no-pre-sublayer-norm then drops norm1 and norm2 (OLMo 2).
 // forward and backward are straight-line mirror images (STYLE.md #6).
 // The same code runs at every tensor-parallel size: x, x_mid and out hold
 // the rows of the residual stream this rank holds (model/tensor_parallel.h).
@@ -59,9 +61,9 @@ class Block {
   // Saved activations in forward order, for the non-finite report.
   std::vector<NamedSpan> saved_tensors(const Saved& s, int64_t N) const;
 
-  NormLayer norm1;
+  std::optional<NormLayer> norm1;  // absent under --no-pre-sublayer-norm
   Attention attention;
-  NormLayer norm2;
+  std::optional<NormLayer> norm2;
   std::optional<MLP> mlp;  // a dense layer (--moe-layer-freq says which are not)
   std::optional<MoELayer> moe;
   // --post-sublayer-norm: on the attention's and the MLP's outputs.
@@ -79,6 +81,12 @@ class Block {
   // The gradient reaching a branch's output from `dy`, through its output norm when it has one.
   const float* branch_output_grad(const StepCtx& ctx, const float* dy, const float* y_saved,
                                   std::optional<NormLayer>& norm, const NormLayer::Saved& s, Scratch& scratch);
+  // A sublayer's input: x, or its input norm's output (rounded to 16 bits where activations are).
+  template <typename Round>
+  const float* sublayer_input(const StepCtx& ctx, const std::optional<NormLayer>& norm, const float* x,
+                              NormLayer::Saved& s, const Round& rounded) const;
+  void sublayer_input_grad(const StepCtx& ctx, std::optional<NormLayer>& norm, const NormLayer::Saved& s,
+                           const float* x, Scratch& scratch);
   int layer_;
   const TensorParallel& tp_;
   int64_t C_;

@@ -210,12 +210,16 @@ void ModelConfig::validate() const {
   static const std::vector<std::string_view> hf_classes = {
       "GPT2LMHeadModel",  "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
       "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
-      "Gemma3ForCausalLM"};
+      "Gemma3ForCausalLM", "Olmo2ForCausalLM"};
   if (!hf_architecture.empty() && std::find(hf_classes.begin(), hf_classes.end(), hf_architecture) == hf_classes.end())
     fail("--hf-architecture '{}' is not one of: {} (or empty: the class the model's options imply)", hf_architecture,
          fmt::join(hf_classes, ", "));
   if (qk_layernorm && normalization != Norm::rmsnorm)
     fail("--qk-layernorm normalizes queries and keys with RMSNorm; it needs --normalization RMSNorm");
+  if (qk_layernorm_full_width && !qk_layernorm)
+    fail("--qk-layernorm-full-width says how wide --qk-layernorm's norms are; it needs --qk-layernorm");
+  if (!pre_sublayer_norm && !post_sublayer_norm)
+    fail("--no-pre-sublayer-norm leaves the blocks without norms; it needs --post-sublayer-norm (OLMo 2's order)");
   if (!(attn_logit_softcapping >= 0 && final_logit_softcapping >= 0))
     fail("--attn-logit-softcapping {} / --final-logit-softcapping {} must be >= 0 (0: none)", attn_logit_softcapping,
          final_logit_softcapping);
@@ -240,9 +244,10 @@ int64_t ModelConfig::num_params() const {
                 Vp = padded_vocab_size();
   const int64_t b = add_bias_linear ? 1 : 0, bqkv = qkv_bias() ? 1 : 0;
   const int64_t norm = normalization == Norm::layernorm ? 2 * C : C;
-  int64_t attn = C * H * D + 2 * C * G * D + H * D * C + bqkv * (H * D + 2 * G * D) + b * C + (qk_layernorm ? 2 * D : 0);
+  int64_t attn = C * H * D + 2 * C * G * D + H * D * C + bqkv * (H * D + 2 * G * D) + b * C;
+  if (qk_layernorm) attn += qk_layernorm_full_width ? H * D + G * D : 2 * D;
   const auto ffn_of = [&](int64_t f) { return mlp == Mlp::gelu ? 2 * C * f + b * (f + C) : 3 * C * f + b * (2 * f + C); };
-  const int64_t norms = (post_sublayer_norm ? 4 : 2) * norm;
+  const int64_t norms = ((pre_sublayer_norm ? 2 : 0) + (post_sublayer_norm ? 2 : 0)) * norm;
   int64_t block = norms + attn + ffn_of(F);
   int64_t embed = Vp * C + (position_embedding_type == Position::learned ? max_position_embeddings * C : 0);
   int64_t head = tied() ? 0 : Vp * C;
@@ -373,6 +378,16 @@ std::optional<ModelConfig> family_preset(std::string_view name) {
     }
     return c;
   }
+  // OLMo 2 7B (OLMo et al. 2024, the 1124 release): MHA, RMSNorms after each
+  // sublayer and none before, q and k each normed over their full width.
+  if (name == "olmo-2-7b") {
+    ModelConfig c = llama("olmo-2-7b", 32, 4096, 32, 32, 11008, 100278, 500000.0, 4096);
+    c.make_vocab_size_divisible_by = 128;  // the published embedding has 100352 rows
+    c.qk_layernorm = c.qk_layernorm_full_width = c.post_sublayer_norm = true;
+    c.pre_sublayer_norm = false;
+    c.norm_epsilon = 1e-6;
+    return c;
+  }
   // Mistral 7B v0.1 (Jiang et al. 2023): every layer attends over a sliding window of 4096.
   if (name == "mistral-7b") {
     ModelConfig c = llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 10000.0, 32768);
@@ -394,7 +409,7 @@ std::vector<std::string> preset_names() {
   return {"gpt2-tiny",  "gpt2-124m",   "llama-tiny",  "mixtral-tiny", "deepseek-tiny", "llama3.2-1b",
           "llama3-8b",  "llama3-70b",  "llama3-405b", "gpt3-175b",    "mixtral-8x7b",  "deepseek-v3",
           "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b",    "qwen3-32b",    "qwen3-235b-a22b", "mistral-7b",
-          "phi-3-mini", "gemma-2-9b",  "gemma-2-27b", "gemma-3-27b"};
+          "phi-3-mini", "gemma-2-9b",  "gemma-2-27b", "gemma-3-27b", "olmo-2-7b"};
 }
 
 ModelConfig model_preset(std::string_view name) {

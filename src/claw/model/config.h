@@ -147,6 +147,12 @@ struct ModelConfig {
   // head-dim elements each, shared by the heads), after the projections and
   // before RoPE (Qwen 3).
   bool qk_layernorm = false;
+  // --qk-layernorm-full-width: with --qk-layernorm, one RMSNorm over all the
+  // heads' queries of a token (a weight of heads x head-dim) and one over all
+  // its keys (KV groups x head-dim), not one per head (OLMo 2). Under tensor
+  // parallelism each rank holds its heads' slice of the weights and the sums
+  // of squares are summed over the group.
+  bool qk_layernorm_full_width = false;
   // --apply-layernorm-1p: every norm scales by (1 + weight), its weight
   // starting at 0 (Gemma's RMSNorm; the q/k norms too).
   bool apply_layernorm_1p = false;
@@ -154,6 +160,9 @@ struct ModelConfig {
   // before each residual add (Gemma 2/3's post_attention_layernorm and
   // post_feedforward_layernorm), beside the usual ones on their inputs.
   bool post_sublayer_norm = false;
+  // --no-pre-sublayer-norm: with --post-sublayer-norm, no norm on the
+  // sublayers' inputs: x + norm(attention(x)) (OLMo 2's order).
+  bool pre_sublayer_norm = true;
   // --scale-embedding: the word embeddings times sqrt(hidden size) (Gemma).
   bool scale_embedding = false;
   // --softmax-scale: the attention scores' scale (0: 1 / sqrt(head dim));

@@ -49,6 +49,8 @@ std::vector<Flag<A>> model_family_flags(Get cfg_of) {
       switch_flag<A>("post-sublayer-norm", "also a norm on the attention and MLP outputs before each residual add "
                      "(Gemma 2/3)",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).post_sublayer_norm; }),
+      switch_flag<A>("no-pre-sublayer-norm", "with --post-sublayer-norm: no norm on the sublayers' inputs (OLMo 2)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).pre_sublayer_norm; }, false),
       switch_flag<A>("scale-embedding", "word embeddings times sqrt(hidden-size) (Gemma)",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).scale_embedding; }),
       double_flag<A>("softmax-scale", "attention score scale (0: 1/sqrt(head dim); Gemma: query_pre_attn_scalar^-0.5)",
@@ -67,6 +69,9 @@ std::vector<Flag<A>> model_family_flags(Get cfg_of) {
                      [cfg_of](A& a) -> auto& { return cfg_of(a).add_qkv_bias; }),
       switch_flag<A>("qk-layernorm", "RMSNorm over each head's queries and keys before RoPE (Qwen 3)",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).qk_layernorm; }),
+      switch_flag<A>("qk-layernorm-full-width",
+                     "with --qk-layernorm: one RMSNorm over all heads' queries and one over all keys (OLMo 2)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).qk_layernorm_full_width; }),
       int_flag<A>("window-size", "sliding-window attention: keys a query sees, itself included (0: full causal)",
                   [cfg_of](A& a) -> auto& { return cfg_of(a).window_size; }),
       string_flag<A>("hf-architecture",
@@ -235,8 +240,8 @@ inline nlohmann::json model_flags_json(const ModelConfig& m) {
 // without one has the flag's default (the option off).
 inline bool added_after_first_checkpoints(const std::string& name) {
   static const std::set<std::string> later = {
-      "add-qkv-bias",       "qk-layernorm",          "window-size",       "hf-architecture",
-      "geglu",              "apply-layernorm-1p",    "post-sublayer-norm", "scale-embedding",
+      "add-qkv-bias",       "qk-layernorm",          "qk-layernorm-full-width", "window-size", "hf-architecture",
+      "geglu",              "apply-layernorm-1p",    "post-sublayer-norm", "no-pre-sublayer-norm", "scale-embedding",
       "softmax-scale",      "local-rotary-base",     "attn-logit-softcapping", "final-logit-softcapping",
       "window-attn-skip-freq"};
   return later.count(name) > 0 || name.starts_with("rope-scaling-");
@@ -266,8 +271,8 @@ inline bool is_architecture_flag(const std::string& name) {
   static const std::set<std::string> arch = {
       "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "kv-channels", "ffn-hidden-size",
       "vocab-size", "make-vocab-size-divisible-by", "max-position-embeddings", "normalization", "norm-epsilon",
-      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "window-size", "rope-scaling-type", "rope-scaling-factor",
-      "geglu", "apply-layernorm-1p", "post-sublayer-norm", "scale-embedding", "softmax-scale", "local-rotary-base",
+      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "qk-layernorm-full-width", "window-size", "rope-scaling-type", "rope-scaling-factor",
+      "geglu", "apply-layernorm-1p", "post-sublayer-norm", "no-pre-sublayer-norm", "scale-embedding", "softmax-scale", "local-rotary-base",
       "attn-logit-softcapping", "final-logit-softcapping", "window-attn-skip-freq",
       "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor", "rope-scaling-original-max-position-embeddings",
       "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",

@@ -50,6 +50,9 @@ mistral=("${llama[@]}" --window-size 8)
 qwen3=("${llama[@]}" --qk-layernorm --kv-channels 32)
 # Qwen3-MoE: Qwen 3's attention over mixtral-tiny's experts, the first layer dense.
 qwen3moe=("${mixtral[@]}" --qk-layernorm --kv-channels 32 --moe-layer-freq 0,1)
+# OLMo 2's layers: norms after each sublayer and none before, q/k norms over
+# all heads' width (at TP 4 the 2 KV groups' norm columns each on 2 ranks).
+olmo2=("${llama[@]}" --qk-layernorm --qk-layernorm-full-width --post-sublayer-norm --no-pre-sublayer-norm)
 # Gemma 3's layers: GeGLU, (1 + w) norms before and after each sublayer, q/k
 # norms, scaled embeddings and scores, layer 0 windowed (8 keys, its own RoPE
 # base) and layer 1 global.

@@ -93,6 +93,9 @@ FAMILIES = {
         **SHAPE, head_dim=32, query_pre_attn_scalar=24, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"], rope_theta=1e6, rope_local_base_freq=1e4,
         rope_scaling={"rope_type": "linear", "factor": 4.0}, tie_word_embeddings=True)),
+    # OLMo 2: norms after the sublayers and none before, q/k norms over all heads' width; grouped
+    # queries as in OLMo 2 32B.
+    "olmo2": lambda: tf.Olmo2ForCausalLM(tf.Olmo2Config(**SHAPE, rope_theta=5e5, tie_word_embeddings=False)),
     # Mistral: every layer attends over a sliding window (8 keys: the 32-token batches cross it).
     "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**SHAPE, rope_theta=1e6, sliding_window=8,
                                                               tie_word_embeddings=False)),

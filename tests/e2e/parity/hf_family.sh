@@ -4,7 +4,7 @@
 # over PyPI's torch 2.5 from tools/torch2_env.sh's for Qwen 3, Qwen3-MoE and
 # Gemma, whose cache needs torch 2).
 #
-#   hf_family.sh CLAW_BINARY qwen2|qwen3|qwen3moe|mistral|phi3|mixtral|llama3|gemma2|gemma3
+#   hf_family.sh CLAW_BINARY qwen2|qwen3|qwen3moe|mistral|phi3|mixtral|llama3|gemma2|gemma3|olmo2
 #
 # 1. a random model of the family, saved by transformers, imported with
 #    `claw ckpt import --format hf`: `claw eval`'s logits equal transformers'

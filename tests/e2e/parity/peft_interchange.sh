@@ -2,11 +2,11 @@
 # LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
 # from tools/hf_env.sh's venv under /tmp).
 #
-#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3
+#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3|olmo2
 #
-# qwen2, mistral, qwen3 and gemma3 are llama-tiny with the family's options:
-# their bases export as Qwen2ForCausalLM, MistralForCausalLM,
-# Qwen3ForCausalLM and Gemma3ForCausalLM, whose modules PEFT names as
+# qwen2, mistral, qwen3, gemma3 and olmo2 are llama-tiny with the family's
+# options: their bases export as Qwen2ForCausalLM, MistralForCausalLM,
+# Qwen3ForCausalLM, Gemma3ForCausalLM and Olmo2ForCausalLM, whose modules PEFT names as
 # Llama's (qwen3 and gemma3 with transformers 4.57 and PEFT 0.17 over torch
 # 2, tools/torch2_env.sh).
 #
@@ -35,6 +35,8 @@ case $family in
            --apply-layernorm-1p --post-sublayer-norm --scale-embedding --qk-layernorm --kv-channels 64
            --num-query-groups 2 --softmax-scale 0.125 --window-size 8 --window-attn-skip-freq 2
            --local-rotary-base 10000) names=llama env=torch2 ;;
+  olmo2) model=(--model llama-tiny --qk-layernorm --qk-layernorm-full-width --post-sublayer-norm --no-pre-sublayer-norm)
+    names=llama ;;
   *) echo "peft_interchange.sh: unknown family '$family'" >&2; exit 2 ;;
 esac
 py=$("$here/../../oracle_env.sh" $env)

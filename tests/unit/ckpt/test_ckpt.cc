@@ -395,6 +395,11 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
          c.window_attn_skip_freq = 2;
          c.local_rotary_base = 1e4;
        }},
+      {"Olmo2ForCausalLM",
+       [](model::ModelConfig& c) {
+         c.qk_layernorm = c.qk_layernorm_full_width = c.post_sublayer_norm = true;
+         c.pre_sublayer_norm = false;
+       }},
   };
   for (const Family& f : families) {
     model::ModelConfig cfg = tiny(true);
@@ -420,8 +425,19 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
     for (const model::ParamSpec& s : model_param_specs(back))
       EXPECT_EQ(from_hf(s, hf, "test"), ours.at(s.name)) << f.arch << " " << s.name;
     if (cfg.add_qkv_bias) EXPECT_EQ(hf.count("model.layers.0.self_attn.k_proj.bias"), 1u);
-    if (cfg.qk_layernorm) EXPECT_EQ(hf.at("model.layers.1.self_attn.q_norm.weight").shape, (std::vector<int64_t>{32}));
-    if (cfg.post_sublayer_norm) {  // Gemma's four norms a layer, the MLP's input one named pre_feedforward
+    if (cfg.qk_layernorm && !cfg.qk_layernorm_full_width)
+      EXPECT_EQ(hf.at("model.layers.1.self_attn.q_norm.weight").shape, (std::vector<int64_t>{32}));
+    if (!cfg.pre_sublayer_norm) {  // OLMo 2: two norms a layer, after the sublayers; q/k norms of full width
+      EXPECT_EQ(back.pre_sublayer_norm, false);
+      EXPECT_EQ(back.qk_layernorm_full_width, true);
+      EXPECT_EQ(hf.count("model.layers.0.input_layernorm.weight"), 0u);
+      EXPECT_EQ(hf.at("model.layers.0.post_attention_layernorm.weight").data, ours.at("layers.0.attention_out_norm.weight"));
+      EXPECT_EQ(hf.at("model.layers.1.post_feedforward_layernorm.weight").data, ours.at("layers.1.mlp_out_norm.weight"));
+      EXPECT_EQ(hf.at("model.layers.0.self_attn.q_norm.weight").shape,
+                (std::vector<int64_t>{cfg.num_attention_heads * cfg.head_dim()}));
+      EXPECT_EQ(hf.at("model.layers.0.self_attn.k_norm.weight").shape,
+                (std::vector<int64_t>{cfg.kv_heads() * cfg.head_dim()}));
+    } else if (cfg.post_sublayer_norm) {  // Gemma's four norms a layer, the MLP's input one named pre_feedforward
       EXPECT_EQ(hf.at("model.layers.0.pre_feedforward_layernorm.weight").data, ours.at("layers.0.post_attention_norm.weight"));
       EXPECT_EQ(hf.at("model.layers.0.post_attention_layernorm.weight").data, ours.at("layers.0.attention_out_norm.weight"));
       EXPECT_EQ(hf.count("model.layers.1.post_feedforward_layernorm.weight"), 1u);
@@ -466,6 +482,16 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
   phi3["rope_scaling"] = nullptr;
   phi3["partial_rotary_factor"] = 0.5;
   EXPECT_CLAW_ERROR(model_from_hf_config(phi3, "p/config.json"), "partial_rotary_factor 0.5");
+  nlohmann::json olmo2 = qwen3;
+  olmo2["model_type"] = "olmo2";
+  EXPECT_CLAW_ERROR(model_from_hf_config(olmo2, "o/config.json"), "o/config.json: attention_bias true", "OLMo 2");
+  model::ModelConfig olmo_geglu = tiny(true);
+  olmo_geglu.qk_layernorm = olmo_geglu.qk_layernorm_full_width = true;
+  olmo_geglu.mlp = model::Mlp::geglu;
+  EXPECT_CLAW_ERROR(hf_config(olmo_geglu), "Olmo2ForCausalLM needs --post-sublayer-norm --no-pre-sublayer-norm");
+  model::ModelConfig bare = tiny(true);
+  bare.pre_sublayer_norm = false;
+  EXPECT_CLAW_ERROR(bare.validate(), "--no-pre-sublayer-norm", "--post-sublayer-norm");
   model::ModelConfig both = tiny(true);
   both.add_qkv_bias = true;
   both.window_size = 8;

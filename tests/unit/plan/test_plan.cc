@@ -94,6 +94,9 @@ TEST(PlanMemory, FamilyPresetsHoldTheirPublishedParameterCounts) {
       // Gemma 3 27B's text model (the model card's 27.4B adds the vision tower).
       {"gemma-3-27b", 27'009'346'304,
        closed_form(62, 5376, 32, 16, 21504, 262208, false, 128, true) - 262208 * 5376 + 62 * 2 * 5376},
+      // OLMo 2 7B: two norms a layer (after the sublayers, none before) and q/k norms over the full
+      // width, 32 x 128 + 32 x 128 per layer.
+      {"olmo-2-7b", 7'298'617'344, closed_form(32, 4096, 32, 32, 11008, 100352, false) + 32 * (4096 + 4096)},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(c.closed, c.published) << c.preset;
