@@ -147,9 +147,15 @@ void gemma_of(const nlohmann::json& j, const std::string& path, const std::strin
   if (act != "gelu_pytorch_tanh" && act != "gelu_new")
     fail("{}: hidden_activation '{}': claw's GeGLU gates with the tanh GELU (gelu_pytorch_tanh)", path, act);
   if (get_or<bool>(j, "attention_bias", false, path)) fail("{}: attention_bias true: Gemma has no biases here", path);
-  for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"})
-    if (j.contains(cap) && !j[cap].is_null())
-      fail("{}: {} {}: claw has no soft-capping yet (Gemma 2's tanh caps)", path, cap, j[cap].dump());
+  // Soft-caps (Gemma 2's 50 and 30; Gemma 3's null): null is none.
+  const auto cap_of = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return 0.0;
+    const double cap = need<double>(j, key, path);
+    if (!(cap > 0)) fail("{}: {} {}: a soft cap is positive (null: none)", path, key, j[key].dump());
+    return cap;
+  };
+  c.attn_logit_softcapping = cap_of("attn_logit_softcapping");
+  c.final_logit_softcapping = cap_of("final_logit_softcapping");
   if (get_or<bool>(j, "use_bidirectional_attention", false, path))
     fail("{}: use_bidirectional_attention true: claw's attention is causal", path);
   c.softmax_scale = 1.0 / std::sqrt(need<double>(j, "query_pre_attn_scalar", path));
@@ -316,8 +322,9 @@ nlohmann::json hf_gemma_config(const model::ModelConfig& c) {
   j["query_pre_attn_scalar"] = std::abs(qpas - std::round(qpas)) < 1e-6 ? nlohmann::json(std::llround(qpas))
                                                                         : nlohmann::json(qpas);
   j["sliding_window"] = c.window_size > 0 ? nlohmann::json(c.window_size) : nlohmann::json(nullptr);
-  j["attn_logit_softcapping"] = nullptr;
-  j["final_logit_softcapping"] = nullptr;
+  const auto cap = [](double c) { return c > 0 ? nlohmann::json(c) : nlohmann::json(nullptr); };
+  j["attn_logit_softcapping"] = cap(c.attn_logit_softcapping);
+  j["final_logit_softcapping"] = cap(c.final_logit_softcapping);
   if (!v3) {
     if (c.window_size > 0 && c.window_attn_skip_freq != 2)
       fail("Gemma2ForCausalLM alternates windowed and global layers (--window-attn-skip-freq 2); this model has {}",

@@ -125,7 +125,7 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       full_width_(cfg.qk_layernorm_full_width),
       kv_copies_(tp.dims().kv_replicas(cfg)),
       one_plus_(cfg.apply_layernorm_1p),
-      scale_(cfg.attention_scale()),
+      scale_(cfg.attention_scale(), cfg.attn_logit_softcapping),
       eps_(cfg.norm_epsilon),
       rope_(rope && !rope->empty() ? rope : nullptr) {
   if (qk_norm_) {

@@ -111,7 +111,7 @@ class Attention {
   bool full_width_;  // --qk-layernorm-full-width
   int kv_copies_;    // TP ranks holding each of this rank's KV groups
   bool one_plus_;  // --apply-layernorm-1p: the q/k norms scale by 1 + weight
-  double scale_;   // ModelConfig::attention_scale()
+  kernels::ScoreScale scale_;  // ModelConfig::attention_scale(), --attn-logit-softcapping
   double eps_;
   mutable std::vector<float> q_scale_, k_scale_;
   // --qk-layernorm's backward: dq, dk before the norm and its weight gradients.

@@ -105,10 +105,6 @@ const float* Block::sublayer_input(const StepCtx& ctx, const std::optional<NormL
 }
 
 void Block::forward(const StepCtx& ctx, Saved& s, Scratch& scratch) const {
-  if (cfg_.attn_logit_softcapping > 0 || cfg_.final_logit_softcapping > 0)
-    fail("--attn-logit-softcapping {} / --final-logit-softcapping {}: soft-capping (Gemma 2) runs in no kernel yet; "
-         "the planner takes such models, training and serving do not",
-         cfg_.attn_logit_softcapping, cfg_.final_logit_softcapping);
   const int64_t n = tp_.rows(ctx.tokens()) * C_;
   // 16-bit activations: the saved tensors are rounded where they are made.
   const bool round = cfg_.half_activations() && !ctx.kv_cache && !ctx.batch_invariant;

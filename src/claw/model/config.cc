@@ -352,8 +352,8 @@ std::optional<ModelConfig> family_preset(std::string_view name) {
   }
   // Gemma 2 (Gemma Team 2024) and Gemma 3 27B (text): GeGLU, (1 + w) norms
   // around both sublayers, scaled embeddings, tied; windowed layers but every
-  // 2nd (Gemma 2) or 6th (Gemma 3); Gemma 2's soft-caps (planning only: the
-  // model refuses to run them yet), Gemma 3's q/k norms and two RoPE bases.
+  // 2nd (Gemma 2) or 6th (Gemma 3); Gemma 2's soft-caps, Gemma 3's q/k
+  // norms and two RoPE bases.
   if (name == "gemma-2-9b" || name == "gemma-2-27b" || name == "gemma-3-27b") {
     const bool v3 = name == "gemma-3-27b", big = name != "gemma-2-9b";
     ModelConfig c = name == "gemma-2-9b"    ? llama("gemma-2-9b", 42, 3584, 16, 8, 14336, 256000, 10000.0, 8192)

@@ -172,8 +172,8 @@ struct ModelConfig {
   // --rotary-base and --rope-scaling-* as every layer's; Gemma 3's 10000).
   double local_rotary_base = 0;
   // --attn-logit-softcapping / --final-logit-softcapping c: scores or
-  // logits become c tanh(x / c) (Gemma 2); 0 = none. Not implemented in the
-  // kernels yet: the planner takes them, a forward pass refuses them.
+  // logits become c tanh(x / c) (Gemma 2); 0 = none. In every CPU
+  // attention kernel (kernels/cpu/score_scale.h) and the output layer.
   double attn_logit_softcapping = 0;
   double final_logit_softcapping = 0;
   // --window-attn-skip-freq N: with --window-size, every N-th layer (l + 1

@@ -33,7 +33,7 @@ void validate_cp_heads(CpCommType type, int cp, int64_t H, int64_t G) {
 }
 
 std::unique_ptr<CpAttention> make_cp_attention(CpCommType type, comm::Group* group, int64_t B, int64_t T_local,
-                                               int64_t H, int64_t G, int64_t D, double scale) {
+                                               int64_t H, int64_t G, int64_t D, kernels::ScoreScale scale) {
   if (type == CpCommType::a2a) return std::make_unique<AllToAllAttention>(group, B, T_local, H, G, D, scale);
   return std::make_unique<RingAttention>(group, B, T_local, H, G, D, scale);
 }
@@ -59,7 +59,7 @@ template std::vector<float> cp_slice(const CpChunks&, const float*, int64_t, int
 template std::vector<int32_t> cp_slice(const CpChunks&, const int32_t*, int64_t, int64_t);
 
 RingAttention::RingAttention(comm::Group* group, int64_t B, int64_t T_local, int64_t H, int64_t G, int64_t D,
-                             double scale)
+                             kernels::ScoreScale scale)
     : group_(group && group->size() > 1 ? group : nullptr),
       B_(B),
       H_(H),
@@ -231,7 +231,7 @@ void RingAttention::backward(const CpuCtx& ctx, float* dq, float* dk, float* dv,
 }
 
 AllToAllAttention::AllToAllAttention(comm::Group* group, int64_t B, int64_t T_local, int64_t H, int64_t G,
-                                     int64_t D, double scale)
+                                     int64_t D, kernels::ScoreScale scale)
     : group_(group && group->size() > 1 ? group : nullptr), B_(B), H_(H), G_(G), D_(D), scale_(scale) {
   const int size = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
   CLAW_CHECK(T_local % 2 == 0, "a2a attention: {} local tokens are not two chunks", T_local);

@@ -54,6 +54,7 @@
 
 #include "claw/comm/group.h"
 #include "claw/core/parallel.h"
+#include "claw/kernels/cpu/score_scale.h"
 
 namespace claw::model {
 
@@ -100,11 +101,12 @@ class CpAttention {
 void validate_cp_heads(CpCommType type, int cp, int64_t H, int64_t G);
 // group: the CP group (null or size 1: no transfers). T_local = 2 Tc.
 std::unique_ptr<CpAttention> make_cp_attention(CpCommType type, comm::Group* group, int64_t B, int64_t T_local,
-                                               int64_t H, int64_t G, int64_t D, double scale);
+                                               int64_t H, int64_t G, int64_t D, kernels::ScoreScale scale);
 
 class RingAttention final : public CpAttention {
  public:
-  RingAttention(comm::Group* group, int64_t B, int64_t T_local, int64_t H, int64_t G, int64_t D, double scale);
+  RingAttention(comm::Group* group, int64_t B, int64_t T_local, int64_t H, int64_t G, int64_t D,
+                kernels::ScoreScale scale);
 
   void forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k, const float* v,
                const int32_t* q_lo) override;
@@ -124,7 +126,7 @@ class RingAttention final : public CpAttention {
   comm::Group* group_;
   CpChunks chunks_;
   int64_t B_, H_, G_, D_;
-  double scale_;
+  kernels::ScoreScale scale_;
   std::vector<comm::Work> hop_;
   // Double-buffered {k, v} blocks in transit; backward's {dk, dv} of the
   // block in hand: this rank's share (then the running sum), the sum from the
@@ -137,7 +139,8 @@ class RingAttention final : public CpAttention {
 
 class AllToAllAttention final : public CpAttention {
  public:
-  AllToAllAttention(comm::Group* group, int64_t B, int64_t T_local, int64_t H, int64_t G, int64_t D, double scale);
+  AllToAllAttention(comm::Group* group, int64_t B, int64_t T_local, int64_t H, int64_t G, int64_t D,
+                    kernels::ScoreScale scale);
 
   void forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k, const float* v,
                const int32_t* q_lo) override;
@@ -173,7 +176,7 @@ class AllToAllAttention final : public CpAttention {
   comm::Group* group_;
   CpChunks chunks_;
   int64_t B_, H_, G_, D_, Hc_, Gc_;
-  double scale_;
+  kernels::ScoreScale scale_;
   std::vector<float> send_, recv_;
   std::vector<float> q_, k_, v_, out_, dout_, dq_, dk_, dv_;  // full rows, this rank's heads
   std::vector<int32_t> lo_all_, seg_;

@@ -241,7 +241,7 @@ void GPT::reserve(int64_t B, int64_t T, Recompute recompute, int slots) {
   recompute_ = recompute;
   if (cp_group_) {
     cp_attention_ = make_cp_attention(cp_type_, cp_group_, B, T, tp_.dims().heads(cfg_), tp_.dims().kv_groups(cfg_),
-                                      cfg_.head_dim(), cfg_.attention_scale());
+                                      cfg_.head_dim(), {cfg_.attention_scale(), cfg_.attn_logit_softcapping});
     for (auto& b : blocks_) b->attention.use_context_parallel(cp_attention_.get());
   }
 }

@@ -28,6 +28,7 @@
 
 #include "claw/core/error.h"
 #include "claw/core/parallel.h"
+#include "claw/kernels/cpu/score_scale.h"
 #include "claw/model/config.h"
 #include "claw/model/tensor_parallel.h"
 
@@ -63,7 +64,7 @@ class KvCache final : public AttentionCache {
         v_(k_.size()),
         length_(static_cast<size_t>(batch), 0),
         windows_(layer_windows(cfg)),
-        scale_(cfg.attention_scale()) {
+        scale_(cfg.attention_scale(), cfg.attn_logit_softcapping) {
     if (capacity > cfg.max_position_embeddings)
       fail("a KV cache of {} positions exceeds --max-position-embeddings {}", capacity, cfg.max_position_embeddings);
   }
@@ -104,7 +105,7 @@ class KvCache final : public AttentionCache {
   std::vector<float> k_, v_;
   std::vector<int32_t> length_;
   std::vector<int64_t> windows_;  // per layer: keys a query sees (0: all)
-  double scale_;                  // the attention scores' scale
+  kernels::ScoreScale scale_;     // the attention scores' scale and soft cap
   std::vector<int32_t> q_lo_;     // a windowed layer's first visible key per query
 };
 

@@ -22,7 +22,8 @@ OutputLayer::OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied,
     : weight_(tied ? tied : &own_weight),
       tp_(tp),
       vocab_(VocabShard::of(cfg.vocab_size, tp.dims().padded_vocab(cfg), tp.rank(), tp.size())),
-      C_(cfg.hidden_size) {
+      C_(cfg.hidden_size),
+      cap_(cfg.final_logit_softcapping) {
   if (tied) return;
   own_weight.spec = {.name = "output_layer.weight",
                      .shape = {vocab_.Vp, C_},
@@ -74,6 +75,7 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
   const int64_t N = ctx.tokens(), Vl = vocab_.rows();
   const Rows p = pack(ctx, tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_), targets, ctx.loss_weight);
   const int64_t chunk = Scratch::logits_chunk(p.n);
+  if (cap_ > 0) cap_grad_.resize(static_cast<size_t>(chunk * Vl));
   const float* W = weight_->data();
   const bool bf16 = gemm_dtype_ == DType::bf16;
   // bf16 operands: on the CPU in half_'s buffers; on the GPU the weight's
@@ -102,6 +104,7 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
     } else {
       kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, xc, C_, W, C_, 0.0f, logits, Vl);
     }
+    soft_cap(ctx.cpu, logits, rows * Vl, dloss_scale != 0 ? cap_grad_.data() : nullptr);
     if (tp_.size() == 1)
       kernels::cross_entropy_forward(ctx.cpu, s.losses + r0, s.lse + r0, logits, tc, rows, vocab_.V, Vl);
     else
@@ -114,6 +117,7 @@ double OutputLayer::forward(const StepCtx& ctx, const float* x_rows, const int32
       kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, tc, scale, rows, vocab_.V, Vl);
     else
       vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, tc, scale, vocab_, rows);
+    if (cap_ > 0) kernels::mul(ctx.cpu, logits, cap_grad_.data(), rows * Vl);
     if (w) kernels::scale_rows(ctx.cpu, logits, w, rows, Vl);
     if (bf16) {
       const kernels::Bf16Operand gq = gpu ? device_bf16(logits, rows * Vl, 3)
@@ -143,6 +147,7 @@ double OutputLayer::sequence_loss_forward(const StepCtx& ctx, const float* x_row
   const int64_t N = ctx.tokens(), Vl = vocab_.rows();
   const Rows p = pack(ctx, tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_), targets, nullptr);
   const int64_t chunk = Scratch::logits_chunk(p.n);
+  if (cap_ > 0) cap_grad_.resize(static_cast<size_t>(chunk * Vl));
   const float* W = weight_->data();
   // Batch-invariant (an RL learner): the generation engine's products and
   // log-softmax, so each token's loss is its sampled log-probability negated,
@@ -154,6 +159,7 @@ double OutputLayer::sequence_loss_forward(const StepCtx& ctx, const float* x_row
       kernels::rowwise_linear_forward(ctx.cpu, scratch.logits, p.x + r0 * C_, W, nullptr, rows, C_, Vl);
     else
       kernels::gemm(ctx.cpu, false, true, rows, Vl, C_, 1.0f, p.x + r0 * C_, C_, W, C_, 0.0f, scratch.logits, Vl);
+    soft_cap(ctx.cpu, scratch.logits, rows * Vl, forward ? nullptr : cap_grad_.data());
     return scratch.logits;
   };
   // Every token's loss first: the sequence loss needs whole sequences.
@@ -190,6 +196,7 @@ double OutputLayer::sequence_loss_forward(const StepCtx& ctx, const float* x_row
       kernels::cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, p.targets + r0, scale, rows, vocab_.V, Vl);
     else
       vocab_parallel_cross_entropy_backward(ctx.cpu, logits, logits, s.lse + r0, p.targets + r0, scale, vocab_, rows);
+    if (cap_ > 0) kernels::mul(ctx.cpu, logits, cap_grad_.data(), rows * Vl);
     kernels::scale_rows(ctx.cpu, logits, sequence_weights_.data() + r0, rows, Vl);
     kernels::gemm(ctx.cpu, false, false, rows, C_, Vl, 1.0f, logits, Vl, W, C_, 0.0f, s.dx + r0 * C_, C_);
     if (weight_->grad.defined())
@@ -205,6 +212,22 @@ void OutputLayer::logits(const StepCtx& ctx, const float* x, float* out) const {
   CLAW_CHECK(tp_.size() == 1, "full logits are not assembled under tensor parallelism (TP {})", tp_.size());
   if (ctx.cpu.gpu) fail("writing logits runs on the CPU backend for now (--device cpu)");
   kernels::gemm(false, true, ctx.tokens(), vocab_.Vp, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, out, vocab_.Vp);
+  soft_cap(ctx.cpu, out, ctx.tokens() * vocab_.Vp, nullptr);
+}
+
+void OutputLayer::soft_cap(const CpuCtx& cpu, float* z, int64_t n, float* d_capped) const {
+  if (cap_ <= 0) return;
+  if (cpu.gpu) fail("--final-logit-softcapping runs on the CPU only for now");
+  const auto c = static_cast<float>(cap_), inv = static_cast<float>(1.0 / cap_);
+  parallel_for(cpu, n, 4096, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      z[i] = c * std::tanh(z[i] * inv);  // kernels/cpu/score_scale.h's soft cap
+      if (d_capped) {
+        const float u = z[i] * inv;
+        d_capped[i] = 1.0f - u * u;
+      }
+    }
+  });
 }
 
 void OutputLayer::full_logits(const StepCtx& ctx, const float* x, float* out) const {
@@ -217,6 +240,7 @@ void OutputLayer::full_logits(const StepCtx& ctx, const float* x, float* out) co
     kernels::rowwise_linear_forward(ctx.cpu, local.data(), x, weight_->data(), nullptr, N, C_, Vl);
   else
     kernels::gemm(false, true, N, Vl, C_, 1.0f, x, C_, weight_->data(), C_, 0.0f, local.data(), Vl);
+  soft_cap(ctx.cpu, local.data(), N * Vl, nullptr);
   std::vector<float> all;
   const float* blocks = local.data();  // [P, N, Vl]: rank r's vocabulary rows [r Vl, (r + 1) Vl)
   if (P > 1) {

@@ -29,6 +29,10 @@
 // the padding after a short completion). Every rank of a TP group holds the
 // same targets, so all pack alike; a batch where every row has a target
 // runs unpacked.
+//
+// --final-logit-softcapping c (Gemma 2): every logit becomes c tanh(z / c)
+// where it is made, so losses, sampling and written logits all see the
+// capped ones; backward multiplies the logit gradients by 1 - (z' / c)^2.
 #pragma once
 
 #include <string>
@@ -114,6 +118,11 @@ class OutputLayer {
     std::vector<uint16_t> w16, x16, g16;
   } half_;
   std::vector<float> sequence_weights_;
+  // --final-logit-softcapping: caps z (n values) in place; d_capped (or
+  // null) receives each one's 1 - (z' / c)^2.
+  void soft_cap(const CpuCtx& cpu, float* z, int64_t n, float* d_capped) const;
+  double cap_ = 0;
+  std::vector<float> cap_grad_;  // a chunk's 1 - (z' / c)^2
   bool packed_ = false;
   int64_t rows_total_ = 0;  // N of the packed batch
   std::vector<int64_t> rows_;

@@ -18,7 +18,7 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
       bytes_per_block_(block_bytes(cfg, tp, block_size, dtype)),
       dtype_(dtype),
       windows_(layer_windows(cfg)),
-      scale_(cfg.attention_scale()),
+      scale_(cfg.attention_scale(), cfg.attn_logit_softcapping),
       storage_(new uint8_t[static_cast<size_t>(2 * layers_ * layer_elems_) * kernels::kv_dtype_size(dtype)]) {
   if (dtype == kernels::KvDtype::int8)
     scales_.reset(new float[static_cast<size_t>(2 * layers_ * num_blocks * block_size * tp.kv_groups(cfg))]);

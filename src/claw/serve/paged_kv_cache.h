@@ -65,7 +65,7 @@ class PagedKvCache final : public model::AttentionCache {
   int64_t layers_, num_blocks_, block_size_, row_, head_dim_, layer_elems_, bytes_per_block_;
   kernels::KvDtype dtype_;
   std::vector<int64_t> windows_;  // per layer: keys a query sees (0: all)
-  double scale_;                  // the attention scores' scale
+  kernels::ScoreScale scale_;     // the attention scores' scale and soft cap
   // [L][keys | values][blocks][G][block_size][head_dim] of dtype_, and for
   // int8 [L][keys | values][blocks][G][block_size] scales (kernels::kv_row());
   // not initialised: a slot is written before it is read, and pages never

@@ -50,6 +50,11 @@ mistral=("${llama[@]}" --window-size 8)
 qwen3=("${llama[@]}" --qk-layernorm --kv-channels 32)
 # Qwen3-MoE: Qwen 3's attention over mixtral-tiny's experts, the first layer dense.
 qwen3moe=("${mixtral[@]}" --qk-layernorm --kv-channels 32 --moe-layer-freq 0,1)
+# Gemma 2's layers: Gemma 3's without the q/k norms and the second RoPE base,
+# with soft-caps low enough to bend this model's scores (1) and logits (2).
+gemma2=("${llama[@]}" --geglu --apply-layernorm-1p --post-sublayer-norm --scale-embedding --kv-channels 32
+        --softmax-scale 0.2 --window-size 8 --window-attn-skip-freq 2 --attn-logit-softcapping 1
+        --final-logit-softcapping 2)
 # OLMo 2's layers: norms after each sublayer and none before, q/k norms over
 # all heads' width (at TP 4 the 2 KV groups' norm columns each on 2 ranks).
 olmo2=("${llama[@]}" --qk-layernorm --qk-layernorm-full-width --post-sublayer-norm --no-pre-sublayer-norm)

@@ -14,6 +14,9 @@
 #          and EP 2.
 # gemma3   Gemma 3's options (models.sh): TP 2 + SP, PP 2, DP 2 with ZeRO-1,
 #          CP 2 (the windowed layer's chunks) and TP 4.
+# gemma2   Gemma 2's options with its soft-caps: TP 2 + SP (the capped logits'
+#          vocabulary-parallel loss), PP 2, DP 2 with ZeRO-1 and CP 2 (capped
+#          scores merged across chunks).
 # olmo2    OLMo 2's options (post-sublayer norms only, full-width q/k norms):
 #          TP 2 + SP, PP 2, DP 2 with ZeRO-1 and TP 4 + SP (the norms' sums of
 #          squares over the group; each KV group on 2 ranks).
@@ -41,10 +44,11 @@ qwen3moe)  # experts run whole on each TP rank (--expert-tensor-parallel-size 1)
 gemma3)
   compare gemma3 "${gemma3[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" \
     "4:$short --tensor-model-parallel-size 4 --sequence-parallel" ;;
+gemma2) compare gemma2 "${gemma2[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" ;;
 olmo2)
   compare olmo2 "${olmo2[@]}" -- "${layouts[@]}" "4:$short --tensor-model-parallel-size 4 --sequence-parallel" ;;
 mistral)
   compare mistral "${mistral[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" \
     "2:$short --context-parallel-size 2 --cp-comm-type a2a" ;;
-*) fail "unknown case '$case_name' (qwen2, qwen3, qwen3moe, gemma3, olmo2, mistral)" ;;
+*) fail "unknown case '$case_name' (qwen2, qwen3, qwen3moe, gemma2, gemma3, olmo2, mistral)" ;;
 esac

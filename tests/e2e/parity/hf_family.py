@@ -81,12 +81,13 @@ FAMILIES = {
                                                          rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                                        "original_max_position_embeddings": 64})),
-    # Gemma 2 without its soft-caps (claw has none yet): GeGLU, (1 + w) norms on both sides of each
-    # sublayer, embeddings times sqrt(64), scores by query_pre_attn_scalar 24 (not the head's 32),
-    # layer 0 windowed (8), layer 1 global.
+    # Gemma 2: GeGLU, (1 + w) norms on both sides of each sublayer, embeddings times sqrt(64), scores
+    # by query_pre_attn_scalar 24 (not the head's 32), layer 0 windowed (8), layer 1 global; soft-caps
+    # of 2 on the scores and 3 on the logits, low enough to bend this model's (the published 50 and 30
+    # bend a trained one's).
     "gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(**SHAPE, head_dim=32, query_pre_attn_scalar=24,
-                                                           sliding_window=8, attn_logit_softcapping=None,
-                                                           final_logit_softcapping=None, tie_word_embeddings=True)),
+                                                           sliding_window=8, attn_logit_softcapping=2.0,
+                                                           final_logit_softcapping=3.0, tie_word_embeddings=True)),
     # Gemma 3 (text): Gemma 2's layers with (1 + w) q/k norms, a windowed RoPE base of its own (10^4)
     # and a linearly scaled global one (10^6, factor 4).
     "gemma3": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(

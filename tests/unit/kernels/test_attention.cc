@@ -39,9 +39,11 @@ Segments documents(const std::vector<std::vector<int64_t>>& rows) {
 
 struct Case {
   int64_t B, T, H, G, D, block;
+  double cap = 0;  // the scores' soft cap (0: none)
   int64_t q_size() const { return B * T * H * D; }
   int64_t kv_size() const { return B * T * G * D; }
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(D)); }
+  ScoreScale score() const { return {scale(), cap}; }
 };
 
 // Materialises every T x T score matrix with the explicit mask: query i sees
@@ -63,6 +65,7 @@ void naive_forward(const Case& c, std::vector<double>& out, std::vector<double>&
           double dotp = 0;
           for (int64_t d = 0; d < c.D; ++d) dotp += qi[d] * kj[d];
           s[j] = c.scale() * dotp;
+          if (c.cap > 0) s[j] = c.cap * std::tanh(s[j] / c.cap);
           mx = std::max(mx, s[j]);
         }
         double sum = 0;
@@ -115,7 +118,7 @@ void check_forward(const Case& c, double tol, const Segments& seg = {}) {
   std::vector<T> out(c.q_size()), lse(c.B * c.H * c.T);
   for (int threads : {1, 2}) {
     attention_forward<T>(CpuCtx{threads}, out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H,
-                         c.G, c.D, c.scale(), ptr(seg), c.block);
+                         c.G, c.D, c.score(), ptr(seg), c.block);
     EXPECT_LT(rel_error(out, ref_out), tol) << "out, T=" << c.T << " D=" << c.D << " threads=" << threads;
     EXPECT_LT(rel_error(lse, ref_lse), tol) << "lse, T=" << c.T << " D=" << c.D << " threads=" << threads;
   }
@@ -147,7 +150,7 @@ void check_backward_fd(const Case& c, int backward_threads = 2, const Segments& 
   // parallel region can wait a scheduler tick for its second thread.
   auto loss = [&] {
     attention_forward<double>(CpuCtx{1}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), c.B, c.T,
-                              c.H, c.G, c.D, c.scale(), ptr(seg), c.block);
+                              c.H, c.G, c.D, c.score(), ptr(seg), c.block);
     return dot(w, out);
   };
   loss();
@@ -155,7 +158,7 @@ void check_backward_fd(const Case& c, int backward_threads = 2, const Segments& 
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> dq(c.q_size(), nan), dk(c.kv_size(), nan), dv(c.kv_size(), nan);
   attention_backward<double>(CpuCtx{backward_threads}, dq.data(), dk.data(), dv.data(), w.data(), in.q.data(),
-                             in.k.data(), in.v.data(), out.data(), lse.data(), c.B, c.T, c.H, c.G, c.D, c.scale(),
+                             in.k.data(), in.v.data(), out.data(), lse.data(), c.B, c.T, c.H, c.G, c.D, c.score(),
                              ptr(seg), c.block);
   // fd.h's 1e-6; the errors seen are ~1e-8 (central-difference truncation).
   EXPECT_LT(fd_max_error(in.q, dq, loss), 1e-6) << "dq";
@@ -257,6 +260,20 @@ TEST(Attention, SlidingWindowMatchesNaiveAndFiniteDifferences) {
   check_forward<double>(c, 1e-13, window(c, 20));
   const Case small{1, 40, 2, 1, 8, 16};
   check_backward_fd(small, 2, window(small, 20));
+}
+
+// Gemma 2's soft cap, S = c tanh(S / c), at c = 2 where the scaled-up
+// queries' scores reach well past it: forward against the naive reference,
+// backward (the factor 1 - (S / c)^2) by finite differences, with a window.
+TEST(Attention, SoftCapMatchesNaiveAndFiniteDifferences) {
+  const Case c{2, 37, 4, 2, 24, 16, 2.0};
+  check_forward<float>(c, 2e-6);
+  check_forward<double>(c, 1e-13);
+  check_backward_fd({1, 40, 2, 1, 8, 16, 2.0});
+  check_backward_fd({1, 70, 2, 1, 8, 16, 2.0});  // split across threads
+  Segments window(40);
+  for (int64_t i = 0; i < 40; ++i) window[i] = static_cast<int32_t>(std::max<int64_t>(0, i - 11));
+  check_backward_fd({1, 40, 2, 2, 8, 16, 2.0}, 2, window);
 }
 
 // The key property: attention over a packed row equals attention run on

@@ -23,6 +23,8 @@ struct Case {
   int64_t B, Tq, Tk, Cap, H, G, D;
   std::vector<int32_t> q_pos, k_len, q_lo;  // empty: null
   int64_t k_pos0 = 0;
+  double cap = 0;  // the scores' soft cap (0: none)
+  ScoreScale score() const { return {scale(), cap}; }
   int64_t q_size() const { return B * Tq * H * D; }
   int64_t kv_size() const { return B * Cap * G * D; }
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(D)); }
@@ -54,6 +56,7 @@ void naive_forward(const Case& c, std::vector<double>& out, std::vector<double>&
           double d = 0;
           for (int64_t e = 0; e < c.D; ++e) d += qi[e] * k[((b * c.Cap + j) * c.G + g) * c.D + e];
           s[j] = c.scale() * d;
+          if (c.cap > 0) s[j] = c.cap * std::tanh(s[j] / c.cap);
           mx = std::max(mx, s[j]);
         }
         if (mx == -std::numeric_limits<double>::infinity()) continue;
@@ -161,19 +164,25 @@ TEST(AttentionOffset, BackwardMatchesFiniteDifferences) {
   Case later{.B = 1, .Tq = 5, .Tk = 6, .Cap = 6, .H = 2, .G = 2, .D = 4, .q_pos = {0}};
   later.k_pos0 = 3;  // queries 0-2 see nothing
   cases.push_back(later);
+  Case capped = decode_case(6);  // Gemma 2's soft cap, bending scores of up to ~2
+  capped.cap = 0.5;
+  cases.push_back(capped);
   for (const Case& c : cases) {
     auto q = random_vector(c.q_size(), 11), k = random_vector(c.kv_size(), 12), v = random_vector(c.kv_size(), 13);
     auto w = random_vector(c.q_size(), 14);
     std::vector<double> out(c.q_size()), lse(c.B * c.H * c.Tq);
     auto run = [&] {
       attention_offset_forward<double>(ctx2(), out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.Tq, c.Tk,
-                                       c.H, c.G, c.D, c.scale(), c.offsets());
+                                       c.H, c.G, c.D, c.score(), c.offsets());
       return dot(w, out);
     };
     run();
+    std::vector<double> ref_out, ref_lse;
+    naive_forward(c, ref_out, ref_lse, q, k, v);
+    EXPECT_LT(max_rel_diff(out, ref_out), 1e-12) << "out, Tq " << c.Tq << " cap " << c.cap;
     std::vector<double> dq(c.q_size()), dk(c.kv_size(), 0.0), dv(c.kv_size(), 0.0);
     attention_offset_backward<double>(ctx2(), dq.data(), dk.data(), dv.data(), w.data(), q.data(), k.data(), v.data(),
-                                      out.data(), lse.data(), c.B, c.Tq, c.Tk, c.H, c.G, c.D, c.scale(), c.offsets());
+                                      out.data(), lse.data(), c.B, c.Tq, c.Tk, c.H, c.G, c.D, c.score(), c.offsets());
     EXPECT_LT(fd_max_error(q, dq, run), 1e-6) << "dq, Tq " << c.Tq;
     EXPECT_LT(fd_max_error(k, dk, run), 1e-6) << "dk, Tq " << c.Tq;
     EXPECT_LT(fd_max_error(v, dv, run), 1e-6) << "dv, Tq " << c.Tq;

@@ -56,7 +56,7 @@ struct Inputs {
 
 // Each document of each row as its own sequence of a paged cache, its
 // blocks taken from a shuffled pool, its tokens all new in one step.
-std::vector<float> paged(const Case& c, const Inputs& in, int64_t block_size, int64_t window) {
+std::vector<float> paged(const Case& c, const Inputs& in, int64_t block_size, int64_t window, double cap = 0) {
   const int64_t T = c.T(), H = c.H, G = c.G, D = c.D;
   int64_t blocks = 0;
   for (const auto& lengths : c.rows)
@@ -87,7 +87,7 @@ std::vector<float> paged(const Case& c, const Inputs& in, int64_t block_size, in
   }
   std::vector<float> out(in.q.size());
   paged_attention_forward(CpuCtx{2}, out.data(), in.q.data(), K, V, block_size, seqs.data(),
-                          static_cast<int64_t>(seqs.size()), H, G, D, 1.0 / std::sqrt(double(D)), window);
+                          static_cast<int64_t>(seqs.size()), H, G, D, {1.0 / std::sqrt(double(D)), cap}, window);
   return out;
 }
 
@@ -104,15 +104,18 @@ TEST(FixedOrderAttention, EqualsPagedAttentionPerDocumentBitwise) {
     const int64_t B = c.B(), T = c.T();
     std::vector<float> out(in.q.size()), lse(static_cast<size_t>(B * c.H * T));
     for (int64_t window : {0, 7})
-      for (int threads : {1, 2}) {
-        fixed_order_attention_forward(CpuCtx{threads}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(),
-                                      B, T, c.H, c.G, c.D, 1.0 / std::sqrt(double(c.D)), seg.data(), window);
-        for (int64_t block_size : {1, 5, 16}) {
-          const std::vector<float> want = paged(c, in, block_size, window);
-          ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * sizeof(float)))
-              << "D " << c.D << ", block size " << block_size << ", " << threads << " threads, window " << window;
+      for (double cap : {0.0, 1.5})  // Gemma 2's soft cap too
+        for (int threads : {1, 2}) {
+          fixed_order_attention_forward(CpuCtx{threads}, out.data(), lse.data(), in.q.data(), in.k.data(),
+                                        in.v.data(), B, T, c.H, c.G, c.D, {1.0 / std::sqrt(double(c.D)), cap},
+                                        seg.data(), window);
+          for (int64_t block_size : {1, 5, 16}) {
+            const std::vector<float> want = paged(c, in, block_size, window, cap);
+            ASSERT_EQ(0, std::memcmp(want.data(), out.data(), out.size() * sizeof(float)))
+                << "D " << c.D << ", block size " << block_size << ", " << threads << " threads, window " << window
+                << ", cap " << cap;
+          }
         }
-      }
   }
 }
 
@@ -123,9 +126,9 @@ TEST(FixedOrderAttention, IsSoftmaxAttentionWithItsLogSumExp) {
     const int64_t B = c.B(), T = c.T(), H = c.H, G = c.G, D = c.D;
     std::vector<float> out(in.q.size()), lse(static_cast<size_t>(B * H * T));
     const double scale = 1.0 / std::sqrt(double(D));
-    for (int64_t window : {0, 7}) {
+    for (const auto& [window, cap] : {std::pair<int64_t, double>{0, 0.0}, {7, 0.0}, {7, 1.5}}) {
     fixed_order_attention_forward(CpuCtx{2}, out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), B, T, H, G,
-                                  D, scale, seg.data(), window);
+                                  D, {scale, cap}, seg.data(), window);
     double worst = 0;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t)
@@ -140,7 +143,7 @@ TEST(FixedOrderAttention, IsSoftmaxAttentionWithItsLogSumExp) {
           for (int64_t j = lo; j <= t; ++j) {
             double d = 0;
             for (int64_t i = 0; i < D; ++i) d += double(q[i]) * at(in.k, j, i);
-            s.push_back(scale * d);
+            s.push_back(cap > 0 ? cap * std::tanh(scale * d / cap) : scale * d);
           }
           const double m = *std::max_element(s.begin(), s.end());
           double z = 0;
@@ -153,7 +156,7 @@ TEST(FixedOrderAttention, IsSoftmaxAttentionWithItsLogSumExp) {
             worst = std::max(worst, std::abs(out[static_cast<size_t>(((b * T + t) * H + h) * D + i)] - o));
           }
         }
-    EXPECT_LT(worst, 1e-5) << "D " << D << ", window " << window;
+    EXPECT_LT(worst, 1e-5) << "D " << D << ", window " << window << ", cap " << cap;
     }
   }
 }

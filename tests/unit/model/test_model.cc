@@ -117,20 +117,48 @@ TEST(ModelConfig, RopeScalingFrequencies) {
   EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-type 'yarn'", "llama3");
 }
 
-// Gemma 2's soft-caps: a preset the planner takes, a forward pass refuses.
-TEST(ModelConfig, SoftCappingPlansButDoesNotRun) {
+// Gemma 2's final-logit soft-cap: the logits a model writes are c tanh(z / c)
+// of the uncapped model's (same weights), and its loss is their
+// cross-entropy. (Attention's cap: kernels' SoftCap tests; the whole model's
+// gradients against transformers: parity_hf_family_gemma2.)
+TEST(ModelConfig, FinalLogitSoftCapBoundsLogitsAndLoss) {
   EXPECT_EQ(model_preset("gemma-2-9b").final_logit_softcapping, 30.0);
   ModelConfig c = model_preset("llama-tiny");
   c.num_layers = 1;
   c.vocab_size = 100;
-  c.final_logit_softcapping = 30;
-  c.validate();
-  GPT m(c);
-  m.init_weights(ctx, 1);
-  m.reserve(1, 8);
-  std::vector<int32_t> tokens(8, 1), targets(8, 2);
-  EXPECT_CLAW_ERROR(m.forward({.cpu = ctx, .B = 1, .T = 8}, tokens.data(), targets.data(), 0.0),
-                    "--final-logit-softcapping 30", "runs in no kernel yet");
+  c.make_vocab_size_divisible_by = 1;
+  c.init_method_std = 0.5;  // logits of several units: the cap of 2 bends them
+  ModelConfig capped = c;
+  capped.final_logit_softcapping = 2;
+  capped.validate();
+  GPT plain(c), cap(capped);
+  plain.init_weights(ctx, 1);
+  cap.init_weights(ctx, 1);
+  std::vector<int32_t> tokens = {1, 5, 9, 2, 7, 3, 8, 4}, targets = {5, 9, 2, 7, 3, 8, 4, 6};
+  std::vector<float> z(8 * 100), zc(8 * 100);
+  double loss = 0, worst = 0;
+  for (GPT* m : {&plain, &cap}) {
+    m->reserve(1, 8);
+    const StepCtx step{.cpu = ctx, .B = 1, .T = 8};
+    const double l = m->forward(step, tokens.data(), targets.data(), 0.0);
+    m->logits(step, m == &plain ? z.data() : zc.data());
+    if (m == &cap) loss = l;
+  }
+  double want = 0, big = 0;
+  for (int64_t t = 0; t < 8; ++t) {
+    double mx = -1e30, sum = 0;
+    for (int64_t v = 0; v < 100; ++v) {
+      const double capped_z = 2.0 * std::tanh(z[t * 100 + v] / 2.0);
+      worst = std::max(worst, std::abs(capped_z - zc[t * 100 + v]));
+      big = std::max(big, std::abs(static_cast<double>(z[t * 100 + v])));
+      mx = std::max(mx, capped_z);
+    }
+    for (int64_t v = 0; v < 100; ++v) sum += std::exp(2.0 * std::tanh(z[t * 100 + v] / 2.0) - mx);
+    want += mx + std::log(sum) - 2.0 * std::tanh(z[t * 100 + targets[t]] / 2.0);
+  }
+  EXPECT_GT(big, 3.0);  // the cap matters
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_NEAR(loss, want, 1e-5 * want);
 }
 
 TEST(ModelConfig, ValidateNamesTheFlag) {

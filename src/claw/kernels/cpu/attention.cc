@@ -168,13 +168,20 @@ void softmax_step(T* s, int64_t ld, const QueryBlock& qb, const Tile<T>& t, T* m
 }
 
 // Backward recomputation: s (S^T) becomes P^T = exp(s - lse); dp (dP^T)
-// becomes scale * dS^T = scale * P^T * (dP^T - Delta). Masked entries are 0.
+// becomes scale * dS^T = scale * P^T * (dP^T - Delta), times 1 - (s / cap)^2
+// under a soft cap (s then holds the capped scores). Masked entries are 0.
 template <typename T>
 void score_grads(T* s, T* dp, int64_t ld, const QueryBlock& qb, const Tile<T>& t, const T* lse, const T* delta,
-                 T scale) {
+                 T scale, T cap) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::kWidth;
+  const T inv_cap = cap > 0 ? T(1) / cap : T(0);
+  // scale, or scale (1 - (s / cap)^2) with the cap: (s / cap) is 0 without one.
+  const auto factor = [&](const V& sv) {
+    const V u = sv * inv_cap;
+    return scale * (T(1) - u * u);
+  };
   for (int64_t r0 = 0; r0 < t.n_lanes; r0 += W) {
     const KeyRanges<T> keys(qb, t, r0);
     const V lse_v = S::load(lse + r0), delta_v = S::load(delta + r0);
@@ -184,16 +191,18 @@ void score_grads(T* s, T* dp, int64_t ld, const QueryBlock& qb, const Tile<T>& t
     };
     auto masked = [&](int64_t c) {
       const auto vis = keys.visible(c);
-      const V p = vis ? vexp(S::load(s + c * ld + r0) - lse_v) : T(0);
+      const V sv = S::load(s + c * ld + r0);
+      const V p = vis ? vexp(sv - lse_v) : T(0);
       S::store(s + c * ld + r0, p);
-      S::store(dp + c * ld + r0, vis ? scale * p * (S::load(dp + c * ld + r0) - delta_v) : T(0));
+      S::store(dp + c * ld + r0, vis ? factor(sv) * p * (S::load(dp + c * ld + r0) - delta_v) : T(0));
     };
     for (int64_t c = t.c_lo; c < keys.zero; ++c) zero(c);
     for (int64_t c = keys.zero; c < keys.all_lo; ++c) masked(c);
     for (int64_t c = keys.all_lo; c < keys.all_hi; ++c) {
-      const V p = vexp(S::load(s + c * ld + r0) - lse_v);
+      const V sv = S::load(s + c * ld + r0);
+      const V p = vexp(sv - lse_v);
       S::store(s + c * ld + r0, p);
-      S::store(dp + c * ld + r0, scale * p * (S::load(dp + c * ld + r0) - delta_v));
+      S::store(dp + c * ld + r0, factor(sv) * p * (S::load(dp + c * ld + r0) - delta_v));
     }
     for (int64_t c = keys.all_hi; c < keys.some; ++c) masked(c);
     for (int64_t c = keys.some; c < t.kc; ++c) zero(c);
@@ -206,6 +215,7 @@ void score_grads(T* s, T* dp, int64_t ld, const QueryBlock& qb, const Tile<T>& t
 struct Dims {
   int64_t B, T, H, G, D, blk;
   const int32_t* seg_start;  // [B, T] or null
+  double cap = 0;            // the scores' soft cap (0: none)
   int64_t num_blocks() const { return (T + blk - 1) / blk; }
   int64_t heads_per_group() const { return H / G; }
   // Offsets of row t of head h (q, out, dq, dout) or kv head g (k, v, dk, dv).
@@ -348,6 +358,7 @@ void forward_block(const Dims& dm, T* out, T* lse, const T* q, const T* k, const
     const Band band = t.band();
     tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, k + dm.kv_off(b, t.k0 + t.c_lo, g),
                  ldkv, 1, w.qt, blk, w.s + t.c_lo * blk, blk);
+    if (dm.cap > 0) soft_cap(w.s, blk, t.c_lo, t.kc, t.n_lanes, dm.cap);
     softmax_step(w.s, blk, qb, t, w.m, w.l, w.alpha);
     pack_rows(w.vp + t.c_lo * dp, dp, v + dm.kv_off(b, t.k0 + t.c_lo, g), ldkv, rows, D);
     // O = alpha * O + P V, with A(r, c) = P^T[c, r].
@@ -423,7 +434,8 @@ void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T
         tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, kp, dpad, 1, w.qt, blk, s, blk);
         tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, v + dm.kv_off(b, t.k0 + t.c_lo, g),
                      ldkv, 1, w.dot, blk, dp, blk);
-        score_grads(w.s, w.dp, blk, qb, t, w.lse, w.delta, scale);
+        if (dm.cap > 0) soft_cap(w.s, blk, t.c_lo, t.kc, t.n_lanes, dm.cap);
+        score_grads(w.s, w.dp, blk, qb, t, w.lse, w.delta, scale, static_cast<T>(dm.cap));
         const bool first = h == g * hpg && (j >= i_begin ? i == j : !dm.seg_start && i == i_begin);
         T* dkb = kv.dk + (t.k0 + t.c_lo) * kv.ld;
         T* dvb = kv.dv + (t.k0 + t.c_lo) * kv.ld;
@@ -476,12 +488,14 @@ std::vector<int64_t> chunk_bounds(const Dims& dm, int64_t n) {
 // The fp32/fp64 kernels; the entry points below also take 16-bit storage.
 template <typename T>
 void attention_forward_impl(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v, int64_t B,
-                            int64_t T_, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start,
+                            int64_t T_, int64_t H, int64_t G, int64_t D, ScoreScale score, const int32_t* seg_start,
                             int64_t block) {
+  if (ctx.gpu && score.capped()) fail("attention soft-capping (--attn-logit-softcapping) runs on the CPU only for now");
+  const double scale = score.scale;
   CLAW_ROUTE_TO_GPU(ctx, T, attention_forward, out, lse, q, k, v, B, T_, H, G, D, scale, seg_start);
   check_dims(B, T_, H, G, D, block);
   check_segments(seg_start, B, T_);
-  const Dims dm{B, T_, H, G, D, block, seg_start};
+  const Dims dm{B, T_, H, G, D, block, seg_start, score.softcap};
   const int64_t nb = dm.num_blocks(), heads = B * H;
   // Head by head, so a head's K and V stay in cache across its query blocks;
   // within a head the last query blocks (which see the most keys) go first,
@@ -495,11 +509,13 @@ void attention_forward_impl(const CpuCtx& ctx, T* out, T* lse, const T* q, const
 template <typename T>
 void attention_backward_impl(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                              const T* v, const T* out, const T* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
-                             int64_t D, double scale, const int32_t* seg_start, int64_t block) {
+                             int64_t D, ScoreScale score, const int32_t* seg_start, int64_t block) {
+  if (ctx.gpu && score.capped()) fail("attention soft-capping (--attn-logit-softcapping) runs on the CPU only for now");
+  const double scale = score.scale;
   CLAW_ROUTE_TO_GPU(ctx, T, attention_backward, dq, dk, dv, dout, q, k, v, out, lse, B, T_, H, G, D, scale, seg_start);
   check_dims(B, T_, H, G, D, block);
   check_segments(seg_start, B, T_);
-  const Dims dm{B, T_, H, G, D, block, seg_start};
+  const Dims dm{B, T_, H, G, D, block, seg_start, score.softcap};
   const int64_t groups = B * G, chunks = backward_chunks(ctx, dm);
   const std::vector<int64_t> bounds = chunk_bounds(dm, chunks);
   // Partial dk, dv of chunks 1.. of every group: [groups][chunks - 1][2][T, D];
@@ -548,7 +564,7 @@ void attention_backward_impl(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* do
 
 template <typename T>
 void attention_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, int64_t B,
-                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale, const int32_t* seg_start,
+                       int64_t T_, int64_t H, int64_t G, int64_t D, ScoreScale scale, const int32_t* seg_start,
                        int64_t block) {
   if constexpr (is_half_storage_v<T>) {
     CLAW_CPU_ONLY(ctx, attention_forward);
@@ -566,7 +582,7 @@ void attention_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, con
 template <typename T>
 void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                         const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t T_, int64_t H,
-                        int64_t G, int64_t D, double scale, const int32_t* seg_start, int64_t block) {
+                        int64_t G, int64_t D, ScoreScale scale, const int32_t* seg_start, int64_t block) {
   if constexpr (is_half_storage_v<T>) {
     CLAW_CPU_ONLY(ctx, attention_backward);
     const int64_t nq = B * T_ * H * D, nkv = B * T_ * G * D;
@@ -585,10 +601,10 @@ void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, c
 
 #define CLAW_INSTANTIATE(T)                                                                                 \
   template void attention_forward<T>(const CpuCtx&, T*, acc_t<T>*, const T*, const T*, const T*, int64_t,   \
-                                     int64_t, int64_t, int64_t, int64_t, double, const int32_t*, int64_t);  \
+                                     int64_t, int64_t, int64_t, int64_t, ScoreScale, const int32_t*, int64_t);  \
   template void attention_backward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, const T*,   \
                                       const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t,       \
-                                      int64_t, double, const int32_t*, int64_t);
+                                      int64_t, ScoreScale, const int32_t*, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
 CLAW_INSTANTIATE(bfloat16)

@@ -36,7 +36,9 @@
 // Grouped-query attention: H query heads share G key/value heads
 // (H % G == 0); query head h reads kv head h / (H / G). G == H is MHA.
 // Shapes: q, dq, out, dout [B, T, H, D]; k, v, dk, dv [B, T, G, D]; lse [B, H, T].
-// scale is usually 1/sqrt(D).
+// scale is usually 1/sqrt(D); with a soft cap (score_scale.h) S = c tanh(S / c)
+// before the mask and softmax, and backward's dS takes the factor
+// 1 - (S / c)^2 (the capped S recomputed).
 // Gradient contract: dq, dk, dv are overwritten.
 //
 // block: query and key tile size, a positive multiple of 16. The default
@@ -64,6 +66,7 @@
 
 #include "claw/core/parallel.h"
 #include "claw/core/storage.h"
+#include "claw/kernels/cpu/score_scale.h"
 
 namespace claw::kernels {
 
@@ -71,13 +74,13 @@ inline constexpr int64_t kAttentionBlock = 128;
 
 template <typename T>
 void attention_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, int64_t B,
-                       int64_t T_, int64_t H, int64_t G, int64_t D, double scale,
+                       int64_t T_, int64_t H, int64_t G, int64_t D, ScoreScale scale,
                        const int32_t* seg_start = nullptr, int64_t block = kAttentionBlock);
 
 template <typename T>
 void attention_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                         const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t T_, int64_t H, int64_t G,
-                        int64_t D, double scale, const int32_t* seg_start = nullptr,
+                        int64_t D, ScoreScale scale, const int32_t* seg_start = nullptr,
                         int64_t block = kAttentionBlock);
 
 }  // namespace claw::kernels

@@ -90,7 +90,7 @@ std::pair<int64_t, int64_t> key_span(const Geometry& g, int64_t b, int64_t i0, i
 template <typename T>
 void attention_offset_forward_impl(const CpuCtx& ctx, T* out, T* lse, const T* q, const T* k, const T* v,
                                    int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
-                                   double scale, const AttentionOffsets& off) {
+                                   ScoreScale scale, const AttentionOffsets& off) {
   CLAW_CPU_ONLY(ctx, attention_offset_forward);
   const Geometry g{B, Tq, Tk, H, G, D, off};
   check(g);
@@ -115,7 +115,8 @@ void attention_offset_forward_impl(const CpuCtx& ctx, T* out, T* lse, const T* q
       s.resize(rows * n);
       const T* kb = k + b * g.kv_batch() + j0 * g.ldkv() + kv * D;
       const T* vb = v + b * g.kv_batch() + j0 * g.ldkv() + kv * D;
-      gemm(false, true, rows, n, D, static_cast<T>(scale), qb, g.ldq(), kb, g.ldkv(), T(0), s.data(), n);
+      gemm(false, true, rows, n, D, static_cast<T>(scale.scale), qb, g.ldq(), kb, g.ldkv(), T(0), s.data(), n);
+      if (scale.capped()) soft_cap(s.data(), n, 0, rows, n, scale.softcap);
       probabilities<T>(g, b, i0, rows, j0, n, s.data(), lb, nullptr);
       gemm(false, false, rows, D, n, T(1), s.data(), n, vb, g.ldkv(), T(0), ob, g.ldq());
     }
@@ -125,12 +126,12 @@ void attention_offset_forward_impl(const CpuCtx& ctx, T* out, T* lse, const T* q
 template <typename T>
 void attention_offset_backward_impl(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                                     const T* v, const T* out, const T* lse, int64_t B, int64_t Tq, int64_t Tk,
-                                    int64_t H, int64_t G, int64_t D, double scale, const AttentionOffsets& off) {
+                                    int64_t H, int64_t G, int64_t D, ScoreScale scale, const AttentionOffsets& off) {
   CLAW_CPU_ONLY(ctx, attention_offset_backward);
   const Geometry g{B, Tq, Tk, H, G, D, off};
   check(g);
   const int64_t group = H / G;
-  const T sc = static_cast<T>(scale);
+  const T sc = static_cast<T>(scale.scale), inv_cap = scale.capped() ? static_cast<T>(1.0 / scale.softcap) : T(0);
   parallel_for_dynamic(ctx, B * G, [&](int64_t task) {
     const int64_t b = task / G, kv = task % G;
     const int64_t base = b * g.kv_batch() + kv * D;
@@ -138,7 +139,7 @@ void attention_offset_backward_impl(const CpuCtx& ctx, T* dq, T* dk, T* dv, cons
       std::fill_n(dk + base + j * g.ldkv(), D, T(0));
       std::fill_n(dv + base + j * g.ldkv(), D, T(0));
     }
-    std::vector<T> p, dp, delta(kQueryBlock);
+    std::vector<T> p, dp, capped, delta(kQueryBlock);
     for (int64_t h = kv * group; h < (kv + 1) * group; ++h)
       for (int64_t i0 = 0; i0 < Tq; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, Tq - i0);
@@ -154,12 +155,21 @@ void attention_offset_backward_impl(const CpuCtx& ctx, T* dq, T* dk, T* dv, cons
         const T* kb = k + base + j0 * g.ldkv();
         const T* vb = v + base + j0 * g.ldkv();
         gemm(false, true, rows, n, D, sc, q + at, g.ldq(), kb, g.ldkv(), T(0), p.data(), n);
+        if (scale.capped()) {  // the capped scores, kept for dS's factor 1 - (s / cap)^2
+          soft_cap(p.data(), n, 0, rows, n, scale.softcap);
+          capped = p;
+        }
         probabilities<T>(g, b, i0, rows, j0, n, p.data(), nullptr, lse + (b * H + h) * Tq + i0);
         gemm(false, true, rows, n, D, T(1), dout + at, g.ldq(), vb, g.ldkv(), T(0), dp.data(), n);
         for (int64_t r = 0; r < rows; ++r) {
           T d = 0;
           for (int64_t e = 0; e < D; ++e) d += dout[at + r * g.ldq() + e] * out[at + r * g.ldq() + e];
           for (int64_t j = 0; j < n; ++j) dp[r * n + j] = sc * p[r * n + j] * (dp[r * n + j] - d);
+          if (scale.capped())
+            for (int64_t j = 0; j < n; ++j) {
+              const T u = capped[r * n + j] * inv_cap;
+              dp[r * n + j] *= T(1) - u * u;
+            }
         }
         // dp now holds scale * dS.
         gemm(false, false, rows, D, n, T(1), dp.data(), n, kb, g.ldkv(), T(0), dq + at, g.ldq());
@@ -191,7 +201,7 @@ void narrow_kv_rows(const CpuCtx& ctx, const std::vector<float>& x, T* out, int6
 
 template <typename T>
 void attention_offset_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v,
-                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, double scale,
+                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, ScoreScale scale,
                               const AttentionOffsets& off) {
   if constexpr (is_half_storage_v<T>) {
     CLAW_CPU_ONLY(ctx, attention_offset_forward);
@@ -209,7 +219,7 @@ void attention_offset_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T*
 template <typename T>
 void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                                const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t Tq, int64_t Tk,
-                               int64_t H, int64_t G, int64_t D, double scale, const AttentionOffsets& off) {
+                               int64_t H, int64_t G, int64_t D, ScoreScale scale, const AttentionOffsets& off) {
   if constexpr (is_half_storage_v<T>) {
     CLAW_CPU_ONLY(ctx, attention_offset_backward);
     const int64_t nq = B * Tq * H * D, nkv = kv_extent(B, Tk, G, D, off);
@@ -228,11 +238,11 @@ void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* 
 
 #define CLAW_INSTANTIATE(T)                                                                                      \
   template void attention_offset_forward<T>(const CpuCtx&, T*, acc_t<T>*, const T*, const T*, const T*, int64_t, \
-                                            int64_t, int64_t, int64_t, int64_t, int64_t, double,                 \
+                                            int64_t, int64_t, int64_t, int64_t, int64_t, ScoreScale,             \
                                             const AttentionOffsets&);                                            \
   template void attention_offset_backward<T>(const CpuCtx&, T*, T*, T*, const T*, const T*, const T*, const T*,  \
                                              const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t,      \
-                                             int64_t, int64_t, double, const AttentionOffsets&);
+                                             int64_t, int64_t, ScoreScale, const AttentionOffsets&);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
 CLAW_INSTANTIATE(bfloat16)

@@ -43,6 +43,7 @@
 
 #include "claw/core/parallel.h"
 #include "claw/core/storage.h"
+#include "claw/kernels/cpu/score_scale.h"
 
 namespace claw::kernels {
 
@@ -56,12 +57,12 @@ struct AttentionOffsets {
 
 template <typename T>
 void attention_offset_forward(const CpuCtx& ctx, T* out, acc_t<T>* lse, const T* q, const T* k, const T* v,
-                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, double scale,
+                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, ScoreScale scale,
                               const AttentionOffsets& off);
 
 template <typename T>
 void attention_offset_backward(const CpuCtx& ctx, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
                                const T* v, const T* out, const acc_t<T>* lse, int64_t B, int64_t Tq, int64_t Tk,
-                               int64_t H, int64_t G, int64_t D, double scale, const AttentionOffsets& off);
+                               int64_t H, int64_t G, int64_t D, ScoreScale scale, const AttentionOffsets& off);
 
 }  // namespace claw::kernels

@@ -81,7 +81,8 @@ struct ContiguousRows {
 // the compiler should know it (0: D at run time). Returns the log-sum-exp of
 // the scaled scores.
 template <int64_t kD, typename Rows>
-float attend_one(const float* q, float* out, int64_t lo, int64_t pos, const Rows& rows, int64_t D_, float fscale) {
+float attend_one(const float* q, float* out, int64_t lo, int64_t pos, const Rows& rows, int64_t D_, float fscale,
+                 float cap) {
   const int64_t D = kD ? kD : D_;
   float acc[kD ? kD : kMaxHeadDim] = {};
   float scores[kTile];
@@ -98,6 +99,7 @@ float attend_one(const float* q, float* out, int64_t lo, int64_t pos, const Rows
     for (int64_t j = 0; j < n; ++j) {
       kv[j] = rows.row(j0 + j);
       scores[j] = fscale * fixed_order::dot(q, rows.key(kv[j], tmp), D);
+      if (cap > 0) scores[j] = cap * std::tanh(scores[j] * (1.0f / cap));  // score_scale.h's soft cap
       mb = std::max(mb, scores[j]);
     }
     if (mb > m) {  // rescale what came before to the new maximum
@@ -123,11 +125,13 @@ float attend_one(const float* q, float* out, int64_t lo, int64_t pos, const Rows
 // any D.
 // window: keys a query sees, itself included (0: all).
 template <typename Rows>
-float attend(const float* q, float* out, int64_t pos, int64_t window, const Rows& rows, int64_t D, float fscale) {
+float attend(const float* q, float* out, int64_t pos, int64_t window, const Rows& rows, int64_t D,
+             const ScoreScale& scale) {
   const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-  if (D == 64) return attend_one<64>(q, out, lo, pos, rows, D, fscale);
-  if (D == 128) return attend_one<128>(q, out, lo, pos, rows, D, fscale);
-  return attend_one<0>(q, out, lo, pos, rows, D, fscale);
+  const auto fscale = static_cast<float>(scale.scale), cap = static_cast<float>(scale.softcap);
+  if (D == 64) return attend_one<64>(q, out, lo, pos, rows, D, fscale, cap);
+  if (D == 128) return attend_one<128>(q, out, lo, pos, rows, D, fscale, cap);
+  return attend_one<0>(q, out, lo, pos, rows, D, fscale, cap);
 }
 
 }  // namespace
@@ -171,7 +175,7 @@ void kv_store_row(const KvView& v, int64_t row, const float* src, int64_t D) {
 
 void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const KvView& keys,
                              const KvView& values, int64_t block_size, const PagedSeq* seqs, int64_t num_seqs,
-                             int64_t H, int64_t G, int64_t D, double scale, int64_t window) {
+                             int64_t H, int64_t G, int64_t D, ScoreScale scale, int64_t window) {
   CLAW_CHECK(block_size >= 1 && D <= kMaxHeadDim && H % G == 0,
              "paged attention: block size {}, head dim {} (<= {}), {} heads over {} KV heads", block_size, D,
              kMaxHeadDim, H, G);
@@ -179,7 +183,6 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
   for (int64_t s = 0; s < num_seqs; ++s)
     for (int64_t t = 0; t < seqs[s].num_tokens; ++t) items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(t)});
   const int64_t per_group = H / G;
-  const float fscale = static_cast<float>(scale);
   // Longer contexts first would balance better; items are few and similar.
   parallel_for_dynamic(ctx, static_cast<int64_t>(items.size()) * H, [&](int64_t task) {
     const Item it = items[task / H];
@@ -187,14 +190,14 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
     const PagedSeq& s = seqs[it.seq];
     const int64_t r = s.first_row + it.token;
     attend(q + (r * H + h) * D, out + (r * H + h) * D, s.context + it.token, window,
-           PagedRows{keys, values, s, h / per_group, G, block_size, D}, D, fscale);
+           PagedRows{keys, values, s, h / per_group, G, block_size, D}, D, scale);
   });
 }
 
 
 void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k,
                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D,
-                                   double scale, const int32_t* seg_start, int64_t window) {
+                                   ScoreScale scale, const int32_t* seg_start, int64_t window) {
   CLAW_CHECK(D <= kMaxHeadDim && H % G == 0, "fixed-order attention: head dim {} (<= {}), {} heads over {} KV heads",
              D, kMaxHeadDim, H, G);
   if (seg_start)
@@ -202,13 +205,12 @@ void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, co
       CLAW_CHECK(seg_start[i] >= 0 && seg_start[i] <= i % T, "fixed-order attention: seg_start {} at token {} of a row",
                  seg_start[i], i % T);
   const int64_t per_group = H / G;
-  const float fscale = static_cast<float>(scale);
   parallel_for_dynamic(ctx, B * T * H, [&](int64_t task) {
     const int64_t b = task / (T * H), t = task / H % T, h = task % H;
     const int64_t first = seg_start ? seg_start[b * T + t] : 0;
     const int64_t i = (b * T + t) * H + h;
     const ContiguousRows rows{k + (b * T * G + h / per_group) * D, v + (b * T * G + h / per_group) * D, first, G * D};
-    lse[(b * H + h) * T + t] = attend(q + i * D, out + i * D, t - first, window, rows, D, fscale);
+    lse[(b * H + h) * T + t] = attend(q + i * D, out + i * D, t - first, window, rows, D, scale);
   });
 }
 

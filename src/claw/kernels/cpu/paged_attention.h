@@ -36,6 +36,7 @@
 #include <string_view>
 
 #include "claw/core/parallel.h"
+#include "claw/kernels/cpu/score_scale.h"
 
 namespace claw::kernels {
 
@@ -67,7 +68,7 @@ struct PagedSeq {
 
 void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, const KvView& keys,
                              const KvView& values, int64_t block_size, const PagedSeq* seqs, int64_t num_seqs,
-                             int64_t H, int64_t G, int64_t D, double scale, int64_t window = 0);
+                             int64_t H, int64_t G, int64_t D, ScoreScale scale, int64_t window = 0);
 
 // The same per-query computation over contiguous keys and values, for
 // training's causal attention when its result must equal the engine's to
@@ -81,6 +82,6 @@ void paged_attention_forward(const CpuCtx& ctx, float* out, const float* q, cons
 // of W keys (window > 0) starts at max(seg_start, t - W + 1), as the engine's.
 void fixed_order_attention_forward(const CpuCtx& ctx, float* out, float* lse, const float* q, const float* k,
                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D,
-                                   double scale, const int32_t* seg_start, int64_t window = 0);
+                                   ScoreScale scale, const int32_t* seg_start, int64_t window = 0);
 
 }  // namespace claw::kernels
