@@ -188,10 +188,12 @@ model::LoraConfig lora_from_peft(const PeftAdapter& adapter, const model::ModelC
     present.insert(module_of(name));
   }
   if (present.empty()) fail("{}: no tensors", file);
+  const model::HfNames names(base);
   const std::vector<std::string> candidates =
-      model::HfNames(base).gpt2()
-          ? std::vector<std::string>{"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}
-          : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+      names.gpt2()   ? std::vector<std::string>{"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}
+      : names.phi3() ? std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+                     : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                "down_proj"};
   std::set<std::string> covered;
   lora.target_modules.clear();
   for (const std::string& c : candidates) {

@@ -148,19 +148,21 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
     }
   }
   if (!cfg.lora.enabled()) return;
-  // Hugging Face's module names: GPT-2 fuses q, k, v into c_attn.
-  const bool gpt2 = cfg.position_embedding_type == Position::learned;
+  // Hugging Face's module names: GPT-2 fuses q, k, v into c_attn, Phi-3 into qkv_proj.
+  const bool gpt2 = cfg.position_embedding_type == Position::learned, fused = gpt2 || hf.phi3();
+  const char* qkv = gpt2 ? "c_attn" : "qkv_proj";
   const std::pair<Linear*, std::pair<const char*, const char*>> targets[] = {
-      {&q_proj, {"linear_qkv", gpt2 ? "c_attn" : "q_proj"}},
-      {&k_proj, {"linear_qkv", gpt2 ? "c_attn" : "k_proj"}},
-      {&v_proj, {"linear_qkv", gpt2 ? "c_attn" : "v_proj"}},
+      {&q_proj, {"linear_qkv", fused ? qkv : "q_proj"}},
+      {&k_proj, {"linear_qkv", fused ? qkv : "k_proj"}},
+      {&v_proj, {"linear_qkv", fused ? qkv : "v_proj"}},
       {&o_proj, {"linear_proj", gpt2 ? "c_proj" : "o_proj"}}};
   for (const auto& [linear, names] : targets)
     if (cfg.lora.targets(names.first, names.second))
       linear->enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
-  // One adapter on GPT-2's fused c_attn, as PEFT makes it: q, k and v read
-  // one A (named for the fused layer) and each has its rows of B.
-  if (gpt2 && q_proj.has_lora()) {
+  // One adapter on GPT-2's fused c_attn (Phi-3's qkv_proj), as PEFT makes
+  // it: q, k and v read one A (named for the fused layer) and each has its
+  // rows of B.
+  if (fused && q_proj.has_lora()) {
     q_proj.lora_a.spec.name = attn_name(l, "linear_qkv") + ".lora_A.weight";
     k_proj.share_lora_a(q_proj);
     v_proj.share_lora_a(q_proj);

@@ -195,17 +195,19 @@ void ModelConfig::validate() const {
     if (!(lora.alpha > 0)) fail("--lora-alpha must be positive, got {}", lora.alpha);
     if (!(lora.dropout >= 0 && lora.dropout < 1)) fail("--lora-dropout must be in [0, 1), got {}", lora.dropout);
     if (lora.target_modules.empty()) fail("--lora-target-modules names no layer");
-    const bool gpt2 = position_embedding_type == Position::learned;
+    const bool gpt2 = position_embedding_type == Position::learned, phi3 = hf_architecture == "Phi3ForCausalLM";
     const std::vector<std::string_view> known =
-        gpt2 ? std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
-                                             "c_attn", "c_proj", "c_fc"}
-             : std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
-                                             "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                             "down_proj"};
+        gpt2   ? std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
+                                               "c_attn", "c_proj", "c_fc"}
+        : phi3 ? std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
+                                               "qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+               : std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
+                                               "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                               "down_proj"};
     for (const std::string& t : lora.target_modules)
       if (std::find(known.begin(), known.end(), t) == known.end())
         fail("--lora-target-modules: '{}' names no linear layer of this {} model; valid: {}", t,
-             gpt2 ? "GPT-2" : "Llama", fmt::join(known, ", "));
+             gpt2 ? "GPT-2" : phi3 ? "Phi-3" : "Llama", fmt::join(known, ", "));
   }
   static const std::vector<std::string_view> hf_classes = {
       "GPT2LMHeadModel",  "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
@@ -233,9 +235,6 @@ void ModelConfig::validate() const {
     fail("--window-size must be in [0, {}] (0: full causal attention), got {}", kMaxPositions, window_size);
   if (!(init_method_std > 0)) fail("--init-method-std must be positive, got {}", init_method_std);
   validate_moe(moe, num_layers);
-  if (lora.enabled() && hf_architecture == "Phi3ForCausalLM")
-    fail("--lora-rank with --hf-architecture Phi3ForCausalLM: adapters on Phi-3's fused qkv_proj and gate_up_proj are "
-         "not available yet (--hf-architecture '' trains them on the separate projections)");
   if (moe.enabled() && lora.enabled()) fail("--lora-rank with --num-experts: LoRA adapters on experts are not available yet");
 }
 

@@ -21,6 +21,7 @@ class HfNames {
  public:
   explicit HfNames(const ModelConfig& cfg);
   bool gpt2() const { return gpt2_; }
+  bool phi3() const { return phi3_; }  // fused qkv_proj and gate_up_proj
 
   HfRef word_embeddings() const;
   HfRef position_embeddings() const;

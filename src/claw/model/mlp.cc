@@ -35,13 +35,18 @@ MLP::MLP(int l, const ModelConfig& cfg, const HfNames& hf, const TensorParallel&
     up.emplace(mlp_name(l, "up_proj"), cfg.hidden_size, cfg.ffn(), cfg.add_bias_linear, cfg.init_method_std,
                hf.mlp(l, "up", false), hf.mlp(l, "up", true), tp, LinearSplit{.kind = TpSplit::column});
   if (!cfg.lora.enabled()) return;
-  const bool gpt2 = kind_ == Mlp::gelu;
+  const bool gpt2 = kind_ == Mlp::gelu, phi3 = hf.phi3();
   auto adapt = [&](Linear& linear, const char* megatron, const char* hf_name) {
     if (cfg.lora.targets(megatron, hf_name)) linear.enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
   };
-  adapt(fc, "linear_fc1", gpt2 ? "c_fc" : "gate_proj");
-  if (up) adapt(*up, "linear_fc1", "up_proj");
+  adapt(fc, "linear_fc1", gpt2 ? "c_fc" : phi3 ? "gate_up_proj" : "gate_proj");
+  if (up) adapt(*up, "linear_fc1", phi3 ? "gate_up_proj" : "up_proj");
   adapt(proj, "linear_fc2", gpt2 ? "c_proj" : "down_proj");
+  // Phi-3's gate_up_proj: one A for gate and up, each its half of B's rows.
+  if (phi3 && up && fc.has_lora()) {
+    fc.lora_a.spec.name = mlp_name(l, "linear_fc1") + ".lora_A.weight";
+    up->share_lora_a(fc);
+  }
 }
 
 MLP::MLP(const std::string& prefix, int64_t width, const ModelConfig& cfg, const std::string& hf_prefix,

@@ -10,10 +10,12 @@ tools/hf_env.sh's venv), for peft_interchange.sh.
     peft_check.py make FAMILY HF_BASE ADAPTER
         an adapter made by PEFT itself (get_peft_model with random A and B,
         save_pretrained): GPT-2 on c_attn, attention's c_proj and c_fc;
-        Llama on q_proj, v_proj and down_proj with rsLoRA
+        Llama on q_proj, v_proj and down_proj with rsLoRA; Phi-3 on its fused
+        qkv_proj and gate_up_proj
 
 claw's names map to PEFT's here independently of claw's exporter: GPT-2's
-q, k and v share the A of the fused c_attn and hold row blocks of its B.
+q, k and v share the A of the fused c_attn and hold row blocks of its B;
+Phi-3's the same of qkv_proj, and its gate and up of gate_up_proj.
 """
 import json
 import re
@@ -27,11 +29,22 @@ from transformers import AutoModelForCausalLM
 torch.manual_seed(0)
 
 
-def peft_name(family, claw, hidden):
+def peft_name(family, claw, cfg):
     """PEFT's tensor (without the base_model.model. prefix) and row slice for a claw LoRA tensor."""
     m = re.fullmatch(r"layers\.(\d+)\.(attention|mlp)\.(\w+)\.(lora_[AB])\.weight", claw)
     assert m, claw
     layer, block, part, factor = m.groups()
+    hidden = cfg.get("n_embd", cfg.get("hidden_size"))
+    if family == "phi3":  # qkv_proj rows [q | k | v], gate_up_proj rows [gate | up]
+        heads = cfg["num_attention_heads"]
+        q, kv, f = hidden, hidden // heads * cfg["num_key_value_heads"], cfg["intermediate_size"]
+        fused = {"linear_qkv": ("self_attn.qkv_proj", None), "q_proj": ("self_attn.qkv_proj", slice(0, q)),
+                 "k_proj": ("self_attn.qkv_proj", slice(q, q + kv)),
+                 "v_proj": ("self_attn.qkv_proj", slice(q + kv, q + 2 * kv)), "o_proj": ("self_attn.o_proj", None),
+                 "linear_fc1": ("mlp.gate_up_proj", None), "gate_proj": ("mlp.gate_up_proj", slice(0, f)),
+                 "up_proj": ("mlp.gate_up_proj", slice(f, 2 * f)), "down_proj": ("mlp.down_proj", None)}
+        module, rows = fused[part]
+        return f"model.layers.{layer}.{module}.{factor}.weight", rows
     if family == "llama":
         where = "self_attn" if block == "attention" else "mlp"
         return f"model.layers.{layer}.{where}.{part}.{factor}.weight", None
@@ -55,7 +68,6 @@ def load_peft(hf_base, adapter):
 def compare(family, hf_base, adapter, logits_file, grads_file):
     model = load_peft(hf_base, adapter)
     cfg = json.load(open(f"{hf_base}/config.json"))
-    hidden = cfg.get("n_embd", cfg.get("hidden_size"))
 
     lf = load_file(logits_file)
     with torch.no_grad():
@@ -84,7 +96,7 @@ def compare(family, hf_base, adapter, logits_file, grads_file):
     for name, g_claw in gf.items():
         if not name.startswith("grad."):
             continue
-        target, rows = peft_name(family, name[len("grad."):], hidden)
+        target, rows = peft_name(family, name[len("grad."):], cfg)
         assert target in grads, f"claw's {name} has no PEFT parameter {target}; PEFT has {sorted(grads)[:4]}..."
         g_peft = grads[target] if rows is None else grads[target][rows]
         assert g_peft.shape == g_claw.shape, f"{name}: claw {tuple(g_claw.shape)}, PEFT {tuple(g_peft.shape)}"
@@ -101,6 +113,9 @@ def make(family, hf_base, adapter):
     base = AutoModelForCausalLM.from_pretrained(hf_base, torch_dtype=torch.float32)
     if family == "gpt2":
         config = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "attn.c_proj", "c_fc"], fan_in_fan_out=True,
+                            init_lora_weights=False, task_type="CAUSAL_LM")
+    elif family == "phi3":  # the fused modules
+        config = LoraConfig(r=8, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"], use_rslora=True,
                             init_lora_weights=False, task_type="CAUSAL_LM")
     else:
         config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_proj", "v_proj", "down_proj"], use_rslora=True,
