@@ -35,6 +35,15 @@ nlohmann::json hf_rope_scaling(const model::RopeScaling& r) {
     j["high_freq_factor"] = r.high_freq_factor;
     j["original_max_position_embeddings"] = r.original_max_position_embeddings;
   }
+  if (r.type == "yarn") {  // what differs from transformers' defaults
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    if (r.beta_fast != 32) j["beta_fast"] = r.beta_fast;
+    if (r.beta_slow != 1) j["beta_slow"] = r.beta_slow;
+    if (r.attention_factor > 0) j["attention_factor"] = r.attention_factor;
+    if (r.mscale > 0) j["mscale"] = r.mscale;
+    if (r.mscale_all_dim > 0) j["mscale_all_dim"] = r.mscale_all_dim;
+    if (!r.truncate) j["truncate"] = false;
+  }
   return j;
 }
 
@@ -47,9 +56,23 @@ model::RopeScaling rope_scaling_of(const nlohmann::json& j, const std::string& p
   if (!s.is_object()) fail("{} {} is not an object", where, s.dump());
   r.type = s.contains("rope_type") ? need<std::string>(s, "rope_type", where) : need<std::string>(s, "type", where);
   if (r.type == "default") return {};
-  if (r.type != "linear" && r.type != "llama3")
-    fail("{} {}: rope_type '{}' is not supported (claw scales RoPE as linear and llama3)", where, s.dump(), r.type);
+  if (r.type != "linear" && r.type != "llama3" && r.type != "yarn")
+    fail("{} {}: rope_type '{}' is not supported (claw scales RoPE as linear, llama3 and yarn)", where, s.dump(),
+         r.type);
   r.factor = need<double>(s, "factor", where);
+  if (r.type == "yarn") {  // transformers' defaults where a field is absent or null
+    const auto number_or = [&](const char* key, double fallback) {
+      return s.contains(key) && !s[key].is_null() ? need<double>(s, key, where) : fallback;
+    };
+    r.original_max_position_embeddings = static_cast<int64_t>(
+        number_or("original_max_position_embeddings", static_cast<double>(need<int64_t>(j, "max_position_embeddings", path))));
+    r.beta_fast = number_or("beta_fast", 32);
+    r.beta_slow = number_or("beta_slow", 1);
+    r.attention_factor = number_or("attention_factor", 0);
+    r.mscale = number_or("mscale", 0);
+    r.mscale_all_dim = number_or("mscale_all_dim", 0);
+    r.truncate = get_or<bool>(s, "truncate", true, where);
+  }
   if (r.type == "llama3") {
     r.low_freq_factor = need<double>(s, "low_freq_factor", where);
     r.high_freq_factor = need<double>(s, "high_freq_factor", where);

@@ -44,6 +44,24 @@ std::vector<float> rope_inv_freqs(const ModelConfig& cfg) {
         f = (1.0f - smooth) * f / factor + smooth * f;
       }
     }
+  } else if (rs.type == "yarn") {
+    // The dimension pair i turns original / (2 pi / inv_i) times over the
+    // original context; the ramp runs from where that is beta_fast (kept)
+    // to beta_slow (interpolated), in pair indices.
+    const double base = cfg.rotary_base, original = static_cast<double>(rs.original_max_position_embeddings);
+    const auto pair_of = [&](double rotations) {
+      return D * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double lo = pair_of(rs.beta_fast), hi = pair_of(rs.beta_slow);
+    if (rs.truncate) lo = std::floor(lo), hi = std::ceil(hi);
+    lo = std::max(lo, 0.0);
+    hi = std::min(hi, static_cast<double>(D - 1));
+    if (lo == hi) hi += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      const float ramp = static_cast<float>(std::clamp((static_cast<double>(i) - lo) / (hi - lo), 0.0, 1.0));
+      const float keep = 1.0f - ramp, f = inv[i];
+      inv[i] = f / factor * (1.0f - keep) + f * keep;
+    }
   }
   return inv;
 }
@@ -59,6 +77,11 @@ RopeTables::RopeTables(const ModelConfig& cfg)
     : cos(cfg.max_position_embeddings * cfg.head_dim() / 2), sin(cfg.max_position_embeddings * cfg.head_dim() / 2) {
   const std::vector<float> inv = rope_inv_freqs(cfg);
   kernels::rope_table(cos.data(), sin.data(), cfg.max_position_embeddings, cfg.head_dim(), inv.data());
+  // YaRN's attention factor scales cos and sin (so q.k by its square), as transformers does.
+  if (const auto m = static_cast<float>(cfg.rope_scaling.table_scale()); m != 1.0f) {
+    for (float& c : cos) c *= m;
+    for (float& s : sin) s *= m;
+  }
 }
 
 void RopeTables::upload(const kernels::cuda::Device& device) {

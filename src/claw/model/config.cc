@@ -34,6 +34,13 @@ double LoraConfig::scale() const {
   return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
 }
 
+double RopeScaling::table_scale() const {
+  if (type != "yarn") return 1.0;
+  if (attention_factor > 0) return attention_factor;
+  const auto mscale_of = [&](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+  return mscale > 0 && mscale_all_dim > 0 ? mscale_of(mscale) / mscale_of(mscale_all_dim) : mscale_of(1.0);
+}
+
 bool LoraConfig::targets(std::string_view megatron, std::string_view hf) const {
   for (const std::string& t : target_modules)
     if (t == "all-linear" || t == megatron || t == hf) return true;
@@ -177,14 +184,19 @@ void ModelConfig::validate() const {
   if (rotary_base <= 0) fail("--rotary-base must be positive, got {}", rotary_base);
   const RopeScaling& rs = rope_scaling;
   if (rs.enabled()) {
-    if (rs.type != "linear" && rs.type != "llama3")
-      fail("--rope-scaling-type '{}' is not one of: none, linear, llama3", rs.type);
+    if (rs.type != "linear" && rs.type != "llama3" && rs.type != "yarn")
+      fail("--rope-scaling-type '{}' is not one of: none, linear, llama3, yarn", rs.type);
     if (position_embedding_type != Position::rope) fail("--rope-scaling-type {} needs rotary embeddings", rs.type);
     if (!(rs.factor >= 1)) fail("--rope-scaling-factor must be >= 1, got {}", rs.factor);
     if (rs.type == "llama3" && !(rs.low_freq_factor > 0 && rs.high_freq_factor > rs.low_freq_factor))
       fail("--rope-scaling-high-freq-factor {} must exceed --rope-scaling-low-freq-factor {} > 0",
            rs.high_freq_factor, rs.low_freq_factor);
-    if (rs.type == "llama3" && rs.original_max_position_embeddings < 1)
+    if (rs.type == "yarn" && !(rs.beta_fast > 0 && rs.beta_slow > 0 && rs.attention_factor >= 0 && rs.mscale >= 0 &&
+                               rs.mscale_all_dim >= 0))
+      fail("--rope-scaling-beta-fast {} and -beta-slow {} must be positive, --rope-scaling-attention-factor {}, "
+           "-mscale {} and -mscale-all-dim {} >= 0",
+           rs.beta_fast, rs.beta_slow, rs.attention_factor, rs.mscale, rs.mscale_all_dim);
+    if (rs.type != "linear" && rs.original_max_position_embeddings < 1)
       fail("--rope-scaling-original-max-position-embeddings must be positive, got {}",
            rs.original_max_position_embeddings);
   }

@@ -90,12 +90,25 @@ struct MoeConfig {
 //           divided by factor, below original / high_freq_factor kept,
 //           interpolated smoothly between
 struct RopeScaling {
-  std::string type;                  // --rope-scaling-type: "" (none), linear, llama3
+  std::string type;                  // --rope-scaling-type: "" (none), linear, llama3, yarn
   double factor = 8.0;               // --rope-scaling-factor
   double low_freq_factor = 1.0;      // --rope-scaling-low-freq-factor (llama3)
   double high_freq_factor = 4.0;     // --rope-scaling-high-freq-factor (llama3)
-  int64_t original_max_position_embeddings = 8192;  // --rope-scaling-original-max-position-embeddings (llama3)
+  int64_t original_max_position_embeddings = 8192;  // --rope-scaling-original-max-position-embeddings (llama3, yarn)
+  // YaRN (Peng et al. 2023; Hugging Face's rope_type "yarn"): frequencies
+  // that turn fewer than beta_slow times over the original context are
+  // interpolated by the factor, more than beta_fast kept, those between
+  // ramped; cos and sin are multiplied by the attention factor (0: derived,
+  // 0.1 ln(factor) + 1, or DeepSeek's mscale / mscale_all_dim ratio).
+  double beta_fast = 32;             // --rope-scaling-beta-fast
+  double beta_slow = 1;              // --rope-scaling-beta-slow
+  double attention_factor = 0;       // --rope-scaling-attention-factor
+  double mscale = 0;                 // --rope-scaling-mscale
+  double mscale_all_dim = 0;         // --rope-scaling-mscale-all-dim
+  bool truncate = true;              // --rope-scaling-truncate: the ramp's ends rounded out to whole dimensions
   bool enabled() const { return !type.empty(); }
+  // cos and sin's multiplier: YaRN's attention factor, else 1.
+  double table_scale() const;
 };
 
 // FP8 and block-scaled formats for the transformer blocks' linear layers

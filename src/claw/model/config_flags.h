@@ -22,13 +22,13 @@ template <typename A, typename Get>
 std::vector<Flag<A>> model_family_flags(Get cfg_of) {
   using F = Flag<A>;
   return {
-      F{"rope-scaling-type", "RoPE frequency scaling: none, linear or llama3 (Hugging Face's rope_scaling)", false,
+      F{"rope-scaling-type", "RoPE frequency scaling: none, linear, llama3 or yarn (Hugging Face's rope_scaling)", false,
         [cfg_of](A& a, const std::string& v) { cfg_of(a).rope_scaling.type = v == "none" ? "" : v; },
         [cfg_of](const A& a) {
           const std::string& t = cfg_of(const_cast<A&>(a)).rope_scaling.type;
           return t.empty() ? std::string("none") : t;
         },
-        "{none,linear,llama3}"},
+        "{none,linear,llama3,yarn}"},
       double_flag<A>("rope-scaling-factor", "RoPE scaling: how much longer the context gets",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.factor; }),
       double_flag<A>("rope-scaling-low-freq-factor", "llama3 RoPE scaling: low_freq_factor",
@@ -36,8 +36,24 @@ std::vector<Flag<A>> model_family_flags(Get cfg_of) {
       double_flag<A>("rope-scaling-high-freq-factor", "llama3 RoPE scaling: high_freq_factor",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.high_freq_factor; }),
       int_flag<A>("rope-scaling-original-max-position-embeddings",
-                  "llama3 RoPE scaling: the context the model was trained on",
+                  "llama3 and yarn RoPE scaling: the context the model was trained on",
                   [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.original_max_position_embeddings; }),
+      double_flag<A>("rope-scaling-beta-fast", "yarn RoPE scaling: rotations above which a frequency is kept",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.beta_fast; }),
+      double_flag<A>("rope-scaling-beta-slow", "yarn RoPE scaling: rotations below which a frequency is interpolated",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.beta_slow; }),
+      double_flag<A>("rope-scaling-attention-factor", "yarn RoPE scaling: cos/sin multiplier (0: from the factor)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.attention_factor; }),
+      double_flag<A>("rope-scaling-mscale", "yarn RoPE scaling: DeepSeek's mscale (0: none)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.mscale; }),
+      double_flag<A>("rope-scaling-mscale-all-dim", "yarn RoPE scaling: DeepSeek's mscale_all_dim (0: none)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.mscale_all_dim; }),
+      F{"rope-scaling-truncate", "yarn RoPE scaling: round the ramp's ends to whole dimensions", false,
+        [cfg_of](A& a, const std::string& v) { cfg_of(a).rope_scaling.truncate = parse_bool("rope-scaling-truncate", v); },
+        [cfg_of](const A& a) {
+          return std::string(cfg_of(const_cast<A&>(a)).rope_scaling.truncate ? "true" : "false");
+        },
+        "{true,false}"},
       F{"geglu", "use a GeGLU MLP (tanh GELU gate, Gemma's) instead of GELU", true,
         [cfg_of](A& a, const std::string& v) {
           if (parse_bool("geglu", v)) cfg_of(a).mlp = Mlp::geglu;
@@ -275,6 +291,8 @@ inline bool is_architecture_flag(const std::string& name) {
       "geglu", "apply-layernorm-1p", "post-sublayer-norm", "no-pre-sublayer-norm", "scale-embedding", "softmax-scale", "local-rotary-base",
       "attn-logit-softcapping", "final-logit-softcapping", "window-attn-skip-freq",
       "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor", "rope-scaling-original-max-position-embeddings",
+      "rope-scaling-beta-fast", "rope-scaling-beta-slow", "rope-scaling-attention-factor", "rope-scaling-mscale",
+      "rope-scaling-mscale-all-dim", "rope-scaling-truncate",
       "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
       "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
       "moe-layer-freq"};

@@ -59,9 +59,12 @@ FAMILIES = {
     # Qwen 2 / 2.5: biases on q, k and v only; tied embeddings as the small Qwen 2.5 models have them.
     "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**SHAPE, rope_theta=1e6, tie_word_embeddings=True,
                                                          use_sliding_window=False)),
-    # Qwen 3: per-head q/k RMSNorm, a head dimension of its own, no biases, tied embeddings (as 0.6B-4B).
+    # Qwen 3: per-head q/k RMSNorm, a head dimension of its own, no biases, tied embeddings (as 0.6B-4B),
+    # with the YaRN scaling its model cards give for long contexts (factor 4 over an original 64 here).
     "qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**SHAPE, head_dim=32, rope_theta=1e6,
-                                                         tie_word_embeddings=True, use_sliding_window=False)),
+                                                         tie_word_embeddings=True, use_sliding_window=False,
+                                                         rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                                       "original_max_position_embeddings": 64})),
     # Qwen3-MoE: Qwen 3's attention, 8 narrow experts top 2 (renormalised), layer 0 dense.
     "qwen3moe": lambda: tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
         **SHAPE, head_dim=32, rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False, num_experts=8,

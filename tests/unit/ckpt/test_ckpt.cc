@@ -464,8 +464,21 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
   qwen2["use_sliding_window"] = true;
   EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "q/config.json", "use_sliding_window");
   qwen2["use_sliding_window"] = false;
-  qwen2["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "rope_scaling", "yarn");
+  qwen2["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "rope_scaling", "longrope");
+  // YaRN: transformers' defaults for what is absent (the original context: max_position_embeddings), and back
+  // with what differs from them.
+  qwen2["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16}, {"mscale", 0.7},
+                           {"mscale_all_dim", 0.7}};
+  const model::ModelConfig yarn = model_from_hf_config(qwen2, "q/config.json");
+  EXPECT_EQ(yarn.rope_scaling.original_max_position_embeddings, qwen2["max_position_embeddings"].get<int64_t>());
+  EXPECT_EQ(yarn.rope_scaling.beta_fast, 16);
+  EXPECT_EQ(yarn.rope_scaling.beta_slow, 1);
+  EXPECT_DOUBLE_EQ(yarn.rope_scaling.table_scale(), 1.0);  // DeepSeek's equal mscales cancel
+  EXPECT_EQ(hf_config(yarn)["rope_scaling"],
+            (nlohmann::json{{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16.0}, {"mscale", 0.7},
+                            {"mscale_all_dim", 0.7},
+                            {"original_max_position_embeddings", qwen2["max_position_embeddings"]}}));
   qwen2["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};  // the older key
   EXPECT_EQ(model_from_hf_config(qwen2, "q/config.json").rope_scaling.type, "linear");
   EXPECT_EQ(hf_config(model_from_hf_config(qwen2, "q/config.json"))["rope_scaling"],

@@ -113,8 +113,14 @@ TEST(ModelConfig, RopeScalingFrequencies) {
   EXPECT_GT(kept, 0);
   EXPECT_GT(stretched, 0);
   EXPECT_GT(between, 0);
-  c.rope_scaling.type = "yarn";
-  EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-type 'yarn'", "llama3");
+  // YaRN's cos/sin factor: 0.1 ln(factor) + 1 unless given.
+  c.rope_scaling = {.type = "yarn", .factor = 4.0, .original_max_position_embeddings = 64};
+  c.validate();
+  EXPECT_DOUBLE_EQ(c.rope_scaling.table_scale(), 0.1 * std::log(4.0) + 1.0);
+  c.rope_scaling.attention_factor = 1.5;
+  EXPECT_DOUBLE_EQ(c.rope_scaling.table_scale(), 1.5);
+  c.rope_scaling.type = "longrope";
+  EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-type 'longrope'", "yarn");
 }
 
 // Gemma 2's final-logit soft-cap: the logits a model writes are c tanh(z / c)
