@@ -374,7 +374,7 @@ nlohmann::json hf_phi3_config(const model::ModelConfig& c) {
          c.hidden_size / c.num_attention_heads);
   j["sliding_window"] = c.window_size > 0 ? nlohmann::json(c.window_size) : nlohmann::json(nullptr);
   j["original_max_position_embeddings"] = c.max_position_embeddings;
-  j["partial_rotary_factor"] = 1.0;
+  j["partial_rotary_factor"] = c.rotary_percent;
   j["resid_pdrop"] = c.hidden_dropout;
   j["embd_pdrop"] = c.hidden_dropout;
   return j;
@@ -472,6 +472,10 @@ nlohmann::json hf_config(const model::ModelConfig& c) {
   const std::string& arch = c.hf_architecture;
   if (arch == "GPT2LMHeadModel")
     fail("--hf-architecture GPT2LMHeadModel: this model has Llama's parts (RMSNorm, rope, SwiGLU), not GPT-2's");
+  if (c.rotary_percent != 1.0 && arch != "Phi3ForCausalLM")
+    fail("--rotary-percent {}: of the Hugging Face classes claw writes, only Phi3ForCausalLM rotates part of a head "
+         "(partial_rotary_factor); set --hf-architecture Phi3ForCausalLM or --rotary-percent 1",
+         c.rotary_percent);
   if (!c.pre_sublayer_norm || c.qk_layernorm_full_width || arch == "Olmo2ForCausalLM") return hf_olmo2_config(c);
   const bool gemma = c.mlp == model::Mlp::geglu || c.apply_layernorm_1p || c.post_sublayer_norm ||
                      c.scale_embedding || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
@@ -563,9 +567,7 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
     if ((type == "mistral" || type == "mixtral" || type == "phi3") && j.contains("sliding_window") &&
         !j["sliding_window"].is_null())
       c.window_size = need<int64_t>(j, "sliding_window", path);
-    if (type == "phi3" && get_or<double>(j, "partial_rotary_factor", 1.0, path) != 1.0)
-      fail("{}: partial_rotary_factor {}: claw rotates every dimension of a head (1.0)", path,
-           j["partial_rotary_factor"].dump());
+    if (type == "phi3") c.rotary_percent = get_or<double>(j, "partial_rotary_factor", 1.0, path);  // Phi-4-mini: 0.75
     if (type.starts_with("qwen") && get_or<bool>(j, "use_sliding_window", false, path))
       fail("{}: use_sliding_window true: claw does not run Qwen's sliding window (layers from max_window_layers "
            "on); set it false if the model was trained without it",

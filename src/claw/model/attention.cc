@@ -19,7 +19,7 @@
 namespace claw::model {
 
 std::vector<float> rope_inv_freqs(const ModelConfig& cfg) {
-  const int64_t D = cfg.head_dim(), half = D / 2;
+  const int64_t D = cfg.rotary_dim(), half = D / 2;  // the rotated dimensions' frequencies
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) inv[i] = kernels::rope_inv_freq(i, D, cfg.rotary_base);
   const RopeScaling& rs = cfg.rope_scaling;
@@ -74,9 +74,9 @@ ModelConfig local_rope_config(const ModelConfig& cfg) {
 }
 
 RopeTables::RopeTables(const ModelConfig& cfg)
-    : cos(cfg.max_position_embeddings * cfg.head_dim() / 2), sin(cfg.max_position_embeddings * cfg.head_dim() / 2) {
+    : cos(cfg.max_position_embeddings * cfg.rotary_dim() / 2), sin(cfg.max_position_embeddings * cfg.rotary_dim() / 2) {
   const std::vector<float> inv = rope_inv_freqs(cfg);
-  kernels::rope_table(cos.data(), sin.data(), cfg.max_position_embeddings, cfg.head_dim(), inv.data());
+  kernels::rope_table(cos.data(), sin.data(), cfg.max_position_embeddings, cfg.rotary_dim(), inv.data());
   // YaRN's attention factor scales cos and sin (so q.k by its square), as transformers does.
   if (const auto m = static_cast<float>(cfg.rope_scaling.table_scale()); m != 1.0f) {
     for (float& c : cos) c *= m;
@@ -144,6 +144,7 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       G_(tp.dims().kv_groups(cfg)),
       D_(cfg.head_dim()),
       window_(cfg.layer_window(l)),
+      rotary_dim_(cfg.rotary_dim()),
       qk_norm_(cfg.qk_layernorm),
       full_width_(cfg.qk_layernorm_full_width),
       kv_copies_(tp.dims().kv_replicas(cfg)),
@@ -239,8 +240,8 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   v_proj.forward(ctx, x, s.v);
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
-    kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
-    kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
+    kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions, rotary_dim_);
+    kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions, rotary_dim_);
   }
   if (round) {
     kernels::round_half_values(ctx.cpu, activation_dtype_, s.q, ctx.tokens() * H_ * D_);
@@ -274,8 +275,8 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
                                 s.lse, ctx.B, ctx.T, H_, G_, D_, scale_, visible_from(ctx));
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
-    kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions);
-    kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions);
+    kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions, rotary_dim_);
+    kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions, rotary_dim_);
   }
   // --qk-layernorm: the gradients before the norm (dq in datt, consumed by
   // the attention backward above).

@@ -107,6 +107,7 @@ class Attention {
   const TensorParallel& tp_;
   int64_t C_, H_, G_, D_;  // H_, G_: local heads and KV groups
   int64_t window_;          // --window-size of this layer (0: full causal)
+  int64_t rotary_dim_;      // dimensions RoPE rotates (--rotary-percent)
   bool qk_norm_;
   bool full_width_;  // --qk-layernorm-full-width
   int kv_copies_;    // TP ranks holding each of this rank's KV groups

@@ -181,6 +181,11 @@ void ModelConfig::validate() const {
          num_attention_heads, head_dim(), kMaxWidth);
   if (position_embedding_type == Position::rope && head_dim() % 2 != 0)
     fail("rotary embeddings need an even head dimension (--kv-channels or hidden/heads), got {}", head_dim());
+  if (!(rotary_percent > 0 && rotary_percent <= 1))
+    fail("--rotary-percent must be in (0, 1], got {}", rotary_percent);
+  if (position_embedding_type == Position::rope && (rotary_dim() < 2 || rotary_dim() % 2 != 0))
+    fail("--rotary-percent {} rotates {} of the head's {} dimensions; RoPE needs an even number, at least 2",
+         rotary_percent, rotary_dim(), head_dim());
   if (rotary_base <= 0) fail("--rotary-base must be positive, got {}", rotary_base);
   const RopeScaling& rs = rope_scaling;
   if (rs.enabled()) {

@@ -150,6 +150,9 @@ struct ModelConfig {
   double norm_epsilon = 1e-5;              // --norm-epsilon
   Position position_embedding_type = Position::learned;  // --position-embedding-type learned_absolute|rope
   double rotary_base = 10000.0;            // --rotary-base: RoPE theta
+  // --rotary-percent: the share of each head's dimensions RoPE rotates (the
+  // first head_dim x percent; Hugging Face's partial_rotary_factor).
+  double rotary_percent = 1.0;
   RopeScaling rope_scaling;                // --rope-scaling-*: stretched frequencies (Llama 3.1's)
   Mlp mlp = Mlp::gelu;                     // --swiglu selects SwiGLU, --geglu GeGLU (tanh GELU: Gemma)
   bool add_bias_linear = true;             // --disable-bias-linear turns biases off
@@ -229,6 +232,8 @@ struct ModelConfig {
   // The attention scores' scale: --softmax-scale, or 1 / sqrt(head dim).
   double attention_scale() const;
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
+  // The dimensions of a head RoPE rotates: head_dim x --rotary-percent, rounded down (as transformers does).
+  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent); }
   int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }

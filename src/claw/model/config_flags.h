@@ -133,6 +133,8 @@ std::vector<Flag<A>> model_base_flags(Get cfg_of) {
         [cfg_of](const A& a) { return std::string(to_string(cfg_of(const_cast<A&>(a)).position_embedding_type)); },
         "{learned_absolute,rope}"},
       double_flag<A>("rotary-base", "RoPE theta", [cfg_of](A& a) -> auto& { return cfg_of(a).rotary_base; }),
+      double_flag<A>("rotary-percent", "share of each head's dimensions RoPE rotates (partial_rotary_factor)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rotary_percent; }),
       F{"swiglu", "use a SwiGLU MLP instead of GELU", true,
         [cfg_of](A& a, const std::string& v) {
           if (parse_bool("swiglu", v)) cfg_of(a).mlp = Mlp::swiglu;
@@ -257,6 +259,7 @@ inline nlohmann::json model_flags_json(const ModelConfig& m) {
 inline bool added_after_first_checkpoints(const std::string& name) {
   static const std::set<std::string> later = {
       "add-qkv-bias",       "qk-layernorm",          "qk-layernorm-full-width", "window-size", "hf-architecture",
+      "rotary-percent",
       "geglu",              "apply-layernorm-1p",    "post-sublayer-norm", "no-pre-sublayer-norm", "scale-embedding",
       "softmax-scale",      "local-rotary-base",     "attn-logit-softcapping", "final-logit-softcapping",
       "window-attn-skip-freq"};
@@ -287,7 +290,7 @@ inline bool is_architecture_flag(const std::string& name) {
   static const std::set<std::string> arch = {
       "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "kv-channels", "ffn-hidden-size",
       "vocab-size", "make-vocab-size-divisible-by", "max-position-embeddings", "normalization", "norm-epsilon",
-      "position-embedding-type", "rotary-base", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "qk-layernorm-full-width", "window-size", "rope-scaling-type", "rope-scaling-factor",
+      "position-embedding-type", "rotary-base", "rotary-percent", "swiglu", "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "qk-layernorm-full-width", "window-size", "rope-scaling-type", "rope-scaling-factor",
       "geglu", "apply-layernorm-1p", "post-sublayer-norm", "no-pre-sublayer-norm", "scale-embedding", "softmax-scale", "local-rotary-base",
       "attn-logit-softcapping", "final-logit-softcapping", "window-attn-skip-freq",
       "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor", "rope-scaling-original-max-position-embeddings",

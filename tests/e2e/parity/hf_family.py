@@ -70,10 +70,11 @@ FAMILIES = {
         **SHAPE, head_dim=32, rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False, num_experts=8,
         num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
         mlp_only_layers=[0], router_aux_loss_coef=0.01)),
-    # Phi-3: q/k/v in one qkv_proj, gate/up in one gate_up_proj, Mistral's window.
+    # Phi-3: q/k/v in one qkv_proj, gate/up in one gate_up_proj, Mistral's window; RoPE on 3/4 of
+    # each head (12 of 16 dimensions) as Phi-4-mini has it.
     "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**SHAPE, rope_theta=1e4, sliding_window=8, pad_token_id=0,
                                                      original_max_position_embeddings=256,
-                                                     tie_word_embeddings=False)),
+                                                     partial_rotary_factor=0.75, tie_word_embeddings=False)),
     # Mixtral: every layer 4 SwiGLU experts, top 2, with the load-balancing loss.
     "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(**SHAPE, rope_theta=1e6, num_local_experts=4,
                                                               num_experts_per_tok=2, router_aux_loss_coef=0.02,

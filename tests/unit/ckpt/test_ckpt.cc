@@ -494,7 +494,12 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
   phi3["model_type"] = "phi3";
   phi3["rope_scaling"] = nullptr;
   phi3["partial_rotary_factor"] = 0.5;
-  EXPECT_CLAW_ERROR(model_from_hf_config(phi3, "p/config.json"), "partial_rotary_factor 0.5");
+  EXPECT_EQ(model_from_hf_config(phi3, "p/config.json").rotary_percent, 0.5);
+  phi3["partial_rotary_factor"] = 0.1;  // a head of 8: no pair left to rotate
+  EXPECT_CLAW_ERROR(model_from_hf_config(phi3, "p/config.json"), "--rotary-percent 0.1", "even");
+  model::ModelConfig partial = tiny(true);
+  partial.rotary_percent = 0.5;
+  EXPECT_CLAW_ERROR(hf_config(partial), "--rotary-percent 0.5", "Phi3ForCausalLM");
   nlohmann::json olmo2 = qwen3;
   olmo2["model_type"] = "olmo2";
   EXPECT_CLAW_ERROR(model_from_hf_config(olmo2, "o/config.json"), "o/config.json: attention_bias true", "OLMo 2");

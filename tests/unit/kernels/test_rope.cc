@@ -111,6 +111,36 @@ TEST(RoPE, BackwardIsInverseRotationAndMatchesFiniteDifferences) {
   }
 }
 
+// Partial rotary (Phi-4-mini's partial_rotary_factor): the first R = 12 of
+// D = 20 dimensions rotate exactly as a head of 12 with tables of 12 (HF
+// concatenates the rotated part and the untouched rest), the last 8 pass
+// through; backward by finite differences.
+TEST(RoPE, PartialRotaryRotatesTheFirstDimensionsOnly) {
+  constexpr int64_t R = 12;
+  std::vector<double> cos(P * R / 2), sin(P * R / 2);
+  rope_table(cos.data(), sin.data(), P, R, kTheta);
+  auto x = random_vector(B * T * nh * D, 4);
+  const auto w = random_vector(B * T * nh * D, 5);
+  std::vector<double> head(B * T * nh * R);  // the first R of every row
+  for (int64_t row = 0; row < B * T * nh; ++row)
+    for (int64_t d = 0; d < R; ++d) head[row * R + d] = x[row * D + d];
+  rope_forward(ctx, head.data(), cos.data(), sin.data(), B, T, nh, R, kPositions.data());
+  auto y = x;
+  rope_forward(ctx, y.data(), cos.data(), sin.data(), B, T, nh, D, kPositions.data(), R);
+  for (int64_t row = 0; row < B * T * nh; ++row)
+    for (int64_t d = 0; d < D; ++d)
+      ASSERT_EQ(y[row * D + d], d < R ? head[row * R + d] : x[row * D + d]) << "row " << row << " dim " << d;
+  std::vector<double> out;
+  auto loss = [&] {
+    out = x;
+    rope_forward(ctx, out.data(), cos.data(), sin.data(), B, T, nh, D, kPositions.data(), R);
+    return dot(w, out);
+  };
+  auto dx = w;
+  rope_backward(ctx, dx.data(), cos.data(), sin.data(), B, T, nh, D, kPositions.data(), R);
+  EXPECT_LT(fd_max_error(x, dx, loss), 1e-6);
+}
+
 // Positions restarting at each document of a packed row give each document
 // exactly (bitwise) the rotation, and the gradient, of a separate run.
 TEST(RoPE, RestartedPositionsEqualSeparateRuns) {

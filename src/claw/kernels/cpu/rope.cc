@@ -11,14 +11,16 @@
 namespace claw::kernels {
 namespace {
 
-// Rotates each (b, t, h) row of D in place by the angles of its position.
-// sign = +1 applies the rotation, -1 its inverse (the transpose).
+// Rotates the first R dimensions of each (b, t, h) row of D in place by the
+// angles of its position. sign = +1 applies the rotation, -1 its inverse
+// (the transpose).
 template <typename T>
 void rotate(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, acc_t<T> sign, int64_t B,
-            int64_t T_, int64_t nh, int64_t D, const int32_t* positions) {
+            int64_t T_, int64_t nh, int64_t D, const int32_t* positions, int64_t R) {
   using A = acc_t<T>;
-  CLAW_CHECK(D % 2 == 0, "rope head dim D={} must be even", D);
-  const int64_t half = D / 2;
+  R = R > 0 ? R : D;
+  CLAW_CHECK(R % 2 == 0 && R <= D, "rope: rotary dim {} must be even and at most the head dim {}", R, D);
+  const int64_t half = R / 2;
   const int64_t rows = B * T_ * nh;
   parallel_for(ctx, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
@@ -68,16 +70,18 @@ void rope_table(T* cos, T* sin, int64_t P, int64_t D, double theta) {
 
 template <typename T>
 void rope_forward(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
-                  int64_t D, const int32_t* positions) {
+                  int64_t D, const int32_t* positions, int64_t rotary_dim) {
+  if (ctx.gpu && rotary_dim > 0 && rotary_dim != D) fail("--rotary-percent below 1 runs on the CPU only for now");
   CLAW_ROUTE_TO_GPU(ctx, T, rope_forward, x, cos, sin, B, T_, nh, D, positions);
-  rotate(ctx, x, cos, sin, acc_t<T>(1), B, T_, nh, D, positions);
+  rotate(ctx, x, cos, sin, acc_t<T>(1), B, T_, nh, D, positions, rotary_dim);
 }
 
 template <typename T>
 void rope_backward(const CpuCtx& ctx, T* dx, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
-                   int64_t D, const int32_t* positions) {
+                   int64_t D, const int32_t* positions, int64_t rotary_dim) {
+  if (ctx.gpu && rotary_dim > 0 && rotary_dim != D) fail("--rotary-percent below 1 runs on the CPU only for now");
   CLAW_ROUTE_TO_GPU(ctx, T, rope_backward, dx, cos, sin, B, T_, nh, D, positions);
-  rotate(ctx, dx, cos, sin, acc_t<T>(-1), B, T_, nh, D, positions);
+  rotate(ctx, dx, cos, sin, acc_t<T>(-1), B, T_, nh, D, positions, rotary_dim);
 }
 
 template void rope_table<float>(float*, float*, int64_t, int64_t, double);
@@ -87,9 +91,9 @@ template void rope_table<double>(double*, double*, int64_t, int64_t, const float
 
 #define CLAW_INSTANTIATE(T)                                                                                  \
   template void rope_forward<T>(const CpuCtx&, T*, const acc_t<T>*, const acc_t<T>*, int64_t, int64_t,       \
-                                int64_t, int64_t, const int32_t*);                                           \
+                                int64_t, int64_t, const int32_t*, int64_t);                                  \
   template void rope_backward<T>(const CpuCtx&, T*, const acc_t<T>*, const acc_t<T>*, int64_t, int64_t,      \
-                                 int64_t, int64_t, const int32_t*);
+                                 int64_t, int64_t, const int32_t*, int64_t);
 CLAW_INSTANTIATE(float)
 CLAW_INSTANTIATE(double)
 CLAW_INSTANTIATE(bfloat16)

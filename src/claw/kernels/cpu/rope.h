@@ -7,6 +7,10 @@
 //   y_{i+half} = x_{i+half} cos(angle) + x_i sin(angle)
 //
 // The map is a rotation, so backward is the same map with sin negated.
+// Partial rotary embeddings (rotary_dim R < D, Hugging Face's
+// partial_rotary_factor): the first R dimensions of each row rotate as a
+// head of R (half = R/2, inv_freq_i = theta^(-2i/R), tables [P, R/2]); the
+// other D - R pass through.
 // Applied in place to x [B, T, nh, D]; row (b, t) is at position
 // p = positions[b * T + t] (positions [B, T]), or p = t when positions is
 // null. Packed sequences restart positions at each document (Megatron's
@@ -38,12 +42,13 @@ void rope_table(T* cos, T* sin, int64_t P, int64_t D, const float* inv_freq);
 // Hugging Face's default inverse frequencies: 1 / theta^(2i / D) in fp32.
 float rope_inv_freq(int64_t i, int64_t D, double theta);
 
+// rotary_dim: R (0: D).
 template <typename T>
 void rope_forward(const CpuCtx& ctx, T* x, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
-                  int64_t D, const int32_t* positions = nullptr);
+                  int64_t D, const int32_t* positions = nullptr, int64_t rotary_dim = 0);
 
 template <typename T>
 void rope_backward(const CpuCtx& ctx, T* dx, const acc_t<T>* cos, const acc_t<T>* sin, int64_t B, int64_t T_, int64_t nh,
-                   int64_t D, const int32_t* positions = nullptr);
+                   int64_t D, const int32_t* positions = nullptr, int64_t rotary_dim = 0);
 
 }  // namespace claw::kernels
