@@ -16,7 +16,8 @@
 # GEMMs' summation order, and through it an FP8 rounding flipped now and
 # then where a value lies within a rounding error of a midpoint between two
 # E4M3 values (one E4M3 step is 1/8 relative). Tolerance: per-step losses
-# 2e-5 relative, grad norms 2e-3 relative (fp32 layouts: 1e-6 and 2e-5).
+# 2e-5 relative (delayed: 1e-4, see below), grad norms 2e-3 relative (fp32
+# layouts: 1e-6 and 2e-5).
 #
 # bf16: --bf16 (bf16 GEMM operands) at the same layouts, same tolerances.
 # bf16_moments: --bf16 with the precision-aware optimizer (exp_avg in fp16,
@@ -79,7 +80,10 @@ if [[ $recipe == bf16_fp8_moments ]]; then
 fi
 if [[ $recipe != auto ]]; then
   long=$s
-  [[ $recipe != delayed ]] || long=20
+  # delayed: 20 steps at TP 2 + SP, and a scale that holds for 4 steps lets a
+  # flipped rounding move later steps too: losses measured up to 8.6e-5 on AMD
+  # EPYC (Zen 4; its BLAS sums in another order), within 2e-5 on Intel Xeons.
+  [[ $recipe != delayed ]] || { long=20; loss_rtol=1e-4; }
   compare "fp8_$recipe" -- \
     "2:$s --tensor-model-parallel-size 2" "2:$long --tensor-model-parallel-size 2 --sequence-parallel" \
     "2:$s --pipeline-model-parallel-size 2" "2:$s --use-distributed-optimizer"
