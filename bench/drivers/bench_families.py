@@ -50,7 +50,7 @@ FAMILIES = {
     "olmo2-1b": ("Olmo2ForCausalLM", tf.Olmo2Config, dict(
         vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
         num_key_value_heads=16, rope_theta=5e5, rms_norm_eps=1e-6, tie_word_embeddings=False)),
-    # Cut-down shapes (the machine holds two fp32 copies): Mistral 7B's layers, 4 of them; Phi-3-mini's, 8;
+    # Cut-down shapes (the machine holds two fp32 copies): Mistral 7B's layers, 4 of them; Phi-3-mini's, 8; Gemma 2 2B's, 8;
     # Qwen3-30B-A3B's (128 experts, top 8), 2.
     "mistral-7b/4-layers": ("MistralForCausalLM", tf.MistralConfig, dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=4, num_attention_heads=32,
@@ -58,6 +58,10 @@ FAMILIES = {
     "phi-3-mini/8-layers": ("Phi3ForCausalLM", tf.Phi3Config, dict(
         vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=8, num_attention_heads=32,
         num_key_value_heads=32, sliding_window=2047, pad_token_id=0, tie_word_embeddings=False)),
+    "gemma-2-2b/8-layers": ("Gemma2ForCausalLM", tf.Gemma2Config, dict(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256, sliding_window=4096,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=True)),
     "qwen3-30b-a3b/2-layers": ("Qwen3MoeForCausalLM", tf.Qwen3MoeConfig, dict(
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
         num_experts_per_tok=8, num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
