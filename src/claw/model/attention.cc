@@ -341,21 +341,25 @@ void Attention::qk_norm_backward(const StepCtx& ctx, const Saved& s, const float
 // over the TP group (each column counted `copies` times), in double.
 void Attention::full_width_norm_forward(const StepCtx& ctx, float* y, float* rstd, const float* x, const float* w,
                                         int64_t width, int copies) const {
-  const int64_t N = ctx.tokens();
+  const int64_t N = ctx.tokens(), grain = std::max<int64_t>(1, 4096 / width);
   row_sums_.resize(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) {
-    double ss = 0;
-    for (int64_t d = 0; d < width; ++d) ss += static_cast<double>(x[n * width + d]) * x[n * width + d];
-    row_sums_[n] = static_cast<float>(ss);
-  }
+  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      double ss = 0;
+      for (int64_t d = 0; d < width; ++d) ss += static_cast<double>(x[n * width + d]) * x[n * width + d];
+      row_sums_[n] = static_cast<float>(ss);
+    }
+  });
   const int tp = tp_.group ? tp_.group->size() : 1;
   if (tp > 1) tp_.group->all_reduce(row_sums_.data(), N, DType::f32);
   const double full = static_cast<double>(width) * tp / copies;
-  for (int64_t n = 0; n < N; ++n) {
-    const float r = static_cast<float>(1.0 / std::sqrt(row_sums_[n] / copies / full + eps_));
-    rstd[n] = r;
-    for (int64_t d = 0; d < width; ++d) y[n * width + d] = x[n * width + d] * r * w[d];
-  }
+  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      const float r = static_cast<float>(1.0 / std::sqrt(row_sums_[n] / copies / full + eps_));
+      rstd[n] = r;
+      for (int64_t d = 0; d < width; ++d) y[n * width + d] = x[n * width + d] * r * w[d];
+    }
+  });
 }
 
 // dx = r w dy - x r^3 <x w, dy> / width, the dot product over the full row.
@@ -365,21 +369,25 @@ void Attention::full_width_norm_forward(const StepCtx& ctx, float* y, float* rst
 // gradients are summed over the group's ranks.
 void Attention::full_width_norm_backward(const StepCtx& ctx, float* dx, float* dw, const float* dy, const float* x,
                                          const float* w, const float* rstd, int64_t width, int copies) {
-  const int64_t N = ctx.tokens();
+  const int64_t N = ctx.tokens(), grain = std::max<int64_t>(1, 4096 / width);
   row_sums_.resize(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) {
-    double dot = 0;
-    for (int64_t d = 0; d < width; ++d) dot += static_cast<double>(x[n * width + d]) * w[d] * dy[n * width + d];
-    row_sums_[n] = static_cast<float>(dot);
-  }
+  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      double dot = 0;
+      for (int64_t d = 0; d < width; ++d) dot += static_cast<double>(x[n * width + d]) * w[d] * dy[n * width + d];
+      row_sums_[n] = static_cast<float>(dot);
+    }
+  });
   const int tp = tp_.group ? tp_.group->size() : 1;
   if (tp > 1) tp_.group->all_reduce(row_sums_.data(), N, DType::f32);
   const double full = static_cast<double>(width) * tp / copies;
-  for (int64_t n = 0; n < N; ++n) {
-    const double r = rstd[n], c = r * r * r * row_sums_[n] / full / copies;
-    for (int64_t d = 0; d < width; ++d)
-      dx[n * width + d] = static_cast<float>(r * w[d] * dy[n * width + d] - c * x[n * width + d]);
-  }
+  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      const double r = rstd[n], c = r * r * r * row_sums_[n] / full / copies;
+      for (int64_t d = 0; d < width; ++d)
+        dx[n * width + d] = static_cast<float>(r * w[d] * dy[n * width + d] - c * x[n * width + d]);
+    }
+  });
   if (!dw) return;
   // A fresh sum (the buffer may hold earlier micro-batches'), reduced over
   // the ranks sharing the KV group, then accumulated.
