@@ -337,23 +337,34 @@ void Attention::qk_norm_backward(const StepCtx& ctx, const Saved& s, const float
     for (int64_t d = 0; d < D_; ++d) g[d] += dnorm_w_[D_ + d];
 }
 
+namespace {
+// Per token n of N, the sum over its full row of term(n, d) (d over this
+// rank's `width` columns, in double), summed over the TP group into sums.
+template <typename Term>
+void full_row_sums(const StepCtx& ctx, comm::Group* group, std::vector<float>& sums, int64_t width,
+                   const Term& term) {
+  const int64_t N = ctx.tokens();
+  sums.resize(static_cast<size_t>(N));
+  parallel_for(ctx.cpu, N, std::max<int64_t>(1, 4096 / width), [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      double sum = 0;
+      for (int64_t d = 0; d < width; ++d) sum += term(n * width + d, d);
+      sums[n] = static_cast<float>(sum);
+    }
+  });
+  if (group && group->size() > 1) group->all_reduce(sums.data(), N, DType::f32);
+}
+}  // namespace
+
 // y = x w / rms(x) over the full row: this rank's sums of squares, summed
 // over the TP group (each column counted `copies` times), in double.
 void Attention::full_width_norm_forward(const StepCtx& ctx, float* y, float* rstd, const float* x, const float* w,
                                         int64_t width, int copies) const {
-  const int64_t N = ctx.tokens(), grain = std::max<int64_t>(1, 4096 / width);
-  row_sums_.resize(static_cast<size_t>(N));
-  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t n = lo; n < hi; ++n) {
-      double ss = 0;
-      for (int64_t d = 0; d < width; ++d) ss += static_cast<double>(x[n * width + d]) * x[n * width + d];
-      row_sums_[n] = static_cast<float>(ss);
-    }
-  });
+  full_row_sums(ctx, tp_.group, row_sums_, width,
+                [&](int64_t i, int64_t) { return static_cast<double>(x[i]) * x[i]; });
   const int tp = tp_.group ? tp_.group->size() : 1;
-  if (tp > 1) tp_.group->all_reduce(row_sums_.data(), N, DType::f32);
   const double full = static_cast<double>(width) * tp / copies;
-  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
+  parallel_for(ctx.cpu, ctx.tokens(), std::max<int64_t>(1, 4096 / width), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const float r = static_cast<float>(1.0 / std::sqrt(row_sums_[n] / copies / full + eps_));
       rstd[n] = r;
@@ -369,19 +380,12 @@ void Attention::full_width_norm_forward(const StepCtx& ctx, float* y, float* rst
 // gradients are summed over the group's ranks.
 void Attention::full_width_norm_backward(const StepCtx& ctx, float* dx, float* dw, const float* dy, const float* x,
                                          const float* w, const float* rstd, int64_t width, int copies) {
-  const int64_t N = ctx.tokens(), grain = std::max<int64_t>(1, 4096 / width);
-  row_sums_.resize(static_cast<size_t>(N));
-  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t n = lo; n < hi; ++n) {
-      double dot = 0;
-      for (int64_t d = 0; d < width; ++d) dot += static_cast<double>(x[n * width + d]) * w[d] * dy[n * width + d];
-      row_sums_[n] = static_cast<float>(dot);
-    }
-  });
+  const int64_t N = ctx.tokens();
+  full_row_sums(ctx, tp_.group, row_sums_, width,
+                [&](int64_t i, int64_t d) { return static_cast<double>(x[i]) * w[d] * dy[i]; });
   const int tp = tp_.group ? tp_.group->size() : 1;
-  if (tp > 1) tp_.group->all_reduce(row_sums_.data(), N, DType::f32);
   const double full = static_cast<double>(width) * tp / copies;
-  parallel_for(ctx.cpu, N, grain, [&](int64_t lo, int64_t hi) {
+  parallel_for(ctx.cpu, N, std::max<int64_t>(1, 4096 / width), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const double r = rstd[n], c = r * r * r * row_sums_[n] / full / copies;
       for (int64_t d = 0; d < width; ++d)

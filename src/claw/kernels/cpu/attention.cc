@@ -170,15 +170,17 @@ void softmax_step(T* s, int64_t ld, const QueryBlock& qb, const Tile<T>& t, T* m
 // Backward recomputation: s (S^T) becomes P^T = exp(s - lse); dp (dP^T)
 // becomes scale * dS^T = scale * P^T * (dP^T - Delta), times 1 - (s / cap)^2
 // under a soft cap (s then holds the capped scores). Masked entries are 0.
-template <typename T>
+// kCapped: the cap's factor, compiled out of the uncapped kernel.
+template <bool kCapped, typename T>
 void score_grads(T* s, T* dp, int64_t ld, const QueryBlock& qb, const Tile<T>& t, const T* lse, const T* delta,
                  T scale, T cap) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::kWidth;
-  const T inv_cap = cap > 0 ? T(1) / cap : T(0);
-  // scale, or scale (1 - (s / cap)^2) with the cap: (s / cap) is 0 without one.
-  const auto factor = [&](const V& sv) {
+  const T inv_cap = kCapped ? T(1) / cap : T(0);
+  // scale, or scale (1 - (s / cap)^2) under the cap.
+  const auto factor = [&](const V& sv) -> V {
+    if constexpr (!kCapped) return V{} + scale;
     const V u = sv * inv_cap;
     return scale * (T(1) - u * u);
   };
@@ -434,8 +436,12 @@ void backward_chunk(const Dims& dm, T* dq, KvGrads<T> kv, const T* dout, const T
         tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, kp, dpad, 1, w.qt, blk, s, blk);
         tile_gemm<T>(Roles::keys_x_queries, band, {false}, rows, t.n_lanes, D, v + dm.kv_off(b, t.k0 + t.c_lo, g),
                      ldkv, 1, w.dot, blk, dp, blk);
-        if (dm.cap > 0) soft_cap(w.s, blk, t.c_lo, t.kc, t.n_lanes, dm.cap);
-        score_grads(w.s, w.dp, blk, qb, t, w.lse, w.delta, scale, static_cast<T>(dm.cap));
+        if (dm.cap > 0) {
+          soft_cap(w.s, blk, t.c_lo, t.kc, t.n_lanes, dm.cap);
+          score_grads<true>(w.s, w.dp, blk, qb, t, w.lse, w.delta, scale, static_cast<T>(dm.cap));
+        } else {
+          score_grads<false>(w.s, w.dp, blk, qb, t, w.lse, w.delta, scale, T(0));
+        }
         const bool first = h == g * hpg && (j >= i_begin ? i == j : !dm.seg_start && i == i_begin);
         T* dkb = kv.dk + (t.k0 + t.c_lo) * kv.ld;
         T* dvb = kv.dv + (t.k0 + t.c_lo) * kv.ld;
