@@ -30,15 +30,15 @@ T need(const nlohmann::json& j, const char* key, const std::string& path) {
 nlohmann::json hf_rope_scaling(const model::RopeScaling& r) {
   if (!r.enabled()) return nullptr;
   nlohmann::json j = {{"rope_type", r.type}, {"factor", r.factor}};
+  if (r.type != "linear") j["original_max_position_embeddings"] = r.original_max_position_embeddings;
   if (r.type == "llama3") {
     j["low_freq_factor"] = r.low_freq_factor;
     j["high_freq_factor"] = r.high_freq_factor;
-    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
   }
-  if (r.type == "yarn") {  // what differs from transformers' defaults
-    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
-    if (r.beta_fast != 32) j["beta_fast"] = r.beta_fast;
-    if (r.beta_slow != 1) j["beta_slow"] = r.beta_slow;
+  if (r.type == "yarn") {  // what differs from transformers' defaults (RopeScaling's)
+    const model::RopeScaling defaults;
+    if (r.beta_fast != defaults.beta_fast) j["beta_fast"] = r.beta_fast;
+    if (r.beta_slow != defaults.beta_slow) j["beta_slow"] = r.beta_slow;
     if (r.attention_factor > 0) j["attention_factor"] = r.attention_factor;
     if (r.mscale > 0) j["mscale"] = r.mscale;
     if (r.mscale_all_dim > 0) j["mscale_all_dim"] = r.mscale_all_dim;
@@ -66,8 +66,8 @@ model::RopeScaling rope_scaling_of(const nlohmann::json& j, const std::string& p
     };
     r.original_max_position_embeddings = static_cast<int64_t>(
         number_or("original_max_position_embeddings", static_cast<double>(need<int64_t>(j, "max_position_embeddings", path))));
-    r.beta_fast = number_or("beta_fast", 32);
-    r.beta_slow = number_or("beta_slow", 1);
+    r.beta_fast = number_or("beta_fast", r.beta_fast);
+    r.beta_slow = number_or("beta_slow", r.beta_slow);
     r.attention_factor = number_or("attention_factor", 0);
     r.mscale = number_or("mscale", 0);
     r.mscale_all_dim = number_or("mscale_all_dim", 0);
