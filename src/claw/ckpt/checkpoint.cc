@@ -1,5 +1,6 @@
 #include "claw/ckpt/checkpoint.h"
 
+#include "claw/core/clock.h"
 #include "claw/ckpt/safetensors.h"
 #include "claw/core/dtype_convert.h"
 
@@ -31,7 +32,6 @@ namespace fs = std::filesystem;
 
 namespace {
 using clock = std::chrono::steady_clock;
-double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kPage = 4096;

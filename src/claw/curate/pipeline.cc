@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/core/clock.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/data/chunk_pipeline.h"
@@ -60,7 +61,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kMaxBadLineWarnings = 10;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // ---- input ----------------------------------------------------------------
 

@@ -24,6 +24,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/core/clock.h"
 #include "claw/comm/heartbeat.h"
 #include "claw/core/error.h"
 #include "claw/core/exit_signal.h"
@@ -122,7 +123,6 @@ std::vector<std::pair<std::string, int>> read_hostfile(const std::string& path) 
 
 namespace {
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -288,7 +288,7 @@ std::vector<std::pair<int, std::string>> run_all(const std::vector<std::vector<s
   };
   size_t left = 0;
   for (size_t k = 0; k < n; ++k) left += pids[k] > 0 ? 1 : (done[k] = true, 0);
-  for (const auto t0 = Clock::now(); left > 0 && since(t0) < timeout_s;) {
+  for (const auto t0 = Clock::now(); left > 0 && seconds_since(t0) < timeout_s;) {
     for (size_t k = 0; k < n; ++k) {
       if (done[k]) continue;
       drain(k);
@@ -603,11 +603,11 @@ class Supervisor {
   std::string board_failure(std::optional<Clock::time_point>& hang_seen_at) {
     if (board_.hangs.empty()) {
       for (const auto& [r, s] : board_.ranks)
-        if (!s.exited && since(s.last_beat) > cfg_.heartbeat_timeout_s) {
+        if (!s.exited && seconds_since(s.last_beat) > cfg_.heartbeat_timeout_s) {
           const std::string failure =
               fmt::format("rank {} ({} pid {}) sent no heartbeat for {:.1f} s (--heartbeat-timeout {:g}); "
                           "it was in section {} after step {}",
-                          r, s.host, s.pid, since(s.last_beat), cfg_.heartbeat_timeout_s, s.section, s.step);
+                          r, s.host, s.pid, seconds_since(s.last_beat), cfg_.heartbeat_timeout_s, s.section, s.step);
           log::error("launch", "{}", failure);
           return failure;
         }
@@ -617,13 +617,13 @@ class Supervisor {
     if (!hang_seen_at) hang_seen_at = Clock::now();
     std::vector<std::string> silent;
     for (const auto& [r, s] : board_.ranks)
-      if (!s.exited && since(s.last_beat) > 3 * cfg_.heartbeat_interval_s)
+      if (!s.exited && seconds_since(s.last_beat) > 3 * cfg_.heartbeat_interval_s)
         silent.push_back(fmt::format("rank {} ({} pid {}, silent {:.1f} s in section {})", r, s.host, s.pid,
-                                     since(s.last_beat), s.section));
+                                     seconds_since(s.last_beat), s.section));
     // A rank that stopped just before the hang was seen may not have
     // missed three heartbeats yet: the report waits up to that long
     // for it to be named (the reporting ranks wait for the verdict).
-    if (silent.empty() && since(*hang_seen_at) <= 3 * cfg_.heartbeat_interval_s) return {};
+    if (silent.empty() && seconds_since(*hang_seen_at) <= 3 * cfg_.heartbeat_interval_s) return {};
     const std::string failure = fmt::format(
         "rank {} reported a hang{}", rank,
         silent.empty() ? std::string() : fmt::format("; no heartbeat from {}", fmt::join(silent, ", ")));

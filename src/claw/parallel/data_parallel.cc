@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "claw/core/clock.h"
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
@@ -14,7 +15,6 @@ namespace claw::parallel {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
@@ -382,7 +382,7 @@ void DataParallel::before_use(int unit) {
   if (resident_[unit].slot < 0) issue_gather(unit);
   const auto t0 = Clock::now();
   for (comm::Work& w : resident_[unit].work) w.wait();
-  gather_wait_s_ += since(t0);
+  gather_wait_s_ += seconds_since(t0);
   bind(unit, gathered_.ptr<float>(0) + resident_[unit].slot, false);
   ++use_cursor_;
   if (cfg_.overlap_param_gather && use_cursor_ < use_order_.size() && resident_[use_order_[use_cursor_]].slot < 0)
@@ -504,7 +504,7 @@ void DataParallel::retire_oldest() {
     const auto t0 = Clock::now();
     s.work[k].wait();
     for (const comm::Work& w : s.chain[k]) w.wait();
-    grad_wait_s_ += since(t0);
+    grad_wait_s_ += seconds_since(t0);
     // This rank's block of the piece's sum is at the start of the piece.
     const Piece& p = s.pieces[k];
     const model::StoreRegion& g = store_.regions()[p.region];
@@ -544,7 +544,7 @@ void DataParallel::finish_grad_sync() {
         for (size_t i = 0; i < g.owned.size(); ++i) dst[i] = scale * g.owned[i];
       }
     }
-    grad_wait_s_ += since(t0);
+    grad_wait_s_ += seconds_since(t0);
   } else {
     while (!inflight_.empty()) retire_oldest();
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "claw/core/clock.h"
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
@@ -17,7 +18,6 @@ namespace claw::parallel {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
 int64_t packed_delta_bytes(int64_t n, int bits) {
@@ -110,7 +110,7 @@ void DataParallel::outer_step(int f0, int f1) {
   }
   const auto t0 = Clock::now();
   for (const comm::Work& w : work) w.wait();
-  grad_wait_s_ += since(t0);
+  grad_wait_s_ += seconds_since(t0);
   for (size_t r = 0; r < outer_.size(); ++r) {
     Outer& o = outer_[r];
     if (o.anchor.empty()) continue;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/core/clock.h"
 #include "claw/ckpt/checkpoint.h"
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
@@ -51,7 +52,6 @@ void RlConfig::validate(int world_size, int64_t global_batch_size) const {
 
 namespace {
 using clock = std::chrono::steady_clock;
-double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
 // What every rank knows of the task: the prompts as token ids, their order,
 // and how replies are read and scored.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "claw/core/clock.h"
 #include "claw/core/error.h"
 #include "claw/core/exit_signal.h"
 #include "claw/core/log.h"
@@ -20,7 +21,6 @@ namespace claw::train {
 
 namespace {
 using clock = std::chrono::steady_clock;
-double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
 // The forward GEMMs of one micro-batch on one tensor-parallel rank (QKV,
 // attention output, MLP in and out, one LM-head chunk of rows): the shapes

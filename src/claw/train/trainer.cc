@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "claw/core/clock.h"
 #include "claw/ckpt/checkpoint.h"
 #include "claw/core/arena.h"
 #include "claw/core/error.h"
@@ -34,7 +35,6 @@ namespace claw::train {
 
 namespace {
 using clock = std::chrono::steady_clock;
-double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
 
 }  // namespace
 

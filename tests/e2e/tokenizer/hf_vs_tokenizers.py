@@ -126,11 +126,13 @@ def main():
             failed = True
             continue
         rows = [r.split("\t") for r in out.stdout.split("\n")[:len(lines)]]
-        ids = lambda col: [[int(x) for x in r[col].split()] if len(r) > col else None for r in rows]  # noqa: E731
+
+        def ids(col, which=None):  # column col of the rows (of those in which), as lists of ids
+            picked = rows if which is None else [rows[i] for i in which]
+            return [[int(x) for x in r[col].split()] if len(r) > col else None for r in picked]
         bad = compare("encode", lines, recognised, ids(0))
-        pick = lambda xs: [xs[i] for i in subset]  # noqa: E731
-        bad += compare("encode (special tokens as text)", sub, as_text, pick(ids(1)))
-        bad += compare("encode + post-processor", sub, with_post, pick(ids(2)))
+        bad += compare("encode (special tokens as text)", sub, as_text, ids(1, subset))
+        bad += compare("encode + post-processor", sub, with_post, ids(2, subset))
 
         t0 = time.time()
         decoded = tok.decode_batch(recognised, skip_special_tokens=False)

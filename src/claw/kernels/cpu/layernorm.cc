@@ -6,14 +6,11 @@
 #include <vector>
 
 #include "claw/core/storage.h"
+#include "claw/kernels/cpu/rows.h"
 #include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
 namespace {
-
-// Rows per parallel chunk: at least ~4K elements so that a thread's work
-// outweighs the ~1 us cost of starting the parallel region.
-int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)); }
 
 // Mean and variance of one row with one read of the row from memory. The row
 // is cut into blocks that stay in L1; each block's mean and centred sum of

@@ -6,17 +6,14 @@
 #include <vector>
 
 #include "claw/core/storage.h"
+#include "claw/kernels/cpu/rows.h"
 #include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
 namespace {
 
-// Rows per parallel chunk: at least ~4K elements so that a thread's work
-// outweighs the ~1 us cost of starting the parallel region.
-int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)); }
-
 template <bool kAccumulate, typename T, typename A = acc_t<T>>
-void backward_rows(T* dx, A* dw_part, const T* dy, const T* x, const T* weight, const A* rstd, int64_t rb,
+void rms_backward_rows(T* dx, A* dw_part, const T* dy, const T* x, const T* weight, const A* rstd, int64_t rb,
                    int64_t re, int64_t C) {
   const A inv_c = A(1) / static_cast<A>(C);
   for (int64_t n = rb; n < re; ++n) {
@@ -81,7 +78,7 @@ void rmsnorm_backward(const CpuCtx& ctx, T* dx, acc_t<T>* dweight, const T* dy, 
   const int64_t chunks = std::clamp<int64_t>(N / row_grain(C), 1, std::max(ctx.num_threads, 1));
   std::vector<A> block_sum(static_cast<size_t>(chunks * C));
   std::vector<double> partial(static_cast<size_t>(chunks * C), 0.0);
-  auto* rows = accumulate_dx ? &backward_rows<true, T> : &backward_rows<false, T>;
+  auto* rows = accumulate_dx ? &rms_backward_rows<true, T> : &rms_backward_rows<false, T>;
   parallel_for(ctx, chunks, 1, [&](int64_t kb, int64_t ke) {
     for (int64_t k = kb; k < ke; ++k) {
       A* dw_block = block_sum.data() + k * C;
