@@ -44,7 +44,11 @@ int main(int argc, char** argv) {
   int64_t N = 24, C = 16, F = 12, E = 6, k = 2;
   double capacity = 0, aux_coeff = 0.01, z_coeff = 0.001, bias_rate = 0.001;
   bool bias = false;
+  kernels::MoeTopK topk;
   app.add_option("--out", out)->required();
+  app.add_option("--groups", topk.num_groups);
+  app.add_option("--group-topk", topk.group_topk);
+  app.add_option("--scaling", topk.scaling_factor);
   app.add_option("--score", score_name);
   app.add_option("--topk", k);
   app.add_option("--experts", E);
@@ -67,7 +71,7 @@ int main(int argc, char** argv) {
   std::vector<float> logits(static_cast<size_t>(N * E));
   kernels::gemm(ctx, false, true, N, E, C, 1.0f, x.data(), C, wr.data(), C, 0.0f, logits.data(), E);
   kernels::MoeRouting r;
-  kernels::moe_route(logits.data(), bias ? expert_bias.data() : nullptr, N, E, k, score, capacity, drop, r);
+  kernels::moe_route(logits.data(), bias ? expert_bias.data() : nullptr, N, E, k, score, capacity, drop, r, topk);
   const auto M = static_cast<int64_t>(r.order.size());
   std::vector<float> rows(static_cast<size_t>(M * C)), g(static_cast<size_t>(M * F)), u(g.size()), a(g.size()),
       o(static_cast<size_t>(M * C)), y(static_cast<size_t>(N * C));
@@ -120,7 +124,9 @@ int main(int argc, char** argv) {
     t.push_back({"bias_next", DType::f32, {E}, bias_next.data()});
   }
   const nlohmann::json meta = {{"score", score_name}, {"topk", k}, {"capacity", capacity}, {"drop", drop_name},
-                               {"aux_coeff", aux_coeff}, {"z_coeff", z_coeff}, {"bias_rate", bias_rate}};
+                               {"aux_coeff", aux_coeff}, {"z_coeff", z_coeff}, {"bias_rate", bias_rate},
+                               {"groups", topk.num_groups}, {"group_topk", topk.group_topk},
+                               {"scaling", topk.scaling_factor}};
   ckpt::write_safetensors(out, t, {{"config", meta.dump()}});
   return 0;
 }

@@ -5,7 +5,11 @@ seeded inputs and claw's results, then recomputes everything here with
 autograd:
   router     logits = x Wr^T; softmax: the top k logits (+ expert bias),
              weights softmax over those k; sigmoid: s = sigmoid(logits),
-             top k of s (+ bias), weights s / their sum (k > 1)
+             top k of s (+ bias), weights s / their sum (k > 1); grouped
+             (DeepSeek-V3): experts in G groups, each group scored by the sum
+             of its two largest keys (logits or s, + bias), all but the best
+             g groups masked to -inf before the top k; weights times the
+             scaling factor
   capacity   ceil(N k / E x factor) tokens per expert, kept by largest
              weight (probs) or first in token order (position)
   experts    SwiGLU FFN per expert, y_t = sum of kept choices' weight x FFN(x_t)
@@ -54,16 +58,33 @@ def reference(t, cfg):
     N, E, k = x.shape[0], wr.shape[0], cfg["topk"]
     bias = torch.tensor(t["bias"].astype(np.float64)) if "bias" in t else torch.zeros(E, dtype=torch.float64)
     logits = x @ wr.T
+    G, g = cfg.get("groups", 0), cfg.get("group_topk", 0)
+
+    moved = []  # tokens whose grouped choice is not the plain top k (the groups must matter)
+
+    def choose(keys):  # DeepSeek-V3's gate: the best g groups by their top-2 sums, then the top k in them
+        if G > 1:
+            plain = torch.topk(keys, k, dim=-1).indices.sort(-1).values
+            group_scores = keys.view(N, G, -1).topk(2, dim=-1).values.sum(-1)
+            best = group_scores.topk(g, dim=-1).indices
+            masked = torch.ones(N, G, dtype=torch.bool).scatter_(1, best, False)
+            keys = keys.view(N, G, -1).masked_fill(masked.unsqueeze(-1), float("-inf")).view(N, E)
+            idx = torch.topk(keys, k, dim=-1).indices
+            moved.append(int((idx.sort(-1).values != plain).any(-1).sum()))
+            return idx
+        return torch.topk(keys, k, dim=-1).indices
+
     if cfg["score"] == "softmax":
-        idx = torch.topk(logits.detach() + bias, k, dim=-1).indices
+        idx = choose(logits.detach() + bias)
         probs = torch.softmax(torch.gather(logits, 1, idx), dim=-1)
         aux_scores = torch.softmax(logits, dim=-1)
     else:
         s = torch.sigmoid(logits)
-        idx = torch.topk(s.detach() + bias, k, dim=-1).indices
+        idx = choose(s.detach() + bias)
         chosen = torch.gather(s, 1, idx)
         probs = chosen / (chosen.sum(-1, keepdim=True) + 1e-20) if k > 1 else chosen
         aux_scores = s / (s.sum(-1, keepdim=True) + 1e-20)
+    probs = probs * cfg.get("scaling", 1.0)
     # Capacity: per expert, its (token, choice) pairs in the policy's order.
     kept = torch.ones(N, k, dtype=torch.float64)
     if cfg["capacity"] > 0:
@@ -98,7 +119,7 @@ def reference(t, cfg):
     return {"expert": idx.numpy(), "kept": kept.numpy(), "prob": w.detach().numpy(), "y": y.detach().numpy(),
             "losses": np.array([aux.item(), z.item()]), "grad.x": x.grad.numpy(), "grad.router": wr.grad.numpy(),
             "grad.gate": wg.grad.numpy(), "grad.up": wu.grad.numpy(), "grad.down": wd.grad.numpy(),
-            "bias_next": bias_next.numpy()}
+            "bias_next": bias_next.numpy(), "moved": moved[0] if moved else None}
 
 
 def main():
@@ -114,6 +135,12 @@ def main():
         ("sigmoid top-2 with expert bias", ["--score", "sigmoid", "--topk", "2", "--bias"]),
         ("sigmoid top-3, bias, capacity 1.25", ["--score", "sigmoid", "--topk", "3", "--bias", "--capacity", "1.25"]),
         ("sigmoid top-1, no aux, no z", ["--score", "sigmoid", "--topk", "1", "--aux", "0", "--z", "0"]),
+        ("DeepSeek-V3: sigmoid top-4 of 16 in 4 groups (2 kept), bias, scaling 2.5",
+         ["--score", "sigmoid", "--topk", "4", "--experts", "16", "--groups", "4", "--group-topk", "2", "--bias",
+          "--scaling", "2.5"]),
+        ("softmax top-2 of 12 in 3 groups (1 kept), capacity 1.0 by probs, scaling 0.5",
+         ["--score", "softmax", "--topk", "2", "--experts", "12", "--groups", "3", "--group-topk", "1",
+          "--capacity", "1.0", "--scaling", "0.5"]),
     ]
     worst_all = 0.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +161,11 @@ def main():
                 worst = max(worst, err)
                 assert err <= 1e-6, f"{name}: {key} differs by {err:.2e} of its largest value"
             dropped = int((t["kept"] == 0).sum())
-            print(f"ok {name}: {dropped} choices dropped, worst {worst:.1e} (aux {t['losses'][0]:.6f}, "
+            moved = ""
+            if ref["moved"] is not None:
+                assert ref["moved"] > 0, f"{name}: the groups chose every token's plain top k (a case that tests nothing)"
+                moved = f", {ref['moved']} of {t['x'].shape[0]} tokens routed off their plain top k by the groups"
+            print(f"ok {name}: {dropped} choices dropped{moved}, worst {worst:.1e} (aux {t['losses'][0]:.6f}, "
                   f"z {t['losses'][1]:.6f})")
             worst_all = max(worst_all, worst)
     print(f"ok: {len(cases)} MoE cases equal the PyTorch formulas (worst {worst_all:.1e} of each tensor's largest value)")

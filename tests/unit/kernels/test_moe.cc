@@ -1,5 +1,6 @@
 // MoE routing and permutation kernels (kernels/cpu/moe.h): choices and
-// weights on hand-made logits, the bias changing choices only, capacity
+// weights on hand-made logits, the bias changing choices only, DeepSeek-V3's
+// group-limited top-k and scaling, capacity
 // under both drop policies, the router's backward (combine weights, load
 // balancing and z-loss terms) by central differences, and the dispatch
 // round trip and grouped GEMMs against plain loops.
@@ -70,6 +71,41 @@ TEST(MoeRoute, ExpertBiasChangesTheChoiceNotTheWeight) {
     EXPECT_NEAR(r.prob[1], want2, 1e-7);
     EXPECT_EQ(r.routed, (std::vector<int64_t>{0, 0, 1, 1}));  // the aux loss counts choices without the bias
   }
+}
+
+TEST(MoeRoute, GroupsLimitTheChoiceToTheBestGroupsByTheirTopTwoSum) {
+  // Three groups of two: {0, 1} sums 3 + 0 = 3, {2, 3} 2.5 + 2.5 = 5, {4, 5} 2.8 + 1 = 3.8.
+  const std::vector<float> logits = {3, 0, 2.5f, 2.5f, 2.8f, 1};
+  MoeRouting plain, grouped, one;
+  moe_route(logits.data(), nullptr, 1, 6, 2, MoeScore::softmax, 0, MoeDrop::probs, plain);
+  EXPECT_EQ(plain.expert, (std::vector<int32_t>{0, 4}));  // the best expert's group is not the best group
+  moe_route(logits.data(), nullptr, 1, 6, 2, MoeScore::softmax, 0, MoeDrop::probs, grouped, {3, 2, 2.5});
+  EXPECT_EQ(grouped.expert, (std::vector<int32_t>{4, 2}));  // groups {2, 3} and {4, 5}
+  EXPECT_NEAR(grouped.prob[0], 2.5 / (1 + std::exp(-0.3)), 1e-6);  // softmax over the chosen two, times 2.5
+  EXPECT_NEAR(grouped.prob[0] + grouped.prob[1], 2.5, 1e-6);
+  EXPECT_EQ(grouped.routed, plain.routed);  // the aux loss counts the plain top k
+  moe_route(logits.data(), nullptr, 1, 6, 2, MoeScore::softmax, 0, MoeDrop::probs, one, {3, 1, 1.0});
+  EXPECT_EQ(one.expert, (std::vector<int32_t>{2, 3}));  // one group: both of {2, 3}, ties to the lower index
+}
+
+TEST(MoeRoute, BadGroupsAreErrorsNamingTheFlag) {
+  const std::vector<float> logits(12, 0.0f);
+  MoeRouting r;
+  const auto route = [&](int64_t k, MoeTopK t) {
+    moe_route(logits.data(), nullptr, 1, 12, k, MoeScore::sigmoid, 0, MoeDrop::probs, r, t);
+  };
+  EXPECT_THROW(route(2, {5, 1, 1.0}), Error);   // 5 groups do not divide 12 experts
+  EXPECT_THROW(route(2, {12, 1, 1.0}), Error);  // groups of 1
+  EXPECT_THROW(route(2, {4, 0, 1.0}), Error);   // no group kept
+  EXPECT_THROW(route(2, {4, 5, 1.0}), Error);   // more groups kept than there are
+  EXPECT_THROW(route(7, {4, 2, 1.0}), Error);   // 7 choices from 2 groups of 3
+  try {
+    route(2, {5, 1, 1.0});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--moe-router-num-groups 5"), std::string::npos) << e.what();
+  }
+  route(6, {4, 2, 1.0});  // exactly the 6 experts of the 2 groups
+  EXPECT_EQ(r.expert.size(), 6u);
 }
 
 TEST(MoeRoute, CapacityDropsByWeightOrByPosition) {

@@ -25,23 +25,73 @@ MoeDrop parse_moe_drop(std::string_view s) {
 namespace {
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// The k largest of v[0..E) + bias (ties: the lower index), best first.
-void top_k(const float* v, const float* bias, int64_t E, int64_t k, std::vector<int32_t>& idx, int32_t* out) {
-  idx.resize(static_cast<size_t>(E));
-  std::iota(idx.begin(), idx.end(), 0);
-  const auto key = [&](int32_t e) { return static_cast<double>(v[e]) + (bias ? bias[e] : 0.0); };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+// Orders indices by a key, larger first (ties: the lower index).
+template <typename Key>
+auto by_key_descending(const Key& key) {
+  return [&key](int32_t a, int32_t b) {
     const double ka = key(a), kb = key(b);
     return ka > kb || (ka == kb && a < b);
-  });
+  };
+}
+
+// The k largest of v[0..E) + bias (ties: the lower index), best first; with
+// `allowed` (non-null), among the experts whose entry is 1 only.
+void top_k(const float* v, const float* bias, int64_t E, int64_t k, std::vector<int32_t>& idx, int32_t* out,
+           const uint8_t* allowed = nullptr) {
+  idx.resize(static_cast<size_t>(E));
+  std::iota(idx.begin(), idx.end(), 0);
+  if (allowed) std::erase_if(idx, [&](int32_t e) { return !allowed[e]; });
+  const auto key = [&](int32_t e) { return static_cast<double>(v[e]) + (bias ? bias[e] : 0.0); };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_key_descending(key));
   std::copy_n(idx.begin(), k, out);
+}
+
+// Group-limited routing: allowed[e] = 1 for the experts of the g groups whose
+// two largest keys (v + bias) have the largest sum.
+void allowed_groups(const float* v, const float* bias, int64_t E, const MoeTopK& topk, std::vector<double>& group_score,
+                    std::vector<int32_t>& groups, std::vector<uint8_t>& allowed) {
+  const int64_t G = topk.num_groups, per = E / G;
+  group_score.assign(static_cast<size_t>(G), 0.0);
+  for (int64_t grp = 0; grp < G; ++grp) {
+    double best = -INFINITY, second = -INFINITY;
+    for (int64_t e = grp * per; e < (grp + 1) * per; ++e) {
+      const double key = static_cast<double>(v[e]) + (bias ? bias[e] : 0.0);
+      if (key > best) {
+        second = best, best = key;
+      } else if (key > second) {
+        second = key;
+      }
+    }
+    group_score[static_cast<size_t>(grp)] = best + second;
+  }
+  groups.resize(static_cast<size_t>(G));
+  std::iota(groups.begin(), groups.end(), 0);
+  const auto key = [&](int32_t grp) { return group_score[static_cast<size_t>(grp)]; };
+  std::partial_sort(groups.begin(), groups.begin() + topk.group_topk, groups.end(), by_key_descending(key));
+  allowed.assign(static_cast<size_t>(E), 0);
+  for (int64_t j = 0; j < topk.group_topk; ++j)
+    std::fill_n(allowed.begin() + groups[static_cast<size_t>(j)] * per, per, uint8_t{1});
+}
+
+void check_topk(int64_t E, int64_t k, const MoeTopK& topk) {
+  if (!topk.grouped()) return;
+  const int64_t G = topk.num_groups;
+  if (E % G != 0 || E / G < 2)
+    fail("--moe-router-num-groups {}: must divide the {} experts into groups of at least 2", G, E);
+  if (topk.group_topk < 1 || topk.group_topk > G)
+    fail("--moe-router-group-topk {}: must be in [1, --moe-router-num-groups {}]", topk.group_topk, G);
+  if (k > topk.group_topk * (E / G))
+    fail("--moe-router-topk {}: more than the {} experts of --moe-router-group-topk {} groups of {}", k,
+         topk.group_topk * (E / G), topk.group_topk, E / G);
 }
 }  // namespace
 
 void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int64_t k, MoeScore score,
-               double capacity_factor, MoeDrop drop, MoeRouting& r) {
+               double capacity_factor, MoeDrop drop, MoeRouting& r, const MoeTopK& topk) {
   CLAW_CHECK(k >= 1 && k <= E, "top-{} routing over {} experts", k, E);
+  check_topk(E, k, topk);
   r.N = N, r.E = E, r.k = k;
+  r.scaling = topk.scaling_factor;
   r.expert.assign(static_cast<size_t>(N * k), 0);
   r.prob.assign(static_cast<size_t>(N * k), 0.0f);
   r.kept.assign(static_cast<size_t>(N * k), 1);
@@ -49,8 +99,15 @@ void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int
   r.lse.assign(static_cast<size_t>(N), 0.0f);
   r.routed.assign(static_cast<size_t>(E), 0);
   r.load.assign(static_cast<size_t>(E), 0);
-  std::vector<int32_t> idx, aux_top(static_cast<size_t>(k));
+  std::vector<int32_t> idx, aux_top(static_cast<size_t>(k)), groups;
   std::vector<float> s(static_cast<size_t>(E));
+  std::vector<double> group_score;
+  std::vector<uint8_t> allowed;
+  // The chosen experts: the k best keys (v + bias), within the best groups when grouped.
+  const auto choose = [&](const float* v, int32_t* chosen) {
+    if (topk.grouped()) allowed_groups(v, bias, E, topk, group_score, groups, allowed);
+    top_k(v, bias, E, k, idx, chosen, topk.grouped() ? allowed.data() : nullptr);
+  };
   for (int64_t t = 0; t < N; ++t) {
     const float* l = logits + t * E;
     float* sc = r.score.data() + t * E;
@@ -63,7 +120,7 @@ void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int
     float* p = r.prob.data() + t * k;
     if (score == MoeScore::softmax) {
       for (int64_t e = 0; e < E; ++e) sc[e] = static_cast<float>(std::exp(l[e] - m) / z);
-      top_k(l, bias, E, k, idx, chosen);
+      choose(l, chosen);
       double mk = l[chosen[0]];
       for (int64_t j = 1; j < k; ++j) mk = std::max(mk, static_cast<double>(l[chosen[j]]));
       double zk = 0;
@@ -77,7 +134,7 @@ void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int
         total += s[static_cast<size_t>(e)];
       }
       for (int64_t e = 0; e < E; ++e) sc[e] = static_cast<float>(s[static_cast<size_t>(e)] / (total + 1e-20));
-      top_k(s.data(), bias, E, k, idx, chosen);
+      choose(s.data(), chosen);
       double sum = 0;
       for (int64_t j = 0; j < k; ++j) sum += s[static_cast<size_t>(chosen[j])];
       for (int64_t j = 0; j < k; ++j)
@@ -85,6 +142,8 @@ void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int
                      : s[static_cast<size_t>(chosen[j])];
       top_k(s.data(), nullptr, E, k, idx, aux_top.data());
     }
+    if (r.scaling != 1.0)
+      for (int64_t j = 0; j < k; ++j) p[j] = static_cast<float>(p[j] * r.scaling);
     for (int64_t j = 0; j < k; ++j) ++r.routed[static_cast<size_t>(aux_top[static_cast<size_t>(j)])];
   }
   // Capacity: per expert, its choices in the policy's order; those past the
@@ -128,8 +187,8 @@ void moe_route_backward(const float* logits, const MoeRouting& r, MoeScore score
     std::fill_n(dl, E, 0.0f);
     const int32_t* chosen = r.expert.data() + t * k;
     for (int64_t j = 0; j < k; ++j)
-      g[static_cast<size_t>(j)] = r.kept[static_cast<size_t>(t * k + j)] ? dprob[t * k + j] : 0.0;
-    // The combine weights of the chosen experts (before the capacity mask).
+      g[static_cast<size_t>(j)] = r.kept[static_cast<size_t>(t * k + j)] ? dprob[t * k + j] * r.scaling : 0.0;
+    // The combine weights of the chosen experts (before the capacity mask and the scaling).
     if (score == MoeScore::softmax) {
       double mk = l[chosen[0]];
       for (int64_t j = 1; j < k; ++j) mk = std::max(mk, static_cast<double>(l[chosen[j]]));

@@ -11,6 +11,12 @@
 // The bias (--moe-router-enable-expert-bias; DeepSeek-V3's aux-loss-free
 // balancing) changes only which experts are chosen, never a weight.
 //
+// Group-limited top-k (DeepSeek-V3; MoeTopK below): the E experts form G
+// equal groups; a token ranks the groups by the sum of the two largest
+// selection keys in each (the logits or s, + bias, as the top k ranks them),
+// keeps the best g groups and picks its k experts among theirs only. The
+// weights are then multiplied by the scaling factor (DeepSeek-V3: 2.5).
+//
 // Capacity (--moe-expert-capacity-factor f > 0): an expert takes at most
 // ceil(N k / E x f) tokens; over that, the policy keeps those with the
 // largest weights (probs) or the first in token order (position). A dropped
@@ -46,8 +52,19 @@ enum class MoeDrop { probs, position };
 MoeScore parse_moe_score(std::string_view s);
 MoeDrop parse_moe_drop(std::string_view s);
 
+// DeepSeek-V3's top-k: Megatron's --moe-router-num-groups,
+// --moe-router-group-topk and --moe-router-topk-scaling-factor (Hugging
+// Face's n_group, topk_group, routed_scaling_factor). The default is plain top-k.
+struct MoeTopK {
+  int64_t num_groups = 0;       // G > 1: experts in G groups of E / G (at least 2 each); 0 or 1: no groups
+  int64_t group_topk = 0;       // g in [1, G]: the groups a token chooses from (k <= g E / G)
+  double scaling_factor = 1.0;  // the combine weights times this
+  bool grouped() const { return num_groups > 1; }
+};
+
 struct MoeRouting {
   int64_t N = 0, E = 0, k = 0;
+  double scaling = 1.0;         // MoeTopK::scaling_factor (the backward's too)
   std::vector<int32_t> expert;  // [N, k] chosen experts, best first
   std::vector<float> prob;      // [N, k] combine weights (0 where dropped)
   std::vector<uint8_t> kept;    // [N, k] 1 unless dropped by capacity
@@ -61,9 +78,10 @@ struct MoeRouting {
   std::vector<int64_t> row;      // [N, k] each choice's dispatched row (-1: dropped); order's inverse
 };
 
-// bias: [E] or null. capacity_factor <= 0: dropless.
+// bias: [E] or null. capacity_factor <= 0: dropless. Throws claw::Error for
+// groups that do not divide E or cannot hold k choices.
 void moe_route(const float* logits, const float* bias, int64_t N, int64_t E, int64_t k, MoeScore score,
-               double capacity_factor, MoeDrop drop, MoeRouting& r);
+               double capacity_factor, MoeDrop drop, MoeRouting& r, const MoeTopK& topk = {});
 
 // dlogits [N, E] (overwritten) from d loss / d prob [N, k] (a dropped
 // choice's entry is ignored), plus aux_dscore [E] (null: none), the
