@@ -12,6 +12,7 @@
 #include "claw/kernels/cpu/bf16_gemm.h"
 #include "claw/kernels/cpu/blas.h"
 #include "claw/kernels/cpu/reduce.h"
+#include "claw/kernels/cpu/rowwise_linear.h"
 
 namespace claw::model {
 
@@ -134,7 +135,14 @@ void MoELayer::exchange_rows(const std::vector<int64_t>& counts, float* out, flo
 
 void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, Scratch& scratch) const {
   const int64_t N = ctx.tokens(), R = tp_.rows(N);
-  kernels::gemm(ctx.cpu, false, true, R, E_, C_, 1.0f, x, C_, router.data(), C_, 0.0f, s.logits, E_);
+  // The engine's steps (batch-invariant) in the fixed-order kernels: a
+  // request's routing and experts give the same rows alone and batched, and
+  // decoding's one-row expert groups stream their weights at memory bandwidth.
+  const bool fixed_order = ctx.batch_invariant && !ctx.cpu.gpu;
+  if (fixed_order)
+    kernels::rowwise_linear_forward(ctx.cpu, s.logits, x, router.data(), nullptr, R, C_, E_);
+  else
+    kernels::gemm(ctx.cpu, false, true, R, E_, C_, 1.0f, x, C_, router.data(), C_, 0.0f, s.logits, E_);
   const kernels::MoeRouting& r = routing_;
   route(s.logits, R);
   const auto M = static_cast<int64_t>(r.order.size());
@@ -151,15 +159,21 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
   }
   const float* rows = ep ? s.x_in : scratch.moe_rows;
   const int64_t* off = ep ? d.offsets.data() : r.offsets.data();
-  kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, fc.data(), 0.0f, s.h);
-  if (swiglu_) kernels::grouped_gemm(ctx.cpu, off, El_, Fe_, C_, rows, up.data(), 0.0f, s.u);
+  const auto experts = [&](int64_t N, int64_t K, const float* X, const float* W, float* Y) {
+    if (fixed_order)
+      kernels::grouped_rowwise_linear(ctx.cpu, off, El_, N, K, X, W, Y);
+    else
+      kernels::grouped_gemm(ctx.cpu, off, El_, N, K, X, W, 0.0f, Y);
+  };
+  experts(Fe_, C_, rows, fc.data(), s.h);
+  if (swiglu_) experts(Fe_, C_, rows, up.data(), s.u);
   const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
   if (round) {
     kernels::round_half_values(ctx.cpu, activation_dtype_, s.h, Rin * Fe_);
     if (swiglu_) kernels::round_half_values(ctx.cpu, activation_dtype_, s.u, Rin * Fe_);
   }
   activate(ctx.cpu, s, Rin, scratch.moe_act);
-  kernels::grouped_gemm(ctx.cpu, off, El_, C_, Fe_, scratch.moe_act, proj.data(), 0.0f, ep ? scratch.moe_rows : s.o);
+  experts(C_, Fe_, scratch.moe_act, proj.data(), ep ? scratch.moe_rows : s.o);
   if (ep) undispatch(ctx.cpu, d, scratch.moe_rows, scratch.moe_drows, s.o);
   if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.o, M * C_);
   kernels::moe_combine(ctx.cpu, r, s.o, C_, y, false);

@@ -3,7 +3,8 @@
 // group-limited top-k and scaling, capacity
 // under both drop policies, the router's backward (combine weights, load
 // balancing and z-loss terms) by central differences, and the dispatch
-// round trip and grouped GEMMs against plain loops.
+// round trip and grouped GEMMs against plain loops (the fixed-order one
+// also row by row against itself).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,6 +257,27 @@ TEST(MoeDispatch, ReceivedRowsPermuteToExpertMajorAndBack) {
   for (int64_t m = 0; m < 9; ++m) EXPECT_EQ(out[m * C + 1], m < 3 ? 0.0f : 1.0f);
   moe_permute_received(ctx, counts.data(), ranks, El, C, out.data(), back.data(), false);
   EXPECT_EQ(back, in);
+}
+
+TEST(MoeGroupedGemm, RowKernelGivesEachRowTheSameBitsAloneOrInItsGroup) {
+  const int64_t E = 3, N = 37, K = 70;  // widths off the kernel's tiles
+  const std::vector<int64_t> offsets = {0, 5, 5, 7};
+  const int64_t M = offsets.back();
+  const CpuCtx ctx{2};
+  const auto X = randn(static_cast<size_t>(M * K), 41), W = randn(static_cast<size_t>(E * N * K), 42);
+  std::vector<float> Y(static_cast<size_t>(M * N)), Y_blas(Y.size());
+  grouped_rowwise_linear(ctx, offsets.data(), E, N, K, X.data(), W.data(), Y.data());
+  grouped_gemm(ctx, offsets.data(), E, N, K, X.data(), W.data(), 0.0f, Y_blas.data());
+  for (int64_t i = 0; i < M * N; ++i) EXPECT_NEAR(Y[i], Y_blas[i], 1e-5 * std::max(1.0f, std::abs(Y_blas[i])));
+  // Each row alone in its expert's group (a decode step's one-row group) gives the same bits.
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t m = offsets[e]; m < offsets[e + 1]; ++m) {
+      std::vector<int64_t> one(static_cast<size_t>(E + 1), 0);
+      for (int64_t q = e + 1; q <= E; ++q) one[static_cast<size_t>(q)] = 1;
+      std::vector<float> y(static_cast<size_t>(N));
+      grouped_rowwise_linear(ctx, one.data(), E, N, K, X.data() + m * K, W.data(), y.data());
+      for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y[n], Y[m * N + n]) << "expert " << e << " row " << m << " output " << n;
+    }
 }
 
 TEST(MoeGroupedGemm, EachGroupIsItsExpertsProduct) {

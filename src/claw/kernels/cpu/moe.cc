@@ -6,6 +6,7 @@
 
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/blas.h"
+#include "claw/kernels/cpu/rowwise_linear.h"
 
 namespace claw::kernels {
 
@@ -365,6 +366,14 @@ void grouped_gemm(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t 
   for (int64_t e = 0; e < E; ++e) {
     const int64_t m0 = offsets[e], M = offsets[e + 1] - m0;
     if (M > 0) gemm(ctx, false, true, M, N, K, 1.0f, X + m0 * K, K, W + e * N * K, K, beta, Y + m0 * N, N);
+  }
+}
+
+void grouped_rowwise_linear(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* X,
+                            const float* W, float* Y) {
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t m0 = offsets[e], M = offsets[e + 1] - m0;
+    if (M > 0) rowwise_linear_forward(ctx, Y + m0 * N, X + m0 * K, W + e * N * K, nullptr, M, K, N);
   }
 }
 

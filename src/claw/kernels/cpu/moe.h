@@ -136,6 +136,12 @@ int64_t moe_permute_received(const CpuCtx& ctx, const int64_t* counts, int64_t r
 // [E, N, K] (each expert's weight as a Linear stores it).
 void grouped_gemm(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* X,
                   const float* W, float beta, float* Y);
+// The same product in rowwise_linear.h's fixed order (beta 0): each row's
+// outputs the same whatever the other rows of its expert, and one-row groups
+// (decoding) read their expert's weights at memory bandwidth, where BLAS's
+// GEMM of one row runs at a third of it. For the engine's batch-invariant steps.
+void grouped_rowwise_linear(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* X,
+                            const float* W, float* Y);
 // dX[rows e] = dY[rows e] W_e + beta dX[rows e] (the input gradient).
 void grouped_gemm_dx(const CpuCtx& ctx, const int64_t* offsets, int64_t E, int64_t N, int64_t K, const float* dY,
                      const float* W, float beta, float* dX);
