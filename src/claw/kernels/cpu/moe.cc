@@ -26,6 +26,11 @@ MoeDrop parse_moe_drop(std::string_view s) {
 namespace {
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// The value an expert is chosen by: its logit or score, plus its bias.
+double selection_key(const float* v, const float* bias, int64_t e) {
+  return static_cast<double>(v[e]) + (bias ? bias[e] : 0.0);
+}
+
 // Orders indices by a key, larger first (ties: the lower index).
 template <typename Key>
 auto by_key_descending(const Key& key) {
@@ -42,7 +47,7 @@ void top_k(const float* v, const float* bias, int64_t E, int64_t k, std::vector<
   idx.resize(static_cast<size_t>(E));
   std::iota(idx.begin(), idx.end(), 0);
   if (allowed) std::erase_if(idx, [&](int32_t e) { return !allowed[e]; });
-  const auto key = [&](int32_t e) { return static_cast<double>(v[e]) + (bias ? bias[e] : 0.0); };
+  const auto key = [&](int32_t e) { return selection_key(v, bias, e); };
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_key_descending(key));
   std::copy_n(idx.begin(), k, out);
 }
@@ -56,7 +61,7 @@ void allowed_groups(const float* v, const float* bias, int64_t E, const MoeTopK&
   for (int64_t grp = 0; grp < G; ++grp) {
     double best = -INFINITY, second = -INFINITY;
     for (int64_t e = grp * per; e < (grp + 1) * per; ++e) {
-      const double key = static_cast<double>(v[e]) + (bias ? bias[e] : 0.0);
+      const double key = selection_key(v, bias, e);
       if (key > best) {
         second = best, best = key;
       } else if (key > second) {
