@@ -139,6 +139,58 @@ void llama_shape_of(const nlohmann::json& j, const std::string& path, HeadDim he
   c.position_embedding_type = model::Position::rope;
 }
 
+// DeepSeek-V3 (deepseek_v3): multi-head latent attention; the first
+// first_k_dense_replace layers dense, the others n_routed_experts SwiGLU
+// experts (sigmoid scores, the e_score_correction_bias, group-limited top-k,
+// weights renormalised and scaled) beside n_shared_experts shared ones.
+void deepseek3_of(const nlohmann::json& j, const std::string& path, model::ModelConfig& c) {
+  c.name = "hf-deepseek_v3";
+  c.hf_architecture = "DeepseekV3ForCausalLM";
+  llama_shape_of(j, path, HeadDim::implied, /*tied_by_default=*/false, c);
+  if (c.num_query_groups != c.num_attention_heads)
+    fail("{}: num_key_value_heads {} differs from num_attention_heads {}: DeepSeek-V3's latent attention makes a key "
+         "and value per head",
+         path, c.num_query_groups, c.num_attention_heads);
+  c.num_query_groups = 0;
+  c.mlp = model::Mlp::swiglu;
+  c.add_bias_linear = false;
+  if (get_or<bool>(j, "attention_bias", false, path))
+    fail("{}: attention_bias true: claw's latent attention has no biases on q_a_proj, kv_a_proj_with_mqa and o_proj",
+         path);
+  const std::string act = get_or<std::string>(j, "hidden_act", "silu", path);
+  if (act != "silu") fail("{}: hidden_act '{}': claw's SwiGLU uses silu", path, act);
+  c.rope_scaling = rope_scaling_of(j, path);
+  model::MlaConfig& a = c.mla;
+  a.enabled = true;
+  a.q_lora_rank = get_or<int64_t>(j, "q_lora_rank", 0, path);  // null: q_proj
+  a.kv_lora_rank = need<int64_t>(j, "kv_lora_rank", path);
+  a.qk_head_dim = need<int64_t>(j, "qk_nope_head_dim", path);
+  a.qk_pos_emb_head_dim = need<int64_t>(j, "qk_rope_head_dim", path);
+  a.v_head_dim = need<int64_t>(j, "v_head_dim", path);
+  c.rotary_interleaved = get_or<bool>(j, "rope_interleave", true, path);
+  model::MoeConfig& m = c.moe;
+  m.num_experts = need<int64_t>(j, "n_routed_experts", path);
+  m.router_topk = need<int64_t>(j, "num_experts_per_tok", path);
+  m.ffn_hidden_size = need<int64_t>(j, "moe_intermediate_size", path);
+  m.shared_expert_intermediate_size = m.ffn_hidden_size * get_or<int64_t>(j, "n_shared_experts", 1, path);
+  m.router_score_function = "sigmoid";
+  m.router_enable_expert_bias = true;  // e_score_correction_bias
+  const int64_t groups = get_or<int64_t>(j, "n_group", 1, path);
+  m.router_num_groups = groups > 1 ? groups : 0;
+  m.router_group_topk = groups > 1 ? get_or<int64_t>(j, "topk_group", 1, path) : 0;
+  m.router_topk_scaling_factor = get_or<double>(j, "routed_scaling_factor", 1.0, path);
+  if (!get_or<bool>(j, "norm_topk_prob", true, path) || m.router_topk < 2)
+    fail("{}: norm_topk_prob false or num_experts_per_tok 1: claw's sigmoid router divides the top-k scores by their "
+         "sum (true, k > 1)",
+         path);
+  const int64_t dense = get_or<int64_t>(j, "first_k_dense_replace", 0, path);
+  if (dense < 0 || dense >= c.num_layers)
+    fail("{}: first_k_dense_replace {} must be in [0, num_hidden_layers {})", path, dense, c.num_layers);
+  std::string freq;
+  for (int64_t l = 0; l < c.num_layers; ++l) freq += std::string(l > 0 ? "," : "") + (l < dense ? "0" : "1");
+  m.layer_freq = dense == 0 ? "1" : freq;
+}
+
 // OLMo 2: the options hf_olmo2_config writes, read back.
 void olmo2_of(const nlohmann::json& j, const std::string& path, model::ModelConfig& c) {
   c.name = "hf-olmo2";
@@ -260,6 +312,48 @@ nlohmann::json hf_mixtral_config(const model::ModelConfig& c) {
 }
 
 nlohmann::json hf_qwen3_config(const model::ModelConfig& c);
+
+// DeepseekV3ForCausalLM: multi-head latent attention and DeepSeek's MoE (the
+// options deepseek3_of reads, written back).
+nlohmann::json hf_deepseek3_config(const model::ModelConfig& c) {
+  const model::MoeConfig& m = c.moe;
+  const auto need = [&](bool ok, const char* what) {
+    if (!ok) fail("DeepseekV3ForCausalLM needs {}; this model differs", what);
+  };
+  need(c.mla.enabled, "--multi-latent-attention");
+  need(m.enabled() && m.router_score_function == "sigmoid" && m.router_enable_expert_bias && m.router_topk > 1,
+       "experts routed by sigmoid scores with the expert bias, top k > 1");
+  need(m.shared_expert_intermediate_size > 0 &&
+           m.shared_expert_intermediate_size % c.moe_ffn() == 0,
+       "shared experts as wide as a whole number of experts (--moe-shared-expert-intermediate-size)");
+  int64_t dense = 0;
+  while (dense < c.num_layers && !m.is_moe_layer(dense, c.num_layers)) ++dense;
+  for (int64_t l = dense; l < c.num_layers; ++l)
+    need(m.is_moe_layer(l, c.num_layers), "dense layers first and experts in every layer after them");
+  need(c.mlp == model::Mlp::swiglu && !c.qkv_bias() && c.window_size == 0 && !c.post_sublayer_norm &&
+           !c.apply_layernorm_1p && !c.scale_embedding && c.softmax_scale == 0,
+       "Llama's SwiGLU layers without biases, windows or Gemma's options");
+  nlohmann::json j = llama_family_config(c, "DeepseekV3ForCausalLM", "deepseek_v3");
+  j["num_key_value_heads"] = c.num_attention_heads;
+  j["head_dim"] = c.mla.qk_pos_emb_head_dim;  // transformers' own value: the rotated dimensions
+  j["q_lora_rank"] = c.mla.q_lora_rank > 0 ? nlohmann::json(c.mla.q_lora_rank) : nlohmann::json(nullptr);
+  j["kv_lora_rank"] = c.mla.kv_lora_rank;
+  j["qk_nope_head_dim"] = c.mla.qk_head_dim;
+  j["qk_rope_head_dim"] = c.mla.qk_pos_emb_head_dim;
+  j["v_head_dim"] = c.mla.v_head_dim;
+  j["rope_interleave"] = c.rotary_interleaved;
+  j["attention_bias"] = false;
+  j["n_routed_experts"] = m.num_experts;
+  j["num_experts_per_tok"] = m.router_topk;
+  j["moe_intermediate_size"] = c.moe_ffn();
+  j["n_shared_experts"] = m.shared_expert_intermediate_size / c.moe_ffn();
+  j["n_group"] = m.router_num_groups > 1 ? m.router_num_groups : 1;
+  j["topk_group"] = m.router_num_groups > 1 ? m.router_group_topk : 1;
+  j["routed_scaling_factor"] = m.router_topk_scaling_factor;
+  j["norm_topk_prob"] = true;
+  j["first_k_dense_replace"] = dense;
+  return j;
+}
 
 // Qwen3MoeForCausalLM: Qwen 3's attention; the layers not in mlp_only_layers
 // (and every decoder_sparse_step-th) sparse blocks of SwiGLU experts, softmax
@@ -484,6 +578,7 @@ nlohmann::json hf_config(const model::ModelConfig& c) {
                                  std::pair{c.local_rotary_base > 0, "--local-rotary-base"},
                                  std::pair{c.window_attn_skip_freq > 0, "--window-attn-skip-freq"}})
     if (on) fail("{}: of the Hugging Face classes claw writes, only Gemma's have it; this model is not Gemma's", flag);
+  if (arch == "DeepseekV3ForCausalLM" || c.mla.enabled) return hf_deepseek3_config(c);
   if (arch == "Qwen3MoeForCausalLM" || (c.moe.enabled() && c.qk_layernorm)) return hf_qwen3_moe_config(c);
   if (c.moe.enabled() || arch == "MixtralForCausalLM") return hf_mixtral_config(c);
   if (c.qk_layernorm || arch == "Qwen3ForCausalLM") return hf_qwen3_config(c);
@@ -576,13 +671,15 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
     gemma_of(j, path, type, c);
   } else if (type == "olmo2") {
     olmo2_of(j, path, c);
+  } else if (type == "deepseek_v3") {
+    deepseek3_of(j, path, c);
   } else if (type == "gemma3") {
     fail("{}: model_type 'gemma3' is Gemma 3's image-and-text model; claw reads the text model (gemma3_text: "
          "Gemma3ForCausalLM, as the 1B and text-only checkpoints hold it)",
          path);
   } else {
-    fail("{}: model_type '{}' is not supported (gemma2, gemma3_text, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, "
-         "qwen3 or qwen3_moe)",
+    fail("{}: model_type '{}' is not supported (deepseek_v3, gemma2, gemma3_text, gpt2, llama, mistral, mixtral, olmo2, "
+         "phi3, qwen2, qwen3 or qwen3_moe)",
          path, type);
   }
   c.validate();

@@ -103,6 +103,7 @@ void Attention::Saved::layout(ArenaLayout& L, const std::string& prefix, const M
   v = L.take<float>(prefix + ".v", N * GD);
   out = L.take<float>(prefix + ".out", N * HD);
   lse = L.take<float>(prefix + ".lse", N * tp.heads(cfg));
+  if (cfg.mla.enabled) mla.layout(L, prefix + ".mla", cfg, N, tp);
   if (!cfg.qk_layernorm) return;
   q_pre = L.take<float>(prefix + ".q_pre", N * HD);
   k_pre = L.take<float>(prefix + ".k_pre", N * GD);
@@ -127,14 +128,7 @@ LinearSplit kv_split(const ModelConfig& cfg, const TensorParallel& tp) {
 // not grow with depth (GPT-2 paper sec. 2.3; Megatron's scaled_init_method).
 Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope,
                      const TensorParallel& tp)
-    : q_proj(attn_name(l, "q_proj"), cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim(), cfg.qkv_bias(),
-             cfg.init_method_std, hf.attention(l, 'q', false), hf.attention(l, 'q', true), tp,
-             {.kind = TpSplit::column}),
-      k_proj(attn_name(l, "k_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
-             cfg.init_method_std, hf.attention(l, 'k', false), hf.attention(l, 'k', true), tp, kv_split(cfg, tp)),
-      v_proj(attn_name(l, "v_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
-             cfg.init_method_std, hf.attention(l, 'v', false), hf.attention(l, 'v', true), tp, kv_split(cfg, tp)),
-      o_proj(attn_name(l, "o_proj"), cfg.num_attention_heads * cfg.head_dim(), cfg.hidden_size, cfg.add_bias_linear,
+    : o_proj(attn_name(l, "o_proj"), cfg.num_attention_heads * cfg.value_dim(), cfg.hidden_size, cfg.add_bias_linear,
              cfg.init_method_std / std::sqrt(2.0 * cfg.num_layers), hf.attention(l, 'o', false),
              hf.attention(l, 'o', true), tp, {.kind = TpSplit::row}),
       layer_(l),
@@ -152,6 +146,19 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       scale_(cfg.attention_scale(), cfg.attn_logit_softcapping),
       eps_(cfg.norm_epsilon),
       rope_(rope && !rope->empty() ? rope : nullptr) {
+  if (cfg.mla.enabled) {
+    mla.emplace(l, cfg, hf, tp);
+    if (cfg.lora.enabled() && cfg.lora.targets("linear_proj", "o_proj"))
+      o_proj.enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
+    return;
+  }
+  q_proj.emplace(attn_name(l, "q_proj"), cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim(), cfg.qkv_bias(),
+                 cfg.init_method_std, hf.attention(l, 'q', false), hf.attention(l, 'q', true), tp,
+                 LinearSplit{.kind = TpSplit::column});
+  k_proj.emplace(attn_name(l, "k_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
+                 cfg.init_method_std, hf.attention(l, 'k', false), hf.attention(l, 'k', true), tp, kv_split(cfg, tp));
+  v_proj.emplace(attn_name(l, "v_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
+                 cfg.init_method_std, hf.attention(l, 'v', false), hf.attention(l, 'v', true), tp, kv_split(cfg, tp));
   if (qk_norm_) {
     const Init init = cfg.apply_layernorm_1p ? Init::zeros : Init::ones;
     const int64_t q_width = full_width_ ? cfg.num_attention_heads * D_ : D_;
@@ -167,8 +174,8 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       norm.primary = proj.primary;
     };
     if (full_width_) {
-      shard_like(q_norm.spec, q_proj.weight.spec);
-      shard_like(k_norm.spec, k_proj.weight.spec);
+      shard_like(q_norm.spec, q_proj->weight.spec);
+      shard_like(k_norm.spec, k_proj->weight.spec);
     }
   }
   if (!cfg.lora.enabled()) return;
@@ -176,9 +183,9 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
   const bool gpt2 = cfg.position_embedding_type == Position::learned, fused = gpt2 || hf.phi3();
   const char* qkv = gpt2 ? "c_attn" : "qkv_proj";
   const std::pair<Linear*, std::pair<const char*, const char*>> targets[] = {
-      {&q_proj, {"linear_qkv", fused ? qkv : "q_proj"}},
-      {&k_proj, {"linear_qkv", fused ? qkv : "k_proj"}},
-      {&v_proj, {"linear_qkv", fused ? qkv : "v_proj"}},
+      {&*q_proj, {"linear_qkv", fused ? qkv : "q_proj"}},
+      {&*k_proj, {"linear_qkv", fused ? qkv : "k_proj"}},
+      {&*v_proj, {"linear_qkv", fused ? qkv : "v_proj"}},
       {&o_proj, {"linear_proj", gpt2 ? "c_proj" : "o_proj"}}};
   for (const auto& [linear, names] : targets)
     if (cfg.lora.targets(names.first, names.second))
@@ -186,10 +193,10 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
   // One adapter on GPT-2's fused c_attn (Phi-3's qkv_proj), as PEFT makes
   // it: q, k and v read one A (named for the fused layer) and each has its
   // rows of B.
-  if (fused && q_proj.has_lora()) {
-    q_proj.lora_a.spec.name = attn_name(l, "linear_qkv") + ".lora_A.weight";
-    k_proj.share_lora_a(q_proj);
-    v_proj.share_lora_a(q_proj);
+  if (fused && q_proj->has_lora()) {
+    q_proj->lora_a.spec.name = attn_name(l, "linear_qkv") + ".lora_A.weight";
+    k_proj->share_lora_a(*q_proj);
+    v_proj->share_lora_a(*q_proj);
   }
 }
 
@@ -215,11 +222,14 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   if (window_ > 0 && ctx.cpu.gpu) fail("--window-size (sliding-window attention) runs on the CPU only for now");
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
   const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
-  if (qk_norm_) {
+  if (mla) {
+    if (ctx.cpu.gpu) fail("--multi-latent-attention runs on the CPU only for now");
+    mla->forward(ctx, x, s.mla, s.q, s.k, s.v);
+  } else if (qk_norm_) {
     if (ctx.cpu.gpu) fail("--qk-layernorm runs on the CPU only for now");
     // Each head's row of D is a row of the norm; the un-normed projections are kept for backward.
-    q_proj.forward(ctx, x, s.q_pre);
-    k_proj.forward(ctx, x, s.k_pre);
+    q_proj->forward(ctx, x, s.q_pre);
+    k_proj->forward(ctx, x, s.k_pre);
     if (round) {
       kernels::round_half_values(ctx.cpu, activation_dtype_, s.q_pre, ctx.tokens() * H_ * D_);
       kernels::round_half_values(ctx.cpu, activation_dtype_, s.k_pre, ctx.tokens() * G_ * D_);
@@ -234,10 +244,10 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
       kernels::rmsnorm_forward(ctx.cpu, s.k, s.k_rstd, s.k_pre, wk, ctx.tokens() * G_, D_, eps_);
     }
   } else {
-    q_proj.forward(ctx, x, s.q);
-    k_proj.forward(ctx, x, s.k);
+    q_proj->forward(ctx, x, s.q);
+    k_proj->forward(ctx, x, s.k);
   }
-  v_proj.forward(ctx, x, s.v);
+  if (!mla) v_proj->forward(ctx, x, s.v);
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions, rotary_dim_);
@@ -252,21 +262,27 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
     cp_->forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, visible_from(ctx));
   else if (ctx.kv_cache)
     ctx.kv_cache->attend(ctx.cpu, layer_, s.q, s.k, s.v, s.out, s.lse, ctx.B, ctx.T, H_, G_, D_);
-  else if (ctx.batch_invariant && !ctx.cpu.gpu)  // the engine's order: its log-probabilities to the bit
+  else if (ctx.row_kernels())  // the engine's order: its log-probabilities to the bit
     kernels::fixed_order_attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
                                            scale_, ctx.seg_start, window_);
   else
     kernels::attention_forward(ctx.cpu, s.out, s.lse, s.q, s.k, s.v, ctx.B, ctx.T, H_, G_, D_,
                                scale_, visible_from(ctx));
   if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.out, ctx.tokens() * H_ * D_);
-  o_proj.forward(ctx, s.out, y);
+  if (mla) mla->compact(ctx, s.out, s.mla);
+  o_proj.forward(ctx, mla ? s.mla.out_v : s.out, y);
 }
 
 void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows, const float* dy_rows, float* dx,
                          Scratch& scratch) {
   const float* dy = o_proj.output_grad(ctx, dy_rows, scratch.gathered);
-  o_proj.backward_weight(ctx, dy, s.out);
-  o_proj.backward_input(ctx, dy, scratch.datt, false);
+  o_proj.backward_weight(ctx, dy, mla ? s.mla.out_v : s.out);
+  if (mla) {  // the output gradient without padding in dq (free until the kernel's backward), then padded
+    o_proj.backward_input(ctx, dy, scratch.dq, false);
+    mla->expand(ctx, scratch.dq, scratch.datt);
+  } else {
+    o_proj.backward_input(ctx, dy, scratch.datt, false);
+  }
   if (cp_)
     cp_->backward(ctx.cpu, scratch.dq, scratch.dk, scratch.dv, scratch.datt, s.q, s.k, s.v, s.out, s.lse,
                   visible_from(ctx));
@@ -277,6 +293,12 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
     kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions, rotary_dim_);
     kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions, rotary_dim_);
+  }
+  if (mla) {
+    const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
+    mla->backward(ctx, s.mla, x, scratch.dq, scratch.dk, scratch.dv, dx);
+    tp_.reduce_rows(dx, ctx.B, ctx.T, C_);
+    return;
   }
   // --qk-layernorm: the gradients before the norm (dq in datt, consumed by
   // the attention backward above).
@@ -291,17 +313,17 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
   // The input gradient takes each rank's partial dk/dv (their sum over the
   // group is the whole); the weight gradients of a shared KV group need the
   // sum over the ranks holding it.
-  q_proj.backward_input(ctx, dq, dx, false);
-  k_proj.backward_input(ctx, dk, dx, true);
-  v_proj.backward_input(ctx, scratch.dv, dx, true);
+  q_proj->backward_input(ctx, dq, dx, false);
+  k_proj->backward_input(ctx, dk, dx, true);
+  v_proj->backward_input(ctx, scratch.dv, dx, true);
   if (tp_.kv_group && tp_.kv_group->size() > 1) {
     tp_.kv_group->all_reduce(dk, ctx.tokens() * G_ * D_, DType::f32);
     tp_.kv_group->all_reduce(scratch.dv, ctx.tokens() * G_ * D_, DType::f32);
   }
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
-  q_proj.backward_weight(ctx, dq, x);
-  k_proj.backward_weight(ctx, dk, x);
-  v_proj.backward_weight(ctx, scratch.dv, x);
+  q_proj->backward_weight(ctx, dq, x);
+  k_proj->backward_weight(ctx, dk, x);
+  v_proj->backward_weight(ctx, scratch.dv, x);
   tp_.reduce_rows(dx, ctx.B, ctx.T, C_);
 }
 
@@ -402,10 +424,22 @@ void Attention::full_width_norm_backward(const StepCtx& ctx, float* dx, float* d
   for (int64_t d = 0; d < width; ++d) dw[d] += dnorm_w_[d];
 }
 
+void Attention::linears(std::vector<Linear*>& out) {
+  if (mla)
+    mla->linears(out);
+  else
+    out.insert(out.end(), {&*q_proj, &*k_proj, &*v_proj});
+  out.push_back(&o_proj);
+}
+
 void Attention::collect(std::vector<Param*>& out) {
-  q_proj.collect(out);
-  k_proj.collect(out);
-  v_proj.collect(out);
+  if (mla) {
+    mla->collect(out);
+  } else {
+    q_proj->collect(out);
+    k_proj->collect(out);
+    v_proj->collect(out);
+  }
   o_proj.collect(out);
   if (qk_norm_) out.insert(out.end(), {&q_norm, &k_norm});
 }

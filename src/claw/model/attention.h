@@ -24,6 +24,7 @@
 #include "claw/core/arena.h"
 #include "claw/kernels/cuda/context.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "claw/model/context_parallel.h"
 #include "claw/model/hf_names.h"
 #include "claw/model/linear.h"
+#include "claw/model/mla.h"
 #include "claw/model/scratch.h"
 #include "claw/model/step.h"
 #include "claw/model/tensor_parallel.h"
@@ -77,6 +79,7 @@ class Attention {
     float* k_pre = nullptr;   // [N, Gl*D]
     float* q_rstd = nullptr;  // [N, Hl]
     float* k_rstd = nullptr;  // [N, Gl]
+    LatentProjections::Saved mla;  // --multi-latent-attention's
     void layout(ArenaLayout& L, const std::string& prefix, const ModelConfig& cfg, int64_t B, int64_t T, TpDims tp);
   };
 
@@ -97,9 +100,12 @@ class Attention {
   bool qk_norm() const { return qk_norm_; }
   // The model's CP attention (null: none), shared by its layers.
   void use_context_parallel(CpAttention* cp) { cp_ = cp; }
-  void linears(std::vector<Linear*>& out) { out.insert(out.end(), {&q_proj, &k_proj, &v_proj, &o_proj}); }
+  void linears(std::vector<Linear*>& out);
 
-  Linear q_proj, k_proj, v_proj, o_proj;
+  // q/k/v projections, or (--multi-latent-attention) MLA's in their place.
+  std::optional<Linear> q_proj, k_proj, v_proj;
+  std::optional<LatentProjections> mla;
+  Linear o_proj;
   Param q_norm, k_norm;  // --qk-layernorm: [D] each; --qk-layernorm-full-width: [H D], [G D] (TP: this rank's heads)
 
  private:

@@ -16,7 +16,14 @@ std::string_view to_string(Position p) { return p == Position::learned ? "learne
 std::string_view to_string(Mlp m) { return m == Mlp::gelu ? "gelu" : m == Mlp::swiglu ? "swiglu" : "geglu"; }
 
 double ModelConfig::attention_scale() const {
-  return softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim()));
+  if (softmax_scale > 0) return softmax_scale;
+  double scale = 1.0 / std::sqrt(static_cast<double>(head_dim()));
+  const RopeScaling& rs = rope_scaling;
+  if (mla.enabled && rs.enabled() && rs.mscale_all_dim > 0 && rs.factor > 1) {
+    const double m = 0.1 * rs.mscale_all_dim * std::log(rs.factor) + 1.0;
+    scale *= m * m;
+  }
+  return scale;
 }
 
 std::vector<int64_t> layer_windows(const ModelConfig& cfg) {
@@ -107,7 +114,78 @@ void validate_moe(const MoeConfig& m, int64_t num_layers) {
     if (n != num_layers) fail("--moe-layer-freq lists {} layers but --num-layers is {}", n, num_layers);
   }
   if (m.num_moe_layers(num_layers) == 0) fail("--moe-layer-freq '{}' puts experts in none of the {} layers", f, num_layers);
+  if (m.router_num_groups < 0) fail("--moe-router-num-groups must be >= 0 (0: no groups), got {}", m.router_num_groups);
+  if (m.router_num_groups > 1) {
+    const int64_t G = m.router_num_groups, per = m.num_experts / G;
+    if (m.num_experts % G != 0 || per < 2)
+      fail("--moe-router-num-groups {} must divide --num-experts {} into groups of at least 2 experts", G,
+           m.num_experts);
+    if (m.router_group_topk < 1 || m.router_group_topk > G)
+      fail("--moe-router-group-topk {} must be in [1, --moe-router-num-groups {}]", m.router_group_topk, G);
+    if (m.router_topk > m.router_group_topk * per)
+      fail("--moe-router-topk {} is more than the {} experts of --moe-router-group-topk {} groups", m.router_topk,
+           m.router_group_topk * per, m.router_group_topk);
+  } else if (m.router_group_topk != 0) {
+    fail("--moe-router-group-topk {} needs --moe-router-num-groups > 1", m.router_group_topk);
+  }
+  if (!(m.router_topk_scaling_factor > 0))
+    fail("--moe-router-topk-scaling-factor must be positive, got {}", m.router_topk_scaling_factor);
 }
+
+// --rope-scaling-*'s values.
+void validate_rope_scaling(const ModelConfig& c) {
+  const RopeScaling& rs = c.rope_scaling;
+  if (!rs.enabled()) return;
+  if (rs.type != "linear" && rs.type != "llama3" && rs.type != "yarn")
+    fail("--rope-scaling-type '{}' is not one of: none, linear, llama3, yarn", rs.type);
+  if (c.position_embedding_type != Position::rope) fail("--rope-scaling-type {} needs rotary embeddings", rs.type);
+  if (!(rs.factor >= 1)) fail("--rope-scaling-factor must be >= 1, got {}", rs.factor);
+  if (rs.type == "llama3" && !(rs.low_freq_factor > 0 && rs.high_freq_factor > rs.low_freq_factor))
+    fail("--rope-scaling-high-freq-factor {} must exceed --rope-scaling-low-freq-factor {} > 0",
+         rs.high_freq_factor, rs.low_freq_factor);
+  if (rs.type == "yarn" && !(rs.beta_fast > 0 && rs.beta_slow > 0 && rs.attention_factor >= 0 && rs.mscale >= 0 &&
+                             rs.mscale_all_dim >= 0))
+    fail("--rope-scaling-beta-fast {} and -beta-slow {} must be positive, --rope-scaling-attention-factor {}, "
+         "-mscale {} and -mscale-all-dim {} >= 0",
+         rs.beta_fast, rs.beta_slow, rs.attention_factor, rs.mscale, rs.mscale_all_dim);
+  if (rs.type != "linear" && rs.original_max_position_embeddings < 1)
+    fail("--rope-scaling-original-max-position-embeddings must be positive, got {}",
+         rs.original_max_position_embeddings);
+}
+
+// Multi-head latent attention's own flags, and the options it replaces.
+void validate_mla(const ModelConfig& c) {
+  const MlaConfig& a = c.mla;
+  if (!a.enabled) {
+    if (c.rotary_interleaved) fail("--rotary-interleaved turns MLA's rotated dimensions; it needs --multi-latent-attention");
+    return;
+  }
+  const auto in_range = [](int64_t v, int64_t lo, const char* flag) {
+    if (v < lo || v > kMaxWidth) fail("{} must be in [{}, {}], got {}", flag, lo, kMaxWidth, v);
+  };
+  in_range(a.q_lora_rank, 0, "--q-lora-rank");
+  in_range(a.kv_lora_rank, 1, "--kv-lora-rank");
+  in_range(a.qk_head_dim, 1, "--qk-head-dim");
+  in_range(a.qk_pos_emb_head_dim, 2, "--qk-pos-emb-head-dim");
+  in_range(a.v_head_dim, 1, "--v-head-dim");
+  if (a.qk_pos_emb_head_dim % 2 != 0)
+    fail("--qk-pos-emb-head-dim {}: RoPE needs an even number of dimensions", a.qk_pos_emb_head_dim);
+  if (a.v_head_dim > c.head_dim())
+    fail("--v-head-dim {} is wider than a query/key head (--qk-head-dim + --qk-pos-emb-head-dim = {}); claw runs "
+         "MLA's values padded to that width",
+         a.v_head_dim, c.head_dim());
+  for (const auto& [on, flag] :
+       {std::pair{c.position_embedding_type != Position::rope, "--position-embedding-type learned_absolute"},
+        std::pair{c.normalization != Norm::rmsnorm, "--normalization LayerNorm"},
+        std::pair{c.kv_channels > 0, "--kv-channels (MLA's heads are --qk-head-dim + --qk-pos-emb-head-dim)"},
+        std::pair{c.num_query_groups > 0 && c.num_query_groups != c.num_attention_heads,
+                  "--num-query-groups (MLA makes one key and value per head)"},
+        std::pair{c.rotary_percent != 1.0, "--rotary-percent (MLA rotates --qk-pos-emb-head-dim dimensions)"},
+        std::pair{c.qk_layernorm, "--qk-layernorm"},
+        std::pair{c.qkv_bias(), "linear biases (--disable-bias-linear, no --add-qkv-bias)"}})
+    if (on) fail("--multi-latent-attention does not combine with {}", flag);
+}
+
 }  // namespace
 
 bool Fp8Config::layer_in_fp8(int64_t l, int64_t num_layers) const {
@@ -139,6 +217,7 @@ void Fp8Config::validate() const {
 
 void ModelConfig::validate() const {
   fp8.validate();
+  validate_mla(*this);
   auto positive = [](int64_t v, const char* flag) {
     if (v <= 0) fail("{} must be positive (got {})", flag, v);
   };
@@ -187,24 +266,7 @@ void ModelConfig::validate() const {
     fail("--rotary-percent {} rotates {} of the head's {} dimensions; RoPE needs an even number, at least 2",
          rotary_percent, rotary_dim(), head_dim());
   if (rotary_base <= 0) fail("--rotary-base must be positive, got {}", rotary_base);
-  const RopeScaling& rs = rope_scaling;
-  if (rs.enabled()) {
-    if (rs.type != "linear" && rs.type != "llama3" && rs.type != "yarn")
-      fail("--rope-scaling-type '{}' is not one of: none, linear, llama3, yarn", rs.type);
-    if (position_embedding_type != Position::rope) fail("--rope-scaling-type {} needs rotary embeddings", rs.type);
-    if (!(rs.factor >= 1)) fail("--rope-scaling-factor must be >= 1, got {}", rs.factor);
-    if (rs.type == "llama3" && !(rs.low_freq_factor > 0 && rs.high_freq_factor > rs.low_freq_factor))
-      fail("--rope-scaling-high-freq-factor {} must exceed --rope-scaling-low-freq-factor {} > 0",
-           rs.high_freq_factor, rs.low_freq_factor);
-    if (rs.type == "yarn" && !(rs.beta_fast > 0 && rs.beta_slow > 0 && rs.attention_factor >= 0 && rs.mscale >= 0 &&
-                               rs.mscale_all_dim >= 0))
-      fail("--rope-scaling-beta-fast {} and -beta-slow {} must be positive, --rope-scaling-attention-factor {}, "
-           "-mscale {} and -mscale-all-dim {} >= 0",
-           rs.beta_fast, rs.beta_slow, rs.attention_factor, rs.mscale, rs.mscale_all_dim);
-    if (rs.type != "linear" && rs.original_max_position_embeddings < 1)
-      fail("--rope-scaling-original-max-position-embeddings must be positive, got {}",
-           rs.original_max_position_embeddings);
-  }
+  validate_rope_scaling(*this);
   if (!(norm_epsilon > 0)) fail("--norm-epsilon must be positive, got {}", norm_epsilon);
   if (!(hidden_dropout >= 0 && hidden_dropout < 1)) fail("--hidden-dropout must be in [0, 1), got {}", hidden_dropout);
   if (lora.rank < 0 || lora.rank > kMaxWidth) fail("--lora-rank must be in [0, {}] (0: no adapters), got {}", kMaxWidth, lora.rank);
@@ -218,18 +280,23 @@ void ModelConfig::validate() const {
                                                "c_attn", "c_proj", "c_fc"}
         : phi3 ? std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
                                                "qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+        : mla.enabled
+            ? std::vector<std::string_view>{"all-linear", "linear_q_proj", "linear_q_down_proj", "linear_q_up_proj",
+                                            "linear_kv_down_proj", "linear_kv_up_proj", "linear_proj", "linear_fc1",
+                                            "linear_fc2", "q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+                                            "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
                : std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
                                                "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                "down_proj"};
     for (const std::string& t : lora.target_modules)
       if (std::find(known.begin(), known.end(), t) == known.end())
         fail("--lora-target-modules: '{}' names no linear layer of this {} model; valid: {}", t,
-             gpt2 ? "GPT-2" : phi3 ? "Phi-3" : "Llama", fmt::join(known, ", "));
+             gpt2 ? "GPT-2" : phi3 ? "Phi-3" : mla.enabled ? "latent-attention" : "Llama", fmt::join(known, ", "));
   }
   static const std::vector<std::string_view> hf_classes = {
       "GPT2LMHeadModel",  "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
       "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
-      "Gemma3ForCausalLM", "Olmo2ForCausalLM"};
+      "Gemma3ForCausalLM", "Olmo2ForCausalLM", "DeepseekV3ForCausalLM"};
   if (!hf_architecture.empty() && std::find(hf_classes.begin(), hf_classes.end(), hf_architecture) == hf_classes.end())
     fail("--hf-architecture '{}' is not one of: {} (or empty: the class the model's options imply)", hf_architecture,
          fmt::join(hf_classes, ", "));
@@ -255,13 +322,25 @@ void ModelConfig::validate() const {
   if (moe.enabled() && lora.enabled()) fail("--lora-rank with --num-experts: LoRA adapters on experts are not available yet");
 }
 
-int64_t ModelConfig::num_params() const {
-  const int64_t C = hidden_size, D = head_dim(), H = num_attention_heads, G = kv_heads(), F = ffn(),
-                Vp = padded_vocab_size();
+int64_t ModelConfig::attention_params() const {
+  const int64_t C = hidden_size, D = head_dim(), H = num_attention_heads, G = kv_heads();
+  if (mla.enabled) {
+    const int64_t qr = mla.q_lora_rank, kvr = mla.kv_lora_rank;
+    const int64_t q = qr > 0 ? C * qr + qr + qr * H * D : C * H * D;
+    return q + C * (kvr + mla.qk_pos_emb_head_dim) + kvr + kvr * H * (mla.qk_head_dim + mla.v_head_dim) +
+           H * mla.v_head_dim * C;
+  }
   const int64_t b = add_bias_linear ? 1 : 0, bqkv = qkv_bias() ? 1 : 0;
-  const int64_t norm = normalization == Norm::layernorm ? 2 * C : C;
   int64_t attn = C * H * D + 2 * C * G * D + H * D * C + bqkv * (H * D + 2 * G * D) + b * C;
   if (qk_layernorm) attn += qk_layernorm_full_width ? H * D + G * D : 2 * D;
+  return attn;
+}
+
+int64_t ModelConfig::num_params() const {
+  const int64_t C = hidden_size, F = ffn(), Vp = padded_vocab_size();
+  const int64_t b = add_bias_linear ? 1 : 0;
+  const int64_t norm = normalization == Norm::layernorm ? 2 * C : C;
+  const int64_t attn = attention_params();
   const auto ffn_of = [&](int64_t f) { return mlp == Mlp::gelu ? 2 * C * f + b * (f + C) : 3 * C * f + b * (2 * f + C); };
   const int64_t norms = ((pre_sublayer_norm ? 2 : 0) + (post_sublayer_norm ? 2 : 0)) * norm;
   int64_t block = norms + attn + ffn_of(F);
@@ -297,7 +376,9 @@ double ModelConfig::flops_per_token(int64_t seq_length) const {
     const int64_t w = layer_window(l);
     keys += static_cast<double>(w > 0 ? std::min(w, seq_length) : seq_length);
   }
-  return 6.0 * static_cast<double>(num_matmul_params()) + 12.0 * num_attention_heads * head_dim() * keys;
+  // Scores (q.k over head_dim) and their sum of values (value_dim), forward and backward.
+  return 6.0 * static_cast<double>(num_matmul_params()) +
+         6.0 * static_cast<double>(num_attention_heads * (head_dim() + value_dim())) * keys;
 }
 
 namespace {
@@ -454,9 +535,10 @@ ModelConfig model_preset(std::string_view name) {
   }
   // DeepSeek-V3's MoE (DeepSeek-AI 2024): fine-grained experts (narrow, many,
   // top 8 of 256), one shared expert, sigmoid scores with the aux-loss-free
-  // expert bias; the first 3 layers dense. Attention here is plain GQA (claw
-  // has no multi-head latent attention): the shape is for planning the MoE
-  // and its expert parallelism.
+  // expert bias; the first 3 layers dense. deepseek-tiny keeps plain
+  // attention (the MoE's tests); deepseek-v3 has the published model's
+  // multi-head latent attention, group-limited routing (8 groups, 4 chosen,
+  // weights x 2.5) and YaRN to 160K.
   if (name == "deepseek-tiny") {
     ModelConfig c = llama("deepseek-tiny", 4, 256, 8, 8, 768, 50257, 10000.0, 1024);
     c.moe = {.num_experts = 16, .router_topk = 4, .router_score_function = "sigmoid", .aux_loss_coeff = 0.0001,
@@ -465,13 +547,18 @@ ModelConfig model_preset(std::string_view name) {
     return c;
   }
   if (name == "deepseek-v3") {
-    ModelConfig c = llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 10000.0, 4096);
-    c.kv_channels = 128;
+    ModelConfig c = llama("deepseek-v3", 61, 7168, 128, 0, 18432, 129280, 10000.0, 163840);
+    c.norm_epsilon = 1e-6;
+    c.mla = {.enabled = true, .q_lora_rank = 1536, .kv_lora_rank = 512, .qk_head_dim = 128,
+             .qk_pos_emb_head_dim = 64, .v_head_dim = 128};
+    c.rotary_interleaved = true;
+    c.rope_scaling = {.type = "yarn", .factor = 40, .original_max_position_embeddings = 4096, .mscale = 1.0,
+                      .mscale_all_dim = 1.0};
     std::string freq = "0,0,0";
     for (int l = 3; l < 61; ++l) freq += ",1";
     c.moe = {.num_experts = 256, .router_topk = 8, .router_score_function = "sigmoid", .aux_loss_coeff = 0.0001,
              .router_enable_expert_bias = true, .ffn_hidden_size = 2048, .shared_expert_intermediate_size = 2048,
-             .layer_freq = freq};
+             .layer_freq = freq, .router_num_groups = 8, .router_group_topk = 4, .router_topk_scaling_factor = 2.5};
     return c;
   }
   if (std::optional<ModelConfig> c = family_preset(name)) return *c;

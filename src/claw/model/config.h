@@ -77,10 +77,35 @@ struct MoeConfig {
   // --moe-layer-freq: k (layers 0, k, 2k, ... are MoE) or one 0/1 per layer,
   // comma-separated (Megatron's list form).
   std::string layer_freq = "1";
+  // DeepSeek-V3's group-limited routing (kernels::MoeTopK): experts in
+  // --moe-router-num-groups groups, a token's k chosen from its
+  // --moe-router-group-topk best; the weights times
+  // --moe-router-topk-scaling-factor.
+  int64_t router_num_groups = 0;
+  int64_t router_group_topk = 0;
+  double router_topk_scaling_factor = 1.0;
   bool enabled() const { return num_experts > 0; }
   // Whether layer l of `num_layers` has experts (false for every layer when disabled).
   bool is_moe_layer(int64_t l, int64_t num_layers) const;
   int64_t num_moe_layers(int64_t num_layers) const;
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3; Megatron's
+// --multi-latent-attention). Each token's keys and values come from one
+// latent c = RMSNorm(x W_kva[:kv_lora_rank]) of --kv-lora-rank values:
+// k_h = [c W_kvb_h^k | k_rope], v_h = c W_kvb_h^v, where k_rope, the
+// rotated part, is one --qk-pos-emb-head-dim projection of x shared by the
+// heads; queries are x W_q, or RMSNorm(x W_qa) W_qb through a --q-lora-rank
+// bottleneck, each head [--qk-head-dim | --qk-pos-emb-head-dim]. The
+// attention itself is the usual kernel's on heads of qk + pos dimensions,
+// values zero-padded to that width (model/mla.h).
+struct MlaConfig {
+  bool enabled = false;               // --multi-latent-attention
+  int64_t q_lora_rank = 0;            // --q-lora-rank (0: one query projection)
+  int64_t kv_lora_rank = 512;         // --kv-lora-rank
+  int64_t qk_head_dim = 128;          // --qk-head-dim: a head's query/key dimensions RoPE leaves alone
+  int64_t qk_pos_emb_head_dim = 64;   // --qk-pos-emb-head-dim: the dimensions it rotates
+  int64_t v_head_dim = 128;           // --v-head-dim
 };
 
 // RoPE frequencies stretched for contexts longer than the model was trained
@@ -153,6 +178,11 @@ struct ModelConfig {
   // --rotary-percent: the share of each head's dimensions RoPE rotates (the
   // first head_dim x percent; Hugging Face's partial_rotary_factor).
   double rotary_percent = 1.0;
+  // --rotary-interleaved: RoPE turns the pairs of neighbouring dimensions
+  // (2i, 2i + 1), not (i, i + D/2) (GPT-J's layout; DeepSeek-V3's
+  // rope_interleave). With --multi-latent-attention only, for now.
+  bool rotary_interleaved = false;
+  MlaConfig mla;                           // --multi-latent-attention, --*-lora-rank, ...
   RopeScaling rope_scaling;                // --rope-scaling-*: stretched frequencies (Llama 3.1's)
   Mlp mlp = Mlp::gelu;                     // --swiglu selects SwiGLU, --geglu GeGLU (tanh GELU: Gemma)
   bool add_bias_linear = true;             // --disable-bias-linear turns biases off
@@ -229,12 +259,28 @@ struct ModelConfig {
     return window_attn_skip_freq > 0 && (l + 1) % window_attn_skip_freq == 0 ? 0 : window_size;
   }
   bool gated_mlp() const { return mlp != Mlp::gelu; }
-  // The attention scores' scale: --softmax-scale, or 1 / sqrt(head dim).
+  // The attention scores' scale: --softmax-scale, or 1 / sqrt(head dim)
+  // (MLA under YaRN with --rope-scaling-mscale-all-dim: times that mscale
+  // squared, as DeepSeek-V3 has it).
   double attention_scale() const;
-  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
-  // The dimensions of a head RoPE rotates: head_dim x --rotary-percent, rounded down (as transformers does).
-  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent); }
-  int64_t kv_heads() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  // A head's query/key width (MLA: --qk-head-dim + --qk-pos-emb-head-dim).
+  int64_t head_dim() const {
+    if (mla.enabled) return mla.qk_head_dim + mla.qk_pos_emb_head_dim;
+    return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads;
+  }
+  // A head's value width, the output projection's input per head (MLA: --v-head-dim).
+  int64_t value_dim() const { return mla.enabled ? mla.v_head_dim : head_dim(); }
+  // The dimensions of a head RoPE rotates: head_dim x --rotary-percent,
+  // rounded down (as transformers does); MLA's --qk-pos-emb-head-dim.
+  int64_t rotary_dim() const {
+    if (mla.enabled) return mla.qk_pos_emb_head_dim;
+    return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
+  }
+  // Key/value heads (MLA: one per query head, made from the shared latent).
+  int64_t kv_heads() const {
+    if (mla.enabled) return num_attention_heads;
+    return num_query_groups > 0 ? num_query_groups : num_attention_heads;
+  }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
   // V padded to a multiple of --make-vocab-size-divisible-by x tp (Megatron
@@ -247,6 +293,8 @@ struct ModelConfig {
 
   // Parameter count (padded vocabulary included, as allocated).
   int64_t num_params() const;
+  // A layer's attention parameters (projections, their biases and norms).
+  int64_t attention_params() const;
   // A MoE layer's MLP: router (and expert bias), experts, shared expert;
   // `active`: the router, k experts and the shared expert (what a token runs).
   int64_t moe_ffn_params(bool active) const;

@@ -197,9 +197,39 @@ std::vector<Flag<A>> model_base_flags(Get cfg_of) {
 }
 
 // cfg_of: Args& -> ModelConfig& (the config the flags write).
+// DeepSeek-V3's options: multi-head latent attention and the group-limited router.
+template <typename A, typename Get>
+std::vector<Flag<A>> model_deepseek_flags(Get cfg_of) {
+  return {
+      switch_flag<A>("multi-latent-attention", "keys and values from one compressed latent per token (DeepSeek-V2/V3)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).mla.enabled; }),
+      int_flag<A>("q-lora-rank", "MLA: queries through a bottleneck of this rank with its RMSNorm (0: none)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).mla.q_lora_rank; }),
+      int_flag<A>("kv-lora-rank", "MLA: the latent's width, what a token's keys and values are made from",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).mla.kv_lora_rank; }),
+      int_flag<A>("qk-head-dim", "MLA: a head's query/key dimensions without RoPE",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).mla.qk_head_dim; }),
+      int_flag<A>("qk-pos-emb-head-dim", "MLA: a head's query/key dimensions RoPE rotates (the key's shared by heads)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).mla.qk_pos_emb_head_dim; }),
+      int_flag<A>("v-head-dim", "MLA: a head's value dimensions",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).mla.v_head_dim; }),
+      switch_flag<A>("rotary-interleaved", "RoPE turns neighbouring dimension pairs (2i, 2i+1) (DeepSeek-V3's "
+                     "rope_interleave; with --multi-latent-attention)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).rotary_interleaved; }),
+      int_flag<A>("moe-router-num-groups", "experts form this many groups; a token chooses among its best groups "
+                  "(DeepSeek-V3's n_group; 0: none)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).moe.router_num_groups; }),
+      int_flag<A>("moe-router-group-topk", "groups a token chooses its experts from (DeepSeek-V3's topk_group)",
+                  [cfg_of](A& a) -> auto& { return cfg_of(a).moe.router_group_topk; }),
+      double_flag<A>("moe-router-topk-scaling-factor", "the routed experts' weights times this "
+                     "(DeepSeek-V3's routed_scaling_factor)",
+                     [cfg_of](A& a) -> auto& { return cfg_of(a).moe.router_topk_scaling_factor; }),
+  };
+}
+
 template <typename A, typename Get>
 std::vector<Flag<A>> model_shape_flags(Get cfg_of) {
-  return concat(model_base_flags<A>(cfg_of), model_family_flags<A>(cfg_of));
+  return concat(concat(model_base_flags<A>(cfg_of), model_family_flags<A>(cfg_of)), model_deepseek_flags<A>(cfg_of));
 }
 
 // The FP8 flags (Megatron's names): how the linear layers compute, not the
@@ -262,7 +292,9 @@ inline bool added_after_first_checkpoints(const std::string& name) {
       "rotary-percent",
       "geglu",              "apply-layernorm-1p",    "post-sublayer-norm", "no-pre-sublayer-norm", "scale-embedding",
       "softmax-scale",      "local-rotary-base",     "attn-logit-softcapping", "final-logit-softcapping",
-      "window-attn-skip-freq"};
+      "window-attn-skip-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
+      "qk-pos-emb-head-dim", "v-head-dim", "rotary-interleaved", "moe-router-num-groups", "moe-router-group-topk",
+      "moe-router-topk-scaling-factor"};
   return later.count(name) > 0 || name.starts_with("rope-scaling-");
 }
 
@@ -298,7 +330,9 @@ inline bool is_architecture_flag(const std::string& name) {
       "rope-scaling-mscale-all-dim", "rope-scaling-truncate",
       "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
       "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
-      "moe-layer-freq"};
+      "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
+      "v-head-dim", "rotary-interleaved", "moe-router-num-groups", "moe-router-group-topk",
+      "moe-router-topk-scaling-factor"};
   return arch.count(name) > 0;
 }
 

@@ -78,6 +78,10 @@ HfRef HfNames::qk_norm(int l, char which) const {
   return {fmt::format("model.layers.{}.self_attn.{}_norm.weight", l, which)};
 }
 
+HfRef HfNames::mla(int l, const std::string& which) const {
+  return {fmt::format("model.layers.{}.self_attn.{}.weight", l, which)};
+}
+
 HfRef HfNames::mlp(int l, const std::string& which, bool bias) const {
   if (phi3_ && which != "down") {  // gate_up_proj: rows [gate (F) | up (F)]
     const int64_t F = cfg_.ffn();
@@ -92,15 +96,19 @@ HfRef HfNames::mlp(int l, const std::string& which, bool bias) const {
 }
 
 HfRef HfNames::moe(int l, const std::string& which) const {
-  if (cfg_.hf_architecture == "Qwen3MoeForCausalLM") {  // mlp.gate, mlp.experts.{e}.gate_proj/up_proj/down_proj
+  // Qwen3-MoE and DeepSeek-V3: mlp.gate, mlp.experts.{e}.gate_proj/up_proj/down_proj
+  // (DeepSeek-V3's expert bias: mlp.gate.e_score_correction_bias).
+  if (cfg_.hf_architecture == "Qwen3MoeForCausalLM" || cfg_.hf_architecture == "DeepseekV3ForCausalLM") {
     const std::string block = fmt::format("model.layers.{}.mlp.", l);
     if (which == "router") return {block + "gate.weight"};
+    if (which == "expert_bias") return {block + "gate.e_score_correction_bias"};
     HfRef r{block + "experts.{}." + which + "_proj.weight"};
     r.stack = cfg_.moe.num_experts;
     return r;
   }
   const std::string block = fmt::format("model.layers.{}.block_sparse_moe.", l);
   if (which == "router") return {block + "gate.weight"};
+  if (which == "expert_bias") return {};  // Mixtral has none
   HfRef r{block + "experts.{}." + (which == "gate" ? "w1" : which == "up" ? "w3" : "w2") + ".weight"};
   r.stack = cfg_.moe.num_experts;
   return r;

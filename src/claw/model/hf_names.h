@@ -35,6 +35,10 @@ class HfNames {
   HfRef attention(int layer, char which, bool bias) const;
   // --qk-layernorm's weights: which 'q' or 'k' (q_norm, k_norm).
   HfRef qk_norm(int layer, char which) const;
+  // Multi-head latent attention's weights (DeepSeek-V3's self_attn modules):
+  // which: q_proj, q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa,
+  // kv_a_layernorm, kv_b_proj.
+  HfRef mla(int layer, const std::string& which) const;
   // which: "fc", "proj" (GELU MLP) or "gate", "up", "down" (SwiGLU).
   HfRef mlp(int layer, const std::string& which, bool bias) const;
   // MixtralForCausalLM's sparse MoE block: which: "router", or "gate", "up",

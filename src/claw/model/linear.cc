@@ -268,9 +268,9 @@ void Linear::forward(const StepCtx& ctx, const float* x, float* y) const {
     if (quantized) {
       quantized_forward(ctx, x, y);
       if (with_bias) add_bias_rows(ctx.cpu, y, with_bias, ctx.tokens(), out_);
-    } else if (ctx.batch_invariant && !ctx.cpu.gpu && !inference_weight.empty())
+    } else if (ctx.row_kernels() && !inference_weight.empty())
       kernels::weight_linear_forward(ctx.cpu, y, x, inference_weight, with_bias, ctx.tokens());
-    else if (ctx.batch_invariant && !ctx.cpu.gpu)
+    else if (ctx.row_kernels())
       kernels::rowwise_linear_forward(ctx.cpu, y, x, weight.data(), with_bias, ctx.tokens(), in_, out_);
     else
       kernels::linear_forward(ctx.cpu, y, x, weight.data(), with_bias, ctx.tokens(), in_, out_);

@@ -49,7 +49,7 @@ MoELayer::MoELayer(int l, const ModelConfig& cfg, const HfNames& hf, const Tenso
   router.spec = {.name = moe_name(l, "router.weight"), .shape = {E_, C_}, .init_std = std, .hf = hf.moe(l, "router")};
   if (cfg.moe.router_enable_expert_bias)
     expert_bias.spec = {.name = moe_name(l, "router.expert_bias"), .shape = {E_}, .weight_decay = false,
-                        .init = Init::zeros, .buffer = true};
+                        .init = Init::zeros, .hf = hf.moe(l, "expert_bias"), .buffer = true};
   // Mixtral's names where the model is a Mixtral (SwiGLU experts); a GELU
   // expert has none (export refuses the model).
   fc.spec = {.name = moe_name(l, swiglu_ ? "experts.gate_proj.weight" : "experts.fc.weight"), .shape = {E_, Fe_, C_},
@@ -89,8 +89,11 @@ void MoELayer::activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* 
 }
 
 void MoELayer::route(const float* logits, int64_t R) const {
-  kernels::moe_route(logits, cfg_.moe.router_enable_expert_bias ? expert_bias.data() : nullptr, R, E_, k_, score_,
-                     cfg_.moe.expert_capacity_factor, drop_, routing_);
+  const MoeConfig& m = cfg_.moe;
+  const kernels::MoeTopK topk{.num_groups = m.router_num_groups, .group_topk = m.router_group_topk,
+                              .scaling_factor = m.router_topk_scaling_factor};
+  kernels::moe_route(logits, m.router_enable_expert_bias ? expert_bias.data() : nullptr, R, E_, k_, score_,
+                     m.expert_capacity_factor, drop_, routing_, topk);
 }
 
 int64_t MoELayer::token_counts(std::vector<int64_t>& routed) const {
@@ -138,7 +141,7 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
   // The engine's steps (batch-invariant) in the fixed-order kernels: a
   // request's routing and experts give the same rows alone and batched, and
   // decoding's one-row expert groups stream their weights at memory bandwidth.
-  const bool fixed_order = ctx.batch_invariant && !ctx.cpu.gpu;
+  const bool fixed_order = ctx.row_kernels();
   if (fixed_order)
     kernels::rowwise_linear_forward(ctx.cpu, s.logits, x, router.data(), nullptr, R, C_, E_);
   else

@@ -74,6 +74,9 @@ struct StepCtx {
   // Non-null: the loss is this function of whole sequences (above).
   SequenceLoss* sequence_loss = nullptr;
   int64_t tokens() const { return B * T; }
+  // Whether this step runs the fixed-order row kernels (batch_invariant on
+  // the CPU; the GPU keeps its own).
+  bool row_kernels() const { return batch_invariant && !cpu.gpu; }
   // The run's index of this micro-batch's first local token, where dropout
   // counters start: a micro-batch covers sample0's rows, B cp_size T tokens,
   // of which the CP ranks take consecutive B T in rank order.

@@ -218,9 +218,9 @@ double recompute_flops_per_step(const Job& job, const Layout& l) {
   const model::ModelConfig& m = job.model;
   // One block's forward FLOPs per token: 2 x its matmul parameters + 4 H D T (scores and values, as PaLM counts).
   const double C = static_cast<double>(m.hidden_size), D = static_cast<double>(m.head_dim());
-  const double block_params = C * (m.num_attention_heads + 2 * m.kv_heads()) * D + m.num_attention_heads * D * C +
-                              C * m.ffn() * (m.gated_mlp() ? 3 : 2);
-  const double per_token = 2 * block_params + 4.0 * m.num_attention_heads * D * job.seq_length;
+  const double block_params = static_cast<double>(m.attention_params()) + C * m.ffn() * (m.gated_mlp() ? 3 : 2);
+  const double per_token =
+      2 * block_params + 2.0 * m.num_attention_heads * (D + static_cast<double>(m.value_dim())) * job.seq_length;
   const int64_t chunk_layers = l.layers_per_virtual_stage(job);
   const double recomputed = static_cast<double>(m.num_layers) *
                             std::min<double>(1.0, static_cast<double>(l.recompute_num_layers) / chunk_layers);

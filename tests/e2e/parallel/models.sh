@@ -64,3 +64,10 @@ olmo2=("${llama[@]}" --qk-layernorm --qk-layernorm-full-width --post-sublayer-no
 gemma3=("${llama[@]}" --geglu --apply-layernorm-1p --post-sublayer-norm --scale-embedding --qk-layernorm
         --kv-channels 32 --softmax-scale 0.2 --window-size 8 --window-attn-skip-freq 2 --local-rotary-base 10000
         --rotary-base 1000000)
+# DeepSeek-V3's attention and router on deepseek-tiny's MoE: multi-head
+# latent attention (queries through a rank-24 latent, keys and values from a
+# rank-16 one, heads of 16 + 8 interleaved rotated dimensions, values of
+# 12) and group-limited routing (4 groups of 4 experts, 2 kept, weights x 2.5).
+deepseek3=("${deepseek[@]}" --multi-latent-attention --q-lora-rank 24 --kv-lora-rank 16 --qk-head-dim 16
+           --qk-pos-emb-head-dim 8 --v-head-dim 12 --rotary-interleaved --moe-router-num-groups 4
+           --moe-router-group-topk 2 --moe-router-topk-scaling-factor 2.5)

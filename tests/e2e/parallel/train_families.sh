@@ -22,6 +22,9 @@
 #          squares over the group; each KV group on 2 ranks).
 # mistral  --window-size 8 (Mistral's sliding window): TP 2 + SP, PP 2, DP 2
 #          with ZeRO-1, and CP 2 with p2p and a2a, whose chunks the windows cross.
+# deepseek3 DeepSeek-V3's latent attention and group-limited router (models.sh):
+#          TP 2 + SP (the latent projections replicated, their gradients
+#          summed over the heads' ranks), PP 2, DP 2 with ZeRO-1 and EP 2.
 . "$(dirname "$0")/../../lib.sh"
 claw=$1
 case_name=$2
@@ -47,8 +50,11 @@ gemma3)
 gemma2) compare gemma2 "${gemma2[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" ;;
 olmo2)
   compare olmo2 "${olmo2[@]}" -- "${layouts[@]}" "4:$short --tensor-model-parallel-size 4 --sequence-parallel" ;;
+deepseek3)  # the latent side replicated over TP, its gradients summed over the heads' ranks
+  compare deepseek3 "${deepseek3[@]}" -- "${layouts[0]} --expert-tensor-parallel-size 1" "${layouts[@]:1}" \
+    "2:$short --expert-model-parallel-size 2" ;;
 mistral)
   compare mistral "${mistral[@]}" -- "${layouts[@]}" "2:$short --context-parallel-size 2" \
     "2:$short --context-parallel-size 2 --cp-comm-type a2a" ;;
-*) fail "unknown case '$case_name' (qwen2, qwen3, qwen3moe, gemma2, gemma3, olmo2, mistral)" ;;
+*) fail "unknown case '$case_name' (qwen2, qwen3, qwen3moe, gemma2, gemma3, olmo2, mistral, deepseek3)" ;;
 esac

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A model family made by `transformers` through claw (hf_family.py is the
 # oracle; transformers 4.49 from tools/hf_env.sh's venv under /tmp, or 4.57
-# over PyPI's torch 2.5 from tools/torch2_env.sh's for Qwen 3, Qwen3-MoE and
-# Gemma, whose cache needs torch 2).
+# over PyPI's torch 2.5 from tools/torch2_env.sh's for Qwen 3, Qwen3-MoE,
+# Gemma and DeepSeek-V3, whose cache needs torch 2).
 #
-#   hf_family.sh CLAW_BINARY qwen2|qwen3|qwen3moe|mistral|phi3|mixtral|llama3|gemma2|gemma3|olmo2
+#   hf_family.sh CLAW_BINARY qwen2|qwen3|qwen3moe|mistral|phi3|mixtral|llama3|gemma2|gemma3|olmo2|deepseek3
 #
 # 1. a random model of the family, saved by transformers, imported with
 #    `claw ckpt import --format hf`: `claw eval`'s logits equal transformers'
@@ -21,7 +21,7 @@ set -e
 claw=$1
 family=$2
 env=hf
-[[ $family != qwen3* && $family != gemma* ]] || env=torch2
+[[ $family != qwen3* && $family != gemma* && $family != deepseek* ]] || env=torch2
 py=$("$here/../../oracle_env.sh" $env)
 hf() { "$py" "$here/hf_family.py" "$@" 2> >(grep -v -e Warning -e warn >&2); }
 quiet() { "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }; }

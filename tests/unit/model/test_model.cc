@@ -53,6 +53,51 @@ TEST(ModelConfig, MoeParameterCounts) {
   EXPECT_TRUE(every2.moe.is_moe_layer(2, 4));
 }
 
+// DeepSeek-V3: 671B parameters of which 37B run per token (DeepSeek-AI
+// 2024, without the multi-token-prediction module); a small model with the
+// same options holds what num_params says (latent projections and norms,
+// grouped router, shared expert).
+TEST(ModelConfig, LatentAttentionParameterCounts) {
+  const ModelConfig v3 = model_preset("deepseek-v3");
+  v3.validate();
+  EXPECT_EQ(v3.num_params(), 671026419200);
+  const int64_t active =
+      v3.num_params() - v3.moe.num_moe_layers(v3.num_layers) * (v3.moe_ffn_params(false) - v3.moe_ffn_params(true));
+  EXPECT_EQ(active / 1000000000, 37);
+  ModelConfig c = model_preset("deepseek-tiny");
+  c.num_query_groups = 0;
+  c.mla = {.enabled = true, .q_lora_rank = 24, .kv_lora_rank = 16, .qk_head_dim = 16, .qk_pos_emb_head_dim = 8,
+           .v_head_dim = 12};
+  c.moe.router_num_groups = 4;
+  c.moe.router_group_topk = 2;
+  for (const int64_t q_rank : {24, 0}) {
+    c.mla.q_lora_rank = q_rank;
+    GPT m(c);
+    EXPECT_EQ(m.store().numel(), c.num_params()) << "q_lora_rank " << q_rank;
+  }
+}
+
+TEST(ModelConfig, LatentAttentionFlagsAreValidated) {
+  const auto refused = [](auto edit, const std::string& want) {
+    ModelConfig c = model_preset("deepseek-v3");
+    edit(c);
+    try {
+      c.validate();
+      ADD_FAILURE() << "no error for " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused([](ModelConfig& c) { c.mla.v_head_dim = 256; }, "--v-head-dim 256 is wider than a query/key head");
+  refused([](ModelConfig& c) { c.mla.qk_pos_emb_head_dim = 7; }, "--qk-pos-emb-head-dim 7: RoPE needs an even");
+  refused([](ModelConfig& c) { c.num_query_groups = 8; }, "does not combine with --num-query-groups");
+  refused([](ModelConfig& c) { c.qk_layernorm = true; }, "does not combine with --qk-layernorm");
+  refused([](ModelConfig& c) { c.mla.enabled = false; }, "--rotary-interleaved turns MLA's rotated dimensions");
+  refused([](ModelConfig& c) { c.moe.router_num_groups = 7; }, "--moe-router-num-groups 7 must divide --num-experts 256");
+  refused([](ModelConfig& c) { c.moe.router_group_topk = 9; }, "--moe-router-group-topk 9 must be in [1");
+  refused([](ModelConfig& c) { c.moe.router_topk_scaling_factor = 0; }, "--moe-router-topk-scaling-factor");
+}
+
 TEST(ModelConfig, MoeFlagsAreValidated) {
   const auto refused = [](auto edit, const std::string& want) {
     ModelConfig c = model_preset("mixtral-tiny");
