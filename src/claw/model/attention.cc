@@ -222,6 +222,7 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   if (window_ > 0 && ctx.cpu.gpu) fail("--window-size (sliding-window attention) runs on the CPU only for now");
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
   const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
+  if (mla && (ctx.kv_cache || ctx.row_kernels())) return absorbed_forward(ctx, x, y, s);
   if (mla) {
     if (ctx.cpu.gpu) fail("--multi-latent-attention runs on the CPU only for now");
     mla->forward(ctx, x, s.mla, s.q, s.k, s.v);
@@ -271,6 +272,29 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.out, ctx.tokens() * H_ * D_);
   if (mla) mla->compact(ctx, s.out, s.mla);
   o_proj.forward(ctx, mla ? s.mla.out_v : s.out, y);
+}
+
+// The caches (and the engine's batch-invariant steps, so that an RL
+// learner's log-probabilities are its generator's) see MLA's absorbed form:
+// H query heads of r + kv_lora over one latent head that is key and value.
+void Attention::absorbed_forward(const StepCtx& ctx, const float* x, float* y, Saved& s) const {
+  if (ctx.cpu.gpu) fail("--multi-latent-attention runs on the CPU only for now");
+  const int64_t N = ctx.tokens(), A = mla->absorbed_dim();
+  absorbed_q_.resize(static_cast<size_t>(N * H_ * A));
+  absorbed_kv_.resize(static_cast<size_t>(N * A));
+  absorbed_out_.resize(static_cast<size_t>(N * H_ * A));
+  float *q = absorbed_q_.data(), *kv = absorbed_kv_.data(), *out = absorbed_out_.data();
+  mla->absorbed_forward(ctx, x, s.mla, q, kv);
+  const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
+  kernels::rope_forward(ctx.cpu, q, cos, sin, ctx.B, ctx.T, H_, A, ctx.positions, rotary_dim_);
+  kernels::rope_forward(ctx.cpu, kv, cos, sin, ctx.B, ctx.T, 1, A, ctx.positions, rotary_dim_);
+  if (ctx.kv_cache)
+    ctx.kv_cache->attend(ctx.cpu, layer_, q, kv, kv, out, s.lse, ctx.B, ctx.T, H_, 1, A);
+  else
+    kernels::fixed_order_attention_forward(ctx.cpu, out, s.lse, q, kv, kv, ctx.B, ctx.T, H_, 1, A, scale_,
+                                           ctx.seg_start, window_);
+  mla->absorbed_output(ctx, out, s.mla);
+  o_proj.forward(ctx, s.mla.out_v, y);
 }
 
 void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows, const float* dy_rows, float* dx,

@@ -137,6 +137,10 @@ class Attention {
   // seg_start; ctx.seg_start itself when there is no window).
   const int32_t* visible_from(const StepCtx& ctx) const;
   mutable std::vector<int32_t> window_lo_;
+  // --multi-latent-attention in inference: the absorbed form (model/mla.h),
+  // its queries, one key/value head and output.
+  void absorbed_forward(const StepCtx& ctx, const float* x, float* y, Saved& s) const;
+  mutable std::vector<float> absorbed_q_, absorbed_kv_, absorbed_out_;
   const RopeTables* rope_;
   CpAttention* cp_ = nullptr;
   DType activation_dtype_ = DType::f32;  // f32: not rounded

@@ -268,6 +268,10 @@ struct ModelConfig {
     if (mla.enabled) return mla.qk_head_dim + mla.qk_pos_emb_head_dim;
     return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads;
   }
+  // A KV cache head's width: head_dim, or MLA's latent and rotated key part
+  // (--kv-lora-rank + --qk-pos-emb-head-dim; the caches hold the absorbed
+  // form's one head, model/mla.h).
+  int64_t cache_head_dim() const { return mla.enabled ? mla.kv_lora_rank + mla.qk_pos_emb_head_dim : head_dim(); }
   // A head's value width, the output projection's input per head (MLA: --v-head-dim).
   int64_t value_dim() const { return mla.enabled ? mla.v_head_dim : head_dim(); }
   // The dimensions of a head RoPE rotates: head_dim x --rotary-percent,

@@ -71,7 +71,14 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
       q.dequantize(w.data());
     }
   }
-  for (Linear* l : linears()) convert(l->weight, l->inference_weight, true);
+  // MLA's kv_b_proj stays fp32: the absorbed inference form reads its
+  // weight per head (model/mla.h), never through the layer.
+  std::vector<const Linear*> absorbed;
+  for (const auto& b : blocks_)
+    if (b->attention.mla) absorbed.push_back(&b->attention.mla->kv_b_proj);
+  for (Linear* l : linears())
+    if (std::find(absorbed.begin(), absorbed.end(), l) == absorbed.end())
+      convert(l->weight, l->inference_weight, true);
   convert(output_.weight(), output_.inference_weight, !cfg_.tied());
   return r;
 }

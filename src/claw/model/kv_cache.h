@@ -59,7 +59,7 @@ class KvCache final : public AttentionCache {
       : layers_(cfg.num_layers),
         batch_(batch),
         capacity_(capacity),
-        row_(tp.kv_groups(cfg) * cfg.head_dim()),
+        row_(tp.cache_groups(cfg) * cfg.cache_head_dim()),
         k_(static_cast<size_t>(layers_ * batch * capacity * row_)),
         v_(k_.size()),
         length_(static_cast<size_t>(batch), 0),

@@ -95,6 +95,7 @@ class Linear {
   // its part of A's gradient there; its own A is not a parameter.
   void share_lora_a(Linear& owner);
   bool has_lora() const { return lora_rank_ > 0; }
+  bool lora_merged() const { return lora_merged_; }
   // FP8 GEMMs from now on (training and evaluation; batch-invariant
   // inference keeps its own kernels).
   // layer_index: the transformer block the layer belongs to.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "claw/core/error.h"
 #include "claw/kernels/cpu/rmsnorm.h"
 
 namespace claw::model {
@@ -97,8 +98,8 @@ void LatentProjections::from_kernel_layout(const CpuCtx& cpu, const float* q, fl
   });
 }
 
-void LatentProjections::forward(const StepCtx& ctx, const float* x, Saved& s, float* q, float* k, float* v) const {
-  const int64_t N = ctx.tokens(), A = kv_rank_ + r_, KV = qk_ + v_;
+void LatentProjections::queries_and_latent(const StepCtx& ctx, const float* x, Saved& s, float* q) const {
+  const int64_t N = ctx.tokens(), A = kv_rank_ + r_;
   const float* q_in = x;
   if (q_a_proj) {
     q_a_proj->forward(ctx, x, s.q_a);
@@ -111,6 +112,11 @@ void LatentProjections::forward(const StepCtx& ctx, const float* x, Saved& s, fl
   kv_a_proj.forward(ctx, x, s.kv_a);
   for (int64_t n = 0; n < N; ++n) std::copy_n(s.kv_a + n * A, kv_rank_, s.c_pre + n * kv_rank_);
   kernels::rmsnorm_forward(ctx.cpu, s.c, s.c_rstd, s.c_pre, kv_a_norm.data(), N, kv_rank_, eps_);
+}
+
+void LatentProjections::forward(const StepCtx& ctx, const float* x, Saved& s, float* q, float* k, float* v) const {
+  const int64_t N = ctx.tokens(), A = kv_rank_ + r_, KV = qk_ + v_;
+  queries_and_latent(ctx, x, s, q);
   kv_.resize(static_cast<size_t>(N * H_ * KV));
   kv_b_proj.forward(ctx, s.c, kv_.data());
   // Each head's key: the shared rotated part, then its own; its value padded to D.
@@ -125,6 +131,53 @@ void LatentProjections::forward(const StepCtx& ctx, const float* x, Saved& s, fl
         std::copy_n(kv, qk_, kh + r_);
         std::copy_n(kv + qk_, v_, vh);
         std::fill(vh + v_, vh + D_, 0.0f);
+      }
+    }
+  });
+}
+
+// kv_b's weight is [Hl (qk + v), kv_lora]: head h's Wk_h rows first, then its Wv_h.
+void LatentProjections::absorbed_forward(const StepCtx& ctx, const float* x, Saved& s, float* q, float* kv) const {
+  const int64_t N = ctx.tokens(), A = kv_rank_ + r_, Qa = absorbed_dim(), KV = qk_ + v_;
+  if (kv_b_proj.has_lora() && !kv_b_proj.lora_merged())
+    fail("--multi-latent-attention: the absorbed inference form reads kv_b_proj's weight; merge its LoRA adapter "
+         "first (generation merges adapters)");
+  heads_.resize(static_cast<size_t>(N * H_ * D_));
+  queries_and_latent(ctx, x, s, heads_.data());
+  const float* w = kv_b_proj.weight.data();
+  parallel_for(ctx.cpu, N * H_, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float* qh = heads_.data() + i * D_;  // [rope | nope]
+      float* out = q + i * Qa;
+      std::copy_n(qh, r_, out);
+      float* lat = out + r_;
+      std::fill(lat, lat + kv_rank_, 0.0f);
+      const float* wk = w + (i % H_) * KV * kv_rank_;  // Wk_h [qk, kv_lora]
+      for (int64_t d = 0; d < qk_; ++d) {
+        const float a = qh[r_ + d];
+        const float* row = wk + d * kv_rank_;
+        for (int64_t j = 0; j < kv_rank_; ++j) lat[j] += a * row[j];
+      }
+    }
+  });
+  for (int64_t n = 0; n < N; ++n) {
+    const float* rope = s.kv_a + n * A + kv_rank_;
+    for (int64_t j = 0; j < r_; ++j) kv[n * Qa + j] = rope[rope_source(j)];
+    std::copy_n(s.c + n * kv_rank_, kv_rank_, kv + n * Qa + r_);
+  }
+}
+
+void LatentProjections::absorbed_output(const StepCtx& ctx, const float* out, Saved& s) const {
+  const int64_t Qa = absorbed_dim(), KV = qk_ + v_;
+  const float* w = kv_b_proj.weight.data();
+  parallel_for(ctx.cpu, ctx.tokens() * H_, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float* lat = out + i * Qa + r_;
+      const float* wv = w + ((i % H_) * KV + qk_) * kv_rank_;  // Wv_h [v, kv_lora]
+      for (int64_t e = 0; e < v_; ++e) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < kv_rank_; ++j) acc += lat[j] * wv[e * kv_rank_ + j];
+        s.out_v[i * v_ + e] = acc;
       }
     }
   });

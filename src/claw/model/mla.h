@@ -28,8 +28,19 @@
 // rank, and their input gradient is added by the group's first rank only
 // (the attention's input gradient is a sum over the group).
 //
-// The KV cache stores the expanded keys and values (not the latent: the
-// absorbed decode form is not written yet).
+// Inference (a KV cache, or the engine's batch-invariant steps) runs the
+// absorbed form instead: with Wkvb_h = [Wk_h (qk rows) | Wv_h (v rows)],
+//
+//   q'_h  = [q_rope_h | q_nope_h Wk_h]     [r + kv_lora]   (absorb_queries)
+//   kv'   = [k_rope | c]                   one key/value head of r + kv_lora for all H
+//   o'_h  = softmax(q'_h . kv' scale) kv'  (the usual kernels, G = 1)
+//   out_h = o'_h[r:] Wv_h^T                [v]             (absorb_output)
+//
+// q'_h . kv' = q_rope_h . k_rope + q_nope_h . (Wk_h c) is the same score,
+// and o'_h[r:] Wv_h^T = sum p (Wv_h c) the same output, so the caches hold
+// one latent per token and layer, r + kv_lora values (stored as key and as
+// value), not 2 H (qk + r) expanded ones. The per-head products are loops in
+// a fixed order: a row's result does not depend on its batch.
 #pragma once
 
 #include <optional>
@@ -73,6 +84,12 @@ class LatentProjections {
   void compact(const StepCtx& ctx, const float* out, Saved& s) const;
   // d out_v [N, Hl, v] -> d out [N, Hl, D] (zeros in the padding).
   void expand(const StepCtx& ctx, const float* dout_v, float* dout) const;
+  // The absorbed form (above): q' [N, Hl, A] and kv' [N, A], A = r + kv_lora
+  // (absorbed_dim), RoPE not yet applied.
+  int64_t absorbed_dim() const { return r_ + kv_rank_; }
+  void absorbed_forward(const StepCtx& ctx, const float* x, Saved& s, float* q, float* kv) const;
+  // o' [N, Hl, A] -> s.out_v [N, Hl, v].
+  void absorbed_output(const StepCtx& ctx, const float* out, Saved& s) const;
   // dq, dk, dv [N, Hl, D] (after RoPE's backward) -> the weights' gradients
   // and dx [N, C] (overwritten; this rank's part of the sum over the group).
   void backward(const StepCtx& ctx, const Saved& s, const float* x, const float* dq, const float* dk, const float* dv,
@@ -91,6 +108,9 @@ class LatentProjections {
   // kernels' [r (halves) | qk], for `heads` heads of N tokens.
   void to_kernel_layout(const CpuCtx& cpu, const float* proj, float* q, int64_t N) const;
   void from_kernel_layout(const CpuCtx& cpu, const float* q, float* proj, int64_t N) const;
+  // The queries of x in the kernels' layout, q [N, Hl, D], and the latent
+  // side of s (q_a, q_lat, kv_a, c_pre, c).
+  void queries_and_latent(const StepCtx& ctx, const float* x, Saved& s, float* q) const;
   // Dimension j of the rotated part in the kernels' layout comes from this
   // dimension of the projection's.
   int64_t rope_source(int64_t j) const;
@@ -99,7 +119,7 @@ class LatentProjections {
   int64_t C_, H_, D_, qk_, r_, v_, q_rank_, kv_rank_;
   bool interleaved_;
   double eps_;
-  mutable std::vector<float> kv_, dq_proj_, dkv_, dlat_, dq_lat_, dq_a_, dc_, dkv_a_;
+  mutable std::vector<float> kv_, dq_proj_, heads_, dkv_, dlat_, dq_lat_, dq_a_, dc_, dkv_a_;
 };
 
 }  // namespace claw::model

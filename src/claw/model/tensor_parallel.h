@@ -46,6 +46,8 @@ struct TpDims {
   int kv_replicas(const ModelConfig& c) const {
     return c.kv_heads() >= size ? 1 : size / static_cast<int>(c.kv_heads());
   }
+  // The KV caches' heads: kv_groups, or MLA's one latent per token (whole on every rank).
+  int64_t cache_groups(const ModelConfig& c) const { return c.mla.enabled ? 1 : kv_groups(c); }
   int64_t ffn(const ModelConfig& c) const { return c.ffn() / size; }
   int64_t padded_vocab(const ModelConfig& c) const { return c.padded_vocab_size(size); }
   int64_t vocab_rows(const ModelConfig& c) const { return padded_vocab(c) / size; }

@@ -12,8 +12,8 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
     : layers_(cfg.num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
-      row_(tp.kv_groups(cfg) * cfg.head_dim()),
-      head_dim_(cfg.head_dim()),
+      row_(tp.cache_groups(cfg) * cfg.cache_head_dim()),
+      head_dim_(cfg.cache_head_dim()),
       layer_elems_(num_blocks * block_size * row_),
       bytes_per_block_(block_bytes(cfg, tp, block_size, dtype)),
       dtype_(dtype),
@@ -21,13 +21,13 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
       scale_(cfg.attention_scale(), cfg.attn_logit_softcapping),
       storage_(new uint8_t[static_cast<size_t>(2 * layers_ * layer_elems_) * kernels::kv_dtype_size(dtype)]) {
   if (dtype == kernels::KvDtype::int8)
-    scales_.reset(new float[static_cast<size_t>(2 * layers_ * num_blocks * block_size * tp.kv_groups(cfg))]);
+    scales_.reset(new float[static_cast<size_t>(2 * layers_ * num_blocks * block_size * tp.cache_groups(cfg))]);
 }
 
 int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size,
                                   kernels::KvDtype dtype) {
-  const int64_t rows = 2 * cfg.num_layers * block_size * tp.kv_groups(cfg);
-  return rows * cfg.head_dim() * static_cast<int64_t>(kernels::kv_dtype_size(dtype)) +
+  const int64_t rows = 2 * cfg.num_layers * block_size * tp.cache_groups(cfg);
+  return rows * cfg.cache_head_dim() * static_cast<int64_t>(kernels::kv_dtype_size(dtype)) +
          (dtype == kernels::KvDtype::int8 ? rows * static_cast<int64_t>(sizeof(float)) : 0);
 }
 

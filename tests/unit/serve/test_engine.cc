@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "claw/model/config.h"
@@ -24,8 +25,21 @@ using testing::max_rel;
 
 const CpuCtx ctx{2};
 
+// "deepseek-mla": deepseek-tiny's experts (grouped routing) under DeepSeek-V3's
+// latent attention, which the caches run in its absorbed form (model/mla.h).
 model::ModelConfig small(const char* preset) {
-  model::ModelConfig c = model::model_preset(preset);
+  const bool mla = std::string_view(preset) == "deepseek-mla";
+  model::ModelConfig c = model::model_preset(mla ? "deepseek-tiny" : preset);
+  if (mla) {
+    c.num_query_groups = 0;
+    c.mla = {.enabled = true, .q_lora_rank = 48, .kv_lora_rank = 32, .qk_head_dim = 32, .qk_pos_emb_head_dim = 16,
+             .v_head_dim = 24};
+    c.rotary_interleaved = true;
+    c.moe.layer_freq = "0,1";
+    c.moe.router_num_groups = 4;
+    c.moe.router_group_topk = 2;
+    c.moe.router_topk_scaling_factor = 2.5;
+  }
   c.num_layers = 2;
   c.vocab_size = 1000;
   c.hidden_dropout = 0;
@@ -42,9 +56,10 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint32_t seed) {
 
 // Two sequences prefilled in chunks of different sizes through scattered
 // blocks of 16, then decoded together: every position's logits equal the
-// whole-sequence forward's (1e-5 relative).
+// whole-sequence forward's (1e-5 relative; for MLA, the absorbed form's
+// against the training forward's expanded heads).
 TEST(PagedKvCache, LogitsEqualTheFullForward) {
-  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny", "deepseek-mla"}) {
     const model::ModelConfig c = small(preset);
     model::GPT m(c);
     m.init_weights(ctx, 1234);
@@ -127,7 +142,7 @@ void drain(Engine& e) {
 const SamplingParams kSampled{.temperature = 0.9, .top_p = 0.95, .seed = 42};
 
 TEST(Engine, RequestIsBitwiseTheSameAloneAndUnderLoad) {
-  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny", "deepseek-mla"}) {
     const model::ModelConfig c = small(preset);
     model::GPT m(c);
     m.init_weights(ctx, 99);
