@@ -119,6 +119,22 @@ TEST(PlanMemory, FamilyPresetsHoldTheirPublishedParameterCounts) {
   EXPECT_EQ(moe.num_params() - 94 * (128 - 8) * expert, 22'190'763'520);
   const StageMemory mm = stage_memory(job_of("qwen3-235b-a22b", 4096, 8), Layout{}, 0, precision("fp32"));
   EXPECT_EQ(mm.param_elements, moe.num_params());
+  // DeepSeek-V3: 61 layers of multi-head latent attention (q through a
+  // 1536 latent, keys and values from a 512 one, heads of 128 + 64 rotated,
+  // values of 128), 3 dense layers, 58 of 256 experts of 3 x 7168 x 2048
+  // with a router, its bias and one shared expert: 671.0B, 37.5B of them
+  // run per token. The caches hold its absorbed form's latent, 512 + 64
+  // values per token and layer as key and as value, not 2 x 128 x 192.
+  const model::ModelConfig v3 = model::model_preset("deepseek-v3");
+  const int64_t C = 7168, mla = C * 1536 + 1536 + 1536 * 128 * 192 + C * 576 + 512 + 512 * 128 * 256 + 128 * 128 * C;
+  const int64_t ds_expert = 3 * C * 2048, dense_layer = mla + 2 * C + 3 * C * 18432,
+                moe_layer = mla + 2 * C + 256 * C + 256 + 257 * ds_expert;
+  EXPECT_EQ(v3.num_params(), 2 * 129280 * C + 3 * dense_layer + 58 * moe_layer + C);
+  EXPECT_EQ(v3.num_params(), 671'026'419'200);
+  EXPECT_EQ(v3.num_params() - 58 * (256 - 8) * ds_expert - 58 * 256, 37'552'282'624);
+  const StageMemory dm = stage_memory(job_of("deepseek-v3", 4096, 8), Layout{}, 0, precision("fp32"));
+  EXPECT_EQ(dm.param_elements, v3.num_params());
+  EXPECT_EQ(model::TpDims{.size = 8}.cache_groups(v3) * v3.cache_head_dim(), 512 + 64);
   const model::ModelConfig mistral = model::model_preset("mistral-7b");
   const double attn = 12.0 * 32 * 32 * 128;  // 12 L H Q
   EXPECT_DOUBLE_EQ(mistral.flops_per_token(16384) - mistral.flops_per_token(4096), 0.0);
