@@ -66,6 +66,14 @@ FAMILIES = {
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
         num_experts_per_tok=8, num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
         rope_theta=1e6, norm_topk_prob=True, tie_word_embeddings=False)),
+    # DeepSeek-V2-Lite's width (16 heads of 128 + 64 rotated from a 512 latent, 64 experts of 1408, top 6, two
+    # shared) in DeepSeek-V3's class (sigmoid router), 2 layers: the first dense, the second experts.
+    "deepseek-v2-lite/2-layers": ("DeepseekV3ForCausalLM", tf.DeepseekV3Config, dict(
+        vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408, n_routed_experts=64,
+        num_experts_per_tok=6, n_shared_experts=2, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+        first_k_dense_replace=1, num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=None,
+        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, rope_theta=1e4,
+        tie_word_embeddings=False)),
 }
 PROMPT = [17, 250, 3, 999, 42, 7, 512, 88, 1, 640, 11, 23, 5, 77, 301, 9]
 
@@ -90,12 +98,17 @@ def token_bytes(model, context):
     embed = model.get_input_embeddings().weight
     tied = model.get_output_embeddings().weight.data_ptr() == embed.data_ptr()
     moe_unread = 0
-    if getattr(c, "num_experts", 0):
+    experts = getattr(c, "num_experts", 0) or getattr(c, "n_routed_experts", 0)
+    if experts:
         per_expert = 3 * c.hidden_size * c.moe_intermediate_size
-        moe_unread = c.num_hidden_layers * (c.num_experts - c.num_experts_per_tok) * per_expert
+        dense = len(getattr(c, "mlp_only_layers", []) or []) + getattr(c, "first_k_dense_replace", 0)
+        moe_unread = (c.num_hidden_layers - dense) * (experts - c.num_experts_per_tok) * per_expert
     read = params - moe_unread - (0 if tied else embed.numel()) + embed.shape[1]
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * context
+    if getattr(c, "kv_lora_rank", None):  # MLA: claw caches the absorbed latent, as key and as value
+        kv = 2 * c.num_hidden_layers * (c.kv_lora_rank + c.qk_rope_head_dim) * context
+    else:
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        kv = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * context
     return 4 * (read + kv)
 
 

@@ -29,6 +29,8 @@ T need(const nlohmann::json& j, const char* key, const std::string& path) {
 // config.json's rope_scaling (null: none).
 nlohmann::json hf_rope_scaling(const model::RopeScaling& r) {
   if (!r.enabled()) return nullptr;
+  if (r.longrope())  // Phi3ForCausalLM's three fields (its config has the original context and the factor)
+    return {{"type", "longrope"}, {"short_factor", r.short_factor}, {"long_factor", r.long_factor}};
   nlohmann::json j = {{"rope_type", r.type}, {"factor", r.factor}};
   if (r.type != "linear") j["original_max_position_embeddings"] = r.original_max_position_embeddings;
   if (r.type == "llama3") {
@@ -56,9 +58,36 @@ model::RopeScaling rope_scaling_of(const nlohmann::json& j, const std::string& p
   if (!s.is_object()) fail("{} {} is not an object", where, s.dump());
   r.type = s.contains("rope_type") ? need<std::string>(s, "rope_type", where) : need<std::string>(s, "type", where);
   if (r.type == "default") return {};
-  if (r.type != "linear" && r.type != "llama3" && r.type != "yarn")
-    fail("{} {}: rope_type '{}' is not supported (claw scales RoPE as linear, llama3 and yarn)", where, s.dump(),
-         r.type);
+  if (r.type == "su") r.type = "longrope";  // Phi-3's first name for it
+  if (r.type != "linear" && r.type != "llama3" && r.type != "yarn" && r.type != "longrope")
+    fail("{} {}: rope_type '{}' is not supported (claw scales RoPE as linear, llama3, yarn and longrope)", where,
+         s.dump(), r.type);
+  if (r.type == "longrope") {
+    // transformers' rule: with a top-level original_max_position_embeddings
+    // (Phi-3's) the factor is max_position_embeddings over it; else the
+    // original context is max_position_embeddings and the factor rope_scaling's.
+    const auto factors = [&](const char* key) {
+      if (!s.contains(key) || !s[key].is_array()) fail("{} {}: longrope needs a list '{}'", where, s.dump(), key);
+      std::vector<double> f;
+      for (const nlohmann::json& x : s[key]) {
+        if (!x.is_number()) fail("{}: {} holds {}, not a number", where, key, x.dump());
+        f.push_back(x.get<double>());
+      }
+      return f;
+    };
+    r.short_factor = factors("short_factor");
+    r.long_factor = factors("long_factor");
+    const int64_t max_pos = need<int64_t>(j, "max_position_embeddings", path);
+    if (j.contains("original_max_position_embeddings") && !j["original_max_position_embeddings"].is_null()) {
+      r.original_max_position_embeddings = need<int64_t>(j, "original_max_position_embeddings", path);
+      r.factor = static_cast<double>(max_pos) / static_cast<double>(r.original_max_position_embeddings);
+    } else {
+      r.original_max_position_embeddings = max_pos;
+      r.factor = need<double>(s, "factor", where);
+    }
+    r.attention_factor = get_or<double>(s, "attention_factor", 0.0, where);
+    return r;
+  }
   r.factor = need<double>(s, "factor", where);
   if (r.type == "yarn") {  // transformers' defaults where a field is absent or null
     const auto number_or = [&](const char* key, double fallback) {
@@ -264,6 +293,9 @@ void gemma_of(const nlohmann::json& j, const std::string& path, const std::strin
 
 // The fields every Llama-style family's config.json shares.
 nlohmann::json llama_family_config(const model::ModelConfig& c, const char* architecture, const char* type) {
+  if (c.rope_scaling.longrope() && std::string_view(architecture) != "Phi3ForCausalLM")
+    fail("--rope-scaling-type longrope: of the Hugging Face classes claw writes, Phi3ForCausalLM has it (its "
+         "original_max_position_embeddings); set --hf-architecture Phi3ForCausalLM");
   return {{"architectures", {architecture}},
           {"model_type", type},
           {"vocab_size", c.vocab_size},
@@ -467,7 +499,15 @@ nlohmann::json hf_phi3_config(const model::ModelConfig& c) {
     fail("--kv-channels {}: Phi3ForCausalLM's head dimension is hidden / heads ({})", c.kv_channels,
          c.hidden_size / c.num_attention_heads);
   j["sliding_window"] = c.window_size > 0 ? nlohmann::json(c.window_size) : nlohmann::json(nullptr);
-  j["original_max_position_embeddings"] = c.max_position_embeddings;
+  const model::RopeScaling& rs = c.rope_scaling;
+  if (rs.enabled() && !rs.longrope())
+    fail("--rope-scaling-type {}: Phi3ForCausalLM scales RoPE by longrope only", rs.type);
+  if (rs.longrope() && (rs.attention_factor > 0 ||
+                        rs.factor != static_cast<double>(c.max_position_embeddings) /
+                                         static_cast<double>(rs.original_max_position_embeddings)))
+    fail("--rope-scaling-type longrope: Phi3ForCausalLM derives the factor (--max-position-embeddings / "
+         "--rope-scaling-original-max-position-embeddings) and the attention factor; this model sets its own");
+  j["original_max_position_embeddings"] = rs.longrope() ? rs.original_max_position_embeddings : c.max_position_embeddings;
   j["partial_rotary_factor"] = c.rotary_percent;
   j["resid_pdrop"] = c.hidden_dropout;
   j["embd_pdrop"] = c.hidden_dropout;

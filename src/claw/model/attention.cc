@@ -18,11 +18,19 @@
 
 namespace claw::model {
 
-std::vector<float> rope_inv_freqs(const ModelConfig& cfg) {
+std::vector<float> rope_inv_freqs(const ModelConfig& cfg, bool long_factors) {
   const int64_t D = cfg.rotary_dim(), half = D / 2;  // the rotated dimensions' frequencies
   std::vector<float> inv(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) inv[i] = kernels::rope_inv_freq(i, D, cfg.rotary_base);
   const RopeScaling& rs = cfg.rope_scaling;
+  if (rs.longrope()) {  // 1 / (factor_i theta^(2i/D)), in fp32 as transformers computes it
+    const std::vector<double>& ext = long_factors ? rs.long_factor : rs.short_factor;
+    for (int64_t i = 0; i < half; ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
+      inv[i] = 1.0f / (static_cast<float>(ext[i]) * std::pow(static_cast<float>(cfg.rotary_base), exponent));
+    }
+    return inv;
+  }
+  for (int64_t i = 0; i < half; ++i) inv[i] = kernels::rope_inv_freq(i, D, cfg.rotary_base);
   const float factor = static_cast<float>(rs.factor);
   if (rs.type == "linear") {
     for (float& f : inv) f /= factor;
@@ -73,11 +81,20 @@ ModelConfig local_rope_config(const ModelConfig& cfg) {
   return c;
 }
 
-RopeTables::RopeTables(const ModelConfig& cfg)
-    : cos(cfg.max_position_embeddings * cfg.rotary_dim() / 2), sin(cfg.max_position_embeddings * cfg.rotary_dim() / 2) {
+RopeTables::RopeTables(const ModelConfig& cfg) {
+  const int64_t P = cfg.max_position_embeddings, half = cfg.rotary_dim() / 2;
+  const bool two = cfg.rope_scaling.longrope();
+  cos.resize(static_cast<size_t>((two ? 2 : 1) * P * half));
+  sin.resize(cos.size());
   const std::vector<float> inv = rope_inv_freqs(cfg);
-  kernels::rope_table(cos.data(), sin.data(), cfg.max_position_embeddings, cfg.rotary_dim(), inv.data());
-  // YaRN's attention factor scales cos and sin (so q.k by its square), as transformers does.
+  kernels::rope_table(cos.data(), sin.data(), P, cfg.rotary_dim(), inv.data());
+  if (two) {
+    const std::vector<float> inv_long = rope_inv_freqs(cfg, true);
+    kernels::rope_table(cos.data() + P * half, sin.data() + P * half, P, cfg.rotary_dim(), inv_long.data());
+    long_offset = P;
+    original = cfg.rope_scaling.original_max_position_embeddings;
+  }
+  // YaRN's and LongRoPE's attention factor scales cos and sin (so q.k by its square), as transformers does.
   if (const auto m = static_cast<float>(cfg.rope_scaling.table_scale()); m != 1.0f) {
     for (float& c : cos) c *= m;
     for (float& s : sin) s *= m;
@@ -218,6 +235,27 @@ const int32_t* Attention::visible_from(const StepCtx& ctx) const {
   return window_lo_.data();
 }
 
+const int32_t* Attention::rope_positions(const StepCtx& ctx) const {
+  if (!rope_ || rope_->long_offset == 0) return ctx.positions;
+  if (ctx.cpu.gpu) fail("--rope-scaling-type longrope runs on the CPU only for now");
+  if (ctx.cp_size > 1) fail("--rope-scaling-type longrope with --context-parallel-size is not available yet");
+  const int64_t B = ctx.B, T = ctx.T, N = B * T;
+  rope_pos_.resize(static_cast<size_t>(N));
+  seq_end_.resize(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) rope_pos_[i] = ctx.positions ? ctx.positions[i] : static_cast<int32_t>(i % T);
+  if (ctx.kv_cache) {
+    ctx.kv_cache->sequence_ends(B, T, seq_end_.data());
+  } else {
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t end = *std::max_element(rope_pos_.begin() + b * T, rope_pos_.begin() + (b + 1) * T) + 1;
+      std::fill(seq_end_.begin() + b * T, seq_end_.begin() + (b + 1) * T, end);
+    }
+  }
+  for (int64_t i = 0; i < N; ++i)
+    if (seq_end_[i] > rope_->original) rope_pos_[i] += static_cast<int32_t>(rope_->long_offset);
+  return rope_pos_.data();
+}
+
 void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved& s, Scratch& scratch) const {
   if (window_ > 0 && ctx.cpu.gpu) fail("--window-size (sliding-window attention) runs on the CPU only for now");
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
@@ -251,8 +289,9 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   if (!mla) v_proj->forward(ctx, x, s.v);
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
-    kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions, rotary_dim_);
-    kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions, rotary_dim_);
+    const int32_t* pos = rope_positions(ctx);
+    kernels::rope_forward(ctx.cpu, s.q, cos, sin, ctx.B, ctx.T, H_, D_, pos, rotary_dim_);
+    kernels::rope_forward(ctx.cpu, s.k, cos, sin, ctx.B, ctx.T, G_, D_, pos, rotary_dim_);
   }
   if (round) {
     kernels::round_half_values(ctx.cpu, activation_dtype_, s.q, ctx.tokens() * H_ * D_);
@@ -286,8 +325,9 @@ void Attention::absorbed_forward(const StepCtx& ctx, const float* x, float* y, S
   float *q = absorbed_q_.data(), *kv = absorbed_kv_.data(), *out = absorbed_out_.data();
   mla->absorbed_forward(ctx, x, s.mla, q, kv);
   const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
-  kernels::rope_forward(ctx.cpu, q, cos, sin, ctx.B, ctx.T, H_, A, ctx.positions, rotary_dim_);
-  kernels::rope_forward(ctx.cpu, kv, cos, sin, ctx.B, ctx.T, 1, A, ctx.positions, rotary_dim_);
+  const int32_t* pos = rope_positions(ctx);
+  kernels::rope_forward(ctx.cpu, q, cos, sin, ctx.B, ctx.T, H_, A, pos, rotary_dim_);
+  kernels::rope_forward(ctx.cpu, kv, cos, sin, ctx.B, ctx.T, 1, A, pos, rotary_dim_);
   if (ctx.kv_cache)
     ctx.kv_cache->attend(ctx.cpu, layer_, q, kv, kv, out, s.lse, ctx.B, ctx.T, H_, 1, A);
   else
@@ -315,8 +355,9 @@ void Attention::backward(const StepCtx& ctx, const Saved& s, const float* x_rows
                                 s.lse, ctx.B, ctx.T, H_, G_, D_, scale_, visible_from(ctx));
   if (rope_) {
     const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
-    kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, ctx.positions, rotary_dim_);
-    kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, ctx.positions, rotary_dim_);
+    const int32_t* pos = rope_positions(ctx);
+    kernels::rope_backward(ctx.cpu, scratch.dq, cos, sin, ctx.B, ctx.T, H_, D_, pos, rotary_dim_);
+    kernels::rope_backward(ctx.cpu, scratch.dk, cos, sin, ctx.B, ctx.T, G_, D_, pos, rotary_dim_);
   }
   if (mla) {
     const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);

@@ -42,16 +42,21 @@ namespace claw::model {
 
 // The inverse frequencies [D/2] of the model's RoPE: 1 / theta^(2i/D), then
 // --rope-scaling-type's stretch, in fp32 operation by operation as Hugging
-// Face computes them (rope_scaling "linear", "llama3").
-std::vector<float> rope_inv_freqs(const ModelConfig& cfg);
+// Face computes them (rope_scaling "linear", "llama3", "yarn", "longrope":
+// its long factors when `long_factors`, else its short ones).
+std::vector<float> rope_inv_freqs(const ModelConfig& cfg, bool long_factors = false);
 
 // The RoPE of --local-rotary-base's windowed layers: that theta, unscaled
 // (Gemma 3's rope_local_base_freq).
 ModelConfig local_rope_config(const ModelConfig& cfg);
 
-// cos/sin tables [P, D/2] shared by all layers.
+// cos/sin tables [P, D/2] shared by all layers; longrope's [2P, D/2], the
+// long factors' rows from P on (a position p of a long sequence reads row
+// p + long_offset).
 struct RopeTables {
   std::vector<float> cos, sin;
+  int64_t long_offset = 0;  // P under longrope, else 0
+  int64_t original = 0;     // longrope: the original context (longer sequences read the long rows)
   RopeTables() = default;
   explicit RopeTables(const ModelConfig& cfg);  // P = max_position_embeddings
   bool empty() const { return cos.empty(); }
@@ -136,6 +141,12 @@ class Attention {
   // The flash kernel's first visible key per token under the window (its
   // seg_start; ctx.seg_start itself when there is no window).
   const int32_t* visible_from(const StepCtx& ctx) const;
+  // The positions RoPE reads: ctx.positions, or under longrope each token's
+  // position moved to the long rows when its sequence is longer than the
+  // original context (a sequence's length: its row's largest position + 1,
+  // or with a cache its length once this step is cached; HF's rule).
+  const int32_t* rope_positions(const StepCtx& ctx) const;
+  mutable std::vector<int32_t> rope_pos_, seq_end_;
   mutable std::vector<int32_t> window_lo_;
   // --multi-latent-attention in inference: the absorbed form (model/mla.h),
   // its queries, one key/value head and output.

@@ -42,6 +42,11 @@ double LoraConfig::scale() const {
 }
 
 double RopeScaling::table_scale() const {
+  if (type == "longrope") {
+    if (attention_factor > 0) return attention_factor;
+    if (factor <= 1) return 1.0;
+    return std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original_max_position_embeddings)));
+  }
   if (type != "yarn") return 1.0;
   if (attention_factor > 0) return attention_factor;
   const auto mscale_of = [&](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
@@ -136,8 +141,20 @@ void validate_moe(const MoeConfig& m, int64_t num_layers) {
 void validate_rope_scaling(const ModelConfig& c) {
   const RopeScaling& rs = c.rope_scaling;
   if (!rs.enabled()) return;
-  if (rs.type != "linear" && rs.type != "llama3" && rs.type != "yarn")
-    fail("--rope-scaling-type '{}' is not one of: none, linear, llama3, yarn", rs.type);
+  if (rs.type != "linear" && rs.type != "llama3" && rs.type != "yarn" && rs.type != "longrope")
+    fail("--rope-scaling-type '{}' is not one of: none, linear, llama3, yarn, longrope", rs.type);
+  if (rs.longrope()) {
+    const size_t pairs = static_cast<size_t>(c.rotary_dim() / 2);
+    for (const auto& [f, flag] : {std::pair{&rs.short_factor, "--rope-scaling-short-factor"},
+                                  std::pair{&rs.long_factor, "--rope-scaling-long-factor"}}) {
+      if (f->size() != pairs)
+        fail("{} lists {} factors; longrope needs one per rotated dimension pair ({})", flag, f->size(), pairs);
+      for (double x : *f)
+        if (!(x > 0)) fail("{}: factor {} must be positive", flag, x);
+    }
+  } else if (!rs.short_factor.empty() || !rs.long_factor.empty()) {
+    fail("--rope-scaling-short-factor / --rope-scaling-long-factor belong to --rope-scaling-type longrope");
+  }
   if (c.position_embedding_type != Position::rope) fail("--rope-scaling-type {} needs rotary embeddings", rs.type);
   if (!(rs.factor >= 1)) fail("--rope-scaling-factor must be >= 1, got {}", rs.factor);
   if (rs.type == "llama3" && !(rs.low_freq_factor > 0 && rs.high_freq_factor > rs.low_freq_factor))
@@ -170,6 +187,10 @@ void validate_mla(const ModelConfig& c) {
   in_range(a.v_head_dim, 1, "--v-head-dim");
   if (a.qk_pos_emb_head_dim % 2 != 0)
     fail("--qk-pos-emb-head-dim {}: RoPE needs an even number of dimensions", a.qk_pos_emb_head_dim);
+  if (a.kv_lora_rank + a.qk_pos_emb_head_dim > 1024)
+    fail("--kv-lora-rank {} + --qk-pos-emb-head-dim {} is wider than the 1024 values the paged attention kernel "
+         "holds for a cached head (MLA's absorbed latent)",
+         a.kv_lora_rank, a.qk_pos_emb_head_dim);
   if (a.v_head_dim > c.head_dim())
     fail("--v-head-dim {} is wider than a query/key head (--qk-head-dim + --qk-pos-emb-head-dim = {}); claw runs "
          "MLA's values padded to that width",

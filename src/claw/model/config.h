@@ -114,8 +114,14 @@ struct MlaConfig {
 //   llama3  Llama 3.1's: wavelengths above original / low_freq_factor
 //           divided by factor, below original / high_freq_factor kept,
 //           interpolated smoothly between
+//   longrope Phi-3's (LongRoPE, Ding et al. 2024): frequency i divided by
+//           short_factor[i], or by long_factor[i] for the tokens of a
+//           sequence longer than the original context (Hugging Face's rule:
+//           a sequence's length so far, this forward's tokens included);
+//           cos and sin times sqrt(1 + ln factor / ln original), factor =
+//           max_position_embeddings / original
 struct RopeScaling {
-  std::string type;                  // --rope-scaling-type: "" (none), linear, llama3, yarn
+  std::string type;                  // --rope-scaling-type: "" (none), linear, llama3, yarn, longrope
   double factor = 8.0;               // --rope-scaling-factor
   double low_freq_factor = 1.0;      // --rope-scaling-low-freq-factor (llama3)
   double high_freq_factor = 4.0;     // --rope-scaling-high-freq-factor (llama3)
@@ -131,8 +137,11 @@ struct RopeScaling {
   double mscale = 0;                 // --rope-scaling-mscale
   double mscale_all_dim = 0;         // --rope-scaling-mscale-all-dim
   bool truncate = true;              // --rope-scaling-truncate: the ramp's ends rounded out to whole dimensions
+  std::vector<double> short_factor;  // --rope-scaling-short-factor (longrope: one per rotated pair)
+  std::vector<double> long_factor;   // --rope-scaling-long-factor
   bool enabled() const { return !type.empty(); }
-  // cos and sin's multiplier: YaRN's attention factor, else 1.
+  bool longrope() const { return type == "longrope"; }
+  // cos and sin's multiplier: YaRN's or LongRoPE's attention factor, else 1.
   double table_scale() const;
 };
 

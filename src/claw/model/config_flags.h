@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "claw/core/flag.h"
@@ -16,19 +17,38 @@
 
 namespace claw::model {
 
+// A comma-separated list of numbers (longrope's factors), printed back so
+// that it reads the same (fmt's shortest round trip).
+template <typename A, typename Field>
+Flag<A> factor_list_flag(const std::string& name, const std::string& help, Field field) {
+  return Flag<A>{name, help, false,
+                 [name, field](A& a, const std::string& v) {
+                   std::vector<double>& out = field(a);
+                   out.clear();
+                   for (const std::string& x : split_names(v)) out.push_back(parse_double(name, x));
+                 },
+                 [field](const A& a) {
+                   std::string s;
+                   for (double x : field(const_cast<A&>(a))) s += (s.empty() ? "" : ",") + fmt::format("{}", x);
+                   return s;
+                 },
+                 "X[,X...]"};
+}
+
 // The options the Hugging Face families bring (Qwen, Mistral, Phi-3, Gemma,
 // Llama 3.1's RoPE scaling): part of model_shape_flags.
 template <typename A, typename Get>
 std::vector<Flag<A>> model_family_flags(Get cfg_of) {
   using F = Flag<A>;
   return {
-      F{"rope-scaling-type", "RoPE frequency scaling: none, linear, llama3 or yarn (Hugging Face's rope_scaling)", false,
+      F{"rope-scaling-type", "RoPE frequency scaling: none, linear, llama3, yarn or longrope (Hugging Face's rope_scaling)",
+        false,
         [cfg_of](A& a, const std::string& v) { cfg_of(a).rope_scaling.type = v == "none" ? "" : v; },
         [cfg_of](const A& a) {
           const std::string& t = cfg_of(const_cast<A&>(a)).rope_scaling.type;
           return t.empty() ? std::string("none") : t;
         },
-        "{none,linear,llama3,yarn}"},
+        "{none,linear,llama3,yarn,longrope}"},
       double_flag<A>("rope-scaling-factor", "RoPE scaling: how much longer the context gets",
                      [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.factor; }),
       double_flag<A>("rope-scaling-low-freq-factor", "llama3 RoPE scaling: low_freq_factor",
@@ -54,6 +74,10 @@ std::vector<Flag<A>> model_family_flags(Get cfg_of) {
           return std::string(cfg_of(const_cast<A&>(a)).rope_scaling.truncate ? "true" : "false");
         },
         "{true,false}"},
+      factor_list_flag<A>("rope-scaling-short-factor", "longrope: each rotated pair's divisor up to the original context",
+                          [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.short_factor; }),
+      factor_list_flag<A>("rope-scaling-long-factor", "longrope: each rotated pair's divisor past the original context",
+                          [cfg_of](A& a) -> auto& { return cfg_of(a).rope_scaling.long_factor; }),
       F{"geglu", "use a GeGLU MLP (tanh GELU gate, Gemma's) instead of GELU", true,
         [cfg_of](A& a, const std::string& v) {
           if (parse_bool("geglu", v)) cfg_of(a).mlp = Mlp::geglu;
@@ -327,7 +351,7 @@ inline bool is_architecture_flag(const std::string& name) {
       "attn-logit-softcapping", "final-logit-softcapping", "window-attn-skip-freq",
       "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor", "rope-scaling-original-max-position-embeddings",
       "rope-scaling-beta-fast", "rope-scaling-beta-slow", "rope-scaling-attention-factor", "rope-scaling-mscale",
-      "rope-scaling-mscale-all-dim", "rope-scaling-truncate",
+      "rope-scaling-mscale-all-dim", "rope-scaling-truncate", "rope-scaling-short-factor", "rope-scaling-long-factor",
       "untie-embeddings-and-output-weights", "num-experts", "moe-router-topk", "moe-router-score-function",
       "moe-router-enable-expert-bias", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
       "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",

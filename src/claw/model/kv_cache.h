@@ -43,6 +43,9 @@ class AttentionCache {
   virtual void check_room(int64_t B, int64_t T) const = 0;
   // The position of each of the step's B x T tokens ([B * T]).
   virtual void positions(int64_t B, int64_t T, int32_t* out) const = 0;
+  // Each token's sequence length once the step is cached ([B * T]; longrope
+  // chooses its factors by it).
+  virtual void sequence_ends(int64_t B, int64_t T, int32_t* out) const = 0;
   // Stores `layer`'s keys and values of the step's tokens (k, v [B*T, G, D],
   // after RoPE) and writes out [B*T, H, D]: each query attends causally to
   // its sequence's cached tokens and the step's tokens up to itself. A
@@ -91,6 +94,10 @@ class KvCache final : public AttentionCache {
   void positions(int64_t B, int64_t T, int32_t* out) const override {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) out[b * T + t] = length_[b] + static_cast<int32_t>(t);
+  }
+  void sequence_ends(int64_t B, int64_t T, int32_t* out) const override {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) out[b * T + t] = length_[b] + static_cast<int32_t>(T);
   }
   // Row b's T new keys and values go to positions [length_b, length_b + T),
   // then its queries attend to [0, length_b + T) (a sliding window: the

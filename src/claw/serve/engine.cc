@@ -26,6 +26,7 @@ struct Engine::Seq {
   std::vector<int32_t> blocks;    // block table
   std::vector<BlockHash> hashes;  // of the leading full blocks that are registered
   int64_t computed = 0;           // leading tokens whose keys and values are cached
+  bool rope_long = false;         // longrope: the cached keys were rotated by the long factors
   int64_t prompt_scored = 1;      // prompt_logprobs: the next prompt position to score
   bool admitted_once = false;
 };
@@ -37,6 +38,8 @@ Engine::Engine(model::GPT& model, const CpuCtx& cpu, EngineConfig cfg)
       vocab_(model.config().vocab_size),
       pool_(cfg.num_blocks, cfg.block_size, cfg.prefix_caching),
       cache_(model.config(), model.tp().dims(), cfg.num_blocks, cfg.block_size, cfg.kv_cache_dtype) {
+  if (const model::RopeScaling& rs = model.config().rope_scaling; rs.longrope())
+    rope_original_ = rs.original_max_position_embeddings;
   const int64_t context = model.config().max_position_embeddings;
   if (cfg_.max_model_len <= 0) cfg_.max_model_len = context;
   if (cfg_.max_model_len > context)
@@ -87,6 +90,12 @@ int64_t Engine::add(GenerationRequest r) {
   return id;
 }
 
+bool Engine::rope_long(const Seq& s) const {
+  return rope_original_ > 0 && static_cast<int64_t>(s.tokens.size()) > rope_original_;
+}
+
+BlockHash Engine::hash_root(const Seq& s) const { return rope_long(s) ? BlockHash{.lo = 1} : BlockHash{}; }
+
 void Engine::release(Seq& s) {
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
   s.blocks.clear();
@@ -120,7 +129,7 @@ void Engine::match_prefix(Seq& s) {
   const int64_t bs = cfg_.block_size;
   int64_t full = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
   if (s.req.prompt_logprobs >= 0 && s.prompt_scored < s.prompt_len) full = std::min(full, (s.prompt_scored - 1) / bs);
-  BlockHash parent;
+  BlockHash parent = hash_root(s);
   int64_t found = 0;
   for (int64_t i = 0; i < full; ++i) {
     const int32_t* tok = s.tokens.data() + i * bs;
@@ -151,7 +160,7 @@ bool Engine::ensure_blocks(Seq& s, int64_t positions) {
 void Engine::register_full_blocks(Seq& s) {
   const int64_t bs = cfg_.block_size, full = s.computed / bs;
   for (int64_t i = static_cast<int64_t>(s.hashes.size()); i < full; ++i) {
-    const BlockHash parent = i > 0 ? s.hashes[i - 1] : BlockHash{};
+    const BlockHash parent = i > 0 ? s.hashes[i - 1] : hash_root(s);
     const int32_t* tok = s.tokens.data() + i * bs;
     const BlockHash h = BlockPool::hash(parent, tok, bs);
     pool_.register_full(s.blocks[i], h, parent, tok);
@@ -166,6 +175,8 @@ std::vector<Engine::Scheduled> Engine::schedule() {
   // Running sequences, oldest first; the newest give way when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Seq& s = *running_[i];
+    if (s.computed > 0 && s.rope_long != rope_long(s)) release(s);  // longrope's cross-over: compute it again
+    s.rope_long = rope_long(s);
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
     bool fits = ensure_blocks(s, s.computed + n);
     while (!fits && running_.back() != &s) {
@@ -186,6 +197,7 @@ std::vector<Engine::Scheduled> Engine::schedule() {
   while (!preempted && budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
     Seq& s = *waiting_.front();
+    s.rope_long = rope_long(s);
     match_prefix(s);
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
     if (!ensure_blocks(s, s.computed + n)) {
@@ -234,7 +246,7 @@ bool Engine::step() {
         prompt_rows.push_back({&s, first_row + j - s.computed, j + 1});
     tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + w.n);
     plan.push_back({.blocks = s.blocks.data(), .num_blocks = static_cast<int64_t>(s.blocks.size()),
-                    .context = s.computed, .num_tokens = w.n});
+                    .context = s.computed, .num_tokens = w.n, .known = static_cast<int64_t>(s.tokens.size())});
     if (s.computed + w.n == static_cast<int64_t>(s.tokens.size())) {
       ready.push_back(&s);
       ready_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
@@ -319,7 +331,7 @@ void Engine::send_step(const std::vector<int32_t>& tokens, const std::vector<Ste
   comm::Group& g = *model_.tp().group;
   g.broadcast(header, 4, DType::i64, 0);
   std::vector<int64_t> msg(tokens.begin(), tokens.end());
-  for (const StepSeq& s : plan) msg.insert(msg.end(), {s.context, s.num_tokens, s.num_blocks});
+  for (const StepSeq& s : plan) msg.insert(msg.end(), {s.context, s.num_tokens, s.num_blocks, s.known});
   for (const StepSeq& s : plan) msg.insert(msg.end(), s.blocks, s.blocks + s.num_blocks);
   msg.insert(msg.end(), ready_rows.begin(), ready_rows.end());
   g.broadcast(msg.data(), static_cast<int64_t>(msg.size()), DType::i64, 0);
@@ -340,17 +352,18 @@ void Engine::follow() {
     g.broadcast(header, 4, DType::i64, 0);
     const int64_t N = header[0], S = header[1], R = header[2], ids = header[3];
     if (N < 0) return;
-    std::vector<int64_t> msg(static_cast<size_t>(N + 3 * S + ids + R));
+    std::vector<int64_t> msg(static_cast<size_t>(N + 4 * S + ids + R));
     g.broadcast(msg.data(), static_cast<int64_t>(msg.size()), DType::i64, 0);
     std::vector<int32_t> tokens(msg.begin(), msg.begin() + N);
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(S));
     std::vector<StepSeq> plan(static_cast<size_t>(S));
     const int64_t* p = msg.data() + N;
-    const int64_t* id = p + 3 * S;
+    const int64_t* id = p + 4 * S;
     for (int64_t s = 0; s < S; ++s) {
-      tables[s].assign(id, id + p[3 * s + 2]);
-      id += p[3 * s + 2];
-      plan[s] = {.blocks = tables[s].data(), .num_blocks = p[3 * s + 2], .context = p[3 * s], .num_tokens = p[3 * s + 1]};
+      tables[s].assign(id, id + p[4 * s + 2]);
+      id += p[4 * s + 2];
+      plan[s] = {.blocks = tables[s].data(), .num_blocks = p[4 * s + 2], .context = p[4 * s], .num_tokens = p[4 * s + 1],
+                 .known = p[4 * s + 3]};
     }
     run_step(tokens, std::move(plan), std::vector<int64_t>(id, id + R));
   }

@@ -154,6 +154,14 @@ class Engine {
   void release(Seq& s);
   void finish(Seq& s);
   void register_full_blocks(Seq& s);
+  // longrope (Phi-3): a sequence holding more tokens than the original
+  // context runs on the long factors, every position of it. When it
+  // crosses over, its cached keys (short-rotated) are dropped and it is
+  // computed again, as transformers' Phi-3 generation does; prefix-cache
+  // blocks are keyed by the factors too (hash_root).
+  bool rope_long(const Seq& s) const;
+  BlockHash hash_root(const Seq& s) const;
+  int64_t rope_original_ = 0;  // longrope's original context (0: not longrope)
   bool tp_leader() const { return model_.tp().size() > 1 && model_.tp().rank() == 0; }
   // The model's part of a step (every TP rank): the forward over `tokens`
   // and the logits of the ready rows into logits_.

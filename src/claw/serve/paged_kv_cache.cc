@@ -61,6 +61,12 @@ void PagedKvCache::positions(int64_t, int64_t, int32_t* out) const {
     for (int64_t t = 0; t < s.num_tokens; ++t) *out++ = static_cast<int32_t>(s.context + t);
 }
 
+void PagedKvCache::sequence_ends(int64_t, int64_t, int32_t* out) const {
+  for (const StepSeq& s : step_)
+    for (int64_t t = 0; t < s.num_tokens; ++t)
+      *out++ = static_cast<int32_t>(s.known > 0 ? s.known : s.context + s.num_tokens);
+}
+
 void PagedKvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, const float* k, const float* v,
                           float* out, float*, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
   CLAW_CHECK(B * T == step_tokens_ && G * D == row_, "paged cache step of {} tokens x {} elements, given {} x {}",

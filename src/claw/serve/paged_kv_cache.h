@@ -33,6 +33,9 @@ struct StepSeq {
   int64_t num_blocks = 0;           // its length
   int64_t context = 0;              // positions already cached
   int64_t num_tokens = 0;           // new tokens in this step
+  // The tokens the sequence holds (cached, this step's, and the rest of its
+  // prompt): longrope's choice of factors (0: context + num_tokens).
+  int64_t known = 0;
 };
 
 class PagedKvCache final : public model::AttentionCache {
@@ -54,6 +57,7 @@ class PagedKvCache final : public model::AttentionCache {
   int64_t row() const override { return row_; }
   void check_room(int64_t B, int64_t T) const override;
   void positions(int64_t B, int64_t T, int32_t* out) const override;
+  void sequence_ends(int64_t B, int64_t T, int32_t* out) const override;
   void attend(const CpuCtx& cpu, int64_t layer, const float* q, const float* k, const float* v, float* out,
               float* lse, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) override;
   void advance(int64_t, int64_t) override {}  // the engine tracks what each sequence has cached

@@ -77,6 +77,13 @@ FAMILIES = {
     "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**SHAPE, rope_theta=1e4, sliding_window=8, pad_token_id=0,
                                                      original_max_position_embeddings=256,
                                                      partial_rotary_factor=0.75, tie_word_embeddings=False)),
+    # Phi-3.5's LongRoPE: short factors up to the original context (16 here), long ones past it, cos and sin
+    # times sqrt(1 + ln 16 / ln 16); the 32-token batches run long, generation crosses over mid-way.
+    "phi3long": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(
+        **SHAPE, rope_theta=1e4, sliding_window=None, pad_token_id=0, original_max_position_embeddings=16,
+        partial_rotary_factor=0.75, tie_word_embeddings=False,
+        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.3],
+                      "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0]})),
     # Mixtral: every layer 4 SwiGLU experts, top 2, with the load-balancing loss.
     "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(**SHAPE, rope_theta=1e6, num_local_experts=4,
                                                               num_experts_per_tok=2, router_aux_loss_coef=0.02,
@@ -265,10 +272,15 @@ def cmd_same(a, b):
 def cmd_generate(hf_dir, n, ids):
     model = load(hf_dir)
     prompt = torch.tensor([[int(x) for x in ids.split(",")]])
+    # LongRoPE: the model runs every position on the long factors once a sequence is longer than the original
+    # context. generate() with its cache drops the cache at the cross-over and recomputes, but its tokens then
+    # part from the model's own (a full forward per token, no cache) two tokens later; the oracle is the latter.
+    rope = getattr(model.config, "rope_scaling", None) or {}
+    use_cache = rope.get("type", rope.get("rope_type")) != "longrope"
     with torch.no_grad():
         out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=int(n),
                              min_new_tokens=int(n), do_sample=False, output_scores=True, return_dict_in_generate=True,
-                             pad_token_id=model.config.eos_token_id)
+                             pad_token_id=model.config.eos_token_id, use_cache=use_cache)
     gaps = [float(torch.topk(s[0], 2).values[0] - torch.topk(s[0], 2).values[1]) for s in out.scores]
     return json.dumps({"tokens": out.sequences[0, prompt.shape[1]:].tolist(), "gaps": gaps})
 

@@ -465,7 +465,9 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
   EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "q/config.json", "use_sliding_window");
   qwen2["use_sliding_window"] = false;
   qwen2["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
-  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "rope_scaling", "longrope");
+  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "rope_scaling", "longrope needs a list 'short_factor'");
+  qwen2["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  EXPECT_CLAW_ERROR(model_from_hf_config(qwen2, "q/config.json"), "rope_scaling", "'dynamic' is not supported");
   // YaRN: transformers' defaults for what is absent (the original context: max_position_embeddings), and back
   // with what differs from them.
   qwen2["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16}, {"mscale", 0.7},

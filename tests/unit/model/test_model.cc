@@ -98,6 +98,25 @@ TEST(ModelConfig, LatentAttentionFlagsAreValidated) {
   refused([](ModelConfig& c) { c.moe.router_topk_scaling_factor = 0; }, "--moe-router-topk-scaling-factor");
 }
 
+// LongRoPE (Phi-3.5): a factor per rotated pair divides its frequency, short
+// or long; cos and sin times sqrt(1 + ln f / ln original), f = 131072 / 4096.
+TEST(ModelConfig, LongRopeFactors) {
+  ModelConfig c = model_preset("phi-3-mini");
+  c.max_position_embeddings = 131072;
+  c.rope_scaling = {.type = "longrope", .factor = 32.0, .original_max_position_embeddings = 4096};
+  c.rope_scaling.short_factor.assign(48, 1.0);
+  c.rope_scaling.long_factor.assign(48, 2.0);
+  c.rope_scaling.long_factor[47] = 64.0;
+  c.validate();
+  const std::vector<float> s = rope_inv_freqs(c), l = rope_inv_freqs(c, true);
+  EXPECT_FLOAT_EQ(s[0], 1.0f);
+  EXPECT_FLOAT_EQ(l[0], 0.5f);
+  EXPECT_NEAR(l[47] * 64.0f / s[47], 1.0f, 1e-6);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.table_scale(), std::sqrt(1 + std::log(32.0) / std::log(4096.0)));
+  c.rope_scaling.long_factor.pop_back();
+  EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-long-factor lists 47 factors", "(48)");
+}
+
 TEST(ModelConfig, MoeFlagsAreValidated) {
   const auto refused = [](auto edit, const std::string& want) {
     ModelConfig c = model_preset("mixtral-tiny");
@@ -164,8 +183,8 @@ TEST(ModelConfig, RopeScalingFrequencies) {
   EXPECT_DOUBLE_EQ(c.rope_scaling.table_scale(), 0.1 * std::log(4.0) + 1.0);
   c.rope_scaling.attention_factor = 1.5;
   EXPECT_DOUBLE_EQ(c.rope_scaling.table_scale(), 1.5);
-  c.rope_scaling.type = "longrope";
-  EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-type 'longrope'", "yarn");
+  c.rope_scaling.type = "dynamic";
+  EXPECT_CLAW_ERROR(c.validate(), "--rope-scaling-type 'dynamic'", "longrope");
 }
 
 // Gemma 2's final-logit soft-cap: the logits a model writes are c tanh(z / c)
