@@ -197,6 +197,9 @@ void deepseek3_of(const nlohmann::json& j, const std::string& path, model::Model
   a.qk_pos_emb_head_dim = need<int64_t>(j, "qk_rope_head_dim", path);
   a.v_head_dim = need<int64_t>(j, "v_head_dim", path);
   c.rotary_interleaved = get_or<bool>(j, "rope_interleave", true, path);
+  const int64_t dense = get_or<int64_t>(j, "first_k_dense_replace", 0, path);
+  if (dense < 0) fail("{}: first_k_dense_replace {} must be >= 0", path, dense);
+  if (dense >= c.num_layers) return;  // every layer dense: no experts
   model::MoeConfig& m = c.moe;
   m.num_experts = need<int64_t>(j, "n_routed_experts", path);
   m.router_topk = need<int64_t>(j, "num_experts_per_tok", path);
@@ -212,9 +215,6 @@ void deepseek3_of(const nlohmann::json& j, const std::string& path, model::Model
     fail("{}: norm_topk_prob false or num_experts_per_tok 1: claw's sigmoid router divides the top-k scores by their "
          "sum (true, k > 1)",
          path);
-  const int64_t dense = get_or<int64_t>(j, "first_k_dense_replace", 0, path);
-  if (dense < 0 || dense >= c.num_layers)
-    fail("{}: first_k_dense_replace {} must be in [0, num_hidden_layers {})", path, dense, c.num_layers);
   std::string freq;
   for (int64_t l = 0; l < c.num_layers; ++l) freq += std::string(l > 0 ? "," : "") + (l < dense ? "0" : "1");
   m.layer_freq = dense == 0 ? "1" : freq;
@@ -353,10 +353,9 @@ nlohmann::json hf_deepseek3_config(const model::ModelConfig& c) {
     if (!ok) fail("DeepseekV3ForCausalLM needs {}; this model differs", what);
   };
   need(c.mla.enabled, "--multi-latent-attention");
-  need(m.enabled() && m.router_score_function == "sigmoid" && m.router_enable_expert_bias && m.router_topk > 1,
+  need(!m.enabled() || (m.router_score_function == "sigmoid" && m.router_enable_expert_bias && m.router_topk > 1),
        "experts routed by sigmoid scores with the expert bias, top k > 1");
-  need(m.shared_expert_intermediate_size > 0 &&
-           m.shared_expert_intermediate_size % c.moe_ffn() == 0,
+  need(!m.enabled() || (m.shared_expert_intermediate_size > 0 && m.shared_expert_intermediate_size % c.moe_ffn() == 0),
        "shared experts as wide as a whole number of experts (--moe-shared-expert-intermediate-size)");
   int64_t dense = 0;
   while (dense < c.num_layers && !m.is_moe_layer(dense, c.num_layers)) ++dense;
@@ -375,6 +374,12 @@ nlohmann::json hf_deepseek3_config(const model::ModelConfig& c) {
   j["v_head_dim"] = c.mla.v_head_dim;
   j["rope_interleave"] = c.rotary_interleaved;
   j["attention_bias"] = false;
+  j["first_k_dense_replace"] = dense;
+  if (!m.enabled()) {  // every layer dense (the expert fields keep transformers' defaults)
+    j["n_group"] = 1;
+    j["topk_group"] = 1;
+    return j;
+  }
   j["n_routed_experts"] = m.num_experts;
   j["num_experts_per_tok"] = m.router_topk;
   j["moe_intermediate_size"] = c.moe_ffn();
@@ -383,7 +388,6 @@ nlohmann::json hf_deepseek3_config(const model::ModelConfig& c) {
   j["topk_group"] = m.router_num_groups > 1 ? m.router_group_topk : 1;
   j["routed_scaling_factor"] = m.router_topk_scaling_factor;
   j["norm_topk_prob"] = true;
-  j["first_k_dense_replace"] = dense;
   return j;
 }
 

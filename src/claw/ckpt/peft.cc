@@ -192,6 +192,9 @@ model::LoraConfig lora_from_peft(const PeftAdapter& adapter, const model::ModelC
   const std::vector<std::string> candidates =
       names.gpt2()   ? std::vector<std::string>{"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}
       : names.phi3() ? std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+      : base.mla.enabled
+          ? std::vector<std::string>{"q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
+                                     "gate_proj", "up_proj", "down_proj"}
                      : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                 "down_proj"};
   std::set<std::string> covered;

@@ -11,7 +11,8 @@ tools/hf_env.sh's venv), for peft_interchange.sh.
         an adapter made by PEFT itself (get_peft_model with random A and B,
         save_pretrained): GPT-2 on c_attn, attention's c_proj and c_fc;
         Llama on q_proj, v_proj and down_proj with rsLoRA; Phi-3 on its fused
-        qkv_proj and gate_up_proj
+        qkv_proj and gate_up_proj; DeepSeek-V3 on q_a_proj, kv_b_proj, o_proj
+        and down_proj with rsLoRA
 
 claw's names map to PEFT's here independently of claw's exporter: GPT-2's
 q, k and v share the A of the fused c_attn and hold row blocks of its B;
@@ -45,8 +46,9 @@ def peft_name(family, claw, cfg):
                  "up_proj": ("mlp.gate_up_proj", slice(f, 2 * f)), "down_proj": ("mlp.down_proj", None)}
         module, rows = fused[part]
         return f"model.layers.{layer}.{module}.{factor}.weight", rows
-    if family == "llama":
+    if family in ("llama", "deepseek"):  # DeepSeek-V3's latent attention: claw's kv_a_proj is kv_a_proj_with_mqa
         where = "self_attn" if block == "attention" else "mlp"
+        part = "kv_a_proj_with_mqa" if part == "kv_a_proj" else part
         return f"model.layers.{layer}.{where}.{part}.{factor}.weight", None
     h = f"transformer.h.{layer}"
     if part == "linear_qkv":
@@ -114,6 +116,9 @@ def make(family, hf_base, adapter):
     if family == "gpt2":
         config = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "attn.c_proj", "c_fc"], fan_in_fan_out=True,
                             init_lora_weights=False, task_type="CAUSAL_LM")
+    elif family == "deepseek":  # the latent attention's modules and the MLP's down projection
+        config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_a_proj", "kv_b_proj", "o_proj", "down_proj"],
+                            use_rslora=True, init_lora_weights=False, task_type="CAUSAL_LM")
     elif family == "phi3":  # the fused modules
         config = LoraConfig(r=8, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"], use_rslora=True,
                             init_lora_weights=False, task_type="CAUSAL_LM")

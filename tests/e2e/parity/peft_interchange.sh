@@ -2,7 +2,7 @@
 # LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
 # from tools/hf_env.sh's venv under /tmp).
 #
-#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3|olmo2|phi3
+#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3|olmo2|phi3|deepseek3
 #
 # qwen2, mistral, qwen3, gemma3 and olmo2 are llama-tiny with the family's
 # options: their bases export as Qwen2ForCausalLM, MistralForCausalLM,
@@ -10,7 +10,9 @@
 # Llama's (qwen3 and gemma3 with transformers 4.57 and PEFT 0.17 over torch
 # 2, tools/torch2_env.sh). phi3 exports as Phi3ForCausalLM, whose fused
 # qkv_proj and gate_up_proj each hold one adapter (one A, B's rows split
-# between q, k, v or gate, up).
+# between q, k, v or gate, up). deepseek3 is llama-tiny's dense layers with
+# DeepSeek-V3's latent attention, exported as DeepseekV3ForCausalLM (every
+# layer dense), its adapters on q_a_proj ... kv_b_proj.
 #
 # 1. claw fine-tunes a base with LoRA (all-linear) for 3 steps and exports
 #    the adapter (--format peft) and the base (--format hf): PEFT's
@@ -38,6 +40,9 @@ case $family in
            --num-query-groups 2 --softmax-scale 0.125 --window-size 8 --window-attn-skip-freq 2
            --local-rotary-base 10000) names=llama env=torch2 ;;
   phi3) model=(--model llama-tiny --hf-architecture Phi3ForCausalLM --window-size 8) names=phi3 ;;
+  deepseek3)  # DeepSeek-V3's latent attention on llama-tiny's dense layers (DeepseekV3ForCausalLM, every layer dense)
+    model=(--model llama-tiny --num-query-groups 0 --multi-latent-attention --q-lora-rank 32 --kv-lora-rank 32
+           --qk-head-dim 32 --qk-pos-emb-head-dim 16 --v-head-dim 24 --rotary-interleaved) names=deepseek env=torch2 ;;
   olmo2) model=(--model llama-tiny --qk-layernorm --qk-layernorm-full-width --post-sublayer-norm --no-pre-sublayer-norm)
     names=llama ;;
   *) echo "peft_interchange.sh: unknown family '$family'" >&2; exit 2 ;;
