@@ -260,7 +260,12 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   if (window_ > 0 && ctx.cpu.gpu) fail("--window-size (sliding-window attention) runs on the CPU only for now");
   const float* x = tp_.gather_rows(scratch.gathered, x_rows, ctx.B, ctx.T, C_);
   const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
-  if (mla && (ctx.kv_cache || ctx.row_kernels())) return absorbed_forward(ctx, x, y, s);
+  // MLA in inference runs the absorbed form; an RL learner's batch-invariant
+  // forward (training: a backward follows) runs the expanded one first for
+  // backward's saved tensors, then takes its output from the absorbed form,
+  // as its generator did.
+  const bool absorbed = mla && (ctx.kv_cache || ctx.row_kernels());
+  if (absorbed && !ctx.training) return absorbed_forward(ctx, x, y, s);
   if (mla) {
     if (ctx.cpu.gpu) fail("--multi-latent-attention runs on the CPU only for now");
     mla->forward(ctx, x, s.mla, s.q, s.k, s.v);
@@ -311,6 +316,7 @@ void Attention::forward(const StepCtx& ctx, const float* x_rows, float* y, Saved
   if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.out, ctx.tokens() * H_ * D_);
   if (mla) mla->compact(ctx, s.out, s.mla);
   o_proj.forward(ctx, mla ? s.mla.out_v : s.out, y);
+  if (absorbed) absorbed_forward(ctx, x, y, s);
 }
 
 // The caches (and the engine's batch-invariant steps, so that an RL
@@ -322,16 +328,17 @@ void Attention::absorbed_forward(const StepCtx& ctx, const float* x, float* y, S
   absorbed_q_.resize(static_cast<size_t>(N * H_ * A));
   absorbed_kv_.resize(static_cast<size_t>(N * A));
   absorbed_out_.resize(static_cast<size_t>(N * H_ * A));
-  float *q = absorbed_q_.data(), *kv = absorbed_kv_.data(), *out = absorbed_out_.data();
+  absorbed_lse_.resize(static_cast<size_t>(N * H_));  // its own: a learner's backward reads the expanded form's
+  float *q = absorbed_q_.data(), *kv = absorbed_kv_.data(), *out = absorbed_out_.data(), *lse = absorbed_lse_.data();
   mla->absorbed_forward(ctx, x, s.mla, q, kv);
   const float *cos = rope_->cos_data(), *sin = rope_->sin_data();
   const int32_t* pos = rope_positions(ctx);
   kernels::rope_forward(ctx.cpu, q, cos, sin, ctx.B, ctx.T, H_, A, pos, rotary_dim_);
   kernels::rope_forward(ctx.cpu, kv, cos, sin, ctx.B, ctx.T, 1, A, pos, rotary_dim_);
   if (ctx.kv_cache)
-    ctx.kv_cache->attend(ctx.cpu, layer_, q, kv, kv, out, s.lse, ctx.B, ctx.T, H_, 1, A);
+    ctx.kv_cache->attend(ctx.cpu, layer_, q, kv, kv, out, lse, ctx.B, ctx.T, H_, 1, A);
   else
-    kernels::fixed_order_attention_forward(ctx.cpu, out, s.lse, q, kv, kv, ctx.B, ctx.T, H_, 1, A, scale_,
+    kernels::fixed_order_attention_forward(ctx.cpu, out, lse, q, kv, kv, ctx.B, ctx.T, H_, 1, A, scale_,
                                            ctx.seg_start, window_);
   mla->absorbed_output(ctx, out, s.mla);
   o_proj.forward(ctx, s.mla.out_v, y);

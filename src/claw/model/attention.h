@@ -151,7 +151,7 @@ class Attention {
   // --multi-latent-attention in inference: the absorbed form (model/mla.h),
   // its queries, one key/value head and output.
   void absorbed_forward(const StepCtx& ctx, const float* x, float* y, Saved& s) const;
-  mutable std::vector<float> absorbed_q_, absorbed_kv_, absorbed_out_;
+  mutable std::vector<float> absorbed_q_, absorbed_kv_, absorbed_out_, absorbed_lse_;
   const RopeTables* rope_;
   CpAttention* cp_ = nullptr;
   DType activation_dtype_ = DType::f32;  // f32: not rounded

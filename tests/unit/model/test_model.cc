@@ -487,6 +487,48 @@ TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   EXPECT_LT(dmax, 1e-5 * gmax);  // fp32 summation-order differences only
 }
 
+// DeepSeek-V3's latent attention in an RL learner's batch-invariant forward:
+// its loss is the absorbed form's (the generator's) to the bit, and its
+// gradients, taken through the expanded form's saved tensors, equal the
+// plain training step's (the two forms differ by rounding).
+TEST(Model, LatentAttentionLearnerScoresAsTheGenerator) {
+  ModelConfig c = model_preset("deepseek-tiny");
+  c.num_layers = 2;
+  c.num_query_groups = 0;
+  c.moe.layer_freq = "0,1";
+  c.mla = {.enabled = true, .q_lora_rank = 48, .kv_lora_rank = 32, .qk_head_dim = 32, .qk_pos_emb_head_dim = 16,
+           .v_head_dim = 24};
+  c.rotary_interleaved = true;
+  const int64_t B = 2, T = 16;
+  Batch b = random_batch(B * T, c.vocab_size, 3);
+  GPT m(c);
+  m.init_weights(ctx, 8);
+  m.reserve(B, T);
+  const auto run = [&](bool training, bool invariant, std::vector<float>* grads) {
+    m.store().zero_grads();
+    StepCtx s{.cpu = ctx, .B = B, .T = T, .training = training};
+    s.batch_invariant = invariant;
+    const double loss = m.forward(s, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
+    if (grads) {
+      m.backward(s, b.tokens.data());
+      *grads = grads_of(m);
+    }
+    return loss;
+  };
+  std::vector<float> plain, learner;
+  const double l_learner = run(true, true, &learner);  // first: nothing of a plain step's left in the arena
+  const double l_plain = run(true, false, &plain);
+  const double l_generator = run(false, true, nullptr);
+  EXPECT_EQ(l_learner, l_generator);
+  EXPECT_NEAR(l_learner, l_plain, 1e-5 * std::abs(l_plain));
+  double gmax = 0, dmax = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    gmax = std::max(gmax, double(std::abs(plain[i])));
+    dmax = std::max(dmax, double(std::abs(plain[i] - learner[i])));
+  }
+  EXPECT_LT(dmax, 1e-4 * gmax);
+}
+
 // Full recompute re-runs the same forward (same dropout masks) before each
 // block's backward: the gradients are bitwise those of the stored run, and
 // the arena shrinks.

@@ -115,7 +115,7 @@ void swiglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* 
 
 template <typename T>
 void geglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t n) {
-  CLAW_CHECK(!ctx.gpu, "GeGLU runs on the CPU only for now");
+  if (ctx.gpu) fail("--geglu (GeGLU) runs on the CPU only for now");
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) y[i] = narrow<T>(gelu_tanh(widen(gate[i])) * widen(up[i]));
@@ -124,7 +124,7 @@ void geglu_forward(const CpuCtx& ctx, T* y, const T* gate, const T* up, int64_t 
 
 template <typename T>
 void geglu_backward(const CpuCtx& ctx, T* dgate, T* dup, const T* dy, const T* gate, const T* up, int64_t n) {
-  CLAW_CHECK(!ctx.gpu, "GeGLU runs on the CPU only for now");
+  if (ctx.gpu) fail("--geglu (GeGLU) runs on the CPU only for now");
   using A = acc_t<T>;
   parallel_for(ctx, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
