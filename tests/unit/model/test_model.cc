@@ -18,6 +18,19 @@ namespace {
 
 const CpuCtx ctx{2};
 
+// `edit` on `preset` makes validate() throw an error that contains `want`.
+template <typename Edit>
+void expect_refused(const char* preset, Edit edit, const std::string& want) {
+  ModelConfig c = model_preset(preset);
+  edit(c);
+  try {
+    c.validate();
+    ADD_FAILURE() << "no error for " << want;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
 // Published parameter counts: GPT-2 small 124,439,808 (HF, vocab 50257)
 // plus 47 padding rows of 768; Llama-3-8B 8,030,261,248.
 TEST(ModelConfig, ParameterCountsMatchPublishedModels) {
@@ -78,16 +91,7 @@ TEST(ModelConfig, LatentAttentionParameterCounts) {
 }
 
 TEST(ModelConfig, LatentAttentionFlagsAreValidated) {
-  const auto refused = [](auto edit, const std::string& want) {
-    ModelConfig c = model_preset("deepseek-v3");
-    edit(c);
-    try {
-      c.validate();
-      ADD_FAILURE() << "no error for " << want;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
+  const auto refused = [](auto edit, const std::string& want) { expect_refused("deepseek-v3", edit, want); };
   refused([](ModelConfig& c) { c.mla.v_head_dim = 256; }, "--v-head-dim 256 is wider than a query/key head");
   refused([](ModelConfig& c) { c.mla.qk_pos_emb_head_dim = 7; }, "--qk-pos-emb-head-dim 7: RoPE needs an even");
   refused([](ModelConfig& c) { c.num_query_groups = 8; }, "does not combine with --num-query-groups");
@@ -118,16 +122,7 @@ TEST(ModelConfig, LongRopeFactors) {
 }
 
 TEST(ModelConfig, MoeFlagsAreValidated) {
-  const auto refused = [](auto edit, const std::string& want) {
-    ModelConfig c = model_preset("mixtral-tiny");
-    edit(c);
-    try {
-      c.validate();
-      ADD_FAILURE() << "no error for " << want;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
+  const auto refused = [](auto edit, const std::string& want) { expect_refused("mixtral-tiny", edit, want); };
   refused([](ModelConfig& c) { c.moe.router_topk = 9; }, "--moe-router-topk 9 must be in [1, --num-experts 8]");
   refused([](ModelConfig& c) { c.moe.router_score_function = "relu"; }, "--moe-router-score-function relu");
   refused([](ModelConfig& c) { c.moe.token_drop_policy = "random"; }, "--moe-token-drop-policy random");
