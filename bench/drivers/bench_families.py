@@ -104,8 +104,8 @@ def token_bytes(model, context):
         dense = len(getattr(c, "mlp_only_layers", []) or []) + getattr(c, "first_k_dense_replace", 0)
         moe_unread = (c.num_hidden_layers - dense) * (experts - c.num_experts_per_tok) * per_expert
     read = params - moe_unread - (0 if tied else embed.numel()) + embed.shape[1]
-    if getattr(c, "kv_lora_rank", None):  # MLA: claw caches the absorbed latent, as key and as value
-        kv = 2 * c.num_hidden_layers * (c.kv_lora_rank + c.qk_rope_head_dim) * context
+    if getattr(c, "kv_lora_rank", None):  # MLA: claw caches the absorbed latent, key and value at once
+        kv = c.num_hidden_layers * (c.kv_lora_rank + c.qk_rope_head_dim) * context
     else:
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         kv = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * context

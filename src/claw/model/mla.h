@@ -38,8 +38,8 @@
 //
 // q'_h . kv' = q_rope_h . k_rope + q_nope_h . (Wk_h c) is the same score,
 // and o'_h[r:] Wv_h^T = sum p (Wv_h c) the same output, so the caches hold
-// one latent per token and layer, r + kv_lora values (stored as key and as
-// value), not 2 H (qk + r) expanded ones. The per-head products are loops in
+// one latent per token and layer, r + kv_lora values (held once: the paged
+// cache's keys are its values), not 2 H (qk + r) expanded ones. The per-head products are loops in
 // a fixed order: a row's result does not depend on its batch.
 #pragma once
 

@@ -10,6 +10,7 @@ namespace claw::serve {
 PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size,
                            kernels::KvDtype dtype)
     : layers_(cfg.num_layers),
+      tensors_(cfg.mla.enabled ? 1 : 2),
       num_blocks_(num_blocks),
       block_size_(block_size),
       row_(tp.cache_groups(cfg) * cfg.cache_head_dim()),
@@ -19,20 +20,20 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
       dtype_(dtype),
       windows_(layer_windows(cfg)),
       scale_(cfg.attention_scale(), cfg.attn_logit_softcapping),
-      storage_(new uint8_t[static_cast<size_t>(2 * layers_ * layer_elems_) * kernels::kv_dtype_size(dtype)]) {
+      storage_(new uint8_t[static_cast<size_t>(tensors_ * layers_ * layer_elems_) * kernels::kv_dtype_size(dtype)]) {
   if (dtype == kernels::KvDtype::int8)
-    scales_.reset(new float[static_cast<size_t>(2 * layers_ * num_blocks * block_size * tp.cache_groups(cfg))]);
+    scales_.reset(new float[static_cast<size_t>(tensors_ * layers_ * num_blocks * block_size * tp.cache_groups(cfg))]);
 }
 
 int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size,
                                   kernels::KvDtype dtype) {
-  const int64_t rows = 2 * cfg.num_layers * block_size * tp.cache_groups(cfg);
+  const int64_t rows = (cfg.mla.enabled ? 1 : 2) * cfg.num_layers * block_size * tp.cache_groups(cfg);
   return rows * cfg.cache_head_dim() * static_cast<int64_t>(kernels::kv_dtype_size(dtype)) +
          (dtype == kernels::KvDtype::int8 ? rows * static_cast<int64_t>(sizeof(float)) : 0);
 }
 
 kernels::KvView PagedKvCache::view(int64_t layer, int which) const {
-  const int64_t k = 2 * layer + which;
+  const int64_t k = tensors_ * layer + (tensors_ == 2 ? which : 0);
   return {.dtype = dtype_,
           .data = storage_.get() + static_cast<size_t>(k * layer_elems_) * kernels::kv_dtype_size(dtype_),
           .scales = scales_ ? scales_.get() + k * (layer_elems_ / head_dim_) : nullptr};
@@ -71,6 +72,7 @@ void PagedKvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, cons
                           float* out, float*, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
   CLAW_CHECK(B * T == step_tokens_ && G * D == row_, "paged cache step of {} tokens x {} elements, given {} x {}",
              step_tokens_, row_, B * T, G * D);
+  CLAW_CHECK(tensors_ == 2 || k == v, "a cache whose keys are its values given other values");
   const kernels::KvView K = view(layer, 0), V = view(layer, 1);
   int64_t r = 0;
   for (const StepSeq& s : step_)
@@ -80,7 +82,7 @@ void PagedKvCache::attend(const CpuCtx& cpu, int64_t layer, const float* q, cons
       for (int64_t g = 0; g < G; ++g) {
         const int64_t row = kernels::kv_row(block, slot, g, G, block_size_);
         kernels::kv_store_row(K, row, k + r * row_ + g * D, D);
-        kernels::kv_store_row(V, row, v + r * row_ + g * D, D);
+        if (tensors_ == 2) kernels::kv_store_row(V, row, v + r * row_ + g * D, D);
       }
     }
   kernels::paged_attention_forward(cpu, out, q, K, V, block_size_, paged_.data(), static_cast<int64_t>(paged_.size()),

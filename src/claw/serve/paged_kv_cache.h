@@ -63,14 +63,17 @@ class PagedKvCache final : public model::AttentionCache {
   void advance(int64_t, int64_t) override {}  // the engine tracks what each sequence has cached
 
  private:
-  // Layer l's keys (which 0) or values (1).
+  // Layer l's keys (which 0) or values (1); one tensor for both where keys
+  // are values (MLA's absorbed latent).
   kernels::KvView view(int64_t layer, int which) const;
 
-  int64_t layers_, num_blocks_, block_size_, row_, head_dim_, layer_elems_, bytes_per_block_;
+  int64_t layers_, tensors_;  // tensors_ per layer: 2 (keys, values), or 1 (MLA: the latent is both)
+  int64_t num_blocks_, block_size_, row_, head_dim_, layer_elems_, bytes_per_block_;
   kernels::KvDtype dtype_;
   std::vector<int64_t> windows_;  // per layer: keys a query sees (0: all)
   kernels::ScoreScale scale_;     // the attention scores' scale and soft cap
-  // [L][keys | values][blocks][G][block_size][head_dim] of dtype_, and for
+  // [L][keys | values][blocks][G][block_size][head_dim] of dtype_ (MLA:
+  // [L][latent][...]), and for
   // int8 [L][keys | values][blocks][G][block_size] scales (kernels::kv_row());
   // not initialised: a slot is written before it is read, and pages never
   // used are never touched.

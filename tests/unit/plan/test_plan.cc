@@ -124,7 +124,7 @@ TEST(PlanMemory, FamilyPresetsHoldTheirPublishedParameterCounts) {
   // values of 128), 3 dense layers, 58 of 256 experts of 3 x 7168 x 2048
   // with a router, its bias and one shared expert: 671.0B, 37.5B of them
   // run per token. The caches hold its absorbed form's latent, 512 + 64
-  // values per token and layer as key and as value, not 2 x 128 x 192.
+  // values per token and layer (key and value at once), not 2 x 128 x 192.
   const model::ModelConfig v3 = model::model_preset("deepseek-v3");
   const int64_t C = 7168, mla = C * 1536 + 1536 + 1536 * 128 * 192 + C * 576 + 512 + 512 * 128 * 256 + 128 * 128 * C;
   const int64_t ds_expert = 3 * C * 2048, dense_layer = mla + 2 * C + 3 * C * 18432,

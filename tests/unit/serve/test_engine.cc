@@ -142,11 +142,11 @@ void drain(Engine& e) {
 const SamplingParams kSampled{.temperature = 0.9, .top_p = 0.95, .seed = 42};
 
 // A cache block's bytes: keys and values of every layer's cached heads;
-// DeepSeek-V3's absorbed latent is one head of 512 + 64 (against 128 heads
-// of 192 expanded).
+// DeepSeek-V3's absorbed latent is one head of 512 + 64, held once as key
+// and value (against 128 heads of 192 keys and as many values expanded).
 TEST(PagedKvCache, BlockBytesFollowTheCachedHeads) {
   const model::ModelConfig v3 = model::model_preset("deepseek-v3"), llama = model::model_preset("llama3-8b");
-  EXPECT_EQ(PagedKvCache::block_bytes(v3, {}, 16, kernels::KvDtype::f32), 2 * 61 * 16 * 576 * 4);
+  EXPECT_EQ(PagedKvCache::block_bytes(v3, {}, 16, kernels::KvDtype::f32), 61 * 16 * 576 * 4);
   EXPECT_EQ(PagedKvCache::block_bytes(llama, {}, 16, kernels::KvDtype::f32), 2 * 32 * 16 * 8 * 128 * 4);
 }
 
