@@ -183,11 +183,16 @@ std::string this_host() {
   return host;
 }
 
-// Whether a process of group `pgid` has not yet exited (a zombie has: its
-// files are closed). The ranks an attempt started here are in its launcher's
-// group; SIGKILL ends them, but each must first be scheduled to die, and until
-// then it holds what it held (the --save directory's lock).
-bool group_has_live_process(pid_t pgid) {
+// The processes left of an attempt, from /proc: those of its launcher's
+// process group, and the supervisor's children (run() makes it the child
+// subreaper, so the ranks a dead launcher left behind become its children:
+// Open MPI starts each local rank in a process group of its own). `live`
+// gets those not yet exited (a zombie has: its files are closed); `zombies`
+// the supervisor's children waiting to be reaped.
+void attempt_processes(pid_t pgid, std::vector<pid_t>& live, bool& zombies) {
+  live.clear();
+  zombies = false;
+  const pid_t self = getpid();
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
@@ -202,23 +207,36 @@ bool group_has_live_process(pid_t pgid) {
     char state = 0;
     long ppid = 0, pgrp = 0;
     if (!(rest >> state >> ppid >> pgrp)) continue;
-    if (pgrp == pgid && state != 'Z' && state != 'X') return true;
+    const bool ours = pgrp == pgid || ppid == self;
+    if (!ours) continue;
+    if (state == 'Z' || state == 'X')
+      zombies = zombies || ppid == self;
+    else
+      live.push_back(static_cast<pid_t>(std::atol(name.c_str())));
   }
-  return false;
 }
 
-// Kills what is left of an attempt's process group and waits until none of it
-// runs, so that the next attempt does not find the last one's ranks still
-// holding the checkpoint directory (seen on a loaded 2-core machine).
+// Kills what is left of an attempt (its launcher's process group and the
+// ranks it started in groups of their own) and waits until none of it runs,
+// so that the next attempt does not find the last one's ranks still holding
+// the checkpoint directory's lock (seen on a loaded 2-core machine: the ranks
+// outlived a SIGKILLed mpirun by seconds).
 void end_process_group(pid_t pgid, double timeout_s) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-  while (group_has_live_process(pgid)) {
+  std::vector<pid_t> live;
+  bool zombies = false;
+  for (;;) {
+    killpg(pgid, SIGKILL);
+    attempt_processes(pgid, live, zombies);
+    for (const pid_t p : live) kill(p, SIGKILL);
+    while (zombies && waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (live.empty() && !zombies) return;
     if (Clock::now() > deadline) {
-      log::warn("launch", "processes of the last attempt (process group {}) still run {:g} s after SIGKILL", pgid,
-                timeout_s);
+      log::warn("launch", "{} process(es) of the last attempt (process group {} and the ranks it started) still run "
+                "{:g} s after SIGKILL", live.size(), pgid, timeout_s);
       return;
     }
-    killpg(pgid, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -410,6 +428,9 @@ class Supervisor {
   int run() {
     start_server();
     const ExitSignalGuard signals;  // SIGTERM/SIGUSR1: stop the job cleanly, no restart
+    // Ranks whose launcher dies become the supervisor's children, to be
+    // ended before the next attempt (end_process_group).
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     for (int attempt = 0;; ++attempt) {
       const pid_t child = spawn(attempt);
       const AttemptEnd end = watch(child, attempt);
@@ -420,9 +441,7 @@ class Supervisor {
         last_step = board_.last_step;
         if (board_.abort_reason.empty()) board_.abort_reason = "the job ended";
       }
-      // Ranks a dead launcher left behind in its process group, gone before
-      // anything else starts.
-      killpg(child, SIGKILL);
+      // Ranks a dead launcher left behind, gone before anything else starts.
       end_process_group(child, 30);
       if (end.failure.empty() && code == 0) {
         log::info("launch", "the job completed{}", attempt > 0 ? fmt::format(" after {} restart(s)", attempt) : "");
