@@ -110,6 +110,19 @@ model::RopeScaling rope_scaling_of(const nlohmann::json& j, const std::string& p
   return r;
 }
 
+// --moe-layer-freq for the layers `sparse(l)` gives experts: "1" when all
+// have them, else one 0/1 per layer.
+template <typename Sparse>
+std::string moe_layer_freq(int64_t num_layers, const Sparse& sparse) {
+  std::string freq;
+  bool all = true;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    all = all && sparse(l);
+    freq += std::string(l > 0 ? "," : "") + (sparse(l) ? "1" : "0");
+  }
+  return all ? "1" : freq;
+}
+
 // Qwen3-MoE's experts: layer l is sparse unless in mlp_only_layers, and only
 // every decoder_sparse_step-th ((l + 1) % step == 0); dense layers keep
 // intermediate_size.
@@ -131,15 +144,7 @@ void qwen3_moe_of(const nlohmann::json& j, const std::string& path, model::Model
       dense.insert(l.get<int64_t>());
     }
   }
-  std::string freq;
-  bool all = true;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const bool sparse = !dense.count(l) && (l + 1) % step == 0;
-    all = all && sparse;
-    if (l > 0) freq += ',';
-    freq += sparse ? '1' : '0';
-  }
-  m.layer_freq = all ? "1" : freq;
+  m.layer_freq = moe_layer_freq(c.num_layers, [&](int64_t l) { return !dense.count(l) && (l + 1) % step == 0; });
 }
 
 // The fields every Llama-style config.json has, into c: the shape, RMSNorm,
@@ -215,9 +220,7 @@ void deepseek3_of(const nlohmann::json& j, const std::string& path, model::Model
     fail("{}: norm_topk_prob false or num_experts_per_tok 1: claw's sigmoid router divides the top-k scores by their "
          "sum (true, k > 1)",
          path);
-  std::string freq;
-  for (int64_t l = 0; l < c.num_layers; ++l) freq += std::string(l > 0 ? "," : "") + (l < dense ? "0" : "1");
-  m.layer_freq = dense == 0 ? "1" : freq;
+  m.layer_freq = moe_layer_freq(c.num_layers, [&](int64_t l) { return l >= dense; });
 }
 
 // OLMo 2: the options hf_olmo2_config writes, read back.

@@ -129,7 +129,6 @@ void Attention::Saved::layout(ArenaLayout& L, const std::string& prefix, const M
 }
 
 namespace {
-std::string attn_name(int layer, const char* what) { return "layers." + std::to_string(layer) + ".attention." + what; }
 
 // k/v: this rank's KV groups, or the one group it shares with TP/G - 1 others.
 LinearSplit kv_split(const ModelConfig& cfg, const TensorParallel& tp) {
@@ -145,7 +144,7 @@ LinearSplit kv_split(const ModelConfig& cfg, const TensorParallel& tp) {
 // not grow with depth (GPT-2 paper sec. 2.3; Megatron's scaled_init_method).
 Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const RopeTables* rope,
                      const TensorParallel& tp)
-    : o_proj(attn_name(l, "o_proj"), cfg.num_attention_heads * cfg.value_dim(), cfg.hidden_size, cfg.add_bias_linear,
+    : o_proj(attention_name(l, "o_proj"), cfg.num_attention_heads * cfg.value_dim(), cfg.hidden_size, cfg.add_bias_linear,
              cfg.init_method_std / std::sqrt(2.0 * cfg.num_layers), hf.attention(l, 'o', false),
              hf.attention(l, 'o', true), tp, {.kind = TpSplit::row}),
       layer_(l),
@@ -169,20 +168,20 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
       o_proj.enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
     return;
   }
-  q_proj.emplace(attn_name(l, "q_proj"), cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim(), cfg.qkv_bias(),
+  q_proj.emplace(attention_name(l, "q_proj"), cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim(), cfg.qkv_bias(),
                  cfg.init_method_std, hf.attention(l, 'q', false), hf.attention(l, 'q', true), tp,
                  LinearSplit{.kind = TpSplit::column});
-  k_proj.emplace(attn_name(l, "k_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
+  k_proj.emplace(attention_name(l, "k_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
                  cfg.init_method_std, hf.attention(l, 'k', false), hf.attention(l, 'k', true), tp, kv_split(cfg, tp));
-  v_proj.emplace(attn_name(l, "v_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
+  v_proj.emplace(attention_name(l, "v_proj"), cfg.hidden_size, cfg.kv_heads() * cfg.head_dim(), cfg.qkv_bias(),
                  cfg.init_method_std, hf.attention(l, 'v', false), hf.attention(l, 'v', true), tp, kv_split(cfg, tp));
   if (qk_norm_) {
     const Init init = cfg.apply_layernorm_1p ? Init::zeros : Init::ones;
     const int64_t q_width = full_width_ ? cfg.num_attention_heads * D_ : D_;
     const int64_t k_width = full_width_ ? cfg.kv_heads() * D_ : D_;
-    q_norm.spec = {.name = attn_name(l, "q_norm.weight"), .shape = {q_width}, .weight_decay = false, .init = init,
+    q_norm.spec = {.name = attention_name(l, "q_norm.weight"), .shape = {q_width}, .weight_decay = false, .init = init,
                    .hf = hf.qk_norm(l, 'q')};
-    k_norm.spec = {.name = attn_name(l, "k_norm.weight"), .shape = {k_width}, .weight_decay = false, .init = init,
+    k_norm.spec = {.name = attention_name(l, "k_norm.weight"), .shape = {k_width}, .weight_decay = false, .init = init,
                    .hf = hf.qk_norm(l, 'k')};
     // Full width: each rank holds its heads' columns, split as the projection's rows are.
     const auto shard_like = [](ParamSpec& norm, const ParamSpec& proj) {
@@ -211,7 +210,7 @@ Attention::Attention(int l, const ModelConfig& cfg, const HfNames& hf, const Rop
   // it: q, k and v read one A (named for the fused layer) and each has its
   // rows of B.
   if (fused && q_proj->has_lora()) {
-    q_proj->lora_a.spec.name = attn_name(l, "linear_qkv") + ".lora_A.weight";
+    q_proj->lora_a.spec.name = attention_name(l, "linear_qkv") + ".lora_A.weight";
     k_proj->share_lora_a(*q_proj);
     v_proj->share_lora_a(*q_proj);
   }

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "claw/core/error.h"
+#include "claw/kernels/cpu/paged_attention.h"
 
 namespace claw::model {
 
@@ -187,10 +188,10 @@ void validate_mla(const ModelConfig& c) {
   in_range(a.v_head_dim, 1, "--v-head-dim");
   if (a.qk_pos_emb_head_dim % 2 != 0)
     fail("--qk-pos-emb-head-dim {}: RoPE needs an even number of dimensions", a.qk_pos_emb_head_dim);
-  if (a.kv_lora_rank + a.qk_pos_emb_head_dim > 1024)
-    fail("--kv-lora-rank {} + --qk-pos-emb-head-dim {} is wider than the 1024 values the paged attention kernel "
+  if (a.kv_lora_rank + a.qk_pos_emb_head_dim > kernels::kMaxPagedHeadDim)
+    fail("--kv-lora-rank {} + --qk-pos-emb-head-dim {} is wider than the {} values the paged attention kernel "
          "holds for a cached head (MLA's absorbed latent)",
-         a.kv_lora_rank, a.qk_pos_emb_head_dim);
+         a.kv_lora_rank, a.qk_pos_emb_head_dim, kernels::kMaxPagedHeadDim);
   if (a.v_head_dim > c.head_dim())
     fail("--v-head-dim {} is wider than a query/key head (--qk-head-dim + --qk-pos-emb-head-dim = {}); claw runs "
          "MLA's values padded to that width",

@@ -8,12 +8,6 @@
 
 namespace claw::model {
 
-namespace {
-std::string mla_name(int layer, const char* what) {
-  return "layers." + std::to_string(layer) + ".attention." + what;
-}
-}  // namespace
-
 void LatentProjections::Saved::layout(ArenaLayout& L, const std::string& p, const ModelConfig& cfg, int64_t N,
                                       TpDims tp) {
   const MlaConfig& m = cfg.mla;
@@ -30,13 +24,13 @@ void LatentProjections::Saved::layout(ArenaLayout& L, const std::string& p, cons
 }
 
 LatentProjections::LatentProjections(int l, const ModelConfig& cfg, const HfNames& hf, const TensorParallel& tp)
-    : q_proj(mla_name(l, cfg.mla.q_lora_rank > 0 ? "q_b_proj" : "q_proj"),
+    : q_proj(attention_name(l, cfg.mla.q_lora_rank > 0 ? "q_b_proj" : "q_proj"),
              cfg.mla.q_lora_rank > 0 ? cfg.mla.q_lora_rank : cfg.hidden_size,
              cfg.num_attention_heads * cfg.head_dim(), false, cfg.init_method_std,
              hf.mla(l, cfg.mla.q_lora_rank > 0 ? "q_b_proj" : "q_proj"), HfRef{}, tp, {.kind = TpSplit::column}),
-      kv_a_proj(mla_name(l, "kv_a_proj"), cfg.hidden_size, cfg.mla.kv_lora_rank + cfg.mla.qk_pos_emb_head_dim, false,
+      kv_a_proj(attention_name(l, "kv_a_proj"), cfg.hidden_size, cfg.mla.kv_lora_rank + cfg.mla.qk_pos_emb_head_dim, false,
                 cfg.init_method_std, hf.mla(l, "kv_a_proj_with_mqa"), HfRef{}, tp, {.kind = TpSplit::none}),
-      kv_b_proj(mla_name(l, "kv_b_proj"), cfg.mla.kv_lora_rank,
+      kv_b_proj(attention_name(l, "kv_b_proj"), cfg.mla.kv_lora_rank,
                 cfg.num_attention_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim), false, cfg.init_method_std,
                 hf.mla(l, "kv_b_proj"), HfRef{}, tp, {.kind = TpSplit::column}),
       tp_(tp),
@@ -51,12 +45,12 @@ LatentProjections::LatentProjections(int l, const ModelConfig& cfg, const HfName
       interleaved_(cfg.rotary_interleaved),
       eps_(kLatentNormEpsilon) {
   if (q_rank_ > 0) {
-    q_a_proj.emplace(mla_name(l, "q_a_proj"), cfg.hidden_size, q_rank_, false, cfg.init_method_std,
+    q_a_proj.emplace(attention_name(l, "q_a_proj"), cfg.hidden_size, q_rank_, false, cfg.init_method_std,
                      hf.mla(l, "q_a_proj"), HfRef{}, tp, LinearSplit{.kind = TpSplit::none});
-    q_a_norm.spec = {.name = mla_name(l, "q_a_norm.weight"), .shape = {q_rank_}, .weight_decay = false,
+    q_a_norm.spec = {.name = attention_name(l, "q_a_norm.weight"), .shape = {q_rank_}, .weight_decay = false,
                      .init = Init::ones, .hf = hf.mla(l, "q_a_layernorm")};
   }
-  kv_a_norm.spec = {.name = mla_name(l, "kv_a_norm.weight"), .shape = {kv_rank_}, .weight_decay = false,
+  kv_a_norm.spec = {.name = attention_name(l, "kv_a_norm.weight"), .shape = {kv_rank_}, .weight_decay = false,
                     .init = Init::ones, .hf = hf.mla(l, "kv_a_layernorm")};
   if (!cfg.lora.enabled()) return;
   // Megatron's MLA module names, and DeepSeek's.
@@ -69,6 +63,15 @@ LatentProjections::LatentProjections(int l, const ModelConfig& cfg, const HfName
     if (linear && cfg.lora.targets(names.first, names.second))
       linear->enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
 }
+
+namespace {
+// A latent's RMSNorm backward: dx from dy, the weight's gradient accumulated
+// where it trains.
+void latent_norm_backward(const CpuCtx& cpu, const Param& w, float* dx, const float* dy, const float* x,
+                          const float* rstd, int64_t N, int64_t width) {
+  kernels::rmsnorm_backward(cpu, dx, w.grad.defined() ? w.gdata() : nullptr, dy, x, w.data(), rstd, N, width, false);
+}
+}  // namespace
 
 int64_t LatentProjections::rope_source(int64_t j) const {
   if (!interleaved_) return j;
@@ -219,8 +222,7 @@ void LatentProjections::backward(const StepCtx& ctx, const Saved& s, const float
   kv_b_proj.backward_weight(ctx, dkv_.data(), s.c);
   if (group) tp_.group->all_reduce(dlat_.data(), N * A, DType::f32);
   dc_.resize(static_cast<size_t>(N * kv_rank_));
-  kernels::rmsnorm_backward(ctx.cpu, dc_.data(), kv_a_norm.grad.defined() ? kv_a_norm.gdata() : nullptr,
-                            dlat_.data(), s.c_pre, kv_a_norm.data(), s.c_rstd, N, kv_rank_, false);
+  latent_norm_backward(ctx.cpu, kv_a_norm, dc_.data(), dlat_.data(), s.c_pre, s.c_rstd, N, kv_rank_);
   dkv_a_.resize(static_cast<size_t>(N * A));
   for (int64_t n = 0; n < N; ++n) {
     std::copy_n(dc_.data() + n * kv_rank_, kv_rank_, dkv_a_.data() + n * A);
@@ -237,8 +239,7 @@ void LatentProjections::backward(const StepCtx& ctx, const Saved& s, const float
     q_proj.backward_weight(ctx, dq_proj_.data(), s.q_lat);
     if (group) tp_.group->all_reduce(dq_lat_.data(), N * q_rank_, DType::f32);
     dq_a_.resize(static_cast<size_t>(N * q_rank_));
-    kernels::rmsnorm_backward(ctx.cpu, dq_a_.data(), q_a_norm.grad.defined() ? q_a_norm.gdata() : nullptr,
-                              dq_lat_.data(), s.q_a, q_a_norm.data(), s.q_a_rstd, N, q_rank_, false);
+    latent_norm_backward(ctx.cpu, q_a_norm, dq_a_.data(), dq_lat_.data(), s.q_a, s.q_a_rstd, N, q_rank_);
     q_a_proj->backward_weight(ctx, dq_a_.data(), x);
     if (first_rank) q_a_proj->backward_input(ctx, dq_a_.data(), dx, false);
     written = first_rank;

@@ -57,6 +57,12 @@
 
 namespace claw::model {
 
+// The canonical name of the attention's module `what` in layer `layer`
+// ("layers.3.attention.q_proj"), plain or latent.
+inline std::string attention_name(int layer, const char* what) {
+  return "layers." + std::to_string(layer) + ".attention." + what;
+}
+
 // The latent norms' epsilon: DeepSeek's q_a_layernorm and kv_a_layernorm
 // keep RMSNorm's default whatever rms_norm_eps (--norm-epsilon) says.
 inline constexpr double kLatentNormEpsilon = 1e-6;

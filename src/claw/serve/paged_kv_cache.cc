@@ -7,10 +7,15 @@
 
 namespace claw::serve {
 
+namespace {
+// Tensors a layer caches: keys and values, or MLA's latent, which is both.
+int64_t kv_tensors(const model::ModelConfig& cfg) { return cfg.mla.enabled ? 1 : 2; }
+}  // namespace
+
 PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int64_t num_blocks, int64_t block_size,
                            kernels::KvDtype dtype)
     : layers_(cfg.num_layers),
-      tensors_(cfg.mla.enabled ? 1 : 2),
+      tensors_(kv_tensors(cfg)),
       num_blocks_(num_blocks),
       block_size_(block_size),
       row_(tp.cache_groups(cfg) * cfg.cache_head_dim()),
@@ -27,7 +32,7 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
 
 int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size,
                                   kernels::KvDtype dtype) {
-  const int64_t rows = (cfg.mla.enabled ? 1 : 2) * cfg.num_layers * block_size * tp.cache_groups(cfg);
+  const int64_t rows = kv_tensors(cfg) * cfg.num_layers * block_size * tp.cache_groups(cfg);
   return rows * cfg.cache_head_dim() * static_cast<int64_t>(kernels::kv_dtype_size(dtype)) +
          (dtype == kernels::KvDtype::int8 ? rows * static_cast<int64_t>(sizeof(float)) : 0);
 }

@@ -14,10 +14,7 @@
 namespace claw::kernels {
 namespace {
 
-// The widest head a query's accumulators hold on the stack: DeepSeek-V3's
-// absorbed latent head is 512 + 64 (model/mla.h; ModelConfig::validate
-// refuses wider caches).
-constexpr int64_t kMaxHeadDim = 1024, kTile = 16;
+constexpr int64_t kMaxHeadDim = kMaxPagedHeadDim, kTile = 16;
 
 struct Item {
   int32_t seq;

@@ -40,6 +40,11 @@
 
 namespace claw::kernels {
 
+// The widest head the paged and fixed-order kernels take (their per-query
+// accumulators are on the stack): DeepSeek-V3's absorbed latent head is
+// 512 + 64 (model/mla.h).
+inline constexpr int64_t kMaxPagedHeadDim = 1024;
+
 enum class KvDtype : uint8_t { f32, bf16, int8 };
 std::string_view kv_dtype_name(KvDtype t);
 std::optional<KvDtype> parse_kv_dtype(std::string_view s);  // "f32", "bf16", "int8"
