@@ -265,6 +265,12 @@ void Writer::add_i32s(const std::string& key, const std::vector<int32_t>& v) {
   put<uint64_t>(kv_, v.size());
   put_raw(kv_, v.data(), v.size() * sizeof(int32_t));
 }
+void Writer::add_bools(const std::string& key, const std::vector<bool>& v) {
+  CLAW_GGUF_KV(key, ValueType::array);
+  put<uint32_t>(kv_, uint32_t(ValueType::boolean));
+  put<uint64_t>(kv_, v.size());
+  for (bool b : v) put<uint8_t>(kv_, b ? 1 : 0);
+}
 #undef CLAW_GGUF_KV
 
 void Writer::add_tensor(const std::string& name, const std::vector<int64_t>& shape, GgmlType type,

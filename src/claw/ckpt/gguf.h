@@ -79,6 +79,7 @@ class Writer {
   void add_string(const std::string& key, const std::string& v);
   void add_strings(const std::string& key, const std::vector<std::string>& v);
   void add_i32s(const std::string& key, const std::vector<int32_t>& v);
+  void add_bools(const std::string& key, const std::vector<bool>& v);
   // shape in PyTorch order; data already in `type` (ggml_bytes of the shape).
   void add_tensor(const std::string& name, const std::vector<int64_t>& shape, GgmlType type,
                   std::vector<uint8_t> data);

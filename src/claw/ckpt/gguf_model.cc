@@ -2,75 +2,21 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "claw/ckpt/gguf.h"
+#include "claw/ckpt/gguf_arch.h"
 #include "claw/core/error.h"
 
 namespace claw::ckpt {
 namespace {
 
+using gguf_arch::Entry;
 using kernels::WeightType;
-
-// One tensor in both namings.
-struct Entry {
-  std::string hf, gguf;
-  bool transpose = false;  // HF stores [in, out] (GPT-2's Conv1D)
-  int64_t permute_heads = 0;  // llama q/k: heads whose rows are permuted
-  bool linear = false;        // a linear layer's weight (kept as stored on reading)
-};
-
-std::vector<Entry> name_table(const std::string& arch, const model::ModelConfig& c) {
-  std::vector<Entry> t;
-  const char* kWB[] = {"weight", "bias"};
-  if (arch == "gpt2") {
-    t.push_back({"transformer.wte.weight", "token_embd.weight"});
-    t.push_back({"transformer.wpe.weight", "position_embd.weight"});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string h = fmt::format("transformer.h.{}.", i), g = fmt::format("blk.{}.", i);
-      for (const char* wb : kWB) {
-        const bool w = std::string_view(wb) == "weight";
-        t.push_back({h + "ln_1." + wb, g + "attn_norm." + wb});
-        t.push_back({h + "attn.c_attn." + wb, g + "attn_qkv." + wb, w, 0, w});
-        t.push_back({h + "attn.c_proj." + wb, g + "attn_output." + wb, w, 0, w});
-        t.push_back({h + "ln_2." + wb, g + "ffn_norm." + wb});
-        t.push_back({h + "mlp.c_fc." + wb, g + "ffn_up." + wb, w, 0, w});
-        t.push_back({h + "mlp.c_proj." + wb, g + "ffn_down." + wb, w, 0, w});
-      }
-    }
-    t.push_back({"transformer.ln_f.weight", "output_norm.weight"});
-    t.push_back({"transformer.ln_f.bias", "output_norm.bias"});
-  } else {
-    t.push_back({"model.embed_tokens.weight", "token_embd.weight"});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string h = fmt::format("model.layers.{}.", i), g = fmt::format("blk.{}.", i);
-      t.push_back({h + "input_layernorm.weight", g + "attn_norm.weight"});
-      t.push_back({h + "post_attention_layernorm.weight", g + "ffn_norm.weight"});
-      for (const char* wb : kWB) {
-        const bool w = std::string_view(wb) == "weight";
-        t.push_back({h + "self_attn.q_proj." + wb, g + "attn_q." + wb, false, c.num_attention_heads, w});
-        t.push_back({h + "self_attn.k_proj." + wb, g + "attn_k." + wb, false, c.kv_heads(), w});
-        t.push_back({h + "self_attn.v_proj." + wb, g + "attn_v." + wb, false, 0, w});
-        t.push_back({h + "self_attn.o_proj." + wb, g + "attn_output." + wb, false, 0, w});
-        t.push_back({h + "mlp.gate_proj." + wb, g + "ffn_gate." + wb, false, 0, w});
-        t.push_back({h + "mlp.up_proj." + wb, g + "ffn_up." + wb, false, 0, w});
-        t.push_back({h + "mlp.down_proj." + wb, g + "ffn_down." + wb, false, 0, w});
-      }
-    }
-    t.push_back({"model.norm.weight", "output_norm.weight"});
-  }
-  t.push_back({"lm_head.weight", "output.weight", false, 0, true});
-  return t;
-}
-
-// [rows, cols] -> [cols, rows].
-std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<float> y(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
-  return y;
-}
 
 // Row r of the GGUF (adjacent pairs) layout holds HF's (rotate-half) row
 // src_row(r): within a head of D rows, 2i + half <- half * D/2 + i.
@@ -93,6 +39,23 @@ std::vector<uint8_t> permute_rows(const uint8_t* in, int64_t rows, size_t row_by
   return out;
 }
 
+template <typename F>
+void permute_float_rows(HfTensor& t, F from) {
+  const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+  std::vector<float> out(t.data.size());
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(t.data.begin() + from(r) * cols, cols, out.begin() + r * cols);
+  t.data = std::move(out);
+}
+
+// [rows, cols] -> [cols, rows].
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> y(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
+  return y;
+}
+
 uint32_t file_type_code(WeightType t) {
   switch (t) {
     case WeightType::f32: return 0;    // LLAMA_FTYPE_ALL_F32
@@ -103,25 +66,118 @@ uint32_t file_type_code(WeightType t) {
   return 0;
 }
 
+// DeepSeek's kv_b_proj [heads (nope + value), kv_lora] <-> attn_k_b
+// [heads, kv_lora, nope] and attn_v_b [heads, value, kv_lora].
+HfTensor kv_b_part(const Entry& e, const HfTensor& kv) {
+  const int64_t H = e.heads, dn = e.nope, dv = e.value, kr = kv.shape[1];
+  CLAW_CHECK(kv.shape[0] == H * (dn + dv), "kv_b_proj has {} rows, not {} heads of {} + {}", kv.shape[0], H, dn, dv);
+  const bool keys = e.part == Entry::Part::kv_b_keys;
+  HfTensor t{keys ? std::vector<int64_t>{H, kr, dn} : std::vector<int64_t>{H, dv, kr}, {}};
+  t.data.reserve(static_cast<size_t>(H * kr * (keys ? dn : dv)));
+  for (int64_t h = 0; h < H; ++h) {
+    const float* head = kv.data.data() + h * (dn + dv) * kr;
+    if (keys) {
+      for (int64_t r = 0; r < kr; ++r)
+        for (int64_t j = 0; j < dn; ++j) t.data.push_back(head[j * kr + r]);
+    } else {
+      t.data.insert(t.data.end(), head + dn * kr, head + (dn + dv) * kr);
+    }
+  }
+  return t;
+}
+
+HfTensor kv_b_joined(const HfTensor& k, const HfTensor& v) {
+  const int64_t H = k.shape[0], kr = k.shape[1], dn = k.shape[2], dv = v.shape[1];
+  HfTensor kv{{H * (dn + dv), kr}, std::vector<float>(static_cast<size_t>(H * (dn + dv) * kr))};
+  for (int64_t h = 0; h < H; ++h) {
+    float* head = kv.data.data() + h * (dn + dv) * kr;
+    for (int64_t r = 0; r < kr; ++r)
+      for (int64_t j = 0; j < dn; ++j) head[j * kr + r] = k.data[(h * kr + r) * dn + j];
+    std::copy_n(v.data.begin() + h * dv * kr, dv * kr, head + dn * kr);
+  }
+  return kv;
+}
+
+// The tokenizer as tokenizer.ggml.* (GPT-2 byte-level BPE), or "no_vocab"
+// (llama.cpp then takes the vocabulary's size from {arch}.vocab_size).
+void write_gguf_tokenizer(gguf::Writer& w, const std::string& path, const model::ModelConfig& cfg,
+                          const GgufTokenizer& tok) {
+  if (tok.empty()) {
+    w.add_string("tokenizer.ggml.model", "no_vocab");
+    return;
+  }
+  if (static_cast<int64_t>(tok.tokens.size()) > cfg.vocab_size)
+    fail("{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", path, tok.tokens.size(),
+         cfg.vocab_size);
+  std::vector<std::string> tokens = tok.tokens;
+  std::vector<int32_t> types(tokens.size(), 1);  // normal
+  if (tok.eos >= 0 && tok.eos < static_cast<int32_t>(types.size())) types[tok.eos] = 3;  // control
+  for (int64_t i = static_cast<int64_t>(tokens.size()); i < cfg.vocab_size; ++i) {
+    tokens.push_back(fmt::format("[PAD{}]", i));
+    types.push_back(5);  // unused
+  }
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "gpt-2");
+  w.add_strings("tokenizer.ggml.tokens", tokens);
+  w.add_i32s("tokenizer.ggml.token_type", types);
+  w.add_strings("tokenizer.ggml.merges", tok.merges);
+  if (!tok.chat_template.empty()) w.add_string("tokenizer.chat_template", tok.chat_template);
+  if (tok.eos >= 0) {
+    w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tok.eos));
+    w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tok.eos));
+  }
+}
+
+// An entry's tensor in the GGUF layout (PyTorch order), from the HF state
+// dict; empty when the model has none of its tensors.
+std::optional<HfTensor> gguf_tensor(const Entry& e, const HfStateDict& hf) {
+  if (e.legacy || !hf.count(e.hf[0])) return std::nullopt;
+  HfTensor t;
+  if (e.part != Entry::Part::whole) {
+    t = kv_b_part(e, hf.at(e.hf[0]));
+  } else if (e.stacked) {
+    const HfTensor& first = hf.at(e.hf[0]);
+    t.shape = {static_cast<int64_t>(e.hf.size())};
+    t.shape.insert(t.shape.end(), first.shape.begin(), first.shape.end());
+    for (const std::string& name : e.hf) {
+      const HfTensor& x = hf.at(name);
+      CLAW_CHECK(x.shape == first.shape, "GGUF export: expert {} is not the shape of {}", name, e.hf[0]);
+      t.data.insert(t.data.end(), x.data.begin(), x.data.end());
+    }
+  } else {
+    t = hf.at(e.hf[0]);
+    if (e.transpose) {
+      t.data = transposed(t.data, t.shape[0], t.shape[1]);
+      std::swap(t.shape[0], t.shape[1]);
+    }
+    const int64_t rows = t.shape[0];
+    if (e.permute_heads > 0) permute_float_rows(t, [&](int64_t r) { return hf_row_of(r, e.permute_heads, rows); });
+  }
+  if (e.add != 0 || e.mul != 1)
+    for (float& x : t.data) x = (x + e.add) * e.mul;
+  return t;
+}
+
+// Which tensors are matrices in the chosen type: every one of two or more
+// dimensions but GPT-2's positions and the routers (f32, as llama.cpp's
+// converter keeps them).
+bool quantizable(const Entry& e, const HfTensor& t) {
+  return t.shape.size() >= 2 && e.gguf != "position_embd.weight" && !e.gguf.ends_with("ffn_gate_inp.weight");
+}
+
 }  // namespace
 
 GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConfig& cfg,
                                  const std::function<std::vector<float>(const std::string&)>& get,
-                                 const GgufExportOptions& opts) {
-  if (cfg.moe.enabled())
-    fail("--num-experts {}: GGUF export of MoE models is not available (export --format hf gives "
-         "MixtralForCausalLM)",
-         cfg.moe.num_experts);
-  const nlohmann::json config = hf_config(cfg);  // refuses models with no GPT-2 or Llama form
-  const std::string arch = config["model_type"].get<std::string>();
-  if (cfg.rope_scaling.enabled())
-    fail("GGUF export with --rope-scaling-type {} is not available yet (llama.cpp's rope_freqs.weight is not written)",
-         cfg.rope_scaling.type);
-  if (arch != "gpt2" && arch != "llama")
-    fail("GGUF export of {} models is not available yet (export --format hf gives {})", arch,
-         config["architectures"][0].get<std::string>());
+                                 const GgufExportOptions& opts, std::vector<std::string>* notes) {
+  const nlohmann::json config = hf_config(cfg);  // refuses models with no Hugging Face form
+  const std::string arch = gguf_arch::architecture_of(config);
   HfStateDict hf = to_hf(cfg, get);
-  if (arch == "gpt2" && !hf.count("lm_head.weight")) hf["lm_head.weight"] = hf.at("transformer.wte.weight");
+  const gguf_arch::Output output = gguf_arch::output_rule(arch);
+  const std::string embed = arch == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  if (output == gguf_arch::Output::always && !hf.count("lm_head.weight")) hf["lm_head.weight"] = hf.at(embed);
+  if (output == gguf_arch::Output::never && hf.count("lm_head.weight"))
+    fail("llama.cpp's {} ties the output layer to the embeddings; this model has its own", arch);
 
   gguf::Writer w;
   w.add_string("general.architecture", arch);
@@ -129,77 +185,25 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
   w.add_u32("general.file_type", file_type_code(opts.type));
   w.add_u32("general.quantization_version", 2);
   w.add_u32("general.alignment", 32);
-  auto key = [&](const char* k) { return arch + "." + k; };
-  w.add_u32(key("vocab_size"), static_cast<uint32_t>(cfg.vocab_size));
-  w.add_u32(key("context_length"), static_cast<uint32_t>(cfg.max_position_embeddings));
-  w.add_u32(key("embedding_length"), static_cast<uint32_t>(cfg.hidden_size));
-  w.add_u32(key("feed_forward_length"), static_cast<uint32_t>(cfg.ffn()));
-  w.add_u32(key("block_count"), static_cast<uint32_t>(cfg.num_layers));
-  w.add_u32(key("attention.head_count"), static_cast<uint32_t>(cfg.num_attention_heads));
-  if (arch == "gpt2") {
-    w.add_f32(key("attention.layer_norm_epsilon"), static_cast<float>(cfg.norm_epsilon));
-  } else {
-    w.add_u32(key("attention.head_count_kv"), static_cast<uint32_t>(cfg.kv_heads()));
-    w.add_u32(key("attention.key_length"), static_cast<uint32_t>(cfg.head_dim()));
-    w.add_u32(key("attention.value_length"), static_cast<uint32_t>(cfg.head_dim()));
-    w.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(cfg.head_dim()));
-    w.add_f32(key("rope.freq_base"), static_cast<float>(cfg.rotary_base));
-    w.add_f32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(cfg.norm_epsilon));
-  }
-  const GgufTokenizer& tok = opts.tokenizer;
-  if (!tok.empty()) {
-    if (static_cast<int64_t>(tok.tokens.size()) > cfg.vocab_size)
-      fail("{}: the tokenizer has {} tokens, more than the model's vocabulary of {}", path, tok.tokens.size(),
-           cfg.vocab_size);
-    std::vector<std::string> tokens = tok.tokens;
-    std::vector<int32_t> types(tokens.size(), 1);  // normal
-    if (tok.eos >= 0 && tok.eos < static_cast<int32_t>(types.size())) types[tok.eos] = 3;  // control
-    for (int64_t i = static_cast<int64_t>(tokens.size()); i < cfg.vocab_size; ++i) {
-      tokens.push_back(fmt::format("[PAD{}]", i));
-      types.push_back(5);  // unused
-    }
-    w.add_string("tokenizer.ggml.model", "gpt2");
-    w.add_string("tokenizer.ggml.pre", "gpt-2");
-    w.add_strings("tokenizer.ggml.tokens", tokens);
-    w.add_i32s("tokenizer.ggml.token_type", types);
-    w.add_strings("tokenizer.ggml.merges", tok.merges);
-    if (!tok.chat_template.empty()) w.add_string("tokenizer.chat_template", tok.chat_template);
-    if (tok.eos >= 0) {
-      w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tok.eos));
-      w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tok.eos));
-    }
-  } else {
-    w.add_string("tokenizer.ggml.model", "no_vocab");
-  }
+  std::vector<std::string> differs = gguf_arch::write_hparams(w, arch, cfg);
+  if (notes) *notes = std::move(differs);
+  write_gguf_tokenizer(w, path, cfg, opts.tokenizer);
 
   GgufWriteReport r;
-  std::vector<std::string> unused;
-  for (const auto& [name, t] : hf) unused.push_back(name);
-  for (const Entry& e : name_table(arch, cfg)) {
-    auto it = hf.find(e.hf);
-    if (it == hf.end()) continue;
-    std::erase(unused, e.hf);
-    HfTensor t = it->second;
-    if (e.transpose) {
-      t.data = transposed(t.data, t.shape[0], t.shape[1]);
-      std::swap(t.shape[0], t.shape[1]);
-    }
-    const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    if (e.permute_heads > 0) {
-      std::vector<uint8_t> bytes(t.data.size() * sizeof(float));
-      std::memcpy(bytes.data(), t.data.data(), bytes.size());
-      bytes = permute_rows(bytes.data(), rows, cols * sizeof(float),
-                           [&](int64_t row) { return hf_row_of(row, e.permute_heads, rows); });
-      std::memcpy(t.data.data(), bytes.data(), bytes.size());
-    }
-    const bool matrix = t.shape.size() == 2 && e.gguf != "position_embd.weight";
+  std::set<std::string> unused;
+  for (const auto& [name, t] : hf) unused.insert(name);
+  for (const Entry& e : gguf_arch::tensor_table(arch, cfg)) {
+    std::optional<HfTensor> made = gguf_tensor(e, hf);
+    if (!made) continue;
+    for (const std::string& n : e.hf) unused.erase(n);
+    HfTensor& t = *made;
+    const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.data.size()) / cols;
+    const bool matrix = quantizable(e, t);
     WeightType type = matrix ? opts.type : WeightType::f32;
     if (!kernels::weight_type_fits(type, cols)) type = WeightType::f32;
     if (matrix) ++(type == opts.type && type != WeightType::f32 ? r.converted : r.kept_f32);
-    std::vector<uint8_t> data(kernels::weight_row_bytes(type, t.shape.size() == 2 ? cols : rows) *
-                              (t.shape.size() == 2 ? rows : 1));
-    kernels::quantize_rows(type, t.data.data(), data.data(), t.shape.size() == 2 ? rows : 1,
-                           t.shape.size() == 2 ? cols : rows);
+    std::vector<uint8_t> data(kernels::weight_row_bytes(type, cols) * rows);
+    kernels::quantize_rows(type, t.data.data(), data.data(), rows, cols);
     r.bytes += data.size();
     ++r.tensors;
     w.add_tensor(e.gguf, t.shape, gguf::ggml_type_of(type), std::move(data));
@@ -210,65 +214,12 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
 }
 
 namespace {
-// The transformers config.json that a GGUF file's metadata describes (GPT-2
-// or Llama), for model_from_hf_config.
-nlohmann::json hf_config_of(const gguf::Reader& r, const std::string& path, const std::string& arch) {
-  const nlohmann::json& md = r.metadata();
-  auto num = [&](const std::string& k) -> nlohmann::json {
-    if (!md.contains(k) || !md[k].is_number()) fail("{}: metadata {} is missing or not a number", path, k);
-    return md[k];
-  };
-  // GGUF keeps epsilons and RoPE bases as f32: the shortest decimal that
-  // reads back as that f32 is the value the writer meant (1e-5, not
-  // 9.99999974738e-06), as the other formats hold it.
-  auto real = [&](const std::string& k) -> nlohmann::json {
-    return std::stod(fmt::format("{}", num(k).get<float>()));
-  };
-  const gguf::TensorInfo* embd = r.find("token_embd.weight");
-  if (!embd || embd->ne.size() != 2) fail("{}: no 2-D tensor token_embd.weight", path);
-  const int64_t vocab = embd->ne[1];
-  auto key = [&](const char* k) { return arch + "." + k; };
-  const bool has_output = r.find("output.weight") != nullptr;
-  nlohmann::json config;
-  if (arch == "gpt2") {
-    bool tied = true;
-    if (has_output) {
-      const gguf::TensorInfo* out = r.find("output.weight");
-      tied = out->type == embd->type && out->ne == embd->ne && r.read(*out) == r.read(*embd);
-    }
-    config = {{"model_type", "gpt2"},
-              {"n_layer", num(key("block_count"))},
-              {"n_embd", num(key("embedding_length"))},
-              {"n_head", num(key("attention.head_count"))},
-              {"n_inner", num(key("feed_forward_length"))},
-              {"vocab_size", vocab},
-              {"n_positions", num(key("context_length"))},
-              {"layer_norm_epsilon", real(key("attention.layer_norm_epsilon"))},
-              {"tie_word_embeddings", tied}};
-  } else {
-    if (r.find("rope_freqs.weight"))
-      fail("{}: rope_freqs.weight (Llama 3.1 rope scaling) is not supported; claw implements plain RoPE", path);
-    const int64_t heads = num(key("attention.head_count")).get<int64_t>();
-    const int64_t C = num(key("embedding_length")).get<int64_t>();
-    config = {{"model_type", "llama"},
-              {"num_hidden_layers", num(key("block_count"))},
-              {"hidden_size", C},
-              {"num_attention_heads", heads},
-              {"num_key_value_heads", md.contains(key("attention.head_count_kv"))
-                                          ? num(key("attention.head_count_kv"))
-                                          : nlohmann::json(heads)},
-              {"head_dim", md.contains(key("attention.key_length")) ? num(key("attention.key_length"))
-                                                                     : nlohmann::json(C / heads)},
-              {"intermediate_size", num(key("feed_forward_length"))},
-              {"vocab_size", vocab},
-              {"max_position_embeddings", num(key("context_length"))},
-              {"rms_norm_eps", real(key("attention.layer_norm_rms_epsilon"))},
-              {"rope_theta", md.contains(key("rope.freq_base")) ? real(key("rope.freq_base")) : nlohmann::json(10000.0)},
-              {"tie_word_embeddings", !has_output},
-              {"attention_bias", r.find("blk.0.attn_q.bias") != nullptr}};
-  }
-  return config;
-}
+// Where each Hugging Face tensor is in a file: its entries (two for
+// DeepSeek's kv_b_proj) and, for stacked experts, its index.
+struct Place {
+  std::vector<Entry> entries;
+  int64_t index = 0;
+};
 }  // namespace
 
 GgufModel read_gguf_model(const std::string& path) {
@@ -278,28 +229,33 @@ GgufModel read_gguf_model(const std::string& path) {
   if (!md.contains("general.architecture") || !md["general.architecture"].is_string())
     fail("{}: metadata general.architecture is missing or not a string", path);
   g.arch = md["general.architecture"].get<std::string>();
-  if (g.arch != "gpt2" && g.arch != "llama")
-    fail("{}: architecture '{}' is not supported; claw reads gpt2 and llama GGUF files", path, g.arch);
+  const auto& known_archs = gguf_arch::architectures();
+  if (std::find(known_archs.begin(), known_archs.end(), g.arch) == known_archs.end())
+    fail("{}: architecture '{}' is not supported; claw reads {}", path, g.arch, fmt::join(known_archs, ", "));
   g.name = md.contains("general.name") && md["general.name"].is_string() ? md["general.name"].get<std::string>()
                                                                          : "gguf";
-  const nlohmann::json config = hf_config_of(r, path, g.arch);
+  const nlohmann::json config = gguf_arch::hf_config_of(r, path, g.arch);
   g.cfg = model_from_hf_config(config, path);
   g.cfg.name = "gguf-" + g.arch;
 
   std::map<WeightType, int> counts;
-  std::vector<std::string> known;
-  std::map<std::string, Entry> by_hf;  // the tensors present, for reading them later
-  for (const Entry& e : name_table(g.arch, g.cfg)) {
-    known.push_back(e.gguf);
+  std::set<std::string> known;
+  std::map<std::string, Place> places;  // the tensors present, for reading them later
+  for (const Entry& e : gguf_arch::tensor_table(g.arch, g.cfg)) {
+    known.insert(e.gguf);
     const gguf::TensorInfo* t = r.find(e.gguf);
     if (!t) continue;
-    if (e.hf == "lm_head.weight" && g.cfg.tied()) continue;  // GPT-2's copy of the embeddings
-    by_hf[e.hf] = e;
+    if (e.hf[0] == "lm_head.weight" && g.cfg.tied()) continue;  // a copy of the embeddings
+    for (size_t i = 0; i < e.hf.size(); ++i) {
+      Place& p = places[e.hf[i]];
+      p.entries.push_back(e);
+      p.index = static_cast<int64_t>(i);
+    }
     const std::vector<int64_t> shape = t->shape();
-    const int64_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+    const int64_t rows = shape[0];
     if (e.permute_heads > 0 && rows % (2 * e.permute_heads) != 0)
       fail("{}: {} has {} rows, not whole heads of even size for {} heads", path, e.gguf, rows, e.permute_heads);
-    if (!e.linear || shape.size() != 2) continue;
+    if (!e.linear || shape.size() != 2 || e.stacked || e.part != Entry::Part::whole || e.add != 0) continue;
     const bool low = t->type == uint32_t(gguf::GgmlType::bf16) || t->type == uint32_t(gguf::GgmlType::q8_0) ||
                      t->type == uint32_t(gguf::GgmlType::q4_0);
     if (low) {
@@ -311,39 +267,55 @@ GgufModel read_gguf_model(const std::string& path) {
         const size_t rb = raw.size() / rows;
         raw = permute_rows(raw.data(), rows, rb, [&](int64_t row) { return gguf_row_of(row, e.permute_heads, rows); });
       }
-      g.matrices[e.hf] = kernels::WeightMatrix::from_bytes(wt, rows, cols, std::move(raw));
+      g.matrices[e.hf[0]] = kernels::WeightMatrix::from_bytes(wt, rows, shape[1], std::move(raw));
     }
-    ++counts[low ? g.matrices[e.hf].type() : WeightType::f32];
+    ++counts[low ? g.matrices[e.hf[0]].type() : WeightType::f32];
   }
+  for (const gguf::TensorInfo& t : r.tensors())
+    if (!known.count(t.name) && !gguf_arch::is_config_tensor(t.name))
+      fail("{}: tensor {} is not part of a {} model claw knows ({} layers)", path, t.name, g.arch, g.cfg.num_layers);
+  for (const auto& [t, n] : counts)
+    if (n > counts[g.weight_type]) g.weight_type = t;
+
   // The fp32 tensors are read when asked for, one at a time (a model's
-  // worth of them at once would double the peak memory of loading).
+  // worth of them at once would double the peak memory of loading); a
+  // layer's stacked experts once for all of them.
   auto reader = std::make_shared<gguf::Reader>(r);
-  g.read_tensor = [reader, by_hf, path](const std::string& name) {
-    auto it = by_hf.find(name);
-    if (it == by_hf.end()) fail("{}: no tensor for {} (its GGUF name would be in the table of its architecture)", path, name);
-    const Entry& e = it->second;
+  auto stack = std::make_shared<std::pair<std::string, HfTensor>>();
+  const auto read = [reader, stack](const Entry& e) {
+    if (e.stacked && stack->first == e.gguf) return stack->second;
     const gguf::TensorInfo& t = *reader->find(e.gguf);
     HfTensor h{t.shape(), reader->read_f32(t)};
-    const int64_t rows = h.shape[0], cols = h.shape.size() == 2 ? h.shape[1] : 1;
-    if (e.permute_heads > 0) {
-      std::vector<uint8_t> bytes(h.data.size() * sizeof(float));
-      std::memcpy(bytes.data(), h.data.data(), bytes.size());
-      bytes = permute_rows(bytes.data(), rows, cols * sizeof(float),
-                           [&](int64_t row) { return gguf_row_of(row, e.permute_heads, rows); });
-      std::memcpy(h.data.data(), bytes.data(), bytes.size());
+    if (e.add != 0)
+      for (float& x : h.data) x -= e.add;
+    if (e.stacked) *stack = {e.gguf, h};
+    return h;
+  };
+  g.read_tensor = [read, places, path](const std::string& name) {
+    auto it = places.find(name);
+    if (it == places.end())
+      fail("{}: no tensor for {} (its GGUF name would be in the table of its architecture)", path, name);
+    const Place& p = it->second;
+    if (p.entries.size() == 2) {  // attn_k_b + attn_v_b
+      const bool k_first = p.entries[0].part == Entry::Part::kv_b_keys;
+      return kv_b_joined(read(p.entries[k_first ? 0 : 1]), read(p.entries[k_first ? 1 : 0]));
     }
+    const Entry& e = p.entries[0];
+    HfTensor h = read(e);
+    if (e.stacked) {
+      const std::vector<int64_t> one(h.shape.begin() + 1, h.shape.end());
+      const size_t n = h.data.size() / h.shape[0];
+      return HfTensor{one, std::vector<float>(h.data.begin() + p.index * n, h.data.begin() + (p.index + 1) * n)};
+    }
+    const int64_t rows = h.shape[0], cols = h.shape.size() == 2 ? h.shape[1] : 1;
+    if (e.permute_heads > 0) permute_float_rows(h, [&](int64_t r) { return gguf_row_of(r, e.permute_heads, rows); });
     if (e.transpose) {
       h.data = transposed(h.data, rows, cols);
       std::swap(h.shape[0], h.shape[1]);
     }
     return h;
   };
-  for (const auto& [name, e] : by_hf) g.names.push_back(name);
-  for (const gguf::TensorInfo& t : r.tensors())
-    if (std::find(known.begin(), known.end(), t.name) == known.end())
-      fail("{}: tensor {} is not part of a {} model claw knows ({} layers)", path, t.name, g.arch, g.cfg.num_layers);
-  for (const auto& [t, n] : counts)
-    if (n > counts[g.weight_type]) g.weight_type = t;
+  for (const auto& [name, p] : places) g.names.push_back(name);
 
   for (const auto& [k, v] : md.items())
     if (k.starts_with("tokenizer.")) g.tokenizer_metadata[k] = v;
@@ -357,12 +329,19 @@ HfStateDict GgufModel::all_tensors() const {
 }
 
 void load_gguf_params(const GgufModel& g, const std::vector<model::Param*>& params, const std::string& source) {
-  HfStateDict one;  // the tensor the last parameter read (GPT-2's q, k and v share c_attn)
+  HfStateDict one;  // the tensors the last parameter read (GPT-2's q, k and v share c_attn)
   for (model::Param* p : params) {
-    const std::string& name = p->spec.hf.name;
-    if (!one.count(name)) {
+    const model::HfRef& ref = p->spec.hf;
+    std::vector<std::string> names{ref.name};
+    if (ref.stack > 0) {  // a layer's experts, "{}" their index
+      names.clear();
+      const size_t at = ref.name.find("{}");
+      for (int64_t e = 0; e < ref.stack; ++e)
+        names.push_back(ref.name.substr(0, at) + std::to_string(e) + ref.name.substr(at + 2));
+    }
+    if (!one.count(names[0])) {
       one.clear();
-      one[name] = g.read_tensor(name);
+      for (const std::string& n : names) one[n] = g.read_tensor(n);
     }
     load_hf_params({p}, one, source);
   }

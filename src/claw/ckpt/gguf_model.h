@@ -1,23 +1,14 @@
-// claw models as GGUF files (llama.cpp's architectures "gpt2" and "llama"),
-// by way of the Hugging Face state dict (ckpt/hf.h), whose names and
-// layouts llama.cpp's converter maps from:
+// claw models as GGUF files, by way of the Hugging Face state dict
+// (ckpt/hf.h), whose names and layouts llama.cpp's converter maps from; the
+// architectures and their tensor tables are gguf_arch.h's (gpt2, llama with
+// Mistral's and Mixtral's, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3,
+// olmo2, deepseek2).
 //
-//   gpt2   token_embd, position_embd, blk.N.{attn_norm, attn_qkv,
-//          attn_output, ffn_norm, ffn_up, ffn_down}, output_norm, output
-//          (Conv1D weights transposed to [out, in]; output written even when
-//          tied, as llama.cpp expects for GPT-2)
-//   llama  token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
-//          attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm,
-//          output (absent when tied). attn_q and attn_k rows are permuted
-//          from HF's rotate-half order to llama.cpp's adjacent pairs (within
-//          each head, row half * D/2 + i becomes row 2i + half), and back on
-//          reading.
-//
-// Matrices are written in the chosen type (f32, bf16, q8_0, q4_0) when
-// their rows are whole blocks, else f32; norms, biases and GPT-2's position
-// embeddings stay f32. The tokenizer goes in as tokenizer.ggml.* (GPT-2
-// byte-level BPE: tokens, merges, token types), or "no_vocab" when the
-// model has none claw knows.
+// Matrices (a layer's stacked experts too) are written in the chosen type
+// (f32, bf16, q8_0, q4_0) when their rows are whole blocks, else f32;
+// norms, biases, routers and GPT-2's position embeddings stay f32. The
+// tokenizer goes in as tokenizer.ggml.* (GPT-2 byte-level BPE: tokens,
+// merges, token types), or "no_vocab" when the model has none claw knows.
 #pragma once
 
 #include <cstdint>
@@ -54,12 +45,14 @@ struct GgufWriteReport {
 };
 
 // get: a claw parameter's values at its checkpoint shape (as to_hf takes).
+// notes (if given): what llama.cpp will run differently from the model
+// (gguf_arch::write_hparams), one line each.
 GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConfig& cfg,
                                  const std::function<std::vector<float>(const std::string&)>& get,
-                                 const GgufExportOptions& opts);
+                                 const GgufExportOptions& opts, std::vector<std::string>* notes = nullptr);
 
 struct GgufModel {
-  std::string arch;  // "gpt2" or "llama"
+  std::string arch;  // llama.cpp's architecture (gguf_arch::architectures())
   std::string name;  // general.name
   model::ModelConfig cfg;
   // A tensor as fp32 under its HF name and layout (load_hf_params), read

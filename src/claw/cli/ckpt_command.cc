@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "claw/ckpt/checkpoint.h"
+#include "claw/ckpt/gguf_arch.h"
 #include "claw/ckpt/gguf_model.h"
 #include "claw/ckpt/hf.h"
 #include "claw/ckpt/peft.h"
@@ -304,14 +305,16 @@ struct Export {
         if (!t.jinja) fail("--chat-template {}: give a Jinja template file (FILE.jinja)", chat_template);
         o.tokenizer.chat_template = data::read_file(chat_template, "chat template");
       }
+      std::vector<std::string> notes;
       const ckpt::GgufWriteReport r = ckpt::write_gguf_model(
-          output, cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); }, o);
+          output, cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); }, o, &notes);
       fmt::print("exported {} (iteration {}) to {}: GGUF {}, {} tensors, {} matrices in {}{}, {} of tensor data, "
                  "tokenizer {}\n",
-                 d, meta.iteration, output, ckpt::hf_config(cfg)["model_type"].get<std::string>(), r.tensors,
+                 d, meta.iteration, output, ckpt::gguf_arch::architecture_of(ckpt::hf_config(cfg)), r.tensors,
                  r.converted + (*wt == kernels::WeightType::f32 ? r.kept_f32 : 0), type,
                  *wt != kernels::WeightType::f32 && r.kept_f32 ? fmt::format(" ({} kept f32)", r.kept_f32) : "",
                  mib(static_cast<double>(r.bytes)), o.tokenizer.empty() ? "none (no_vocab)" : "GPT-2 BPE");
+      for (const std::string& n : notes) fmt::print(stderr, "claw ckpt export: note: {}\n", n);
       return;
     }
     if (type != "f32" && type != "bf16")

@@ -57,6 +57,16 @@ gen_utils.is_fsdp_managed_module = lambda module: False
 SHAPE = dict(vocab_size=50257, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, initializer_range=0.2,
              bos_token_id=1, eos_token_id=2, torch_dtype="float32")
+def deepseek3(eps):
+    return tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(
+        **{**SHAPE, "num_key_value_heads": 4, "rms_norm_eps": eps}, rope_theta=1e4, tie_word_embeddings=False,
+        q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, rope_interleave=True,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                      "mscale": 1.0, "mscale_all_dim": 1.0},
+        n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=True))
+
+
 FAMILIES = {
     # Qwen 2 / 2.5: biases on q, k and v only; tied embeddings as the small Qwen 2.5 models have them.
     "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**SHAPE, rope_theta=1e6, tie_word_embeddings=True,
@@ -114,16 +124,26 @@ FAMILIES = {
     # from a rank-16 one, heads of 16 + 8 rotated interleaved dimensions, values of 12), YaRN with
     # DeepSeek's mscale; layer 0 dense, layer 1 8 experts in 4 groups (2 chosen), sigmoid top 2 with
     # the expert bias, weights times 2.5, one shared expert.
-    "deepseek3": lambda: tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(
-        **{**SHAPE, "num_key_value_heads": 4}, rope_theta=1e4, tie_word_embeddings=False, q_lora_rank=24,
-        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, rope_interleave=True,
-        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
-                      "mscale": 1.0, "mscale_all_dim": 1.0},
-        n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
-        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=True)),
+    "deepseek3": lambda: deepseek3(1e-5),
     # Mistral: every layer attends over a sliding window (8 keys: the 32-token batches cross it).
     "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**SHAPE, rope_theta=1e6, sliding_window=8,
                                                               tie_word_embeddings=False)),
+}
+
+# The test models above that llama.cpp cannot run as they are, made as it can: its llama and phi3
+# architectures attend over every key (no window), its qwen3moe has experts in every layer, and its
+# deepseek2 one epsilon for every norm (DeepSeek's latent norms keep 1e-6, as DeepSeek-V3's rms_norm_eps).
+LLAMACPP = {
+    "deepseek3": lambda: deepseek3(1e-6),
+    "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**SHAPE, rope_theta=1e6, sliding_window=None,
+                                                              tie_word_embeddings=False)),
+    "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**SHAPE, rope_theta=1e4, sliding_window=None, pad_token_id=0,
+                                                     original_max_position_embeddings=256,
+                                                     partial_rotary_factor=0.75, tie_word_embeddings=False)),
+    "qwen3moe": lambda: tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+        **SHAPE, head_dim=32, rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False, num_experts=8,
+        num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], router_aux_loss_coef=0.01)),
 }
 
 
@@ -155,13 +175,14 @@ def load(hf_dir):
 
 
 # The seed of each family's weights (7 unless listed): one whose 32 greedy tokens are decided by clear
-# margins (deepseek3: the smallest top-1/top-2 gap 0.036; seed 7's was 3e-6).
-SEEDS = {"deepseek3": 13}
+# margins (deepseek3: the smallest top-1/top-2 gap 0.036; seed 7's was 3e-6; qwen3moe's llama.cpp variant:
+# 0.023 in llama.cpp, 5e-4 with seed 7).
+SEEDS = {"deepseek3": 13, "qwen3moe-llamacpp": 12}
 
 
-def cmd_make(family, out):
-    torch.manual_seed(SEEDS.get(family, 7))
-    model = FAMILIES[family]().eval()
+def cmd_make(family, out, variant=""):
+    torch.manual_seed(SEEDS.get(f"{family}-{variant}", SEEDS.get(family, 7)))
+    model = (LLAMACPP if variant == "llamacpp" else FAMILIES)[family]().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:

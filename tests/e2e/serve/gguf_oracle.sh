@@ -6,7 +6,8 @@
 #   - the reader sees the tensors in that type, and transformers rebuilds
 #     the model from the file within the type's rounding;
 #   - at f32, transformers' greedy tokens (64) from the file equal claw's
-#     from the same file and from the Hugging Face directory;
+#     from the same file and from the Hugging Face directory, and so do
+#     llama.cpp's own (tools/llamacpp_greedy.sh);
 #   - at q8_0 and q4_0, claw reading the file (its blocks as stored) gives
 #     bitwise the tokens and log-probabilities of claw quantizing the
 #     Hugging Face weights itself (--dtype).
@@ -31,14 +32,19 @@ gen() { "$claw" generate --prompt-tokens "$prompt" --max-tokens 64 --ignore-eos 
 "$py" "$here/gguf_oracle.py" generate "$tmp/m-f32.gguf" 64 "$prompt" >"$tmp/hf.json" 2>/dev/null
 gen --model "$tmp/m-f32.gguf" >"$tmp/claw-gguf.json"
 gen --model "$tmp/hf" >"$tmp/claw-hf.json"
-/usr/bin/python3 - "$tmp/hf.json" "$tmp/claw-gguf.json" "$tmp/claw-hf.json" <<'PY'
+"$here/../../../tools/llamacpp_greedy.sh" "$tmp/m-f32.gguf" "$prompt" 64 2 >"$tmp/llamacpp.json" 2>"$tmp/llamacpp.log" ||
+  { tail -20 "$tmp/llamacpp.log"; fail "llama.cpp did not run the f32 file"; }
+/usr/bin/python3 - "$tmp/hf.json" "$tmp/claw-gguf.json" "$tmp/claw-hf.json" "$tmp/llamacpp.json" <<'PY'
 import json, sys
-hf, claw, direct = (json.load(open(p)) for p in sys.argv[1:4])
+hf, claw, direct, llamacpp = (json.load(open(p)) for p in sys.argv[1:5])
 assert len(hf["tokens"]) == 64, hf
 d = next((i for i, (a, b) in enumerate(zip(hf["tokens"], claw["tokens"])) if a != b), None)
 assert claw["tokens"] == hf["tokens"], f"claw differs from transformers at token {d}: {claw['tokens']} vs {hf['tokens']}"
 assert direct["tokens"] == claw["tokens"], "the f32 GGUF and the Hugging Face directory give different tokens"
-print(f"f32 GGUF: 64 greedy tokens equal to transformers' from the same file (smallest logit gap {min(hf['gaps']):.4f})")
+d = next((i for i, (a, b) in enumerate(zip(llamacpp["tokens"], claw["tokens"])) if a != b), None)
+assert llamacpp["tokens"] == claw["tokens"], f"llama.cpp differs from claw at token {d}: {llamacpp['tokens']}"
+print(f"f32 GGUF: 64 greedy tokens equal to transformers' and llama.cpp's from the same file (smallest logit gap "
+      f"{min(hf['gaps']):.4f})")
 PY
 for t in q8_0 q4_0; do
   gen --model "$tmp/m-$t.gguf" >"$tmp/a.json"

@@ -157,6 +157,80 @@ TEST(Gguf, ModelsRoundTrip) {
   }
 }
 
+// Every family llama.cpp has an architecture for, written and read back:
+// the same configuration (as its config.json) and the same tensors (Gemma's
+// norms within the rounding of 1 + w).
+TEST(Gguf, FamiliesRoundTrip) {
+  const nlohmann::json shape = {{"vocab_size", 300},         {"hidden_size", 64}, {"intermediate_size", 96},
+                                {"num_hidden_layers", 2},    {"num_attention_heads", 4},
+                                {"num_key_value_heads", 2},  {"max_position_embeddings", 64},
+                                {"rms_norm_eps", 1e-6},      {"rope_theta", 1e6}};
+  const auto with = [&](nlohmann::json more) {
+    nlohmann::json j = shape;
+    j.update(more);
+    return j;
+  };
+  const std::vector<std::pair<std::string, nlohmann::json>> families = {
+      {"qwen2", with({{"model_type", "qwen2"}, {"tie_word_embeddings", true}})},
+      {"qwen3", with({{"model_type", "qwen3"},
+                      {"head_dim", 32},
+                      {"rope_scaling",
+                       {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}}}})},
+      {"qwen3moe", with({{"model_type", "qwen3_moe"}, {"head_dim", 32}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+                         {"moe_intermediate_size", 32}})},
+      {"llama", with({{"model_type", "mixtral"}, {"num_local_experts", 4}, {"num_experts_per_tok", 2}})},
+      {"llama", with({{"model_type", "mistral"}, {"sliding_window", 8}})},
+      {"phi3", with({{"model_type", "phi3"}, {"partial_rotary_factor", 0.5}, {"original_max_position_embeddings", 16},
+                     {"rope_scaling", {{"type", "longrope"}, {"short_factor", {1.0, 1.5, 2.0, 2.5}},
+                                       {"long_factor", {1.0, 2.0, 4.0, 8.0}}}}})},
+      {"gemma2", with({{"model_type", "gemma2"}, {"head_dim", 16}, {"query_pre_attn_scalar", 16}, {"sliding_window", 8},
+                       {"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0}})},
+      {"gemma3", with({{"model_type", "gemma3_text"}, {"head_dim", 32}, {"query_pre_attn_scalar", 32},
+                       {"sliding_window", 8}, {"layer_types", {"sliding_attention", "full_attention"}},
+                       {"rope_local_base_freq", 1e4}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 4.0}}}})},
+      {"olmo2", with({{"model_type", "olmo2"}})},
+      {"deepseek2", with({{"model_type", "deepseek_v3"}, {"num_key_value_heads", 4}, {"q_lora_rank", 24},
+                          {"kv_lora_rank", 16}, {"qk_nope_head_dim", 16}, {"qk_rope_head_dim", 8}, {"v_head_dim", 12},
+                          {"n_routed_experts", 8}, {"num_experts_per_tok", 2}, {"n_group", 4}, {"topk_group", 2},
+                          {"routed_scaling_factor", 2.5}, {"moe_intermediate_size", 32}, {"n_shared_experts", 1},
+                          {"first_k_dense_replace", 1},
+                          {"rope_scaling",
+                           {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16},
+                            {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}})}};
+  for (const auto& [arch, config] : families) {
+    SCOPED_TRACE(config["model_type"].get<std::string>());
+    const model::ModelConfig cfg = model_from_hf_config(config, "config.json");
+    std::mt19937 rng(5);
+    std::normal_distribution<float> N(0, 1);
+    std::map<std::string, std::vector<float>> ours;
+    for (const model::ParamSpec& s : model_param_specs(cfg)) {
+      int64_t n = 1;
+      for (int64_t d : checkpoint_shape(s)) n *= d;
+      auto& v = ours[s.name];
+      for (int64_t i = 0; i < n; ++i) v.push_back(N(rng));
+    }
+    const std::string path = tmp_path(arch + ".gguf");
+    write_gguf_model(path, cfg, [&](const std::string& p) { return ours.at(p); }, {.name = "t"});
+    const GgufModel g = read_gguf_model(path);
+    EXPECT_EQ(g.arch, arch);
+    nlohmann::json want = hf_config(cfg), got = hf_config(g.cfg);
+    for (const char* k : {"initializer_range"}) want.erase(k), got.erase(k);
+    EXPECT_EQ(got, want) << "read back:\n" << got.dump(1) << "\nwritten:\n" << want.dump(1);
+    const HfStateDict tensors = g.all_tensors();
+    const bool gemma = arch.starts_with("gemma");
+    for (const model::ParamSpec& s : model_param_specs(cfg)) {
+      const std::vector<float> back = from_hf(s, tensors, path), & v = ours.at(s.name);
+      if (!gemma || s.name.find("norm") == std::string::npos) {
+        EXPECT_EQ(back, v) << s.name;
+        continue;
+      }
+      ASSERT_EQ(back.size(), v.size());
+      for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(back[i], v[i], 2e-7 * (1 + std::abs(v[i]))) << s.name;
+    }
+    fs::remove(path);
+  }
+}
+
 TEST(Gguf, UnsupportedFilesAreClearErrors) {
   const std::string path = tmp_path("arch.gguf");
   gguf::Writer w;
