@@ -93,6 +93,12 @@ nlohmann::json peft_config(const model::ModelConfig& cfg, const std::string& bas
   for (const std::string& m : adapted_modules(cfg)) targeted.insert(module_type(m));
   for (const std::string& m : adapted_modules(with_targets(cfg, cfg.lora.rank, {"all-linear"})))
     all.insert(module_type(m));
+  // The MoE layers' experts (routed and shared) have no adapters in claw: a
+  // bare gate_proj would adapt them in PEFT, so the dense layers' are named
+  // by their path (mlp.gate_proj).
+  if (cfg.moe.enabled())
+    for (const char* m : {"gate_proj", "up_proj", "down_proj"})
+      for (const char* where : {"mlp.experts.0.", "mlp.shared_experts."}) all.insert(std::string(where) + m);
   std::set<std::string> names;
   for (const std::string& t : targeted) {
     const std::string last = t.substr(t.rfind('.') + 1);
@@ -210,7 +216,9 @@ model::LoraConfig lora_from_peft(const PeftAdapter& adapter, const model::ModelC
     if (!covered.count(m))
       fail("{}: adapts '{}', {}", file, m,
            linear.count(m) ? "but not that module in every layer: claw's adapters cover every layer of a module type"
-                           : "which is no linear layer of this base model (another architecture or depth?)");
+           : m.find("experts.") != std::string::npos
+               ? "an MoE expert: claw has adapters on attention and dense MLP layers, not on experts yet"
+               : "which is no linear layer of this base model (another architecture or depth?)");
   return lora;
 }
 

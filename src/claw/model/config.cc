@@ -341,7 +341,6 @@ void ModelConfig::validate() const {
     fail("--window-size must be in [0, {}] (0: full causal attention), got {}", kMaxPositions, window_size);
   if (!(init_method_std > 0)) fail("--init-method-std must be positive, got {}", init_method_std);
   validate_moe(moe, num_layers);
-  if (moe.enabled() && lora.enabled()) fail("--lora-rank with --num-experts: LoRA adapters on experts are not available yet");
 }
 
 int64_t ModelConfig::attention_params() const {

@@ -12,7 +12,9 @@ tools/hf_env.sh's venv), for peft_interchange.sh.
         save_pretrained): GPT-2 on c_attn, attention's c_proj and c_fc;
         Llama on q_proj, v_proj and down_proj with rsLoRA; Phi-3 on its fused
         qkv_proj and gate_up_proj; DeepSeek-V3 on q_a_proj, kv_b_proj, o_proj
-        and down_proj with rsLoRA
+        and down_proj with rsLoRA; Qwen3-MoE on q_proj, v_proj and the dense
+        layer's mlp.down_proj (not the experts') with rsLoRA; moe-experts:
+        Qwen3-MoE's down_proj everywhere, the experts' included
 
 claw's names map to PEFT's here independently of claw's exporter: GPT-2's
 q, k and v share the A of the fused c_attn and hold row blocks of its B;
@@ -46,7 +48,7 @@ def peft_name(family, claw, cfg):
                  "up_proj": ("mlp.gate_up_proj", slice(f, 2 * f)), "down_proj": ("mlp.down_proj", None)}
         module, rows = fused[part]
         return f"model.layers.{layer}.{module}.{factor}.weight", rows
-    if family in ("llama", "deepseek"):  # DeepSeek-V3's latent attention: claw's kv_a_proj is kv_a_proj_with_mqa
+    if family in ("llama", "deepseek", "moe"):  # DeepSeek-V3's latent attention: claw's kv_a_proj is kv_a_proj_with_mqa
         where = "self_attn" if block == "attention" else "mlp"
         part = "kv_a_proj_with_mqa" if part == "kv_a_proj" else part
         return f"model.layers.{layer}.{where}.{part}.{factor}.weight", None
@@ -113,12 +115,17 @@ def compare(family, hf_base, adapter, logits_file, grads_file):
 
 def make(family, hf_base, adapter):
     base = AutoModelForCausalLM.from_pretrained(hf_base, torch_dtype=torch.float32)
-    if family == "gpt2":
+    if family == "moe-experts":  # a bare down_proj: the experts' too
+        config = LoraConfig(r=4, lora_alpha=8, target_modules=["down_proj"], task_type="CAUSAL_LM")
+    elif family == "gpt2":
         config = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "attn.c_proj", "c_fc"], fan_in_fan_out=True,
                             init_lora_weights=False, task_type="CAUSAL_LM")
     elif family == "deepseek":  # the latent attention's modules and the MLP's down projection
         config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_a_proj", "kv_b_proj", "o_proj", "down_proj"],
                             use_rslora=True, init_lora_weights=False, task_type="CAUSAL_LM")
+    elif family == "moe":  # attention and the dense layer's MLP; mlp.down_proj is not an expert's down_proj
+        config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_proj", "v_proj", "mlp.down_proj"], use_rslora=True,
+                            init_lora_weights=False, task_type="CAUSAL_LM")
     elif family == "phi3":  # the fused modules
         config = LoraConfig(r=8, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"], use_rslora=True,
                             init_lora_weights=False, task_type="CAUSAL_LM")

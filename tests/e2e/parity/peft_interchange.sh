@@ -2,7 +2,7 @@
 # LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
 # from tools/hf_env.sh's venv under /tmp).
 #
-#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3|olmo2|phi3|deepseek3
+#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3|olmo2|phi3|deepseek3|qwen3moe
 #
 # qwen2, mistral, qwen3, gemma3 and olmo2 are llama-tiny with the family's
 # options: their bases export as Qwen2ForCausalLM, MistralForCausalLM,
@@ -12,7 +12,11 @@
 # qkv_proj and gate_up_proj each hold one adapter (one A, B's rows split
 # between q, k, v or gate, up). deepseek3 is llama-tiny's dense layers with
 # DeepSeek-V3's latent attention, exported as DeepseekV3ForCausalLM (every
-# layer dense), its adapters on q_a_proj ... kv_b_proj.
+# layer dense), its adapters on q_a_proj ... kv_b_proj. qwen3moe is qwen3's
+# llama-tiny with 4 experts in layers 1-3 (Qwen3MoeForCausalLM): adapters on
+# attention and layer 0's dense MLP, none on experts (claw has none there;
+# its target_modules name the dense layer's by path, mlp.down_proj, which
+# PEFT does not match to the experts' down_proj).
 #
 # 1. claw fine-tunes a base with LoRA (all-linear) for 3 steps and exports
 #    the adapter (--format peft) and the base (--format hf): PEFT's
@@ -34,6 +38,8 @@ case $family in
   qwen2) model=(--model llama-tiny --add-qkv-bias) names=llama ;;
   mistral) model=(--model llama-tiny --window-size 8) names=llama ;;
   qwen3) model=(--model llama-tiny --qk-layernorm --kv-channels 64) names=llama env=torch2 ;;
+  qwen3moe) model=(--model llama-tiny --qk-layernorm --kv-channels 64 --num-experts 4 --moe-router-topk 2
+                   --moe-ffn-hidden-size 128 --moe-layer-freq 0,1,1,1) names=moe env=torch2 ;;
   gemma3)  # gpt2-tiny's tied embeddings, Gemma 3's layers
     model=(--model gpt2-tiny --normalization RMSNorm --position-embedding-type rope --disable-bias-linear --geglu
            --apply-layernorm-1p --post-sublayer-norm --scale-embedding --qk-layernorm --kv-channels 64
@@ -79,6 +85,17 @@ assert sorted(a) == sorted(b), (sorted(a)[:3], sorted(b)[:3])
 assert all(a[k].shape == b[k].shape and bool((a[k] == b[k]).all()) for k in a), "tensors differ"
 print(f"import then export: {len(a)} tensors bit for bit")
 PY
+
+# PEFT's adapter on Qwen3-MoE's experts: claw has none there, and says so.
+if [[ $family == qwen3moe ]]; then
+  check make moe-experts "$tmp/hf_base" "$tmp/peft_experts" >/dev/null
+  if "$claw" ckpt import --format peft --input "$tmp/peft_experts" --load-hf "$tmp/hf_base" --save "$tmp/bad" \
+      >"$tmp/out" 2>"$tmp/err"; then
+    echo "an adapter on experts was accepted"; exit 1
+  fi
+  cat "$tmp/err"
+  grep -q "experts.0.down_proj', an MoE expert: claw has adapters on attention and dense MLP layers" "$tmp/err"
+fi
 
 # Another base shape: wider.
 quiet "$claw" train "${model[@]}" --hidden-size 128 --num-attention-heads 4 --train-iters 1 "${shape[@]}" \

@@ -130,7 +130,6 @@ TEST(ModelConfig, MoeFlagsAreValidated) {
   refused([](ModelConfig& c) { c.moe.layer_freq = "0,0,0,0"; }, "puts experts in none of the 4 layers");
   refused([](ModelConfig& c) { c.moe.layer_freq = "x"; }, "--moe-layer-freq 'x'");
   refused([](ModelConfig& c) { c.moe.expert_capacity_factor = -1; }, "--moe-expert-capacity-factor must be >= 0");
-  refused([](ModelConfig& c) { c.lora.rank = 4; }, "--lora-rank with --num-experts");
 }
 
 TEST(ModelConfig, FlopsPerTokenFollowsPaLM) {
