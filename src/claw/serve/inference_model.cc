@@ -26,6 +26,10 @@ namespace fs = std::filesystem;
 // The model for m.cfg, split over the job's TP group when there is one.
 std::unique_ptr<model::GPT> make_model(const InferenceModelOptions& o, InferenceModel& m) {
   if (o.parallel && o.parallel->grid().tp > 1) {
+    if (m.cfg.moe.enabled())
+      fail("{}: {} experts per MoE layer: generation under tensor parallelism (mpirun -np {}) runs dense models for "
+           "now; run this model on one rank",
+           o.path, m.cfg.moe.num_experts, o.parallel->grid().tp);
     m.tp_groups = model::make_tensor_parallel(*o.world, *o.parallel, m.cfg, /*sequence_parallel=*/false);
     return std::make_unique<model::GPT>(m.cfg, model::StoreOptions{}, m.tp_groups.tp);
   }

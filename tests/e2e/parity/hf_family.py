@@ -57,14 +57,14 @@ gen_utils.is_fsdp_managed_module = lambda module: False
 SHAPE = dict(vocab_size=50257, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, initializer_range=0.2,
              bos_token_id=1, eos_token_id=2, torch_dtype="float32")
-def deepseek3(eps):
+def deepseek3(eps, dense=1):
     return tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(
         **{**SHAPE, "num_key_value_heads": 4, "rms_norm_eps": eps}, rope_theta=1e4, tie_word_embeddings=False,
         q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, rope_interleave=True,
         rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                       "mscale": 1.0, "mscale_all_dim": 1.0},
         n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
-        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=True))
+        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=dense, norm_topk_prob=True))
 
 
 FAMILIES = {
@@ -146,6 +146,10 @@ LLAMACPP = {
         mlp_only_layers=[], router_aux_loss_coef=0.01)),
 }
 
+# DeepSeek-V3's latent attention in dense layers only (first_k_dense_replace 2), for generation under
+# tensor parallelism (tests/e2e/serve/tp_generate.sh), which runs dense models.
+DENSE = {"deepseek3": lambda: deepseek3(1e-5, dense=2)}
+
 
 def deepseek_router_in_model_dtype():
     """transformers' DeepSeek-V3 router casts its input and weight to float32 whatever the model's dtype, and
@@ -182,7 +186,7 @@ SEEDS = {"deepseek3": 13, "qwen3moe-llamacpp": 12}
 
 def cmd_make(family, out, variant=""):
     torch.manual_seed(SEEDS.get(f"{family}-{variant}", SEEDS.get(family, 7)))
-    model = (LLAMACPP if variant == "llamacpp" else FAMILIES)[family]().eval()
+    model = {"": FAMILIES, "llamacpp": LLAMACPP, "dense": DENSE}[variant][family]().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Generation with tensor parallelism: `claw generate` under mpirun -np 2
 # (each rank half of every layer; rank 0 schedules, rank 1 runs its steps)
-# gives the one-rank greedy tokens (64) for a random GPT-2 and a Llama with
-# grouped-query attention that transformers made, loaded from the Hugging
-# Face directory and from a claw checkpoint; then `claw serve` at TP 2
-# answers a completion and stops on SIGTERM, every rank exiting 0.
+# gives the one-rank greedy tokens (64) for a random GPT-2, a Llama with
+# grouped-query attention and a DeepSeek-V3 (latent attention, absorbed:
+# each rank its heads' part of kv_b_proj, the latent replicated; dense
+# layers) that transformers made, loaded from the Hugging Face directory and
+# from a claw checkpoint; then `claw serve` at TP 2 answers a completion and
+# stops on SIGTERM, every rank exiting 0.
 #
-#   tp_generate.sh CLAW_BINARY gpt2|llama
+#   tp_generate.sh CLAW_BINARY gpt2|llama|deepseek3
 set -euo pipefail
 claw=$1
 family=$2
@@ -18,9 +20,13 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(timeout 300 mpirun --oversubscribe --bind-to none -np 2)
-py=$("$here/../../oracle_env.sh" hf)
-
-"$py" "$here/hf_generate.py" make "$family" "$tmp/hf"
+if [[ $family == deepseek3 ]]; then
+  py=$("$here/../../oracle_env.sh" torch2)
+  "$py" "$here/../parity/hf_family.py" make deepseek3 "$tmp/hf" dense 2>/dev/null
+else
+  py=$("$here/../../oracle_env.sh" hf)
+  "$py" "$here/hf_generate.py" make "$family" "$tmp/hf"
+fi
 "$claw" ckpt import --input "$tmp/hf" --save "$tmp/ck" >/dev/null 2>&1
 prompt=17,250,3,999,42,7,512,88,1,640
 args=(--prompt-tokens "$prompt" --max-tokens 64 --ignore-eos --output-format json --num-threads 1 --num-kv-blocks 32)
