@@ -1,12 +1,13 @@
 """claw's LoRA adapters against PyPI `peft` (with transformers and torch, from
 tools/hf_env.sh's venv), for peft_interchange.sh.
 
-    peft_check.py compare FAMILY HF_BASE ADAPTER LOGITS GRADS
-        PeftModel.from_pretrained(HF_BASE, ADAPTER): its logits on the tokens
-        of `claw eval --logits-file` equal claw's (1e-5 of their scale), and
-        its loss and adapter gradients on the batch of `claw eval
-        --grads-file` equal claw's (loss 1e-6, gradients 1e-5 relative per
-        tensor)
+    peft_check.py compare FAMILY HF_BASE ADAPTER LOGITS GRADS [ADAPTER LOGITS GRADS ...] [--same A B]
+        for each adapter, PeftModel.from_pretrained(HF_BASE, ADAPTER): its
+        logits on the tokens of `claw eval --logits-file` equal claw's (1e-5
+        of their scale), and its loss and adapter gradients on the batch of
+        `claw eval --grads-file` equal claw's (loss 1e-6, gradients 1e-5
+        relative per tensor); --same: adapters A and B hold the same tensors
+        bit for bit (one process for all: torch's start-up once)
     peft_check.py make FAMILY HF_BASE ADAPTER
         an adapter made by PEFT itself (get_peft_model with random A and B,
         save_pretrained): GPT-2 on c_attn, attention's c_proj and c_fc;
@@ -142,11 +143,30 @@ def make(family, hf_base, adapter):
           f"{adapter}")
 
 
+def same(a_dir, b_dir):
+    a, b = (load_file(f"{d}/adapter_model.safetensors") for d in (a_dir, b_dir))
+    assert sorted(a) == sorted(b), (sorted(a)[:3], sorted(b)[:3])
+    assert all(a[k].shape == b[k].shape and bool((a[k] == b[k]).all()) for k in a), "tensors differ"
+    print(f"import then export: {len(a)} tensors bit for bit")
+
+
 if __name__ == "__main__":
-    mode = sys.argv[1]
+    mode, args = sys.argv[1], sys.argv[2:]
     if mode == "compare":
-        compare(*sys.argv[2:7])
-    elif mode == "make":
-        make(*sys.argv[2:5])
+        pair = []
+        if "--same" in args:
+            at = args.index("--same")
+            pair, args = args[at + 1:at + 3], args[:at]
+        family, hf_base, runs = args[0], args[1], args[2:]
+        labels = ["claw's adapter in PEFT", "PEFT's adapter in claw"]  # peft_interchange.sh's order
+        for i in range(0, len(runs), 3):
+            print(f"{labels[i // 3] if i // 3 < len(labels) else runs[i]}:")
+            compare(family, hf_base, *runs[i:i + 3])
+        if pair:
+            same(*pair)
+    elif mode == "make":  # FAMILY HF_BASE ADAPTER [FAMILY2 ADAPTER2 ...]: each over the one base
+        make(args[0], args[1], args[2])
+        for i in range(3, len(args), 2):
+            make(args[i], args[1], args[i + 1])
     else:
         sys.exit(f"unknown mode {mode}")
