@@ -93,6 +93,20 @@ TEST(Gguf, ContainerRoundTrips) {
   fs::remove(path);
 }
 
+// Every parameter of cfg at its checkpoint shape, N(0, 1).
+std::map<std::string, std::vector<float>> random_params(const model::ModelConfig& cfg) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> N(0, 1);
+  std::map<std::string, std::vector<float>> out;
+  for (const model::ParamSpec& s : model_param_specs(cfg)) {
+    int64_t n = 1;
+    for (int64_t d : checkpoint_shape(s)) n *= d;
+    auto& v = out[s.name];
+    for (int64_t i = 0; i < n; ++i) v.push_back(N(rng));
+  }
+  return out;
+}
+
 model::ModelConfig tiny(bool llama) {
   model::ModelConfig c = model::model_preset(llama ? "llama-tiny" : "gpt2-tiny");
   c.hidden_size = 64;
@@ -108,15 +122,7 @@ model::ModelConfig tiny(bool llama) {
 TEST(Gguf, ModelsRoundTrip) {
   for (bool llama : {false, true}) {
     const model::ModelConfig cfg = tiny(llama);
-    std::mt19937 rng(5);
-    std::normal_distribution<float> N(0, 1);
-    std::map<std::string, std::vector<float>> ours;
-    for (const model::ParamSpec& s : model_param_specs(cfg)) {
-      int64_t n = 1;
-      for (int64_t d : checkpoint_shape(s)) n *= d;
-      auto& v = ours[s.name];
-      for (int64_t i = 0; i < n; ++i) v.push_back(N(rng));
-    }
+    const std::map<std::string, std::vector<float>> ours = random_params(cfg);
     auto get = [&](const std::string& p) { return ours.at(p); };
     const std::string path = tmp_path(llama ? "llama.gguf" : "gpt2.gguf");
     write_gguf_model(path, cfg, get, {.type = kernels::WeightType::f32, .name = "t"});
@@ -200,15 +206,7 @@ TEST(Gguf, FamiliesRoundTrip) {
   for (const auto& [arch, config] : families) {
     SCOPED_TRACE(config["model_type"].get<std::string>());
     const model::ModelConfig cfg = model_from_hf_config(config, "config.json");
-    std::mt19937 rng(5);
-    std::normal_distribution<float> N(0, 1);
-    std::map<std::string, std::vector<float>> ours;
-    for (const model::ParamSpec& s : model_param_specs(cfg)) {
-      int64_t n = 1;
-      for (int64_t d : checkpoint_shape(s)) n *= d;
-      auto& v = ours[s.name];
-      for (int64_t i = 0; i < n; ++i) v.push_back(N(rng));
-    }
+    const std::map<std::string, std::vector<float>> ours = random_params(cfg);
     const std::string path = tmp_path(arch + ".gguf");
     write_gguf_model(path, cfg, [&](const std::string& p) { return ours.at(p); }, {.name = "t"});
     const GgufModel g = read_gguf_model(path);
