@@ -51,10 +51,20 @@ std::string module_type(const std::string& module) {
   return module;
 }
 
-// The HF modules (with PEFT's prefix) that `cfg`'s adapters sit on.
+// HF name `name` of expert e: "experts.{}.w1" -> "experts.3.w1".
+std::string expert_name(const std::string& name, int64_t e) {
+  const size_t at = name.find("{}");
+  return name.substr(0, at) + std::to_string(e) + name.substr(at + 2);
+}
+
+// The HF modules (with PEFT's prefix) that `cfg`'s adapters sit on (each
+// expert's of a stacked adapter).
 std::set<std::string> adapted_modules(const model::ModelConfig& cfg) {
   std::set<std::string> out;
-  for (const model::ParamSpec& s : lora_specs(cfg)) out.insert(kPeftPrefix + module_of(s.hf.name));
+  for (const model::ParamSpec& s : lora_specs(cfg)) {
+    if (s.hf.stack == 0) out.insert(kPeftPrefix + module_of(s.hf.name));
+    for (int64_t e = 0; e < s.hf.stack; ++e) out.insert(kPeftPrefix + module_of(expert_name(s.hf.name, e)));
+  }
   return out;
 }
 
@@ -69,6 +79,11 @@ std::map<std::string, std::vector<int64_t>> peft_shapes(const std::vector<model:
   std::map<std::string, std::vector<int64_t>> out;
   for (const model::ParamSpec& s : specs) {
     std::vector<int64_t> shape = checkpoint_shape(s);
+    if (s.hf.stack > 0) {  // the experts' adapters, one PEFT tensor each
+      shape.erase(shape.begin());
+      for (int64_t e = 0; e < s.hf.stack; ++e) out[kPeftPrefix + expert_name(s.hf.name, e)] = shape;
+      continue;
+    }
     std::vector<int64_t>& full = out[kPeftPrefix + s.hf.name];
     if (s.hf.slice_dim < 0 || full.empty()) full = shape;
     if (s.hf.slice_dim >= 0) full[s.hf.slice_dim] = std::max(full[s.hf.slice_dim], s.hf.end);
@@ -93,12 +108,6 @@ nlohmann::json peft_config(const model::ModelConfig& cfg, const std::string& bas
   for (const std::string& m : adapted_modules(cfg)) targeted.insert(module_type(m));
   for (const std::string& m : adapted_modules(with_targets(cfg, cfg.lora.rank, {"all-linear"})))
     all.insert(module_type(m));
-  // The MoE layers' experts (routed and shared) have no adapters in claw: a
-  // bare gate_proj would adapt them in PEFT, so the dense layers' are named
-  // by their path (mlp.gate_proj).
-  if (cfg.moe.enabled())
-    for (const char* m : {"gate_proj", "up_proj", "down_proj"})
-      for (const char* where : {"mlp.experts.0.", "mlp.shared_experts."}) all.insert(std::string(where) + m);
   std::set<std::string> names;
   for (const std::string& t : targeted) {
     const std::string last = t.substr(t.rfind('.') + 1);
@@ -195,7 +204,7 @@ model::LoraConfig lora_from_peft(const PeftAdapter& adapter, const model::ModelC
   }
   if (present.empty()) fail("{}: no tensors", file);
   const model::HfNames names(base);
-  const std::vector<std::string> candidates =
+  std::vector<std::string> candidates =
       names.gpt2()   ? std::vector<std::string>{"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}
       : names.phi3() ? std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
       : base.mla.enabled
@@ -203,6 +212,8 @@ model::LoraConfig lora_from_peft(const PeftAdapter& adapter, const model::ModelC
                                      "gate_proj", "up_proj", "down_proj"}
                      : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                 "down_proj"};
+  if (base.moe.enabled() && names.moe(0, "router").name.find("block_sparse_moe") != std::string::npos)  // Mixtral's
+    candidates.insert(candidates.end(), {"w1", "w3", "w2"});
   std::set<std::string> covered;
   lora.target_modules.clear();
   for (const std::string& c : candidates) {
@@ -216,9 +227,7 @@ model::LoraConfig lora_from_peft(const PeftAdapter& adapter, const model::ModelC
     if (!covered.count(m))
       fail("{}: adapts '{}', {}", file, m,
            linear.count(m) ? "but not that module in every layer: claw's adapters cover every layer of a module type"
-           : m.find("experts.") != std::string::npos
-               ? "an MoE expert: claw has adapters on attention and dense MLP layers, not on experts yet"
-               : "which is no linear layer of this base model (another architecture or depth?)");
+                           : "which is no linear layer of this base model (another architecture or depth?)");
   return lora;
 }
 

@@ -297,7 +297,7 @@ void ModelConfig::validate() const {
     if (!(lora.dropout >= 0 && lora.dropout < 1)) fail("--lora-dropout must be in [0, 1), got {}", lora.dropout);
     if (lora.target_modules.empty()) fail("--lora-target-modules names no layer");
     const bool gpt2 = position_embedding_type == Position::learned, phi3 = hf_architecture == "Phi3ForCausalLM";
-    const std::vector<std::string_view> known =
+    std::vector<std::string_view> known =
         gpt2   ? std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
                                                "c_attn", "c_proj", "c_fc"}
         : phi3 ? std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
@@ -310,6 +310,10 @@ void ModelConfig::validate() const {
                : std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
                                                "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                "down_proj"};
+    // Mixtral's experts (HfNames::moe: the MoE models written as MixtralForCausalLM).
+    const bool mixtral_experts = moe.enabled() && !mla.enabled && !qk_layernorm &&
+                                 hf_architecture != "Qwen3MoeForCausalLM" && hf_architecture != "DeepseekV3ForCausalLM";
+    if (mixtral_experts) known.insert(known.end(), {"w1", "w3", "w2"});
     for (const std::string& t : lora.target_modules)
       if (std::find(known.begin(), known.end(), t) == known.end())
         fail("--lora-target-modules: '{}' names no linear layer of this {} model; valid: {}", t,

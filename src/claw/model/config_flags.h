@@ -179,8 +179,8 @@ std::vector<Flag<A>> model_base_flags(Get cfg_of) {
                      [cfg_of](A& a) -> auto& { return cfg_of(a).lora.dropout; }),
       F{"lora-target-modules",
         "layers with adapters: all-linear, Megatron's linear_qkv linear_proj linear_fc1 linear_fc2, or Hugging Face "
-        "module names (q_proj ... down_proj; GPT-2: c_attn c_proj c_fc); space- or comma-separated. MoE layers' "
-        "experts and routers have none (attention and dense MLP layers do)",
+        "module names (q_proj ... down_proj; GPT-2: c_attn c_proj c_fc; Mixtral's experts: w1 w3 w2, each expert "
+        "its own adapter; routers have none); space- or comma-separated",
         false, [cfg_of](A& a, const std::string& v) { cfg_of(a).lora.target_modules = split_names(v); },
         [cfg_of](const A& a) { return join_names(cfg_of(const_cast<A&>(a)).lora.target_modules); },
         "NAME[,NAME...]"},

@@ -358,10 +358,14 @@ std::vector<Linear*> GPT::linears() const {
 
 void GPT::merge_lora(const CpuCtx& ctx) {
   for (Linear* l : linears()) l->merge_lora(ctx);
+  for (const auto& b : blocks_)
+    if (b->moe) b->moe->merge_lora(ctx);
 }
 
 void GPT::remerge_lora(const CpuCtx& ctx) {
   for (Linear* l : linears()) l->remerge_lora(ctx);
+  for (const auto& b : blocks_)
+    if (b->moe) b->moe->merge_lora(ctx, /*remerge=*/true);
 }
 
 

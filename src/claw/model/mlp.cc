@@ -67,6 +67,14 @@ MLP::MLP(const std::string& prefix, int64_t width, const ModelConfig& cfg, const
     up.emplace(prefix + ".up_proj", cfg.hidden_size, width, cfg.add_bias_linear, cfg.init_method_std,
                HfRef{hf_prefix.empty() ? "" : hf_prefix + ".up_proj.weight"}, HfRef{}, tp,
                LinearSplit{.kind = TpSplit::column});
+  if (!cfg.lora.enabled()) return;  // an MoE layer's shared expert: adapters as a dense MLP's
+  const bool gpt2 = kind_ == Mlp::gelu;
+  auto adapt = [&](Linear& linear, const char* megatron, const char* hf_name) {
+    if (cfg.lora.targets(megatron, hf_name)) linear.enable_lora(cfg.lora.rank, cfg.lora.scale(), cfg.lora.dropout);
+  };
+  adapt(fc, "linear_fc1", gpt2 ? "fc" : "gate_proj");
+  if (up) adapt(*up, "linear_fc1", "up_proj");
+  adapt(proj, "linear_fc2", gpt2 ? "proj" : "down_proj");
 }
 
 void MLP::activate(const StepCtx& ctx, const Saved& s, float* a) const {

@@ -68,8 +68,93 @@ MoELayer::MoELayer(int l, const ModelConfig& cfg, const HfNames& hf, const Tenso
   if (cfg.moe.shared_expert_intermediate_size > 0)
     shared.emplace(moe_name(l, "shared_experts"), cfg.moe.shared_expert_intermediate_size, cfg,
                    "model.layers." + std::to_string(l) + ".mlp.shared_experts", tp);
+  if (cfg.lora.enabled()) enable_lora(hf);
   step_load_.assign(static_cast<size_t>(E_), 0);
   bias_load_.assign(static_cast<size_t>(E_), 0);
+}
+
+void MoELayer::enable_lora(const HfNames& hf) {
+  const LoraConfig& c = cfg_.lora;
+  const bool mixtral = hf.moe(0, "router").name.find("block_sparse_moe") != std::string::npos;
+  // Megatron's and Hugging Face's names of each matrix, as LoraConfig::targets takes them.
+  const std::pair<const char*, const char*> names[3] = {{"linear_fc1", mixtral ? "w1" : "gate_proj"},
+                                                        {"linear_fc1", mixtral ? "w3" : "up_proj"},
+                                                        {"linear_fc2", mixtral ? "w2" : "down_proj"}};
+  Param* w[3] = {&fc, swiglu_ ? &up : nullptr, &proj};
+  for (int m = 0; m < 3; ++m) {
+    if (!w[m] || !c.targets(names[m].first, names[m].second)) continue;
+    if (c.dropout > 0)
+      fail("--lora-dropout {} with adapters on experts ({}): the experts' adapters have no dropout yet; use 0 or "
+           "--lora-target-modules without the MLP's",
+           c.dropout, w[m]->spec.name);
+    const ParamSpec& ws = w[m]->spec;
+    const int64_t out = ws.shape[1], in = ws.shape[2];
+    const std::string base = ws.name.substr(0, ws.name.size() - std::string(".weight").size());
+    Lora& a = lora[m].emplace();
+    // PEFT's init per expert: A Kaiming-uniform, U(-1/sqrt(in), 1/sqrt(in)); B zero.
+    a.a.spec = {.name = base + ".lora_A.weight", .shape = {E_, c.rank, in}, .init = Init::uniform,
+                .init_std = 1.0 / std::sqrt(static_cast<double>(in))};
+    a.b.spec = {.name = base + ".lora_B.weight", .shape = {E_, out, c.rank}, .init = Init::zeros};
+    if (!ws.hf.name.empty()) {  // experts.{}.gate_proj.weight -> experts.{}.gate_proj.lora_A.weight
+      const std::string module = ws.hf.name.substr(0, ws.hf.name.size() - std::string(".weight").size());
+      a.a.spec.hf = {module + ".lora_A.weight"};
+      a.b.spec.hf = {module + ".lora_B.weight"};
+      a.a.spec.hf.stack = a.b.spec.hf.stack = E_;
+    }
+    for (Param* p : {&a.a, &a.b}) {
+      if (tp_.ep_size() > 1) p->spec.split(0, tp_.ep_size(), tp_.ep_rank(), "ep");
+      if (tp_.expert_region) p->spec.reduction_group = "expert_dp";
+    }
+    lora_rank_ = c.rank;
+    lora_scale_ = c.scale();
+  }
+}
+
+void MoELayer::lora_forward(const CpuCtx& cpu, int m, const int64_t* off, int64_t N, int64_t K, const float* X,
+                            float* Y) const {
+  if (!lora[m] || lora_merged_) return;
+  const int64_t rows = off[El_], r = lora_rank_;
+  thread_local std::vector<float> t;
+  t.resize(static_cast<size_t>(rows * r));
+  kernels::grouped_gemm(cpu, off, El_, r, K, X, lora[m]->a.data(), 0.0f, t.data());
+  kernels::scale(cpu, t.data(), static_cast<float>(lora_scale_), rows * r);
+  kernels::grouped_gemm(cpu, off, El_, N, r, t.data(), lora[m]->b.data(), 1.0f, Y);
+}
+
+void MoELayer::lora_backward(const CpuCtx& cpu, int m, const int64_t* off, int64_t N, int64_t K, const float* dY,
+                             const float* X, float* dX) {
+  if (!lora[m]) return;
+  const int64_t rows = off[El_], r = lora_rank_;
+  const float s = static_cast<float>(lora_scale_);
+  thread_local std::vector<float> t, dt;
+  t.resize(static_cast<size_t>(rows * r));
+  dt.resize(static_cast<size_t>(rows * r));
+  // t = s X A^T, dB += dY^T t; dt = s dY B, dA += dt^T X; dX += dt A.
+  kernels::grouped_gemm(cpu, off, El_, r, K, X, lora[m]->a.data(), 0.0f, t.data());
+  kernels::scale(cpu, t.data(), s, rows * r);
+  if (float* g = lora[m]->b.gdata()) kernels::grouped_gemm_dw(cpu, off, El_, N, r, dY, t.data(), 1.0f, g);
+  kernels::grouped_gemm_dx(cpu, off, El_, N, r, dY, lora[m]->b.data(), 0.0f, dt.data());
+  kernels::scale(cpu, dt.data(), s, rows * r);
+  if (float* g = lora[m]->a.gdata()) kernels::grouped_gemm_dw(cpu, off, El_, r, K, dt.data(), X, 1.0f, g);
+  if (dX) kernels::grouped_gemm_dx(cpu, off, El_, r, K, dt.data(), lora[m]->a.data(), 1.0f, dX);
+}
+
+void MoELayer::merge_lora(const CpuCtx& cpu, bool remerge) {
+  if (shared) {
+    std::vector<Linear*> ls;
+    shared->linears(ls);
+    for (Linear* l : ls) remerge ? l->remerge_lora(cpu) : l->merge_lora(cpu);
+  }
+  if (lora_merged_ && !remerge) return;
+  Param* w[3] = {&fc, &up, &proj};
+  for (int m = 0; m < 3; ++m) {
+    if (!lora[m]) continue;
+    const int64_t out = w[m]->spec.shape[1], in = w[m]->spec.shape[2], r = lora_rank_;
+    for (int64_t e = 0; e < El_; ++e)  // W_e += s B_e A_e
+      kernels::gemm(cpu, false, false, out, in, r, static_cast<float>(lora_scale_), lora[m]->b.data() + e * out * r, r,
+                    lora[m]->a.data() + e * r * in, in, 1.0f, w[m]->data() + e * out * in, in);
+  }
+  lora_merged_ = true;
 }
 
 void MoELayer::collect(std::vector<Param*>& out) {
@@ -78,6 +163,8 @@ void MoELayer::collect(std::vector<Param*>& out) {
   out.push_back(&fc);
   if (swiglu_) out.push_back(&up);
   out.push_back(&proj);
+  for (std::optional<Lora>& a : lora)
+    if (a) out.insert(out.end(), {&a->a, &a->b});
   if (shared) shared->collect(out);
 }
 
@@ -169,7 +256,11 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
       kernels::grouped_gemm(ctx.cpu, off, El_, N, K, X, W, 0.0f, Y);
   };
   experts(Fe_, C_, rows, fc.data(), s.h);
-  if (swiglu_) experts(Fe_, C_, rows, up.data(), s.u);
+  lora_forward(ctx.cpu, 0, off, Fe_, C_, rows, s.h);
+  if (swiglu_) {
+    experts(Fe_, C_, rows, up.data(), s.u);
+    lora_forward(ctx.cpu, 1, off, Fe_, C_, rows, s.u);
+  }
   const bool round = activation_dtype_ != DType::f32 && !ctx.kv_cache && !ctx.batch_invariant;
   if (round) {
     kernels::round_half_values(ctx.cpu, activation_dtype_, s.h, Rin * Fe_);
@@ -177,6 +268,7 @@ void MoELayer::forward(const StepCtx& ctx, const float* x, float* y, Saved& s, S
   }
   activate(ctx.cpu, s, Rin, scratch.moe_act);
   experts(C_, Fe_, scratch.moe_act, proj.data(), ep ? scratch.moe_rows : s.o);
+  lora_forward(ctx.cpu, 2, off, C_, Fe_, scratch.moe_act, ep ? scratch.moe_rows : s.o);
   if (ep) undispatch(ctx.cpu, d, scratch.moe_rows, scratch.moe_drows, s.o);
   if (round) kernels::round_half_values(ctx.cpu, activation_dtype_, s.o, M * C_);
   kernels::moe_combine(ctx.cpu, r, s.o, C_, y, false);
@@ -234,8 +326,15 @@ void MoELayer::backward(const StepCtx& ctx, Saved& s, const float* x, const floa
   activate(ctx.cpu, s, Rin, scratch.moe_act);  // recompute
   if (float* g = proj.gdata())
     kernels::grouped_gemm_dw(ctx.cpu, off, El_, C_, Fe_, scratch.moe_drows, scratch.moe_act, 1.0f, g);
+  // proj's adapter reads the activation too; its input gradient waits aside.
+  thread_local std::vector<float> lora_da;
+  if (lora[2]) {
+    lora_da.assign(static_cast<size_t>(Rin * Fe_), 0.0f);
+    lora_backward(ctx.cpu, 2, off, C_, Fe_, scratch.moe_drows, scratch.moe_act, lora_da.data());
+  }
   float* da = scratch.moe_act;  // the activation is dead once proj's gradient has it
   kernels::grouped_gemm_dx(ctx.cpu, off, El_, C_, Fe_, scratch.moe_drows, proj.data(), 0.0f, da);
+  if (lora[2]) kernels::add(ctx.cpu, da, da, lora_da.data(), Rin * Fe_);
   if (swiglu_)
     kernels::swiglu_backward(ctx.cpu, s.h, s.u, da, s.h, s.u, Rin * Fe_);  // dgate over gate, dup over up
   else
@@ -246,6 +345,8 @@ void MoELayer::backward(const StepCtx& ctx, Saved& s, const float* x, const floa
   float* drows = scratch.moe_drows;  // the output gradient is dead: the rows' input gradients go here
   kernels::grouped_gemm_dx(ctx.cpu, off, El_, Fe_, C_, s.h, fc.data(), 0.0f, drows);
   if (swiglu_) kernels::grouped_gemm_dx(ctx.cpu, off, El_, Fe_, C_, s.u, up.data(), 1.0f, drows);
+  lora_backward(ctx.cpu, 0, off, Fe_, C_, s.h, rows, drows);
+  if (swiglu_) lora_backward(ctx.cpu, 1, off, Fe_, C_, s.u, rows, drows);
   if (ep) undispatch(ctx.cpu, d, drows, scratch.moe_rows, drows);  // back to the tokens' ranks
   kernels::moe_scatter_add(ctx.cpu, r, drows, C_, dx);
   // The router: the combine weights' gradient and the auxiliary losses'.

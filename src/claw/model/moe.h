@@ -24,6 +24,13 @@
 // mean load (update_expert_bias, the loads summed over the data-parallel
 // ranks), and it is saved with checkpoints.
 //
+// LoRA (--lora-rank, the targets naming gate/up/down or Mixtral's w1/w3/w2):
+// each expert's matrix W_e gets its own adapter, stacked as the experts
+// are (A [E, r, in], B [E, out, r]), so Y_e += s (X_e A_e^T) B_e^T runs as
+// two more grouped GEMMs of rank r over the same dispatched rows; the
+// shared expert's linear layers get Linear's. Generation folds them into
+// the experts (merge_lora).
+//
 // Parallelism. The layer works on the tokens its rank holds: a sequence-
 // parallel piece under TP (MoE with TP needs --sequence-parallel), a CP
 // rank's chunks. Routing statistics (the auxiliary losses' f_i, N, and the
@@ -97,13 +104,31 @@ class MoELayer {
   void update_expert_bias(comm::Group* group);
   // Adds this layer's statistics since the last call to `stats` and resets them.
   void take_stats(MoeStats& stats);
+  // Folds the experts' (and the shared expert's) LoRA adapters into their
+  // weights, once (remerge: again, after the weights were replaced).
+  void merge_lora(const CpuCtx& cpu, bool remerge = false);
 
   Param router;       // [E, C]
   Param expert_bias;  // [E] (with --moe-router-enable-expert-bias)
   Param fc, up, proj;  // stacked experts: [E, Fe, C], [E, Fe, C] (SwiGLU), [E, C, Fe]; this rank's El of them
+  // The experts' LoRA adapters, by matrix (fc, up, proj): A [E, r, in], B [E, out, r].
+  struct Lora {
+    Param a, b;
+  };
+  std::optional<Lora> lora[3];
   std::optional<MLP> shared;
 
  private:
+  // The adapters LoraConfig::targets names (HF: gate/up/down_proj, Mixtral's w1/w3/w2).
+  void enable_lora(const HfNames& hf);
+  // Y += s (X A^T) B^T over the groups `off`, for matrix m (0 fc, 1 up, 2 proj).
+  void lora_forward(const CpuCtx& cpu, int m, const int64_t* off, int64_t N, int64_t K, const float* X, float* Y) const;
+  // Its gradients: dA, dB from dY and X; dX += s (dY B) A (dX may be null).
+  void lora_backward(const CpuCtx& cpu, int m, const int64_t* off, int64_t N, int64_t K, const float* dY,
+                     const float* X, float* dX);
+  int64_t lora_rank_ = 0;
+  double lora_scale_ = 0;
+  bool lora_merged_ = false;
   DType activation_dtype_ = DType::f32;  // f32: not rounded
   void activate(const CpuCtx& cpu, const Saved& s, int64_t rows, float* a) const;
   // Routes this rank's R tokens into routing_.

@@ -11,7 +11,8 @@
 #             DP: experts reduced over their own data-parallel group), EP 2
 #             with the distributed optimizer, EP 2 with TP 2 + SP and expert
 #             TP 1, EP 2 x CP 2, and TP 2 x CP 2 x PP 2 x EP 2 on 8 ranks;
-#             mixtral also under ZeRO-3 and with a capacity factor (dropping):
+#             mixtral also under ZeRO-3, with LoRA adapters on its experts and
+#             attention (EP 2), and with a capacity factor (dropping):
 #             the same per-step losses and validation losses (1e-6 relative)
 #             and grad norms (2e-5).
 # mutation    each MoE dispatch on rank 1 loses its last row (--test-fault
@@ -53,6 +54,8 @@ parity)
     unset -n arch
   done
   compare mixtral_zero3 "${mixtral[@]}" -- "2:$short --expert-model-parallel-size 2 --zero-stage 3"
+  # LoRA on the experts (their stacked adapters split over EP with them) and on attention.
+  compare mixtral_lora "${mixtral[@]}" --lora-rank 4 --lora-alpha 8 -- "2:$short --expert-model-parallel-size 2"
   compare mixtral_capacity "${mixtral[@]}" --moe-expert-capacity-factor 1.0 -- \
     "2:$short --expert-model-parallel-size 2" "4:$short --expert-model-parallel-size 4" ;;
 mutation)

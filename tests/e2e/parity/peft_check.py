@@ -13,9 +13,8 @@ tools/hf_env.sh's venv), for peft_interchange.sh.
         save_pretrained): GPT-2 on c_attn, attention's c_proj and c_fc;
         Llama on q_proj, v_proj and down_proj with rsLoRA; Phi-3 on its fused
         qkv_proj and gate_up_proj; DeepSeek-V3 on q_a_proj, kv_b_proj, o_proj
-        and down_proj with rsLoRA; Qwen3-MoE on q_proj, v_proj and the dense
-        layer's mlp.down_proj (not the experts') with rsLoRA; moe-experts:
-        Qwen3-MoE's down_proj everywhere, the experts' included
+        and down_proj with rsLoRA; Qwen3-MoE on q_proj, v_proj and down_proj
+        (the dense layer's and every expert's) with rsLoRA
 
 claw's names map to PEFT's here independently of claw's exporter: GPT-2's
 q, k and v share the A of the fused c_attn and hold row blocks of its B;
@@ -63,6 +62,18 @@ def peft_name(family, claw, cfg):
     return f"{h}.{module}.{factor}.weight", None
 
 
+def peft_targets(family, claw, grad, cfg):
+    """(PEFT tensor, row slice, claw's part of the gradient) for a claw LoRA gradient; a layer's stacked
+    experts' adapters ([E, ...]) are one PEFT tensor per expert."""
+    m = re.fullmatch(r"layers\.(\d+)\.mlp\.experts\.(\w+)\.(lora_[AB])\.weight", claw)
+    if m:
+        layer, part, factor = m.groups()
+        return [(f"model.layers.{layer}.mlp.experts.{e}.{part}.{factor}.weight", None, grad[e])
+                for e in range(grad.shape[0])]
+    target, rows = peft_name(family, claw, cfg)
+    return [(target, rows, grad)]
+
+
 def load_peft(hf_base, adapter):
     base = AutoModelForCausalLM.from_pretrained(hf_base, torch_dtype=torch.float32, attn_implementation="eager")
     model = PeftModel.from_pretrained(base, adapter, is_trainable=True)
@@ -98,17 +109,17 @@ def compare(family, hf_base, adapter, logits_file, grads_file):
              for n, p in model.named_parameters() if p.requires_grad}
     covered = {n: torch.zeros_like(g, dtype=torch.bool) for n, g in grads.items()}
     worst = 0.0
-    for name, g_claw in gf.items():
+    for name, g_all in gf.items():
         if not name.startswith("grad."):
             continue
-        target, rows = peft_name(family, name[len("grad."):], cfg)
-        assert target in grads, f"claw's {name} has no PEFT parameter {target}; PEFT has {sorted(grads)[:4]}..."
-        g_peft = grads[target] if rows is None else grads[target][rows]
-        assert g_peft.shape == g_claw.shape, f"{name}: claw {tuple(g_claw.shape)}, PEFT {tuple(g_peft.shape)}"
-        rel = ((g_peft - g_claw).abs().max() / g_peft.abs().max().clamp_min(1e-30)).item()
-        worst = max(worst, rel)
-        assert rel <= 1e-5, f"{name} ({target}): gradients differ by {rel:.3g} of their scale"
-        (covered[target] if rows is None else covered[target][rows]).fill_(True)
+        for target, rows, g_claw in peft_targets(family, name[len("grad."):], g_all, cfg):
+            assert target in grads, f"claw's {name} has no PEFT parameter {target}; PEFT has {sorted(grads)[:4]}..."
+            g_peft = grads[target] if rows is None else grads[target][rows]
+            assert g_peft.shape == g_claw.shape, f"{name}: claw {tuple(g_claw.shape)}, PEFT {tuple(g_peft.shape)}"
+            rel = ((g_peft - g_claw).abs().max() / g_peft.abs().max().clamp_min(1e-30)).item()
+            worst = max(worst, rel)
+            assert rel <= 1e-5, f"{name} ({target}): gradients differ by {rel:.3g} of their scale"
+            (covered[target] if rows is None else covered[target][rows]).fill_(True)
     missing = [n for n, c in covered.items() if not c.all()]
     assert not missing, f"PEFT trains {missing} which claw's gradients do not cover"
     print(f"gradients: {len(grads)} PEFT adapter tensors, worst relative difference {worst:.3g}")
@@ -116,16 +127,14 @@ def compare(family, hf_base, adapter, logits_file, grads_file):
 
 def make(family, hf_base, adapter):
     base = AutoModelForCausalLM.from_pretrained(hf_base, torch_dtype=torch.float32)
-    if family == "moe-experts":  # a bare down_proj: the experts' too
-        config = LoraConfig(r=4, lora_alpha=8, target_modules=["down_proj"], task_type="CAUSAL_LM")
-    elif family == "gpt2":
+    if family == "gpt2":
         config = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "attn.c_proj", "c_fc"], fan_in_fan_out=True,
                             init_lora_weights=False, task_type="CAUSAL_LM")
     elif family == "deepseek":  # the latent attention's modules and the MLP's down projection
         config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_a_proj", "kv_b_proj", "o_proj", "down_proj"],
                             use_rslora=True, init_lora_weights=False, task_type="CAUSAL_LM")
-    elif family == "moe":  # attention and the dense layer's MLP; mlp.down_proj is not an expert's down_proj
-        config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_proj", "v_proj", "mlp.down_proj"], use_rslora=True,
+    elif family == "moe":  # down_proj: the dense layer's and every expert's
+        config = LoraConfig(r=8, lora_alpha=4, target_modules=["q_proj", "v_proj", "down_proj"], use_rslora=True,
                             init_lora_weights=False, task_type="CAUSAL_LM")
     elif family == "phi3":  # the fused modules
         config = LoraConfig(r=8, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"], use_rslora=True,

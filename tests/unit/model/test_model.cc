@@ -429,6 +429,100 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
   }
 }
 
+// The experts' stacked adapters (and the shared expert's): the loss of the
+// model with W_e + s B_e A_e folded in, and per expert dA_e = s B_e^T G_e,
+// dB_e = s G_e A_e^T from that model's weight gradients G_e; merge_lora
+// folds them into the weights so that the plain forward gives the same loss.
+TEST(Model, LoraOnExpertsIsTheMergedWeightsChainRule) {
+  ModelConfig c = model_preset("llama-tiny");
+  c.num_layers = 2;
+  c.moe = {.num_experts = 4, .router_topk = 2, .ffn_hidden_size = 64, .shared_expert_intermediate_size = 64,
+           .layer_freq = "0,1"};
+  const int64_t B = 2, T = 16;
+  Batch b = random_batch(B * T, c.vocab_size, 7);
+  ModelConfig cl = c;
+  cl.lora = {.rank = 4, .alpha = 8.0, .target_modules = {"all-linear"}};
+  GPT lora(cl), plain(c);
+  lora.init_weights(ctx, 5);
+  plain.init_weights(ctx, 5);
+  const double s = cl.lora.scale();
+  for (Param* p : lora.store().params())
+    if (p->spec.name.ends_with(".lora_B.weight")) {
+      const RandomStream rng(3, hash_name(p->spec.name));
+      for (int64_t i = 0; i < p->spec.shape.numel(); ++i) p->data()[i] = 0.05f * rng.normal(static_cast<uint64_t>(i));
+    }
+  // The merged weights, per expert (E = 1 for a plain matrix).
+  struct Adapted {
+    Param* w;
+    const Param *a, *b;
+    int64_t E, out, in, r;
+  };
+  std::vector<Adapted> adapted;
+  for (Param* p : plain.store().params()) {
+    const Param* q = lora.store().find(p->spec.name);
+    ASSERT_NE(q, nullptr) << p->spec.name;
+    std::copy_n(q->data(), p->spec.shape.numel(), p->data());
+    const std::string stem = p->spec.name.substr(0, p->spec.name.size() - std::string(".weight").size());
+    const Param *a = lora.store().find(stem + ".lora_A.weight"), *bb = lora.store().find(stem + ".lora_B.weight");
+    if (!a) continue;
+    const bool stacked = p->spec.shape.ndim() == 3;
+    Adapted d{p, a, bb, stacked ? p->spec.shape[0] : 1, p->spec.shape[stacked ? 1 : 0], p->spec.shape[stacked ? 2 : 1],
+              a->spec.shape[stacked ? 1 : 0]};
+    for (int64_t e = 0; e < d.E; ++e)
+      for (int64_t o = 0; o < d.out; ++o)
+        for (int64_t i = 0; i < d.in; ++i) {
+          double acc = 0;
+          for (int64_t k = 0; k < d.r; ++k)
+            acc += double(bb->data()[(e * d.out + o) * d.r + k]) * a->data()[(e * d.r + k) * d.in + i];
+          p->data()[(e * d.out + o) * d.in + i] += static_cast<float>(s * acc);
+        }
+    adapted.push_back(d);
+  }
+  // q k v o in both layers, layer 0's MLP, layer 1's experts (gate, up, down) and shared expert.
+  EXPECT_EQ(adapted.size(), 2u * 4 + 3 + 3 + 3);
+  double loss[2];
+  GPT* models[2] = {&lora, &plain};
+  for (int m = 0; m < 2; ++m) {
+    models[m]->reserve(B, T);
+    models[m]->store().zero_grads();
+    StepCtx st{.cpu = ctx, .B = B, .T = T, .training = true};
+    loss[m] = models[m]->forward(st, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
+    models[m]->backward(st, b.tokens.data());
+  }
+  EXPECT_NEAR(loss[0], loss[1], 1e-5 * std::abs(loss[1]));
+  for (const Adapted& d : adapted) {
+    const float* G = d.w->gdata();
+    double worst_a = 0, scale_a = 0, worst_b = 0, scale_b = 0;
+    for (int64_t e = 0; e < d.E; ++e) {
+      const float* Ge = G + e * d.out * d.in;
+      const float *Ae = d.a->data() + e * d.r * d.in, *Be = d.b->data() + e * d.out * d.r;
+      for (int64_t k = 0; k < d.r; ++k)
+        for (int64_t i = 0; i < d.in; ++i) {  // dA[k, i] = s sum_o B[o, k] G[o, i]
+          double want = 0;
+          for (int64_t o = 0; o < d.out; ++o) want += double(Be[o * d.r + k]) * Ge[o * d.in + i];
+          want *= s;
+          worst_a = std::max(worst_a, std::abs(want - d.a->gdata()[(e * d.r + k) * d.in + i]));
+          scale_a = std::max(scale_a, std::abs(want));
+        }
+      for (int64_t o = 0; o < d.out; ++o)
+        for (int64_t k = 0; k < d.r; ++k) {  // dB[o, k] = s sum_i G[o, i] A[k, i]
+          double want = 0;
+          for (int64_t i = 0; i < d.in; ++i) want += double(Ge[o * d.in + i]) * Ae[k * d.in + i];
+          want *= s;
+          worst_b = std::max(worst_b, std::abs(want - d.b->gdata()[(e * d.out + o) * d.r + k]));
+          scale_b = std::max(scale_b, std::abs(want));
+        }
+    }
+    EXPECT_GT(scale_a, 0) << d.w->spec.name;
+    EXPECT_LT(worst_a, 2e-4 * scale_a) << d.w->spec.name << " A";
+    EXPECT_LT(worst_b, 2e-4 * scale_b) << d.w->spec.name << " B";
+  }
+  // Generation's fold: the adapters merged into the weights give the plain model's loss.
+  lora.merge_lora(ctx);
+  StepCtx st{.cpu = ctx, .B = B, .T = T};
+  EXPECT_NEAR(lora.forward(st, b.tokens.data(), b.targets.data(), 1.0 / (B * T)), loss[1], 1e-5 * std::abs(loss[1]));
+}
+
 // --lora-modules-to-save: the named base parameters train beside the
 // adapters (and get gradients); every other base parameter stays frozen.
 TEST(Model, LoraModulesToSaveTrainBesideTheAdapters) {
