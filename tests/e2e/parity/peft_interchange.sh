@@ -2,13 +2,14 @@
 # LoRA adapters against PyPI peft (peft_check.py; transformers, torch and peft
 # from tools/hf_env.sh's venv under /tmp).
 #
-#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma3|olmo2|phi3|deepseek3|qwen3moe
+#   peft_interchange.sh CLAW_BINARY gpt2|llama|qwen2|mistral|qwen3|gemma2|gemma3|olmo2|phi3|deepseek3|qwen3moe
 #
-# qwen2, mistral, qwen3, gemma3 and olmo2 are llama-tiny with the family's
-# options: their bases export as Qwen2ForCausalLM, MistralForCausalLM,
-# Qwen3ForCausalLM, Gemma3ForCausalLM and Olmo2ForCausalLM, whose modules PEFT names as
-# Llama's (qwen3 and gemma3 with transformers 4.57 and PEFT 0.17 over torch
-# 2, tools/torch2_env.sh). phi3 exports as Phi3ForCausalLM, whose fused
+# qwen2, mistral, qwen3, gemma2, gemma3 and olmo2 are llama-tiny (Gemma's:
+# gpt2-tiny's tied embeddings) with the family's options: their bases export
+# as Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM,
+# Gemma2ForCausalLM (soft-caps), Gemma3ForCausalLM and Olmo2ForCausalLM,
+# whose modules PEFT names as Llama's (qwen3 and Gemma with transformers
+# 4.57 and PEFT 0.17 over torch 2, tools/torch2_env.sh). phi3 exports as Phi3ForCausalLM, whose fused
 # qkv_proj and gate_up_proj each hold one adapter (one A, B's rows split
 # between q, k, v or gate, up). deepseek3 is llama-tiny's dense layers with
 # DeepSeek-V3's latent attention, exported as DeepseekV3ForCausalLM (every
@@ -46,6 +47,11 @@ case $family in
            --apply-layernorm-1p --post-sublayer-norm --scale-embedding --qk-layernorm --kv-channels 64
            --num-query-groups 2 --softmax-scale 0.125 --window-size 8 --window-attn-skip-freq 2
            --local-rotary-base 10000) names=llama env=torch2 ;;
+  gemma2)  # Gemma 2's layers (no q/k norms), its soft-caps low enough to bend this model's scores and logits
+    model=(--model gpt2-tiny --normalization RMSNorm --position-embedding-type rope --disable-bias-linear --geglu
+           --apply-layernorm-1p --post-sublayer-norm --scale-embedding --kv-channels 64 --num-query-groups 2
+           --softmax-scale 0.125 --window-size 8 --window-attn-skip-freq 2 --attn-logit-softcapping 5
+           --final-logit-softcapping 10) names=llama env=torch2 ;;
   phi3) model=(--model llama-tiny --hf-architecture Phi3ForCausalLM --window-size 8) names=phi3 ;;
   deepseek3)  # DeepSeek-V3's latent attention on llama-tiny's dense layers (DeepseekV3ForCausalLM, every layer dense)
     model=(--model llama-tiny --num-query-groups 0 --multi-latent-attention --q-lora-rank 32 --kv-lora-rank 32
