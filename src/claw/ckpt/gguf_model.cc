@@ -333,11 +333,9 @@ void load_gguf_params(const GgufModel& g, const std::vector<model::Param*>& para
   for (model::Param* p : params) {
     const model::HfRef& ref = p->spec.hf;
     std::vector<std::string> names{ref.name};
-    if (ref.stack > 0) {  // a layer's experts, "{}" their index
+    if (ref.stack > 0) {  // a layer's experts
       names.clear();
-      const size_t at = ref.name.find("{}");
-      for (int64_t e = 0; e < ref.stack; ++e)
-        names.push_back(ref.name.substr(0, at) + std::to_string(e) + ref.name.substr(at + 2));
+      for (int64_t e = 0; e < ref.stack; ++e) names.push_back(stacked_hf_name(ref.name, e));
     }
     if (!one.count(names[0])) {
       one.clear();

@@ -21,14 +21,13 @@ namespace claw::ckpt {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The HF name of index e of a stacked reference ("{}" replaced).
-std::string stacked_name(const model::HfRef& r, int64_t e) {
-  const size_t at = r.name.find("{}");
-  CLAW_CHECK(at != std::string::npos, "stacked Hugging Face name '{}' has no {{}}", r.name);
-  return r.name.substr(0, at) + std::to_string(e) + r.name.substr(at + 2);
+std::string stacked_hf_name(const std::string& name, int64_t index) {
+  const size_t at = name.find("{}");
+  CLAW_CHECK(at != std::string::npos, "stacked Hugging Face name '{}' has no {{}}", name);
+  return name.substr(0, at) + std::to_string(index) + name.substr(at + 2);
 }
+
+namespace {
 
 
 std::vector<float> transpose2d(const std::vector<float>& x, int64_t rows, int64_t cols) {
@@ -70,7 +69,7 @@ HfStateDict gather_hf(const std::vector<model::ParamSpec>& specs,
     std::vector<int64_t> shape = hf_shape(s);
     if (s.hf.stack > 0) {  // one HF tensor per index of our dimension 0
       shape.erase(shape.begin());
-      for (int64_t e = 0; e < s.hf.stack; ++e) shapes[prefix + stacked_name(s.hf, e)] = shape;
+      for (int64_t e = 0; e < s.hf.stack; ++e) shapes[prefix + stacked_hf_name(s.hf.name, e)] = shape;
     } else if (s.hf.slice_dim >= 0) {
       auto& full = shapes[prefix + s.hf.name];
       if (full.empty()) full = shape;
@@ -94,7 +93,7 @@ HfStateDict gather_hf(const std::vector<model::ParamSpec>& specs,
     if (s.hf.stack > 0) {
       const int64_t each = n / s.hf.stack;
       for (int64_t e = 0; e < s.hf.stack; ++e)
-        out[prefix + stacked_name(s.hf, e)].data.assign(x.begin() + e * each, x.begin() + (e + 1) * each);
+        out[prefix + stacked_hf_name(s.hf.name, e)].data.assign(x.begin() + e * each, x.begin() + (e + 1) * each);
       continue;
     }
     if (s.hf.transpose) x = transpose2d(x, cs[0], cs[1]);
@@ -118,7 +117,7 @@ std::vector<float> from_hf(const model::ParamSpec& s, const HfStateDict& hf, con
     want.erase(want.begin());
     std::vector<float> x;
     for (int64_t e = 0; e < s.hf.stack; ++e) {
-      const std::string name = stacked_name(s.hf, e);
+      const std::string name = stacked_hf_name(s.hf.name, e);
       auto it = hf.find(name);
       if (it == hf.end()) fail("{}: no tensor '{}' (expert {} of claw's '{}')", source, name, e, s.name);
       if (it->second.shape != want)

@@ -55,6 +55,10 @@ model::ModelConfig model_from_hf_config(const nlohmann::json& j, const std::stri
 // HF tensors from claw's: `get(param)` returns a parameter's values at its
 // checkpoint shape (ckpt/shards.h: no vocabulary padding). The base model
 // only: LoRA adapters are PEFT's tensors (ckpt/peft.h).
+// The HF name of expert `index` of a stacked reference (HfRef::stack): its
+// "{}" replaced ("experts.{}.w1.weight" -> "experts.3.w1.weight").
+std::string stacked_hf_name(const std::string& name, int64_t index);
+
 HfStateDict to_hf(const model::ModelConfig& cfg, const std::function<std::vector<float>(const std::string&)>& get);
 // The HF tensors of `specs` (each by its HfRef; parts of a fused tensor put
 // together), named `prefix` + the HF name.

@@ -51,19 +51,13 @@ std::string module_type(const std::string& module) {
   return module;
 }
 
-// HF name `name` of expert e: "experts.{}.w1" -> "experts.3.w1".
-std::string expert_name(const std::string& name, int64_t e) {
-  const size_t at = name.find("{}");
-  return name.substr(0, at) + std::to_string(e) + name.substr(at + 2);
-}
-
 // The HF modules (with PEFT's prefix) that `cfg`'s adapters sit on (each
 // expert's of a stacked adapter).
 std::set<std::string> adapted_modules(const model::ModelConfig& cfg) {
   std::set<std::string> out;
   for (const model::ParamSpec& s : lora_specs(cfg)) {
     if (s.hf.stack == 0) out.insert(kPeftPrefix + module_of(s.hf.name));
-    for (int64_t e = 0; e < s.hf.stack; ++e) out.insert(kPeftPrefix + module_of(expert_name(s.hf.name, e)));
+    for (int64_t e = 0; e < s.hf.stack; ++e) out.insert(kPeftPrefix + module_of(stacked_hf_name(s.hf.name, e)));
   }
   return out;
 }
@@ -81,7 +75,7 @@ std::map<std::string, std::vector<int64_t>> peft_shapes(const std::vector<model:
     std::vector<int64_t> shape = checkpoint_shape(s);
     if (s.hf.stack > 0) {  // the experts' adapters, one PEFT tensor each
       shape.erase(shape.begin());
-      for (int64_t e = 0; e < s.hf.stack; ++e) out[kPeftPrefix + expert_name(s.hf.name, e)] = shape;
+      for (int64_t e = 0; e < s.hf.stack; ++e) out[kPeftPrefix + stacked_hf_name(s.hf.name, e)] = shape;
       continue;
     }
     std::vector<int64_t>& full = out[kPeftPrefix + s.hf.name];
@@ -212,8 +206,7 @@ model::LoraConfig lora_from_peft(const PeftAdapter& adapter, const model::ModelC
                                      "gate_proj", "up_proj", "down_proj"}
                      : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                 "down_proj"};
-  if (base.moe.enabled() && names.moe(0, "router").name.find("block_sparse_moe") != std::string::npos)  // Mixtral's
-    candidates.insert(candidates.end(), {"w1", "w3", "w2"});
+  if (names.mixtral_experts()) candidates.insert(candidates.end(), {"w1", "w3", "w2"});
   std::set<std::string> covered;
   lora.target_modules.clear();
   for (const std::string& c : candidates) {

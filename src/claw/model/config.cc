@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "claw/core/error.h"
+#include "claw/model/hf_names.h"
 #include "claw/kernels/cpu/paged_attention.h"
 
 namespace claw::model {
@@ -310,10 +311,7 @@ void ModelConfig::validate() const {
                : std::vector<std::string_view>{"all-linear", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2",
                                                "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                "down_proj"};
-    // Mixtral's experts (HfNames::moe: the MoE models written as MixtralForCausalLM).
-    const bool mixtral_experts = moe.enabled() && !mla.enabled && !qk_layernorm &&
-                                 hf_architecture != "Qwen3MoeForCausalLM" && hf_architecture != "DeepseekV3ForCausalLM";
-    if (mixtral_experts) known.insert(known.end(), {"w1", "w3", "w2"});
+    if (HfNames(*this).mixtral_experts()) known.insert(known.end(), {"w1", "w3", "w2"});  // Mixtral's experts
     for (const std::string& t : lora.target_modules)
       if (std::find(known.begin(), known.end(), t) == known.end())
         fail("--lora-target-modules: '{}' names no linear layer of this {} model; valid: {}", t,

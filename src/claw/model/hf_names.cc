@@ -95,12 +95,17 @@ HfRef HfNames::mlp(int l, const std::string& which, bool bias) const {
   return {fmt::format("transformer.h.{}.mlp.c_{}.{}", l, which, suffix(bias)), !bias};
 }
 
+bool HfNames::mixtral_experts() const {
+  // hf_config's choice: experts with q/k norms or latent attention are Qwen3-MoE's or DeepSeek-V3's.
+  const std::string& a = cfg_.hf_architecture;
+  return cfg_.moe.enabled() && a != "Qwen3MoeForCausalLM" && a != "DeepseekV3ForCausalLM" && !cfg_.qk_layernorm &&
+         !cfg_.mla.enabled;
+}
+
 HfRef HfNames::moe(int l, const std::string& which) const {
   // Qwen3-MoE and DeepSeek-V3: mlp.gate, mlp.experts.{e}.gate_proj/up_proj/down_proj
-  // (DeepSeek-V3's expert bias: mlp.gate.e_score_correction_bias); also the
-  // classes hf_config writes for experts with q/k norms or latent attention.
-  const std::string& a = cfg_.hf_architecture;
-  if (a == "Qwen3MoeForCausalLM" || a == "DeepseekV3ForCausalLM" || cfg_.qk_layernorm || cfg_.mla.enabled) {
+  // (DeepSeek-V3's expert bias: mlp.gate.e_score_correction_bias).
+  if (!mixtral_experts()) {
     const std::string block = fmt::format("model.layers.{}.mlp.", l);
     if (which == "router") return {block + "gate.weight"};
     if (which == "expert_bias") return {block + "gate.e_score_correction_bias"};

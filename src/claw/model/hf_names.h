@@ -22,6 +22,10 @@ class HfNames {
   explicit HfNames(const ModelConfig& cfg);
   bool gpt2() const { return gpt2_; }
   bool phi3() const { return phi3_; }  // fused qkv_proj and gate_up_proj
+  // Whether an MoE model's experts carry Mixtral's names (block_sparse_moe,
+  // w1/w3/w2: the class hf_config writes for it) rather than Qwen3-MoE's and
+  // DeepSeek-V3's (mlp.experts.N.gate_proj/up_proj/down_proj).
+  bool mixtral_experts() const;
 
   HfRef word_embeddings() const;
   HfRef position_embeddings() const;

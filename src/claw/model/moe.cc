@@ -75,7 +75,7 @@ MoELayer::MoELayer(int l, const ModelConfig& cfg, const HfNames& hf, const Tenso
 
 void MoELayer::enable_lora(const HfNames& hf) {
   const LoraConfig& c = cfg_.lora;
-  const bool mixtral = hf.moe(0, "router").name.find("block_sparse_moe") != std::string::npos;
+  const bool mixtral = hf.mixtral_experts();
   // Megatron's and Hugging Face's names of each matrix, as LoraConfig::targets takes them.
   const std::pair<const char*, const char*> names[3] = {{"linear_fc1", mixtral ? "w1" : "gate_proj"},
                                                         {"linear_fc1", mixtral ? "w3" : "up_proj"},

@@ -337,6 +337,25 @@ const Param* lora_a_of(const GPT& m, const std::string& stem) {
       return m.store().find(stem.substr(0, stem.size() - 7) + ".linear_qkv.lora_A.weight");
   return nullptr;
 }
+
+// Every B of m's adapters N(0, 0.05^2): B = 0 would make G A^T the whole test.
+void randomize_lora_b(GPT& m) {
+  for (Param* p : m.store().params())
+    if (p->spec.name.ends_with(".lora_B.weight")) {
+      const RandomStream rng(3, hash_name(p->spec.name));
+      for (int64_t i = 0; i < p->spec.shape.numel(); ++i) p->data()[i] = 0.05f * rng.normal(static_cast<uint64_t>(i));
+    }
+}
+
+// One training forward and backward of m on b (gradients zeroed first); the loss.
+double forward_backward(GPT& m, const Batch& b, int64_t B, int64_t T) {
+  m.reserve(B, T);
+  m.store().zero_grads();
+  StepCtx st{.cpu = ctx, .B = B, .T = T, .training = true};
+  const double loss = m.forward(st, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
+  m.backward(st, b.tokens.data());
+  return loss;
+}
 }  // namespace
 
 TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
@@ -352,13 +371,8 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
     plain.init_weights(ctx, 5);
     const double s = cl.lora.scale();
     int adapted = 0;
-    for (Param* p : lora.store().params()) {
-      if (p->spec.name.ends_with(".lora_B.weight")) {  // B = 0 would make G A^T the whole test
-        const RandomStream rng(3, hash_name(p->spec.name));
-        for (int64_t i = 0; i < p->spec.shape.numel(); ++i) p->data()[i] = 0.05f * rng.normal(static_cast<uint64_t>(i));
-      }
-      EXPECT_EQ(p->spec.trainable, is_lora_param(p->spec.name)) << p->spec.name;
-    }
+    randomize_lora_b(lora);
+    for (Param* p : lora.store().params()) EXPECT_EQ(p->spec.trainable, is_lora_param(p->spec.name)) << p->spec.name;
     for (Param* p : plain.store().params()) {
       const Param* q = lora.store().find(p->spec.name);
       ASSERT_NE(q, nullptr) << p->spec.name;
@@ -377,15 +391,7 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
       ++adapted;
     }
     EXPECT_EQ(adapted, c.mlp == Mlp::swiglu ? 2 * 7 : 2 * 6) << "all-linear: q k v o and the MLP's";
-    double loss[2];
-    GPT* models[2] = {&lora, &plain};
-    for (int m = 0; m < 2; ++m) {
-      models[m]->reserve(B, T);
-      models[m]->store().zero_grads();
-      StepCtx st{.cpu = ctx, .B = B, .T = T, .training = true};
-      loss[m] = models[m]->forward(st, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
-      models[m]->backward(st, b.tokens.data());
-    }
+    const double loss[2] = {forward_backward(lora, b, B, T), forward_backward(plain, b, B, T)};
     EXPECT_NEAR(loss[0], loss[1], 1e-5 * std::abs(loss[1])) << preset;
     // Expected gradients, accumulated over the layers that read each A.
     std::map<const Param*, std::vector<double>> want_a;
@@ -446,11 +452,7 @@ TEST(Model, LoraOnExpertsIsTheMergedWeightsChainRule) {
   lora.init_weights(ctx, 5);
   plain.init_weights(ctx, 5);
   const double s = cl.lora.scale();
-  for (Param* p : lora.store().params())
-    if (p->spec.name.ends_with(".lora_B.weight")) {
-      const RandomStream rng(3, hash_name(p->spec.name));
-      for (int64_t i = 0; i < p->spec.shape.numel(); ++i) p->data()[i] = 0.05f * rng.normal(static_cast<uint64_t>(i));
-    }
+  randomize_lora_b(lora);
   // The merged weights, per expert (E = 1 for a plain matrix).
   struct Adapted {
     Param* w;
@@ -480,15 +482,7 @@ TEST(Model, LoraOnExpertsIsTheMergedWeightsChainRule) {
   }
   // q k v o in both layers, layer 0's MLP, layer 1's experts (gate, up, down) and shared expert.
   EXPECT_EQ(adapted.size(), 2u * 4 + 3 + 3 + 3);
-  double loss[2];
-  GPT* models[2] = {&lora, &plain};
-  for (int m = 0; m < 2; ++m) {
-    models[m]->reserve(B, T);
-    models[m]->store().zero_grads();
-    StepCtx st{.cpu = ctx, .B = B, .T = T, .training = true};
-    loss[m] = models[m]->forward(st, b.tokens.data(), b.targets.data(), 1.0 / (B * T));
-    models[m]->backward(st, b.tokens.data());
-  }
+  const double loss[2] = {forward_backward(lora, b, B, T), forward_backward(plain, b, B, T)};
   EXPECT_NEAR(loss[0], loss[1], 1e-5 * std::abs(loss[1]));
   for (const Adapted& d : adapted) {
     const float* G = d.w->gdata();
