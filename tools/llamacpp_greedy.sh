@@ -3,7 +3,7 @@
 # (tools/llamacpp/greedy.cc against the libllama of tools/llamacpp_build.sh,
 # compiled on first use). Prints {"tokens": [...], "gaps": [...]}.
 #
-#   tools/llamacpp_greedy.sh MODEL.gguf PROMPT_IDS N [THREADS]
+#   tools/llamacpp_greedy.sh MODEL.gguf PROMPT_IDS N [THREADS [LOGITS.f32]]
 #   tools/llamacpp_greedy.sh --build      (build only; prints the driver's path)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -2,8 +2,14 @@
 // runtime's answer for a GGUF file, as JSON on stdout
 //   {"tokens": [...], "gaps": [...]}   (gaps: top-1 minus top-2 logit per step)
 //
-//   llamacpp_greedy MODEL.gguf PROMPT_IDS N [THREADS]     (PROMPT_IDS: 1,2,3)
+//   llamacpp_greedy MODEL.gguf PROMPT_IDS N [THREADS [LOGITS]]     (PROMPT_IDS: 1,2,3)
 //
+// LOGITS: also write each step's logits there, [N, vocabulary] raw
+// little-endian f32. The KV cache is f32 (llama.cpp's default is f16) and
+// attention takes llama.cpp's unfused path (its CPU flash attention rounds
+// to f16: 1e-3 relative on the logits of an f32 Llama, where the unfused
+// path is within 1e-6 of transformers in double), so that a comparison is
+// of the weights and their arithmetic.
 // Built against libllama by tools/llamacpp_build.sh's callers (see
 // tools/llamacpp_greedy.sh); llama.cpp's log goes to stderr.
 #include <cstdio>
@@ -16,7 +22,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf PROMPT_IDS N [THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf PROMPT_IDS N [THREADS [LOGITS]]\n", argv[0]);
     return 2;
   }
   std::vector<llama_token> prompt;
@@ -40,6 +46,8 @@ int main(int argc, char** argv) {
   cp.n_batch = cp.n_ctx;
   cp.n_ubatch = cp.n_ctx;
   cp.n_threads = cp.n_threads_batch = threads;
+  cp.type_k = cp.type_v = GGML_TYPE_F32;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) {
     std::fprintf(stderr, "llamacpp_greedy: llama.cpp could not make a context for %s\n", argv[1]);
@@ -48,7 +56,7 @@ int main(int argc, char** argv) {
   const int vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
 
   std::vector<llama_token> out;
-  std::vector<float> gaps;
+  std::vector<float> gaps, all;
   std::vector<llama_token> next = prompt;
   for (int step = 0; step < n; ++step) {
     if (llama_decode(ctx, llama_batch_get_one(next.data(), static_cast<int32_t>(next.size()))) != 0) {
@@ -65,9 +73,17 @@ int main(int argc, char** argv) {
         second = v;
       }
     }
+    if (argc > 5) all.insert(all.end(), logits, logits + vocab);
     out.push_back(best);
     gaps.push_back(logits[best] - logits[second]);
     next.assign(1, best);
+  }
+  if (argc > 5) {
+    FILE* f = std::fopen(argv[5], "wb");
+    if (!f || std::fwrite(all.data(), sizeof(float), all.size(), f) != all.size() || std::fclose(f) != 0) {
+      std::fprintf(stderr, "llamacpp_greedy: cannot write %s\n", argv[5]);
+      return 1;
+    }
   }
   std::printf("{\"tokens\": [");
   for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? ", " : "", out[i]);

@@ -85,48 +85,15 @@ nlohmann::json read_value(Cursor& c, uint32_t type, const std::string& key, cons
 
 }  // namespace
 
-std::string ggml_type_name(uint32_t t) {
-  switch (t) {
-    case 0: return "F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 6: return "Q5_0";
-    case 7: return "Q5_1";
-    case 8: return "Q8_0";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
-    case 12: return "Q4_K";
-    case 13: return "Q5_K";
-    case 14: return "Q6_K";
-    case 15: return "Q8_K";
-    case 30: return "BF16";
-  }
-  return fmt::format("type {}", t);
-}
+std::string ggml_type_name(uint32_t t) { return kernels::ggml_type_label(t); }
 
 size_t ggml_bytes(uint32_t type, int64_t n, const std::string& what) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::f32: return static_cast<size_t>(n) * 4;
-    case GgmlType::f16:
-    case GgmlType::bf16: return static_cast<size_t>(n) * 2;
-    case GgmlType::q8_0:
-    case GgmlType::q4_0:
-      if (n % kernels::kQuantBlock != 0) fail("{}: {} elements are not whole blocks of 32", what, n);
-      return static_cast<size_t>(n / kernels::kQuantBlock) *
-             (type == uint32_t(GgmlType::q8_0) ? sizeof(kernels::BlockQ8_0) : sizeof(kernels::BlockQ4_0));
-  }
-  fail("{} is {}; claw reads F32, F16, BF16, Q8_0 and Q4_0 tensors", what, ggml_type_name(type));
-}
-
-GgmlType ggml_type_of(kernels::WeightType t) {
-  switch (t) {
-    case kernels::WeightType::f32: return GgmlType::f32;
-    case kernels::WeightType::bf16: return GgmlType::bf16;
-    case kernels::WeightType::q8_0: return GgmlType::q8_0;
-    case kernels::WeightType::q4_0: return GgmlType::q4_0;
-  }
-  return GgmlType::f32;
+  const kernels::GgmlTypeInfo* info = kernels::ggml_type_info(type);
+  if (!info || type == uint32_t(GgmlType::q8_1) || type == uint32_t(GgmlType::q8_K))
+    fail("{} is {}; claw reads {} tensors", what, ggml_type_name(type), kernels::ggml_readable_types());
+  if (n % info->block != 0)
+    fail("{}: {} elements are not whole {} blocks of {}", what, n, info->name, info->block);
+  return static_cast<size_t>(n / info->block) * info->block_bytes;
 }
 
 int64_t TensorInfo::numel() const {
@@ -175,6 +142,9 @@ Reader::Reader(std::string path) : path_(std::move(path)) {
     const std::string what = fmt::format("{}: tensor {}", path_, t.name);
     if (t.offset % alignment) fail("{} is at offset {}, not a multiple of the alignment {}", what, t.offset, alignment);
     const size_t bytes = ggml_bytes(t.type, t.numel(), what);
+    if (const int64_t block = kernels::ggml_type_info(t.type)->block; t.ne[0] % block != 0)
+      fail("{} is {} with rows of {} elements; {} rows are whole blocks of {}", what, ggml_type_name(t.type), t.ne[0],
+           ggml_type_name(t.type), block);
     if (data_start_ + t.offset > file_size_ || bytes > file_size_ - data_start_ - t.offset)
       fail("{} ({} bytes at offset {}) runs past the end of the file ({} bytes)", what, bytes, t.offset, file_size_);
   }
@@ -198,19 +168,7 @@ std::vector<uint8_t> Reader::read(const TensorInfo& t) const {
 std::vector<float> Reader::read_f32(const TensorInfo& t) const {
   const std::vector<uint8_t> raw = read(t);
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  switch (static_cast<GgmlType>(t.type)) {
-    case GgmlType::f32: std::memcpy(out.data(), raw.data(), raw.size()); break;
-    case GgmlType::f16:
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t h;
-        std::memcpy(&h, raw.data() + 2 * i, 2);
-        out[i] = f16_to_f32(h);
-      }
-      break;
-    case GgmlType::bf16: kernels::dequantize_rows(kernels::WeightType::bf16, raw.data(), out.data(), 1, t.numel()); break;
-    case GgmlType::q8_0: kernels::dequantize_rows(kernels::WeightType::q8_0, raw.data(), out.data(), 1, t.numel()); break;
-    case GgmlType::q4_0: kernels::dequantize_rows(kernels::WeightType::q4_0, raw.data(), out.data(), 1, t.numel()); break;
-  }
+  kernels::ggml_dequantize(static_cast<GgmlType>(t.type), raw.data(), out.data(), t.numel());
   return out;
 }
 

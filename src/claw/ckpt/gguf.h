@@ -19,17 +19,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "claw/kernels/cpu/ggml_quants.h"
 #include "claw/kernels/cpu/quant.h"
 
 namespace claw::ckpt::gguf {
 
-// ggml's tensor types that claw reads (others are named in the error).
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30 };
+// ggml's tensor types (kernels/cpu/ggml_quants.h has those claw reads).
+using kernels::GgmlType;
 std::string ggml_type_name(uint32_t t);
 // Bytes of n elements (n a multiple of the type's block); throws for types
-// claw does not read.
+// claw does not read and for shapes that are not whole blocks.
 size_t ggml_bytes(uint32_t type, int64_t n, const std::string& what);
-GgmlType ggml_type_of(kernels::WeightType t);
+using kernels::ggml_type_of;
 
 struct TensorInfo {
   std::string name;
@@ -54,7 +55,7 @@ class Reader {
   const TensorInfo* find(const std::string& name) const;
   // A tensor's bytes as stored.
   std::vector<uint8_t> read(const TensorInfo& t) const;
-  // As fp32 (f32, f16, bf16, q8_0, q4_0).
+  // As fp32 (any type claw reads, as gguf-py's dequantize gives it).
   std::vector<float> read_f32(const TensorInfo& t) const;
 
  private:

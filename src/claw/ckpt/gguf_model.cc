@@ -62,6 +62,7 @@ uint32_t file_type_code(WeightType t) {
     case WeightType::bf16: return 32;  // MOSTLY_BF16
     case WeightType::q8_0: return 7;   // MOSTLY_Q8_0
     case WeightType::q4_0: return 2;   // MOSTLY_Q4_0
+    default: CLAW_CHECK(false, "claw does not write {} files yet", kernels::weight_type_name(t));
   }
   return 0;
 }
@@ -256,12 +257,9 @@ GgufModel read_gguf_model(const std::string& path) {
     if (e.permute_heads > 0 && rows % (2 * e.permute_heads) != 0)
       fail("{}: {} has {} rows, not whole heads of even size for {} heads", path, e.gguf, rows, e.permute_heads);
     if (!e.linear || shape.size() != 2 || e.stacked || e.part != Entry::Part::whole || e.add != 0) continue;
-    const bool low = t->type == uint32_t(gguf::GgmlType::bf16) || t->type == uint32_t(gguf::GgmlType::q8_0) ||
-                     t->type == uint32_t(gguf::GgmlType::q4_0);
-    if (low) {
-      const WeightType wt = t->type == uint32_t(gguf::GgmlType::bf16) ? WeightType::bf16
-                            : t->type == uint32_t(gguf::GgmlType::q8_0) ? WeightType::q8_0
-                                                                        : WeightType::q4_0;
+    const std::optional<WeightType> low = kernels::weight_type_of(static_cast<gguf::GgmlType>(t->type));
+    if (low && *low != WeightType::f32) {
+      const WeightType wt = *low;
       std::vector<uint8_t> raw = r.read(*t);  // GGUF layout, rows [out, in]
       if (e.permute_heads > 0) {
         const size_t rb = raw.size() / rows;
@@ -269,7 +267,7 @@ GgufModel read_gguf_model(const std::string& path) {
       }
       g.matrices[e.hf[0]] = kernels::WeightMatrix::from_bytes(wt, rows, shape[1], std::move(raw));
     }
-    ++counts[low ? g.matrices[e.hf[0]].type() : WeightType::f32];
+    ++counts[low ? *low : WeightType::f32];
   }
   for (const gguf::TensorInfo& t : r.tensors())
     if (!known.count(t.name) && !gguf_arch::is_config_tensor(t.name))

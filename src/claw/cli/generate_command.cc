@@ -13,6 +13,7 @@
 
 #include "claw/cli/engine_flags.h"
 #include "claw/cli/flags.h"
+#include "claw/ckpt/safetensors.h"
 #include "claw/core/error.h"
 #include "claw/core/log.h"
 #include "claw/serve/engine.h"
@@ -33,6 +34,7 @@ struct GenerateArgs {
   bool echo = false;
   int64_t logprobs = 0;
   std::string output_format = "text";
+  std::string logits_file;
   GenerateArgs() { engine.engine.max_num_seqs = 1; }  // one request: a cache for one sequence
 };
 
@@ -108,12 +110,14 @@ void run(const GenerateArgs& a) {
   std::vector<serve::TokenOutput> outputs;
   serve::FinishReason finish = serve::FinishReason::none;
   Clock::time_point first_token;
+  std::vector<float> logits;  // --logits-file: each generated token's step
   serve::GenerationRequest r{.prompt = prompt, .sampling = a.sampling, .max_tokens = a.max_tokens,
                              .top_logprobs = a.logprobs};
   if (!a.ignore_eos) r.stop_tokens = m.eos;
   r.on_token = [&](const serve::TokenOutput& t) {
     if (outputs.empty()) first_token = Clock::now();
     outputs.push_back(t);
+    if (!a.logits_file.empty()) logits.insert(logits.end(), t.logits.begin(), t.logits.end());
     finish = t.finish;
     if (!text || t.finish == serve::FinishReason::stop) return true;  // a stop token is not text
     const std::string piece = text->push(t.token);
@@ -130,6 +134,11 @@ void run(const GenerateArgs& a) {
   }
   const Clock::time_point t1 = Clock::now();
   if (text && stream) write(text->finish() + "\n");
+  if (!a.logits_file.empty() && !outputs.empty()) {
+    const int64_t steps = static_cast<int64_t>(outputs.size());
+    ckpt::write_safetensors(a.logits_file, {{"logits", DType::f32, {steps, static_cast<int64_t>(logits.size()) / steps},
+                                             logits.data()}});
+  }
   const double ttft = std::chrono::duration<double>(first_token - t0).count();
   const double decode = std::chrono::duration<double>(t1 - first_token).count();
   const int64_t n = static_cast<int64_t>(outputs.size());
@@ -168,6 +177,8 @@ void add_generate_command(CLI::App& app) {
   sub->add_flag("--echo", a->echo, "print the prompt before the continuation");
   sub->add_option("--logprobs", a->logprobs, "with --output-format json: the N most likely tokens at each step (0-20)");
   sub->add_option("--output-format", a->output_format, "text (streamed) or json")->capture_default_str();
+  sub->add_option("--logits-file", a->logits_file,
+                  "also write the logits of each generated token's step as safetensors ([tokens, vocabulary] f32)");
   sub->callback([a] { run(*a); });
 }
 

@@ -227,12 +227,14 @@ class GPT {
   // Generation weights: every linear layer's weight and the output layer's
   // in type t, read by the batch-invariant steps of forward_cached and
   // full_logits (f32: the parameters themselves, nothing is copied). Each is
-  // converted from this rank's fp32 values, or taken from `given` (canonical
-  // parameter name -> this rank's matrix) when that holds it in type t
-  // already (a GGUF file's blocks, unchanged). A layer whose input width is
-  // not a multiple of t's blocks of 32 stays fp32. The word embeddings are
-  // rounded to t's values in place (as llama.cpp holds token_embd in the
-  // model's type; a GGUF file's dequantized table is then left as it is).
+  // taken from `given` (canonical parameter name -> this rank's matrix, in
+  // whatever type: a GGUF file's blocks, unchanged) or else converted from
+  // this rank's fp32 values; t a GGUF row type (q4_k...), which claw reads
+  // but does not make, leaves the others fp32. A layer whose input width is
+  // not whole blocks of t stays fp32. The word embeddings are rounded to
+  // t's values in place for f32/bf16/q8_0/q4_0 (as llama.cpp holds
+  // token_embd in the model's type; a GGUF file's dequantized table is then
+  // left as it is).
   // release_fp32 hands the
   // pages of the replaced fp32 weights back to the OS and unbinds them: an
   // inference-only model, which must not train or save afterwards (the tied

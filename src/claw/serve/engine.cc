@@ -281,6 +281,7 @@ bool Engine::step() {
     const SampledToken t = sample_token(l, vocab_, s.req.sampling, static_cast<uint64_t>(s.generated),
                                         /*with_logprob=*/false);
     TokenOutput out{.token = t.token, .index = s.generated};
+    out.logits = {l, static_cast<size_t>(vocab_)};
     if (s.req.logprob || s.req.top_logprobs > 0) {  // one pass over the vocabulary for both
       TokenScores sc = score_token(l, vocab_, t.token, s.req.top_logprobs);
       out.logprob = sc.logprob;

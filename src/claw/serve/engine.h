@@ -42,6 +42,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -75,6 +76,9 @@ struct TokenOutput {
   // A prompt token's score (GenerationRequest::prompt_logprobs), not a
   // generated token: index is its position in the prompt (1 and up).
   bool prompt = false;
+  // The step's logits over the vocabulary (a generated token's), valid
+  // during the callback only.
+  std::span<const float> logits;
 };
 
 struct GenerationRequest {

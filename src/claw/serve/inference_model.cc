@@ -116,7 +116,10 @@ std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptio
   std::map<std::string, kernels::WeightMatrix> stored;
   if (served != kernels::WeightType::f32) stored = ckpt::gguf_matrices_for(g, m.gpt->params());
   g.matrices.clear();
-  std::erase_if(stored, [&](const auto& kv) { return kv.second.type() != served; });
+  // --dtype given: the matrices of another type are converted from fp32;
+  // otherwise each is served in its file's type (a Q4_K_M file's q4_k and
+  // q6_k, a Q4_0 file's q6_k output layer).
+  if (want) std::erase_if(stored, [&](const auto& kv) { return kv.second.type() != served; });
   std::vector<model::Param*> rest;
   for (model::Param* p : m.gpt->params())
     if (!stored.count(p->spec.name)) rest.push_back(p);

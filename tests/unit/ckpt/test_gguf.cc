@@ -245,25 +245,27 @@ TEST(Gguf, UnsupportedFilesAreClearErrors) {
         }
       },
       Error);
-  gguf::Writer k;
-  k.add_string("general.architecture", "llama");
-  k.add_tensor("token_embd.weight", {4, 256}, gguf::GgmlType::q8_0, std::vector<uint8_t>(4 * 8 * 34));
-  std::vector<uint8_t> bytes;
-  k.write(path);
-  // A Q4_K tensor (type 12) is named with the types claw reads.
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(f)), {});
-  const size_t at = all.find("token_embd.weight") + 17 + 4 + 16;  // name, n_dims, ne[2]
-  uint32_t q4k = 12;
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(reinterpret_cast<const char*>(&q4k), 4);
-  f.close();
-  try {
-    gguf::Reader r(path);
-    ADD_FAILURE() << "Q4_K accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Q4_K; claw reads F32, F16, BF16, Q8_0 and Q4_0"), std::string::npos)
-        << e.what();
+  // A tensor of a type claw does not read (MXFP4, 39), and a Q4_K tensor
+  // (super-blocks of 256) whose rows are 64 long: each named.
+  for (auto [type, cols, want] : {std::tuple{39u, 256, "is type 39 (MXFP4); claw reads F32, F16, Q4_0, Q4_1"},
+                                  {12u, 64, "is Q4_K with rows of 64 elements; Q4_K rows are whole blocks of 256"}}) {
+    gguf::Writer k;
+    k.add_string("general.architecture", "llama");
+    k.add_tensor("token_embd.weight", {4, cols}, gguf::GgmlType::q8_0, std::vector<uint8_t>(4 * cols / 32 * 34));
+    k.write(path);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(f)), {});
+    const size_t at = all.find("token_embd.weight") + 17 + 4 + 16;  // name, n_dims, ne[2]
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(reinterpret_cast<const char*>(&type), 4);
+    f.close();
+    try {
+      gguf::Reader r(path);
+      ADD_FAILURE() << "type " << type << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tensor token_embd.weight"), std::string::npos) << e.what();
+    }
   }
   fs::remove(path);
 }

@@ -107,7 +107,8 @@ TEST(Quant, RoundTripError) {
 }
 
 // What the layer computes, in fp64: the weights dequantized, and for the
-// integer types the inputs quantized to blocks of 32 int8 (d = max|x| / 127).
+// integer types the inputs quantized to blocks of 32 int8 as llama.cpp's q8_0
+// (q = x (127 / max|x|) rounded half to even, d = max|x| / 127 in f16).
 std::vector<double> reference(WeightType t, const std::vector<float>& x, const WeightMatrix& W,
                               const std::vector<float>& b, int64_t M) {
   const int64_t N = W.rows(), K = W.cols();
@@ -118,8 +119,8 @@ std::vector<double> reference(WeightType t, const std::vector<float>& x, const W
     for (int64_t blk = 0; blk < M * K / 32; ++blk) {
       float amax = 0;
       for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
-      const float d = amax / 127, id = d != 0 ? 1 / d : 0;
-      for (int k = 0; k < 32; ++k) xr[blk * 32 + k] = double(d) * std::round(x[blk * 32 + k] * id);
+      const float d = f16_to_f32(f32_to_f16(amax / 127)), id = amax != 0 ? 127 / amax : 0;
+      for (int k = 0; k < 32; ++k) xr[blk * 32 + k] = double(d) * std::nearbyint(x[blk * 32 + k] * id);
     }
   std::vector<double> out(M * N);
   for (int64_t m = 0; m < M; ++m)
@@ -163,8 +164,8 @@ TEST(Quant, RowsDoNotDependOnTheBatchOrThreads) {
   }
 }
 
-// The activations as the layer quantizes them, by the definition (std::round
-// of x * (1 / d), d = max|x| / 127): quants, scales, and -offset x block sums.
+// The activations as the layer quantizes them, by the definition (llama.cpp's
+// q8_0, as above): quants, scales, and -offset x block sums.
 struct QuantizedActivations {
   std::vector<int8_t> q;
   std::vector<float> d;
@@ -176,11 +177,11 @@ QuantizedActivations quantize_by_definition(const std::vector<float>& x, int32_t
   for (size_t blk = 0; blk < blocks; ++blk) {
     float amax = 0;
     for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[blk * 32 + k]));
-    a.d[blk] = amax / 127;
-    const float id = a.d[blk] != 0 ? 1 / a.d[blk] : 0;
+    a.d[blk] = f16_to_f32(f32_to_f16(amax / 127));
+    const float id = amax != 0 ? 127 / amax : 0;
     int32_t sum = 0;
     for (int k = 0; k < 32; ++k) {
-      a.q[blk * 32 + k] = static_cast<int8_t>(std::round(x[blk * 32 + k] * id));
+      a.q[blk * 32 + k] = static_cast<int8_t>(std::nearbyint(x[blk * 32 + k] * id));
       sum += a.q[blk * 32 + k];
     }
     a.c[blk] = -offset * sum;

@@ -13,12 +13,46 @@
 
 namespace claw::kernels {
 
+namespace {
+
+constexpr std::pair<WeightType, GgmlType> kGgml[] = {
+    {WeightType::f32, GgmlType::f32},     {WeightType::bf16, GgmlType::bf16},    {WeightType::q8_0, GgmlType::q8_0},
+    {WeightType::q4_0, GgmlType::q4_0},   {WeightType::f16, GgmlType::f16},      {WeightType::q4_1, GgmlType::q4_1},
+    {WeightType::q5_0, GgmlType::q5_0},   {WeightType::q5_1, GgmlType::q5_1},    {WeightType::q2_k, GgmlType::q2_K},
+    {WeightType::q3_k, GgmlType::q3_K},   {WeightType::q4_k, GgmlType::q4_K},    {WeightType::q5_k, GgmlType::q5_K},
+    {WeightType::q6_k, GgmlType::q6_K},   {WeightType::iq4_nl, GgmlType::iq4_nl}, {WeightType::iq4_xs, GgmlType::iq4_xs}};
+
+}  // namespace
+
+GgmlType ggml_type_of(WeightType t) {
+  for (const auto& [w, g] : kGgml)
+    if (w == t) return g;
+  return GgmlType::f32;
+}
+
+std::optional<WeightType> weight_type_of(GgmlType t) {
+  for (const auto& [w, g] : kGgml)
+    if (g == t) return w;
+  return std::nullopt;
+}
+
 std::string_view weight_type_name(WeightType t) {
   switch (t) {
     case WeightType::f32: return "f32";
     case WeightType::bf16: return "bf16";
     case WeightType::q8_0: return "q8_0";
     case WeightType::q4_0: return "q4_0";
+    case WeightType::f16: return "f16";
+    case WeightType::q4_1: return "q4_1";
+    case WeightType::q5_0: return "q5_0";
+    case WeightType::q5_1: return "q5_1";
+    case WeightType::q2_k: return "q2_k";
+    case WeightType::q3_k: return "q3_k";
+    case WeightType::q4_k: return "q4_k";
+    case WeightType::q5_k: return "q5_k";
+    case WeightType::q6_k: return "q6_k";
+    case WeightType::iq4_nl: return "iq4_nl";
+    case WeightType::iq4_xs: return "iq4_xs";
   }
   return "?";
 }
@@ -32,17 +66,15 @@ std::optional<WeightType> parse_weight_type(std::string_view s) {
 }
 
 bool weight_type_fits(WeightType t, int64_t K) {
-  return t == WeightType::f32 || t == WeightType::bf16 || K % kQuantBlock == 0;
+  return K > 0 && K % ggml_type_info(uint32_t(ggml_type_of(t)))->block == 0;
 }
 
 size_t weight_row_bytes(WeightType t, int64_t K) {
   switch (t) {
-    case WeightType::f32: return static_cast<size_t>(K) * 4;
-    case WeightType::bf16: return static_cast<size_t>(K) * 2;
     case WeightType::q8_0: return static_cast<size_t>(K / kQuantBlock) * sizeof(BlockQ8_0);
     case WeightType::q4_0: return static_cast<size_t>(K / kQuantBlock) * sizeof(BlockQ4_0);
+    default: return ggml_row_bytes(ggml_type_of(t), K);
   }
-  return 0;
 }
 
 namespace {
@@ -101,6 +133,7 @@ void quantize_rows(WeightType t, const float* in, void* out, int64_t rows, int64
       return;
     case WeightType::q8_0: quantize_q8_0(in, static_cast<BlockQ8_0*>(out), n / kQuantBlock); return;
     case WeightType::q4_0: quantize_q4_0(in, static_cast<BlockQ4_0*>(out), n / kQuantBlock); return;
+    default: CLAW_CHECK(false, "claw does not quantize to {} yet", weight_type_name(t));
   }
 }
 
@@ -123,6 +156,7 @@ void dequantize_rows(WeightType t, const void* in, float* out, int64_t rows, int
       }
       return;
     }
+    default: ggml_dequantize(ggml_type_of(t), in, out, n);
   }
 }
 
@@ -135,11 +169,11 @@ using quant_detail::lane_byte;
 
 void WeightMatrix::allocate(WeightType t, int64_t rows, int64_t cols) {
   CLAW_CHECK(weight_type_fits(t, cols), "{} weights need rows of a multiple of {} elements, not {}",
-             weight_type_name(t), kQuantBlock, cols);
+             weight_type_name(t), ggml_type_info(uint32_t(ggml_type_of(t)))->block, cols);
   type_ = t;
   rows_ = rows;
   cols_ = cols;
-  if (t == WeightType::f32 || t == WeightType::bf16) {
+  if (t == WeightType::f32 || t == WeightType::bf16 || is_ggml_rows(t)) {
     data_.resize(weight_row_bytes(t, cols) * static_cast<size_t>(rows));
     return;
   }
@@ -153,7 +187,7 @@ size_t WeightMatrix::scales_offset() const {
 
 void WeightMatrix::pack(const uint8_t* gguf, int64_t r0, int64_t r1) {
   const size_t rb = row_bytes();
-  if (type_ == WeightType::f32 || type_ == WeightType::bf16) {
+  if (type_ == WeightType::f32 || type_ == WeightType::bf16 || is_ggml_rows(type_)) {
     std::memcpy(data_.data() + r0 * rb, gguf, (r1 - r0) * rb);
     return;
   }
@@ -193,8 +227,6 @@ WeightMatrix WeightMatrix::quantize(const CpuCtx& ctx, WeightType t, const float
 }
 
 WeightMatrix WeightMatrix::from_bytes(WeightType t, int64_t rows, int64_t cols, std::vector<uint8_t> bytes) {
-  CLAW_CHECK(weight_type_fits(t, cols), "{} weights need rows of a multiple of {} elements, not {}",
-             weight_type_name(t), kQuantBlock, cols);
   CLAW_CHECK(bytes.size() == weight_row_bytes(t, cols) * static_cast<size_t>(rows),
              "{} [{}, {}] takes {} bytes, not {}", weight_type_name(t), rows, cols,
              weight_row_bytes(t, cols) * static_cast<size_t>(rows), bytes.size());
@@ -207,7 +239,7 @@ WeightMatrix WeightMatrix::from_bytes(WeightType t, int64_t rows, int64_t cols, 
 std::vector<uint8_t> WeightMatrix::gguf_bytes() const {
   const size_t rb = row_bytes();
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows_));
-  if (type_ == WeightType::f32 || type_ == WeightType::bf16) {
+  if (type_ == WeightType::f32 || type_ == WeightType::bf16 || is_ggml_rows(type_)) {
     std::memcpy(out.data(), data_.data(), out.size());
     return out;
   }
@@ -267,26 +299,19 @@ void panel_generic(const PanelArgs& a, int64_t t0, int64_t t1) {
   }
 }
 
-// std::round (halves away from zero) exactly, without a libm call
-// (v - trunc(v) is exact for |v| < 2^23).
-inline float round_half_away(float v) {
-  const float t = std::trunc(v);
-  return std::fabs(v - t) >= 0.5f ? t + std::copysign(1.0f, v) : t;
-}
-
 void quantize_generic(const float* x, int64_t blocks, int32_t offset, int8_t* xq, float* xd, int32_t* xc) {
   for (int64_t b = 0; b < blocks; ++b) {
     const float* in = x + b * kQuantBlock;
     float amax = 0;
     for (int k = 0; k < kQuantBlock; ++k) amax = std::max(amax, std::fabs(in[k]));
-    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    const float id = amax != 0 ? 127.f / amax : 0.f;
     int32_t sum = 0;
     for (int k = 0; k < kQuantBlock; ++k) {
-      const int32_t q = static_cast<int32_t>(round_half_away(in[k] * id));
+      const int32_t q = static_cast<int32_t>(std::nearbyint(in[k] * id));  // half to even
       xq[b * kQuantBlock + k] = static_cast<int8_t>(q);
       sum += q;
     }
-    xd[b] = d;
+    xd[b] = f16_to_f32(f32_to_f16(amax / 127.f));
     xc[b] = -offset * sum;
   }
 }
@@ -333,6 +358,34 @@ const Isa& isa() {
 }  // namespace
 
 std::string quant_kernel_isa() { return isa().name; }
+
+namespace {
+
+// The GGUF row types: each input row quantized to the weight type's vec-dot
+// type once, then every output its own dot product (one fixed order per
+// output, whatever the batch).
+void ggml_rows_forward(const CpuCtx& ctx, float* out, const float* inp, const WeightMatrix& W, const float* bias,
+                       int64_t M) {
+  const int64_t N = W.rows(), K = W.cols();
+  const GgmlType wt = ggml_type_of(W.type()), xt = ggml_vec_dot_type(wt);
+  const size_t xb = ggml_row_bytes(xt, K), rb = W.row_bytes();
+  thread_local std::vector<uint8_t> xq;
+  xq.resize(static_cast<size_t>(M) * xb);
+  uint8_t* x = xq.data();  // this thread's buffer (a worker naming it would get its own)
+  parallel_for(ctx, M, 1, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) ggml_quantize_activations(xt, inp + m * K, x + m * xb, K);
+  });
+  const uint8_t* w = W.data();
+  parallel_for(ctx, N, std::max<int64_t>(1, (64 << 10) / static_cast<int64_t>(rb)), [&](int64_t n0, int64_t n1) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) {
+        const float y = ggml_vec_dot(wt, w + n * rb, x + m * xb, K);
+        out[m * N + n] = bias ? y + bias[n] : y;
+      }
+  });
+}
+
+}  // namespace
 
 void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, const WeightMatrix& W, const float* bias,
                            int64_t M) {
@@ -390,6 +443,7 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
                            [&](int64_t c) { fn(a, c * per, std::min(tiles, (c + 1) * per)); });
       return;
     }
+    default: ggml_rows_forward(ctx, out, inp, W, bias, M);
   }
 }
 

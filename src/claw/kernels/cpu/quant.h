@@ -14,8 +14,9 @@
 //
 // The linear layer y = x W^T + b:
 //   f32, bf16   fixed_order_dot.h's order on fp32 (bf16 widened on load);
-//   q8_0, q4_0  each input row is quantized to blocks of 32 int8 with an fp32
-//               scale dx (d = max|x| / 127); per block b each output takes
+//   q8_0, q4_0  each input row is quantized to blocks of 32 int8 with a
+//               scale dx, as llama.cpp does (ggml_quants.h: q8_0, dx =
+//               max|x| / 127 rounded to f16); per block b each output takes
 //               the exact integer dot product p_b of the block's quants, and
 //               accumulates acc = fma(float(p_b), dw_b * dx_b, acc), block
 //               after block from 0; the bias is added last.
@@ -52,10 +53,20 @@
 #include <vector>
 
 #include "claw/core/parallel.h"
+#include "claw/kernels/cpu/ggml_quants.h"
 
 namespace claw::kernels {
 
-enum class WeightType : uint8_t { f32, bf16, q8_0, q4_0 };
+// f32, bf16 and claw's q8_0/q4_0 kernel layout (above); the others are
+// held as GGUF's rows, as read from a file, and multiplied as llama.cpp
+// does (ggml_quants.h: activations in the type's vec-dot type).
+enum class WeightType : uint8_t {
+  f32, bf16, q8_0, q4_0, f16, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs
+};
+GgmlType ggml_type_of(WeightType t);
+std::optional<WeightType> weight_type_of(GgmlType t);  // nullopt: no matrix type (q8_1, q8_K)
+// Whether t is held as GGUF rows (not f32, bf16, q8_0, q4_0).
+constexpr bool is_ggml_rows(WeightType t) { return t >= WeightType::f16; }
 
 constexpr int64_t kQuantBlock = 32;
 
@@ -70,11 +81,12 @@ struct BlockQ4_0 {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "GGUF block layouts");
 
 std::string_view weight_type_name(WeightType t);
-// "f32", "bf16", "q8_0", "q4_0" (case-insensitive); nullopt otherwise.
+// The types a model can be converted to when it loads (--dtype): "f32",
+// "bf16", "q8_0", "q4_0" (case-insensitive); nullopt otherwise.
 std::optional<WeightType> parse_weight_type(std::string_view s);
 constexpr std::string_view kWeightTypeChoices = "f32, bf16, q8_0, q4_0";
 
-// Whether rows of K elements can be held in type t (blocks: K % 32 == 0).
+// Whether rows of K elements can be held in type t (whole blocks of 32 or 256).
 bool weight_type_fits(WeightType t, int64_t K);
 // Bytes of one row of K elements.
 size_t weight_row_bytes(WeightType t, int64_t K);
@@ -102,8 +114,8 @@ struct CacheLineAllocator {
   bool operator!=(const CacheLineAllocator<U>&) const { return false; }
 };
 
-// A [rows, cols] matrix in one WeightType: f32 and bf16 rows contiguous,
-// q8_0 and q4_0 in the kernel layout (above).
+// A [rows, cols] matrix in one WeightType: f32, bf16 and the GGUF row types
+// rows contiguous, q8_0 and q4_0 in the kernel layout (above).
 class WeightMatrix {
  public:
   WeightMatrix() = default;

@@ -58,10 +58,10 @@ using PanelFn = void (*)(const PanelArgs& a, int64_t t0, int64_t t1);
 void panel_generic(const PanelArgs& a, int64_t t0, int64_t t1);
 
 // The activations' quantization, `blocks` blocks of 32 of x, each on its own
-// (so row-local): d = max|x| / 127 in fp32, q = x * (1 / d) rounded half away
-// from zero (std::round), and xc = -offset x the sum of q (offset: 128 for
-// q8_0's kernel layout, 8 for q4_0's nibbles). Every version gives the same
-// bytes.
+// (so row-local), as llama.cpp's x86 backend quantizes to q8_0: q = x (127 /
+// max|x|) rounded half to even, d = max|x| / 127 rounded to f16 (held as the
+// fp32 of that f16), and xc = -offset x the sum of q (offset: 128 for q8_0's
+// kernel layout, 8 for q4_0's nibbles). Every version gives the same bytes.
 using QuantizeFn = void (*)(const float* x, int64_t blocks, int32_t offset, int8_t* xq, float* xd, int32_t* xc);
 void quantize_generic(const float* x, int64_t blocks, int32_t offset, int8_t* xq, float* xd, int32_t* xc);
 

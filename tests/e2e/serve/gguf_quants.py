@@ -1,0 +1,270 @@
+"""GGUF files as llama.cpp users have them, made by llama.cpp's own tools,
+read and run by claw.
+
+A model of FAMILY with random weights (transformers, seeded) and a real
+vocabulary (tokenizer.json built from llama.cpp's ggml-vocab files by
+hf_json_from_gguf.py) goes through llama.cpp's convert_hf_to_gguf.py (f32),
+then llama-quantize at each type. For every file:
+
+  - claw's dequantization of every tensor (gguf_quant_driver) equals
+    gguf-py's `quants.dequantize` bit for bit;
+  - `claw generate` (the file's own types: K-quant products against 8-bit
+    activations, as llama.cpp computes them) and llama.cpp (libllama, f32 KV
+    cache) give the same 64 greedy tokens, and the logits of each step
+    agree: max |claw - llama.cpp| / max |llama.cpp| per step, the largest
+    over the steps, within TOLERANCE.
+
+    python gguf_quants.py make FAMILY DIR
+    python gguf_quants.py check FAMILY DIR --claw CLAW --driver DRIVER --llamacpp SRC --bin BIN
+
+Prints one line per file (type, tensors, the largest relative logit
+difference, the smallest llama.cpp top-1/top-2 gap).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M",
+         "Q6_K", "IQ4_XS"]
+TOLERANCE = 1e-4
+F32_TOLERANCE = 1e-5
+PROMPT = [1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889, 13, 3492, 338, 263]
+STEPS = 64
+
+
+def make(family, out, models):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+    import hf_json_from_gguf
+    import torch
+    import transformers
+
+    torch.manual_seed(5)
+    if family == "llama":
+        tok, _ = hf_json_from_gguf.build("llama2", models)
+        cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                       rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+        model = transformers.LlamaForCausalLM(cfg)
+        tok_cfg = {"add_bos_token": True, "bos_token": "<s>", "eos_token": "</s>",
+                   "tokenizer_class": "LlamaTokenizerFast"}
+    else:
+        raise SystemExit(f"gguf_quants.py: unknown family {family}")
+    # Matrices large enough that the logits spread (a few units); norm weights
+    # not all 1: with a quantized embedding table they would keep its rows'
+    # values exact multiples of one step through the first norm, whose
+    # activation quantization then meets exact ties (x / max = k + 1/2) that
+    # the last bit of either side's arithmetic decides.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, float(os.environ.get("XSTD", "0.06")))
+            else:
+                p.normal_(1, 0.1)
+    model.save_pretrained(out, safe_serialization=True)
+    shutil.copy(tok, os.path.join(out, "tokenizer.json"))
+    json.dump(tok_cfg, open(os.path.join(out, "tokenizer_config.json"), "w"))
+
+
+def run(cmd, what):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"FAIL: {what} (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def check_dequant(path, driver, work):
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    raw = os.path.join(work, "dequant.f32")
+    listing = json.loads(run([driver, "dequant", path, raw], f"claw's dequantization of {path}"))
+    claw = np.fromfile(raw, dtype=np.float32)
+    reader = GGUFReader(path)
+    at, types = 0, set()
+    for t, c in zip(reader.tensors, listing):
+        assert t.name == c["name"], (t.name, c["name"])
+        ref = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(-1)
+        mine = claw[at:at + c["count"]]
+        at += c["count"]
+        assert mine.size == ref.size, (t.name, mine.size, ref.size)
+        if not np.array_equal(mine.view(np.uint32), ref.view(np.uint32)):
+            bad = np.flatnonzero(mine.view(np.uint32) != ref.view(np.uint32))
+            sys.exit(f"FAIL: {path}: tensor {t.name} ({c['type']}) differs from gguf-py's dequantize at {bad.size} "
+                     f"elements, first {bad[0]}: claw {mine[bad[0]]!r}, gguf-py {ref[bad[0]]!r}")
+        types.add(c["type"])
+    assert at == claw.size
+    return len(listing), sorted(types)
+
+
+KERNEL_TYPES = {"F16": 1, "Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "IQ4_NL": 20, "Q2_K": 10, "Q3_K": 11,
+                "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23}
+
+
+def check_kernels(driver, bin_dir, work):
+    """claw's linear layer against llama.cpp's own CPU kernels (libggml-cpu,
+    through ctypes) on the same rows: weights quantized by llama.cpp
+    (ggml_quantize_chunk), activations quantized to the vec-dot type by each
+    side (the bytes must be equal), then every output of claw's
+    weight_linear_forward against ggml's vec_dot of that row pair (equal but
+    for the order of the fp32 sums)."""
+    import ctypes
+    base = ctypes.CDLL(os.path.join(bin_dir, "libggml-base.so"))
+    cpu = ctypes.CDLL(os.path.join(bin_dir, "libggml-cpu.so"))
+
+    class Traits(ctypes.Structure):
+        _fields_ = [("from_float", ctypes.c_void_p), ("vec_dot", ctypes.c_void_p), ("vec_dot_type", ctypes.c_int),
+                    ("nrows", ctypes.c_int64)]
+    cpu.ggml_get_type_traits_cpu.restype = ctypes.POINTER(Traits)
+    cpu.ggml_cpu_init()
+    base.ggml_quantize_chunk.restype = ctypes.c_size_t
+    base.ggml_row_size.restype = ctypes.c_size_t
+    from_float_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    vec_dot_t = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                 ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    rng = np.random.default_rng(3)
+    K, N = 768, 24
+    # Activations as layers see them: Gaussian, heavy-tailed, one outlier, all
+    # zero, tiny values, a constant row.
+    x = np.stack([rng.normal(0, 1, K), rng.standard_t(3, K), np.r_[rng.normal(0, 0.1, K - 1), 40.0], np.zeros(K),
+                  rng.normal(0, 1e-6, K), np.full(K, -0.37)]).astype(np.float32)
+    M = x.shape[0]
+    w = (rng.normal(0, 0.05, (N, K)) * rng.uniform(0.2, 3, (N, 1))).astype(np.float32)
+    worst = 0.0
+    for name, t in KERNEL_TYPES.items():
+        rb = base.ggml_row_size(t, K)
+        wq = np.zeros(N * rb, np.uint8)
+        base.ggml_quantize_chunk(t, w.ctypes.data, wq.ctypes.data, 0, N, K, None)
+        traits = cpu.ggml_get_type_traits_cpu(t).contents
+        xt = traits.vec_dot_type
+        xb = base.ggml_row_size(xt, K)
+        xq = np.zeros(M * xb, np.uint8)
+        for m in range(M):
+            from_float_t(cpu.ggml_get_type_traits_cpu(xt).contents.from_float)(x[m].ctypes.data,
+                                                                                xq[m * xb:].ctypes.data, K)
+        ref = np.zeros((M, N), np.float32)
+        out = np.zeros(1, np.float32)
+        for m in range(M):
+            for n in range(N):
+                vec_dot_t(traits.vec_dot)(K, out.ctypes.data, 0, wq[n * rb:].ctypes.data, 0, xq[m * xb:].ctypes.data,
+                                          0, 1)
+                ref[m, n] = out[0]
+        paths = [os.path.join(work, f) for f in ("w.bin", "x.f32", "y.f32", "xq.bin")]
+        wq.tofile(paths[0])
+        x.tofile(paths[1])
+        run([driver, "linear", str(t), str(K), str(N), str(M)] + paths, f"claw's {name} linear layer")
+        y = np.fromfile(paths[2], np.float32).reshape(M, N)
+        mine = np.fromfile(paths[3], np.uint8)
+        if not np.array_equal(mine, xq):
+            bad = np.flatnonzero(mine != xq)
+            sys.exit(f"FAIL: {name}: claw quantizes the activations to other bytes than llama.cpp ({bad.size} "
+                     f"differ, first at byte {bad[0]} of {xb} a row)")
+        # |sum| can be far below sum |terms|: the fp32 order's error scales with the latter.
+        scale = np.abs(w_deq(name, wq, t, N, K, base)) @ np.abs(x.T).astype(np.float64)
+        rel = float((np.abs(y - ref) / np.maximum(scale.T, 1e-30)).max())
+        worst = max(worst, rel)
+        if rel > 1e-6:
+            sys.exit(f"FAIL: {name}: claw's products differ from llama.cpp's vec_dot by {rel:.2e} of the sum of "
+                     f"|terms| (fp32 order alone gives below 1e-6)")
+    print(f"kernels: {len(KERNEL_TYPES)} types x {N} rows x {M} activation rows of {K}: claw's activation bytes equal "
+          f"llama.cpp's and its products equal llama.cpp's vec_dot within {worst:.1e} of the sum of |terms|",
+          flush=True)
+
+
+def w_deq(name, wq, t, N, K, base):
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+    return dequantize(wq.reshape(N, -1), GGMLQuantizationType(t)).astype(np.float64).reshape(N, K)
+
+
+def llamacpp(a, path, prompt, work):
+    """llama.cpp's greedy tokens, gaps and logits [STEPS, vocabulary] on a file."""
+    logits = os.path.join(work, "llamacpp.f32")
+    ref = json.loads(run([a.greedy, path, prompt, str(STEPS), "2", logits], f"llama.cpp on {path}"))
+    return ref["tokens"], ref["gaps"], np.fromfile(logits, dtype=np.float32).reshape(STEPS, -1)
+
+
+def claw(a, path, prompt, work, vocab):
+    from safetensors.numpy import load_file
+    st = os.path.join(work, "claw.st")
+    out = json.loads(run([a.claw, "generate", "--model", path, "--prompt-tokens", prompt, "--max-tokens", str(STEPS),
+                          "--ignore-eos", "--output-format", "json", "--num-threads", "2", "--logits-file", st],
+                         f"claw generate on {path}"))
+    logits = load_file(st)["logits"]
+    assert logits.shape[0] == STEPS and logits.shape[1] >= vocab, logits.shape
+    return out["tokens"], logits[:, :vocab]
+
+
+def compare(tok_a, log_a, tok_b, log_b):
+    """The steps both runs share (until their tokens differ, that step
+    included) and the largest max|a - b| / max|b| over them."""
+    same = next((i for i, (x, y) in enumerate(zip(tok_a, tok_b)) if x != y), STEPS)
+    rel = np.abs(log_a - log_b).max(axis=1) / np.abs(log_b).max(axis=1)
+    return same, float(rel[:same + 1].max())
+
+
+def check(a):
+    work = a.dir
+    check_kernels(a.driver, a.bin, work)
+    f32 = os.path.join(work, "m-F32.gguf")
+    run([sys.executable, os.path.join(a.llamacpp, "convert_hf_to_gguf.py"), os.path.join(work, "hf"), "--outtype",
+         "f32", "--outfile", f32], "convert_hf_to_gguf.py")
+    quantize = os.path.join(a.bin, "llama-quantize")
+    prompt = ",".join(map(str, PROMPT))
+    failures = []
+    for qt in ["F32"] + TYPES:
+        path = os.path.join(work, f"m-{qt}.gguf")
+        if qt != "F32":
+            run([quantize, f32, path, qt, "2"], f"llama-quantize {qt}")
+        n, types = check_dequant(path, a.driver, work)
+        ref_tokens, gaps, ref = llamacpp(a, path, prompt, work)
+        tokens, mine = claw(a, path, prompt, work, ref.shape[1])
+        same, rel = compare(tokens, mine, ref_tokens, ref)
+        if qt == "F32":
+            bound, noise = F32_TOLERANCE, 0.0
+            if same < STEPS:
+                failures.append(f"F32: claw's greedy tokens differ from llama.cpp's at step {same}")
+        else:
+            # What the activations' quantization does to llama.cpp's own
+            # logits: the file against its weights dequantized to f32.
+            deq = os.path.join(work, f"m-{qt}-deq.gguf")
+            run([quantize, "--allow-requantize", path, deq, "F32", "2"], f"llama-quantize {qt} to F32")
+            deq_tokens, _, deq_logits = llamacpp(a, deq, prompt, work)
+            noise = compare(ref_tokens, ref, deq_tokens, deq_logits)[1]
+            bound = 2 * max(noise, TOLERANCE)
+            os.remove(deq)
+        print(f"{a.family} {qt:7s} {n} tensors ({', '.join(types)}): dequantization equals gguf-py's; "
+              + (f"{STEPS} greedy tokens equal llama.cpp's" if same == STEPS else
+                 f"greedy tokens equal llama.cpp's until step {same} (its top-2 gap there {gaps[same]:.1e})")
+              + f"; logits within {rel:.1e} relative"
+              + (f" (llama.cpp's own activation rounding: {noise:.1e})" if qt != "F32" else ""), flush=True)
+        if rel > bound:
+            failures.append(f"{qt}: claw's logits differ from llama.cpp's by {rel:.2e} relative (bound {bound:.2e})")
+    if failures:
+        sys.exit("FAIL: " + "\nFAIL: ".join(failures))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=["make", "check"])
+    p.add_argument("family")
+    p.add_argument("dir")
+    p.add_argument("--claw")
+    p.add_argument("--driver")
+    p.add_argument("--greedy")
+    p.add_argument("--llamacpp", required=True)
+    p.add_argument("--bin")
+    a = p.parse_args()
+    sys.path.insert(0, os.path.join(a.llamacpp, "gguf-py"))
+    if a.what == "make":
+        make(a.family, os.path.join(a.dir, "hf"), os.path.join(a.llamacpp, "models"))
+    else:
+        check(a)
+
+
+if __name__ == "__main__":
+    main()
