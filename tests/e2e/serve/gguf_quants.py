@@ -29,10 +29,14 @@ import sys
 
 import numpy as np
 
-TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M",
-         "Q6_K", "IQ4_XS"]
+# Every type on the Llama; the types people download most on the others.
+ALL_TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M",
+             "Q6_K", "IQ4_XS"]
+COMMON_TYPES = ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS"]
 TOLERANCE = 1e-4
-F32_TOLERANCE = 1e-5
+# F32 files: llama.cpp's arithmetic is fp32 as claw's, but its GELU (GPT-2,
+# Gemma) reads a table of f16 values at x rounded to f16.
+F32_TOLERANCE = {"gpt2": 1e-3, "gemma3": 1e-3}
 PROMPT = [1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889, 13, 3492, 338, 263]
 STEPS = 64
 
@@ -44,27 +48,48 @@ def make(family, out, models):
     import transformers
 
     torch.manual_seed(5)
-    if family == "llama":
+    shape = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=256)
+    gpt2_tokens = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "tokenizer_class": "GPT2TokenizerFast"}
+    if family == "llama":  # Llama 2's SentencePiece vocabulary (convert_hf_to_gguf.py's LlamaHfVocab)
         tok, _ = hf_json_from_gguf.build("llama2", models)
-        cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                       rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
-        model = transformers.LlamaForCausalLM(cfg)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=32000, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **shape))
         tok_cfg = {"add_bos_token": True, "bos_token": "<s>", "eos_token": "</s>",
                    "tokenizer_class": "LlamaTokenizerFast"}
+    elif family == "gpt2":
+        tok, _ = hf_json_from_gguf.build("gpt-2", models)
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=50257, n_positions=256, n_embd=256, n_layer=2, n_head=4))
+        model.config.n_ctx = 256  # the converter reads GPT-2's original key
+        tok_cfg = gpt2_tokens
+    elif family == "qwen2":  # the Qwen 2.5 shape (biases on q/k/v, tied embeddings) with GPT-2's vocabulary
+        tok, _ = hf_json_from_gguf.build("gpt-2", models)
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+            vocab_size=50257, rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=50256, eos_token_id=50256,
+            **shape))
+        tok_cfg = gpt2_tokens
+    elif family == "gemma3":  # Gemma 3's text model (q/k norms, local and global layers) with GPT-2's vocabulary
+        tok, _ = hf_json_from_gguf.build("gpt-2", models)
+        model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
+            vocab_size=50257, head_dim=64, query_pre_attn_scalar=64, sliding_window=8, bos_token_id=50256,
+            eos_token_id=50256, pad_token_id=0, **shape))
+        tok_cfg = gpt2_tokens
     else:
-        raise SystemExit(f"gguf_quants.py: unknown family {family}")
+        raise SystemExit(f"gguf_quants.py: unknown family {family} (llama, gpt2, qwen2, gemma3)")
     # Matrices large enough that the logits spread (a few units); norm weights
     # not all 1: with a quantized embedding table they would keep its rows'
     # values exact multiples of one step through the first norm, whose
     # activation quantization then meets exact ties (x / max = k + 1/2) that
     # the last bit of either side's arithmetic decides.
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.dim() >= 2:
-                p.normal_(0, float(os.environ.get("XSTD", "0.06")))
+                p.normal_(0, 0.06)
+            elif name.endswith("bias"):
+                p.normal_(0, 0.02)
             else:
-                p.normal_(1, 0.1)
+                p.normal_(1, 0.1) if "gemma" not in family else p.normal_(0, 0.1)  # Gemma's norms scale by 1 + w
     model.save_pretrained(out, safe_serialization=True)
     shutil.copy(tok, os.path.join(out, "tokenizer.json"))
     json.dump(tok_cfg, open(os.path.join(out, "tokenizer_config.json"), "w"))
@@ -209,14 +234,15 @@ def compare(tok_a, log_a, tok_b, log_b):
 
 def check(a):
     work = a.dir
-    check_kernels(a.driver, a.bin, work)
+    if a.family == "llama":
+        check_kernels(a.driver, a.bin, work)
     f32 = os.path.join(work, "m-F32.gguf")
     run([sys.executable, os.path.join(a.llamacpp, "convert_hf_to_gguf.py"), os.path.join(work, "hf"), "--outtype",
          "f32", "--outfile", f32], "convert_hf_to_gguf.py")
     quantize = os.path.join(a.bin, "llama-quantize")
     prompt = ",".join(map(str, PROMPT))
     failures = []
-    for qt in ["F32"] + TYPES:
+    for qt in ["F32"] + (ALL_TYPES if a.family == "llama" else COMMON_TYPES):
         path = os.path.join(work, f"m-{qt}.gguf")
         if qt != "F32":
             run([quantize, f32, path, qt, "2"], f"llama-quantize {qt}")
@@ -225,7 +251,7 @@ def check(a):
         tokens, mine = claw(a, path, prompt, work, ref.shape[1])
         same, rel = compare(tokens, mine, ref_tokens, ref)
         if qt == "F32":
-            bound, noise = F32_TOLERANCE, 0.0
+            bound, noise = F32_TOLERANCE.get(a.family, 1e-5), 0.0
             if same < STEPS:
                 failures.append(f"F32: claw's greedy tokens differ from llama.cpp's at step {same}")
         else:

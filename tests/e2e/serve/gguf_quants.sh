@@ -3,7 +3,7 @@
 # by claw against gguf-py and llama.cpp itself (gguf_quants.py says what is
 # checked).
 #
-#   gguf_quants.sh CLAW_BINARY DEQUANT_DRIVER FAMILY
+#   gguf_quants.sh CLAW_BINARY QUANT_DRIVER llama|gpt2|qwen2|gemma3
 . "$(dirname "$0")/../../lib.sh"
 set -e
 claw=$1
