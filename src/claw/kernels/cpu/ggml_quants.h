@@ -76,8 +76,16 @@ void ggml_dequantize(GgmlType t, const void* src, float* dst, int64_t n);
 void ggml_quantize_activations(GgmlType t, const float* x, void* dst, int64_t n);
 size_t ggml_row_bytes(GgmlType t, int64_t n);
 
-// sum_k w[k] x[k] over one row of K weights of type w and K activations in
-// ggml_vec_dot_type(w), the portable way.
+// out[m * ldo + n] = sum_k W[n, k] x[m, k] (+ bias[n]) for the weight rows
+// [n0, n1) of type w (row_bytes bytes each, from W) and M activation rows xq
+// in ggml_vec_dot_type(w) (xb bytes each): each weight row decoded once for
+// the M rows, then per block the integer dot products and the scales in
+// fp32. The AVX2 build or the portable one, chosen at run time
+// (CLAW_QUANT_ISA=generic forces the latter); the same bits either way.
+void ggml_rows_panel(GgmlType w, const uint8_t* W, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
+                     const uint8_t* xq, size_t xb, int64_t M, float* out, int64_t ldo, const float* bias);
+std::string ggml_kernel_isa();  // "avx2" or "generic"
+// One row by one activation row (ggml_rows_panel with n0 = 0, n1 = M = 1).
 float ggml_vec_dot(GgmlType w, const void* wrow, const void* xrow, int64_t K);
 
 }  // namespace claw::kernels

@@ -375,13 +375,9 @@ void ggml_rows_forward(const CpuCtx& ctx, float* out, const float* inp, const We
   parallel_for(ctx, M, 1, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) ggml_quantize_activations(xt, inp + m * K, x + m * xb, K);
   });
-  const uint8_t* w = W.data();
+  // Panels of about 64 KiB of weights (decoded once for the M rows).
   parallel_for(ctx, N, std::max<int64_t>(1, (64 << 10) / static_cast<int64_t>(rb)), [&](int64_t n0, int64_t n1) {
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = n0; n < n1; ++n) {
-        const float y = ggml_vec_dot(wt, w + n * rb, x + m * xb, K);
-        out[m * N + n] = bias ? y + bias[n] : y;
-      }
+    ggml_rows_panel(wt, W.data(), rb, n0, n1, K, x, xb, M, out, N, bias);
   });
 }
 
