@@ -55,7 +55,8 @@ void EngineFlags::add_to(CLI::App& app) {
   add_model_flags(app, model);
   app.add_option("--block-size", engine.block_size, "tokens per KV-cache block")->capture_default_str();
   app.add_option("--kv-cache-dtype", kv_cache_dtype,
-                 "keys and values held as auto (f32), f32, bf16 or int8 (a scale per token and KV head)")
+                 "keys and values held as auto (f32), f32, bf16, f16, int8 (a scale per token and KV head) or "
+                 "q8_0 (llama.cpp's: a scale per 32)")
       ->capture_default_str();
   app.add_option("--kv-cache-memory", kv_cache_memory,
                  "memory for the KV cache, e.g. 2GiB (default: a quarter of the available memory)");
@@ -110,7 +111,10 @@ serve::EngineConfig EngineFlags::resolve(const serve::InferenceModel& m) const {
   const int64_t context = e.max_model_len > 0 ? e.max_model_len : m.cfg.max_position_embeddings;
   if (kv_cache_dtype != "auto") {
     const auto t = kernels::parse_kv_dtype(kv_cache_dtype);
-    if (!t) fail("--kv-cache-dtype '{}': valid are auto (f32), f32, bf16, int8", kv_cache_dtype);
+    if (!t) fail("--kv-cache-dtype '{}': valid are auto (f32), {}", kv_cache_dtype, kernels::kKvDtypeChoices);
+    if (*t == kernels::KvDtype::q8_0 && m.cfg.cache_head_dim() % 32 != 0)
+      fail("--kv-cache-dtype q8_0 holds rows of whole blocks of 32; {}'s cached head size is {} (f16 or int8 would do)",
+           m.name, m.cfg.cache_head_dim());
     e.kv_cache_dtype = *t;
   }
   const int64_t block_bytes = serve::PagedKvCache::block_bytes(m.cfg, {}, e.block_size, e.kv_cache_dtype);

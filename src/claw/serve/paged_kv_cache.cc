@@ -26,22 +26,25 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& cfg, model::TpDims tp, int6
       windows_(layer_windows(cfg)),
       scale_(cfg.attention_scale(), cfg.attn_logit_softcapping),
       storage_(new uint8_t[static_cast<size_t>(tensors_ * layers_ * layer_elems_) * kernels::kv_dtype_size(dtype)]) {
-  if (dtype == kernels::KvDtype::int8)
-    scales_.reset(new float[static_cast<size_t>(tensors_ * layers_ * num_blocks * block_size * tp.cache_groups(cfg))]);
+  if (const int64_t per_row = kernels::kv_scales_per_row(dtype, head_dim_); per_row > 0)
+    scales_.reset(new float[static_cast<size_t>(tensors_ * layers_ * num_blocks * block_size * tp.cache_groups(cfg) *
+                                                per_row)]);
 }
 
 int64_t PagedKvCache::block_bytes(const model::ModelConfig& cfg, model::TpDims tp, int64_t block_size,
                                   kernels::KvDtype dtype) {
   const int64_t rows = kv_tensors(cfg) * cfg.num_layers * block_size * tp.cache_groups(cfg);
   return rows * cfg.cache_head_dim() * static_cast<int64_t>(kernels::kv_dtype_size(dtype)) +
-         (dtype == kernels::KvDtype::int8 ? rows * static_cast<int64_t>(sizeof(float)) : 0);
+         rows * kernels::kv_scales_per_row(dtype, cfg.cache_head_dim()) * static_cast<int64_t>(sizeof(float));
 }
 
 kernels::KvView PagedKvCache::view(int64_t layer, int which) const {
   const int64_t k = tensors_ * layer + (tensors_ == 2 ? which : 0);
   return {.dtype = dtype_,
           .data = storage_.get() + static_cast<size_t>(k * layer_elems_) * kernels::kv_dtype_size(dtype_),
-          .scales = scales_ ? scales_.get() + k * (layer_elems_ / head_dim_) : nullptr};
+          .scales = scales_ ? scales_.get() + k * (layer_elems_ / head_dim_) *
+                                                  kernels::kv_scales_per_row(dtype_, head_dim_)
+                            : nullptr};
 }
 
 void PagedKvCache::set_step(std::vector<StepSeq> seqs) {

@@ -12,6 +12,7 @@
 #include "claw/core/dtype_convert.h"
 #include "claw/kernels/cpu/ggml_blocks.h"
 #include "claw/kernels/cpu/ggml_quants.h"
+#include "claw/kernels/cpu/paged_attention.h"
 #include "claw/kernels/cpu/quant.h"
 
 namespace claw::kernels {
@@ -143,6 +144,29 @@ TEST(GgmlQuants, BuildsAgreeBitwiseAndRowsDoNotDependOnTheBatch) {
     std::vector<float> layer(M * N);
     weight_linear_forward({2}, layer.data(), x.data(), W, bias.data(), M);
     EXPECT_EQ(std::memcmp(layer.data(), all.data(), all.size() * 4), 0) << ggml_type_label(uint32_t(t));
+  }
+}
+
+// A q8_0 KV cache holds a row as llama.cpp's q8_0 blocks (the activations'
+// quantization above, which gguf_quants.py holds to llama.cpp's bytes).
+TEST(GgmlQuants, KvCacheQ8_0IsLlamaCppsQ8_0) {
+  const int64_t D = 128;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(D);
+  for (float& v : x) v = nd(rng);
+  x[5] = 0;
+  std::vector<int8_t> q(2 * D);
+  std::vector<float> scales(2 * D / 32);
+  const KvView v{KvDtype::q8_0, q.data(), scales.data()};
+  kv_store_row(v, 1, x.data(), D);
+  std::vector<uint8_t> ref(ggml_row_bytes(GgmlType::q8_0, D));
+  ggml_quantize_activations(GgmlType::q8_0, x.data(), ref.data(), D);
+  for (int64_t b = 0; b < D / 32; ++b) {
+    uint16_t d;
+    std::memcpy(&d, ref.data() + b * 34, 2);
+    EXPECT_EQ(scales[D / 32 + b], f16_to_f32(d)) << b;
+    EXPECT_EQ(std::memcmp(q.data() + D + b * 32, ref.data() + b * 34 + 2, 32), 0) << b;
   }
 }
 

@@ -247,7 +247,7 @@ TEST(Engine, QuantizedWeightsAreCloseAndBatchInvariant) {
   }
 }
 
-// Keys and values held in bf16 or int8: logits near the fp32 cache's, and a
+// Keys and values held in bf16, f16, int8 or q8_0: logits near the fp32 cache's, and a
 // request still bitwise the same alone and among others.
 TEST(Engine, KvCacheDtypesAreCloseAndBatchInvariant) {
   const model::ModelConfig c = small("llama-tiny");
@@ -273,7 +273,8 @@ TEST(Engine, KvCacheDtypesAreCloseAndBatchInvariant) {
     return all;
   };
   const std::vector<float> f32 = step_logits(kernels::KvDtype::f32);
-  for (auto [t, tol] : {std::pair{kernels::KvDtype::bf16, 0.02}, {kernels::KvDtype::int8, 0.05}}) {
+  for (auto [t, tol] : {std::pair{kernels::KvDtype::bf16, 0.02}, {kernels::KvDtype::int8, 0.05},
+                        {kernels::KvDtype::f16, 0.005}, {kernels::KvDtype::q8_0, 0.05}}) {
     const std::vector<float> got = step_logits(t);
     double err = 0, scale = 0;
     for (size_t i = 0; i < got.size(); ++i) {

@@ -39,6 +39,17 @@ inline const float* load_row(const KvView& v, int64_t row, int64_t D, float* tmp
       for (int64_t d = 0; d < D; ++d) tmp[d] = s * p[d];
       return tmp;
     }
+    case KvDtype::f16: {
+      const uint16_t* p = static_cast<const uint16_t*>(v.data) + row * D;
+      for (int64_t d = 0; d < D; ++d) tmp[d] = f16_to_f32(p[d]);
+      return tmp;
+    }
+    case KvDtype::q8_0: {
+      const int8_t* p = static_cast<const int8_t*>(v.data) + row * D;
+      const float* s = v.scales + row * (D / 32);
+      for (int64_t d = 0; d < D; ++d) tmp[d] = s[d / 32] * p[d];
+      return tmp;
+    }
   }
   return nullptr;
 }
@@ -141,17 +152,23 @@ std::string_view kv_dtype_name(KvDtype t) {
     case KvDtype::f32: return "f32";
     case KvDtype::bf16: return "bf16";
     case KvDtype::int8: return "int8";
+    case KvDtype::f16: return "f16";
+    case KvDtype::q8_0: return "q8_0";
   }
   return "?";
 }
 
 std::optional<KvDtype> parse_kv_dtype(std::string_view s) {
-  for (KvDtype t : {KvDtype::f32, KvDtype::bf16, KvDtype::int8})
+  for (KvDtype t : {KvDtype::f32, KvDtype::bf16, KvDtype::int8, KvDtype::f16, KvDtype::q8_0})
     if (s == kv_dtype_name(t)) return t;
   return std::nullopt;
 }
 
-size_t kv_dtype_size(KvDtype t) { return t == KvDtype::f32 ? 4 : t == KvDtype::bf16 ? 2 : 1; }
+size_t kv_dtype_size(KvDtype t) {
+  return t == KvDtype::f32 ? 4 : t == KvDtype::bf16 || t == KvDtype::f16 ? 2 : 1;
+}
+
+int64_t kv_scales_per_row(KvDtype t, int64_t D) { return t == KvDtype::int8 ? 1 : t == KvDtype::q8_0 ? D / 32 : 0; }
 
 void kv_store_row(const KvView& v, int64_t row, const float* src, int64_t D) {
   switch (v.dtype) {
@@ -168,6 +185,23 @@ void kv_store_row(const KvView& v, int64_t row, const float* src, int64_t D) {
       int8_t* p = static_cast<int8_t*>(v.data) + row * D;
       for (int64_t d = 0; d < D; ++d) p[d] = static_cast<int8_t>(std::round(src[d] * inv));
       v.scales[row] = s;
+      return;
+    }
+    case KvDtype::f16: {
+      uint16_t* p = static_cast<uint16_t*>(v.data) + row * D;
+      for (int64_t d = 0; d < D; ++d) p[d] = f32_to_f16(src[d]);
+      return;
+    }
+    case KvDtype::q8_0: {
+      CLAW_CHECK(D % 32 == 0, "a q8_0 KV cache holds rows of whole blocks of 32, not {}", D);
+      int8_t* p = static_cast<int8_t*>(v.data) + row * D;
+      for (int64_t b = 0; b < D / 32; ++b) {
+        float amax = 0;
+        for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(src[b * 32 + k]));
+        const float id = amax != 0 ? 127.f / amax : 0.f;
+        for (int k = 0; k < 32; ++k) p[b * 32 + k] = static_cast<int8_t>(std::nearbyint(src[b * 32 + k] * id));
+        v.scales[row * (D / 32) + b] = f16_to_f32(f32_to_f16(amax / 127.f));
+      }
       return;
     }
   }

@@ -45,13 +45,20 @@ namespace claw::kernels {
 // 512 + 64 (model/mla.h).
 inline constexpr int64_t kMaxPagedHeadDim = 1024;
 
-enum class KvDtype : uint8_t { f32, bf16, int8 };
+// int8: a scale per row (token and KV head), max|x| / 127; q8_0: llama.cpp's
+// (--cache-type-k/v q8_0): a scale per 32 elements, max|x| / 127 rounded to
+// f16, quants x (127 / max|x|) rounded half to even; f16 as llama.cpp's
+// default cache (round to nearest even).
+enum class KvDtype : uint8_t { f32, bf16, int8, f16, q8_0 };
 std::string_view kv_dtype_name(KvDtype t);
-std::optional<KvDtype> parse_kv_dtype(std::string_view s);  // "f32", "bf16", "int8"
+std::optional<KvDtype> parse_kv_dtype(std::string_view s);  // "f32", "bf16", "f16", "int8", "q8_0"
+inline constexpr std::string_view kKvDtypeChoices = "f32, bf16, f16, int8, q8_0";
 size_t kv_dtype_size(KvDtype t);                            // bytes an element
+int64_t kv_scales_per_row(KvDtype t, int64_t D);            // int8: 1, q8_0: D / 32, else 0
 
 // One layer's keys or values: `data` as [blocks][G][block_size][D] of the
-// dtype; `scales` [blocks][G][block_size] for int8 (else null).
+// dtype; `scales` [blocks][G][block_size][kv_scales_per_row] for int8 and
+// q8_0 (else null).
 struct KvView {
   KvDtype dtype = KvDtype::f32;
   void* data = nullptr;
