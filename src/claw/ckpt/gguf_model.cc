@@ -62,6 +62,7 @@ uint32_t file_type_code(WeightType t) {
     case WeightType::bf16: return 32;  // MOSTLY_BF16
     case WeightType::q8_0: return 7;   // MOSTLY_Q8_0
     case WeightType::q4_0: return 2;   // MOSTLY_Q4_0
+    case WeightType::f16: return 1;    // MOSTLY_F16
     default: CLAW_CHECK(false, "claw does not write {} files yet", kernels::weight_type_name(t));
   }
   return 0;

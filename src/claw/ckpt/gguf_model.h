@@ -5,7 +5,7 @@
 // olmo2, deepseek2).
 //
 // Matrices (a layer's stacked experts too) are written in the chosen type
-// (f32, bf16, q8_0, q4_0) when their rows are whole blocks, else f32;
+// (f32, bf16, f16, q8_0, q4_0) when their rows are whole blocks, else f32;
 // norms, biases, routers and GPT-2's position embeddings stay f32. The
 // tokenizer goes in as tokenizer.ggml.* (GPT-2 byte-level BPE: tokens,
 // merges, token types), or "no_vocab" when the model has none claw knows.

@@ -318,7 +318,7 @@ struct Export {
       return;
     }
     if (type != "f32" && type != "bf16")
-      fail("--type {}: Hugging Face exports are f32 or bf16 (q8_0 and q4_0 are for --format gguf)", type);
+      fail("--type {}: Hugging Face exports are f32 or bf16 (f16, q8_0 and q4_0 are for --format gguf)", type);
     const ckpt::HfStateDict hf =
         ckpt::to_hf(cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); });
     const nlohmann::json config = ckpt::hf_config(cfg);
@@ -527,7 +527,7 @@ void add_ckpt_command(CLI::App& app) {
                 "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM); peft: a LoRA checkpoint's "
                 "adapters (adapter_config.json + adapter_model.safetensors); gguf: one llama.cpp file")
       ->default_str("hf");
-  e->add_option("--type", ex->type, "hf: the tensors' type, f32 or bf16; gguf: the matrices', f32, bf16, q8_0 or q4_0")
+  e->add_option("--type", ex->type, "hf: the tensors' type, f32 or bf16; gguf: the matrices', f32, bf16, f16, q8_0 or q4_0")
       ->default_str("f32");
   e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
   e->add_option("--chat-template", ex->chat_template,

@@ -40,7 +40,7 @@ serve::EngineConfig EngineJob::agree(serve::EngineConfig e) const {
 void add_model_flags(CLI::App& app, serve::InferenceModelOptions& model) {
   app.add_option("--model,-m", model.path, "a claw checkpoint (root or iter_* directory), a Hugging Face directory or a GGUF file");
   app.add_option("--dtype", model.dtype,
-                 "weights of the linear layers: auto (a GGUF file's type, else f32), f32, bf16, q8_0 or q4_0")
+                 "weights of the linear layers: auto (a GGUF file's type, else f32), f32, bf16, f16, q8_0 or q4_0")
       ->capture_default_str();
   app.add_option("--ckpt-step", model.step, "this iteration of a claw checkpoint instead of the latest");
   app.add_option("--tokenizer-type", model.tokenizer.type,

@@ -229,10 +229,10 @@ class GPT {
   // full_logits (f32: the parameters themselves, nothing is copied). Each is
   // taken from `given` (canonical parameter name -> this rank's matrix, in
   // whatever type: a GGUF file's blocks, unchanged) or else converted from
-  // this rank's fp32 values; t a GGUF row type (q4_k...), which claw reads
-  // but does not make, leaves the others fp32. A layer whose input width is
-  // not whole blocks of t stays fp32. The word embeddings are rounded to
-  // t's values in place for f32/bf16/q8_0/q4_0 (as llama.cpp holds
+  // this rank's fp32 values; t a type claw reads but does not make
+  // (q4_k...) leaves the others fp32. A layer whose input width is not
+  // whole blocks of t stays fp32. The word embeddings are rounded to t's
+  // values in place for bf16/f16/q8_0/q4_0 (as llama.cpp holds
   // token_embd in the model's type; a GGUF file's dequantized table is then
   // left as it is).
   // release_fp32 hands the

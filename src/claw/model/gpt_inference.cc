@@ -41,18 +41,19 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
   auto convert = [&](const Param& p, kernels::WeightMatrix& dst, bool releasable) {
     const int64_t rows = p.spec.local_shape()[0], cols = p.spec.local_shape()[1];
     dst = {};
-    if (t == kernels::WeightType::f32 || (!kernels::is_ggml_rows(t) && !kernels::weight_type_fits(t, cols))) {
+    const bool unfit = kernels::weight_type_quantizable(t) && !kernels::weight_type_fits(t, cols);
+    if (t == kernels::WeightType::f32 || unfit) {
       ++r.kept_f32;
       r.bytes += static_cast<size_t>(rows * cols) * 4;
       return;
     }
     // A file's own matrix whatever its type (a file's mix, as Q4_K_M's q4_k
-    // and q6_k; the caller leaves out those it wants converted); claw does
-    // not make the GGUF row types itself, so with t one of them a matrix
-    // the file gave in f32 stays f32.
+    // and q6_k; the caller leaves out those it wants converted); with t a
+    // type claw does not make itself (q4_k...), a matrix the file gave in
+    // f32 stays f32.
     auto it = given ? given->find(p.spec.name) : decltype(given->end()){};
     const bool take = given && it != given->end();
-    if (!take && kernels::is_ggml_rows(t)) {
+    if (!take && !kernels::weight_type_quantizable(t)) {
       ++r.kept_f32;
       r.bytes += static_cast<size_t>(rows * cols) * 4;
       return;
@@ -73,7 +74,7 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
       mp.compute = Tensor();
     }
   };
-  if (t != kernels::WeightType::f32 && !kernels::is_ggml_rows(t)) {  // a file's embeddings are read as stored
+  if (t != kernels::WeightType::f32 && kernels::weight_type_quantizable(t)) {  // a file's embeddings are read as stored
     Param& w = embedding_.word;
     const int64_t rows = w.spec.local_shape()[0], cols = w.spec.local_shape()[1];
     if (kernels::weight_type_fits(t, cols)) {

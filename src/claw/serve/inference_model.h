@@ -10,7 +10,7 @@
 //   a GGUF file         llama.cpp's gpt2 or llama architecture, tensors in
 //                       f32, f16, bf16, q8_0 or q4_0 (ckpt/gguf_model.h).
 //
-// The linear layers then run in --dtype: f32, bf16, q8_0 or q4_0; "auto" is
+// The linear layers then run in --dtype: f32, bf16, f16, q8_0 or q4_0; "auto" is
 // the GGUF file's type (its blocks used as they are), else f32. The fp32
 // copies of converted matrices are released.
 //

@@ -44,8 +44,8 @@ def rebuild(path):
 
 
 # Largest |error| / largest |value| of a block that each type's rounding allows.
-BOUND = {"f32": 0.0, "bf16": 2**-8, "q8_0": 0.5 / 127 * 1.01 + 1e-3, "q4_0": 1 / 8 * 1.01 + 1e-3}
-GGML = {"f32": "F32", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0"}
+BOUND = {"f32": 0.0, "bf16": 2**-8, "f16": 2**-11 + 1e-5, "q8_0": 0.5 / 127 * 1.01 + 1e-3, "q4_0": 1 / 8 * 1.01 + 1e-3}
+GGML = {"f32": "F32", "bf16": "BF16", "f16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0"}
 
 
 def check(hf_dir, wtype, path):

@@ -60,7 +60,7 @@ std::string_view weight_type_name(WeightType t) {
 std::optional<WeightType> parse_weight_type(std::string_view s) {
   std::string l(s);
   std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (WeightType t : {WeightType::f32, WeightType::bf16, WeightType::q8_0, WeightType::q4_0})
+  for (WeightType t : {WeightType::f32, WeightType::bf16, WeightType::f16, WeightType::q8_0, WeightType::q4_0})
     if (l == weight_type_name(t)) return t;
   return std::nullopt;
 }
@@ -133,6 +133,9 @@ void quantize_rows(WeightType t, const float* in, void* out, int64_t rows, int64
       return;
     case WeightType::q8_0: quantize_q8_0(in, static_cast<BlockQ8_0*>(out), n / kQuantBlock); return;
     case WeightType::q4_0: quantize_q4_0(in, static_cast<BlockQ4_0*>(out), n / kQuantBlock); return;
+    case WeightType::f16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(out)[i] = f32_to_f16(in[i]);
+      return;
     default: CLAW_CHECK(false, "claw does not quantize to {} yet", weight_type_name(t));
   }
 }

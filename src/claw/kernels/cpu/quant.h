@@ -67,6 +67,9 @@ GgmlType ggml_type_of(WeightType t);
 std::optional<WeightType> weight_type_of(GgmlType t);  // nullopt: no matrix type (q8_1, q8_K)
 // Whether t is held as GGUF rows (not f32, bf16, q8_0, q4_0).
 constexpr bool is_ggml_rows(WeightType t) { return t >= WeightType::f16; }
+// Whether claw converts fp32 weights to t itself (parse_weight_type's
+// types); the others it reads from files only.
+constexpr bool weight_type_quantizable(WeightType t) { return t <= WeightType::f16; }
 
 constexpr int64_t kQuantBlock = 32;
 
@@ -81,10 +84,11 @@ struct BlockQ4_0 {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "GGUF block layouts");
 
 std::string_view weight_type_name(WeightType t);
-// The types a model can be converted to when it loads (--dtype): "f32",
-// "bf16", "q8_0", "q4_0" (case-insensitive); nullopt otherwise.
+// The types a model can be converted to when it loads (--dtype) or is
+// exported in: "f32", "bf16", "f16", "q8_0", "q4_0" (case-insensitive);
+// nullopt otherwise.
 std::optional<WeightType> parse_weight_type(std::string_view s);
-constexpr std::string_view kWeightTypeChoices = "f32, bf16, q8_0, q4_0";
+constexpr std::string_view kWeightTypeChoices = "f32, bf16, f16, q8_0, q4_0";
 
 // Whether rows of K elements can be held in type t (whole blocks of 32 or 256).
 bool weight_type_fits(WeightType t, int64_t K);
