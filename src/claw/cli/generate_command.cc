@@ -90,7 +90,8 @@ void run(const GenerateArgs& a) {
                                {"top-p", fmt::format("{}", sp.top_p)}, {"min-p", fmt::format("{}", sp.min_p)},
                                {"seed", std::to_string(sp.seed)}, {"stop", fmt::format("{}", fmt::join(a.stop, " "))},
                                {"ignore-eos", a.ignore_eos ? "true" : "false"}, {"echo", a.echo ? "true" : "false"},
-                               {"logprobs", std::to_string(a.logprobs)}, {"output-format", a.output_format}});
+                               {"logprobs", std::to_string(a.logprobs)}, {"output-format", a.output_format},
+                               {"logits-file", a.logits_file}});
   print_resolved_config("generate", config);
   std::vector<int32_t> prompt;
   std::string prompt_text;
