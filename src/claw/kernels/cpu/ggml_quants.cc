@@ -49,23 +49,17 @@ void dequantize_block(const Block& b, int64_t n, float* y) {
 }
 
 // Rounds half to even, as the SIMD conversions llama.cpp quantizes with.
+// Rounds half to even, as the SIMD conversions llama.cpp quantizes with.
 int32_t round_even(float v) { return static_cast<int32_t>(std::nearbyint(v)); }
 
 void quantize_q8_32(bool with_sum, const float* x, uint8_t* y, int64_t blocks) {
   const size_t bytes = with_sum ? 36 : 34;
   for (int64_t b = 0; b < blocks; ++b, x += 32, y += bytes) {
-    float amax = 0;
-    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[k]));
-    const float d = amax / 127.f, id = amax != 0 ? 127.f / amax : 0.f;
-    const uint16_t dh = f32_to_f16(d);
+    float d;
+    const int32_t sum = ggml_quantize_q8_0_block(x, reinterpret_cast<int8_t*>(y + (with_sum ? 4 : 2)), &d);
+    const uint16_t dh = f32_to_f16(d), s = f32_to_f16(d * static_cast<float>(sum));
     std::memcpy(y, &dh, 2);
-    int8_t* q = reinterpret_cast<int8_t*>(y + (with_sum ? 4 : 2));
-    int32_t sum = 0;
-    for (int k = 0; k < 32; ++k) sum += q[k] = static_cast<int8_t>(round_even(x[k] * id));
-    if (with_sum) {
-      const uint16_t s = f32_to_f16(d * static_cast<float>(sum));
-      std::memcpy(y + 2, &s, 2);
-    }
+    if (with_sum) std::memcpy(y + 2, &s, 2);
   }
 }
 
@@ -89,6 +83,16 @@ void quantize_q8_K(const float* x, BlockQ8K* y, int64_t blocks) {
 }
 
 }  // namespace
+
+int32_t ggml_quantize_q8_0_block(const float* x, int8_t q[32], float* d) {
+  float amax = 0;
+  for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[k]));
+  const float id = amax != 0 ? 127.f / amax : 0.f;
+  int32_t sum = 0;
+  for (int k = 0; k < 32; ++k) sum += q[k] = static_cast<int8_t>(round_even(x[k] * id));
+  *d = amax / 127.f;
+  return sum;
+}
 
 const GgmlTypeInfo* ggml_type_info(uint32_t type) {
   for (size_t i = 0; i < std::size(kTypes); ++i)

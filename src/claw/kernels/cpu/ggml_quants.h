@@ -74,6 +74,11 @@ void ggml_dequantize(GgmlType t, const void* src, float* dst, int64_t n);
 // the element of largest magnitude, kept in fp32, q = nearest(x / d),
 // clamped at 127, with its sums per 16).
 void ggml_quantize_activations(GgmlType t, const float* x, void* dst, int64_t n);
+// One block of 32 as llama.cpp's q8_0 (above): the quants, the scale d =
+// max|x| / 127 in fp32 (stored rounded to f16; q8_1's s is d sum(q) before
+// that rounding), and the sum of the quants. The one definition behind the
+// activations of every q8_0/q8_1 product and the q8_0 KV cache.
+int32_t ggml_quantize_q8_0_block(const float* x, int8_t q[32], float* d);
 size_t ggml_row_bytes(GgmlType t, int64_t n);
 
 // out[m * ldo + n] = sum_k W[n, k] x[m, k] (+ bias[n]) for the weight rows

@@ -9,6 +9,7 @@
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/fixed_order_dot.h"
+#include "claw/kernels/cpu/ggml_quants.h"
 #include "claw/kernels/cpu/vec_math.h"
 
 namespace claw::kernels {
@@ -196,11 +197,9 @@ void kv_store_row(const KvView& v, int64_t row, const float* src, int64_t D) {
       CLAW_CHECK(D % 32 == 0, "a q8_0 KV cache holds rows of whole blocks of 32, not {}", D);
       int8_t* p = static_cast<int8_t*>(v.data) + row * D;
       for (int64_t b = 0; b < D / 32; ++b) {
-        float amax = 0;
-        for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(src[b * 32 + k]));
-        const float id = amax != 0 ? 127.f / amax : 0.f;
-        for (int k = 0; k < 32; ++k) p[b * 32 + k] = static_cast<int8_t>(std::nearbyint(src[b * 32 + k] * id));
-        v.scales[row * (D / 32) + b] = f16_to_f32(f32_to_f16(amax / 127.f));
+        float d;
+        ggml_quantize_q8_0_block(src + b * 32, p + b * 32, &d);
+        v.scales[row * (D / 32) + b] = f16_to_f32(f32_to_f16(d));
       }
       return;
     }

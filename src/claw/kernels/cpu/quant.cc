@@ -69,13 +69,7 @@ bool weight_type_fits(WeightType t, int64_t K) {
   return K > 0 && K % ggml_type_info(uint32_t(ggml_type_of(t)))->block == 0;
 }
 
-size_t weight_row_bytes(WeightType t, int64_t K) {
-  switch (t) {
-    case WeightType::q8_0: return static_cast<size_t>(K / kQuantBlock) * sizeof(BlockQ8_0);
-    case WeightType::q4_0: return static_cast<size_t>(K / kQuantBlock) * sizeof(BlockQ4_0);
-    default: return ggml_row_bytes(ggml_type_of(t), K);
-  }
-}
+size_t weight_row_bytes(WeightType t, int64_t K) { return ggml_row_bytes(ggml_type_of(t), K); }
 
 namespace {
 
@@ -104,22 +98,6 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
   }
 }
 
-// Block b of a quantized row as 32 int8 and its scale (the portable path).
-void load_block(WeightType t, const uint8_t* row, int64_t b, int8_t q[32], float* d) {
-  if (t == WeightType::q8_0) {
-    const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-    *d = f16_to_f32(blk.d);
-    std::memcpy(q, blk.qs, 32);
-  } else {
-    const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-    *d = f16_to_f32(blk.d);
-    for (int k = 0; k < 16; ++k) {
-      q[k] = static_cast<int8_t>((blk.qs[k] & 0x0f) - 8);
-      q[k + 16] = static_cast<int8_t>((blk.qs[k] >> 4) - 8);
-    }
-  }
-}
-
 }  // namespace
 
 void quantize_rows(WeightType t, const float* in, void* out, int64_t rows, int64_t K) {
@@ -140,27 +118,9 @@ void quantize_rows(WeightType t, const float* in, void* out, int64_t rows, int64
   }
 }
 
+// GGUF's rows of any type, as gguf-py reads them (ggml_quants.h).
 void dequantize_rows(WeightType t, const void* in, float* out, int64_t rows, int64_t K) {
-  const int64_t n = rows * K;
-  switch (t) {
-    case WeightType::f32: std::memcpy(out, in, static_cast<size_t>(n) * 4); return;
-    case WeightType::bf16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(static_cast<const uint16_t*>(in)[i]);
-      return;
-    case WeightType::q8_0:
-    case WeightType::q4_0: {
-      const int64_t nb = n / kQuantBlock;
-      const uint8_t* p = static_cast<const uint8_t*>(in);
-      for (int64_t b = 0; b < nb; ++b) {
-        int8_t q[32];
-        float d;
-        load_block(t, p, b, q, &d);
-        for (int k = 0; k < 32; ++k) out[b * 32 + k] = q[k] * d;
-      }
-      return;
-    }
-    default: ggml_dequantize(ggml_type_of(t), in, out, n);
-  }
+  ggml_dequantize(ggml_type_of(t), in, out, rows * K);
 }
 
 using quant_detail::group_block_bytes;
@@ -304,17 +264,9 @@ void panel_generic(const PanelArgs& a, int64_t t0, int64_t t1) {
 
 void quantize_generic(const float* x, int64_t blocks, int32_t offset, int8_t* xq, float* xd, int32_t* xc) {
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* in = x + b * kQuantBlock;
-    float amax = 0;
-    for (int k = 0; k < kQuantBlock; ++k) amax = std::max(amax, std::fabs(in[k]));
-    const float id = amax != 0 ? 127.f / amax : 0.f;
-    int32_t sum = 0;
-    for (int k = 0; k < kQuantBlock; ++k) {
-      const int32_t q = static_cast<int32_t>(std::nearbyint(in[k] * id));  // half to even
-      xq[b * kQuantBlock + k] = static_cast<int8_t>(q);
-      sum += q;
-    }
-    xd[b] = f16_to_f32(f32_to_f16(amax / 127.f));
+    float d;
+    const int32_t sum = ggml_quantize_q8_0_block(x + b * kQuantBlock, xq + b * kQuantBlock, &d);
+    xd[b] = f16_to_f32(f32_to_f16(d));
     xc[b] = -offset * sum;
   }
 }
