@@ -41,27 +41,23 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
   auto convert = [&](const Param& p, kernels::WeightMatrix& dst, bool releasable) {
     const int64_t rows = p.spec.local_shape()[0], cols = p.spec.local_shape()[1];
     dst = {};
-    const bool unfit = kernels::weight_type_quantizable(t) && !kernels::weight_type_fits(t, cols);
-    if (t == kernels::WeightType::f32 || unfit) {
-      ++r.kept_f32;
-      r.bytes += static_cast<size_t>(rows * cols) * 4;
-      return;
-    }
     // A file's own matrix whatever its type (a file's mix, as Q4_K_M's q4_k
-    // and q6_k; the caller leaves out those it wants converted); with t a
-    // type claw does not make itself (q4_k...), a matrix the file gave in
-    // f32 stays f32.
-    auto it = given ? given->find(p.spec.name) : decltype(given->end()){};
-    const bool take = given && it != given->end();
-    if (!take && !kernels::weight_type_quantizable(t)) {
+    // and q6_k; the caller leaves out those it wants converted); else one
+    // claw makes from the fp32 values, unless t is a type claw only reads
+    // (q4_k...) or the rows are not whole blocks of t: then fp32.
+    const kernels::WeightMatrix* own = nullptr;
+    if (given && t != kernels::WeightType::f32)
+      if (auto it = given->find(p.spec.name); it != given->end()) own = &it->second;
+    if (!own && (t == kernels::WeightType::f32 || !kernels::weight_type_quantizable(t) ||
+                 !kernels::weight_type_fits(t, cols))) {
       ++r.kept_f32;
       r.bytes += static_cast<size_t>(rows * cols) * 4;
       return;
     }
-    if (take) {
-      CLAW_CHECK(it->second.rows() == rows && it->second.cols() == cols, "{}: given as [{}, {}], the model holds [{}, {}]",
-                 p.spec.name, it->second.rows(), it->second.cols(), rows, cols);
-      dst = it->second;
+    if (own) {
+      CLAW_CHECK(own->rows() == rows && own->cols() == cols, "{}: given as [{}, {}], the model holds [{}, {}]",
+                 p.spec.name, own->rows(), own->cols(), rows, cols);
+      dst = *own;
     } else {
       dst = kernels::WeightMatrix::quantize(ctx, t, p.data(), rows, cols);
     }
