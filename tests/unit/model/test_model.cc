@@ -347,6 +347,23 @@ void randomize_lora_b(GPT& m) {
     }
 }
 
+// c with rank-4 adapters (alpha 8) on every linear layer, and the adapted
+// model beside the plain one: both initialised from seed 5, the B matrices
+// random (randomize_lora_b).
+struct LoraPair {
+  ModelConfig cl;
+  GPT lora, plain;
+  static ModelConfig with_lora(ModelConfig c) {
+    c.lora = {.rank = 4, .alpha = 8.0, .target_modules = {"all-linear"}};
+    return c;
+  }
+  explicit LoraPair(const ModelConfig& c) : cl(with_lora(c)), lora(cl), plain(c) {
+    lora.init_weights(ctx, 5);
+    plain.init_weights(ctx, 5);
+    randomize_lora_b(lora);
+  }
+};
+
 // One training forward and backward of m on b (gradients zeroed first); the loss.
 double forward_backward(GPT& m, const Batch& b, int64_t B, int64_t T) {
   m.reserve(B, T);
@@ -364,14 +381,10 @@ TEST(Model, LoraGradientsAreTheMergedWeightsChainRule) {
     c.num_layers = 2;
     const int64_t B = 2, T = 16;
     Batch b = random_batch(B * T, c.vocab_size, 7);
-    ModelConfig cl = c;
-    cl.lora = {.rank = 4, .alpha = 8.0, .target_modules = {"all-linear"}};
-    GPT lora(cl), plain(c);
-    lora.init_weights(ctx, 5);
-    plain.init_weights(ctx, 5);
-    const double s = cl.lora.scale();
+    LoraPair pair(c);
+    GPT &lora = pair.lora, &plain = pair.plain;
+    const double s = pair.cl.lora.scale();
     int adapted = 0;
-    randomize_lora_b(lora);
     for (Param* p : lora.store().params()) EXPECT_EQ(p->spec.trainable, is_lora_param(p->spec.name)) << p->spec.name;
     for (Param* p : plain.store().params()) {
       const Param* q = lora.store().find(p->spec.name);
@@ -446,13 +459,9 @@ TEST(Model, LoraOnExpertsIsTheMergedWeightsChainRule) {
            .layer_freq = "0,1"};
   const int64_t B = 2, T = 16;
   Batch b = random_batch(B * T, c.vocab_size, 7);
-  ModelConfig cl = c;
-  cl.lora = {.rank = 4, .alpha = 8.0, .target_modules = {"all-linear"}};
-  GPT lora(cl), plain(c);
-  lora.init_weights(ctx, 5);
-  plain.init_weights(ctx, 5);
-  const double s = cl.lora.scale();
-  randomize_lora_b(lora);
+  LoraPair pair(c);
+  GPT &lora = pair.lora, &plain = pair.plain;
+  const double s = pair.cl.lora.scale();
   // The merged weights, per expert (E = 1 for a plain matrix).
   struct Adapted {
     Param* w;
