@@ -33,9 +33,11 @@
 . "$(dirname "$0")/../../lib.sh"
 claw=$1
 case_name=$2
+# shellcheck source=models.sh
+source "$here/models.sh"  # byte_data: the built-in corpus in bytes
 common=(--model gpt2-tiny --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1
         --global-batch-size 8 --eval-interval 5 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 3
-        --hidden-dropout 0.1 --peak-gflops 100 --num-threads 1)
+        --hidden-dropout 0.1 --peak-gflops 100 --num-threads 1 "${byte_data[@]}")
 
 # run NAME NP FLAGS...: claw train on NP ranks (1: no mpirun); log in $tmp/NAME.log.
 run() {
@@ -106,7 +108,8 @@ EOF
 1 single_rank
 RUNS
   # claw eval of the checkpoint: the same loss on one rank and at TP 2 x PP 2.
-  ev=(eval --load "$tmp/ck" --eval-iters 2 --micro-batch-size 2 --global-batch-size 4 --seq-length 32 --num-threads 1)
+  ev=(eval --load "$tmp/ck" --eval-iters 2 --micro-batch-size 2 --global-batch-size 4 --seq-length 32 --num-threads 1
+      "${byte_corpus_data[@]}")
   "$claw" "${ev[@]}" >"$tmp/eval1.txt" 2>"$tmp/eval1.log" || { cat "$tmp/eval1.log"; fail "claw eval"; }
   timeout 300 "${mpirun[@]}" -np 4 "$claw" "${ev[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     </dev/null >"$tmp/eval4.txt" 2>"$tmp/eval4.log" || { cat "$tmp/eval4.log"; fail "mpirun claw eval"; }

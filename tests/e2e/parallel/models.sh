@@ -5,9 +5,35 @@
 # $short of them (--exit-interval) on the same learning-rate schedule and is
 # compared with the reference's first steps; one run per parallelism kind
 # goes the whole way. Validation every 4 steps, so a shortened run has one.
-mpi_common=(--num-layers 2 --hidden-size 64 --seq-length 32 --micro-batch-size 1 --global-batch-size 8
-            --train-iters 20 --eval-interval 4 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 3 --peak-gflops 100
-            --num-threads 1)
+#
+# The runs train on the built-in corpus in bytes (byte_tokenizer.py: 256 ids
+# and <|endoftext|>), made once per suite under $CLAW_TEST_REFS (else in
+# $tmp): GPT-2's 50,257-column output layer would be 95% of these models'
+# steps, and parity does not depend on the vocabulary's width (the
+# vocabulary-parallel layers split 384 padded columns as they split 50,304).
+# The SFT and DPO cases keep GPT-2's ids (mpi_common_gpt2: task_data).
+byte_corpus() {
+  local dir=${CLAW_TEST_REFS:-$tmp}/bytes
+  mkdir -p "$dir" || return 1
+  (
+    flock 9
+    if [[ ! -f $dir/done ]]; then
+      /usr/bin/python3 "$here/byte_tokenizer.py" "$dir/tokenizer.json" &&
+        "$claw" preprocess --input "${CLAW_DATA_DIR:?}/sotu.jsonl" --output-prefix "$dir/sotu" --append-eod \
+          --tokenizer-type HFTokenizer --tokenizer-model "$dir/tokenizer.json" --workers 1 >"$dir/preprocess.log" 2>&1 ||
+        { cat "$dir/preprocess.log"; exit 1; }
+      touch "$dir/done"
+    fi
+  ) 9>"$dir.lock" || fail "the byte-level corpus (byte_tokenizer.py, claw preprocess)"
+  byte_corpus_data=(--data-path "$dir/sotu_text_document" --tokenizer-type HFTokenizer
+                    --tokenizer-model "$dir/tokenizer.json")
+  byte_data=("${byte_corpus_data[@]}" --vocab-size 257)
+}
+byte_corpus
+mpi_common_gpt2=(--num-layers 2 --hidden-size 64 --seq-length 32 --micro-batch-size 1 --global-batch-size 8
+                 --train-iters 20 --eval-interval 4 --eval-iters 2 --lr 2e-3 --lr-warmup-iters 3 --peak-gflops 100
+                 --num-threads 1)
+mpi_common=("${mpi_common_gpt2[@]}" "${byte_data[@]}")
 short=4
 gpt=(--model gpt2-tiny --num-attention-heads 4 --hidden-dropout 0.1)
 # Dropout masks are drawn per token of the run's stream; a CP rank's tokens

@@ -8,11 +8,11 @@
 . "$(dirname "$0")/../../lib.sh"
 claw=$1
 : "${CLAW_TEST_REFS:?set by tests/e2e/parallel/CMakeLists.txt}"
+rm -rf "$CLAW_TEST_REFS" && mkdir -p "$CLAW_TEST_REFS" || fail "cannot make $CLAW_TEST_REFS"
 # shellcheck source=models.sh
 source "$here/models.sh"
 # shellcheck source=compare_runs.sh
 source "$here/compare_runs.sh"
-rm -rf "$CLAW_TEST_REFS" && mkdir -p "$CLAW_TEST_REFS" || fail "cannot make $CLAW_TEST_REFS"
 common=("${mpi_common[@]}")
 start=$(date +%s)
 reference gpt "${common[@]}" "${gpt[@]}" & a=$!

@@ -11,10 +11,12 @@
 #      fault: the state before the step is saved and the job ends with 5.
 . "$(dirname "$0")/../../lib.sh"
 claw=$1
+# shellcheck source=models.sh
+source "$here/models.sh"  # byte_data: the built-in corpus in bytes
 run=(mpirun --oversubscribe --bind-to none -np 4 "$claw" train --model gpt2-tiny --num-layers 2 --hidden-size 64
      --num-attention-heads 4 --seq-length 64 --micro-batch-size 1 --global-batch-size 4 --train-iters 30
      --lr-decay-iters 30 --eval-interval 1000 --eval-iters 1 --lr 2e-3 --lr-warmup-iters 2 --num-threads 1
-     --peak-gflops 100 --log-interval 10)
+     --peak-gflops 100 --log-interval 10 "${byte_data[@]}")
 
 "${run[@]}" --metrics-file "$tmp/clean.jsonl" >"$tmp/clean.log" 2>&1 || { cat "$tmp/clean.log"; fail "the clean run"; }
 

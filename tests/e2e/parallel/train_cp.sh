@@ -60,6 +60,7 @@ mutation)
   caught gpt_cp shift-cp-chunk:1 "${gpt[@]}" -- "2:$short --context-parallel-size 2" ;;
 packed)
   data=$(task_data sft) || exit 1
+  common=("${mpi_common_gpt2[@]}")
   for model in gpt llama; do
     declare -n arch=$model
     compare "${model}_sft" "${arch[@]}" --data-path "$data" --sft --split 9,1,0 -- \
@@ -98,7 +99,8 @@ RUNS
   run cp2_a 2 --context-parallel-size 2 --save "$tmp/ck2" --save-interval 3 --exit-interval 3
   run cp2_b 2 --context-parallel-size 2 --save "$tmp/ck2" --save-interval 3 --load "$tmp/ck2" --exit-interval 6
   resume "$tmp/cp2_ref.jsonl" "$tmp/cp2_b.jsonl" "CP 2 stop and resume" 4 3 --bitwise
-  ev=(eval --load "$tmp/ck" --eval-iters 2 --micro-batch-size 2 --global-batch-size 4 --seq-length 32 --num-threads 1)
+  ev=(eval --load "$tmp/ck" --eval-iters 2 --micro-batch-size 2 --global-batch-size 4 --seq-length 32 --num-threads 1
+      "${byte_corpus_data[@]}")
   "$claw" "${ev[@]}" >"$tmp/eval1.txt" 2>"$tmp/eval1.log" || { cat "$tmp/eval1.log"; fail "claw eval"; }
   timeout 300 "${mpirun[@]}" -np 2 "$claw" "${ev[@]}" --context-parallel-size 2 </dev/null >"$tmp/eval2.txt" \
     2>"$tmp/eval2.log" || { cat "$tmp/eval2.log"; fail "mpirun claw eval --context-parallel-size 2"; }

@@ -71,6 +71,7 @@ sft|lora|dpo)
   kind=sft
   [[ $case_name == dpo ]] && kind=dpo
   data=$(task_data $kind) || exit 1
+  common=("${mpi_common_gpt2[@]}")
   extra=(--data-path "$data" --$kind --split 9,1,0)
   [[ $case_name == lora ]] && extra+=(--lora-rank 4 --lora-alpha 8 --lora-dropout 0.1)
   [[ $case_name == dpo ]] && extra+=(--micro-batch-size 2 --lr 1e-3)
