@@ -10,6 +10,7 @@
 
 #include "claw/ckpt/gguf.h"
 #include "claw/ckpt/gguf_arch.h"
+#include "claw/ckpt/gguf_recipe.h"
 #include "claw/core/error.h"
 
 namespace claw::ckpt {
@@ -54,18 +55,6 @@ std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
   return y;
-}
-
-uint32_t file_type_code(WeightType t) {
-  switch (t) {
-    case WeightType::f32: return 0;    // LLAMA_FTYPE_ALL_F32
-    case WeightType::bf16: return 32;  // MOSTLY_BF16
-    case WeightType::q8_0: return 7;   // MOSTLY_Q8_0
-    case WeightType::q4_0: return 2;   // MOSTLY_Q4_0
-    case WeightType::f16: return 1;    // MOSTLY_F16
-    default: CLAW_CHECK(false, "claw does not write {} files yet", kernels::weight_type_name(t));
-  }
-  return 0;
 }
 
 // DeepSeek's kv_b_proj [heads (nope + value), kv_lora] <-> attn_k_b
@@ -181,10 +170,19 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
   if (output == gguf_arch::Output::never && hf.count("lm_head.weight"))
     fail("llama.cpp's {} ties the output layer to the embeddings; this model has its own", arch);
 
+  const std::optional<GgufRecipe> given = parse_gguf_recipe(
+      opts.recipe.empty() ? std::string(kernels::weight_type_name(opts.type)) : opts.recipe);
+  if (!given) fail("--type '{}': valid GGUF types are {}", opts.recipe, kGgufRecipeChoices);
+  const GgufRecipe& recipe = *given;
+  std::vector<std::string> names;  // the tensors the file will hold, in order (the recipes count some)
+  for (const Entry& e : gguf_arch::tensor_table(arch, cfg))
+    if (!e.legacy && hf.count(e.hf[0])) names.push_back(e.gguf);
+  GgufTypePlan plan(recipe, names, cfg.num_layers, cfg.moe.num_experts);
+
   gguf::Writer w;
   w.add_string("general.architecture", arch);
   w.add_string("general.name", opts.name);
-  w.add_u32("general.file_type", file_type_code(opts.type));
+  w.add_u32("general.file_type", recipe.file_type);
   w.add_u32("general.quantization_version", 2);
   w.add_u32("general.alignment", 32);
   std::vector<std::string> differs = gguf_arch::write_hparams(w, arch, cfg);
@@ -201,9 +199,12 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
     HfTensor& t = *made;
     const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.data.size()) / cols;
     const bool matrix = quantizable(e, t);
-    WeightType type = matrix ? opts.type : WeightType::f32;
+    WeightType type = matrix ? plan.next(e.gguf, cols) : WeightType::f32;
     if (!kernels::weight_type_fits(type, cols)) type = WeightType::f32;
-    if (matrix) ++(type == opts.type && type != WeightType::f32 ? r.converted : r.kept_f32);
+    if (matrix) {
+      ++(type != WeightType::f32 || recipe.base == WeightType::f32 ? r.converted : r.kept_f32);
+      ++r.types[std::string(kernels::weight_type_name(type))];
+    }
     std::vector<uint8_t> data(kernels::weight_row_bytes(type, cols) * rows);
     kernels::quantize_rows(type, t.data.data(), data.data(), rows, cols);
     r.bytes += data.size();
@@ -257,8 +258,15 @@ GgufModel read_gguf_model(const std::string& path) {
     const int64_t rows = shape[0];
     if (e.permute_heads > 0 && rows % (2 * e.permute_heads) != 0)
       fail("{}: {} has {} rows, not whole heads of even size for {} heads", path, e.gguf, rows, e.permute_heads);
-    if (!e.linear || shape.size() != 2 || e.stacked || e.part != Entry::Part::whole || e.add != 0) continue;
     const std::optional<WeightType> low = kernels::weight_type_of(static_cast<gguf::GgmlType>(t->type));
+    // A tied model's output layer multiplies by the embeddings as stored (a
+    // Q4_K_M file keeps them in q6_k for it); they are not counted among the
+    // linear layers' types.
+    if (e.gguf == "token_embd.weight" && g.cfg.tied() && shape.size() == 2 && low && *low != WeightType::f32) {
+      g.matrices[e.hf[0]] = kernels::WeightMatrix::from_bytes(*low, rows, shape[1], r.read(*t));
+      continue;
+    }
+    if (!e.linear || shape.size() != 2 || e.stacked || e.part != Entry::Part::whole || e.add != 0) continue;
     if (low && *low != WeightType::f32) {
       const WeightType wt = *low;
       std::vector<uint8_t> raw = r.read(*t);  // GGUF layout, rows [out, in]
@@ -356,7 +364,8 @@ std::map<std::string, kernels::WeightMatrix> gguf_matrices_for(GgufModel& g, con
     const int row_dim = s.hf.transpose ? 1 : 0;
     if (s.hf.slice_dim >= 0 && s.hf.slice_dim != row_dim) continue;
     const int64_t first = s.hf.slice_dim >= 0 ? s.hf.begin : 0;
-    const int64_t mapped = s.hf.rows >= 0 ? s.hf.rows : s.shape[0];  // rows beyond: vocabulary padding
+    // Rows beyond the file's: vocabulary padding (a tied embedding's too).
+    const int64_t mapped = std::min(s.hf.rows >= 0 ? s.hf.rows : s.shape[0], m.rows() - first);
     const int64_t local = s.local_shape()[0], begin = s.shard_dim == 0 ? s.shard_index * local : 0;
     if (m.cols() != s.shape[1]) continue;
     if (first == 0 && begin == 0 && local == m.rows() && mapped == m.rows()) {

@@ -34,13 +34,15 @@ struct GgufTokenizer {
 };
 
 struct GgufExportOptions {
-  kernels::WeightType type = kernels::WeightType::f32;
+  kernels::WeightType type = kernels::WeightType::f32;  // every matrix in it, unless recipe is given
+  std::string recipe;  // a file type of gguf_recipe.h ("q4_k_m": llama-quantize's types per tensor)
   std::string name = "claw";  // general.name
   GgufTokenizer tokenizer;
 };
 
 struct GgufWriteReport {
   int64_t tensors = 0, converted = 0, kept_f32 = 0;  // matrices converted to the type, or left f32
+  std::map<std::string, int64_t> types;              // matrices per type written
   uint64_t bytes = 0;                                // of tensor data
 };
 

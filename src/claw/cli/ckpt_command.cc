@@ -12,6 +12,7 @@
 #include "claw/ckpt/checkpoint.h"
 #include "claw/ckpt/gguf_arch.h"
 #include "claw/ckpt/gguf_model.h"
+#include "claw/ckpt/gguf_recipe.h"
 #include "claw/ckpt/hf.h"
 #include "claw/ckpt/peft.h"
 #include "claw/data/builtin_corpus.h"
@@ -257,8 +258,11 @@ struct Export {
     if (!chat_template.empty() && format == "peft")
       fail("--chat-template is for --format hf and gguf (an adapter carries no tokenizer)");
     const uint64_t max_shard_bytes = parse_size("--max-shard-size", max_shard);
-    const std::optional<kernels::WeightType> wt = kernels::parse_weight_type(type);
-    if (!wt) fail("--type '{}': valid types are {}", type, kernels::kWeightTypeChoices);
+    const std::optional<ckpt::GgufRecipe> recipe = ckpt::parse_gguf_recipe(type);
+    if (format == "gguf" && !recipe) fail("--type '{}': valid GGUF types are {}", type, ckpt::kGgufRecipeChoices);
+    if (format != "gguf" && type != "f32" && type != "bf16")
+      fail("--type {}: {} exports are f32 or bf16 (the others are for --format gguf)", type,
+           format == "peft" ? "PEFT" : "Hugging Face");
     const std::string d = ckpt::resolve_load_dir(load, step);
     const ckpt::Metadata meta = ckpt::Metadata::read(d);
     const model::ModelConfig cfg = model::model_from_flags_json(meta.model, "checkpoint " + d);
@@ -266,7 +270,7 @@ struct Export {
       if (!cfg.lora.enabled())
         fail("--format peft writes LoRA adapters; {} has none (its model has no --lora-rank): export it with --format "
              "hf", d);
-      if (type != "f32") fail("--type {} is for --format gguf; PEFT adapters are fp32", type);
+      if (type != "f32") fail("--type {}: PEFT adapters are fp32 (the other types are for --format gguf)", type);
       if (!cfg.lora.modules_to_save.empty())
         fail("{} trains base parameters beside its adapters (--lora-modules-to-save {}), which --format peft does not "
              "write yet; fold everything into the model with claw ckpt merge-lora and export that with --format hf",
@@ -297,7 +301,8 @@ struct Export {
            d, cfg.lora.rank, load);
     ckpt::CheckpointReader reader(d, meta);
     if (format == "gguf") {
-      ckpt::GgufExportOptions o{.type = *wt, .name = std::filesystem::path(d).parent_path().filename().string(),
+      ckpt::GgufExportOptions o{.type = recipe->base, .recipe = recipe->name,
+                                .name = std::filesystem::path(d).parent_path().filename().string(),
                                 .tokenizer = gguf_tokenizer(meta, cfg)};
       if (!chat_template.empty()) {  // a Jinja file, checked by parsing it, written as tokenizer.chat_template
         if (o.tokenizer.empty()) fail("--chat-template: {} has no tokenizer to write it with", d);
@@ -308,17 +313,19 @@ struct Export {
       std::vector<std::string> notes;
       const ckpt::GgufWriteReport r = ckpt::write_gguf_model(
           output, cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); }, o, &notes);
-      fmt::print("exported {} (iteration {}) to {}: GGUF {}, {} tensors, {} matrices in {}{}, {} of tensor data, "
+      std::vector<std::string> mix;  // "12 q4_k, 4 q6_k"
+      for (const auto& [t, n] : r.types) mix.push_back(fmt::format("{} {}", n, t));
+      fmt::print("exported {} (iteration {}) to {}: GGUF {} {}, {} tensors, matrices {}{}, {} of tensor data, "
                  "tokenizer {}\n",
-                 d, meta.iteration, output, ckpt::gguf_arch::architecture_of(ckpt::hf_config(cfg)), r.tensors,
-                 r.converted + (*wt == kernels::WeightType::f32 ? r.kept_f32 : 0), type,
-                 *wt != kernels::WeightType::f32 && r.kept_f32 ? fmt::format(" ({} kept f32)", r.kept_f32) : "",
+                 d, meta.iteration, output, ckpt::gguf_arch::architecture_of(ckpt::hf_config(cfg)), recipe->name,
+                 r.tensors, fmt::join(mix, ", "),
+                 recipe->base != kernels::WeightType::f32 && r.kept_f32
+                     ? fmt::format(" ({} kept f32: rows not whole blocks)", r.kept_f32)
+                     : "",
                  mib(static_cast<double>(r.bytes)), o.tokenizer.empty() ? "none (no_vocab)" : "GPT-2 BPE");
       for (const std::string& n : notes) fmt::print(stderr, "claw ckpt export: note: {}\n", n);
       return;
     }
-    if (type != "f32" && type != "bf16")
-      fail("--type {}: Hugging Face exports are f32 or bf16 (f16, q8_0 and q4_0 are for --format gguf)", type);
     const ckpt::HfStateDict hf =
         ckpt::to_hf(cfg, [&](const std::string& p) { return reader.tensor(ckpt::value_tensor(p)); });
     const nlohmann::json config = ckpt::hf_config(cfg);
@@ -527,7 +534,9 @@ void add_ckpt_command(CLI::App& app) {
                 "hf: config.json + model.safetensors (GPT2LMHeadModel / LlamaForCausalLM); peft: a LoRA checkpoint's "
                 "adapters (adapter_config.json + adapter_model.safetensors); gguf: one llama.cpp file")
       ->default_str("hf");
-  e->add_option("--type", ex->type, "hf: the tensors' type, f32 or bf16; gguf: the matrices', f32, bf16, f16, q8_0 or q4_0")
+  e->add_option("--type", ex->type,
+                "hf: the tensors' type, f32 or bf16; gguf: the file type, f32, bf16, f16, q8_0 or q4_0 (every matrix) "
+                "or llama-quantize's q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1 (its types per tensor)")
       ->default_str("f32");
   e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
   e->add_option("--chat-template", ex->chat_template,

@@ -21,6 +21,7 @@ struct PerplexityArgs {
   serve::InferenceModelOptions model;
   std::string text_file, output_format = "text";
   int64_t ctx_size = 256, chunks = 0;
+  bool second_half = false;
   int num_threads = 0;
 
   void run() const {
@@ -36,8 +37,9 @@ struct PerplexityArgs {
     const std::string text = data::read_file(text_file, "--text-file");
     const std::vector<int32_t> tokens = m.tokenizer->encode(text);
     const auto t0 = std::chrono::steady_clock::now();
-    const serve::PerplexityResult r =
-        serve::perplexity(*m.gpt, cpu, tokens, ctx_size, chunks, [&](int64_t w, const serve::PerplexityResult& s) {
+    const int64_t first = second_half ? ctx_size / 2 : 0;
+    const serve::PerplexityResult r = serve::perplexity(
+        *m.gpt, cpu, tokens, ctx_size, chunks, first, [&](int64_t w, const serve::PerplexityResult& s) {
           log::info("perplexity", "window {}: perplexity so far {:.4f}", w, s.perplexity());
         });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -46,6 +48,7 @@ struct PerplexityArgs {
                                         {"weights", kernels::weight_type_name(m.weight_type)},
                                         {"text_file", text_file},
                                         {"ctx_size", ctx_size},
+                                        {"scored_from", first + 1},
                                         {"windows", r.windows},
                                         {"tokens", r.tokens},
                                         {"nll", r.nll_sum / static_cast<double>(r.tokens)},
@@ -70,6 +73,9 @@ void add_perplexity_command(CLI::App& app) {
   sub->add_option("--text-file,-f", a->text_file, "the text to score (held out from training)");
   sub->add_option("--ctx-size,-c", a->ctx_size, "tokens per window, each from an empty cache")->capture_default_str();
   sub->add_option("--chunks", a->chunks, "score at most this many windows (0: all)")->capture_default_str();
+  sub->add_flag("--score-second-half", a->second_half,
+                "score each window's tokens after ctx-size / 2 only, as llama.cpp's llama-perplexity does "
+                "(default: every token but the window's first)");
   sub->add_option("--num-threads", a->num_threads, "CPU threads (default: the CPUs this process may use)");
   sub->add_option("--output-format", a->output_format, "text or json")->capture_default_str();
   sub->callback([a] { a->run(); });

@@ -70,7 +70,11 @@ GPT::InferenceWeights GPT::set_inference_weights(const CpuCtx& ctx, kernels::Wei
       mp.compute = Tensor();
     }
   };
-  if (t != kernels::WeightType::f32 && kernels::weight_type_quantizable(t)) {  // a file's embeddings are read as stored
+  // The embeddings as a file of type t would hold them, when claw makes the
+  // matrices; a file's own (given) are read as stored (quantizing its q4_k
+  // values again would move them: the K-quants' searches are not idempotent).
+  const bool own_file = given && !given->empty();
+  if (t != kernels::WeightType::f32 && kernels::weight_type_quantizable(t) && !own_file) {
     Param& w = embedding_.word;
     const int64_t rows = w.spec.local_shape()[0], cols = w.spec.local_shape()[1];
     if (kernels::weight_type_fits(t, cols)) {

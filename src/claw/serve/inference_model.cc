@@ -120,9 +120,12 @@ std::map<std::string, kernels::WeightMatrix> load_gguf(const InferenceModelOptio
   // otherwise each is served in its file's type (a Q4_K_M file's q4_k and
   // q6_k, a Q4_0 file's q6_k output layer).
   if (want) std::erase_if(stored, [&](const auto& kv) { return kv.second.type() != served; });
+  // fp32 values for what is not served as a matrix, and for the embeddings
+  // always (looked up by row; a tied model's output layer may multiply by
+  // the file's matrix of them too).
   std::vector<model::Param*> rest;
   for (model::Param* p : m.gpt->params())
-    if (!stored.count(p->spec.name)) rest.push_back(p);
+    if (!stored.count(p->spec.name) || p->spec.name == "embedding.word_embeddings.weight") rest.push_back(p);
   ckpt::load_gguf_params(g, rest, o.path);
   m.source = fmt::format("GGUF {} ({}, {})", o.path, g.arch, kernels::weight_type_name(g.weight_type));
   const nlohmann::json& vocab = g.tokenizer_metadata;

@@ -13,9 +13,10 @@ namespace claw::serve {
 double PerplexityResult::perplexity() const { return tokens > 0 ? std::exp(nll_sum / static_cast<double>(tokens)) : 0; }
 
 PerplexityResult perplexity(model::GPT& m, const CpuCtx& cpu, std::span<const int32_t> tokens, int64_t ctx,
-                            int64_t max_windows, const std::function<void(int64_t, const PerplexityResult&)>& on_window) {
+                            int64_t max_windows, int64_t first, const std::function<void(int64_t, const PerplexityResult&)>& on_window) {
   const model::ModelConfig& c = m.config();
   CLAW_CHECK(ctx >= 2, "perplexity windows need at least 2 tokens, not {}", ctx);
+  CLAW_CHECK(first >= 0 && first < ctx - 1, "the first scored position {} is outside a window of {}", first, ctx);
   if (ctx > c.max_position_embeddings)
     fail("--ctx-size {} is longer than the model's {} positions", ctx, c.max_position_embeddings);
   int64_t windows = static_cast<int64_t>(tokens.size()) / ctx;
@@ -42,12 +43,14 @@ PerplexityResult perplexity(model::GPT& m, const CpuCtx& cpu, std::span<const in
     model::StepCtx lc{.cpu = cpu, .B = ctx, .T = 1};
     lc.batch_invariant = true;
     m.full_logits(lc, h, logits.data());
-    std::vector<double> nll(static_cast<size_t>(ctx - 1));
-    parallel_for(cpu, ctx - 1, 8, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) nll[i] = -log_softmax_at(logits.data() + i * V, V, win[i + 1]);
+    const int64_t scored = ctx - 1 - first;
+    std::vector<double> nll(static_cast<size_t>(scored));
+    parallel_for(cpu, scored, 8, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        nll[i] = -log_softmax_at(logits.data() + (first + i) * V, V, win[first + i + 1]);
     });
     for (double x : nll) r.nll_sum += x;
-    r.tokens += ctx - 1;
+    r.tokens += scored;
     r.windows = w + 1;
     if (on_window) on_window(w + 1, r);
   }

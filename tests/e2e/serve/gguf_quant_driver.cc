@@ -9,6 +9,9 @@
 //     for N rows of GGUF type TYPE (ggml's id) in W.bin and M rows of K
 //     activations; XQ.bin gets the activations as quantized to the type's
 //     vec-dot type (ggml_quantize_activations), M rows.
+//   gguf_quant_driver quantize TYPE K N W.f32 OUT.bin
+//     N rows of K weights to GGUF type TYPE as claw writes them
+//     (kernels::quantize_rows).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -70,16 +73,32 @@ int linear(char** a) {
   return 0;
 }
 
+int quantize(char** a) {
+  using namespace claw::kernels;
+  const auto type = static_cast<GgmlType>(std::atoi(a[0]));
+  const int64_t K = std::atoll(a[1]), N = std::atoll(a[2]);
+  const std::optional<WeightType> wt = weight_type_of(type);
+  if (!wt || !weight_type_quantizable(*wt)) claw::fail("claw does not write type {}", a[0]);
+  const std::vector<char> w = slurp(a[3]);
+  std::vector<uint8_t> out(weight_row_bytes(*wt, K) * static_cast<size_t>(N));
+  quantize_rows(*wt, reinterpret_cast<const float*>(w.data()), out.data(), N, K);
+  spill(a[4], out.data(), out.size());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "dequant" && argc == 4) || (mode == "linear" && argc == 10))) {
-    std::fprintf(stderr, "usage: %s dequant FILE.gguf OUT.f32\n       %s linear TYPE K N M W.bin X.f32 Y.f32 XQ.bin\n",
-                 argv[0], argv[0]);
+  if (!((mode == "dequant" && argc == 4) || (mode == "linear" && argc == 10) || (mode == "quantize" && argc == 7))) {
+    std::fprintf(stderr,
+                 "usage: %s dequant FILE.gguf OUT.f32\n       %s linear TYPE K N M W.bin X.f32 Y.f32 XQ.bin\n"
+                 "       %s quantize TYPE K N W.f32 OUT.bin\n",
+                 argv[0], argv[0], argv[0]);
     return 2;
   }
   try {
+    if (mode == "quantize") return quantize(argv + 2);
     return mode == "dequant" ? dequant(argv[2], argv[3]) : linear(argv + 2);
   } catch (const claw::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

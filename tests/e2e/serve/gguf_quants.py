@@ -12,7 +12,9 @@ then llama-quantize at each type. For every file:
     activations, as llama.cpp computes them) and llama.cpp (libllama, f32 KV
     cache) give the same 64 greedy tokens, and the logits of each step
     agree: max |claw - llama.cpp| / max |llama.cpp| per step, the largest
-    over the steps, within TOLERANCE.
+    over the steps, within TOLERANCE;
+  - with --text (GPT-2): `claw perplexity --score-second-half` equals
+    llama-perplexity's figure on the F32 and Q4_K_M files within 0.1%.
 
     python gguf_quants.py make FAMILY DIR
     python gguf_quants.py check FAMILY DIR --claw CLAW --driver DRIVER --llamacpp SRC --bin BIN
@@ -180,6 +182,8 @@ def check_dequant(path, driver, work):
     return len(listing), sorted(types)
 
 
+# The types claw writes (kernels::weight_type_quantizable) but BF16.
+WRITTEN_TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 KERNEL_TYPES = {"F16": 1, "Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "IQ4_NL": 20, "Q2_K": 10, "Q3_K": 11,
                 "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23}
 
@@ -213,11 +217,29 @@ def check_kernels(driver, bin_dir, work):
                   rng.normal(0, 1e-6, K), np.full(K, -0.37)]).astype(np.float32)
     M = x.shape[0]
     w = (rng.normal(0, 0.05, (N, K)) * rng.uniform(0.2, 3, (N, 1))).astype(np.float32)
-    worst = 0.0
+    # Rows that meet the quantizers' edge cases: all zero, tiny, a constant,
+    # positive only, heavy-tailed with an outlier.
+    w[N - 5] = 0
+    w[N - 4] = rng.normal(0, 1e-9, K)
+    w[N - 3] = 0.02
+    w[N - 2] = np.abs(w[N - 2])
+    w[N - 1] = rng.standard_t(2, K) * 0.01
+    w[N - 1, 100] = 3.0
+    worst, written = 0.0, []
     for name, t in KERNEL_TYPES.items():
         rb = base.ggml_row_size(t, K)
         wq = np.zeros(N * rb, np.uint8)
         base.ggml_quantize_chunk(t, w.ctypes.data, wq.ctypes.data, 0, N, K, None)
+        if name in WRITTEN_TYPES:  # claw's own quantization of the same rows: llama.cpp's bytes
+            w.tofile(os.path.join(work, "w.f32"))
+            run([driver, "quantize", str(t), str(K), str(N), os.path.join(work, "w.f32"), os.path.join(work, "q.bin")],
+                f"claw's {name} quantization")
+            mine = np.fromfile(os.path.join(work, "q.bin"), np.uint8)
+            if not np.array_equal(mine, wq):
+                bad = np.flatnonzero(mine != wq)
+                sys.exit(f"FAIL: {name}: claw quantizes weights to other bytes than llama.cpp's ggml_quantize_chunk "
+                         f"({bad.size} of {wq.size} differ, first at byte {bad[0] % rb} of row {bad[0] // rb})")
+            written.append(name)
         traits = cpu.ggml_get_type_traits_cpu(t).contents
         xt = traits.vec_dot_type
         xb = base.ggml_row_size(xt, K)
@@ -249,6 +271,8 @@ def check_kernels(driver, bin_dir, work):
         if rel > 1e-6:
             sys.exit(f"FAIL: {name}: claw's products differ from llama.cpp's vec_dot by {rel:.2e} of the sum of "
                      f"|terms| (fp32 order alone gives below 1e-6)")
+    print(f"quantizers: claw's {', '.join(written)} of {N} rows of {K} (zero, tiny, constant, positive and "
+          f"heavy-tailed rows among them) equal llama.cpp's ggml_quantize_chunk byte for byte", flush=True)
     print(f"kernels: {len(KERNEL_TYPES)} types x {N} rows x {M} activation rows of {K}: claw's activation bytes equal "
           f"llama.cpp's and its products equal llama.cpp's vec_dot within {worst:.1e} of the sum of |terms|",
           flush=True)
@@ -286,6 +310,48 @@ def compare(tok_a, log_a, tok_b, log_b):
     return same, float(rel[:same + 1].max())
 
 
+# The file types claw writes (claw ckpt export --format gguf --type): the
+# llama-quantize recipes and the single types with its rules.
+RECIPES = ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1"]
+
+
+def check_written(a, work, quantize):
+    """claw's own files: the model imported into a claw checkpoint and
+    exported at each type claw writes, against llama-quantize's file of the
+    same type made from claw's F32 export: every tensor of the same type and
+    the same bytes. Returns {type: claw's file}."""
+    ck = os.path.join(work, "ck")
+    run([a.claw, "ckpt", "import", "--input", os.path.join(work, "hf"), "--save", ck], "claw ckpt import")
+
+    def export(t, path):
+        run([a.claw, "ckpt", "export", "--load", ck, "--format", "gguf", "--type", t.lower(), "--output", path],
+            f"claw ckpt export --type {t.lower()}")
+    f32 = os.path.join(work, "c-F32.gguf")
+    export("F32", f32)
+    files = {}
+    for t in RECIPES:
+        mine, ref = os.path.join(work, f"c-{t}.gguf"), os.path.join(work, f"l-{t}.gguf")
+        export(t, mine)
+        run([quantize, f32, ref, t, "2"], f"llama-quantize {t} of claw's F32 file")
+        a_t = {n: (k, b) for n, k, b in gguf_tensors(mine)}
+        b_t = {n: (k, b) for n, k, b in gguf_tensors(ref)}
+        if a_t.keys() != b_t.keys():
+            sys.exit(f"FAIL: claw's {t} file and llama-quantize's hold other tensors: {sorted(a_t.keys() ^ b_t.keys())}")
+        mix = {}
+        for n, (k, b) in a_t.items():
+            if k != b_t[n][0]:
+                sys.exit(f"FAIL: {t}: claw writes {n} as {k.name}, llama-quantize as {b_t[n][0].name}")
+            if not np.array_equal(b, b_t[n][1]):
+                bad = np.flatnonzero(np.asarray(b) != np.asarray(b_t[n][1]))
+                sys.exit(f"FAIL: {t}: {n} ({k.name}) differs from llama-quantize's at {bad.size} of {b.size} bytes")
+            mix[k.name] = mix.get(k.name, 0) + 1
+        print(f"{a.family} {t:7s} claw ckpt export writes llama-quantize's file: {len(a_t)} tensors of the same types "
+              f"({', '.join(f'{n} {k}' for k, n in sorted(mix.items()))}) and bytes", flush=True)
+        files[t] = mine
+    os.remove(f32)
+    return files
+
+
 def check(a):
     work = a.dir
     if a.family == "llama":
@@ -294,11 +360,14 @@ def check(a):
     run([sys.executable, os.path.join(a.llamacpp, "convert_hf_to_gguf.py"), os.path.join(work, "hf"), "--outtype",
          "f32", "--outfile", f32], "convert_hf_to_gguf.py")
     quantize = os.path.join(a.bin, "llama-quantize")
+    written = check_written(a, work, quantize)
     prompt = ",".join(map(str, PROMPT))
     failures = []
     for qt in ["F32"] + (ALL_TYPES if a.family == "llama" else COMMON_TYPES):
-        path = os.path.join(work, f"m-{qt}.gguf")
-        if qt != "F32":
+        # The types claw writes are run from claw's own file (llama-quantize's
+        # bytes, above); the others from llama-quantize's of the converter's.
+        path = written.get(qt, os.path.join(work, f"m-{qt}.gguf"))
+        if qt != "F32" and qt not in written:
             run([quantize, f32, path, qt, "2"], f"llama-quantize {qt}")
         n, types = check_dequant(path, a.driver, work)
         ref_tokens, gaps, ref = llamacpp(a, path, prompt, work)
@@ -324,8 +393,39 @@ def check(a):
               + (f" (llama.cpp's own activation rounding: {noise:.1e})" if qt != "F32" else ""), flush=True)
         if rel > bound:
             failures.append(f"{qt}: claw's logits differ from llama.cpp's by {rel:.2e} relative (bound {bound:.2e})")
+    if a.text:
+        failures += check_perplexity(a, work)
     if failures:
         sys.exit("FAIL: " + "\nFAIL: ".join(failures))
+
+
+def check_perplexity(a, work, ctx=128, chunks=24):
+    """claw perplexity --score-second-half against llama-perplexity on the
+    same file and text: the same quantity (the second half of each window of
+    ctx tokens scored), within 0.1%."""
+    import re
+    failures = []
+    for qt in ("F32", "Q4_K_M"):  # the converter's files: they carry the vocabulary llama-perplexity tokenizes with
+        path = os.path.join(work, f"m-{qt}.gguf")
+        if not os.path.exists(path):
+            run([os.path.join(a.bin, "llama-quantize"), os.path.join(work, "m-F32.gguf"), path, qt, "2"],
+                f"llama-quantize {qt}")
+        mine = json.loads(run([a.claw, "perplexity", "--model", path, "--text-file", a.text, "--ctx-size", str(ctx),
+                               "--chunks", str(chunks), "--score-second-half", "--num-threads", "2",
+                               "--output-format", "json"], f"claw perplexity on {path}").strip().splitlines()[-1])
+        r = subprocess.run([os.path.join(a.bin, "llama-perplexity"), "-m", path, "-f", a.text, "-c", str(ctx), "-b",
+                            str(ctx), "--chunks", str(chunks), "-t", "2"], capture_output=True, text=True)
+        m = re.search(r"Final estimate: PPL = ([0-9.]+)", r.stdout + r.stderr)
+        if r.returncode != 0 or not m:
+            return [f"llama-perplexity on {path} (exit {r.returncode}): {r.stderr[-1500:]}"]
+        ref = float(m.group(1))
+        rel = mine["perplexity"] / ref - 1
+        print(f"{a.family} {qt:7s} perplexity over {mine['tokens']} tokens ({chunks} windows of {ctx}, second halves): "
+              f"claw {mine['perplexity']:.4f}, llama-perplexity {ref:.4f} ({100 * rel:+.4f}%)", flush=True)
+        if abs(rel) > 1e-3:
+            failures.append(f"{qt}: claw's perplexity {mine['perplexity']:.4f} differs from llama-perplexity's "
+                            f"{ref:.4f} by {100 * rel:+.3f}% (bound 0.1%)")
+    return failures
 
 
 def main():
@@ -338,6 +438,7 @@ def main():
     p.add_argument("--greedy")
     p.add_argument("--llamacpp", required=True)
     p.add_argument("--bin")
+    p.add_argument("--text", help="with it: claw perplexity against llama-perplexity on this text (F32, Q4_K_M)")
     a = p.parse_args()
     sys.path.insert(0, os.path.join(a.llamacpp, "gguf-py"))
     if a.what == "make":

@@ -64,6 +64,14 @@ std::string ggml_readable_types();
 // type w (f32 for f32 and bf16: no quantization).
 GgmlType ggml_vec_dot_type(GgmlType w);
 
+// The types claw writes as llama.cpp's reference quantizers do (what
+// llama-quantize makes without an importance matrix), byte for byte:
+// q4_1, q5_0, q5_1, q4_K, q5_K, q6_K (ggml_quantize.cc; q8_0 and q4_0 are
+// quant.h's own).
+bool ggml_quantizable(GgmlType t);
+// n weights (whole blocks) to t (ggml_quantizable).
+void ggml_quantize_weights(GgmlType t, const float* x, void* dst, int64_t n);
+
 // n elements (whole blocks) of type t to fp32, as gguf-py's dequantize does
 // (the same float operations in the same order: bitwise equal).
 void ggml_dequantize(GgmlType t, const void* src, float* dst, int64_t n);

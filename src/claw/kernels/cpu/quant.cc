@@ -60,8 +60,10 @@ std::string_view weight_type_name(WeightType t) {
 std::optional<WeightType> parse_weight_type(std::string_view s) {
   std::string l(s);
   std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (WeightType t : {WeightType::f32, WeightType::bf16, WeightType::f16, WeightType::q8_0, WeightType::q4_0})
-    if (l == weight_type_name(t)) return t;
+  for (int i = 0; i <= static_cast<int>(WeightType::iq4_xs); ++i) {
+    const auto t = static_cast<WeightType>(i);
+    if (weight_type_quantizable(t) && l == weight_type_name(t)) return t;
+  }
   return std::nullopt;
 }
 
@@ -114,7 +116,9 @@ void quantize_rows(WeightType t, const float* in, void* out, int64_t rows, int64
     case WeightType::f16:
       for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(out)[i] = f32_to_f16(in[i]);
       return;
-    default: CLAW_CHECK(false, "claw does not quantize to {} yet", weight_type_name(t));
+    default:
+      CLAW_CHECK(weight_type_quantizable(t), "claw does not quantize to {}", weight_type_name(t));
+      ggml_quantize_weights(ggml_type_of(t), in, out, n);
   }
 }
 
