@@ -183,7 +183,7 @@ def check_dequant(path, driver, work):
 
 
 # The types claw writes (kernels::weight_type_quantizable) but BF16.
-WRITTEN_TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+WRITTEN_TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q4_K", "Q5_K", "Q6_K"]
 KERNEL_TYPES = {"F16": 1, "Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "IQ4_NL": 20, "Q2_K": 10, "Q3_K": 11,
                 "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23}
 

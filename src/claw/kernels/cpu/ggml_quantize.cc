@@ -97,12 +97,14 @@ void quantize_q5_0(const float* x, uint8_t* y, int64_t blocks) {
   }
 }
 
-// The scale and minimum of one sub-block (q4_K, q5_K): levels 0..nmax,
-// x ~ scale l - min, minimising the weighted squared error over nstep + 1
-// trial scales around nmax / (max - min) (each trial's least-squares scale
-// and minimum, the minimum kept <= 0). Returns the scale; *neg_min = -min.
+// The scale and minimum of one sub-block (q2_K, q4_K, q5_K): levels
+// 0..nmax, x ~ scale l - min, minimising the weighted squared (abs: absolute)
+// error over nstep + 1 trial scales around nmax / (max - min) (each trial's
+// least-squares scale and minimum, the minimum kept <= 0). Returns the
+// scale; *neg_min = -min.
 float scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
-                    float rdelta, int nstep) {
+                    float rdelta, int nstep, bool abs = false) {
+  auto err_of = [abs](float diff) { return abs ? std::fabs(diff) : diff * diff; };
   float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
   for (int i = 1; i < n; ++i) {
     min = x[i] < min ? x[i] : min;
@@ -121,8 +123,7 @@ float scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t* L,
   float best = 0;
   for (int i = 0; i < n; ++i) {
     L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
-    const float diff = scale * L[i] + min - x[i];
-    best += w[i] * (diff * diff);
+    best += w[i] * err_of(scale * L[i] + min - x[i]);
   }
   uint8_t trial[32];
   for (int is = 0; is <= nstep; ++is) {
@@ -145,8 +146,7 @@ float scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t* L,
     }
     float err = 0;
     for (int i = 0; i < n; ++i) {
-      const float diff = this_scale * trial[i] + this_min - x[i];
-      err += w[i] * (diff * diff);
+      err += w[i] * err_of(this_scale * trial[i] + this_min - x[i]);
     }
     if (err < best) {
       std::copy(trial, trial + n, L);
@@ -218,6 +218,46 @@ void super_block_k(const float* x, int nmax, float rmin, int nstep, uint8_t* dm,
     const float dmin = f16_at(dm + 2) * m;
     for (int i = 0; i < 32; ++i)
       L[32 * j + i] = static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + i] + dmin) / d), 0, nmax));
+  }
+}
+
+// q2_K: sub-blocks of 16, levels 0..3 weighted by |x|, 4-bit scales and
+// mins (scales[16]: low nibble scale, high min), then 64 bytes of 2-bit
+// levels, d, dmin.
+void quantize_q2_K(const float* x, uint8_t* y, int64_t blocks) {
+  constexpr float kQ4 = 15.f;
+  for (int64_t b = 0; b < blocks; ++b, x += kSuperBlock, y += 84) {
+    uint8_t L[kSuperBlock];
+    float scales[16], mins[16], w[16], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+      for (int l = 0; l < 16; ++l) w[l] = std::fabs(x[16 * j + l]);
+      scales[j] = scale_and_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    uint8_t* sc = y;
+    std::memset(sc, 0, 16);
+    if (max_scale > 0) {
+      const float iscale = kQ4 / max_scale;
+      for (int j = 0; j < 16; ++j) sc[j] = static_cast<uint8_t>(nearest_int(iscale * scales[j]));
+    }
+    put_f16(y + 80, max_scale > 0 ? max_scale / kQ4 : 0.f);
+    if (max_min > 0) {
+      const float iscale = kQ4 / max_min;
+      for (int j = 0; j < 16; ++j) sc[j] |= static_cast<uint8_t>(nearest_int(iscale * mins[j]) << 4);
+    }
+    put_f16(y + 82, max_min > 0 ? max_min / kQ4 : 0.f);
+    for (int j = 0; j < 16; ++j) {
+      const float d = f16_at(y + 80) * (sc[j] & 0xF);
+      if (d == 0) continue;
+      const float dm = f16_at(y + 82) * (sc[j] >> 4);
+      for (int i = 0; i < 16; ++i)
+        L[16 * j + i] = static_cast<uint8_t>(std::clamp(nearest_int((x[16 * j + i] + dm) / d), 0, 3));
+    }
+    uint8_t* q = y + 16;
+    for (int j = 0; j < kSuperBlock; j += 128)
+      for (int l = 0; l < 32; ++l)
+        q[j / 4 + l] = static_cast<uint8_t>(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
   }
 }
 
@@ -349,6 +389,7 @@ bool ggml_quantizable(GgmlType t) {
     case GgmlType::q4_1:
     case GgmlType::q5_0:
     case GgmlType::q5_1:
+    case GgmlType::q2_K:
     case GgmlType::q4_K:
     case GgmlType::q5_K:
     case GgmlType::q6_K: return true;
@@ -366,6 +407,7 @@ void ggml_quantize_weights(GgmlType t, const float* x, void* dst, int64_t n) {
     case GgmlType::q4_1: quantize_q4_1(x, y, blocks); return;
     case GgmlType::q5_0: quantize_q5_0(x, y, blocks); return;
     case GgmlType::q5_1: quantize_q5_1(x, y, blocks); return;
+    case GgmlType::q2_K: quantize_q2_K(x, y, blocks); return;
     case GgmlType::q4_K: quantize_q4_K(x, y, blocks); return;
     case GgmlType::q5_K: quantize_q5_K(x, y, blocks); return;
     case GgmlType::q6_K: quantize_q6_K(x, y, blocks); return;
