@@ -177,7 +177,8 @@ GgufWriteReport write_gguf_model(const std::string& path, const model::ModelConf
   std::vector<std::string> names;  // the tensors the file will hold, in order (the recipes count some)
   for (const Entry& e : gguf_arch::tensor_table(arch, cfg))
     if (!e.legacy && hf.count(e.hf[0])) names.push_back(e.gguf);
-  GgufTypePlan plan(recipe, names, cfg.num_layers, cfg.moe.num_experts);
+  const int64_t kv_heads = cfg.num_query_groups > 0 ? cfg.num_query_groups : cfg.num_attention_heads;
+  GgufTypePlan plan(recipe, names, cfg.num_layers, cfg.moe.num_experts, cfg.num_attention_heads / kv_heads);
 
   gguf::Writer w;
   w.add_string("general.architecture", arch);

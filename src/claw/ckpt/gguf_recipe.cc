@@ -45,6 +45,9 @@ std::optional<GgufRecipe> parse_gguf_recipe(std::string_view name) {
       {"q5_0", WeightType::q5_0, 8, true}, {"q5_1", WeightType::q5_1, 9, true}, {"q4_k_s", WeightType::q4_k, 14, true},
       {"q4_k_m", WeightType::q4_k, 15, true}, {"q5_k_s", WeightType::q5_k, 16, true},
       {"q5_k_m", WeightType::q5_k, 17, true}, {"q6_k", WeightType::q6_k, 18, true},
+      {"q2_k", WeightType::q2_k, 10, true},   {"q3_k_s", WeightType::q3_k, 11, true},
+      {"q3_k_m", WeightType::q3_k, 12, true}, {"q3_k_l", WeightType::q3_k, 13, true},
+      {"iq4_nl", WeightType::iq4_nl, 25, true}, {"iq4_xs", WeightType::iq4_xs, 30, true},
   };
   for (const GgufRecipe& r : recipes)
     if (r.name == l) return r;
@@ -52,8 +55,8 @@ std::optional<GgufRecipe> parse_gguf_recipe(std::string_view name) {
 }
 
 GgufTypePlan::GgufTypePlan(GgufRecipe recipe, const std::vector<std::string>& names, int64_t n_layer,
-                           int64_t n_expert)
-    : r_(std::move(recipe)), n_layer_(n_layer), n_expert_(n_expert) {
+                           int64_t n_expert, int64_t n_gqa)
+    : r_(std::move(recipe)), n_layer_(n_layer), n_expert_(n_expert), n_gqa_(n_gqa) {
   for (const std::string& n : names) {
     if (role_of(n) == Role::attn_v) ++n_attn_v_;
     if (role_of(n) == Role::output) tied_ = false;
@@ -65,13 +68,18 @@ WeightType GgufTypePlan::next(const std::string& name, int64_t cols) {
   if (!r_.llama_rules) return t;
   const std::string& f = r_.name;
   const bool m = f == "q4_k_m" || f == "q5_k_m";
+  const bool iq4 = f == "iq4_nl" || f == "iq4_xs";
   switch (role_of(name)) {
     case Role::output: break;
     case Role::token_embd:
       if (!tied_) return t;  // its own type; tied, it is the output layer
       break;
     case Role::attn_v:
-      if (m && more_bits(i_attn_v_, n_attn_v_)) t = WeightType::q6_k;
+      if (f == "q2_k") t = n_gqa_ >= 4 ? WeightType::q4_k : WeightType::q3_k;
+      else if (f == "q3_k_m") t = i_attn_v_ < 2 ? WeightType::q5_k : WeightType::q4_k;
+      else if (f == "q3_k_l") t = WeightType::q5_k;
+      else if (iq4 && n_gqa_ >= 4) t = WeightType::q5_k;
+      else if (m && more_bits(i_attn_v_, n_attn_v_)) t = WeightType::q6_k;
       else if (f == "q4_k_s" && i_attn_v_ < 4) t = WeightType::q5_k;
       if (n_expert_ == 8) t = WeightType::q8_0;
       ++i_attn_v_;
@@ -80,7 +88,15 @@ WeightType GgufTypePlan::next(const std::string& name, int64_t cols) {
       if (n_expert_ == 8) t = WeightType::q8_0;
       break;
     case Role::attn_output:
-      if (n_expert_ == 8 && (f == "q4_k_s" || f == "q4_k_m")) t = WeightType::q5_k;
+      if (n_expert_ == 8) {
+        if (f == "q2_k" || f == "q3_k_s" || f == "q3_k_m" || f == "q4_k_s" || f == "q4_k_m" || iq4) t = WeightType::q5_k;
+      } else if (f == "q2_k") {
+        t = WeightType::q3_k;
+      } else if (f == "q3_k_m") {
+        t = WeightType::q4_k;
+      } else if (f == "q3_k_l") {
+        t = WeightType::q5_k;
+      }
       break;
     case Role::ffn_down: {
       // The layer: the count so far, or (MoE: experts' tensors are not one a
@@ -88,7 +104,11 @@ WeightType GgufTypePlan::next(const std::string& name, int64_t cols) {
       int64_t i = i_ffn_down_;
       int layer = 0;
       if (n_expert_ > 1 && std::sscanf(name.c_str(), "blk.%d.", &layer) == 1) i = layer;
-      if (m && more_bits(i, n_layer_)) t = WeightType::q6_k;
+      if (f == "q2_k") t = WeightType::q3_k;
+      else if (f == "q3_k_m") t = i < n_layer_ / 16 ? WeightType::q5_k : WeightType::q4_k;
+      else if (f == "q3_k_l") t = WeightType::q5_k;
+      else if (m && more_bits(i, n_layer_)) t = WeightType::q6_k;
+      else if (iq4 && i < n_layer_ / 8) t = WeightType::q5_k;
       else if (f == "q4_k_s" && i < n_layer_ / 8) t = WeightType::q5_k;
       ++i_ffn_down_;
       break;
@@ -99,9 +119,11 @@ WeightType GgufTypePlan::next(const std::string& name, int64_t cols) {
     t = cols % block_of(r_.base) != 0 ? WeightType::q8_0 : r_.base != WeightType::q8_0 ? WeightType::q6_k : t;
   if (cols % block_of(t) == 0) return t;
   // Rows that are not whole super-blocks: a type of blocks of 32.
-  const WeightType fallback = t == WeightType::q4_k   ? WeightType::q5_0
+  const WeightType fallback = t == WeightType::q2_k || t == WeightType::q3_k ? WeightType::q4_0
+                              : t == WeightType::q4_k ? WeightType::q5_0
                               : t == WeightType::q5_k ? WeightType::q5_1
                               : t == WeightType::q6_k ? WeightType::q8_0
+                              : t == WeightType::iq4_xs ? WeightType::iq4_nl
                                                       : t;
   return cols % block_of(fallback) == 0 ? fallback : WeightType::f16;
 }

@@ -536,7 +536,9 @@ void add_ckpt_command(CLI::App& app) {
       ->default_str("hf");
   e->add_option("--type", ex->type,
                 "hf: the tensors' type, f32 or bf16; gguf: the file type, f32, bf16, f16, q8_0 or q4_0 (every matrix) "
-                "or llama-quantize's q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1 (its types per tensor)")
+                "or llama-quantize's q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1, iq4_xs, iq4_nl, q3_k_l, q3_k_m, "
+                "q3_k_s, q2_k "
+                "(its types per tensor)")
       ->default_str("f32");
   e->add_option("--output", ex->output, "directory to write (hf) or file (gguf)")->required();
   e->add_option("--chat-template", ex->chat_template,

@@ -41,7 +41,7 @@ void add_model_flags(CLI::App& app, serve::InferenceModelOptions& model) {
   app.add_option("--model,-m", model.path, "a claw checkpoint (root or iter_* directory), a Hugging Face directory or a GGUF file");
   app.add_option("--dtype", model.dtype,
                  "weights of the linear layers: auto (a GGUF file's types, else f32), f32, bf16, f16, q8_0, q6_k, "
-                 "q5_k, q5_1, q5_0, q4_k, q4_1, q4_0 or q2_k")
+                 "q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, iq4_nl, iq4_xs, q3_k or q2_k")
       ->capture_default_str();
   app.add_option("--ckpt-step", model.step, "this iteration of a claw checkpoint instead of the latest");
   app.add_option("--tokenizer-type", model.tokenizer.type,

@@ -183,7 +183,8 @@ def check_dequant(path, driver, work):
 
 
 # The types claw writes (kernels::weight_type_quantizable) but BF16.
-WRITTEN_TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q4_K", "Q5_K", "Q6_K"]
+WRITTEN_TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                 "IQ4_XS"]
 KERNEL_TYPES = {"F16": 1, "Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "IQ4_NL": 20, "Q2_K": 10, "Q3_K": 11,
                 "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23}
 
@@ -311,8 +312,10 @@ def compare(tok_a, log_a, tok_b, log_b):
 
 
 # The file types claw writes (claw ckpt export --format gguf --type): the
-# llama-quantize recipes and the single types with its rules.
-RECIPES = ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1"]
+# llama-quantize recipes and the single types with its rules; all on the
+# Llama, the types people download most (COMMON_TYPES) on the others.
+RECIPES = ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1", "Q3_K_L", "Q3_K_M",
+           "Q3_K_S", "Q2_K", "IQ4_XS", "IQ4_NL"]
 
 
 def check_written(a, work, quantize):
@@ -329,7 +332,7 @@ def check_written(a, work, quantize):
     f32 = os.path.join(work, "c-F32.gguf")
     export("F32", f32)
     files = {}
-    for t in RECIPES:
+    for t in RECIPES if a.family == "llama" else COMMON_TYPES:
         mine, ref = os.path.join(work, f"c-{t}.gguf"), os.path.join(work, f"l-{t}.gguf")
         export(t, mine)
         run([quantize, f32, ref, t, "2"], f"llama-quantize {t} of claw's F32 file")

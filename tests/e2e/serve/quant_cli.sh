@@ -51,8 +51,8 @@ expect_error() {  # expected text, then the command
   if "$@" >"$tmp/out" 2>&1; then fail "accepted: $*"; fi
   grep -q -- "$want" "$tmp/out" || { cat "$tmp/out"; fail "no '$want' in the error of: $*"; }
 }
-expect_error "--dtype 'q3_k': valid are auto, f32, bf16, f16, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, q2_k" \
-  "$claw" generate --model "$ck" --prompt x --dtype q3_k
+expect_error "--dtype 'q7_k': valid are auto, f32, bf16, f16, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, iq4_nl" \
+  "$claw" generate --model "$ck" --prompt x --dtype q7_k
 expect_error "--kv-cache-dtype 'fp8': valid are" "$claw" generate --model "$ck" --prompt x --kv-cache-dtype fp8
 expect_error "--type 'q2': valid GGUF types are f32, bf16, f16, q8_0, q4_0 (every matrix), q6_k, q5_k_m" \
   "$claw" ckpt export --load "$ck" --format gguf --type q2 --output "$tmp/x.gguf"

@@ -30,7 +30,8 @@ TEST(Quant, Names) {
   for (WeightType t : kAll) EXPECT_EQ(parse_weight_type(weight_type_name(t)), t);
   EXPECT_EQ(parse_weight_type("Q4_0"), WeightType::q4_0);
   EXPECT_EQ(parse_weight_type("Q4_K"), WeightType::q4_k);  // written as llama.cpp's reference quantizer does
-  EXPECT_FALSE(parse_weight_type("q3_k"));                  // read from files only
+  EXPECT_EQ(parse_weight_type("IQ4_XS"), WeightType::iq4_xs);
+  EXPECT_FALSE(parse_weight_type("q8_k"));                  // an activation type
   EXPECT_FALSE(parse_weight_type("q4_k_m"));                // a file's recipe, not a type
   EXPECT_FALSE(weight_type_fits(WeightType::q8_0, 48));
   EXPECT_TRUE(weight_type_fits(WeightType::bf16, 48));

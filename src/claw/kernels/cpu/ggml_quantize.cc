@@ -11,6 +11,7 @@
 
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
+#include "claw/kernels/cpu/ggml_blocks.h"
 #include "claw/kernels/cpu/ggml_quants.h"
 
 namespace claw::kernels {
@@ -35,6 +36,18 @@ float f16_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return f16_to_f32(h);
+}
+
+// The element of largest magnitude (the first of equals); *amax its magnitude.
+float largest(const float* x, int n, float* amax) {
+  float max = 0;
+  *amax = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > *amax) {
+      *amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  return max;
 }
 
 // Blocks of 32 with a minimum (q4_1, q5_1): d = (max - min) / levels,
@@ -82,13 +95,8 @@ void quantize_q5_1(const float* x, uint8_t* y, int64_t blocks) {
 // q5_0: d = (the element of largest magnitude) / -16, q = x / d + 16.5 truncated.
 void quantize_q5_0(const float* x, uint8_t* y, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b, x += 32, y += 22) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    const float d = max / -16;
+    float amax;
+    const float d = largest(x, 32, &amax) / -16;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     put_f16(y, d);
     uint8_t q[32];
@@ -261,6 +269,184 @@ void quantize_q2_K(const float* x, uint8_t* y, int64_t blocks) {
   }
 }
 
+// A symmetric scale for q3_K's sub-blocks of 16 (levels -nmax..nmax-1,
+// stored + nmax): from 1/iscale = max / -nmax, up to 5 passes that move one
+// level at a time where that raises the weighted (x^2) fit
+// sumlx^2 / suml2. Returns the least-squares scale.
+float symmetric_scale_q3(int n, int nmax, const float* x, int8_t* L) {
+  float amax;
+  const float max = largest(x, n, &amax);
+  if (amax < kGroupMaxEps) {
+    std::fill(L, L + n, 0);
+    return 0.f;
+  }
+  const float iscale = static_cast<float>(-nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = static_cast<int8_t>(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * static_cast<float>(l);
+    suml2 += w * static_cast<float>(l) * static_cast<float>(l);
+  }
+  for (int pass = 0; pass < 5; ++pass) {
+    int changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * static_cast<float>(L[i]);
+      if (!(slx > 0)) continue;
+      float sl2 = suml2 - w * static_cast<float>(L[i]) * static_cast<float>(L[i]);
+      const int l = std::clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+      if (l == L[i]) continue;
+      slx += w * x[i] * static_cast<float>(l);
+      sl2 += w * static_cast<float>(l) * static_cast<float>(l);
+      if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+        L[i] = static_cast<int8_t>(l);
+        sumlx = slx;
+        suml2 = sl2;
+        ++changed;
+      }
+    }
+    if (changed == 0) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// q3_K: 32 bytes of third bits (element j: byte j % 32, bit j / 32), 64 of
+// 2-bit levels, 12 of 6-bit scales biased by 32 (low nibbles in bytes 0-7,
+// top 2 bits in 8-11), d.
+void quantize_q3_K(const float* x, uint8_t* y, int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b, x += kSuperBlock, y += 110) {
+    uint8_t* hmask = y;
+    uint8_t* qs = y + 32;
+    uint8_t* s = y + 96;
+    int8_t L[kSuperBlock];
+    float scales[16], amax;
+    for (int j = 0; j < 16; ++j) scales[j] = symmetric_scale_q3(16, 4, x + 16 * j, L + 16 * j);
+    const float max_scale = largest(scales, 16, &amax);
+    std::memset(s, 0, 12);
+    if (max_scale != 0) {
+      const float iscale = -32.f / max_scale;
+      for (int j = 0; j < 16; ++j) {
+        int l = std::clamp<int>(static_cast<int8_t>(nearest_int(iscale * scales[j])), -32, 31) + 32;
+        if (j < 8) s[j] = static_cast<uint8_t>(l & 0xF);
+        else s[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
+        l >>= 4;
+        s[j % 4 + 8] |= static_cast<uint8_t>(l << (2 * (j / 4)));
+      }
+      put_f16(y + 108, 1 / iscale);
+    } else {
+      put_f16(y + 108, 0.f);
+    }
+    for (int j = 0; j < 16; ++j) {
+      const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+      const int sc = (lo | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+      const float d = f16_at(y + 108) * static_cast<float>(sc);
+      if (d == 0) continue;
+      for (int i = 0; i < 16; ++i)
+        L[16 * j + i] = static_cast<int8_t>(std::clamp(nearest_int(x[16 * j + i] / d), -4, 3) + 4);
+    }
+    std::memset(hmask, 0, 32);
+    for (int j = 0; j < kSuperBlock; ++j)
+      if (L[j] > 3) {
+        hmask[j % 32] |= static_cast<uint8_t>(1 << (j / 32));
+        L[j] = static_cast<int8_t>(L[j] - 4);
+      }
+    for (int j = 0; j < kSuperBlock; j += 128)
+      for (int l = 0; l < 32; ++l)
+        qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | L[j + l + 32] << 2 | L[j + l + 64] << 4 | L[j + l + 96] << 6);
+  }
+}
+
+// The IQ4 level nearest x (ties to the upper one but where x is below it).
+int nearest_iq4(float x) {
+  const int8_t* v = ggml_detail::kIq4Levels;
+  if (x <= v[0]) return 0;
+  if (x >= v[15]) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (x < v[mid] ? hi : lo) = mid;
+  }
+  return x - v[hi - 1] < v[hi] - x ? hi - 1 : hi;
+}
+
+// The scale of one IQ4 block of 32 (weights x^2): the least-squares scale at
+// d = max / -v[0], then the better of 15 trial scales around it (as
+// llama-quantize calls llama.cpp's search, 7 either side).
+float iq4_scale(const float* x) {
+  const int8_t* v = ggml_detail::kIq4Levels;
+  float amax;
+  const float max = largest(x, 32, &amax);
+  if (amax < kGroupMaxEps) return 0;
+  auto fit = [&](float id, float* sumqx, float* sumq2) {
+    *sumqx = *sumq2 = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float q = v[nearest_iq4(id * x[j])], w = x[j] * x[j];
+      *sumqx += w * q * x[j];
+      *sumq2 += w * q * q;
+    }
+  };
+  float sumqx, sumq2;
+  fit(1 / (-max / v[0]), &sumqx, &sumq2);
+  float d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+  float best = d * sumqx;
+  for (int t = -7; t <= 7; ++t) {
+    fit(static_cast<float>(t + v[0]) / max, &sumqx, &sumq2);
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      d = sumqx / sumq2;
+      best = d * sumqx;
+    }
+  }
+  return d;
+}
+
+void pack_iq4(const uint8_t* L, uint8_t* q, int n) {
+  for (int i = 0; i < n / 32; ++i)
+    for (int j = 0; j < 16; ++j) q[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | L[32 * i + 16 + j] << 4);
+}
+
+void quantize_iq4_nl(const float* x, uint8_t* y, int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b, x += 32, y += 18) {
+    const float d = iq4_scale(x);
+    put_f16(y, d);
+    const float id = d != 0 ? 1 / d : 0;
+    uint8_t L[32];
+    for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_iq4(id * x[j]));
+    pack_iq4(L, y + 2, 32);
+  }
+}
+
+// iq4_xs: eight IQ4 blocks of 32 under one f16 d = -max scale / 32, each
+// with a 6-bit scale biased by 32 (low nibbles in 4 bytes, top 2 bits in a
+// u16).
+void quantize_iq4_xs(const float* x, uint8_t* y, int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b, x += kSuperBlock, y += 136) {
+    float scales[8], amax;
+    for (int ib = 0; ib < 8; ++ib) scales[ib] = iq4_scale(x + 32 * ib);
+    const float max_scale = largest(scales, 8, &amax);
+    const float d = -max_scale / 32;
+    put_f16(y, d);
+    const float id = d != 0 ? 1 / d : 0.f;
+    uint16_t high = 0;
+    uint8_t* low = y + 4;
+    std::memset(low, 0, 4);
+    uint8_t L[kSuperBlock];
+    for (int ib = 0; ib < 8; ++ib) {
+      int l = std::clamp(nearest_int(id * scales[ib]), -32, 31);
+      const float dl = d * static_cast<float>(l);
+      const float idl = dl != 0 ? 1 / dl : 0.f;
+      for (int j = 0; j < 32; ++j) L[32 * ib + j] = static_cast<uint8_t>(nearest_iq4(idl * x[32 * ib + j]));
+      l += 32;
+      low[ib / 2] |= static_cast<uint8_t>((l & 0xF) << (ib % 2 ? 4 : 0));
+      high |= static_cast<uint16_t>((l >> 4) << (2 * ib));
+    }
+    std::memcpy(y + 2, &high, 2);
+    pack_iq4(L, y + 8, kSuperBlock);
+  }
+}
+
 void quantize_q4_K(const float* x, uint8_t* y, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b, x += kSuperBlock, y += 144) {
     uint8_t L[kSuperBlock];
@@ -302,12 +488,8 @@ void quantize_q5_K(const float* x, uint8_t* y, int64_t blocks) {
 // -nmax..nmax-1 (stored + nmax), weights x^2, the least-squares scale at
 // 1/iscale = max/-nmax and 18 trial scales around it, the best kept.
 float symmetric_scale(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
+  float amax;
+  const float max = largest(x, n, &amax);
   if (amax < kGroupMaxEps) {
     std::fill(L, L + n, 0);
     return 0.f;
@@ -350,14 +532,9 @@ void quantize_q6_K(const float* x, uint8_t* y, int64_t blocks) {
     uint8_t* qh = y + 128;
     int8_t* sc = reinterpret_cast<int8_t*>(y + 192);
     int8_t L[kSuperBlock];
-    float scales[16], max_scale = 0, max_abs = 0;
-    for (int ib = 0; ib < 16; ++ib) {
-      scales[ib] = symmetric_scale(16, 32, x + 16 * ib, L + 16 * ib);
-      if (std::fabs(scales[ib]) > max_abs) {
-        max_abs = std::fabs(scales[ib]);
-        max_scale = scales[ib];
-      }
-    }
+    float scales[16], max_abs;
+    for (int ib = 0; ib < 16; ++ib) scales[ib] = symmetric_scale(16, 32, x + 16 * ib, L + 16 * ib);
+    const float max_scale = largest(scales, 16, &max_abs);
     if (max_abs < kGroupMaxEps) {
       std::memset(y, 0, 210);
       continue;
@@ -390,9 +567,12 @@ bool ggml_quantizable(GgmlType t) {
     case GgmlType::q5_0:
     case GgmlType::q5_1:
     case GgmlType::q2_K:
+    case GgmlType::q3_K:
     case GgmlType::q4_K:
     case GgmlType::q5_K:
-    case GgmlType::q6_K: return true;
+    case GgmlType::q6_K:
+    case GgmlType::iq4_nl:
+    case GgmlType::iq4_xs: return true;
     default: return false;
   }
 }
@@ -408,9 +588,12 @@ void ggml_quantize_weights(GgmlType t, const float* x, void* dst, int64_t n) {
     case GgmlType::q5_0: quantize_q5_0(x, y, blocks); return;
     case GgmlType::q5_1: quantize_q5_1(x, y, blocks); return;
     case GgmlType::q2_K: quantize_q2_K(x, y, blocks); return;
+    case GgmlType::q3_K: quantize_q3_K(x, y, blocks); return;
     case GgmlType::q4_K: quantize_q4_K(x, y, blocks); return;
     case GgmlType::q5_K: quantize_q5_K(x, y, blocks); return;
     case GgmlType::q6_K: quantize_q6_K(x, y, blocks); return;
+    case GgmlType::iq4_nl: quantize_iq4_nl(x, y, blocks); return;
+    case GgmlType::iq4_xs: quantize_iq4_xs(x, y, blocks); return;
     default: return;
   }
 }

@@ -66,8 +66,9 @@ GgmlType ggml_vec_dot_type(GgmlType w);
 
 // The types claw writes as llama.cpp's reference quantizers do (what
 // llama-quantize makes without an importance matrix), byte for byte:
-// q4_1, q5_0, q5_1, q2_K, q4_K, q5_K, q6_K (ggml_quantize.cc; q8_0 and q4_0
-// are quant.h's own).
+// q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, and iq4_nl/iq4_xs by the
+// search llama-quantize runs (ggml_quantize.cc; q8_0 and q4_0 are quant.h's
+// own).
 bool ggml_quantizable(GgmlType t);
 // n weights (whole blocks) to t (ggml_quantizable).
 void ggml_quantize_weights(GgmlType t, const float* x, void* dst, int64_t n);

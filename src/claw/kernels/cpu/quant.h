@@ -68,12 +68,9 @@ std::optional<WeightType> weight_type_of(GgmlType t);  // nullopt: no matrix typ
 // Whether t is held as GGUF rows (not f32, bf16, q8_0, q4_0).
 constexpr bool is_ggml_rows(WeightType t) { return t >= WeightType::f16; }
 // Whether claw converts fp32 weights to t itself (parse_weight_type's
-// types: q8_0 and q4_0 as its own kernels' blocks, q4_1, q5_0, q5_1, q2_k,
-// q4_k, q5_k and q6_k as llama.cpp's reference quantizers, ggml_quantize.cc);
-// the others (q3_k, iq4_nl, iq4_xs) it reads from files only.
-constexpr bool weight_type_quantizable(WeightType t) {
-  return t <= WeightType::q2_k || (t >= WeightType::q4_k && t <= WeightType::q6_k);
-}
+// types: q8_0 and q4_0 as its own kernels' blocks, the others as
+// llama-quantize makes them, ggml_quantize.cc): every matrix type.
+constexpr bool weight_type_quantizable(WeightType t) { return t <= WeightType::iq4_xs; }
 
 constexpr int64_t kQuantBlock = 32;
 
@@ -93,7 +90,7 @@ std::string_view weight_type_name(WeightType t);
 // or "Q4_K"); nullopt otherwise.
 std::optional<WeightType> parse_weight_type(std::string_view s);
 constexpr std::string_view kWeightTypeChoices =
-    "f32, bf16, f16, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, q2_k";
+    "f32, bf16, f16, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, iq4_nl, iq4_xs, q3_k, q2_k";
 
 // Whether rows of K elements can be held in type t (whole blocks of 32 or 256).
 bool weight_type_fits(WeightType t, int64_t K);
