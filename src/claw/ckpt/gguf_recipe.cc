@@ -58,8 +58,9 @@ GgufTypePlan::GgufTypePlan(GgufRecipe recipe, const std::vector<std::string>& na
                            int64_t n_expert, int64_t n_gqa)
     : r_(std::move(recipe)), n_layer_(n_layer), n_expert_(n_expert), n_gqa_(n_gqa) {
   for (const std::string& n : names) {
-    if (role_of(n) == Role::attn_v) ++n_attn_v_;
-    if (role_of(n) == Role::output) tied_ = false;
+    const Role role = role_of(n);
+    if (role == Role::attn_v) ++n_attn_v_;
+    if (role == Role::output) tied_ = false;
   }
 }
 
@@ -70,9 +71,11 @@ WeightType GgufTypePlan::next(const std::string& name, int64_t cols) {
   const bool m = f == "q4_k_m" || f == "q5_k_m";
   const bool iq4 = f == "iq4_nl" || f == "iq4_xs";
   switch (role_of(name)) {
-    case Role::output: break;
     case Role::token_embd:
       if (!tied_) return t;  // its own type; tied, it is the output layer
+      [[fallthrough]];
+    case Role::output:
+      t = cols % block_of(r_.base) != 0 ? WeightType::q8_0 : r_.base != WeightType::q8_0 ? WeightType::q6_k : t;
       break;
     case Role::attn_v:
       if (f == "q2_k") t = n_gqa_ >= 4 ? WeightType::q4_k : WeightType::q3_k;
@@ -115,8 +118,6 @@ WeightType GgufTypePlan::next(const std::string& name, int64_t cols) {
     }
     case Role::other: break;
   }
-  if (role_of(name) == Role::output || (tied_ && role_of(name) == Role::token_embd))
-    t = cols % block_of(r_.base) != 0 ? WeightType::q8_0 : r_.base != WeightType::q8_0 ? WeightType::q6_k : t;
   if (cols % block_of(t) == 0) return t;
   // Rows that are not whole super-blocks: a type of blocks of 32.
   const WeightType fallback = t == WeightType::q2_k || t == WeightType::q3_k ? WeightType::q4_0
