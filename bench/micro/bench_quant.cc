@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
     });
     const double flops = 2.0 * 128 * N * K;
     std::printf("shape=[%ld,%ld] sgemm_M128_GFLOP_per_s=%.1f\n", long(N), long(K), flops / sgemm_s / 1e9);
-    for (WeightType t : {WeightType::f32, WeightType::bf16, WeightType::q8_0, WeightType::q4_0}) {
+    for (WeightType t : {WeightType::f32, WeightType::bf16, WeightType::f16, WeightType::q8_0, WeightType::q6_k,
+                          WeightType::q5_k, WeightType::q4_k, WeightType::q4_0}) {
       const WeightMatrix W = WeightMatrix::quantize(ctx, t, w.data(), N, K);
       const size_t copies = std::max<size_t>(2, (size_t{256} << 20) / W.bytes() + 1);
       const std::vector<WeightMatrix> layers(copies, W);

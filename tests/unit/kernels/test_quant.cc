@@ -24,7 +24,7 @@ std::vector<float> randn(int64_t n, uint32_t seed) {
   return v;
 }
 
-constexpr WeightType kAll[] = {WeightType::f32, WeightType::bf16, WeightType::q8_0, WeightType::q4_0};
+constexpr WeightType kAll[] = {WeightType::f32, WeightType::bf16, WeightType::f16, WeightType::q8_0, WeightType::q4_0};
 
 TEST(Quant, Names) {
   for (WeightType t : kAll) EXPECT_EQ(parse_weight_type(weight_type_name(t)), t);
@@ -101,6 +101,7 @@ TEST(Quant, RoundTripError) {
       // grid d (q - 8) reaches 8|d| on one side only, so a whole step there.
       const float tol = t == WeightType::f32    ? 0
                         : t == WeightType::bf16 ? amax / 256
+                        : t == WeightType::f16  ? amax / 2048
                         : t == WeightType::q8_0 ? amax / 127 * 0.502f + amax * 1e-3f
                                                 : amax / 8 * 1.002f + amax * 1e-3f;
       for (int k = 0; k < 32; ++k)
@@ -118,6 +119,8 @@ std::vector<double> reference(WeightType t, const std::vector<float>& x, const W
   std::vector<float> w(N * K);
   W.dequantize(w.data());
   std::vector<double> xr(x.begin(), x.end());
+  if (t == WeightType::f16)  // the inputs in f16, llama.cpp's vec-dot type for f16 weights
+    for (size_t i = 0; i < xr.size(); ++i) xr[i] = f16_to_f32(f32_to_f16(x[i]));
   if (t == WeightType::q8_0 || t == WeightType::q4_0)
     for (int64_t blk = 0; blk < M * K / 32; ++blk) {
       float amax = 0;

@@ -11,6 +11,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "claw/kernels/cpu/ggml_quants.h"
 
 namespace claw::kernels::ggml_detail {
@@ -42,9 +46,15 @@ inline uint32_t u32(const uint8_t* p) {
 }
 // f16 to f32, exact: the exponent and mantissa bits moved into an f32 and
 // rescaled by 2^112 (the bias difference), which also turns an f16
-// subnormal's bits into its value.
+// subnormal's bits into its value. Where the build has F16C, its conversion
+// (the same value, without the rescaling's subnormal operand, which costs x86
+// a microcode assist: small K-quant scales are f16 subnormals); a NaN either
+// way as the portable code makes it.
 inline float half(uint16_t h) {
   const uint32_t em = h & 0x7fffu, sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+#if defined(__F16C__)
+  if (em < 0x7c00u) return _cvtsh_ss(h);
+#endif
   float f = std::bit_cast<float>(em << 13) * 0x1p112f;
   if (em >= 0x7c00u) f = em == 0x7c00u ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
   return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | sign);

@@ -357,6 +357,21 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
       });
       return;
     }
+    case WeightType::f16: {
+      // llama.cpp's vec-dot type for f16 is f16: the inputs rounded to it
+      // first, then the fp32 tile over the widened rows.
+      thread_local std::vector<float> xh;
+      xh.resize(static_cast<size_t>(M * K));
+      float* h = xh.data();  // this thread's buffer (a worker naming it would get its own)
+      parallel_for(ctx, M * K, 1 << 14, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) h[i] = f16_to_f32(f32_to_f16(inp[i]));
+      });
+      const uint16_t* w = reinterpret_cast<const uint16_t*>(W.data());
+      rowwise::over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) {
+        rowwise::panel<rowwise::F16Rows>(out, N, h, w, bias, M, K, n0, n1);
+      });
+      return;
+    }
     case WeightType::q8_0:
     case WeightType::q4_0: {
       thread_local std::vector<int8_t> xq;

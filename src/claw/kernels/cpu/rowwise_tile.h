@@ -1,5 +1,5 @@
 // Internal to the batch-invariant linear kernels (rowwise_linear.cc,
-// quant.cc): the register tile over fp32 or bf16 weight rows and the split
+// quant.cc): the register tile over fp32, bf16 or f16 weight rows and the split
 // of weight rows into panels. Every output element is fixed_order_dot.h's
 // dot product (16 lanes, the fold, the tail), whatever tile or panel
 // computes it.
@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "claw/core/dtype_convert.h"
 #include "claw/core/parallel.h"
@@ -37,6 +41,28 @@ struct Bf16Rows {
     return v;
   }
   static float at(const uint16_t* p) { return bf16_to_f32(*p); }
+};
+
+// f16 (GGUF's F16 matrices), widened exactly: by the hardware's conversion
+// where the build has it (F16C, AVX-512), else dtype_convert.h's.
+struct F16Rows {
+  using T = uint16_t;
+  static V16 vec(const uint16_t* p) {
+    V16 v;
+#if defined(__AVX512F__)
+    const __m512 w = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    std::memcpy(&v, &w, sizeof v);
+#elif defined(__F16C__)
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    std::memcpy(&v, &lo, 32);
+    std::memcpy(reinterpret_cast<char*>(&v) + 32, &hi, 32);
+#else
+    for (int l = 0; l < 16; ++l) v[l] = f16_to_f32(p[l]);
+#endif
+    return v;
+  }
+  static float at(const uint16_t* p) { return f16_to_f32(*p); }
 };
 
 // out[i][j] = dot(x_i, w_j) + bias_j for MR rows of x and NR weight rows.
