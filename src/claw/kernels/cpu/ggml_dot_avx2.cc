@@ -48,18 +48,26 @@ inline __m256i pick16(__m256i v, int lo, int hi) {
 // 4 + j in byte 8 + j's nibbles with their top two bits in bytes j's and 4 +
 // j's bits 6-7), as int16 in both lanes (scales) and in one (minimums).
 inline void k_scales(const uint8_t* s, __m256i* sc, __m128i* mn) {
-  uint32_t w[3];
-  std::memcpy(w, s, 12);
-  const uint32_t sc0 = w[0] & 0x3f3f3f3f, sc1 = (w[2] & 0x0f0f0f0f) | ((w[0] >> 2) & 0x30303030);
-  const uint32_t mn0 = w[1] & 0x3f3f3f3f, mn1 = ((w[2] >> 4) & 0x0f0f0f0f) | ((w[1] >> 2) & 0x30303030);
-  *sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc1), int(sc0))));
-  *mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(mn1), int(mn0)));
+  const __m128i w = load128(s);  // words w0 w1 w2 (and four bytes of what follows)
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(w, 0x98), _mm_setr_epi32(0, 0, 0, 4)),
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));  // w0 w2 w1 w2>>4
+  const __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(w, 0x50), 2),
+                                    _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));  // (w0 w0 w1 w1) >> 2
+  const __m128i b = _mm_or_si128(low, top);  // the 8 scales' bytes, then the 8 minimums'
+  *sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(b));
+  *mn = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(b, b));
 }
 
-// sum_j mn[j] (bsums[2j] + bsums[2j + 1]): the minimums of sub-blocks of 32.
-inline int32_t k_min_sum(__m128i mn, const BlockQ8K& a) {
+// The integer sums of a q4_K/q5_K super-block: the quants' (8 int32 lanes of
+// sum) and the minimums' (sum_j mn[j] (bsums[2j] + bsums[2j + 1])), reduced
+// together.
+inline void k_sums(__m256i sum, __m128i mn, const BlockQ8K& a, int32_t* isum, int32_t* imin) {
   const __m128i pairs = _mm_hadd_epi16(load128(a.bsums), load128(a.bsums + 8));
-  return hsum_i32(_mm_madd_epi16(mn, pairs));
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+  __m128i t = _mm_hadd_epi32(s4, _mm_madd_epi16(mn, pairs));
+  t = _mm_hadd_epi32(t, t);
+  *isum = _mm_cvtsi128_si32(t);
+  *imin = _mm_extract_epi32(t, 1);
 }
 
 // Sub-blocks 2c and 2c + 1 (quants lo, hi, scales slo, shi) against
@@ -105,7 +113,8 @@ void dot_q45_K(const uint8_t* row, int64_t nb, const uint8_t* x, size_t xb, floa
     const float d = f16(p), dmin = f16(p + 2);
     for (int r = 0; r < R; ++r) {
       const BlockQ8K& a = q8k(x, xb, r, i);
-      const int32_t isum = hsum_i32(sum[r]), imin = k_min_sum(mn, a);
+      int32_t isum, imin;
+      k_sums(sum[r], mn, a, &isum, &imin);
       acc[r] += (d * a.d) * static_cast<float>(isum);
       acc[r] -= (dmin * a.d) * static_cast<float>(imin);
     }
