@@ -22,8 +22,8 @@ OutputLayer::OutputLayer(const ModelConfig& cfg, const HfNames& hf, Param* tied,
     : weight_(tied ? tied : &own_weight),
       tp_(tp),
       vocab_(VocabShard::of(cfg.vocab_size, tp.dims().padded_vocab(cfg), tp.rank(), tp.size())),
-      C_(cfg.hidden_size),
-      cap_(cfg.final_logit_softcapping) {
+      C_(cfg.hidden_size) {
+  cap_ = cfg.final_logit_softcapping;
   if (tied) return;
   own_weight.spec = {.name = "output_layer.weight",
                      .shape = {vocab_.Vp, C_},
