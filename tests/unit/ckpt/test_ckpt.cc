@@ -424,9 +424,12 @@ TEST(Ckpt, HuggingFaceFamiliesRoundTrip) {
     const HfStateDict hf = to_hf(back, [&](const std::string& p) { return ours.at(p); });
     for (const model::ParamSpec& s : model_param_specs(back))
       EXPECT_EQ(from_hf(s, hf, "test"), ours.at(s.name)) << f.arch << " " << s.name;
-    if (cfg.add_qkv_bias) EXPECT_EQ(hf.count("model.layers.0.self_attn.k_proj.bias"), 1u);
-    if (cfg.qk_layernorm && !cfg.qk_layernorm_full_width)
+    if (cfg.add_qkv_bias) {
+      EXPECT_EQ(hf.count("model.layers.0.self_attn.k_proj.bias"), 1u);
+    }
+    if (cfg.qk_layernorm && !cfg.qk_layernorm_full_width) {
       EXPECT_EQ(hf.at("model.layers.1.self_attn.q_norm.weight").shape, (std::vector<int64_t>{32}));
+    }
     if (!cfg.pre_sublayer_norm) {  // OLMo 2: two norms a layer, after the sublayers; q/k norms of full width
       EXPECT_EQ(back.pre_sublayer_norm, false);
       EXPECT_EQ(back.qk_layernorm_full_width, true);
