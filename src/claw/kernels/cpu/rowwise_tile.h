@@ -70,7 +70,13 @@ template <typename W, int MR, int NR>
 void tile(float* out, int64_t ldo, const float* x, const typename W::T* w, const float* bias, int64_t K) {
   V16 acc[MR][NR] = {};
   const int64_t K16 = K / 16 * 16;
+  // The NR rows after these (the next tile's, contiguous) on their way, as
+  // many bytes an iteration as it reads: short rows (K in the hundreds) are
+  // too short a stream for the hardware prefetcher to find in time.
+  const char* next = reinterpret_cast<const char*>(w + NR * K);
+  constexpr int64_t kAhead = NR * 16 * static_cast<int64_t>(sizeof(typename W::T));
   for (int64_t k = 0; k < K16; k += 16) {
+    for (int64_t b = 0; b < kAhead; b += 64) __builtin_prefetch(next + k / 16 * kAhead + b);
     V16 xv[MR], wv[NR];
     for (int i = 0; i < MR; ++i) xv[i] = fixed_order::load(x + i * K + k);
     for (int j = 0; j < NR; ++j) wv[j] = W::vec(w + j * K + k);
@@ -87,6 +93,8 @@ void tile(float* out, int64_t ldo, const float* x, const typename W::T* w, const
 
 template <typename W, int MR>
 void row_tile(float* out, int64_t ldo, const float* x, const typename W::T* w, const float* bias, int64_t K, int nr) {
+  if constexpr (MR == 1)
+    if (nr == 8) return tile<W, 1, 8>(out, ldo, x, w, bias, K);
   switch (nr) {
     case 4: return tile<W, MR, 4>(out, ldo, x, w, bias, K);
     case 3: return tile<W, MR, 3>(out, ldo, x, w, bias, K);
@@ -103,17 +111,18 @@ void panel(float* out, int64_t N, const float* x, const typename W::T* w, const 
            int64_t n0, int64_t n1) {
   for (int64_t m = 0; m < M; m += kMr) {
     const int mr = static_cast<int>(std::min(kMr, M - m));
-    for (int64_t n = n0; n < n1; n += kNr) {
-      const int nr = static_cast<int>(std::min(kNr, n1 - n));
+    for (int64_t n = n0, nr = 0; n < n1; n += nr) {
+      // One input row (decoding): eight weight rows in flight, else four.
+      nr = mr == 1 && n1 - n >= 8 ? 8 : std::min(kNr, n1 - n);
       float* o = out + m * N + n;
       const float* xm = x + m * K;
       const typename W::T* wn = w + n * K;
       const float* b = bias ? bias + n : nullptr;
       switch (mr) {
-        case 4: row_tile<W, 4>(o, N, xm, wn, b, K, nr); break;
-        case 3: row_tile<W, 3>(o, N, xm, wn, b, K, nr); break;
-        case 2: row_tile<W, 2>(o, N, xm, wn, b, K, nr); break;
-        default: row_tile<W, 1>(o, N, xm, wn, b, K, nr); break;
+        case 4: row_tile<W, 4>(o, N, xm, wn, b, K, int(nr)); break;
+        case 3: row_tile<W, 3>(o, N, xm, wn, b, K, int(nr)); break;
+        case 2: row_tile<W, 2>(o, N, xm, wn, b, K, int(nr)); break;
+        default: row_tile<W, 1>(o, N, xm, wn, b, K, int(nr)); break;
       }
     }
   }
