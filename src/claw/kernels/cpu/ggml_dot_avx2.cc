@@ -70,18 +70,39 @@ inline void k_sums(__m256i sum, __m128i mn, const BlockQ8K& a, int32_t* isum, in
   *imin = _mm_extract_epi32(t, 1);
 }
 
+// The kernels below take R activation rows (xb bytes apart) at once, each
+// super-block's quants unpacked once for the R; y[r] is row r's product.
+inline const BlockQ8K& q8k(const uint8_t* x, size_t xb, int r, int64_t i) {
+  return reinterpret_cast<const BlockQ8K*>(x + r * xb)[i];
+}
+
+// Four rows' 8-lane integer sums, each summed: [a, b, c, d].
+inline __m128i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+inline __m128i sum4(__m128i a, __m128i b, __m128i c, __m128i d) {
+  return _mm_hadd_epi32(_mm_hadd_epi32(a, b), _mm_hadd_epi32(c, d));
+}
+
+// acc[r] += (d a_r.d) float(isum[r]) for four rows at once: each lane the
+// scalar operations of one row, in their order (so the same bits).
+inline __m128 scaled_add(__m128 acc, float d, __m128 ad, __m128i isum) {
+  return _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), ad), _mm_cvtepi32_ps(isum)));
+}
+inline __m128 scaled_sub(__m128 acc, float d, __m128 ad, __m128i isum) {
+  return _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), ad), _mm_cvtepi32_ps(isum)));
+}
+inline __m128 act_scales(const uint8_t* x, size_t xb, int64_t i) {
+  return _mm_setr_ps(q8k(x, xb, 0, i).d, q8k(x, xb, 1, i).d, q8k(x, xb, 2, i).d, q8k(x, xb, 3, i).d);
+}
+
 // Sub-blocks 2c and 2c + 1 (quants lo, hi, scales slo, shi) against
 // activations 64c.. of a.
 inline __m256i k_pair(__m256i lo, __m256i hi, __m256i slo, __m256i shi, int c, const BlockQ8K& a) {
   const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load(a.qs + 64 * c)), slo);
   const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load(a.qs + 64 * c + 32)), shi);
   return _mm256_add_epi32(plo, phi);
-}
-
-// The kernels below take R activation rows (xb bytes apart) at once, each
-// super-block's quants unpacked once for the R; y[r] is row r's product.
-inline const BlockQ8K& q8k(const uint8_t* x, size_t xb, int r, int64_t i) {
-  return reinterpret_cast<const BlockQ8K*>(x + r * xb)[i];
 }
 
 // q4_K (144 bytes): d, dmin, scales[12], qs[128]; element 64c + 32n + l is
@@ -91,7 +112,9 @@ template <bool Five, int R>
 void dot_q45_K(const uint8_t* row, int64_t nb, const uint8_t* x, size_t xb, float* y) {
   constexpr size_t kBytes = Five ? 176 : 144, kQs = Five ? 48 : 16;
   const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
-  float acc[R] = {};
+  static_assert(R == 1 || R == 4);
+  float acc = 0;
+  __m128 acc4 = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p = row + i * kBytes;
     __m256i sc;
@@ -111,15 +134,27 @@ void dot_q45_K(const uint8_t* row, int64_t nb, const uint8_t* x, size_t xb, floa
       for (int r = 0; r < R; ++r) sum[r] = _mm256_add_epi32(sum[r], k_pair(lo, hi, slo, shi, c, q8k(x, xb, r, i)));
     }
     const float d = f16(p), dmin = f16(p + 2);
-    for (int r = 0; r < R; ++r) {
-      const BlockQ8K& a = q8k(x, xb, r, i);
+    if constexpr (R == 4) {
+      __m128i m[4];
+      for (int r = 0; r < 4; ++r) {
+        const BlockQ8K& a = q8k(x, xb, r, i);
+        m[r] = _mm_madd_epi16(mn, _mm_hadd_epi16(load128(a.bsums), load128(a.bsums + 8)));
+      }
+      const __m128 ad = act_scales(x, xb, i);
+      acc4 = scaled_add(acc4, d, ad, sum4(sum[0], sum[1], sum[2], sum[3]));
+      acc4 = scaled_sub(acc4, dmin, ad, sum4(m[0], m[1], m[2], m[3]));
+    } else {
+      const BlockQ8K& a = q8k(x, xb, 0, i);
       int32_t isum, imin;
-      k_sums(sum[r], mn, a, &isum, &imin);
-      acc[r] += (d * a.d) * static_cast<float>(isum);
-      acc[r] -= (dmin * a.d) * static_cast<float>(imin);
+      k_sums(sum[0], mn, a, &isum, &imin);
+      acc += (d * a.d) * static_cast<float>(isum);
+      acc -= (dmin * a.d) * static_cast<float>(imin);
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = acc[r];
+  if constexpr (R == 4)
+    _mm_storeu_ps(y, acc4);
+  else
+    y[0] = acc;
 }
 
 // q6_K (210 bytes): ql[128], qh[64], int8 scales[16] (one per 16), d;
@@ -128,7 +163,9 @@ void dot_q45_K(const uint8_t* row, int64_t nb, const uint8_t* x, size_t xb, floa
 template <int R>
 void dot_q6_K(const uint8_t* row, int64_t nb, const uint8_t* x, size_t xb, float* y) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), b45 = _mm256_set1_epi8(0x30);
-  float acc[R] = {};
+  static_assert(R == 1 || R == 4);
+  float acc = 0;
+  __m128 acc4 = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p = row + i * 210;
     const __m256i sc = _mm256_cvtepi8_epi16(load128(p + 192));  // scales 0-7 in the low lane, 8-15 high
@@ -153,14 +190,23 @@ void dot_q6_K(const uint8_t* row, int64_t nb, const uint8_t* x, size_t xb, float
       }
     }
     const float d = f16(p + 208);
-    for (int r = 0; r < R; ++r) {
-      const BlockQ8K& a = q8k(x, xb, r, i);
-      const int32_t offset = hsum_i32(_mm256_madd_epi16(sc, load(a.bsums)));  // sum_j sc[j] bsums[j]
-      const int32_t isum = hsum_i32(sum[r]) - 32 * offset;
-      acc[r] += (d * a.d) * static_cast<float>(isum);
+    // Less 32 sum_j sc[j] bsums[j]: the quants' -32.
+    if constexpr (R == 4) {
+      __m256i o[4];
+      for (int r = 0; r < 4; ++r) o[r] = _mm256_madd_epi16(sc, load(q8k(x, xb, r, i).bsums));
+      const __m128i isum =
+          _mm_sub_epi32(sum4(sum[0], sum[1], sum[2], sum[3]), _mm_slli_epi32(sum4(o[0], o[1], o[2], o[3]), 5));
+      acc4 = scaled_add(acc4, d, act_scales(x, xb, i), isum);
+    } else {
+      const BlockQ8K& a = q8k(x, xb, 0, i);
+      const int32_t isum = hsum_i32(sum[0]) - 32 * hsum_i32(_mm256_madd_epi16(sc, load(a.bsums)));
+      acc += (d * a.d) * static_cast<float>(isum);
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = acc[r];
+  if constexpr (R == 4)
+    _mm_storeu_ps(y, acc4);
+  else
+    y[0] = acc;
 }
 
 // Products of a row with kRawRows activation rows at once, or with one.
