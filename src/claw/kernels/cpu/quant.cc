@@ -320,6 +320,90 @@ std::string quant_kernel_isa() { return isa().name; }
 
 namespace {
 
+// f16 rows: each output the sum of w[k] x[k] in 64 fp32 lanes (lane k % 64,
+// ascending k; four registers of 16, so that a row read alone keeps four
+// multiply-add chains going), the four added pairwise, the rest of the row
+// in the 16 lanes, folded (fixed_order.h), the tail after. Rows are read one
+// after another (one sequential stream a thread, as decoding wants); more
+// than two input rows go by groups that stay in L2, in register tiles of
+// 2 x 2. The same order for every batch.
+template <typename Rows, typename XRows>
+float dot_lanes64(const typename Rows::T* w, const typename XRows::T* x, int64_t K) {
+  using fixed_order::V16;
+  V16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t k = 0;
+  for (; k + 64 <= K; k += 64) {
+    a0 += Rows::vec(w + k) * XRows::vec(x + k);
+    a1 += Rows::vec(w + k + 16) * XRows::vec(x + k + 16);
+    a2 += Rows::vec(w + k + 32) * XRows::vec(x + k + 32);
+    a3 += Rows::vec(w + k + 48) * XRows::vec(x + k + 48);
+  }
+  V16 a = (a0 + a1) + (a2 + a3);
+  for (; k + 16 <= K; k += 16) a += Rows::vec(w + k) * XRows::vec(x + k);
+  float s = fixed_order::fold(a);
+  for (; k < K; ++k) s += XRows::at(x + k) * Rows::at(w + k);
+  return s;
+}
+
+// dot_lanes64 for MR input rows x NR weight rows at once (the batch's
+// register tile), each output in the same order.
+template <int MR, int NR>
+void f16_tile(float* out, int64_t ldo, const float* x, const uint16_t* w, const float* bias, int64_t K) {
+  using fixed_order::V16;
+  using rowwise::F16Rows;
+  V16 acc[MR][NR][4] = {};
+  int64_t k = 0;
+  for (; k + 64 <= K; k += 64)
+    for (int q = 0; q < 4; ++q) {
+      V16 xv[MR], wv[NR];
+      for (int i = 0; i < MR; ++i) xv[i] = fixed_order::load(x + i * K + k + 16 * q);
+      for (int j = 0; j < NR; ++j) wv[j] = F16Rows::vec(w + j * K + k + 16 * q);
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j][q] += wv[j] * xv[i];
+    }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      V16 a = (acc[i][j][0] + acc[i][j][1]) + (acc[i][j][2] + acc[i][j][3]);
+      int64_t r = k;
+      for (; r + 16 <= K; r += 16) a += F16Rows::vec(w + j * K + r) * fixed_order::load(x + i * K + r);
+      float s = fixed_order::fold(a);
+      for (; r < K; ++r) s += x[i * K + r] * F16Rows::at(w + j * K + r);
+      out[i * ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
+// x: the inputs in f16 (xh, what decoding reads: half the bytes) and as
+// their fp32 values (xf).
+void f16_rows_panel(float* out, int64_t N, const uint16_t* xh, const float* xf, const uint16_t* w, const float* bias,
+                    int64_t M, int64_t K, int64_t n0, int64_t n1) {
+  using rowwise::F16Rows;
+  using rowwise::F32Rows;
+  if (M <= 2) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        const float y = dot_lanes64<F16Rows, F16Rows>(w + n * K, xh + m * K, K);
+        out[m * N + n] = bias ? y + bias[n] : y;
+      }
+    return;
+  }
+  const int64_t group = std::max<int64_t>(2, (256 << 10) / (4 * K));  // input rows in L2
+  for (int64_t g = 0; g < M; g += group) {
+    const int64_t g1 = std::min(M, g + group);
+    for (int64_t n = n0; n < n1; n += 2)
+      for (int64_t m = g; m < g1; m += 2) {
+        float* o = out + m * N + n;
+        const float* b = bias ? bias + n : nullptr;
+        const int shape = (m + 2 <= g1 ? 2 : 0) + (n + 2 <= n1 ? 1 : 0);
+        switch (shape) {
+          case 3: f16_tile<2, 2>(o, N, xf + m * K, w + n * K, b, K); break;
+          case 2: f16_tile<2, 1>(o, N, xf + m * K, w + n * K, b, K); break;
+          case 1: f16_tile<1, 2>(o, N, xf + m * K, w + n * K, b, K); break;
+          default: f16_tile<1, 1>(o, N, xf + m * K, w + n * K, b, K); break;
+        }
+      }
+  }
+}
+
 // The GGUF row types: each input row quantized to the weight type's vec-dot
 // type once, then every output its own dot product (one fixed order per
 // output, whatever the batch).
@@ -359,16 +443,19 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
     }
     case WeightType::f16: {
       // llama.cpp's vec-dot type for f16 is f16: the inputs rounded to it
-      // first, then the fp32 tile over the widened rows.
-      thread_local std::vector<float> xh;
+      // first, then each row's products (f16_rows_panel).
+      thread_local std::vector<uint16_t> xh;
+      thread_local std::vector<float> xf;
       xh.resize(static_cast<size_t>(M * K));
-      float* h = xh.data();  // this thread's buffer (a worker naming it would get its own)
+      xf.resize(static_cast<size_t>(M * K));
+      uint16_t* h = xh.data();  // this thread's buffers (a worker naming them would get its own)
+      float* f = xf.data();
       parallel_for(ctx, M * K, 1 << 14, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) h[i] = f16_to_f32(f32_to_f16(inp[i]));
+        for (int64_t i = i0; i < i1; ++i) f[i] = f16_to_f32(h[i] = f32_to_f16(inp[i]));
       });
       const uint16_t* w = reinterpret_cast<const uint16_t*>(W.data());
       rowwise::over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) {
-        rowwise::panel<rowwise::F16Rows>(out, N, h, w, bias, M, K, n0, n1);
+        f16_rows_panel(out, N, h, f, w, bias, M, K, n0, n1);
       });
       return;
     }
