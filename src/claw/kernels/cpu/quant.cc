@@ -320,85 +320,90 @@ std::string quant_kernel_isa() { return isa().name; }
 
 namespace {
 
-// f16 rows: each output the sum of w[k] x[k] in 64 fp32 lanes (lane k % 64,
-// ascending k; four registers of 16, so that a row read alone keeps four
-// multiply-add chains going), the four added pairwise, the rest of the row
-// in the 16 lanes, folded (fixed_order.h), the tail after. Rows are read one
-// after another (one sequential stream a thread, as decoding wants); more
-// than two input rows go by groups that stay in L2, in register tiles of
-// 2 x 2. The same order for every batch.
-template <typename Rows, typename XRows>
-float dot_lanes64(const typename Rows::T* w, const typename XRows::T* x, int64_t K) {
+// f16 rows: each output the sum of w[k] x[k] in 32 fp32 lanes (lane k % 32,
+// ascending k; two registers of 16, so that a row read alone keeps two
+// multiply-add chains going), the two added, the rest of the row in the 16
+// lanes, folded (fixed_order.h), the tail after. Decoding (one or two input
+// rows) reads the rows one after another (one sequential stream a thread)
+// against the inputs in f16; more input rows go by groups that stay in L2,
+// in register tiles of up to 4 inputs x 2 rows. The same order for every
+// batch.
+template <typename XRows>
+float dot_lanes32(const uint16_t* w, const typename XRows::T* x, int64_t K) {
   using fixed_order::V16;
-  V16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  using rowwise::F16Rows;
+  V16 a0 = {}, a1 = {};
   int64_t k = 0;
-  for (; k + 64 <= K; k += 64) {
-    a0 += Rows::vec(w + k) * XRows::vec(x + k);
-    a1 += Rows::vec(w + k + 16) * XRows::vec(x + k + 16);
-    a2 += Rows::vec(w + k + 32) * XRows::vec(x + k + 32);
-    a3 += Rows::vec(w + k + 48) * XRows::vec(x + k + 48);
+  for (; k + 32 <= K; k += 32) {
+    a0 += F16Rows::vec(w + k) * XRows::vec(x + k);
+    a1 += F16Rows::vec(w + k + 16) * XRows::vec(x + k + 16);
   }
-  V16 a = (a0 + a1) + (a2 + a3);
-  for (; k + 16 <= K; k += 16) a += Rows::vec(w + k) * XRows::vec(x + k);
+  V16 a = a0 + a1;
+  for (; k + 16 <= K; k += 16) a += F16Rows::vec(w + k) * XRows::vec(x + k);
   float s = fixed_order::fold(a);
-  for (; k < K; ++k) s += XRows::at(x + k) * Rows::at(w + k);
+  for (; k < K; ++k) s += F16Rows::at(w + k) * XRows::at(x + k);
   return s;
 }
 
-// dot_lanes64 for MR input rows x NR weight rows at once (the batch's
-// register tile), each output in the same order.
+// dot_lanes32 for MR input rows x NR weight rows at once.
 template <int MR, int NR>
 void f16_tile(float* out, int64_t ldo, const float* x, const uint16_t* w, const float* bias, int64_t K) {
   using fixed_order::V16;
   using rowwise::F16Rows;
-  V16 acc[MR][NR][4] = {};
+  V16 acc[MR][NR][2] = {};
   int64_t k = 0;
-  for (; k + 64 <= K; k += 64)
-    for (int q = 0; q < 4; ++q) {
+  for (; k + 32 <= K; k += 32)
+    for (int h = 0; h < 2; ++h) {
       V16 xv[MR], wv[NR];
-      for (int i = 0; i < MR; ++i) xv[i] = fixed_order::load(x + i * K + k + 16 * q);
-      for (int j = 0; j < NR; ++j) wv[j] = F16Rows::vec(w + j * K + k + 16 * q);
+      for (int i = 0; i < MR; ++i) xv[i] = fixed_order::load(x + i * K + k + 16 * h);
+      for (int j = 0; j < NR; ++j) wv[j] = F16Rows::vec(w + j * K + k + 16 * h);
       for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j][q] += wv[j] * xv[i];
+        for (int j = 0; j < NR; ++j) acc[i][j][h] += wv[j] * xv[i];
     }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      V16 a = (acc[i][j][0] + acc[i][j][1]) + (acc[i][j][2] + acc[i][j][3]);
+      V16 a = acc[i][j][0] + acc[i][j][1];
       int64_t r = k;
       for (; r + 16 <= K; r += 16) a += F16Rows::vec(w + j * K + r) * fixed_order::load(x + i * K + r);
       float s = fixed_order::fold(a);
-      for (; r < K; ++r) s += x[i * K + r] * F16Rows::at(w + j * K + r);
+      for (; r < K; ++r) s += F16Rows::at(w + j * K + r) * x[i * K + r];
       out[i * ldo + j] = bias ? s + bias[j] : s;
     }
+}
+
+template <int MR>
+void f16_row_tile(int nr, float* out, int64_t ldo, const float* x, const uint16_t* w, const float* bias, int64_t K) {
+  switch (nr) {
+    case 2: return f16_tile<MR, 2>(out, ldo, x, w, bias, K);
+    default: return f16_tile<MR, 1>(out, ldo, x, w, bias, K);
+  }
 }
 
 // x: the inputs in f16 (xh, what decoding reads: half the bytes) and as
 // their fp32 values (xf).
 void f16_rows_panel(float* out, int64_t N, const uint16_t* xh, const float* xf, const uint16_t* w, const float* bias,
                     int64_t M, int64_t K, int64_t n0, int64_t n1) {
-  using rowwise::F16Rows;
-  using rowwise::F32Rows;
   if (M <= 2) {
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t m = 0; m < M; ++m) {
-        const float y = dot_lanes64<F16Rows, F16Rows>(w + n * K, xh + m * K, K);
+        const float y = dot_lanes32<rowwise::F16Rows>(w + n * K, xh + m * K, K);
         out[m * N + n] = bias ? y + bias[n] : y;
       }
     return;
   }
-  const int64_t group = std::max<int64_t>(2, (256 << 10) / (4 * K));  // input rows in L2
+  const int64_t group = std::max<int64_t>(4, (256 << 10) / (4 * K));  // input rows in L2
   for (int64_t g = 0; g < M; g += group) {
     const int64_t g1 = std::min(M, g + group);
     for (int64_t n = n0; n < n1; n += 2)
-      for (int64_t m = g; m < g1; m += 2) {
+      for (int64_t m = g; m < g1; m += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(2, n1 - n));
         float* o = out + m * N + n;
         const float* b = bias ? bias + n : nullptr;
-        const int shape = (m + 2 <= g1 ? 2 : 0) + (n + 2 <= n1 ? 1 : 0);
-        switch (shape) {
-          case 3: f16_tile<2, 2>(o, N, xf + m * K, w + n * K, b, K); break;
-          case 2: f16_tile<2, 1>(o, N, xf + m * K, w + n * K, b, K); break;
-          case 1: f16_tile<1, 2>(o, N, xf + m * K, w + n * K, b, K); break;
-          default: f16_tile<1, 1>(o, N, xf + m * K, w + n * K, b, K); break;
+        switch (std::min<int64_t>(4, g1 - m)) {
+          case 4: f16_row_tile<4>(nr, o, N, xf + m * K, w + n * K, b, K); break;
+          case 3: f16_row_tile<3>(nr, o, N, xf + m * K, w + n * K, b, K); break;
+          case 2: f16_row_tile<2>(nr, o, N, xf + m * K, w + n * K, b, K); break;
+          default: f16_row_tile<1>(nr, o, N, xf + m * K, w + n * K, b, K); break;
         }
       }
   }
