@@ -30,7 +30,6 @@ greedy, ignore_eos, the token count from the final usage chunk):
 Results: a JSON file and a markdown table (bench/results/serving.md).
 """
 import argparse
-import http.client
 import json
 import os
 import random
@@ -44,7 +43,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench_serve import concurrent, make_model, percentile  # noqa: E402
+from bench_serve import concurrent, make_model, percentile, stream_completion  # noqa: E402
 
 
 def log(*a):
@@ -86,32 +85,7 @@ class Server:
 
     def stream(self, prompt, n):
         """One streamed completion: (time to first token, total time)."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1200)
-        body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": True,
-                           "stream_options": {"include_usage": True}})
-        t0 = time.perf_counter()
-        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        r = c.getresponse()
-        assert r.status == 200, (self.name, r.status, r.read())
-        first, tokens, buf = None, None, b""
-        while True:
-            chunk = r.read1(65536)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n\n" in buf:
-                event, buf = buf.split(b"\n\n", 1)
-                if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                    continue
-                j = json.loads(event[6:])
-                if j.get("usage"):
-                    tokens = j["usage"]["completion_tokens"]
-                if first is None and j.get("choices"):
-                    first = time.perf_counter() - t0
-        total = time.perf_counter() - t0
-        c.close()
-        assert tokens == n, (self.name, tokens, n)
-        return first if first is not None else total, total
+        return stream_completion(self.port, prompt, n, self.name)
 
 
 def claw_server(a, gguf, workdir):

@@ -106,33 +106,39 @@ class ClawServer:
 
     def stream(self, prompt, n):
         """One streamed completion: (time to first token, total time, tokens)."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": True,
-                           "stream_options": {"include_usage": True}})
-        t0 = time.perf_counter()
-        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        r = c.getresponse()
-        assert r.status == 200, r.read()
-        first, tokens = None, 0
-        buf = b""
-        while True:
-            chunk = r.read1(65536)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n\n" in buf:
-                event, buf = buf.split(b"\n\n", 1)
-                if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                    continue
-                j = json.loads(event[6:])
-                if j.get("usage"):
-                    tokens = j["usage"]["completion_tokens"]
-                elif first is None:
-                    first = time.perf_counter() - t0
-        total = time.perf_counter() - t0
-        c.close()
-        assert tokens == n, (tokens, n)
-        return first, total, tokens
+        return stream_completion(self.port, prompt, n) + (n,)
+
+
+def stream_completion(port, prompt, n, name="claw serve"):
+    """One streamed /v1/completions request (greedy, ignore_eos, usage in the
+    last chunk) to a server on loopback: (time to the first chunk with a
+    choice, total time). Asserts the usage counts n tokens."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=1200)
+    body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": True,
+                       "stream_options": {"include_usage": True}})
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, (name, r.status, r.read())
+    first, tokens, buf = None, None, b""
+    while True:
+        chunk = r.read1(65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            if not event.startswith(b"data: ") or event == b"data: [DONE]":
+                continue
+            j = json.loads(event[6:])
+            if j.get("usage"):
+                tokens = j["usage"]["completion_tokens"]
+            if first is None and j.get("choices"):
+                first = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    c.close()
+    assert tokens == n, (name, tokens, n)
+    return (first if first is not None else total), total
 
 
 def percentile(xs, p):
