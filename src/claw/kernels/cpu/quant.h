@@ -14,8 +14,9 @@
 //
 // The linear layer y = x W^T + b:
 //   f32, bf16   fixed_order_dot.h's order on fp32 (bf16 widened on load);
-//   f16         likewise, the inputs first rounded to f16 (llama.cpp's
-//               vec-dot type for f16 weights);
+//   f16         the inputs first rounded to f16 (llama.cpp's vec-dot type
+//               for f16 weights), then 32 fp32 lanes an output (quant.cc:
+//               dot_lanes32), folded as fixed_order_dot.h folds its 16;
 //   q8_0, q4_0  each input row is quantized to blocks of 32 int8 with a
 //               scale dx, as llama.cpp does (ggml_quants.h: q8_0, dx =
 //               max|x| / 127 rounded to f16); per block b each output takes
@@ -61,8 +62,8 @@ namespace claw::kernels {
 
 // f32, bf16 and claw's q8_0/q4_0 kernel layout (above); the others are
 // held as GGUF's rows, as read from a file, and multiplied as llama.cpp
-// does (ggml_quants.h: activations in the type's vec-dot type; f16 by the
-// fp32 tile, above).
+// does (ggml_quants.h: activations in the type's vec-dot type; f16 by its
+// own fp32 products, above).
 enum class WeightType : uint8_t {
   f32, bf16, q8_0, q4_0, f16, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs
 };
