@@ -59,6 +59,9 @@ void EngineFlags::add_to(CLI::App& app) {
                  "keys and values held as auto (f32), f32, bf16, f16, int8 (a scale per token and KV head) or "
                  "q8_0 (llama.cpp's: a scale per 32)")
       ->capture_default_str();
+  app.add_option("--cache-type-k", cache_type_k, "llama.cpp's name for --kv-cache-dtype (keys)");
+  app.add_option("--cache-type-v", cache_type_v,
+                 "llama.cpp's name for --kv-cache-dtype (values; keys and values are held in one type)");
   app.add_option("--kv-cache-memory", kv_cache_memory,
                  "memory for the KV cache, e.g. 2GiB (default: a quarter of the available memory)");
   app.add_option("--num-kv-blocks", engine.num_blocks, "KV-cache blocks (overrides --kv-cache-memory)");
@@ -90,6 +93,8 @@ std::vector<std::pair<std::string, std::string>> EngineFlags::resolved(const ser
           {"tokenizer-model", model.tokenizer.model_file},
           {"block-size", std::to_string(e.block_size)},
           {"kv-cache-dtype", std::string(kernels::kv_dtype_name(e.kv_cache_dtype))},
+          {"cache-type-k", std::string(kernels::kv_dtype_name(e.kv_cache_dtype))},
+          {"cache-type-v", std::string(kernels::kv_dtype_name(e.kv_cache_dtype))},
           {"kv-cache-memory", kv_cache_memory},
           {"num-kv-blocks", std::to_string(e.num_blocks)},
           {"max-num-batched-tokens", std::to_string(e.max_num_batched_tokens)},
@@ -110,11 +115,19 @@ serve::EngineConfig EngineFlags::resolve(const serve::InferenceModel& m) const {
   e.prefix_caching = !no_prefix_caching;
   serve::BlockPool::check_block_size(e.block_size);  // before sizing blocks by it
   const int64_t context = e.max_model_len > 0 ? e.max_model_len : m.cfg.max_position_embeddings;
-  if (kv_cache_dtype != "auto") {
-    const auto t = kernels::parse_kv_dtype(kv_cache_dtype);
-    if (!t) fail("--kv-cache-dtype '{}': valid are auto (f32), {}", kv_cache_dtype, kernels::kKvDtypeChoices);
+  std::string kv = kv_cache_dtype, from = "--kv-cache-dtype";
+  for (const auto& [flag, v] : {std::pair<const char*, const std::string*>{"--cache-type-k", &cache_type_k},
+                                {"--cache-type-v", &cache_type_v}}) {
+    if (v->empty()) continue;
+    if (kv != "auto" && kv != *v)
+      fail("{} {} and {} {}: claw holds keys and values in one type (--kv-cache-dtype)", from, kv, flag, *v);
+    kv = *v, from = flag;
+  }
+  if (kv != "auto") {
+    const auto t = kernels::parse_kv_dtype(kv);
+    if (!t) fail("{} '{}': valid are auto (f32), {}", from, kv, kernels::kKvDtypeChoices);
     if (*t == kernels::KvDtype::q8_0 && m.cfg.cache_head_dim() % 32 != 0)
-      fail("--kv-cache-dtype q8_0 holds rows of whole blocks of 32; {}'s cached head size is {} (f16 or int8 would do)",
+      fail("{} q8_0 holds rows of whole blocks of 32; {}'s cached head size is {} (f16 or int8 would do)", from,
            m.name, m.cfg.cache_head_dim());
     e.kv_cache_dtype = *t;
   }

@@ -20,6 +20,9 @@ struct EngineFlags {
   std::string kv_cache_memory;  // --kv-cache-memory: a size; empty: a quarter of the available memory
   bool no_prefix_caching = false;
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
+  // --cache-type-k/-v: llama.cpp's names for it (keys and values are held in
+  // one type, so they must agree with each other and with --kv-cache-dtype).
+  std::string cache_type_k, cache_type_v;
   int num_threads = 0;          // 0: the CPUs this process may use
 
   void add_to(CLI::App& app);

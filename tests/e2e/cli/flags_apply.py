@@ -41,7 +41,7 @@ CHOICES = {
     "pipeline-schedule": "gpipe", "cp-comm-type": "a2a", "parallel-order": "tp-dp-cp-ep-pp",
     "chat-template": "chatml", "task": "add", "hidden-dropout": "0.1", "lora-dropout": "0.1",
     "rollout-server-host": "0.0.0.0", "loss-agg-mode": "seq-mean-token-mean",
-    "dtype": "bf16", "kv-cache-dtype": "bf16", "kv-cache-memory": "64MiB", "output-format": "json",
+    "dtype": "bf16", "kv-cache-dtype": "bf16", "cache-type-k": "bf16", "cache-type-v": "bf16", "kv-cache-memory": "64MiB", "output-format": "json",
     "prompt": "c d", "prompt-tokens": "1,2,3", "stop": "zz", "host": "127.0.0.2", "api-key": "k",
     "max-body-size": "1MiB", "served-model-name": "m2",
 }

@@ -40,10 +40,12 @@ print("GGUF files: the same perplexity as --dtype, bitwise, at every type")
 PY
 
 prompt="Fellow citizens of the Senate and of the House of Representatives, the"
-for kv in bf16 int8; do
-  "$claw" generate --model "$ck" --prompt "$prompt" --max-tokens 16 --kv-cache-dtype $kv --output-format json \
+for kv in bf16 int8 f16; do
+  flags=(--kv-cache-dtype $kv)
+  [[ $kv == f16 ]] && flags=(--cache-type-k $kv --cache-type-v $kv)  # llama.cpp's names
+  "$claw" generate --model "$ck" --prompt "$prompt" --max-tokens 16 "${flags[@]}" --output-format json \
     --num-threads 2 >"$tmp/kv.json" 2>"$tmp/kv.log" || { cat "$tmp/kv.log"; exit 1; }
-  grep -q "blocks of 16 tokens in $kv" "$tmp/kv.log" || { cat "$tmp/kv.log"; fail "--kv-cache-dtype $kv not used"; }
+  grep -q "blocks of 16 tokens in $kv" "$tmp/kv.log" || { cat "$tmp/kv.log"; fail "${flags[*]} not used"; }
   /usr/bin/python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert len(o['tokens']) == 16, o" "$tmp/kv.json"
 done
 expect_error() {  # expected text, then the command
@@ -54,11 +56,13 @@ expect_error() {  # expected text, then the command
 expect_error "--dtype 'q7_k': valid are auto, f32, bf16, f16, q8_0, q6_k, q5_k, q5_1, q5_0, q4_k, q4_1, q4_0, iq4_nl" \
   "$claw" generate --model "$ck" --prompt x --dtype q7_k
 expect_error "--kv-cache-dtype 'fp8': valid are" "$claw" generate --model "$ck" --prompt x --kv-cache-dtype fp8
+expect_error "--cache-type-k q8_0 and --cache-type-v f16: claw holds keys and values in one type" \
+  "$claw" generate --model "$ck" --prompt x --cache-type-k q8_0 --cache-type-v f16
 expect_error "--type 'q2': valid GGUF types are f32, bf16, f16, q8_0, q4_0 (every matrix), q6_k, q5_k_m" \
   "$claw" ckpt export --load "$ck" --format gguf --type q2 --output "$tmp/x.gguf"
 head -c 100 "$tmp/q8_0.gguf" >"$tmp/cut.gguf"
 expect_error "cut.gguf" "$claw" generate --model "$tmp/cut.gguf" --prompt x
-echo "bad --dtype, --kv-cache-dtype, --type and a truncated GGUF file: clear errors"
+echo "bad --dtype, --kv-cache-dtype, --cache-type-k/-v, --type and a truncated GGUF file: clear errors"
 
 # A GGUF file's own chat template (written by `ckpt export --chat-template`):
 # `claw serve` renders chats with it unless --chat-template names another.
