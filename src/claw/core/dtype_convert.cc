@@ -64,6 +64,21 @@ void map(const void* src, void* dst, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) d[i] = f(s[i]);
 }
 
+float load(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f64: return static_cast<float>(static_cast<const double*>(p)[i]);
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::e4m3: return e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+    case DType::e5m2: return e5m2_to_f32(static_cast<const uint8_t*>(p)[i]);
+    default: break;
+  }
+  CLAW_CHECK(false, "not a floating-point dtype: {}", dtype_name(t));
+  return 0;
+}
+}  // namespace
+
 // Bulk f16 <-> f32 with the F16C instructions where the build targets them
 // (round to nearest even, subnormals and infinities as IEEE); eight lanes
 // holding a NaN take the scalar path, which gives the codec's NaN bits.
@@ -96,21 +111,6 @@ void f32_to_f16_bulk(const float* s, uint16_t* d, int64_t n) {
 #endif
   for (; i < n; ++i) d[i] = f32_to_f16(s[i]);
 }
-
-float load(DType t, const void* p, int64_t i) {
-  switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f64: return static_cast<float>(static_cast<const double*>(p)[i]);
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::e4m3: return e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
-    case DType::e5m2: return e5m2_to_f32(static_cast<const uint8_t*>(p)[i]);
-    default: break;
-  }
-  CLAW_CHECK(false, "not a floating-point dtype: {}", dtype_name(t));
-  return 0;
-}
-}  // namespace
 
 bool is_float_dtype(DType t) {
   switch (t) {

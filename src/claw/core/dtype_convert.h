@@ -38,6 +38,10 @@ uint8_t f32_to_e5m2(float x);
 // dst[i] = src[i] converted, for n elements of floating-point types. Same
 // types copy bytes. Throws claw::Error for a non-float type.
 void convert(DType from, const void* src, DType to, void* dst, int64_t n);
+// convert()'s f16 <-> f32 without its dispatch, for kernels: F16C where
+// the build targets it, f16_to_f32 / f32_to_f16 bit for bit (NaNs too).
+void f16_to_f32_bulk(const uint16_t* s, float* d, int64_t n);
+void f32_to_f16_bulk(const float* s, uint16_t* d, int64_t n);
 
 // f16 through the generic codec every small format uses (the format's
 // arithmetic in double): what the inline bit arithmetic below is tested

@@ -225,13 +225,6 @@ RawDot raw_dot_for(GgmlType w) {
   }
 }
 
-// f16 widened exactly (F16C), eight at a time.
-void widen_f16(const uint8_t* h, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(load128(h + 2 * i)));
-  for (; i < n; ++i) out[i] = f16(h + 2 * i);
-}
-
 // ggml_dot.inc's sixteen lanes (lane k % 16 sums w[k] x[k], each product
 // rounded) over an f16 row w, widened as it is read, in two registers; the
 // tail and the pairwise reduction as there.

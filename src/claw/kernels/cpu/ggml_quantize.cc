@@ -50,6 +50,16 @@ float largest(const float* x, int n, float* amax) {
   return max;
 }
 
+// The element of largest magnitude of a group to scale symmetrically, or
+// false, with the group's levels L zeroed, when it is all but zero.
+bool symmetric_max(const float* x, int n, int8_t* L, float* max) {
+  float amax;
+  *max = largest(x, n, &amax);
+  if (amax >= kGroupMaxEps) return true;
+  std::fill(L, L + n, 0);
+  return false;
+}
+
 // Blocks of 32 with a minimum (q4_1, q5_1): d = (max - min) / levels,
 // q = (x - min) / d rounded half up.
 void block_affine(const float* x, int levels, uint8_t* d_m, uint8_t* q) {
@@ -274,12 +284,8 @@ void quantize_q2_K(const float* x, uint8_t* y, int64_t blocks) {
 // level at a time where that raises the weighted (x^2) fit
 // sumlx^2 / suml2. Returns the least-squares scale.
 float symmetric_scale_q3(int n, int nmax, const float* x, int8_t* L) {
-  float amax;
-  const float max = largest(x, n, &amax);
-  if (amax < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.f;
-  }
+  float max;
+  if (!symmetric_max(x, n, L, &max)) return 0.f;
   const float iscale = static_cast<float>(-nmax) / max;
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
@@ -488,12 +494,8 @@ void quantize_q5_K(const float* x, uint8_t* y, int64_t blocks) {
 // -nmax..nmax-1 (stored + nmax), weights x^2, the least-squares scale at
 // 1/iscale = max/-nmax and 18 trial scales around it, the best kept.
 float symmetric_scale(int n, int nmax, const float* x, int8_t* L) {
-  float amax;
-  const float max = largest(x, n, &amax);
-  if (amax < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.f;
-  }
+  float max;
+  if (!symmetric_max(x, n, L, &max)) return 0.f;
   auto trial = [&](float iscale, float* sumlx, float* suml2) {
     *sumlx = *suml2 = 0;
     for (int i = 0; i < n; ++i) {

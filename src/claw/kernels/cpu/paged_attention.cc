@@ -6,10 +6,6 @@
 #include <limits>
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "claw/core/dtype_convert.h"
 #include "claw/core/error.h"
 #include "claw/kernels/cpu/fixed_order_dot.h"
@@ -45,13 +41,7 @@ inline const float* load_row(const KvView& v, int64_t row, int64_t D, float* tmp
       return tmp;
     }
     case KvDtype::f16: {
-      const uint16_t* p = static_cast<const uint16_t*>(v.data) + row * D;
-      int64_t d = 0;
-#if defined(__F16C__)  // the same values (a NaN stays a NaN), eight at a time
-      for (; d + 8 <= D; d += 8)
-        _mm256_storeu_ps(tmp + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + d))));
-#endif
-      for (; d < D; ++d) tmp[d] = f16_to_f32(p[d]);
+      f16_to_f32_bulk(static_cast<const uint16_t*>(v.data) + row * D, tmp, D);
       return tmp;
     }
     case KvDtype::q8_0: {

@@ -323,11 +323,13 @@ namespace {
 // f16 rows: each output the sum of w[k] x[k] in 32 fp32 lanes (lane k % 32,
 // ascending k; two registers of 16, so that a row read alone keeps two
 // multiply-add chains going), the two added, the rest of the row in the 16
-// lanes, folded (fixed_order.h), the tail after. Decoding (one or two input
-// rows) reads the rows one after another (one sequential stream a thread)
-// against the inputs in f16; more input rows go by groups that stay in L2,
-// in register tiles of up to 4 inputs x 2 rows. The same order for every
-// batch.
+// lanes, folded (fixed_order.h), the tail after. Decoding (up to
+// kF16StreamRows input rows) reads the rows one after another (one
+// sequential stream a thread) against the inputs in f16; more input rows go
+// by groups that stay in L2, in register tiles of up to 4 inputs x 2 rows.
+// The same order for every batch.
+constexpr int64_t kF16StreamRows = 2;  // input rows up to which rows are read as one stream
+
 template <typename XRows>
 float dot_lanes32(const uint16_t* w, const typename XRows::T* x, int64_t K) {
   using fixed_order::V16;
@@ -379,11 +381,11 @@ void f16_row_tile(int nr, float* out, int64_t ldo, const float* x, const uint16_
   }
 }
 
-// x: the inputs in f16 (xh, what decoding reads: half the bytes) and as
-// their fp32 values (xf).
+// x: the inputs in f16 (xh, what decoding reads: half the bytes) and, for
+// more than kF16StreamRows of them, as their fp32 values (xf).
 void f16_rows_panel(float* out, int64_t N, const uint16_t* xh, const float* xf, const uint16_t* w, const float* bias,
                     int64_t M, int64_t K, int64_t n0, int64_t n1) {
-  if (M <= 2) {
+  if (M <= kF16StreamRows) {
     for (int64_t n = n0; n < n1; ++n)
       for (int64_t m = 0; m < M; ++m) {
         const float y = dot_lanes32<rowwise::F16Rows>(w + n * K, xh + m * K, K);
@@ -449,14 +451,17 @@ void weight_linear_forward(const CpuCtx& ctx, float* out, const float* inp, cons
     case WeightType::f16: {
       // llama.cpp's vec-dot type for f16 is f16: the inputs rounded to it
       // first, then each row's products (f16_rows_panel).
+      // Decoding reads the inputs in f16 (half the bytes), batches as their
+      // fp32 values: only the one f16_rows_panel reads is made.
       thread_local std::vector<uint16_t> xh;
       thread_local std::vector<float> xf;
       xh.resize(static_cast<size_t>(M * K));
-      xf.resize(static_cast<size_t>(M * K));
+      if (M > kF16StreamRows) xf.resize(static_cast<size_t>(M * K));
       uint16_t* h = xh.data();  // this thread's buffers (a worker naming them would get its own)
       float* f = xf.data();
       parallel_for(ctx, M * K, 1 << 14, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) f[i] = f16_to_f32(h[i] = f32_to_f16(inp[i]));
+        f32_to_f16_bulk(inp + i0, h + i0, i1 - i0);
+        if (M > kF16StreamRows) f16_to_f32_bulk(h + i0, f + i0, i1 - i0);
       });
       const uint16_t* w = reinterpret_cast<const uint16_t*>(W.data());
       rowwise::over_panels(ctx, N, W.row_bytes(), [&](int64_t n0, int64_t n1) {
